@@ -1,0 +1,110 @@
+"""The few places where deisa relies on distributed internals.
+
+Everything that is not part of distributed's documented API is wrapped here, in one small
+module covered by ``tests/test_dask_internals.py``, so that an upgrade of distributed breaks one
+file and one test, not the whole package.
+
+- :func:`send_blocks_to_worker`: a worker's ``update_data`` RPC, what
+  ``Client.scatter(direct=True)`` does internally, without the scheduler round trips
+  scatter adds (a cores query and a registration per call).
+- :func:`register_keys`, :func:`transfer_keys`: the scheduler's own ``update_data`` and
+  ``client_desires_keys``/``client_releases_keys``, called from inside our scheduler extension
+  (the same calls distributed's Queue and Variable extensions make).
+- :func:`future_in_memory`: a :class:`~distributed.Future` for a key the scheduler already
+  counts as wanted by this client.
+- :func:`count_handler_calls`: wrap the scheduler's handler tables to count the messages it
+  handles (benchmarks and tests only).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import Counter
+from collections.abc import Callable, Hashable, Mapping
+from typing import Any
+
+from distributed import Future
+from distributed.core import ConnectionPool
+from distributed.protocol import to_serialize
+
+Key = Hashable
+
+
+async def send_blocks_to_worker(
+    pool: ConnectionPool, worker: str, blocks: Mapping[Key, Any]
+) -> dict[Key, int]:
+    """Store ``blocks`` in ``worker``'s memory under their keys; return their sizes in bytes.
+
+    The worker does not tell the scheduler (a scattered key is unknown to it until someone
+    registers it), so this costs the scheduler nothing. The bytes are written from the arrays'
+    own buffers; a non-contiguous view is packed once by distributed's numpy serializer.
+    """
+    data = {key: to_serialize(block) for key, block in blocks.items()}
+    reply = await pool(worker).update_data(data=data)
+    if reply.get("status") != "OK":
+        raise RuntimeError(f"worker {worker} refused the data: {reply!r}")
+    return dict(reply["nbytes"])
+
+
+def register_keys(
+    scheduler: Any, who_has: Mapping[Key, list[str]], nbytes: Mapping[Key, int], holder: str
+) -> None:
+    """Tell the scheduler that ``who_has`` keys are in memory, wanted by the pseudo-client
+    ``holder`` (which keeps them alive until :func:`transfer_keys`)."""
+    scheduler.update_data(who_has=dict(who_has), nbytes=dict(nbytes), client=holder)
+
+
+def transfer_keys(scheduler: Any, keys: list[Key], source: str, target: str) -> None:
+    """Hand the ownership of ``keys`` from client ``source`` to client ``target``.
+
+    The target is added before the source lets go, in one synchronous scheduler call, so the
+    data is never unreferenced in between.
+    """
+    scheduler.client_desires_keys(keys=keys, client=target)
+    release_keys(scheduler, keys, source)
+
+
+def release_keys(scheduler: Any, keys: list[Key], holder: str) -> None:
+    """Drop ``holder``'s claim on ``keys``; data nobody else wants is freed on the workers."""
+    if holder in scheduler.clients:
+        scheduler.client_releases_keys(keys=keys, client=holder)
+
+
+def known_keys(scheduler: Any) -> set[Key]:
+    """Every key the scheduler currently tracks."""
+    return set(scheduler.tasks)
+
+
+def future_in_memory(key: Key, client: Any) -> Future:
+    """A Future for ``key``, already in memory and already wanted by ``client`` on the
+    scheduler side (our extension did that), so no extra message is needed."""
+    return Future(key, client, state="memory")  # type: ignore[arg-type]
+
+
+def count_handler_calls(scheduler: Any, counter: Counter[str]) -> Callable[[], None]:
+    """Count every RPC and stream message ``scheduler`` handles into ``counter``.
+
+    Returns a function that restores the original handlers.
+    """
+    originals = (dict(scheduler.handlers), dict(scheduler.stream_handlers))
+
+    def wrap(op: str, handler: Callable[..., Any]) -> Callable[..., Any]:
+        # wraps() keeps the signature distributed inspects (a leading ``comm``, ``serializers``)
+        @functools.wraps(handler)
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            counter[op] += 1
+            return handler(*args, **kwargs)
+
+        return counted
+
+    for table in (scheduler.handlers, scheduler.stream_handlers):
+        for op, handler in list(table.items()):
+            table[op] = wrap(op, handler)
+
+    def restore() -> None:
+        scheduler.handlers.clear()
+        scheduler.handlers.update(originals[0])
+        scheduler.stream_handlers.clear()
+        scheduler.stream_handlers.update(originals[1])
+
+    return restore

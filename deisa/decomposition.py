@@ -1,0 +1,214 @@
+"""How the blocks of the MPI ranks tile a global array.
+
+Each rank describes its own block with an :class:`ArraySpec`. The :class:`Decomposition`
+checks, once at start-up, that the blocks of all ranks tile the global shape on a
+rectilinear grid (uneven splits are fine; gaps, overlaps and misaligned blocks are not) and
+derives the dask ``chunks`` and each rank's block index from it.
+
+The time axis is not part of these shapes: every array is implicitly a sequence of steps,
+an unbounded leading axis.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+
+class DecompositionError(ValueError):
+    """The ranks' blocks do not tile the global array."""
+
+
+@dataclass(frozen=True)
+class ArraySpec:
+    """One rank's view of a distributed array (spatial axes only; time is implicit).
+
+    Parameters
+    ----------
+    dtype
+        Element type, anything :func:`numpy.dtype` accepts.
+    global_shape
+        Shape of the whole array over all ranks, e.g. ``(NX, NY)``.
+    start
+        Global index of this rank's first element, one entry per axis.
+    shape
+        Shape of this rank's block.
+
+    Examples
+    --------
+    >>> ArraySpec("float64", global_shape=(64, 64), start=(32, 0), shape=(32, 64))
+    ArraySpec(dtype=dtype('float64'), global_shape=(64, 64), start=(32, 0), shape=(32, 64))
+    """
+
+    dtype: np.dtype
+    global_shape: tuple[int, ...]
+    start: tuple[int, ...]
+    shape: tuple[int, ...]
+
+    def __init__(
+        self,
+        dtype: object,
+        global_shape: Sequence[int],
+        start: Sequence[int],
+        shape: Sequence[int],
+    ) -> None:
+        try:
+            dt = np.dtype(dtype)  # type: ignore[call-overload]
+        except TypeError as exc:
+            raise TypeError(f"dtype={dtype!r} is not a numpy dtype") from exc
+        fields = {"global_shape": global_shape, "start": start, "shape": shape}
+        values: dict[str, tuple[int, ...]] = {}
+        for field, value in fields.items():
+            try:
+                values[field] = tuple(int(v) for v in value)
+            except (TypeError, ValueError) as exc:
+                raise TypeError(f"{field}={value!r} must be a sequence of integers") from exc
+        ndims = {field: len(v) for field, v in values.items()}
+        if len(set(ndims.values())) != 1 or not values["global_shape"]:
+            raise ValueError(
+                f"global_shape, start and shape need the same, non-zero length: {ndims}"
+            )
+        for axis, (n, s, b) in enumerate(
+            zip(values["global_shape"], values["start"], values["shape"], strict=True)
+        ):
+            if n <= 0 or b <= 0 or s < 0:
+                raise ValueError(
+                    f"axis {axis}: global size {n}, start {s} and block size {b} must be positive"
+                )
+            if s + b > n:
+                raise ValueError(
+                    f"axis {axis}: block [{s}:{s + b}] lies outside the global size {n}"
+                )
+        object.__setattr__(self, "dtype", dt)
+        for field, value in values.items():
+            object.__setattr__(self, field, value)
+
+    def as_message(self) -> dict[str, object]:
+        """A msgpack/pickle-friendly form, for MPI and the scheduler."""
+        return {
+            "dtype": self.dtype.str,
+            "global_shape": list(self.global_shape),
+            "start": list(self.start),
+            "shape": list(self.shape),
+        }
+
+
+@dataclass(frozen=True)
+class Decomposition:
+    """The checked tiling of one array by all ranks' blocks.
+
+    Attributes
+    ----------
+    name : str
+        Array name.
+    dtype : numpy.dtype
+        Element type, identical on every rank.
+    global_shape : tuple of int
+        Spatial shape of the whole array.
+    chunks : tuple of tuple of int
+        Block sizes along each axis, as dask expects them.
+    block_index : tuple of tuple of int
+        ``block_index[rank]`` is the grid position of that rank's block.
+    """
+
+    name: str
+    dtype: np.dtype
+    global_shape: tuple[int, ...]
+    chunks: tuple[tuple[int, ...], ...]
+    block_index: tuple[tuple[int, ...], ...]
+
+    @property
+    def grid_shape(self) -> tuple[int, ...]:
+        """Number of blocks along each axis."""
+        return tuple(len(c) for c in self.chunks)
+
+    @property
+    def nranks(self) -> int:
+        return len(self.block_index)
+
+    @classmethod
+    def from_specs(cls, name: str, specs: Sequence[ArraySpec]) -> Decomposition:
+        """Check that ``specs[rank]`` tile the global array and build the decomposition.
+
+        Raises
+        ------
+        DecompositionError
+            Naming the array, the rank(s) and the offending block when dtypes or global shapes
+            disagree, blocks overlap, leave a gap, or do not line up on a grid.
+        """
+        if not specs:
+            raise DecompositionError(f"array {name!r}: no rank describes a block")
+        ref = specs[0]
+        for rank, spec in enumerate(specs):
+            if spec.dtype != ref.dtype:
+                raise DecompositionError(
+                    f"array {name!r}: rank {rank} has dtype {spec.dtype}, rank 0 has {ref.dtype}"
+                )
+            if spec.global_shape != ref.global_shape:
+                raise DecompositionError(
+                    f"array {name!r}: rank {rank} has global shape {spec.global_shape}, "
+                    f"rank 0 has {ref.global_shape}"
+                )
+        ndim = len(ref.global_shape)
+        boundaries = []
+        for axis in range(ndim):
+            starts = sorted({s.start[axis] for s in specs})
+            edges = [*starts, ref.global_shape[axis]]
+            boundaries.append(edges)
+        index: list[tuple[int, ...]] = []
+        for rank, spec in enumerate(specs):
+            pos: list[int] = []
+            for axis in range(ndim):
+                edges = boundaries[axis]
+                i = edges.index(spec.start[axis])
+                if spec.start[axis] + spec.shape[axis] != edges[i + 1]:
+                    raise DecompositionError(
+                        f"array {name!r}: rank {rank}'s block spans "
+                        f"[{spec.start[axis]}:{spec.start[axis] + spec.shape[axis]}] along axis "
+                        f"{axis}, which overlaps or misses the grid lines {edges} that the "
+                        "ranks' starts define"
+                    )
+                pos.append(i)
+            index.append(tuple(pos))
+        owners: dict[tuple[int, ...], int] = {}
+        for rank, block in enumerate(index):
+            if block in owners:
+                raise DecompositionError(
+                    f"array {name!r}: ranks {owners[block]} and {rank} publish the same block "
+                    f"{_block_slices(specs[rank])}"
+                )
+            owners[block] = rank
+        grid = [len(edges) - 1 for edges in boundaries]
+        missing = [tuple(p) for p in itertools.product(*map(range, grid)) if tuple(p) not in owners]
+        if missing:
+            where = ", ".join(
+                "[" + ", ".join(f"{b[a][i]}:{b[a][i + 1]}" for a, i in enumerate(p)) + "]"
+                for p, b in zip(missing[:4], itertools.repeat(boundaries), strict=False)
+            )
+            raise DecompositionError(
+                f"array {name!r}: {len(missing)} block(s) of the global shape "
+                f"{ref.global_shape} are published by no rank: {where}"
+            )
+        chunks = tuple(tuple(int(d) for d in np.diff(edges)) for edges in boundaries)
+        return cls(name, ref.dtype, ref.global_shape, chunks, tuple(index))
+
+
+def _block_slices(spec: ArraySpec) -> str:
+    return (
+        "[" + ", ".join(f"{s}:{s + n}" for s, n in zip(spec.start, spec.shape, strict=True)) + "]"
+    )
+
+
+def even_split(size: int, parts: int, index: int) -> tuple[int, int]:
+    """``(start, length)`` of part ``index`` when ``size`` cells are split over ``parts``.
+
+    The first ``size % parts`` parts get one extra cell, as the heat solvers do.
+
+    >>> [even_split(10, 4, i) for i in range(4)]
+    [(0, 3), (3, 3), (6, 2), (8, 2)]
+    """
+    base, extra = divmod(size, parts)
+    return index * base + min(index, extra), base + (1 if index < extra else 0)

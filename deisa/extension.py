@@ -1,0 +1,215 @@
+"""Scheduler side of deisa: one FIFO of steps per array, with flow control.
+
+The :class:`StreamExtension` is a :class:`~distributed.diagnostics.plugin.SchedulerPlugin`
+installed (idempotently) by the first Bridge or Adapter that connects, whichever starts first.
+It plays the role of the DEISA paper's Queue, but carries a whole step per message: the
+Bridge's rank 0 aggregates the keys of all ranks over MPI and makes one ``deisa_publish`` call
+per step and array, and the Adapter one ``deisa_get``, whatever the number of ranks.
+
+Until the analytics takes a step, its keys are held by a pseudo-client named after the stream
+(as distributed's Queue does), so the data stays alive even if every simulation process has
+exited. ``deisa_get`` hands the keys to the analytics client in the same scheduler call,
+so they are never unreferenced in between.
+
+Routes (RPC handlers on the scheduler):
+
+- ``deisa_workers()``: worker addresses and thread counts, sorted by address.
+- ``deisa_open(name, run, meta, buffer_nb)``: a Bridge announces an array.
+- ``deisa_publish(name, run, step, blocks, timeout)``: register one step's blocks
+  (``[key, worker, nbytes]`` triples) and queue it; waits while ``buffer_nb`` steps are queued.
+- ``deisa_close(name, run, nsteps)``: end of stream.
+- ``deisa_meta(name, timeout)``: the array's metadata, once a Bridge has opened it.
+- ``deisa_get(name, client, timeout)``: take the next step (or the end of stream) for ``client``.
+- ``deisa_stats()``: message counts per route and per stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from distributed.diagnostics.plugin import SchedulerPlugin
+
+from . import _dask_internals
+
+logger = logging.getLogger(__name__)
+
+PLUGIN_NAME = "deisa"
+
+
+@dataclass
+class _Stream:
+    """State of one array's stream on the scheduler."""
+
+    name: str
+    run: str | None = None
+    meta: dict[str, Any] | None = None
+    buffer_nb: int | None = None
+    queue: deque[dict[str, Any]] = field(default_factory=deque)
+    changed: asyncio.Condition = field(default_factory=asyncio.Condition)
+    closed: bool = False
+    published: int = 0
+    taken: int = 0
+
+    @property
+    def holder(self) -> str:
+        return f"deisa-stream-{self.name}-{self.run}"
+
+    def queued_steps(self) -> int:
+        return sum(1 for record in self.queue if record["status"] == "OK")
+
+    async def notify(self) -> None:
+        async with self.changed:
+            self.changed.notify_all()
+
+    async def wait_for(self, predicate: Any, timeout: float | None) -> bool:
+        async with self.changed:
+            try:
+                await asyncio.wait_for(self.changed.wait_for(predicate), timeout)
+            except asyncio.TimeoutError:
+                return False
+        return True
+
+
+class StreamExtension(SchedulerPlugin):
+    """Holds the steps published by Bridges until Adapters take them. See module docstring."""
+
+    name = PLUGIN_NAME
+    idempotent = True
+
+    def __init__(self) -> None:
+        self.streams: dict[str, _Stream] = {}
+        self.calls: Counter[str] = Counter()
+        self.scheduler: Any = None
+
+    async def start(self, scheduler: Any) -> None:
+        self.scheduler = scheduler
+        handlers = {
+            "deisa_workers": self.workers,
+            "deisa_open": self.open_stream,
+            "deisa_publish": self.publish_step,
+            "deisa_close": self.close_stream,
+            "deisa_meta": self.array_meta,
+            "deisa_get": self.get_step,
+            "deisa_stats": self.stats,
+        }
+        scheduler.handlers.update(handlers)
+        logger.info("deisa stream extension installed on %s", scheduler.address)
+
+    def _stream(self, name: str) -> _Stream:
+        if name not in self.streams:
+            self.streams[name] = _Stream(name)
+        return self.streams[name]
+
+    def workers(self) -> list[tuple[str, int]]:
+        self.calls["workers"] += 1
+        return sorted((ws.address, ws.nthreads) for ws in self.scheduler.workers.values())
+
+    async def open_stream(
+        self, name: str, run: str, meta: dict[str, Any], buffer_nb: int | None
+    ) -> dict[str, Any]:
+        self.calls["open"] += 1
+        stream = self._stream(name)
+        if stream.run not in (None, run) and not (stream.closed and not stream.queue):
+            return {
+                "status": "error",
+                "message": f"array {name!r} is already published by run {stream.run}, "
+                "which has not finished (or whose steps the analytics has not all taken)",
+            }
+        if stream.run != run:  # a new run replaces a finished one, in place: getters may wait on it
+            stream.queue.clear()
+            stream.closed, stream.published, stream.taken = False, 0, 0
+        stream.run, stream.meta, stream.buffer_nb = run, meta, buffer_nb
+        await stream.notify()
+        return {"status": "OK"}
+
+    async def publish_step(
+        self,
+        name: str,
+        run: str,
+        step: int,
+        blocks: list[tuple[Any, str, int]],
+        timeout: float | None = None,
+    ) -> dict[str, Any]:
+        self.calls["publish"] += 1
+        stream = self.streams.get(name)
+        if stream is None or stream.run != run:
+            return {"status": "error", "message": f"array {name!r} was not opened by run {run}"}
+        keys = [key for key, _, _ in blocks]
+        _dask_internals.register_keys(
+            self.scheduler,
+            who_has={key: [worker] for key, worker, _ in blocks},
+            nbytes={key: nbytes for key, _, nbytes in blocks},
+            holder=stream.holder,
+        )
+        limit = stream.buffer_nb
+        if limit:
+            has_room = await stream.wait_for(lambda: stream.queued_steps() < limit, timeout)
+            if not has_room:
+                _dask_internals.release_keys(self.scheduler, keys, stream.holder)
+                return {
+                    "status": "timeout",
+                    "message": f"the analytics took no step of {name!r} for {timeout} s while "
+                    f"buffer_nb={limit} steps were waiting (taken so far: {stream.taken}); "
+                    f"step {step} was not delivered",
+                }
+        stream.queue.append({"status": "OK", "step": step, "keys": keys, "run": run})
+        stream.published += 1
+        await stream.notify()
+        return {"status": "OK"}
+
+    async def close_stream(self, name: str, run: str, nsteps: int) -> dict[str, Any]:
+        self.calls["close"] += 1
+        stream = self.streams.get(name)
+        if stream is None or stream.run != run:
+            return {"status": "error", "message": f"array {name!r} was not opened by run {run}"}
+        stream.queue.append({"status": "end", "nsteps": nsteps, "run": run})
+        stream.closed = True
+        await stream.notify()
+        return {"status": "OK"}
+
+    async def array_meta(self, name: str, timeout: float | None = None) -> dict[str, Any]:
+        self.calls["meta"] += 1
+        stream = self._stream(name)
+        if not await stream.wait_for(lambda: stream.meta is not None, timeout):
+            return {"status": "timeout"}
+        return {"status": "OK", "meta": stream.meta, "run": stream.run}
+
+    async def get_step(
+        self, name: str, client: str, timeout: float | None = None
+    ) -> dict[str, Any]:
+        self.calls["get"] += 1
+        stream = self._stream(name)
+        if not await stream.wait_for(lambda: bool(stream.queue), timeout):
+            return {
+                "status": "timeout",
+                "open": stream.run is not None,
+                "published": stream.published,
+            }
+        record = stream.queue.popleft()
+        if record["status"] == "end":
+            del self.streams[name]
+        else:
+            _dask_internals.transfer_keys(self.scheduler, record["keys"], stream.holder, client)
+            stream.taken += 1
+            record = {**record, "meta": stream.meta}
+        await stream.notify()
+        return record
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "calls": dict(self.calls),
+            "streams": {
+                name: {
+                    "run": s.run,
+                    "published": s.published,
+                    "taken": s.taken,
+                    "queued": s.queued_steps(),
+                    "closed": s.closed,
+                }
+                for name, s in self.streams.items()
+            },
+        }

@@ -1,0 +1,1 @@
+"""Heat solvers (installed as the ``deisa_simulation`` package; ``heat.c`` is built by CMake)."""

@@ -1,0 +1,168 @@
+"""Shared fixtures: real Dask scheduler/worker processes and mpirun, as users run them."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+# Two cores here: one BLAS thread per process, or SVDs slow down by 10x+.
+THREAD_PINS = {
+    "OPENBLAS_NUM_THREADS": "1",
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "OMPI_ALLOW_RUN_AS_ROOT": "1",
+    "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+    "OMPI_MCA_rmaps_base_oversubscribe": "1",
+    "PRTE_MCA_rmaps_default_mapping_policy": ":oversubscribe",
+}
+os.environ.update(THREAD_PINS)
+
+
+def test_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(THREAD_PINS)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    return env
+
+
+test_env.__test__ = False  # type: ignore[attr-defined]
+
+
+@dataclass
+class DaskProcesses:
+    """A `dask scheduler` and `dask worker` processes started from the command line."""
+
+    scheduler_file: Path
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    log_dir: Path | None = None
+
+    def client(self, **kwargs: object):
+        from distributed import Client
+
+        return Client(scheduler_file=str(self.scheduler_file), **kwargs)
+
+    def stop(self) -> None:
+        for p in reversed(self.procs):
+            if p.poll() is None:
+                p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+def start_dask(
+    tmp: Path, n_workers: int = 2, nthreads: int = 1, extra_worker_args: list[str] | None = None
+) -> DaskProcesses:
+    """Start a scheduler and ``n_workers`` workers on loopback; wait until they are connected."""
+    dask = shutil.which("dask") or f"{sys.executable} -m distributed.cli.dask"
+    scheduler_file = tmp / "scheduler.json"
+    env = test_env()
+    env["DASK_DISTRIBUTED__SCHEDULER__WORK_STEALING"] = "False"
+    cluster = DaskProcesses(scheduler_file, log_dir=tmp)
+    log = open(tmp / "scheduler.log", "wb")  # noqa: SIM115 - lives as long as the process
+    cluster.procs.append(
+        subprocess.Popen(
+            [
+                dask,
+                "scheduler",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--no-dashboard",
+                "--scheduler-file",
+                str(scheduler_file),
+            ],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    )
+    deadline = time.monotonic() + 60
+    while not scheduler_file.exists():
+        if time.monotonic() > deadline or cluster.procs[0].poll() is not None:
+            cluster.stop()
+            raise RuntimeError(f"scheduler did not start: {(tmp / 'scheduler.log').read_text()}")
+        time.sleep(0.1)
+    for i in range(n_workers):
+        wlog = open(tmp / f"worker{i}.log", "wb")  # noqa: SIM115
+        cluster.procs.append(
+            subprocess.Popen(
+                [
+                    dask,
+                    "worker",
+                    "--scheduler-file",
+                    str(scheduler_file),
+                    "--nthreads",
+                    str(nthreads),
+                    "--host",
+                    "127.0.0.1",
+                    "--no-nanny",
+                    "--no-dashboard",
+                    "--name",
+                    f"worker-{i}",
+                    *(extra_worker_args or []),
+                ],
+                env=env,
+                stdout=wlog,
+                stderr=subprocess.STDOUT,
+            )
+        )
+    with cluster.client(timeout=30) as client:
+        client.wait_for_workers(n_workers, timeout=60)
+    return cluster
+
+
+@pytest.fixture
+def dask_processes(tmp_path: Path) -> Iterator[DaskProcesses]:
+    """A fresh scheduler and two one-thread workers, as separate processes."""
+    cluster = start_dask(tmp_path)
+    yield cluster
+    cluster.stop()
+
+
+def mpirun(nranks: int, *args: str) -> list[str]:
+    """The mpirun command line for ``nranks`` ranks (oversubscribed, root allowed)."""
+    return ["mpirun", "--oversubscribe", "-np", str(nranks), *args]
+
+
+def run_heat(
+    nranks: int, config: Path, *extra: str, timeout: float = 180, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """Run the Python heat solver under mpirun."""
+    cmd = mpirun(nranks, sys.executable, "-m", "deisa_simulation.heat", str(config), *extra)
+    proc = subprocess.run(cmd, env=test_env(), capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(
+            f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+        )
+    return proc
+
+
+def start_heat(nranks: int, config: Path, *extra: str) -> subprocess.Popen[str]:
+    cmd = mpirun(nranks, sys.executable, "-m", "deisa_simulation.heat", str(config), *extra)
+    return subprocess.Popen(
+        cmd, env=test_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def write_config(path: Path, **settings: object) -> Path:
+    import yaml
+
+    base = {"global_size": [32, 32], "process_grid": [2, 2], "steps": 4, "output_period": 2}
+    base.update(settings)
+    path.write_text(yaml.safe_dump(base))
+    return path
