@@ -1,0 +1,254 @@
+/* One entry of the deisa plugin's `write' section. */
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <pdi/array_datatype.h>
+#include <pdi/context.h>
+#include <pdi/data_descriptor.h>
+#include <pdi/datatype.h>
+#include <pdi/datatype_template.h>
+#include <pdi/error.h>
+#include <pdi/paraconf_wrapper.h>
+#include <pdi/ref_any.h>
+#include <pdi/scalar_datatype.h>
+
+#include "array_transfer.h"
+
+using PDI::Array_datatype;
+using PDI::Context;
+using PDI::Datatype_sptr;
+using PDI::Expression;
+using PDI::Ref;
+using PDI::Ref_r;
+using PDI::Scalar_datatype;
+using PDI::Scalar_kind;
+using PDI::Spectree_error;
+using PDI::to_string;
+using PDI::Value_error;
+using std::dynamic_pointer_cast;
+using std::string;
+using std::unordered_map;
+using std::vector;
+
+namespace deisa {
+
+namespace {
+
+/// Dimensions of a (possibly partially filled) array of scalars
+struct Array_layout {
+	vector<long> size;
+	vector<long> start;
+	vector<long> subsize;
+	std::shared_ptr<const Scalar_datatype> scalar;
+};
+
+Array_layout layout_of(Datatype_sptr type, const string& what)
+{
+	Array_layout layout;
+	while (auto&& array_type = dynamic_pointer_cast<const Array_datatype>(type)) {
+		layout.size.emplace_back(array_type->size());
+		layout.start.emplace_back(array_type->start());
+		layout.subsize.emplace_back(array_type->subsize());
+		type = array_type->subtype();
+	}
+	layout.scalar = dynamic_pointer_cast<const Scalar_datatype>(type);
+	if (layout.size.empty() || !layout.scalar) {
+		throw Value_error{"deisa can only publish arrays of scalars, `{}' is a {}", what, type->debug_string()};
+	}
+	return layout;
+}
+
+string numpy_dtype(const Scalar_datatype& scalar)
+{
+	const string bits = std::to_string(8 * scalar.datasize());
+	switch (scalar.kind()) {
+	case Scalar_kind::FLOAT:
+		return "float" + bits;
+	case Scalar_kind::SIGNED:
+		return "int" + bits;
+	case Scalar_kind::UNSIGNED:
+		return "uint" + bits;
+	default:
+		throw Value_error{"deisa cannot publish elements of type {}", scalar.debug_string()};
+	}
+}
+
+} // namespace
+
+Array_transfer::Array_transfer(
+	string data,
+	PC_tree_t tree,
+	Expression default_when,
+	PC_tree_t default_when_tree,
+	const unordered_map<string, Dataset_description>& datasets
+)
+	: m_data{std::move(data)}
+	, m_dataset{m_data}
+	, m_when{std::move(default_when)}
+	, m_when_tree{default_when_tree}
+	, m_memory_selection{"memory_selection"}
+	, m_dataset_selection{"dataset_selection"}
+{
+	PC_tree_t dataset_tree = tree;
+	if (!PC_status(tree) && PDI::is_map(tree)) {
+		PDI::each(tree, [&](PC_tree_t key_tree, PC_tree_t value) {
+			string key = to_string(key_tree);
+			if (key == "dataset") {
+				m_dataset = to_string(value);
+				dataset_tree = value;
+			} else if (key == "when") {
+				try {
+					m_when = Expression{to_string(value)};
+				} catch (const PDI::Error& e) {
+					throw Spectree_error{value, "Invalid `when' for `{}': {}", m_data, e.what()};
+				}
+				m_when_tree = value;
+			} else if (key == "memory_selection") {
+				m_memory_selection = Selection{key, value};
+			} else if (key == "dataset_selection") {
+				m_dataset_selection = Selection{key, value};
+			} else {
+				throw Spectree_error{
+					key_tree,
+					"Unknown key in deisa `write' entry of `{}': `{}' (expecting dataset, when, memory_selection or dataset_selection)",
+					m_data,
+					key};
+			}
+		});
+	} else if (!PC_status(tree) && !to_string(tree, "").empty()) {
+		throw Spectree_error{tree, "The deisa `write' entry of `{}' must be a mapping", m_data};
+	}
+	auto&& found = datasets.find(m_dataset);
+	if (found == datasets.end()) {
+		throw Spectree_error{dataset_tree, "Dataset `{}' (written from `{}') is not described in deisa `datasets'", m_dataset, m_data};
+	}
+	m_dataset_description = found->second;
+}
+
+bool Array_transfer::when(Context& ctx) const
+{
+	try {
+		return m_when.to_long(ctx);
+	} catch (const PDI::Error& e) {
+		throw Spectree_error{m_when_tree, "Cannot evaluate `when' of `{}': {}", m_data, e.what()};
+	}
+}
+
+Array_geometry Array_transfer::geometry(Context& ctx) const
+{
+	Datatype_sptr global_type;
+	try {
+		global_type = m_dataset_description.type->evaluate(ctx);
+	} catch (const PDI::Error& e) {
+		throw Spectree_error{m_dataset_description.tree, "Cannot evaluate the type of dataset `{}': {}", m_dataset, e.what()};
+	}
+	Array_layout global = layout_of(global_type, m_dataset);
+	if (global.size.size() < 2) {
+		throw Spectree_error{m_dataset_description.tree, "Dataset `{}' needs a time axis first and at least one spatial dimension", m_dataset};
+	}
+	const size_t rank = global.size.size() - 1;
+
+	vector<long> memory_shape(rank, 0);
+	if (m_memory_selection.has_size()) {
+		memory_shape = m_memory_selection.size(ctx, memory_shape);
+	} else {
+		Datatype_sptr data_type;
+		try {
+			data_type = ctx.desc(m_data).default_type()->evaluate(ctx);
+		} catch (const PDI::Error& e) {
+			throw Value_error{"Cannot evaluate the type of `{}' to create the deisa bridge: {}", m_data, e.what()};
+		}
+		memory_shape = layout_of(data_type, m_data).subsize;
+		if (memory_shape.size() != rank) {
+			throw Spectree_error{
+				m_dataset_description.tree,
+				"`{}' has {} dimension(s), dataset `{}' has {} spatial ones",
+				m_data,
+				memory_shape.size(),
+				m_dataset,
+				rank};
+		}
+	}
+
+	vector<long> dataset_size{1};
+	dataset_size.insert(dataset_size.end(), memory_shape.begin(), memory_shape.end());
+	dataset_size = m_dataset_selection.size(ctx, dataset_size);
+	if (dataset_size[0] != 1) {
+		throw Spectree_error{
+			m_dataset_selection.tree(),
+			"`dataset_selection.size' of `{}' must be 1 on the time axis, not {}",
+			m_data,
+			dataset_size[0]};
+	}
+	vector<long> dataset_start = m_dataset_selection.start(ctx, rank + 1);
+
+	Array_geometry result;
+	result.dtype = numpy_dtype(*global.scalar);
+	result.time_extent = global.size[0];
+	for (size_t dim = 0; dim < rank; ++dim) {
+		result.global_shape.emplace_back(global.size[dim + 1]);
+		result.start.emplace_back(dataset_start[dim + 1]);
+		result.shape.emplace_back(dataset_size[dim + 1]);
+		if (result.shape[dim] != memory_shape[dim]) {
+			throw Spectree_error{
+				m_dataset_selection.tree(),
+				"Incompatible selections for `{}': {} element(s) in memory but {} in dataset `{}' along dimension {}",
+				m_data,
+				memory_shape[dim],
+				result.shape[dim],
+				m_dataset,
+				dim + 1};
+		}
+		if (result.start[dim] < 0 || result.start[dim] + result.shape[dim] > result.global_shape[dim]) {
+			throw Spectree_error{
+				m_dataset_selection.tree(),
+				"The block of `{}' [{}, {}) lies outside dataset `{}' [0, {}) along dimension {}",
+				m_data,
+				result.start[dim],
+				result.start[dim] + result.shape[dim],
+				m_dataset,
+				result.global_shape[dim],
+				dim + 1};
+		}
+	}
+	return result;
+}
+
+Block Array_transfer::block(Context& ctx, Ref ref) const
+{
+	Ref_r readable{ref};
+	if (!readable) throw PDI::Permission_error{"deisa cannot read `{}': expose it with PDI_OUT or PDI_INOUT", m_data};
+	Array_layout layout = layout_of(readable.type(), m_data);
+	const size_t rank = layout.size.size();
+	vector<long> size = m_memory_selection.size(ctx, layout.subsize);
+	vector<long> start = m_memory_selection.start(ctx, rank);
+
+	// PDI::Ref cannot be assigned, hence the Block is built in one go at the end
+	vector<long> strides(rank, static_cast<long>(layout.scalar->buffersize()));
+	for (size_t dim = rank - 1; dim > 0; --dim) {
+		strides[dim - 1] = strides[dim] * layout.size[dim];
+	}
+	long offset = 0;
+	for (size_t dim = 0; dim < rank; ++dim) {
+		if (start[dim] < 0 || size[dim] < 0 || start[dim] + size[dim] > layout.subsize[dim]) {
+			throw Spectree_error{
+				m_memory_selection.tree(),
+				"`memory_selection' of `{}' [{}, {}) exceeds its {} element(s) along dimension {}",
+				m_data,
+				start[dim],
+				start[dim] + size[dim],
+				layout.subsize[dim],
+				dim};
+		}
+		offset += (layout.start[dim] + start[dim]) * strides[dim];
+	}
+	const void* data = static_cast<const char*>(readable.get()) + offset;
+	const long step = m_dataset_selection.start(ctx, rank + 1)[0];
+	return Block{ref, data, numpy_dtype(*layout.scalar), std::move(size), std::move(strides), step};
+}
+
+} // namespace deisa

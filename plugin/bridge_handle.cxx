@@ -1,0 +1,244 @@
+/* The deisa.Bridge of this MPI rank, seen from the PDI plugin. */
+
+#include <mpi.h>
+
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <pdi/context.h>
+#include <pdi/datatype.h>
+#include <pdi/error.h>
+#include <pdi/logger.h>
+#include <pdi/paraconf_wrapper.h>
+#include <pdi/ref_any.h>
+#include <pdi/scalar_datatype.h>
+
+#include "bridge_handle.h"
+#include "python_interpreter.h"
+
+namespace py = pybind11;
+using namespace pybind11::literals;
+using PDI::Context;
+using PDI::Expression;
+using PDI::Ref;
+using PDI::Ref_r;
+using PDI::Scalar_datatype;
+using PDI::Scalar_kind;
+using PDI::Spectree_error;
+using PDI::to_string;
+using std::string;
+using std::vector;
+
+namespace deisa {
+
+namespace {
+
+Expression parse_expression(PC_tree_t value, const char* key)
+{
+	try {
+		return Expression{to_string(value)};
+	} catch (const PDI::Error& e) {
+		throw Spectree_error{value, "Invalid $-expression for `{}' in deisa configuration: {}", key, e.what()};
+	}
+}
+
+template <typename T>
+py::tuple to_tuple(const vector<T>& values)
+{
+	py::tuple result(values.size());
+	for (size_t ii = 0; ii < values.size(); ++ii) {
+		result[ii] = py::int_(values[ii]);
+	}
+	return result;
+}
+
+/// The Fortran handle of the communicator designated by `expression' (an MPI_Comm or a Fortran handle)
+MPI_Fint fortran_communicator(Context& ctx, const Expression& expression, PC_tree_t tree)
+{
+	Ref_r ref;
+	try {
+		ref = expression.to_ref(ctx);
+	} catch (const PDI::Error& e) {
+		throw Spectree_error{tree, "Cannot evaluate `communicator' in deisa configuration: {}", e.what()};
+	}
+	auto&& scalar = std::dynamic_pointer_cast<const Scalar_datatype>(ref.type());
+	if (scalar && scalar->kind() == Scalar_kind::UNKNOWN && scalar->buffersize() == sizeof(MPI_Comm)) {
+		MPI_Comm comm;
+		std::memcpy(&comm, ref.get(), sizeof(MPI_Comm));
+		return MPI_Comm_c2f(comm);
+	}
+	if (scalar && (scalar->kind() == Scalar_kind::SIGNED || scalar->kind() == Scalar_kind::UNSIGNED)) {
+		return static_cast<MPI_Fint>(ref.scalar_value<long>());
+	}
+	throw Spectree_error{tree, "`communicator' in deisa configuration must be an MPI_Comm (e.g. $MPI_COMM_WORLD from the mpi plugin)"};
+}
+
+} // namespace
+
+Placement to_placement(PC_tree_t tree)
+{
+	string value = to_string(tree);
+	if (value == "round_robin") return Placement::ROUND_ROBIN;
+	if (value == "locality") return Placement::LOCALITY;
+	throw Spectree_error{tree, "Invalid value for `placement' in deisa configuration: `{}' (expecting round_robin or locality)", value};
+}
+
+On_error to_on_error(PC_tree_t tree)
+{
+	string value = to_string(tree);
+	if (value == "abort") return On_error::ABORT;
+	if (value == "warn") return On_error::WARN;
+	throw Spectree_error{tree, "Invalid value for `on_error' in deisa configuration: `{}' (expecting abort or warn)", value};
+}
+
+Bridge_handle::~Bridge_handle()
+{
+	if (!Py_IsInitialized()) return;
+	py::gil_scoped_acquire gil;
+	m_bridge = py::object();
+	m_module = py::object();
+}
+
+void Bridge_handle::scheduler_file(PC_tree_t value)
+{
+	m_scheduler_file = parse_expression(value, "scheduler_file");
+	m_has_scheduler_file = true;
+}
+
+void Bridge_handle::communicator(PC_tree_t value)
+{
+	m_communicator = parse_expression(value, "communicator");
+	m_communicator_tree = value;
+}
+
+void Bridge_handle::buffer_nb(PC_tree_t value)
+{
+	m_buffer_nb = parse_expression(value, "buffer_nb");
+}
+
+void Bridge_handle::timeout(PC_tree_t value)
+{
+	m_timeout = parse_expression(value, "timeout");
+}
+
+void Bridge_handle::validate(Context& ctx, PC_tree_t config)
+{
+	if (!m_has_scheduler_file) {
+		throw Spectree_error{
+			config,
+			"Missing key in deisa configuration: `scheduler_file' (the JSON file written by `dask scheduler --scheduler-file FILE')"};
+	}
+	py::gil_scoped_acquire gil;
+	try {
+		m_module = py::module_::import("deisa");
+	} catch (const py::error_already_set& e) {
+		handle_python_error(ctx, "importing the deisa Python package", e);
+	}
+}
+
+void Bridge_handle::handle_python_error(Context& ctx, const string& action, const py::error_already_set& error)
+{
+	ctx.logger().error("Python failure while {}:\n{}", action, python_traceback(error));
+	if (m_on_error == On_error::ABORT) {
+		throw PDI::System_error{"deisa: Python failure while {} (on_error: abort): {}", action, error.what()};
+	}
+	ctx.logger().warn("on_error: warn, the simulation continues without this data");
+}
+
+void Bridge_handle::open(Context& ctx, const vector<Array_transfer>& transfers)
+{
+	if (opened()) return;
+	for (auto&& transfer: transfers) {
+		Array_geometry geometry = transfer.geometry(ctx);
+		for (auto&& declared: m_arrays) {
+			if (declared.first == transfer.dataset()) {
+				throw PDI::Value_error{"deisa: dataset `{}' is written from more than one data", transfer.dataset()};
+			}
+		}
+		m_arrays.emplace_back(transfer.dataset(), std::move(geometry));
+	}
+	const string scheduler_file = m_scheduler_file.to_string(ctx);
+	const MPI_Fint comm = m_communicator ? fortran_communicator(ctx, *m_communicator, m_communicator_tree) : MPI_Comm_c2f(MPI_COMM_WORLD);
+	py::gil_scoped_acquire gil;
+	py::object buffer_nb = m_buffer_nb ? py::object(py::int_(m_buffer_nb->to_long(ctx))) : py::object(py::none());
+	py::object timeout = m_timeout ? py::object(py::float_(m_timeout->to_double(ctx))) : py::object(py::none());
+	if (!m_module) {
+		m_disabled = true;
+		return;
+	}
+	try {
+		py::dict specs;
+		for (auto&& array: m_arrays) {
+			const Array_geometry& geometry = array.second;
+			specs[py::str(array.first)] = m_module.attr("ArraySpec"
+			)("dtype"_a = geometry.dtype,
+			  "global_shape"_a = to_tuple(geometry.global_shape),
+			  "start"_a = to_tuple(geometry.start),
+			  "shape"_a = to_tuple(geometry.shape));
+		}
+		py::object mpi = py::module_::import("mpi4py.MPI");
+		py::object py_comm = mpi.attr("Intracomm")(mpi.attr("Comm").attr("f2py")(comm));
+		const char* placement = m_placement == Placement::LOCALITY ? "locality" : "round_robin";
+		ctx.logger().debug("Creating deisa.Bridge({}, {}, placement={})", scheduler_file, py::str(specs).cast<string>(), placement);
+		m_bridge = m_module.attr("Bridge"
+		)(scheduler_file, specs, "comm"_a = py_comm, "placement"_a = placement, "buffer_nb"_a = buffer_nb, "timeout"_a = timeout);
+		ctx.logger().info("Connected to the Dask scheduler of `{}'", scheduler_file);
+	} catch (const py::error_already_set& e) {
+		m_disabled = true;
+		handle_python_error(ctx, "creating the deisa Bridge", e);
+	}
+}
+
+void Bridge_handle::publish(Context& ctx, const string& dataset, const Block& block)
+{
+	if (m_disabled) {
+		ctx.logger().debug("Skipping `{}' step {}: the bridge is disabled", dataset, block.step);
+		return;
+	}
+	for (auto&& array: m_arrays) {
+		if (array.first != dataset) continue;
+		const Array_geometry& geometry = array.second;
+		if (block.step < 0 || block.step >= geometry.time_extent) {
+			throw PDI::Value_error{
+				"deisa: step {} of `{}' lies outside the time axis [0, {}) declared in `datasets'",
+				block.step,
+				dataset,
+				geometry.time_extent};
+		}
+		if (block.shape != geometry.shape) {
+			throw PDI::Value_error{"deisa: the block of `{}' changed shape since the bridge was created", dataset};
+		}
+	}
+	py::gil_scoped_acquire gil;
+	try {
+		py::array view{py::dtype(block.dtype), block.shape, block.strides, block.data, py::capsule{new Ref{block.ref}, [](void* ref) {
+																									   delete static_cast<Ref*>(ref);
+																								   }}};
+		view.attr("flags").attr("writeable") = false;
+		ctx.logger().trace("Publishing `{}' step {}", dataset, block.step);
+		m_bridge.attr("publish")(dataset, view, block.step);
+	} catch (const py::error_already_set& e) {
+		handle_python_error(ctx, "publishing `" + dataset + "' step " + std::to_string(block.step), e);
+	}
+}
+
+void Bridge_handle::close(Context& ctx)
+{
+	if (!m_bridge) return;
+	py::gil_scoped_acquire gil;
+	try {
+		m_bridge.attr("close")();
+		ctx.logger().info("Stream closed");
+	} catch (const py::error_already_set& e) {
+		// no exception can leave PDI_finalize: report, whatever on_error says
+		ctx.logger().error("Python failure while closing the deisa Bridge:\n{}", python_traceback(e));
+	}
+	m_bridge = py::object();
+}
+
+} // namespace deisa
