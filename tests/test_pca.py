@@ -1,0 +1,172 @@
+"""Tests of deisa.pca.IncrementalPCA against scikit-learn's exact PCA, on a 2-process cluster."""
+
+from __future__ import annotations
+
+import os
+
+BLAS_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+os.environ.update(BLAS_ENV)
+
+from collections.abc import Iterator  # noqa: E402
+
+import dask.array as da  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from distributed import Client, LocalCluster  # noqa: E402
+from sklearn.decomposition import PCA  # noqa: E402
+
+from bench.fragmentation import scatter_blocks  # noqa: E402
+from deisa.pca import IncrementalPCA  # noqa: E402
+
+pytestmark = pytest.mark.timeout(60)
+
+RTOL, ATOL = 1e-8, 1e-10
+ROW_CHUNKS = (40, 25, 35, 20, 30, 50)  # uneven, 200 rows
+COL_CHUNKS = (7, 5)  # 12 features
+N_COMPONENTS = 4
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[Client]:
+    with (
+        LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=":0",
+            env=BLAS_ENV,
+        ) as cluster,
+        Client(cluster) as c,
+    ):
+        yield c
+
+
+def make_data(n_rows: int = sum(ROW_CHUNKS), seed: int = 0) -> np.ndarray:
+    """Correlated features with distinct variances, so components are well defined."""
+    rng = np.random.default_rng(seed)
+    n_features = sum(COL_CHUNKS)
+    scales = np.linspace(5.0, 0.5, n_features)
+    mixing = np.linalg.qr(rng.standard_normal((n_features, n_features)))[0]
+    return (rng.standard_normal((n_rows, n_features)) * scales) @ mixing + 3.0
+
+
+def place(client: Client, data: np.ndarray, name: str, by_row_band: bool = True) -> da.Array:
+    workers = sorted(client.nthreads())
+
+    def owner(i: int, j: int) -> str:
+        if by_row_band:
+            return workers[i * len(workers) // len(ROW_CHUNKS)]
+        return workers[j % len(workers)]
+
+    return scatter_blocks(client, data, (ROW_CHUNKS, COL_CHUNKS), owner, name)
+
+
+def assert_matches_pca(model: IncrementalPCA, data: np.ndarray) -> None:
+    reference = PCA(n_components=model.n_components_, svd_solver="full").fit(data)
+    signs = np.sign(np.sum(model.components_ * reference.components_, axis=1))
+    np.testing.assert_allclose(
+        model.components_ * signs[:, None], reference.components_, rtol=RTOL, atol=1e-9
+    )
+    for attribute in (
+        "explained_variance_",
+        "explained_variance_ratio_",
+        "singular_values_",
+        "mean_",
+        "noise_variance_",
+    ):
+        np.testing.assert_allclose(
+            getattr(model, attribute),
+            getattr(reference, attribute),
+            rtol=RTOL,
+            atol=ATOL,
+            err_msg=attribute,
+        )
+    np.testing.assert_allclose(model.var_, data.var(axis=0), rtol=RTOL, atol=ATOL)
+    assert model.n_samples_seen_ == len(data)
+
+
+def test_fit_dask_array_equals_exact_pca(client: Client) -> None:
+    data = make_data()
+    model = IncrementalPCA(n_components=N_COMPONENTS).fit(place(client, data, "exact"))
+    assert_matches_pca(model, data)
+    assert model.bytes_moved_ == 0
+
+
+def test_fit_with_spread_row_bands_reports_bytes_moved(client: Client) -> None:
+    data = make_data()
+    model = IncrementalPCA(n_components=N_COMPONENTS).fit(place(client, data, "spread", False))
+    assert_matches_pca(model, data)
+    assert model.bytes_moved_ == sum(ROW_CHUNKS) * COL_CHUNKS[1] * 8  # smaller column block
+
+
+def test_fit_equals_chained_partial_fit(client: Client) -> None:
+    steps = [make_data(seed=s) for s in range(3)]
+    chained = IncrementalPCA(n_components=N_COMPONENTS, partition_policy="factoring")
+    for t, step in enumerate(steps):
+        chained.partial_fit(place(client, step, f"step-{t}"))
+    whole = np.concatenate(steps)
+    assert_matches_pca(chained, whole)
+    direct = IncrementalPCA(n_components=N_COMPONENTS).fit(whole)
+    np.testing.assert_allclose(
+        np.abs(chained.components_), np.abs(direct.components_), rtol=RTOL, atol=1e-9
+    )
+
+
+def test_fit_numpy_in_batches_equals_exact_pca() -> None:
+    data = make_data()
+    assert_matches_pca(IncrementalPCA(n_components=N_COMPONENTS, batch_size=17).fit(data), data)
+    full = IncrementalPCA().fit(data)  # n_components=None keeps min(n_samples, n_features)
+    assert full.n_components_ == data.shape[1] and full.noise_variance_ == 0.0
+
+
+def test_fit_lazy_dask_array_is_persisted(client: Client) -> None:
+    data = make_data()
+    lazy = da.from_array(data, chunks=(50, 12)) * 1.0
+    assert_matches_pca(IncrementalPCA(n_components=N_COMPONENTS).fit(lazy), data)
+
+
+def test_transform_matches_sklearn_up_to_sign(client: Client) -> None:
+    data = make_data()
+    x = place(client, data, "transform")
+    for whiten in (False, True):
+        model = IncrementalPCA(n_components=N_COMPONENTS, whiten=whiten).fit(x)
+        reference = PCA(n_components=N_COMPONENTS, whiten=whiten, svd_solver="full").fit(data)
+        ours, theirs = model.transform(x).compute(), reference.transform(data)
+        signs = np.sign(np.sum(ours * theirs, axis=0))
+        np.testing.assert_allclose(ours * signs, theirs, rtol=1e-7, atol=1e-8)
+        back = model.inverse_transform(model.transform(data))
+        np.testing.assert_allclose(back, reference.inverse_transform(theirs), atol=1e-8)
+
+
+def test_randomized_solver_is_close_on_low_rank_data(client: Client) -> None:
+    rng = np.random.default_rng(1)
+    low_rank = 10.0 * rng.standard_normal((200, 3)) @ rng.standard_normal((3, 12))
+    data = low_rank + 1e-3 * rng.standard_normal((200, 12))
+    model = IncrementalPCA(n_components=2, copy=False, svd_solver="randomized", random_state=0)
+    model.fit(place(client, data, "randomized"))
+    reference = PCA(n_components=2, svd_solver="full").fit(data)
+    np.testing.assert_allclose(model.explained_variance_, reference.explained_variance_, rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"n_components": 13}, r"n_components=13 must be ≤ n_features=12"),
+        ({"n_components": 0}, r"n_components=0 must be an integer ≥ 1"),
+        ({"svd_solver": "arpack"}, r"svd_solver='arpack' must be one of"),
+    ],
+)
+def test_invalid_parameters_are_named(params: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        IncrementalPCA(**params).fit(make_data())
+
+
+def test_too_few_samples_is_named() -> None:
+    with pytest.raises(ValueError, match=r"n_components=4 must be ≤ n_samples_seen=3"):
+        IncrementalPCA(n_components=4).fit(make_data()[:3])
+
+
+def test_feature_count_must_not_change() -> None:
+    model = IncrementalPCA(n_components=2).partial_fit(make_data())
+    with pytest.raises(ValueError, match=r"n_features=11"):
+        model.partial_fit(make_data()[:, :11])
