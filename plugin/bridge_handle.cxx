@@ -165,8 +165,10 @@ void Bridge_handle::open(Context& ctx, const vector<Array_transfer>& transfers)
 	const string scheduler_file = m_scheduler_file.to_string(ctx);
 	const MPI_Fint comm = m_communicator ? fortran_communicator(ctx, *m_communicator, m_communicator_tree) : MPI_Comm_c2f(MPI_COMM_WORLD);
 	py::gil_scoped_acquire gil;
-	py::object buffer_nb = m_buffer_nb ? py::object(py::int_(m_buffer_nb->to_long(ctx))) : py::object(py::none());
-	py::object timeout = m_timeout ? py::object(py::float_(m_timeout->to_double(ctx))) : py::object(py::none());
+	py::dict options;
+	// absent keys keep deisa.Bridge's own defaults
+	if (m_buffer_nb) options["buffer_nb"] = py::int_(m_buffer_nb->to_long(ctx));
+	if (m_timeout) options["timeout"] = py::float_(m_timeout->to_double(ctx));
 	if (!m_module) {
 		m_disabled = true;
 		return;
@@ -185,8 +187,7 @@ void Bridge_handle::open(Context& ctx, const vector<Array_transfer>& transfers)
 		py::object py_comm = mpi.attr("Intracomm")(mpi.attr("Comm").attr("f2py")(comm));
 		const char* placement = m_placement == Placement::LOCALITY ? "locality" : "round_robin";
 		ctx.logger().debug("Creating deisa.Bridge({}, {}, placement={})", scheduler_file, py::str(specs).cast<string>(), placement);
-		m_bridge = m_module.attr("Bridge"
-		)(scheduler_file, specs, "comm"_a = py_comm, "placement"_a = placement, "buffer_nb"_a = buffer_nb, "timeout"_a = timeout);
+		m_bridge = m_module.attr("Bridge")(scheduler_file, specs, "comm"_a = py_comm, "placement"_a = placement, **options);
 		ctx.logger().info("Connected to the Dask scheduler of `{}'", scheduler_file);
 	} catch (const py::error_already_set& e) {
 		m_disabled = true;

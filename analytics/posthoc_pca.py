@@ -1,0 +1,52 @@
+"""Post hoc PCA of the heat field, read back from the HDF5 file (DEISA paper, Listing 2).
+
+Run the simulation with configs/heat_hdf5.yml first (it writes ``heat.h5`` in the current
+directory), then, from the same directory::
+
+    python analytics/posthoc_pca.py configs/simulation.yml --scheduler-file scheduler.json \
+        --out posthoc.json
+
+``insitu_pca.py`` is the same analysis on data streamed by the deisa plugin: the two scripts
+differ by two lines of code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import dask.array as da
+import h5py
+import yaml
+from distributed import Client
+
+from deisa.pca import IncrementalPCA
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("simulation", help="simulation YAML (configs/simulation.yml)")
+    parser.add_argument("--scheduler-file", required=True, help="Dask scheduler file")
+    parser.add_argument("--out", help="write the explained variance of every step here (JSON)")
+    args = parser.parse_args(argv)
+    # Connect to Dask
+    client = Client(scheduler_file=args.scheduler_file)
+    # load the simulation configuration
+    with open(args.simulation) as f:
+        simu = yaml.safe_load(f)
+    # a lazy (t, x, y) array, whatever the data source
+    gtemp = da.from_array(h5py.File("heat.h5", mode="r")["gtemp"], chunks=(1, -1, -1))
+    variances = []
+    for step in range(simu["steps"]):
+        pca = IncrementalPCA(n_components=2, copy=False, svd_solver="full")
+        pca.fit(gtemp[step, :, :])
+        print(step, pca.explained_variance_, flush=True)
+        variances.append(pca.explained_variance_.tolist())
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"explained_variance": variances}, f, indent=1)
+    client.close()
+
+
+if __name__ == "__main__":
+    main()
