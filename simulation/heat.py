@@ -17,6 +17,7 @@ temperature around the domain.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
 import time
@@ -202,13 +203,22 @@ def reference_field(config: HeatConfig, step: int) -> np.ndarray:
     return u[1:-1, 1:-1].copy()
 
 
+def block_checksum(block: np.ndarray) -> str:
+    """BLAKE2b digest of a block's values in C order (independent of its memory layout)."""
+    return hashlib.blake2b(np.ascontiguousarray(block).tobytes(), digest_size=16).hexdigest()
+
+
 @dataclass
 class StepTiming:
+    """What one rank spent on one output step; ``checksum`` is a BLAKE2 digest of the block."""
+
     step: int
     compute_s: float
     publish_s: float
     send_s: float
     nbytes: int
+    start: tuple[int, int]
+    checksum: str | None = None
 
 
 def run(
@@ -220,6 +230,8 @@ def run(
     placement: str = "round_robin",
     buffer_nb: int | None = None,
     timeout: float | None = 600.0,
+    checksums: bool = False,
+    connect_timeout: float = 30.0,
 ) -> list[StepTiming]:
     """Run the solver, publishing the field every ``output_period`` iterations.
 
@@ -238,6 +250,7 @@ def run(
             placement=placement,
             buffer_nb=buffer_nb,
             timeout=timeout,
+            connect_timeout=connect_timeout,
         )
     timings = []
     try:
@@ -250,7 +263,12 @@ def run(
             if bridge is not None:
                 bridge.publish(array, solver.interior, step)
                 send, nbytes = bridge.timings[-1].send_s, bridge.timings[-1].nbytes
-            timings.append(StepTiming(step, t1 - t0, time.perf_counter() - t1, send, nbytes))
+            digest = block_checksum(solver.interior) if checksums else None
+            timings.append(
+                StepTiming(
+                    step, t1 - t0, time.perf_counter() - t1, send, nbytes, solver.start, digest
+                )
+            )
     finally:
         if bridge is not None:
             bridge.close()
@@ -267,7 +285,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--placement", default="round_robin", choices=["round_robin", "locality"])
     parser.add_argument("--buffer-nb", type=int, default=None, help="steps in flight at most")
     parser.add_argument("--timeout", type=float, default=600.0, help="flow-control timeout (s)")
-    parser.add_argument("--timings", help="write rank 0's view of per-step timings (JSON) here")
+    parser.add_argument(
+        "--connect-timeout", type=float, default=30.0, help="wait for the scheduler (s)"
+    )
+    parser.add_argument("--timings", help="write every rank's per-step timings (JSON) here")
+    parser.add_argument(
+        "--checksums", action="store_true", help="record a checksum of every published block"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
@@ -283,6 +307,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         placement=args.placement,
         buffer_nb=args.buffer_nb,
         timeout=args.timeout,
+        checksums=args.checksums,
+        connect_timeout=args.connect_timeout,
     )
     per_rank = comm.gather([asdict(t) for t in timings], root=0)
     if comm.Get_rank() == 0 and args.timings:

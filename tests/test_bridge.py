@@ -1,0 +1,181 @@
+"""End-to-end data path: `mpirun` heat ranks -> Bridge -> real Dask processes -> Adapter."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import DaskProcesses, run_heat, start_heat, write_config
+
+from deisa import Adapter, EndOfStreamError
+from deisa_simulation.heat import HeatConfig, block_checksum, reference_field
+
+
+def scheduler_keys(client) -> list:
+    return client.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.tasks))
+
+
+def wait_until_no_keys(client, timeout: float = 10.0) -> list:
+    deadline = time.monotonic() + timeout
+    while (keys := scheduler_keys(client)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return keys
+
+
+def test_bridge_delivers_every_block_bitwise_ragged(
+    dask_processes: DaskProcesses, tmp_path: Path
+) -> None:
+    # 31 x 34 over 2 x 2 ranks: rows split 16 + 15 (N % P != 0)
+    config = write_config(tmp_path / "sim.yml", global_size=[31, 34], steps=5)
+    timings = tmp_path / "timings.json"
+    sim = start_heat(
+        4, config, "--scheduler-file", str(dask_processes.scheduler_file),
+        "--buffer-nb", "2", "--checksums", "--timings", str(timings),
+    )  # fmt: skip
+    with dask_processes.client() as client:
+        gtemp = Adapter(client, timeout=60)["gtemp"]
+        received: dict[tuple[int, tuple[int, int]], str] = {}
+        for step, field in gtemp.items():
+            assert field.chunks == ((16, 15), (17, 17))
+            assert len(field.dask) == 4  # the four futures, no task
+            values = field.compute()
+            np.testing.assert_array_equal(
+                values, reference_field(HeatConfig.from_yaml(config), step)
+            )
+            for i, row0 in enumerate((0, 16)):
+                for j, col0 in enumerate((0, 17)):
+                    block = field.blocks[i, j].compute()
+                    received[step, (row0, col0)] = block_checksum(block)
+            del field
+        assert sim.wait(timeout=60) == 0, sim.stderr.read() if sim.stderr else ""
+        assert gtemp.ended
+        stats = Adapter(client).stats()
+        assert stats["calls"]["publish"] == 5  # one scheduler message per step, not per rank
+        assert wait_until_no_keys(client) == []
+
+    published = {
+        (t["step"], tuple(t["start"])): t["checksum"]
+        for rank in json.loads(timings.read_text())["ranks"]
+        for t in rank
+    }
+    assert len(published) == 5 * 4
+    assert received == published
+
+
+def test_bridge_flow_control_blocks_and_resumes(
+    dask_processes: DaskProcesses, tmp_path: Path
+) -> None:
+    config = write_config(tmp_path / "sim.yml", steps=6, output_period=1)
+    sim = start_heat(
+        4, config, "--scheduler-file", str(dask_processes.scheduler_file), "--buffer-nb", "2"
+    )
+    with dask_processes.client() as client:
+        adapter = Adapter(client, timeout=60)
+
+        def queued() -> dict:
+            return adapter.stats()["streams"].get("gtemp", {})
+
+        deadline = time.monotonic() + 60
+        while queued().get("queued", 0) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(2.0)  # the simulation would have finished by now if it did not block
+        assert queued()["queued"] == 2
+        assert queued()["published"] == 2
+        assert sim.poll() is None, "the simulation ran past buffer_nb"
+
+        gtemp = adapter["gtemp"]
+        first = gtemp[0]  # frees one slot: the blocked step goes through
+        deadline = time.monotonic() + 30
+        while queued().get("published", 0) < 3 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert queued()["published"] == 3
+        assert sim.poll() is None
+
+        steps = [step for step, _ in gtemp.items()]
+        assert steps == [1, 2, 3, 4, 5]
+        assert sim.wait(timeout=60) == 0
+        assert first.compute().shape == (32, 32)
+        del first
+        assert wait_until_no_keys(client) == []
+
+
+def test_adapter_first_then_simulation(dask_processes: DaskProcesses, tmp_path: Path) -> None:
+    config = write_config(tmp_path / "sim.yml", steps=3)
+    with dask_processes.client() as client:
+        gtemp = Adapter(client, timeout=60)["gtemp"]
+        later = threading.Timer(
+            1.0,
+            lambda: run_heat(4, config, "--scheduler-file", str(dask_processes.scheduler_file)),
+        )
+        later.start()
+        try:
+            last = gtemp[2, :, :]  # waits for the simulation to start and reach step 2
+            np.testing.assert_array_equal(
+                last.compute(), reference_field(HeatConfig.from_yaml(config), 2)
+            )
+        finally:
+            later.join(timeout=120)
+        assert [s for s, _ in gtemp.items()] == [0, 1]  # cached on the way to step 2
+        with pytest.raises(EndOfStreamError, match="past the end of the stream of 'gtemp'"):
+            gtemp[3]
+        del last
+        assert wait_until_no_keys(client) == []
+
+
+def test_simulation_first_then_adapter(dask_processes: DaskProcesses, tmp_path: Path) -> None:
+    config = write_config(tmp_path / "sim.yml", steps=3)
+    run_heat(4, config, "--scheduler-file", str(dask_processes.scheduler_file))
+    # every rank has exited: the data lives on, held by the stream on the scheduler
+    with dask_processes.client() as client:
+        gtemp = Adapter(client, timeout=30)["gtemp"]
+        fields = gtemp[0:3]
+        assert fields.shape == (3, 32, 32)
+        expected = [reference_field(HeatConfig.from_yaml(config), s) for s in range(3)]
+        np.testing.assert_array_equal(fields.compute(), np.stack(expected))
+        assert list(gtemp) == []
+        del fields
+        assert wait_until_no_keys(client) == []
+
+
+def test_bridge_locality_placement_keeps_row_bands_together(
+    dask_processes: DaskProcesses, tmp_path: Path
+) -> None:
+    config = write_config(tmp_path / "sim.yml", process_grid=[2, 2], steps=1)
+    run_heat(
+        4, config, "--scheduler-file", str(dask_processes.scheduler_file),
+        "--placement", "locality",
+    )  # fmt: skip
+    with dask_processes.client() as client:
+        field = Adapter(client, timeout=30)["gtemp"][0]
+        keys = field.__dask_keys__()
+        who_has = client.who_has(list(field.dask.values()))
+        bands = [{who_has[key][0] for key in row} for row in keys]
+        assert all(len(band) == 1 for band in bands)
+        assert bands[0] != bands[1]  # two row bands, two workers
+
+
+def test_bridge_round_robin_placement_spreads_ranks(
+    dask_processes: DaskProcesses, tmp_path: Path
+) -> None:
+    config = write_config(tmp_path / "sim.yml", process_grid=[2, 2], steps=1)
+    run_heat(4, config, "--scheduler-file", str(dask_processes.scheduler_file))
+    with dask_processes.client() as client:
+        field = Adapter(client, timeout=30)["gtemp"][0]
+        who_has = client.who_has(list(field.dask.values()))
+        keys = [key for row in field.__dask_keys__() for key in row]  # rank order
+        workers = [who_has[key][0] for key in keys]
+        assert workers[0] == workers[2] != workers[1] == workers[3]
+
+
+def test_bridge_rejects_a_missing_scheduler_file(tmp_path: Path) -> None:
+    config = write_config(tmp_path / "sim.yml", steps=1)
+    proc = run_heat(
+        4, config, "--scheduler-file", str(tmp_path / "nowhere.json"), "--connect-timeout", "1",
+        check=False, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode != 0
+    assert "nowhere.json' does not exist" in proc.stderr
