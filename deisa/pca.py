@@ -72,10 +72,17 @@ def _svd(matrix: np.ndarray, rank: int | None, seed: int, n_iter: int | str) -> 
     return s, vt
 
 
-def _reduce_rows(rows: np.ndarray, rank: int | None, seed: int, n_iter: int | str) -> _PartialPCA:
+def _reduce_rows(
+    rows: np.ndarray, rank: int | None, seed: int, n_iter: int | str, owned: bool = False
+) -> _PartialPCA:
+    """Partial state of ``rows``; ``owned`` rows (a private copy) are centred in place."""
     rows = np.asarray(rows, dtype=np.float64)
     mean = rows.mean(axis=0)
-    centred = rows - mean
+    if owned:
+        rows -= mean  # saves a copy of the partition's rows
+        centred = rows
+    else:
+        centred = rows - mean
     s, vt = _svd(centred, rank, seed, n_iter)
     return _PartialPCA(len(rows), mean, (centred**2).sum(axis=0), s, vt)
 
@@ -98,7 +105,7 @@ def _reduce_partition(
         ],
         axis=0,
     )
-    return _reduce_rows(rows, rank, seed, n_iter)
+    return _reduce_rows(rows, rank, seed, n_iter, owned=True)
 
 
 def _merge(
