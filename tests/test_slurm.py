@@ -1,0 +1,326 @@
+"""The Slurm batch script: its text without Slurm, and a real job on a one-node Slurm.
+
+The real-job test starts its own slurmctld and slurmd (as root, on loopback, with
+``auth/none``) from a generated ``slurm.conf`` in a temporary directory, and skips with the
+reason when they cannot start.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from deisa.slurm import job_script, layout
+from deisa.slurm import main as slurm_main
+
+# -- the script's text ----------------------------------------------------------------------------
+
+
+def sbatch_lines(script: str) -> dict[str, str]:
+    return dict(
+        re.match(r"#SBATCH --([\w-]+)=?(.*)", line).groups()  # type: ignore[union-attr]
+        for line in script.splitlines()
+        if line.startswith("#SBATCH")
+    )
+
+
+def srun_steps(script: str) -> list[str]:
+    return [line for line in script.splitlines() if line.lstrip().startswith("srun ")]
+
+
+def test_header_has_counts_time_and_partition(tmp_path: Path) -> None:
+    script = job_script(
+        ranks=4, workers=2, threads=3, time="00:05:00", partition="debug", output=tmp_path
+    )
+    header = sbatch_lines(script)
+    assert script.startswith("#!/bin/bash\n")
+    assert header["nodes"] == "1"
+    assert header["ntasks"] == str(2 + 2 * 3 + 4)
+    assert header["cpus-per-task"] == "1"
+    assert header["time"] == "00:05:00"
+    assert header["partition"] == "debug"
+    assert header["output"] == f"{tmp_path}/slurm-%j.out"
+    assert "exclusive" not in header
+
+
+def test_header_without_partition_leaves_the_default() -> None:
+    assert "partition" not in sbatch_lines(job_script())
+
+
+def test_every_srun_step_is_exact() -> None:
+    steps = srun_steps(job_script(ranks=4, workers=2))
+    assert len(steps) == 4
+    assert all("--exact" in step for step in steps)
+    assert not any("--overlap" in step for step in steps)
+
+
+def test_steps_have_the_requested_counts() -> None:
+    script = job_script(ranks=6, workers=3, threads=2, mpi="pmi2")
+    scheduler, workers, client, simulation = srun_steps(script)
+    assert "--ntasks=1" in scheduler and "--relative=0" in scheduler
+    assert "--ntasks=3 --cpus-per-task=2" in workers
+    assert "--ntasks=1" in client and "--relative=0" in client
+    assert "--ntasks=6" in simulation and "--mpi=pmi2" in simulation
+    assert "--nthreads 2" in script
+    assert "process_grid: [3, 2]" in script
+    assert "deisa.cli analytics" in script and "--workers 3" in script
+
+
+def test_multi_node_layout_follows_the_paper() -> None:
+    script = job_script(ranks=8, workers=4, nodes=5, worker_nodes=2)
+    scheduler, workers, client, simulation = srun_steps(script)
+    assert sbatch_lines(script)["nodes"] == "5"
+    assert "exclusive" in sbatch_lines(script)
+    assert "--nodes=1" in scheduler and "--relative=0" in scheduler
+    assert "--nodes=1" in client and "--relative=0" in client
+    assert "--nodes=2 --relative=1" in workers
+    assert "--nodes=2 --relative=3" in simulation
+
+
+@pytest.mark.parametrize(
+    ("nodes", "worker_nodes", "expected"),
+    [(1, None, ((0, 1), (0, 1))), (2, None, ((0, 1), (1, 1))), (3, None, ((1, 1), (2, 1)))],
+)
+def test_layout_defaults(nodes: int, worker_nodes: int | None, expected: tuple) -> None:
+    assert layout(nodes, worker_nodes) == expected
+
+
+def test_layout_needs_a_simulation_node() -> None:
+    with pytest.raises(ValueError, match="worker_nodes=2 must be between 0 and nodes - 2 = 1"):
+        layout(3, 2)
+
+
+def test_grid_must_match_ranks() -> None:
+    with pytest.raises(ValueError, match="process_grid"):
+        job_script(ranks=4, simulation={"process_grid": [3, 1]})
+
+
+def test_srun_args_reach_every_step() -> None:
+    steps = srun_steps(job_script(srun_args=["--mem-per-cpu=1G"]))
+    assert all("--mem-per-cpu=1G" in step for step in steps)
+
+
+def test_cli_prints_the_script(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    assert slurm_main(["--ranks", "2", "--workers", "1", "-o", str(out), "-p", "p1"]) == 0
+    script = capsys.readouterr().out
+    assert sbatch_lines(script)["ntasks"] == "5"
+    assert sbatch_lines(script)["partition"] == "p1"
+    assert out.is_dir()  # sbatch needs the directory of --output to exist
+
+
+def test_script_is_valid_bash(tmp_path: Path) -> None:
+    path = tmp_path / "job.sh"
+    path.write_text(job_script(nodes=3))
+    subprocess.run(["bash", "-n", str(path)], check=True, timeout=30)
+
+
+# -- a real job on a one-node Slurm ---------------------------------------------------------------
+
+
+def _free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+@dataclass
+class Slurm:
+    env: dict[str, str]
+    root: Path
+
+    def run(self, *cmd: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            list(cmd), env=self.env, capture_output=True, text=True, timeout=timeout
+        )
+
+    def logs(self) -> str:
+        return "\n".join(
+            f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}"
+            for p in sorted(self.root.glob("*.log"))
+        )
+
+
+SLURM_CONF = """\
+ClusterName=deisatest
+SlurmctldHost=localhost(127.0.0.1)
+SlurmctldPort={ctld_port}
+SlurmdPort={slurmd_port}
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/none
+CredType=cred/none
+MpiDefault=none
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SwitchType=switch/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+SchedulerType=sched/builtin
+SlurmdParameters=config_overrides
+ReturnToService=2
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+MailProg=/bin/true
+StateSaveLocation={root}/state
+SlurmdSpoolDir={root}/spool
+SlurmctldPidFile={root}/slurmctld.pid
+SlurmdPidFile={root}/slurmd.pid
+SlurmctldLogFile={root}/slurmctld.log
+SlurmdLogFile={root}/slurmd.log
+SlurmctldDebug=info
+SlurmdDebug=info
+NodeName=deisanode NodeAddr=127.0.0.1 NodeHostname={hostname} CPUs=16 State=UNKNOWN
+PartitionName=debug Nodes=deisanode Default=YES MaxTime=INFINITE State=UP
+"""
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=15)
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Slurm]:
+    """slurmctld + slurmd on loopback with a generated slurm.conf; skip if they cannot start."""
+    missing = [b for b in ("slurmctld", "slurmd", "sbatch", "scontrol") if not shutil.which(b)]
+    if missing:
+        pytest.skip(f"Slurm not installed: {', '.join(missing)} not found")
+    if os.geteuid() != 0:
+        pytest.skip("starting slurmd needs root")
+    root = tmp_path_factory.mktemp("slurm")
+    (root / "state").mkdir()
+    (root / "spool").mkdir()
+    ctld_port, slurmd_port = _free_ports(2)
+    conf = root / "slurm.conf"
+    conf.write_text(
+        SLURM_CONF.format(
+            ctld_port=ctld_port,
+            slurmd_port=slurmd_port,
+            root=root,
+            hostname=socket.gethostname(),
+        )
+    )
+    env = dict(os.environ)
+    env["SLURM_CONF"] = str(conf)
+    for key in list(env):  # a Slurm job running these tests must not leak into ours
+        if key.startswith("SLURM_") and key != "SLURM_CONF":
+            del env[key]
+    cluster = Slurm(env, root)
+    daemons: list[subprocess.Popen[bytes]] = []
+    try:
+        for cmd in (
+            ["slurmctld", "-D", "-c", "-i", "-f", str(conf)],
+            ["slurmd", "-D", "-N", "deisanode", "-f", str(conf)],
+        ):
+            with open(root / f"{cmd[0]}.stdout.log", "wb") as out:
+                daemons.append(
+                    subprocess.Popen(
+                        cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+                    )
+                )
+        deadline = time.monotonic() + 30
+        state = ""
+        while time.monotonic() < deadline:
+            if any(d.poll() is not None for d in daemons):
+                break
+            info = cluster.run("sinfo", "-h", "-N", "-o", "%T", timeout=10)
+            state = info.stdout.strip()
+            if info.returncode == 0 and state.startswith("idle"):
+                break
+            time.sleep(0.5)
+        else:
+            pytest.skip(f"Slurm did not become ready in 30 s (node {state!r}):\n{cluster.logs()}")
+        if any(d.poll() is not None for d in daemons):
+            pytest.skip(f"a Slurm daemon exited at start-up:\n{cluster.logs()}")
+        yield cluster
+    finally:
+        for proc in reversed(daemons):
+            _stop(proc)
+
+
+def _job_state(slurm: Slurm, job: str) -> str:
+    out = slurm.run("scontrol", "show", "job", job, timeout=15).stdout
+    match = re.search(r"JobState=(\w+)", out)
+    return match.group(1) if match else "UNKNOWN"
+
+
+@pytest.mark.slurm
+@pytest.mark.timeout(420)
+def test_job_runs_the_pipeline(slurm: Slurm, tmp_path: Path) -> None:
+    steps = 4
+    out = tmp_path / "out"
+    out.mkdir()
+    script = tmp_path / "job.sh"
+    script.write_text(
+        job_script(
+            ranks=4,
+            workers=2,
+            threads=1,
+            time="00:06:00",
+            output=out,
+            workdir=tmp_path,
+            python=sys.executable,
+            simulation={"global_size": [64, 64], "steps": steps, "output_period": 2},
+            n_components=3,
+            timeout=120,
+        )
+    )
+    submitted = slurm.run("sbatch", "--parsable", str(script))
+    assert submitted.returncode == 0, submitted.stderr
+    job = submitted.stdout.strip().split(";")[0]
+    deadline = time.monotonic() + 300
+    state = _job_state(slurm, job)
+    while state in ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "UNKNOWN"):
+        if time.monotonic() > deadline:
+            slurm.run("scancel", job)
+            break
+        time.sleep(1)
+        state = _job_state(slurm, job)
+
+    def diagnostics() -> str:
+        job_logs = "\n".join(
+            f"--- {p}\n{p.read_text(errors='replace')[-3000:]}"
+            for p in sorted(out.rglob("*.log")) + sorted(out.glob("slurm-*.out"))
+        )
+        return f"job {job} ended {state}\n{job_logs}\n{slurm.logs()}"
+
+    assert state == "COMPLETED", diagnostics()
+    results = json.loads((out / "results.json").read_text())
+    assert [s["step"] for s in results["steps"]] == list(range(steps)), diagnostics()
+    for s in results["steps"]:
+        ratio = s["explained_variance_ratio"]
+        assert len(ratio) == 3
+        assert all(0.0 <= r <= 1.0 for r in ratio)
+        assert sum(ratio) <= 1.0 + 1e-9
+        assert ratio == sorted(ratio, reverse=True)
+        assert s["explained_variance"][0] > 0
+    table = results["table"]
+    assert [row["step"] for row in table] == list(range(steps))
+    assert all(row["nbytes"] == 64 * 64 * 8 for row in table)  # timings of all 4 ranks
+    assert (out / "explained_variance.png").stat().st_size > 0
+    assert "deisa: simulation exit status 0, analytics exit status 0" in (
+        out / f"slurm-{job}.out"
+    ).read_text()
