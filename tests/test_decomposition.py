@@ -1,0 +1,68 @@
+"""Decomposition checks: any rectilinear tiling is accepted, anything else names the rank."""
+
+from __future__ import annotations
+
+import pytest
+
+from deisa.decomposition import ArraySpec, Decomposition, DecompositionError, even_split
+
+
+def grid_specs(shape: tuple[int, int], grid: tuple[int, int]) -> list[ArraySpec]:
+    specs = []
+    for cx in range(grid[0]):
+        for cy in range(grid[1]):
+            (x0, h), (y0, w) = even_split(shape[0], grid[0], cx), even_split(shape[1], grid[1], cy)
+            specs.append(ArraySpec("float64", shape, (x0, y0), (h, w)))
+    return specs
+
+
+@pytest.mark.parametrize(("shape", "grid"), [((8, 8), (2, 2)), ((31, 34), (2, 2)), ((7, 5), (3, 1))])
+def test_decomposition_even_and_ragged_grids(shape, grid) -> None:
+    dec = Decomposition.from_specs("t", grid_specs(shape, grid))
+    assert dec.grid_shape == grid
+    assert tuple(sum(c) for c in dec.chunks) == shape
+    assert dec.block_index == tuple((cx, cy) for cx in range(grid[0]) for cy in range(grid[1]))
+
+
+def test_decomposition_ranks_in_any_order() -> None:
+    specs = grid_specs((10, 10), (2, 2))[::-1]
+    dec = Decomposition.from_specs("t", specs)
+    assert dec.block_index == ((1, 1), (1, 0), (0, 1), (0, 0))
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda s: s.__setitem__(3, ArraySpec("float64", (8, 8), (0, 0), (4, 4))), "ranks 0 and 3"),
+        (lambda s: s.pop(), r"1 block\(s\) .* published by no rank: \[4:8, 4:8\]"),
+        (lambda s: s.__setitem__(1, ArraySpec("float32", (8, 8), (0, 4), (4, 4))), "rank 1 has dtype"),
+        (lambda s: s.__setitem__(2, ArraySpec("float64", (8, 9), (4, 0), (4, 4))), "rank 2 has global"),
+        (lambda s: s.__setitem__(1, ArraySpec("float64", (8, 8), (0, 4), (5, 4))), "rank 1's block"),
+    ],
+)
+def test_decomposition_errors_name_the_rank(mutate, message) -> None:
+    specs = grid_specs((8, 8), (2, 2))
+    mutate(specs)
+    with pytest.raises(DecompositionError, match=message):
+        Decomposition.from_specs("t", specs)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"start": (0,), "shape": (1, 1)}, "same, non-zero length"),
+        ({"start": (7, 0), "shape": (2, 8)}, r"axis 0: block \[7:9\] lies outside the global size 8"),
+        ({"start": (0, -1), "shape": (1, 1)}, "must be positive"),
+        ({"start": ("a", 0), "shape": (1, 1)}, "start='a'|start=\\('a', 0\\) must be a sequence"),
+        ({"dtype": "nope"}, "dtype='nope' is not a numpy dtype"),
+    ],
+)
+def test_array_spec_rejects_bad_blocks(kwargs, message) -> None:
+    args = {"dtype": "float64", "global_shape": (8, 8), "start": (0, 0), "shape": (8, 8)} | kwargs
+    with pytest.raises((ValueError, TypeError), match=message):
+        ArraySpec(**args)
+
+
+def test_even_split_covers_everything() -> None:
+    parts = [even_split(10, 4, i) for i in range(4)]
+    assert parts == [(0, 3), (3, 3), (6, 2), (8, 2)]
