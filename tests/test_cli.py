@@ -22,6 +22,7 @@ from conftest import REPO, test_env, write_config
 
 from deisa import cli
 
+LONG = ["--workers", "1", "--size", "64", "64", "--steps", "100000", "-o"]
 SMALL = ["--size", "64", "64", "--steps", "4", "--output-period", "2", "--n-components", "3"]
 
 
@@ -73,9 +74,7 @@ def check_report(out: Path, stdout: str, steps: int, n_components: int) -> None:
 @pytest.mark.timeout(300)
 def test_run_small_python_completes_and_cleans_up(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    proc = deisa_run(
-        "--solver", "python", "--ranks", "2", "--workers", "1", *SMALL, "-o", str(out)
-    )
+    proc = deisa_run("--solver", "python", "--ranks", "2", "--workers", "1", *SMALL, "-o", str(out))
     assert proc.returncode == 0, proc.stderr
     check_report(out, proc.stdout, steps=4, n_components=3)
     table = json.loads((out / "results.json").read_text())["table"]
@@ -141,8 +140,7 @@ def test_inconsistent_options_are_a_usage_error(tmp_path: Path) -> None:
 def test_signal_mid_run_stops_everything(tmp_path: Path, signum: signal.Signals) -> None:
     out = tmp_path / "out"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "deisa.cli", "--solver", "python", "--ranks", "2"]
-        + ["--workers", "1", "--size", "64", "64", "--steps", "100000", "-o", str(out)],
+        [sys.executable, "-m", "deisa.cli", "--solver", "python", "--ranks", "2", *LONG, str(out)],
         env=test_env(),
         cwd=REPO,
         stdout=subprocess.PIPE,

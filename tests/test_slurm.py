@@ -321,6 +321,7 @@ def test_job_runs_the_pipeline(slurm: Slurm, tmp_path: Path) -> None:
     assert [row["step"] for row in table] == list(range(steps))
     assert all(row["nbytes"] == 64 * 64 * 8 for row in table)  # timings of all 4 ranks
     assert (out / "explained_variance.png").stat().st_size > 0
-    assert "deisa: simulation exit status 0, analytics exit status 0" in (
-        out / f"slurm-{job}.out"
-    ).read_text()
+    assert (
+        "deisa: simulation exit status 0, analytics exit status 0"
+        in (out / f"slurm-{job}.out").read_text()
+    )
