@@ -28,11 +28,12 @@ from deisa.slurm import main as slurm_main
 
 
 def sbatch_lines(script: str) -> dict[str, str]:
-    return dict(
-        re.match(r"#SBATCH --([\w-]+)=?(.*)", line).groups()  # type: ignore[union-attr]
-        for line in script.splitlines()
-        if line.startswith("#SBATCH")
-    )
+    lines = {}
+    for line in script.splitlines():
+        match = re.match(r"#SBATCH --([\w-]+)=?(.*)", line)
+        if match:
+            lines[match.group(1)] = match.group(2)
+    return lines
 
 
 def srun_steps(script: str) -> list[str]:
