@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 import yaml
 from distributed import Client
@@ -31,8 +32,7 @@ def main(argv: list[str] | None = None) -> None:
     # Connect to Dask
     client = Client(scheduler_file=args.scheduler_file)
     # load the simulation configuration
-    with open(args.simulation) as f:
-        simu = yaml.safe_load(f)
+    simu = yaml.safe_load(Path(args.simulation).read_text())
     # a lazy (t, x, y) array, whatever the data source
     gtemp = Adapter(client)["gtemp"]
     variances = []
@@ -42,8 +42,7 @@ def main(argv: list[str] | None = None) -> None:
         print(step, pca.explained_variance_, flush=True)
         variances.append(pca.explained_variance_.tolist())
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump({"explained_variance": variances}, f, indent=1)
+        Path(args.out).write_text(json.dumps({"explained_variance": variances}, indent=1))
     client.close()
 
 

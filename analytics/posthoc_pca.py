@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 import dask.array as da
 import h5py
@@ -32,10 +33,9 @@ def main(argv: list[str] | None = None) -> None:
     # Connect to Dask
     client = Client(scheduler_file=args.scheduler_file)
     # load the simulation configuration
-    with open(args.simulation) as f:
-        simu = yaml.safe_load(f)
-    # a lazy (t, x, y) array, whatever the data source
-    gtemp = da.from_array(h5py.File("heat.h5", mode="r")["gtemp"], chunks=(1, -1, -1))
+    simu = yaml.safe_load(Path(args.simulation).read_text())
+    # a lazy (t, x, y) array, whatever the data source (absolute path: workers may run elsewhere)
+    gtemp = da.from_array(h5py.File(Path("heat.h5").resolve(), "r")["gtemp"], chunks=(1, -1, -1))
     variances = []
     for step in range(simu["steps"]):
         pca = IncrementalPCA(n_components=2, copy=False, svd_solver="full")
@@ -43,8 +43,7 @@ def main(argv: list[str] | None = None) -> None:
         print(step, pca.explained_variance_, flush=True)
         variances.append(pca.explained_variance_.tolist())
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump({"explained_variance": variances}, f, indent=1)
+        Path(args.out).write_text(json.dumps({"explained_variance": variances}, indent=1))
     client.close()
 
 
