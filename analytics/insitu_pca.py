@@ -19,8 +19,8 @@ from pathlib import Path
 import yaml
 from distributed import Client
 
-from deisa import Adapter
-from deisa.pca import IncrementalPCA
+import deisa
+from deisa import IncrementalPCA
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> None:
     # load the simulation configuration
     simu = yaml.safe_load(Path(args.simulation).read_text())
     # a lazy (t, x, y) array, whatever the data source
-    gtemp = Adapter(client)["gtemp"]
+    gtemp = deisa.Adapter(client)["gtemp"]
     variances = []
     for step in range(simu["steps"]):
         pca = IncrementalPCA(n_components=2, copy=False, svd_solver="full")

@@ -21,7 +21,7 @@ import h5py
 import yaml
 from distributed import Client
 
-from deisa.pca import IncrementalPCA
+from deisa import IncrementalPCA
 
 
 def main(argv: list[str] | None = None) -> None:

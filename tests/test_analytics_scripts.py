@@ -45,7 +45,7 @@ def test_insitu_and_posthoc_differ_by_two_lines_of_code() -> None:
     removed = [d for d in diff if d.startswith("- ")]
     assert len(added) <= 2, "\n".join(diff)
     assert len(removed) <= 3, "\n".join(diff)
-    assert any("Adapter(client)" in d for d in added)
+    assert any("deisa.Adapter(client)" in d for d in added)
     assert any("h5py.File" in d for d in removed)
 
 
