@@ -1,7 +1,8 @@
 """deisa: in situ analytics of MPI simulations with Dask.
 
 Data flow: a simulation rank publishes its blocks through a :class:`Bridge`; an analytics
-client rebuilds global dask arrays with an :class:`Adapter`.
+client rebuilds global dask arrays with an :class:`Adapter`; :func:`split` groups the blocks
+each worker holds into partitions, and :class:`IncrementalPCA` reduces them where they are.
 """
 
 from __future__ import annotations
@@ -9,6 +10,18 @@ from __future__ import annotations
 from .adapter import Adapter, ArrayDescriptor, EndOfStreamError, StepNotAvailableError
 from .bridge import Bridge, BridgeError, PublishTiming
 from .decomposition import ArraySpec, Decomposition, DecompositionError
+from .pca import IncrementalPCA
+from .splitter import (
+    Factoring,
+    OverDecomposition,
+    Partition,
+    PartitionPolicy,
+    Split,
+    Static,
+    TransferMeasurement,
+    measure_incoming_transfers,
+    split,
+)
 
 __version__ = "0.1.0"
 
@@ -21,6 +34,16 @@ __all__ = [
     "Decomposition",
     "DecompositionError",
     "EndOfStreamError",
+    "Factoring",
+    "IncrementalPCA",
+    "OverDecomposition",
+    "Partition",
+    "PartitionPolicy",
     "PublishTiming",
+    "Split",
+    "Static",
     "StepNotAvailableError",
+    "TransferMeasurement",
+    "measure_incoming_transfers",
+    "split",
 ]
