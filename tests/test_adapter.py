@@ -5,7 +5,6 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -55,7 +54,9 @@ def test_descriptor_ranges_lists_and_negative_steps(cluster: DaskProcesses, clie
     publish(cluster, "--name", "b", "--steps", "0", "2", "4", "6")
     field = Adapter(client, timeout=30)["b"]
     pair = field[0:3]  # published step numbers 0 and 2
-    np.testing.assert_array_equal(pair.compute(), np.stack([expected(0, SHAPE), expected(2, SHAPE)]))
+    np.testing.assert_array_equal(
+        pair.compute(), np.stack([expected(0, SHAPE), expected(2, SHAPE)])
+    )
     with pytest.raises(StepNotAvailableError, match="step 3 of 'b' was not published"):
         field[3]
     both = field[range(4, 7, 2), 0]
@@ -83,7 +84,7 @@ def test_descriptor_errors_name_what_is_wrong(cluster: DaskProcesses, client) ->
 
 def test_descriptor_times_out_saying_what_is_missing(client) -> None:
     field = Adapter(client, timeout=0.5)["never"]
-    with pytest.raises(TimeoutError, match="no simulation has opened array 'never' within 0.5 s"):
+    with pytest.raises(TimeoutError, match=r"no simulation has opened array 'never' within 0\.5 s"):
         field[0]
 
 

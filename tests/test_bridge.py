@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import DaskProcesses, run_heat, start_heat, write_config
+from deisa_simulation.heat import HeatConfig, block_checksum, reference_field
 
 from deisa import Adapter, EndOfStreamError
-from deisa_simulation.heat import HeatConfig, block_checksum, reference_field
 
 
 def scheduler_keys(client) -> list:

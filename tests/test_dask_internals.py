@@ -16,9 +16,11 @@ from deisa.bridge import _open_pool
 
 @pytest.fixture(scope="module")
 def client():
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True) as cluster:
-        with Client(cluster) as c:
-            yield c
+    with (
+        LocalCluster(n_workers=1, threads_per_worker=1, processes=True) as cluster,
+        Client(cluster) as c,
+    ):
+        yield c
 
 
 def test_send_register_transfer_release(client) -> None:
@@ -67,7 +69,9 @@ def test_count_handler_calls(client) -> None:
 
     client.run_on_scheduler(count)
     client.scheduler_info(n_workers=-1)
-    counts = client.run_on_scheduler(lambda dask_scheduler: dict(dask_scheduler._deisa_test_counter))
+    counts = client.run_on_scheduler(
+        lambda dask_scheduler: dict(dask_scheduler._deisa_test_counter)
+    )
     client.run_on_scheduler(lambda dask_scheduler: dask_scheduler._deisa_test_restore())
     assert counts.get("identity", 0) >= 1
     assert sum(counts.values()) >= counts["identity"]

@@ -16,7 +16,9 @@ def grid_specs(shape: tuple[int, int], grid: tuple[int, int]) -> list[ArraySpec]
     return specs
 
 
-@pytest.mark.parametrize(("shape", "grid"), [((8, 8), (2, 2)), ((31, 34), (2, 2)), ((7, 5), (3, 1))])
+@pytest.mark.parametrize(
+    ("shape", "grid"), [((8, 8), (2, 2)), ((31, 34), (2, 2)), ((7, 5), (3, 1))]
+)
 def test_decomposition_even_and_ragged_grids(shape, grid) -> None:
     dec = Decomposition.from_specs("t", grid_specs(shape, grid))
     assert dec.grid_shape == grid
@@ -35,9 +37,18 @@ def test_decomposition_ranks_in_any_order() -> None:
     [
         (lambda s: s.__setitem__(3, ArraySpec("float64", (8, 8), (0, 0), (4, 4))), "ranks 0 and 3"),
         (lambda s: s.pop(), r"1 block\(s\) .* published by no rank: \[4:8, 4:8\]"),
-        (lambda s: s.__setitem__(1, ArraySpec("float32", (8, 8), (0, 4), (4, 4))), "rank 1 has dtype"),
-        (lambda s: s.__setitem__(2, ArraySpec("float64", (8, 9), (4, 0), (4, 4))), "rank 2 has global"),
-        (lambda s: s.__setitem__(1, ArraySpec("float64", (8, 8), (0, 4), (5, 4))), "rank 1's block"),
+        (
+            lambda s: s.__setitem__(1, ArraySpec("float32", (8, 8), (0, 4), (4, 4))),
+            "rank 1 has dtype",
+        ),
+        (
+            lambda s: s.__setitem__(2, ArraySpec("float64", (8, 9), (4, 0), (4, 4))),
+            "rank 2 has global",
+        ),
+        (
+            lambda s: s.__setitem__(1, ArraySpec("float64", (8, 8), (0, 4), (5, 4))),
+            "rank 1's block",
+        ),
     ],
 )
 def test_decomposition_errors_name_the_rank(mutate, message) -> None:
@@ -51,7 +62,10 @@ def test_decomposition_errors_name_the_rank(mutate, message) -> None:
     ("kwargs", "message"),
     [
         ({"start": (0,), "shape": (1, 1)}, "same, non-zero length"),
-        ({"start": (7, 0), "shape": (2, 8)}, r"axis 0: block \[7:9\] lies outside the global size 8"),
+        (
+            {"start": (7, 0), "shape": (2, 8)},
+            r"axis 0: block \[7:9\] lies outside the global size 8",
+        ),
         ({"start": (0, -1), "shape": (1, 1)}, "must be positive"),
         ({"start": ("a", 0), "shape": (1, 1)}, "start='a'|start=\\('a', 0\\) must be a sequence"),
         ({"dtype": "nope"}, "dtype='nope' is not a numpy dtype"),
