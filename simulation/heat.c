@@ -2,7 +2,7 @@
  *
  * Usage: mpirun -np P heat simulation.yml pdi.yml
  *
- * The physics follows docs/contract.md exactly so that this code and the
+ * The physics follows simulation/README.md exactly so that this code and the
  * Python solver (simulation/heat.py) produce bitwise identical fields: build
  * with -ffp-contract=off and without -ffast-math.  Where the data goes
  * (HDF5 files, Dask, nowhere) is decided by the PDI YAML file only.

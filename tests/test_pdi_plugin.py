@@ -128,7 +128,7 @@ def deisa_config(tmp_path: Path, edit: Callable[[dict[str, Any]], None]) -> Path
 
 
 def blocks(config: HeatConfig) -> list[tuple[tuple[int, int], tuple[int, int]]]:
-    """(start, shape) of every rank's block, rank = cx * py + cy, as in docs/contract.md."""
+    """(start, shape) of every rank's block, rank = cx * py + cy, as in simulation/README.md."""
 
     def split(n: int, p: int, c: int) -> tuple[int, int]:
         return c * (n // p) + min(c, n % p), n // p + (1 if c < n % p else 0)
