@@ -19,6 +19,7 @@ file and one test, not the whole package.
 from __future__ import annotations
 
 import functools
+import inspect
 from collections import Counter
 from collections.abc import Callable, Hashable, Mapping
 from typing import Any
@@ -89,7 +90,18 @@ def count_handler_calls(scheduler: Any, counter: Counter[str]) -> Callable[[], N
     originals = (dict(scheduler.handlers), dict(scheduler.stream_handlers))
 
     def wrap(op: str, handler: Callable[..., Any]) -> Callable[..., Any]:
-        # wraps() keeps the signature distributed inspects (a leading ``comm``, ``serializers``)
+        # distributed inspects handlers: keep the signature (a leading ``comm``, ``serializers``)
+        # with wraps(), and keep coroutine functions coroutine functions, or stream handlers
+        # would never be awaited
+        if inspect.iscoroutinefunction(handler):
+
+            @functools.wraps(handler)
+            async def counted_async(*args: Any, **kwargs: Any) -> Any:
+                counter[op] += 1
+                return await handler(*args, **kwargs)
+
+            return counted_async
+
         @functools.wraps(handler)
         def counted(*args: Any, **kwargs: Any) -> Any:
             counter[op] += 1

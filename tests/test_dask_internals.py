@@ -69,9 +69,11 @@ def test_count_handler_calls(client) -> None:
 
     client.run_on_scheduler(count)
     client.scheduler_info(n_workers=-1)
+    assert client.submit(sum, [1, 2]).result() == 3  # update-graph: an async stream handler
     counts = client.run_on_scheduler(
         lambda dask_scheduler: dict(dask_scheduler._deisa_test_counter)
     )
     client.run_on_scheduler(lambda dask_scheduler: dask_scheduler._deisa_test_restore())
     assert counts.get("identity", 0) >= 1
+    assert counts.get("update-graph", 0) >= 1
     assert sum(counts.values()) >= counts["identity"]
