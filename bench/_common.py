@@ -1,0 +1,68 @@
+"""Helpers shared by the benchmarks: pinned environment, machine description, tables, targets."""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+PINS = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+REPO = Path(__file__).resolve().parent.parent
+MiB = 2**20
+GiB = 2**30
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """The environment for MPI and Dask children: BLAS pinned, root allowed, repo importable."""
+    env = {**os.environ, **PINS, **MPI_ENV, **extra}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def machine() -> dict[str, Any]:
+    """nproc, memory and CPU model of this machine (from /proc where available)."""
+    model = platform.processor() or "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem_gib = None
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                mem_gib = round(int(line.split()[1]) / 2**20, 1)
+    except OSError:
+        pass
+    return {"nproc": os.cpu_count(), "memory_gib": mem_gib, "cpu": model}
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A fixed-width text table (also valid Markdown)."""
+    cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = ["| " + " | ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) + " |"
+             for r in cells]  # fmt: skip
+    lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    return "\n".join(lines)
+
+
+def print_targets(targets: Sequence[tuple[str, bool | None, str]]) -> None:
+    """Print each target as PASS, FAIL or N/A (could not be measured), with the numbers."""
+    for description, passed, measured in targets:
+        verdict = "N/A " if passed is None else ("PASS" if passed else "FAIL")
+        print(f"target: {verdict} {description}: {measured}", flush=True)
+
+
+def targets_json(targets: Sequence[tuple[str, bool | None, str]]) -> list[dict[str, Any]]:
+    return [{"target": d, "passed": p, "measured": m} for d, p, m in targets]
