@@ -15,6 +15,7 @@ rank 0 ever talks to it. See ``docs/architecture.md``.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
@@ -89,9 +90,15 @@ class Bridge:
         Seconds a :meth:`publish` may block on flow control before raising
         :class:`BridgeError` (the step is then dropped). ``None``: wait forever.
     connect_timeout
-        Seconds to wait for the scheduler file, the scheduler and at least ``min_workers``.
+        Seconds to wait for the scheduler file, the scheduler and at least ``min_workers``;
+        past it, :class:`BridgeError` names the scheduler address that did not answer.
     min_workers
         Workers that must be connected before the placement is fixed.
+    on_full
+        What :meth:`publish` does when ``buffer_nb`` steps are waiting: ``"block"`` (wait up to
+        ``timeout``, then raise) or ``"drop_oldest"`` (release the oldest waiting step, log a
+        warning naming it, and queue the new one; needs ``buffer_nb``). See
+        ``docs/reliability.md``.
 
     Examples
     --------
@@ -113,6 +120,7 @@ class Bridge:
         timeout: float | None = 600.0,
         connect_timeout: float = 30.0,
         min_workers: int = 1,
+        on_full: str = "block",
     ) -> None:
         if comm is None:
             from mpi4py import MPI
@@ -123,6 +131,7 @@ class Bridge:
         self.placement = placement
         self.buffer_nb = buffer_nb
         self.timeout = timeout
+        self.on_full = on_full
         self.timings: list[PublishTiming] = []
         self._closed = False
         self._last_step: dict[str, int] = {}
@@ -143,7 +152,15 @@ class Bridge:
         connect_timeout: float,
         min_workers: int,
     ) -> None:
-        problem = _check_arguments(arrays, self.placement, self.buffer_nb)
+        problem = _check_arguments(
+            arrays,
+            self.placement,
+            self.buffer_nb,
+            on_full=self.on_full,
+            timeout=self.timeout,
+            connect_timeout=connect_timeout,
+            min_workers=min_workers,
+        )
         everyone = self.comm.allgather((problem, sorted(arrays)))
         self._raise_first(
             [p for p, _ in everyone],
@@ -160,14 +177,33 @@ class Bridge:
 
         def connect() -> dict[str, Any]:
             address = read_scheduler_address(scheduler_file, wait=connect_timeout)
-            workers = self._loop.run(
-                self._connect(address, min_workers), timeout=connect_timeout + 5
-            )
+            try:
+                self._loop.run(self._install(address), timeout=connect_timeout)
+            except (asyncio.TimeoutError, TimeoutError, OSError) as exc:
+                raise BridgeError(
+                    f"no Dask scheduler answered at {address} (read from {scheduler_file!r}) "
+                    f"within connect_timeout={connect_timeout:g} s ({type(exc).__name__}: "
+                    f"{exc}); the scheduler file may be stale, or the scheduler down or "
+                    "unreachable"
+                ) from exc
+            try:
+                workers = self._loop.run(
+                    self._wait_workers(address, min_workers), timeout=connect_timeout
+                )
+            except (asyncio.TimeoutError, TimeoutError) as exc:
+                raise BridgeError(
+                    f"fewer than min_workers={min_workers} Dask worker(s) connected to the "
+                    f"scheduler at {address} within connect_timeout={connect_timeout:g} s"
+                ) from exc
             run = uuid.uuid4().hex[:8]
             for name, dec in self.decompositions.items():
                 reply = self._loop.run(
                     self._rpc(address).deisa_open(
-                        name=name, run=run, meta=_meta(dec, run), buffer_nb=self.buffer_nb
+                        name=name,
+                        run=run,
+                        meta=_meta(dec, run),
+                        buffer_nb=self.buffer_nb,
+                        on_full=self.on_full,
                     ),
                     timeout=connect_timeout,
                 )
@@ -200,11 +236,13 @@ class Bridge:
             raise BridgeError("the Bridge is closed")
         return self._pool
 
-    async def _connect(self, address: str, min_workers: int) -> list[str]:
-        scheduler = self._rpc(address)
-        await scheduler.register_scheduler_plugin(
+    async def _install(self, address: str) -> None:
+        await self._rpc(address).register_scheduler_plugin(
             plugin=dumps(StreamExtension()), name=PLUGIN_NAME, idempotent=True
         )
+
+    async def _wait_workers(self, address: str, min_workers: int) -> list[str]:
+        scheduler = self._rpc(address)
         while True:
             workers = await scheduler.deisa_workers()
             if len(workers) >= min_workers:
@@ -376,8 +414,6 @@ async def _open_pool() -> ConnectionPool:
 
 
 async def _sleep(seconds: float) -> None:
-    import asyncio
-
     await asyncio.sleep(seconds)
 
 
@@ -390,8 +426,18 @@ def _meta(dec: Decomposition, run: str) -> dict[str, Any]:
     }
 
 
+ON_FULL = ("block", "drop_oldest")
+
+
 def _check_arguments(
-    arrays: dict[str, ArraySpec], placement: str, buffer_nb: int | None
+    arrays: dict[str, ArraySpec],
+    placement: str,
+    buffer_nb: int | None,
+    *,
+    on_full: str = "block",
+    timeout: float | None = None,
+    connect_timeout: float = 30.0,
+    min_workers: int = 1,
 ) -> str | None:
     if not arrays:
         return "arrays is empty: give at least one name -> ArraySpec"
@@ -404,9 +450,30 @@ def _check_arguments(
         get_placement(placement)
     except ValueError as exc:
         return str(exc)
-    if buffer_nb is not None and (not isinstance(buffer_nb, int) or buffer_nb < 1):
+    if buffer_nb is not None and (
+        isinstance(buffer_nb, bool) or not isinstance(buffer_nb, int) or buffer_nb < 1
+    ):
         return f"buffer_nb={buffer_nb!r} must be a positive integer or None"
+    if on_full not in ON_FULL:
+        return f"on_full={on_full!r} is not a flow-control policy; choose one of {list(ON_FULL)}"
+    if on_full == "drop_oldest" and buffer_nb is None:
+        return "on_full='drop_oldest' needs a buffer_nb (the number of steps kept)"
+    if timeout is not None and not _positive_number(timeout):
+        return f"timeout={timeout!r} must be a positive number of seconds or None"
+    if not _positive_number(connect_timeout):
+        return f"connect_timeout={connect_timeout!r} must be a positive number of seconds"
+    if isinstance(min_workers, bool) or not isinstance(min_workers, int) or min_workers < 1:
+        return f"min_workers={min_workers!r} must be a positive integer"
     return None
+
+
+def _positive_number(value: object) -> bool:
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and value > 0
+        and value == value  # not NaN
+    )
 
 
 def _names_disagree(per_rank: list[list[str]]) -> str | None:

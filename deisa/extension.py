@@ -14,9 +14,11 @@ so they are never unreferenced in between.
 Routes (RPC handlers on the scheduler):
 
 - ``deisa_workers()``: worker addresses and thread counts, sorted by address.
-- ``deisa_open(name, run, meta, buffer_nb)``: a Bridge announces an array.
+- ``deisa_open(name, run, meta, buffer_nb, on_full)``: a Bridge announces an array.
 - ``deisa_publish(name, run, step, blocks, timeout)``: register one step's blocks
-  (``[key, worker, nbytes]`` triples) and queue it; waits while ``buffer_nb`` steps are queued.
+  (``[key, worker, nbytes]`` triples) and queue it; while ``buffer_nb`` steps are queued it
+  waits (``on_full="block"``, up to ``timeout``) or releases the oldest queued step
+  (``on_full="drop_oldest"``, with a warning naming the step).
 - ``deisa_close(name, run, nsteps)``: end of stream.
 - ``deisa_meta(name, timeout)``: the array's metadata, once a Bridge has opened it.
 - ``deisa_get(name, client, timeout)``: take the next step (or the end of stream) for ``client``.
@@ -48,6 +50,8 @@ class _Stream:
     run: str | None = None
     meta: dict[str, Any] | None = None
     buffer_nb: int | None = None
+    on_full: str = "block"
+    dropped: list[int] = field(default_factory=list)
     queue: deque[dict[str, Any]] = field(default_factory=deque)
     changed: asyncio.Condition = field(default_factory=asyncio.Condition)
     closed: bool = False
@@ -109,7 +113,12 @@ class StreamExtension(SchedulerPlugin):
         return sorted((ws.address, ws.nthreads) for ws in self.scheduler.workers.values())
 
     async def open_stream(
-        self, name: str, run: str, meta: dict[str, Any], buffer_nb: int | None
+        self,
+        name: str,
+        run: str,
+        meta: dict[str, Any],
+        buffer_nb: int | None,
+        on_full: str = "block",
     ) -> dict[str, Any]:
         self.calls["open"] += 1
         stream = self._stream(name)
@@ -122,7 +131,9 @@ class StreamExtension(SchedulerPlugin):
         if stream.run != run:  # a new run replaces a finished one, in place: getters may wait on it
             stream.queue.clear()
             stream.closed, stream.published, stream.taken = False, 0, 0
+            stream.dropped = []
         stream.run, stream.meta, stream.buffer_nb = run, meta, buffer_nb
+        stream.on_full = on_full
         await stream.notify()
         return {"status": "OK"}
 
@@ -146,7 +157,10 @@ class StreamExtension(SchedulerPlugin):
             holder=stream.holder,
         )
         limit = stream.buffer_nb
-        if limit:
+        if limit and stream.on_full == "drop_oldest":
+            while stream.queued_steps() >= limit:
+                self._drop_oldest(stream)
+        elif limit:
             has_room = await stream.wait_for(lambda: stream.queued_steps() < limit, timeout)
             if not has_room:
                 _dask_internals.release_keys(self.scheduler, keys, stream.holder)
@@ -160,6 +174,23 @@ class StreamExtension(SchedulerPlugin):
         stream.published += 1
         await stream.notify()
         return {"status": "OK"}
+
+    def _drop_oldest(self, stream: _Stream) -> None:
+        """Release the oldest waiting step so its memory is freed (``on_full="drop_oldest"``)."""
+        for i, record in enumerate(stream.queue):
+            if record["status"] == "OK":
+                del stream.queue[i]
+                _dask_internals.release_keys(self.scheduler, record["keys"], stream.holder)
+                stream.dropped.append(record["step"])
+                logger.warning(
+                    "deisa: dropped step %d of %r: buffer_nb=%d steps were waiting for the "
+                    "analytics (on_full='drop_oldest'; %d step(s) dropped so far)",
+                    record["step"],
+                    stream.name,
+                    stream.buffer_nb,
+                    len(stream.dropped),
+                )
+                return
 
     async def close_stream(self, name: str, run: str, nsteps: int) -> dict[str, Any]:
         self.calls["close"] += 1
@@ -209,6 +240,7 @@ class StreamExtension(SchedulerPlugin):
                     "taken": s.taken,
                     "queued": s.queued_steps(),
                     "closed": s.closed,
+                    "dropped": list(s.dropped),
                 }
                 for name, s in self.streams.items()
             },

@@ -232,6 +232,7 @@ def run(
     timeout: float | None = 600.0,
     checksums: bool = False,
     connect_timeout: float = 30.0,
+    on_full: str = "block",
 ) -> list[StepTiming]:
     """Run the solver, publishing the field every ``output_period`` iterations.
 
@@ -251,6 +252,7 @@ def run(
             buffer_nb=buffer_nb,
             timeout=timeout,
             connect_timeout=connect_timeout,
+            on_full=on_full,
         )
     timings = []
     try:
@@ -288,6 +290,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--connect-timeout", type=float, default=30.0, help="wait for the scheduler (s)"
     )
+    parser.add_argument(
+        "--on-full",
+        default="block",
+        choices=["block", "drop_oldest"],
+        help="when --buffer-nb steps wait: block (up to --timeout) or drop the oldest step",
+    )
     parser.add_argument("--timings", help="write every rank's per-step timings (JSON) here")
     parser.add_argument(
         "--checksums", action="store_true", help="record a checksum of every published block"
@@ -309,6 +317,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         timeout=args.timeout,
         checksums=args.checksums,
         connect_timeout=args.connect_timeout,
+        on_full=args.on_full,
     )
     per_rank = comm.gather([asdict(t) for t in timings], root=0)
     if comm.Get_rank() == 0 and args.timings:

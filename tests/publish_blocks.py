@@ -3,11 +3,18 @@
     mpirun -np P python tests/publish_blocks.py SCHEDULER_FILE --shape 8 6 --grid 2 2 --steps 3
 
 Value at (step, x, y) is ``step * 1e6 + x * 1e3 + y``, so any misplaced block is visible.
+
+Fault injection for the reliability tests: ``--die-rank R --die-at-step K`` makes rank R exit
+abruptly (``os._exit``) before publishing step K; ``--bad-dtype-rank R`` declares float32 on
+rank R; ``--overlap-rank R`` declares rank R's block one row too tall.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
+import time
 
 import numpy as np
 from mpi4py import MPI
@@ -27,26 +34,50 @@ def main() -> None:
     parser.add_argument("--shape", type=int, nargs=2, default=[8, 6])
     parser.add_argument("--grid", type=int, nargs=2, default=[2, 2])
     parser.add_argument("--steps", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--nsteps", type=int, default=None, help="publish steps 0..N-1")
     parser.add_argument("--name", default="field")
     parser.add_argument("--buffer-nb", type=int, default=None)
     parser.add_argument("--placement", default="round_robin")
+    parser.add_argument("--on-full", default="block")
+    parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument("--connect-timeout", type=float, default=10.0)
+    parser.add_argument("--sleep", type=float, default=0.0, help="seconds between steps")
+    parser.add_argument("--die-rank", type=int, default=None)
+    parser.add_argument("--die-at-step", type=int, default=None)
+    parser.add_argument("--bad-dtype-rank", type=int, default=None)
+    parser.add_argument("--overlap-rank", type=int, default=None)
     args = parser.parse_args()
     comm = MPI.COMM_WORLD
-    cx, cy = divmod(comm.Get_rank(), args.grid[1])
-    (x0, h), (y0, w) = even_split(args.shape[0], args.grid[0], cx), even_split(
-        args.shape[1], args.grid[1], cy
+    rank = comm.Get_rank()
+    cx, cy = divmod(rank, args.grid[1])
+    (x0, h), (y0, w) = (
+        even_split(args.shape[0], args.grid[0], cx),
+        even_split(args.shape[1], args.grid[1], cy),
     )
-    spec = ArraySpec("float64", args.shape, (x0, y0), (h, w))
+    dtype = "float32" if rank == args.bad_dtype_rank else "float64"
+    declared_h = h + 1 if rank == args.overlap_rank and x0 + h < args.shape[0] else h
+    if rank == args.overlap_rank and declared_h == h:
+        x0, declared_h = x0 - 1, h + 1
+    spec = ArraySpec(dtype, args.shape, (x0, y0), (declared_h, w))
+    steps = list(range(args.nsteps)) if args.nsteps is not None else args.steps
     with Bridge(
         args.scheduler_file,
         {args.name: spec},
         buffer_nb=args.buffer_nb,
         placement=args.placement,
-        connect_timeout=10,
+        timeout=args.timeout,
+        connect_timeout=args.connect_timeout,
+        on_full=args.on_full,
     ) as bridge:
-        for step in args.steps:
+        for step in steps:
+            if rank == args.die_rank and step == args.die_at_step:
+                sys.stderr.write(f"publish_blocks: rank {rank} dies before step {step}\n")
+                sys.stderr.flush()
+                os._exit(3)
             block = expected(step, tuple(args.shape))[x0 : x0 + h, y0 : y0 + w]
             bridge.publish(args.name, block, step)
+            if args.sleep:
+                time.sleep(args.sleep)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,359 @@
+"""Bad input gets a clear error, fast: every case names the key, value or rank at fault.
+
+In-process cases check the validators directly (ArraySpec, Decomposition, Bridge arguments,
+placement, HeatConfig, scheduler file, Bridge connection); the mpirun cases check that a whole
+MPI job fails with a non-zero exit and the same message, within a bounded time.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import REPO, mpirun, test_env, write_config
+from deisa_simulation.heat import HeatConfig
+
+from deisa import ArraySpec
+from deisa.bridge import Bridge, BridgeError, _check_arguments
+from deisa.decomposition import Decomposition, DecompositionError
+from deisa.placement import get_placement
+from deisa.scheduler_file import SchedulerFileError, read_scheduler_address
+
+PUBLISHER = REPO / "tests" / "publish_blocks.py"
+SPEC = ArraySpec("float64", (8, 6), (0, 0), (8, 6))
+
+
+def spec(dtype: str = "float64", g: tuple = (8, 6), s: tuple = (0, 0), b: tuple = (4, 6)):
+    return ArraySpec(dtype, g, s, b)
+
+
+def check(*args: Any, **kwargs: Any) -> None:
+    problem = _check_arguments(*args, **kwargs)
+    if problem:
+        raise BridgeError(problem)
+
+
+def heat_yaml(tmp: Path, text: str) -> Callable[[], Any]:
+    path = tmp / "bad.yml"
+    path.write_text(text)
+    return lambda: HeatConfig.from_yaml(path)
+
+
+def scheduler_file(tmp: Path, text: str | None) -> Callable[[], Any]:
+    path = tmp / "scheduler.json"
+    if text is not None:
+        path.write_text(text)
+    return lambda: read_scheduler_address(path)
+
+
+# (id, make(tmp_path) -> callable, exception, regex the message must match)
+IN_PROCESS: list[tuple[str, Callable[[Path], Callable[[], Any]], type, str]] = [
+    ("spec-dtype", lambda t: lambda: spec(dtype="floaty"), TypeError, "dtype='floaty'"),
+    (
+        "spec-shape-type",
+        lambda t: lambda: ArraySpec("f8", "ab", (0,), (1,)),
+        TypeError,
+        "global_shape='ab' must be a sequence of integers",
+    ),
+    (
+        "spec-ndim",
+        lambda t: lambda: ArraySpec("f8", (8, 6), (0,), (8, 6)),
+        ValueError,
+        "same, non-zero length",
+    ),
+    (
+        "spec-negative-start",
+        lambda t: lambda: spec(s=(-1, 0)),
+        ValueError,
+        "axis 0: global size 8, start -1",
+    ),
+    (
+        "spec-outside",
+        lambda t: lambda: spec(s=(4, 2), b=(4, 6)),
+        ValueError,
+        r"axis 1: block \[2:8\] lies outside the global size 6",
+    ),
+    (
+        "dec-dtype",
+        lambda t: lambda: Decomposition.from_specs("u", [spec(), spec("float32", s=(4, 0))]),
+        DecompositionError,
+        "array 'u': rank 1 has dtype float32, rank 0 has float64",
+    ),
+    (
+        "dec-global-shape",
+        lambda t: lambda: Decomposition.from_specs("u", [spec(), spec(g=(8, 7), s=(4, 0))]),
+        DecompositionError,
+        r"array 'u': rank 1 has global shape \(8, 7\)",
+    ),
+    (
+        "dec-overlap",
+        lambda t: lambda: Decomposition.from_specs("u", [spec(b=(5, 6)), spec(s=(4, 0))]),
+        DecompositionError,
+        r"array 'u': rank 0's block spans \[0:5\] along axis 0",
+    ),
+    (
+        "dec-duplicate",
+        lambda t: lambda: Decomposition.from_specs("u", [spec(), spec(), spec(s=(4, 0))]),
+        DecompositionError,
+        "ranks 0 and 1 publish the same block",
+    ),
+    (
+        "dec-gap",
+        lambda t: (
+            lambda: Decomposition.from_specs(
+                "u", [spec(b=(4, 3)), spec(s=(0, 3), b=(4, 3)), spec(s=(4, 0), b=(4, 3))]
+            )
+        ),
+        DecompositionError,
+        r"1 block\(s\) of the global shape \(8, 6\) are published by no rank: \[4:8, 3:6\]",
+    ),
+    (
+        "dec-empty",
+        lambda t: lambda: Decomposition.from_specs("u", []),
+        DecompositionError,
+        "array 'u': no rank describes a block",
+    ),
+    (
+        "args-empty",
+        lambda t: lambda: check({}, "round_robin", None),
+        BridgeError,
+        "arrays is empty",
+    ),
+    (
+        "args-name",
+        lambda t: lambda: check({"": SPEC}, "round_robin", None),
+        BridgeError,
+        "array names must be non-empty strings, got ''",
+    ),
+    (
+        "args-spec",
+        lambda t: lambda: check({"u": (8, 6)}, "round_robin", None),
+        BridgeError,
+        r"arrays\['u'\] is a tuple, not an ArraySpec",
+    ),
+    (
+        "args-placement",
+        lambda t: lambda: check({"u": SPEC}, "nearest", None),
+        BridgeError,
+        "placement='nearest' is not a placement policy",
+    ),
+    (
+        "args-buffer-zero",
+        lambda t: lambda: check({"u": SPEC}, "round_robin", 0),
+        BridgeError,
+        "buffer_nb=0 must be a positive integer",
+    ),
+    (
+        "args-buffer-bool",
+        lambda t: lambda: check({"u": SPEC}, "round_robin", True),
+        BridgeError,
+        "buffer_nb=True must be a positive integer",
+    ),
+    (
+        "args-on-full",
+        lambda t: lambda: check({"u": SPEC}, "round_robin", 2, on_full="drop"),
+        BridgeError,
+        "on_full='drop' is not a flow-control policy; choose one of",
+    ),
+    (
+        "args-drop-unbounded",
+        lambda t: lambda: check({"u": SPEC}, "round_robin", None, on_full="drop_oldest"),
+        BridgeError,
+        "on_full='drop_oldest' needs a buffer_nb",
+    ),
+    (
+        "args-timeout",
+        lambda t: lambda: check({"u": SPEC}, "round_robin", 2, timeout=-1),
+        BridgeError,
+        "timeout=-1 must be a positive number",
+    ),
+    (
+        "args-connect-timeout",
+        lambda t: lambda: check({"u": SPEC}, "round_robin", 2, connect_timeout=0),
+        BridgeError,
+        "connect_timeout=0 must be a positive number",
+    ),
+    (
+        "args-min-workers",
+        lambda t: lambda: check({"u": SPEC}, "round_robin", 2, min_workers=0),
+        BridgeError,
+        "min_workers=0 must be a positive integer",
+    ),
+    (
+        "placement-name",
+        lambda t: lambda: get_placement("random"),
+        ValueError,
+        r"placement='random' is not a placement policy; choose one of \['locality', "
+        r"'round_robin'\]",
+    ),
+    (
+        "heat-unknown-key",
+        lambda t: heat_yaml(t, "global_size: [8, 8]\nstep: 3\n"),
+        ValueError,
+        r"bad.yml: unknown key\(s\) \['step'\]",
+    ),
+    (
+        "heat-size",
+        lambda t: heat_yaml(t, "global_size: [0, 8]\n"),
+        ValueError,
+        "global_size: expected two positive integers, got",
+    ),
+    (
+        "heat-steps",
+        lambda t: heat_yaml(t, "steps: ten\n"),
+        ValueError,
+        "steps: expected a positive integer, got 'ten'",
+    ),
+    (
+        "heat-grid",
+        lambda t: heat_yaml(t, "global_size: [4, 4]\nprocess_grid: [8, 1]\n"),
+        ValueError,
+        r"process_grid: 8 ranks along axis 0 for only 4 cells",
+    ),
+    (
+        "heat-not-mapping",
+        lambda t: heat_yaml(t, "- 1\n- 2\n"),
+        ValueError,
+        "bad.yml: expected a mapping of settings, got list",
+    ),
+    (
+        "heat-yaml-syntax",
+        lambda t: heat_yaml(t, "global_size: [4, 4\n"),
+        ValueError,
+        "bad.yml: cannot read the simulation configuration",
+    ),
+    (
+        "sched-missing",
+        lambda t: scheduler_file(t, None),
+        SchedulerFileError,
+        "scheduler.json' does not exist",
+    ),
+    (
+        "sched-not-json",
+        lambda t: scheduler_file(t, "{nope"),
+        SchedulerFileError,
+        "scheduler.json' is unreadable",
+    ),
+    (
+        "sched-no-address",
+        lambda t: scheduler_file(t, '{"id": "x"}'),
+        SchedulerFileError,
+        "scheduler.json' holds no scheduler address",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("make", "exc", "message"), [c[1:] for c in IN_PROCESS], ids=[c[0] for c in IN_PROCESS]
+)
+def test_bad_input_names_what_is_wrong(
+    tmp_path: Path, make: Callable[[Path], Callable[[], Any]], exc: type, message: str
+) -> None:
+    fn = make(tmp_path)
+    t0 = time.monotonic()
+    with pytest.raises(exc, match=message):
+        fn()
+    assert time.monotonic() - t0 < 2.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def silent_server() -> Iterator[str]:
+    """A TCP port that accepts connections and never says anything."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    yield f"tcp://127.0.0.1:{server.getsockname()[1]}"
+    server.close()
+
+
+def bridge_to(tmp_path: Path, address: str, connect_timeout: float) -> None:
+    from mpi4py import MPI
+
+    path = tmp_path / "scheduler.json"
+    path.write_text(f'{{"address": "{address}"}}')
+    Bridge(str(path), {"u": SPEC}, comm=MPI.COMM_SELF, connect_timeout=connect_timeout)
+
+
+def test_bridge_stale_scheduler_file_fails_within_connect_timeout(tmp_path: Path) -> None:
+    address = f"tcp://127.0.0.1:{free_port()}"  # nothing listens there
+    t0 = time.monotonic()
+    with pytest.raises(BridgeError, match=f"no Dask scheduler answered at {address}.*stale"):
+        bridge_to(tmp_path, address, connect_timeout=2)
+    assert time.monotonic() - t0 < 2 + 3
+
+
+def test_bridge_silent_scheduler_fails_within_connect_timeout(
+    tmp_path: Path, silent_server: str
+) -> None:
+    t0 = time.monotonic()
+    with pytest.raises(BridgeError, match=f"no Dask scheduler answered at {silent_server}"):
+        bridge_to(tmp_path, silent_server, connect_timeout=2)
+    assert time.monotonic() - t0 < 2 + 3
+
+
+def test_adapter_unopened_array_times_out_naming_it() -> None:
+    from distributed import Client, LocalCluster
+
+    from deisa import Adapter
+
+    with (
+        LocalCluster(n_workers=1, processes=False, dashboard_address=None) as cluster,
+        Client(cluster) as client,
+    ):
+        t0 = time.monotonic()
+        with pytest.raises(TimeoutError, match="no simulation has opened array 'ghost'"):
+            Adapter(client, timeout=0.5)["ghost"][0]
+        assert time.monotonic() - t0 < 5
+
+
+# mpirun cases: (id, nranks, command after `python`, message on stderr, time bound in s)
+def mpi_cases(tmp: Path) -> dict[str, tuple[int, list[str], str]]:
+    missing = str(tmp / "nowhere.json")
+    stale = tmp / "stale.json"
+    stale_address = f"tcp://127.0.0.1:{free_port()}"
+    stale.write_text(f'{{"address": "{stale_address}"}}')
+    pub = [str(PUBLISHER), missing, "--connect-timeout", "1", "--grid", "2", "1"]
+    return {
+        "overlap": (2, [*pub, "--overlap-rank", "0"],
+                    r"Error: array 'field': rank 0's block spans \[0:5\] along axis 0"),
+        "dtype": (2, [*pub, "--bad-dtype-rank", "1"],
+                  "Error: array 'field': rank 1 has dtype float32, rank 0 has float64"),
+        "missing-file": (2, pub, "BridgeError: .*nowhere.json' does not exist"),
+        "stale-file": (2, [str(PUBLISHER), str(stale), "--connect-timeout", "2",
+                           "--grid", "2", "1"],
+                       f"no Dask scheduler answered at {stale_address}"),
+        "heat-ranks": (2, ["-m", "deisa_simulation.heat",
+                           str(write_config(tmp / "sim.yml", process_grid=[2, 2]))],
+                       r"process_grid \[2, 2\] needs 4 ranks, mpirun gave 2"),
+        "heat-on-full": (1, ["-m", "deisa_simulation.heat", str(tmp / "sim.yml"),
+                             "--on-full", "drop"], "--on-full: invalid choice: 'drop'"),
+    }  # fmt: skip
+
+
+MPI_IDS = ["overlap", "dtype", "missing-file", "stale-file", "heat-ranks", "heat-on-full"]
+
+
+@pytest.mark.parametrize("case", MPI_IDS)
+def test_mpi_job_with_bad_input_exits_nonzero_naming_it(tmp_path: Path, case: str) -> None:
+    nranks, args, message = mpi_cases(tmp_path)[case]
+    cmd = mpirun(nranks, sys.executable, *args)
+    t0 = time.monotonic()
+    proc = subprocess.run(cmd, env=test_env(), capture_output=True, text=True, timeout=90)
+    elapsed = time.monotonic() - t0
+    assert proc.returncode != 0
+    import re
+
+    assert re.search(message, proc.stderr), proc.stderr[-3000:]
+    assert elapsed < 60
