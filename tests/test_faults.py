@@ -1,0 +1,207 @@
+"""Faults never hang and are reported clearly; see docs/reliability.md for the policies.
+
+Each test injects one fault into a real run (`mpirun` publishers, `dask scheduler` and
+`dask worker` processes) and checks the documented outcome within a bounded time.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import REPO, DaskProcesses, mpirun, start_dask, test_env
+
+from deisa import Adapter
+
+PUBLISHER = REPO / "tests" / "publish_blocks.py"
+sys.path.insert(0, str(PUBLISHER.parent))
+from publish_blocks import expected  # noqa: E402
+
+SHAPE = (8, 6)
+
+
+def start_publisher(
+    cluster: DaskProcesses, *args: str, nranks: int = 4, env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
+    cmd = mpirun(nranks, sys.executable, str(PUBLISHER), str(cluster.scheduler_file), *args)
+    return subprocess.Popen(
+        cmd,
+        env={**test_env(), **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def finish(proc: subprocess.Popen[str], timeout: float = 90) -> tuple[int, str]:
+    try:
+        _, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+        raise AssertionError(f"the publisher hung:\n{err[-3000:]}") from None
+    return proc.returncode, err
+
+
+def scheduler_memory(client, array: str) -> tuple[int, int]:
+    """(keys of ``array`` in memory, their total bytes) as the scheduler counts them."""
+
+    def count(dask_scheduler) -> tuple[int, int]:
+        mem = [
+            ts
+            for key, ts in dask_scheduler.tasks.items()
+            if ts.state == "memory" and f"-{array}-" in str(key)
+        ]
+        return len(mem), sum(ts.nbytes for ts in mem)
+
+    return client.run_on_scheduler(count)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaskProcesses]:
+    processes = start_dask(tmp_path_factory.mktemp("dask"))
+    yield processes
+    processes.stop()
+
+
+DYING_CLIENT = """
+import os, sys
+from distributed import Client
+from deisa import Adapter
+client = Client(scheduler_file=sys.argv[1], timeout=30)
+Adapter(client, timeout=60)["dead"][0].compute()
+os._exit(1)  # the analytics crashes without closing anything
+"""
+
+
+def test_dead_analytics_blocks_then_times_out(cluster: DaskProcesses) -> None:
+    sim = start_publisher(
+        cluster, "--name", "dead", "--nsteps", "20", "--buffer-nb", "2", "--timeout", "3"
+    )
+    analytics = subprocess.run(
+        [sys.executable, "-c", DYING_CLIENT, str(cluster.scheduler_file)],
+        env=test_env(),
+        capture_output=True,
+        timeout=90,
+    )
+    assert analytics.returncode == 1
+    t0 = time.monotonic()
+    rc, err = finish(sim)
+    assert rc != 0
+    assert "BridgeError: the analytics took no step of 'dead' for 3.0 s while buffer_nb=2" in err
+    assert "was not delivered" in err
+    assert time.monotonic() - t0 < 60
+    with cluster.client() as client:
+        stats = Adapter(client).stats()["streams"]["dead"]
+        assert stats["taken"] == 1 and stats["queued"] == 2  # blocked at buffer_nb, then failed
+
+
+def test_drop_oldest_keeps_buffer_nb_steps_and_frees_the_rest(cluster: DaskProcesses) -> None:
+    rc, err = finish(
+        start_publisher(
+            cluster, "--name", "drop", "--nsteps", "8", "--buffer-nb", "2",
+            "--on-full", "drop_oldest",
+        )
+    )  # fmt: skip
+    assert rc == 0, err  # nobody consumes, yet the simulation never blocks
+    with cluster.client() as client:
+        adapter = Adapter(client, timeout=30)
+        stats = adapter.stats()["streams"]["drop"]
+        assert list(stats["dropped"]) == [0, 1, 2, 3, 4, 5]
+        nkeys, _ = scheduler_memory(client, "drop")
+        assert nkeys == 2 * 4  # two steps of four blocks: the dropped ones were released
+        steps = [(s, f.compute()) for s, f in adapter["drop"].items()]
+    assert [s for s, _ in steps] == [6, 7]
+    for s, values in steps:
+        np.testing.assert_array_equal(values, expected(s, SHAPE))
+    log = (cluster.log_dir or Path()) / "scheduler.log"
+    assert "dropped step 0 of 'drop': buffer_nb=2 steps were waiting" in log.read_text()
+
+
+def test_dead_rank_makes_the_adapter_fail_naming_the_last_step(cluster: DaskProcesses) -> None:
+    sim = start_publisher(
+        cluster, "--name", "rankdies", "--nsteps", "6", "--die-rank", "1", "--die-at-step", "2"
+    )
+    with cluster.client() as client:
+        adapter = Adapter(client, timeout=60)
+        field = adapter["rankdies"]
+        assert field[0].shape == SHAPE  # the run has started (start-up may take a while)
+        adapter.timeout = 3
+        seen = [0]
+        t0 = time.monotonic()
+        with pytest.raises(TimeoutError) as info:
+            for step, _ in field.items():
+                seen.append(step)
+        assert time.monotonic() - t0 < 60
+    assert seen == [0, 1]
+    assert "next step of 'rankdies'" in str(info.value)
+    assert "the last one received here being 1" in str(info.value)
+    rc, err = finish(sim)
+    assert rc != 0 and "rank 1 dies before step 2" in err
+
+
+def test_slow_analytics_keeps_worker_memory_within_buffer_nb(cluster: DaskProcesses) -> None:
+    shape, buffer_nb = (256, 256), 2
+    step_bytes = shape[0] * shape[1] * 8
+    sim = start_publisher(
+        cluster, "--name", "slow", "--shape", *map(str, shape), "--nsteps", "10",
+        "--buffer-nb", str(buffer_nb),
+    )  # fmt: skip
+    peak = 0
+    with cluster.client() as client:
+        field = Adapter(client, timeout=60)["slow"]
+        stop = threading.Event()
+
+        def poll() -> None:
+            nonlocal peak
+            while not stop.is_set():
+                peak = max(peak, scheduler_memory(client, "slow")[1])
+                time.sleep(0.05)
+
+        poller = threading.Thread(target=poll, daemon=True)
+        poller.start()
+        try:
+            steps = []
+            for step, values in field.items():
+                assert values.sum().compute() == expected(step, shape).sum()
+                steps.append(step)
+                time.sleep(0.5)  # analytics slower than the simulation
+                del values
+        finally:
+            stop.set()
+            poller.join(timeout=10)
+    assert steps == list(range(10))
+    assert finish(sim)[0] == 0
+    assert step_bytes <= peak <= (buffer_nb + 2) * step_bytes
+
+
+@pytest.fixture
+def own_cluster(tmp_path: Path) -> Iterator[DaskProcesses]:
+    processes = start_dask(tmp_path)
+    yield processes
+    processes.stop()
+
+
+def test_dead_worker_fails_the_publish_naming_worker_and_step(own_cluster: DaskProcesses) -> None:
+    sim = start_publisher(
+        own_cluster, "--name", "wdies", "--nsteps", "200", "--sleep", "0.1", "--timeout", "5",
+        env={"DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "3"},
+    )  # fmt: skip
+    with own_cluster.client() as client:
+        field = Adapter(client, timeout=60)["wdies"]
+        assert field[0].compute().shape == SHAPE  # running, both workers hold blocks
+        victim = own_cluster.procs[2]  # worker-1
+        victim.kill()
+        victim.wait(timeout=10)
+        t0 = time.monotonic()
+        rc, err = finish(sim)
+        assert time.monotonic() - t0 < 60
+    assert rc != 0
+    assert "BridgeError: rank 1: sending step" in err or "BridgeError: rank 3: sending step" in err
+    assert "of 'wdies' to worker tcp://127.0.0.1:" in err
