@@ -31,6 +31,7 @@ Writes ``insitu_vs_posthoc.json`` and ``insitu_vs_posthoc.png``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -40,6 +41,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +110,7 @@ class InSituAnalytics(threading.Thread):
         self.records: list[dict[str, float]] = []
         self.error: BaseException | None = None
         self.done_at = math.nan
+        self.first_at = math.nan
 
     def run(self) -> None:
         from deisa import Adapter
@@ -118,6 +121,8 @@ class InSituAnalytics(threading.Thread):
                 t0 = time.perf_counter()
                 x = gtemp[step, :, :]
                 t1 = time.perf_counter()
+                if step == 0:
+                    self.first_at = t1
                 model = pca().fit(x)
                 t2 = time.perf_counter()
                 del x
@@ -140,6 +145,23 @@ def run_mpi(cmd: list[str], env: dict[str, str], cwd: Path, timeout: float) -> f
 
 def mpirun(n: int) -> list[str]:
     return ["mpirun", "--oversubscribe", "-np", str(n)]
+
+
+@contextlib.contextmanager
+def dask_cluster() -> Iterator[tuple[Any, str]]:
+    """A fresh 2-worker cluster: one stream of ``gtemp`` per scheduler (a second stream of the
+    same name on one scheduler was seen to hang the Adapter)."""
+    from distributed import Client, LocalCluster
+
+    with (
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+            dashboard_address=None, memory_limit=0,
+        ) as cluster,
+        Client(cluster) as client,
+    ):  # fmt: skip
+        client.run(lambda: __import__("deisa.pca"))  # warm the workers' imports
+        yield client, cluster.scheduler.address
 
 
 def experiment1(
@@ -211,6 +233,8 @@ def experiment1(
         "analytics_after_simulation_s": max(0.0, analytics.done_at - sim_end),
         "analytics_graph_s": sum(r["graph_s"] for r in analytics.records),
         "time_to_analysis_s": max(analytics.done_at, sim_end) - t0,
+        # start-up: interpreter in every rank, imports, Bridge connection, first step
+        "first_step_s": analytics.first_at - t0,
         "ev0": [r["ev0"] for r in analytics.records],
         "solver": "C" if use_c else "Python",
     }
@@ -310,31 +334,22 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.sizes = [1, 4]
     args.out.mkdir(parents=True, exist_ok=True)
-    from distributed import Client, LocalCluster
-
     problem = c_problem()
     use_c = problem is None
     if not use_c:
         print(f"C solver unavailable ({problem}): post hoc skipped, in situ uses Python")
     exp1: list[dict[str, Any]] = []
     exp2: list[dict[str, Any]] = []
-    with (
-        tempfile.TemporaryDirectory() as tmp,
-        LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-            dashboard_address=None, memory_limit=0,
-        ) as cluster,
-        Client(cluster) as client,
-    ):  # fmt: skip
-        address = cluster.scheduler.address
-        client.run(lambda: __import__("deisa.pca"))  # warm the workers' imports
+    with tempfile.TemporaryDirectory() as tmp:
         for mib in args.sizes:
             print(f"Experiment 1: {mib:g} MiB/rank ...", flush=True)
-            exp1.append(experiment1(client, address, mib, args.steps, args.period, Path(tmp),
-                                    use_c))  # fmt: skip
+            with dask_cluster() as (client, address):
+                exp1.append(experiment1(client, address, mib, args.steps, args.period, Path(tmp),
+                                        use_c))  # fmt: skip
         for mib in sorted({min(args.sizes), max(args.sizes)}):
             print(f"Experiment 2: {mib:g} MiB/rank ...", flush=True)
-            exp2.append(experiment2(client, address, mib, args.steps, args.period, Path(tmp)))
+            with dask_cluster() as (client, address):
+                exp2.append(experiment2(client, address, mib, args.steps, args.period, Path(tmp)))
 
     print(f"\nExperiment 1: {RANKS} ranks, {args.steps} steps, {args.period} iterations/step, "
           f"{'C solver + PDI' if use_c else 'Python solver'}")  # fmt: skip
@@ -350,12 +365,14 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['mib_per_rank']:.1f}", f"{no['simulation_s']:.2f}",
             f"{ph.get('simulation_s', math.nan):.2f}", f"{ph.get('analytics_s', math.nan):.2f}",
             f"{ph.get('time_to_analysis_s', math.nan):.2f}", f"{ins['simulation_s']:.2f}",
-            f"{ins['analytics_after_simulation_s']:.2f}", f"{ins['time_to_analysis_s']:.2f}",
+            f"{ins['analytics_after_simulation_s']:.2f}", f"{ins['first_step_s']:.2f}",
+            f"{ins['time_to_analysis_s']:.2f}",
             f"{ratio:.2f}x" if ratio else "-",
             f"{ins['simulation_s'] / no['simulation_s']:.2f}x",
         ])  # fmt: skip
     print(table(["MiB/rank", "no-output sim s", "posthoc sim s", "posthoc analytics s",
                  "posthoc total s", "insitu sim s", "insitu analytics after sim s",
+                 "insitu first step s",
                  "insitu total s", "posthoc/insitu", "insitu sim/no output"], rows))  # fmt: skip
     print("\nExperiment 2: per step, median over ranks and steps 1..n (Python solver)")
     rows = [[f"{r['mib_per_rank']:.1f}", f"{1e3 * r['compute_s']:.1f}", f"{1e3 * r['send_s']:.1f}",
