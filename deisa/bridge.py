@@ -186,6 +186,12 @@ class Bridge:
                     f"{exc}); the scheduler file may be stale, or the scheduler down or "
                     "unreachable"
                 ) from exc
+            except Exception as exc:
+                raise BridgeError(
+                    f"connecting to the Dask scheduler at {address} (read from "
+                    f"{scheduler_file!r}) failed: {type(exc).__name__}: {exc}; for a tls:// "
+                    "address, check the TLS settings (dask config distributed.comm.tls.*)"
+                ) from exc
             try:
                 workers = self._loop.run(
                     self._wait_workers(address, min_workers), timeout=connect_timeout
