@@ -12,9 +12,11 @@ Printed per rank count: messages per step on the scheduler in all, those the sim
 (``deisa_publish``), those the analytics sends, and the rest (heartbeats, which depend on wall
 time, not on steps); the scheduler's CPU time per step (``time.thread_time`` of its event-loop
 thread, which the client does not share: the whole run, start-up included, divided by the
-steps); and the latency from a publish reaching the scheduler (``deisa_publish``, blocks already
-on the workers) to the adapter holding the step (median; counted from when the analytics asked
-for the step if it was busy when the step came). Writes ``scheduler_messages.json`` and
+steps, and "steady": between the first and the last step the adapter sees, from the thread's
+own CPU counters, divided by the steps in between); and the latency from a publish reaching
+the scheduler (``deisa_publish``, blocks already on the workers) to the adapter holding the
+step (median; counted from when the analytics asked for the step if it was busy when the step
+came). Writes ``scheduler_messages.json`` and
 ``scheduler_messages.png``. The target: simulation messages per step constant in the rank count.
 ``--quick``: ranks 2 4 8 and 10 steps; default ranks 2 4 8 16 (oversubscribed), 20 steps.
 """
@@ -29,6 +31,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -41,6 +44,16 @@ GRIDS = {1: (1, 1), 2: (2, 1), 4: (2, 2), 8: (4, 2), 16: (4, 4)}
 SIMULATION_OPS = {"deisa_publish", "deisa_open", "deisa_close", "deisa_workers"}
 ANALYTICS_OPS = {"deisa_get", "deisa_meta", "client-releases-keys", "client-desires-keys"}
 HEARTBEAT_OPS = {"heartbeat_worker", "heartbeat-client", "keep-alive"}
+
+
+def _thread_cpu(native_id: int) -> float:
+    """User + system CPU seconds of one thread of this process (Linux: per-thread times)."""
+    import psutil
+
+    for thread in psutil.Process().threads():
+        if thread.id == native_id:
+            return thread.user_time + thread.system_time
+    return float("nan")
 
 
 def run_one(ranks: int, size: int, steps: int, workdir: Path) -> dict[str, Any]:
@@ -87,6 +100,8 @@ def run_one(ranks: int, size: int, steps: int, workdir: Path) -> dict[str, Any]:
 
         cluster.scheduler.handlers["deisa_publish"] = functools.wraps(publish_handler)(stamped)
         cpu0 = client.run_on_scheduler(time.thread_time)
+        loop_thread = client.run_on_scheduler(threading.get_native_id)
+        steady: list[float] = []  # scheduler-thread CPU at each step seen (no extra message)
         t0 = time.perf_counter()
         env = {**os.environ, **PINS, "OMPI_ALLOW_RUN_AS_ROOT": "1",
                "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}  # fmt: skip
@@ -102,6 +117,7 @@ def run_one(ranks: int, size: int, steps: int, workdir: Path) -> dict[str, Any]:
             ready: dict[int, float] = {0: t0}  # when the analytics asked for each step
             for step, field in adapter["gtemp"].items():
                 seen[step] = time.perf_counter()
+                steady.append(_thread_cpu(loop_thread))
                 field.sum().compute()
                 ready[step + 1] = time.perf_counter()
                 taken += 1
@@ -134,6 +150,10 @@ def run_one(ranks: int, size: int, steps: int, workdir: Path) -> dict[str, Any]:
         "seconds": elapsed,
         "scheduler_cpu_s": cpu,
         "scheduler_cpu_ms_per_step": 1e3 * cpu / steps,
+        # between the first and the last step seen: no start-up, no teardown
+        "scheduler_cpu_steady_ms_per_step": 1e3 * (steady[-1] - steady[0]) / (len(steady) - 1)
+        if len(steady) > 1
+        else None,
         "publish_to_adapter_ms": [1e3 * x for x in latency],
         "publish_to_adapter_ms_median": 1e3 * statistics.median(latency) if latency else None,
         "publish_to_adapter_with_queue_ms": [1e3 * x for x in queued],
@@ -156,7 +176,10 @@ def plot(records: list[dict[str, Any]], path: Path) -> None:
     a.set_xlabel("MPI ranks")
     a.set_ylabel("scheduler messages per step")
     a.legend(fontsize=8)
-    b.plot(ranks, [r["scheduler_cpu_ms_per_step"] for r in records], "o-", label="scheduler CPU")
+    b.plot(ranks, [r["scheduler_cpu_ms_per_step"] for r in records], "o-",
+           label="scheduler CPU (whole run)")  # fmt: skip
+    b.plot(ranks, [r["scheduler_cpu_steady_ms_per_step"] for r in records], "^-",
+           label="scheduler CPU (steady)")  # fmt: skip
     b.plot(ranks, [r["publish_to_adapter_ms_median"] for r in records], "s-",
            label="publish -> adapter")  # fmt: skip
     b.set_xlabel("MPI ranks")
@@ -184,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Scheduler messages per step ({args.size}x{args.size} field, {args.steps} steps)")
     header = f"{'ranks':>5} {'simulation':>10} {'publish':>8} {'analytics':>9} {'heartbeat':>9}"
     print(header + f" {'other':>6} {'all':>6} {'wall s':>7} {'sched CPU ms/step':>17}"
+          f" {'steady':>7}"
           f" {'publish->adapter ms':>19}")  # fmt: skip
     for rec in records:
         p = rec["per_step"]
@@ -192,6 +216,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{p['analytics']:>9.2f} {p['heartbeats']:>9.2f} {p['other']:>6.2f} "
             f"{rec['total'] / rec['steps']:>6.2f} {rec['seconds']:>7.1f}"
             f" {rec['scheduler_cpu_ms_per_step']:>17.2f}"
+            f" {rec['scheduler_cpu_steady_ms_per_step'] or float('nan'):>7.2f}"
             f" {rec['publish_to_adapter_ms_median'] or float('nan'):>19.2f}"
         )
     sim = [rec["per_step"]["simulation"] for rec in records]
