@@ -7,9 +7,10 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -166,3 +167,39 @@ def write_config(path: Path, **settings: object) -> Path:
     base.update(settings)
     path.write_text(yaml.safe_dump(base))
     return path
+
+
+@pytest.fixture(scope="module")
+def local_client() -> Iterator[Any]:
+    """A LocalCluster of two one-thread worker processes (BLAS pinned), for one test module."""
+    from distributed import Client, LocalCluster
+
+    blas = {k: v for k, v in THREAD_PINS.items() if k.endswith("_NUM_THREADS")}
+    with (
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0", env=blas
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        yield client
+
+
+def scatter_blocks(
+    client: Any,
+    field: Any,
+    chunks: tuple[tuple[int, ...], tuple[int, ...]],
+    owner: Callable[[int, int], str],
+    name: str,
+) -> Any:
+    """Scatter block (i, j) to ``owner(i, j)`` under key ``(name, i, j)``; array of futures."""
+    import dask.array as da
+    import numpy as np
+    from distributed import wait
+
+    row_starts, col_starts = np.cumsum([0, *chunks[0]]), np.cumsum([0, *chunks[1]])
+    futures = {}
+    for i, j in np.ndindex(len(chunks[0]), len(chunks[1])):
+        block = field[row_starts[i] : row_starts[i + 1], col_starts[j] : col_starts[j + 1]]
+        futures.update(client.scatter({(name, i, j): block.copy()}, workers=[owner(i, j)]))
+    wait(list(futures.values()))
+    return da.Array(futures, name, chunks=chunks, dtype=field.dtype)

@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-import os
+import dask.array as da
+import numpy as np
+import pytest
+from conftest import scatter_blocks
+from distributed import Client, wait
 
-BLAS_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-os.environ.update(BLAS_ENV)
-
-from collections.abc import Callable, Iterator  # noqa: E402
-
-import dask.array as da  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-from distributed import Client, LocalCluster, wait  # noqa: E402
-
-from deisa.splitter import (  # noqa: E402
+from deisa.splitter import (
     Factoring,
     OverDecomposition,
     Static,
@@ -28,36 +22,9 @@ ROW_CHUNKS = (3, 5, 2, 4, 1, 6)  # uneven on purpose
 COL_CHUNKS = (2, 3)
 
 
-def scatter_blocks(
-    client: Client,
-    field: np.ndarray,
-    chunks: tuple[tuple[int, ...], tuple[int, ...]],
-    owner: Callable[[int, int], str],
-    name: str,
-) -> da.Array:
-    """Scatter block (i, j) to ``owner(i, j)`` under key ``(name, i, j)``; array of futures."""
-    row_starts, col_starts = np.cumsum([0, *chunks[0]]), np.cumsum([0, *chunks[1]])
-    futures = {}
-    for i, j in np.ndindex(len(chunks[0]), len(chunks[1])):
-        block = field[row_starts[i] : row_starts[i + 1], col_starts[j] : col_starts[j + 1]]
-        futures.update(client.scatter({(name, i, j): block.copy()}, workers=[owner(i, j)]))
-    wait(list(futures.values()))
-    return da.Array(futures, name, chunks=chunks, dtype=field.dtype)
-
-
 @pytest.fixture(scope="module")
-def client() -> Iterator[Client]:
-    with (
-        LocalCluster(
-            n_workers=2,
-            threads_per_worker=1,
-            processes=True,
-            dashboard_address=":0",
-            env=BLAS_ENV,
-        ) as cluster,
-        Client(cluster) as c,
-    ):
-        yield c
+def client(local_client: Client) -> Client:
+    return local_client
 
 
 def indexed_field() -> np.ndarray:
