@@ -98,8 +98,8 @@ def test_run_with_defaults_completes(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(300)
-def test_run_c_solver_through_pdi(tmp_path: Path) -> None:
-    problem = cli.c_solver_problem(REPO / "build", REPO / "configs" / "heat_deisa.yml")
+def test_run_c_solver_through_pdi(built: Path, tmp_path: Path) -> None:
+    problem = cli.c_solver_problem(built, REPO / "configs" / "heat_deisa.yml")
     if problem:
         pytest.skip(problem)
     out = tmp_path / "out"

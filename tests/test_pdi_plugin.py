@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -18,12 +17,11 @@ from typing import Any
 import numpy as np
 import pytest
 import yaml
-from conftest import REPO, DaskProcesses, mpirun, test_env, write_config
+from conftest import BUILD, REPO, DaskProcesses, mpirun, test_env, write_config
 from deisa_simulation.heat import HeatConfig, reference_field
 
 pytestmark = pytest.mark.pdi
 
-BUILD = REPO / "build"
 HEAT = BUILD / "simulation" / "heat"
 PLUGIN_DIR = BUILD / "plugin"
 CONFIGS = REPO / "configs"
@@ -60,27 +58,6 @@ class Bridge:
         with open(f"bridge_{self.rank}.json", "w") as f:
             json.dump(self.log, f)
 """
-
-
-@pytest.fixture(scope="session")
-def built() -> Path:
-    """Configures and builds the project in build/ (incremental); skips without PDI."""
-    if shutil.which("cmake") is None or shutil.which("mpirun") is None:
-        pytest.skip("cmake and mpirun are needed to build and run the C heat solver")
-    if not (BUILD / "CMakeCache.txt").exists():
-        proc = subprocess.run(
-            ["cmake", "-S", str(REPO), "-B", str(BUILD)], capture_output=True, text=True
-        )
-        if proc.returncode != 0:
-            if "PDI 1.12" in proc.stderr or "pybind11" in proc.stderr:
-                pytest.skip(f"PDI 1.12 (or pybind11) not found by CMake:\n{proc.stderr[-2000:]}")
-            raise AssertionError(f"cmake configure failed:\n{proc.stdout}\n{proc.stderr}")
-    proc = subprocess.run(
-        ["cmake", "--build", str(BUILD), "-j2"], capture_output=True, text=True, timeout=600
-    )
-    assert proc.returncode == 0, f"cmake --build failed:\n{proc.stdout}\n{proc.stderr}"
-    assert HEAT.exists() and (PLUGIN_DIR / "libpdi_deisa_plugin.so").exists()
-    return BUILD
 
 
 def run_c_heat(
