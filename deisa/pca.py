@@ -2,15 +2,20 @@
 
 Each worker-local partition (see :mod:`deisa.splitter`) is reduced by one task on its own
 worker to a small partial state: sample count ``n``, ``mean``, per-feature sum of squared
-deviations, and the SVD ``S, V`` of its centred rows. Partial states merge exactly, in a tree,
-by the SVD of the stacked matrix::
+deviations, and the SVD ``S, V`` of its centred rows. Any number of partial states merge
+exactly by the SVD of their stacked matrix::
 
-    [ S_a V_a                                 ]
-    [ S_b V_b                                 ]
-    [ sqrt(n_a n_b / (n_a + n_b)) (mean_a - mean_b) ]
+    [ S_1 V_1                   ]
+    [   ...                     ]
+    [ S_k V_k                   ]
+    [ sqrt(n_1) (mean_1 - mean) ]
+    [   ...                     ]
+    [ sqrt(n_k) (mean_k - mean) ]
 
-with the pairwise mean update. ``partial_fit`` merges the new data's state into the one kept
-from earlier calls (time steps), so the model follows a stream of arrays.
+where ``mean`` is the pooled mean. The merges form a tree: first the partitions of each worker,
+on that worker (nothing moves); then groups of up to ``_MERGE_FAN_IN`` worker states; the client
+merges the last few. ``partial_fit`` merges the new data's state into the one kept from earlier
+calls (time steps), so the model follows a stream of arrays.
 """
 
 # scikit-learn's API names the data ``X``; keep it for drop-in compatibility.
@@ -41,6 +46,9 @@ _SVD_SOLVERS = ("auto", "full", "tsqr", "randomized")
 # Extra components kept by the randomized solver at every merge: they absorb most of the
 # error that truncating each partial state would otherwise add to the leading components.
 _RANDOMIZED_EXTRA_COMPONENTS = 10
+# States merged by one task. A wider tree means fewer task round trips, each merge an SVD of
+# fan-in times a state's rows; the root runs on the client, where no task is needed.
+_MERGE_FAN_IN = 16
 
 
 @dataclass
@@ -94,45 +102,34 @@ def _reduce_partition(
     seed: int,
     n_iter: int | str,
 ) -> _PartialPCA:
-    # Reassemble whole rows: the splitter keeps every row band in one partition.
+    # The splitter keeps every row band in one partition: np.block reassembles the rows in a
+    # single copy, which the reduction then owns and centres in place.
     bands: dict[int, list[tuple[int, np.ndarray]]] = defaultdict(list)
     for (row, column), block in zip(block_indexes, blocks, strict=True):
         bands[row].append((column, block))
-    rows = np.concatenate(
-        [
-            np.concatenate([b for _, b in sorted(bands[r], key=lambda cb: cb[0])], axis=1)
-            for r in sorted(bands)
-        ],
-        axis=0,
-    )
+    rows = np.block([[b for _, b in sorted(bands[r], key=lambda cb: cb[0])] for r in sorted(bands)])
     return _reduce_rows(rows, rank, seed, n_iter, owned=True)
 
 
 def _merge(
-    a: _PartialPCA | None, b: _PartialPCA | None, rank: int | None, seed: int, n_iter: int | str
+    states: list[_PartialPCA | None], rank: int | None, seed: int, n_iter: int | str
 ) -> _PartialPCA | None:
-    if a is None or a.n_samples == 0:
-        return b
-    if b is None or b.n_samples == 0:
-        return a
-    n = a.n_samples + b.n_samples
-    delta = b.mean - a.mean
-    correction = np.sqrt(a.n_samples * b.n_samples / n) * delta
+    """Exact merge of any number of partial states (``None`` and empty states are skipped)."""
+    present = [s for s in states if s is not None and s.n_samples > 0]
+    if len(present) <= 1:
+        return present[0] if present else None
+    counts = np.array([s.n_samples for s in present], dtype=np.float64)
+    n = int(counts.sum())
+    means = np.stack([s.mean for s in present])
+    mean = counts @ means / n
+    deltas = means - mean
     stacked = np.vstack(
-        [
-            a.singular_values[:, None] * a.components,
-            b.singular_values[:, None] * b.components,
-            correction[None, :],
-        ]
+        [s.singular_values[:, None] * s.components for s in present]
+        + [np.sqrt(counts)[:, None] * deltas]
     )
-    s, vt = _svd(stacked, rank, seed, n_iter)
-    return _PartialPCA(
-        n,
-        a.mean + delta * (b.n_samples / n),
-        a.squared_deviations + b.squared_deviations + delta**2 * (a.n_samples * b.n_samples / n),
-        s,
-        vt,
-    )
+    singular_values, components = _svd(stacked, rank, seed, n_iter)
+    squared_deviations = sum(s.squared_deviations for s in present) + counts @ deltas**2
+    return _PartialPCA(n, mean, squared_deviations, singular_values, components)
 
 
 class IncrementalPCA(TransformerMixin, BaseEstimator):
@@ -280,7 +277,7 @@ class IncrementalPCA(TransformerMixin, BaseEstimator):
             new, self.bytes_moved_ = self._reduce_dask(X, rank, seeds, n_iter)
         else:
             new, self.bytes_moved_ = self._reduce_numpy(X, rank, seeds, n_iter), 0
-        state = _merge(previous, new, rank, int(seeds.randint(2**31)), n_iter)
+        state = _merge([previous, new], rank, int(seeds.randint(2**31)), n_iter)
         assert state is not None
         self._state = state
         self._set_attributes(state, n_components)
@@ -315,7 +312,7 @@ class IncrementalPCA(TransformerMixin, BaseEstimator):
         state = None
         for start in range(0, len(X), batch):
             part = _reduce_rows(X[start : start + batch], rank, int(seeds.randint(2**31)), n_iter)
-            state = _merge(state, part, rank, int(seeds.randint(2**31)), n_iter)
+            state = _merge([state, part], rank, int(seeds.randint(2**31)), n_iter)
         return state
 
     def _reduce_dask(
@@ -333,30 +330,41 @@ class IncrementalPCA(TransformerMixin, BaseEstimator):
                 partitions.bytes_to_move,
                 X.name,
             )
-        level: list[Future] = [
-            part.submit(
-                _reduce_partition, part.get_indexes(), rank, int(seeds.randint(2**31)), n_iter
+        partials = [
+            (
+                part.worker,
+                part.submit(
+                    _reduce_partition, part.get_indexes(), rank, int(seeds.randint(2**31)), n_iter
+                ),
             )
             for part in partitions
         ]
-        # Pair neighbours: partitions come grouped by worker, so early merges stay local.
-        while len(level) > 1:
-            merged = [
-                client.submit(
-                    _merge,
-                    level[i],
-                    level[i + 1],
-                    rank,
-                    int(seeds.randint(2**31)),
-                    n_iter,
-                    pure=False,
-                )
-                for i in range(0, len(level) - 1, 2)
-            ]
-            if len(level) % 2:
-                merged.append(level[-1])
-            level = merged
-        return level[0].result(), partitions.bytes_to_move
+        return self._merge_tree(client, partials, rank, seeds, n_iter), partitions.bytes_to_move
+
+    @staticmethod
+    def _merge_tree(
+        client: Client,
+        partials: list[tuple[str, Future]],
+        rank: int | None,
+        seeds: np.random.RandomState,
+        n_iter: int | str,
+    ) -> _PartialPCA | None:
+        def merge_task(states: list[Future], **pin: Any) -> Future:
+            seed = int(seeds.randint(2**31))
+            return client.submit(_merge, states, rank, seed, n_iter, pure=False, **pin)
+
+        # A worker's partitions merge on that worker, so the first level moves nothing.
+        by_worker: dict[str, list[Future]] = defaultdict(list)
+        for worker, future in partials:
+            by_worker[worker].append(future)
+        level = [
+            futures[0] if len(futures) == 1 else merge_task(futures, workers=[worker])
+            for worker, futures in by_worker.items()
+        ]
+        while len(level) > _MERGE_FAN_IN:
+            groups = [level[i : i + _MERGE_FAN_IN] for i in range(0, len(level), _MERGE_FAN_IN)]
+            level = [group[0] if len(group) == 1 else merge_task(group) for group in groups]
+        return _merge(client.gather(level), rank, int(seeds.randint(2**31)), n_iter)
 
     def _set_attributes(self, state: _PartialPCA, n_components: int) -> None:
         n = state.n_samples

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import dask.array as da
 import numpy as np
 import pytest
@@ -9,6 +11,7 @@ from conftest import scatter_blocks
 from distributed import Client
 from sklearn.decomposition import PCA
 
+import deisa.pca
 from deisa.pca import IncrementalPCA
 
 pytestmark = pytest.mark.timeout(60)
@@ -93,6 +96,44 @@ def test_fit_equals_chained_partial_fit(client: Client) -> None:
     np.testing.assert_allclose(
         np.abs(chained.components_), np.abs(direct.components_), rtol=RTOL, atol=1e-9
     )
+
+
+def test_merge_of_many_uneven_states_is_exact() -> None:
+    data = make_data()
+    bounds = [0, 3, 40, 41, 120, 200]  # a 1-row state has no spread, only a mean
+    states = [
+        deisa.pca._reduce_rows(data[a:b], None, 0, "auto") for a, b in itertools.pairwise(bounds)
+    ]
+    merged = deisa.pca._merge([None, *states], None, 0, "auto")
+    assert merged is not None and merged.n_samples == len(data)
+    centred = data - data.mean(axis=0)
+    _, singular_values, components = np.linalg.svd(centred, full_matrices=False)
+    np.testing.assert_allclose(merged.mean, data.mean(axis=0), rtol=RTOL)
+    np.testing.assert_allclose(merged.squared_deviations, (centred**2).sum(axis=0), rtol=RTOL)
+    np.testing.assert_allclose(merged.singular_values, singular_values, rtol=RTOL)
+    np.testing.assert_allclose(
+        np.abs(merged.components @ components.T), np.eye(len(components)), atol=1e-8
+    )
+
+
+def test_merge_tree_wider_than_its_fan_in(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three workers with a fan-in of 2: one merge task across workers, the root on the client."""
+    from conftest import THREAD_PINS
+    from distributed import LocalCluster
+
+    monkeypatch.setattr(deisa.pca, "_MERGE_FAN_IN", 2)
+    blas = {k: v for k, v in THREAD_PINS.items() if k.endswith("_NUM_THREADS")}
+    data = make_data()
+    with (
+        LocalCluster(
+            n_workers=3, threads_per_worker=1, processes=True, dashboard_address=":0", env=blas
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        x = place(client, data, "three-workers")
+        assert len({w for ws in client.who_has(x).values() for w in ws}) == 3
+        model = IncrementalPCA(n_components=N_COMPONENTS, partition_policy="factoring")
+        assert_matches_pca(model.fit(x), data)
 
 
 def test_fit_numpy_in_batches_equals_exact_pca() -> None:
