@@ -99,6 +99,7 @@ class ArrayDescriptor:
         self._handed: dict[int, dict[Any, weakref.ref[Future]]] = {}
         self._seen: list[int] = []
         self._ended = False
+        self._run: str | None = None  # the simulation run whose steps this reads
 
     # -- metadata ----------------------------------------------------------------------------
 
@@ -145,12 +146,16 @@ class ArrayDescriptor:
             return False
         client = self.adapter.client
         reply = self.adapter._request(
-            "deisa_get", name=self.name, client=client.id, timeout=self.adapter.timeout
+            "deisa_get",
+            name=self.name,
+            client=client.id,
+            timeout=self.adapter.timeout,
+            run=self._run,
         )
         status = reply["status"]
         if status == "end":
             self._ended = True
-            logger.info("deisa adapter: end of %r after %d steps", self.name, reply["nsteps"])
+            logger.info("deisa adapter: end of %r after %d steps", self.name, len(self._seen))
             return False
         if status == "timeout":
             last = self._seen[-1] if self._seen else None
@@ -163,7 +168,7 @@ class ArrayDescriptor:
             raise TimeoutError(
                 f"waited {self.adapter.timeout} s for the next step of {self.name!r}: {state}"
             )
-        self._meta = reply["meta"]
+        self._meta, self._run = reply["meta"], reply["run"]
         step = int(reply["step"])
         self._cached[step] = {
             key: _dask_internals.future_in_memory(key, client) for key in reply["keys"]

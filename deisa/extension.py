@@ -20,9 +20,17 @@ Routes (RPC handlers on the scheduler):
   waits (``on_full="block"``, up to ``timeout``) or releases the oldest queued step
   (``on_full="drop_oldest"``, with a warning naming the step).
 - ``deisa_close(name, run, nsteps)``: end of stream.
-- ``deisa_meta(name, timeout)``: the array's metadata, once a Bridge has opened it.
-- ``deisa_get(name, client, timeout)``: take the next step (or the end of stream) for ``client``.
+- ``deisa_meta(name, timeout)``: the array's metadata, once a Bridge has opened it (a finished
+  run's metadata is not served: it waits for the next run).
+- ``deisa_get(name, client, timeout, run)``: take the next step (or the end of stream) of
+  ``run`` for ``client``; ``run=None`` (an Adapter that has taken nothing yet) means the current
+  run, or the next one if the current is finished.
 - ``deisa_stats()``: message counts per route and per stream.
+
+A run is *finished* when it is closed and no step of it is left to take, even if nobody read
+the end-of-stream marker (an analytics loop over a known number of steps never does). A new
+run of the same array name replaces a finished one; an Adapter still reading the old run then
+receives its end of stream.
 """
 
 from __future__ import annotations
@@ -64,6 +72,11 @@ class _Stream:
 
     def queued_steps(self) -> int:
         return sum(1 for record in self.queue if record["status"] == "OK")
+
+    @property
+    def finished(self) -> bool:
+        """Closed with no step left to take (only the end marker may be left)."""
+        return self.closed and self.queued_steps() == 0
 
     async def notify(self) -> None:
         async with self.changed:
@@ -122,7 +135,7 @@ class StreamExtension(SchedulerPlugin):
     ) -> dict[str, Any]:
         self.calls["open"] += 1
         stream = self._stream(name)
-        if stream.run not in (None, run) and not (stream.closed and not stream.queue):
+        if stream.run not in (None, run) and not stream.finished:
             return {
                 "status": "error",
                 "message": f"array {name!r} is already published by run {stream.run}, "
@@ -205,21 +218,34 @@ class StreamExtension(SchedulerPlugin):
     async def array_meta(self, name: str, timeout: float | None = None) -> dict[str, Any]:
         self.calls["meta"] += 1
         stream = self._stream(name)
-        if not await stream.wait_for(lambda: stream.meta is not None, timeout):
+        if not await stream.wait_for(
+            lambda: stream.meta is not None and not stream.finished, timeout
+        ):
             return {"status": "timeout"}
         return {"status": "OK", "meta": stream.meta, "run": stream.run}
 
     async def get_step(
-        self, name: str, client: str, timeout: float | None = None
+        self, name: str, client: str, timeout: float | None = None, run: str | None = None
     ) -> dict[str, Any]:
         self.calls["get"] += 1
         stream = self._stream(name)
-        if not await stream.wait_for(lambda: bool(stream.queue), timeout):
+
+        def replaced() -> bool:
+            return run is not None and stream.run != run
+
+        def ready() -> bool:
+            if run is None and stream.finished:
+                return False  # a fresh reader waits for the next run, not a stale end marker
+            return bool(stream.queue) or replaced()
+
+        if not await stream.wait_for(ready, timeout):
             return {
                 "status": "timeout",
-                "open": stream.run is not None,
-                "published": stream.published,
+                "open": stream.run is not None and not stream.finished,
+                "published": 0 if stream.finished else stream.published,
             }
+        if replaced():  # its end marker went with the run it finished
+            return {"status": "end", "nsteps": None, "run": run}
         record = stream.queue.popleft()
         if record["status"] == "end":
             del self.streams[name]

@@ -108,3 +108,23 @@ def test_descriptor_iterates_until_end_of_stream(cluster: DaskProcesses, client)
     assert [s for s, _ in steps] == [3, 5]
     for s, values in steps:
         np.testing.assert_array_equal(values, expected(s, SHAPE))
+
+
+def test_a_new_run_replaces_a_finished_one_whose_end_was_never_read(
+    cluster: DaskProcesses, client
+) -> None:
+    publish(cluster, "--name", "r", "--steps", "0", "1")
+    first_run = Adapter(client, timeout=30)["r"]
+    assert first_run[1].compute().sum() == expected(1, SHAPE).sum()  # the end is never read
+    late = Adapter(client, timeout=0.5)["r"]
+    with pytest.raises(TimeoutError, match="no simulation has opened array 'r'"):
+        late[0]  # a finished run is not served to a new reader
+
+    publish(cluster, "--name", "r", "--shape", "10", "6", "--steps", "0", "1", "2")
+    with pytest.raises(EndOfStreamError):
+        first_run[2]  # its run was replaced: its stream ended
+    second_run = Adapter(client, timeout=30)["r"]
+    assert second_run.shape == (10, 6)
+    steps = dict(second_run.items())
+    assert list(steps) == [0, 1, 2]
+    np.testing.assert_array_equal(steps[2].compute(), expected(2, (10, 6)))
