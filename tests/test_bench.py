@@ -1,0 +1,59 @@
+"""The fragmentation benchmark runs end to end at a toy size (its numbers are not checked here:
+performance targets live in the benchmark's own output, never in timed tests)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO, test_env
+
+from bench.fragmentation import VARIANTS, block_grid, check_targets
+
+
+@pytest.mark.parametrize(
+    ("n_blocks", "n_workers", "grid"), [(2, 2, (2, 1)), (8, 2, (4, 2)), (96, 2, (12, 8))]
+)
+def test_block_grid_is_near_square_with_whole_row_bands_per_worker(
+    n_blocks: int, n_workers: int, grid: tuple[int, int]
+) -> None:
+    assert block_grid(n_blocks, n_workers) == grid
+
+
+def test_targets_compare_the_lowest_and_highest_levels() -> None:
+    seconds = {"dask-ml blocks": (1.0, 2.0), "dask-ml rechunk": (0.5, 0.6), "deisa": (0.1, 0.2)}
+    records = [
+        {"variant": v, "blocks_per_core": level, "seconds": s, "local_phase_bytes": 0}
+        for v, pair in seconds.items()
+        for level, s in zip((1, 48), pair, strict=True)
+    ]
+    passed = {description: ok for description, ok, _ in check_targets(records)}
+    assert passed == {
+        "deisa at 48 blocks/core within 1.25x of deisa at 1": False,  # 2x
+        "deisa at least 10x faster than dask-ml on the blocks at 48 blocks/core": True,
+        "deisa faster than dask-ml rechunk at 1 blocks/core": True,
+        "deisa faster than dask-ml rechunk at 48 blocks/core": True,
+        "zero inter-worker bytes in deisa's local phase": True,
+    }
+
+
+@pytest.mark.timeout(180)
+def test_fragmentation_runs_and_writes_table_json_and_plot(tmp_path: Path) -> None:
+    cmd = [sys.executable, "-m", "bench.fragmentation", "--size", "256", "--repeat", "1"]
+    cmd += ["--blocks-per-core", "1", "4", "--out", str(tmp_path)]
+    proc = subprocess.run(cmd, cwd=REPO, env=test_env(), capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "targets:" in proc.stdout
+    result = json.loads((tmp_path / "fragmentation.json").read_text())
+    assert {(r["variant"], r["blocks_per_core"]) for r in result["records"]} == {
+        (v, level) for v in VARIANTS for level in (1, 4)
+    }
+    for record in result["records"]:
+        assert record["explained_variance_rel_error"] < 0.05
+        if record["variant"] == "deisa":
+            # With two workers the merge tree is its root alone, on the client: nothing crosses.
+            assert record["local_phase_bytes"] == 0 and record["inter_worker_bytes"] == 0
+    assert (tmp_path / "fragmentation.png").stat().st_size > 0
