@@ -147,10 +147,44 @@ def mpirun(n: int) -> list[str]:
     return ["mpirun", "--oversubscribe", "-np", str(n)]
 
 
+def write_run_files(
+    workdir: Path, name: str, rows: int, cols: int, steps: int, period: int, address: str
+) -> tuple[Path, Path]:
+    """The solver's ``simulation.yml`` (named ``name``) and a scheduler file for ``address``."""
+    sim = workdir / name
+    sim.write_text(
+        yaml.safe_dump(
+            {"global_size": [rows, cols], "process_grid": list(GRID), "steps": steps,
+             "output_period": period}
+        )
+    )  # fmt: skip
+    scheduler_file = workdir / "scheduler.json"
+    scheduler_file.write_text(json.dumps({"address": address}))
+    return sim, scheduler_file
+
+
+def run_with_analytics(
+    client: Any, steps: int, cmd: list[str], env: dict[str, str], workdir: Path
+) -> tuple[InSituAnalytics, float, float, float]:
+    """Run the simulation ``cmd`` while a thread takes and fits every step.
+
+    Returns the analytics thread (its records), the launch time, the simulation's wall time and
+    the time it ended (``time.perf_counter`` clock).
+    """
+    analytics = InSituAnalytics(client, steps)
+    analytics.start()
+    launched = time.perf_counter()
+    simulation_s = run_mpi(cmd, env, workdir, 1200)
+    ended = time.perf_counter()
+    analytics.join(timeout=1200)
+    if analytics.error is not None:
+        raise RuntimeError(f"in situ analytics failed: {analytics.error!r}")
+    return analytics, launched, simulation_s, ended
+
+
 @contextlib.contextmanager
 def dask_cluster() -> Iterator[tuple[Any, str]]:
-    """A fresh 2-worker cluster: one stream of ``gtemp`` per scheduler (a second stream of the
-    same name on one scheduler was seen to hang the Adapter)."""
+    """A fresh 2-worker cluster per experiment, so that one's leftovers cannot slow the next."""
     from distributed import Client, LocalCluster
 
     with (
@@ -171,15 +205,9 @@ def experiment1(
     import h5py
 
     rows, cols = global_size(mib)
-    sim = workdir / "simulation.yml"
-    sim.write_text(
-        yaml.safe_dump(
-            {"global_size": [rows, cols], "process_grid": list(GRID), "steps": steps,
-             "output_period": period}
-        )
-    )  # fmt: skip
-    scheduler_file = workdir / "scheduler.json"
-    scheduler_file.write_text(json.dumps({"address": address}))
+    sim, scheduler_file = write_run_files(
+        workdir, "simulation.yml", rows, cols, steps, period, address
+    )
     plugin_path = os.pathsep.join(filter(None, [str(BUILD / "plugin"),
                                                 os.environ.get("PDI_PLUGIN_PATH")]))  # fmt: skip
     env = child_env(PDI_PLUGIN_PATH=plugin_path)
@@ -220,14 +248,9 @@ def experiment1(
     else:
         rec["post hoc"] = {"skipped": "C solver / PDI not available: " + str(c_problem())}
     print("  in situ", flush=True)
-    analytics = InSituAnalytics(client, steps)
-    analytics.start()
-    t0 = time.perf_counter()
-    sim_s = run_mpi(sim_cmd("in situ"), env, workdir, 1200)
-    sim_end = time.perf_counter()
-    analytics.join(timeout=1200)
-    if analytics.error is not None:
-        raise RuntimeError(f"in situ analytics failed: {analytics.error!r}")
+    analytics, t0, sim_s, sim_end = run_with_analytics(
+        client, steps, sim_cmd("in situ"), env, workdir
+    )
     rec["in situ"] = {
         "simulation_s": sim_s,
         "analytics_after_simulation_s": max(0.0, analytics.done_at - sim_end),
@@ -249,25 +272,14 @@ def experiment2(
 ) -> dict[str, Any]:
     """Python solver with --timings, analytics in this process: per-step breakdown."""
     rows, cols = global_size(mib)
-    sim = workdir / "simulation-py.yml"
-    sim.write_text(
-        yaml.safe_dump(
-            {"global_size": [rows, cols], "process_grid": list(GRID), "steps": steps,
-             "output_period": period}
-        )
-    )  # fmt: skip
-    scheduler_file = workdir / "scheduler.json"
-    scheduler_file.write_text(json.dumps({"address": address}))
+    sim, scheduler_file = write_run_files(
+        workdir, "simulation-py.yml", rows, cols, steps, period, address
+    )
     timings = workdir / "timings.json"
-    analytics = InSituAnalytics(client, steps)
-    analytics.start()
     cmd = [*mpirun(RANKS), sys.executable, "-m", "deisa_simulation.heat", str(sim),
            "--scheduler-file", str(scheduler_file), "--placement", "locality",
            "--buffer-nb", "2", "--timings", str(timings)]  # fmt: skip
-    wall = run_mpi(cmd, child_env(), workdir, 1200)
-    analytics.join(timeout=1200)
-    if analytics.error is not None:
-        raise RuntimeError(f"analytics failed: {analytics.error!r}")
+    analytics, _, wall, _ = run_with_analytics(client, steps, cmd, child_env(), workdir)
     per_rank = json.loads(timings.read_text())["ranks"]
     steps_rec = [t for rank in per_rank for t in rank if t["step"] > 0]  # step 0: warm-up
     compute = median([t["compute_s"] for t in steps_rec])
