@@ -21,7 +21,6 @@
 using PDI::Array_datatype;
 using PDI::Context;
 using PDI::Datatype_sptr;
-using PDI::Expression;
 using PDI::Ref;
 using PDI::Ref_r;
 using PDI::Scalar_datatype;
@@ -79,17 +78,10 @@ string numpy_dtype(const Scalar_datatype& scalar)
 
 } // namespace
 
-Array_transfer::Array_transfer(
-	string data,
-	PC_tree_t tree,
-	Expression default_when,
-	PC_tree_t default_when_tree,
-	const unordered_map<string, Dataset_description>& datasets
-)
+Array_transfer::Array_transfer(string data, PC_tree_t tree, const Condition& default_when, const unordered_map<string, Dataset_description>& datasets)
 	: m_data{std::move(data)}
 	, m_dataset{m_data}
-	, m_when{std::move(default_when)}
-	, m_when_tree{default_when_tree}
+	, m_when{default_when}
 	, m_memory_selection{"memory_selection"}
 	, m_dataset_selection{"dataset_selection"}
 {
@@ -101,12 +93,7 @@ Array_transfer::Array_transfer(
 				m_dataset = to_string(value);
 				dataset_tree = value;
 			} else if (key == "when") {
-				try {
-					m_when = Expression{to_string(value)};
-				} catch (const PDI::Error& e) {
-					throw Spectree_error{value, "Invalid `when' for `{}': {}", m_data, e.what()};
-				}
-				m_when_tree = value;
+				m_when = Condition{value, "for `" + m_data + "'"};
 			} else if (key == "memory_selection") {
 				m_memory_selection = Selection{key, value};
 			} else if (key == "dataset_selection") {
@@ -131,11 +118,7 @@ Array_transfer::Array_transfer(
 
 bool Array_transfer::when(Context& ctx) const
 {
-	try {
-		return m_when.to_long(ctx);
-	} catch (const PDI::Error& e) {
-		throw Spectree_error{m_when_tree, "Cannot evaluate `when' of `{}': {}", m_data, e.what()};
-	}
+	return m_when.evaluate(ctx, m_data);
 }
 
 Array_geometry Array_transfer::geometry(Context& ctx) const

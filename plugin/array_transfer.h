@@ -13,6 +13,7 @@
 #include <pdi/expression.h>
 #include <pdi/ref_any.h>
 
+#include "condition.h"
 #include "selection.h"
 
 namespace deisa {
@@ -83,10 +84,7 @@ class Array_transfer
 	Dataset_description m_dataset_description;
 
 	/// condition to publish
-	PDI::Expression m_when;
-
-	/// YAML node of the condition, for error messages
-	PC_tree_t m_when_tree;
+	Condition m_when;
 
 	/// block selected in the exposed memory
 	Selection m_memory_selection;
@@ -98,15 +96,13 @@ public:
 	/** Parses one `write' entry
 	 * \param data name of the exposed data (the key in `write')
 	 * \param tree the entry's mapping (may be empty)
-	 * \param default_when the plugin-level `when', or "1"
-	 * \param default_when_tree YAML node of the plugin-level `when'
+	 * \param default_when the plugin-level `when' (always true if absent)
 	 * \param datasets the `datasets' section
 	 */
 	Array_transfer(
 		std::string data,
 		PC_tree_t tree,
-		PDI::Expression default_when,
-		PC_tree_t default_when_tree,
+		const Condition& default_when,
 		const std::unordered_map<std::string, Dataset_description>& datasets
 	);
 

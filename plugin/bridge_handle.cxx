@@ -38,13 +38,54 @@ namespace deisa {
 
 namespace {
 
-Expression parse_expression(PC_tree_t value, const char* key)
+Config_expression parse_expression(PC_tree_t value, const char* key)
 {
 	try {
-		return Expression{to_string(value)};
+		return {Expression{to_string(value)}, value};
 	} catch (const PDI::Error& e) {
 		throw Spectree_error{value, "Invalid $-expression for `{}' in deisa configuration: {}", key, e.what()};
 	}
+}
+
+Ref_r evaluate(Context& ctx, const Config_expression& value, const char* key)
+{
+	try {
+		return value.expression.to_ref(ctx);
+	} catch (const PDI::Error& e) {
+		throw Spectree_error{value.tree, "Cannot evaluate `{}' in deisa configuration: {}", key, e.what()};
+	}
+}
+
+/// `key' as a positive integer, checked here since the values are only known once evaluated
+long positive_long(Context& ctx, const Config_expression& value, const char* key)
+{
+	Ref_r ref = evaluate(ctx, value, key);
+	auto&& scalar = std::dynamic_pointer_cast<const Scalar_datatype>(ref.type());
+	if (scalar && (scalar->kind() == Scalar_kind::SIGNED || scalar->kind() == Scalar_kind::UNSIGNED)) {
+		const long result = ref.scalar_value<long>();
+		if (result > 0) return result;
+	}
+	throw Spectree_error{
+		value.tree,
+		"Invalid value for `{}' in deisa configuration: `{}' (expecting a positive integer)",
+		key,
+		to_string(value.tree)};
+}
+
+/// `key' as a positive number of seconds
+double positive_seconds(Context& ctx, const Config_expression& value, const char* key)
+{
+	Ref_r ref = evaluate(ctx, value, key);
+	auto&& scalar = std::dynamic_pointer_cast<const Scalar_datatype>(ref.type());
+	if (scalar && scalar->kind() != Scalar_kind::UNKNOWN) {
+		const double result = ref.scalar_value<double>();
+		if (result > 0) return result; // false for NaN too
+	}
+	throw Spectree_error{
+		value.tree,
+		"Invalid value for `{}' in deisa configuration: `{}' (expecting a positive number of seconds)",
+		key,
+		to_string(value.tree)};
 }
 
 template <typename T>
@@ -58,14 +99,9 @@ py::tuple to_tuple(const vector<T>& values)
 }
 
 /// The Fortran handle of the communicator designated by `expression' (an MPI_Comm or a Fortran handle)
-MPI_Fint fortran_communicator(Context& ctx, const Expression& expression, PC_tree_t tree)
+MPI_Fint fortran_communicator(Context& ctx, const Config_expression& value)
 {
-	Ref_r ref;
-	try {
-		ref = expression.to_ref(ctx);
-	} catch (const PDI::Error& e) {
-		throw Spectree_error{tree, "Cannot evaluate `communicator' in deisa configuration: {}", e.what()};
-	}
+	Ref_r ref = evaluate(ctx, value, "communicator");
 	auto&& scalar = std::dynamic_pointer_cast<const Scalar_datatype>(ref.type());
 	if (scalar && scalar->kind() == Scalar_kind::UNKNOWN && scalar->buffersize() == sizeof(MPI_Comm)) {
 		MPI_Comm comm;
@@ -75,7 +111,7 @@ MPI_Fint fortran_communicator(Context& ctx, const Expression& expression, PC_tre
 	if (scalar && (scalar->kind() == Scalar_kind::SIGNED || scalar->kind() == Scalar_kind::UNSIGNED)) {
 		return static_cast<MPI_Fint>(ref.scalar_value<long>());
 	}
-	throw Spectree_error{tree, "`communicator' in deisa configuration must be an MPI_Comm (e.g. $MPI_COMM_WORLD from the mpi plugin)"};
+	throw Spectree_error{value.tree, "`communicator' in deisa configuration must be an MPI_Comm (e.g. $MPI_COMM_WORLD from the mpi plugin)"};
 }
 
 } // namespace
@@ -96,6 +132,14 @@ On_error to_on_error(PC_tree_t tree)
 	throw Spectree_error{tree, "Invalid value for `on_error' in deisa configuration: `{}' (expecting abort or warn)", value};
 }
 
+On_full to_on_full(PC_tree_t tree)
+{
+	string value = to_string(tree);
+	if (value == "block") return On_full::BLOCK;
+	if (value == "drop_oldest") return On_full::DROP_OLDEST;
+	throw Spectree_error{tree, "Invalid value for `on_full' in deisa configuration: `{}' (expecting block or drop_oldest)", value};
+}
+
 Bridge_handle::~Bridge_handle()
 {
 	if (!Py_IsInitialized()) return;
@@ -107,13 +151,11 @@ Bridge_handle::~Bridge_handle()
 void Bridge_handle::scheduler_file(PC_tree_t value)
 {
 	m_scheduler_file = parse_expression(value, "scheduler_file");
-	m_has_scheduler_file = true;
 }
 
 void Bridge_handle::communicator(PC_tree_t value)
 {
 	m_communicator = parse_expression(value, "communicator");
-	m_communicator_tree = value;
 }
 
 void Bridge_handle::buffer_nb(PC_tree_t value)
@@ -126,12 +168,28 @@ void Bridge_handle::timeout(PC_tree_t value)
 	m_timeout = parse_expression(value, "timeout");
 }
 
+void Bridge_handle::connect_timeout(PC_tree_t value)
+{
+	m_connect_timeout = parse_expression(value, "connect_timeout");
+}
+
+void Bridge_handle::min_workers(PC_tree_t value)
+{
+	m_min_workers = parse_expression(value, "min_workers");
+}
+
 void Bridge_handle::validate(Context& ctx, PC_tree_t config)
 {
-	if (!m_has_scheduler_file) {
+	if (!m_scheduler_file) {
 		throw Spectree_error{
 			config,
 			"Missing key in deisa configuration: `scheduler_file' (the JSON file written by `dask scheduler --scheduler-file FILE')"};
+	}
+	// deisa.Bridge would refuse it too, but only at the first publication
+	if (m_on_full == On_full::DROP_OLDEST && !m_buffer_nb) {
+		throw Spectree_error{
+			PC_get(config, ".on_full"),
+			"`on_full: drop_oldest' in deisa configuration needs `buffer_nb' (the number of steps kept)"};
 	}
 	py::gil_scoped_acquire gil;
 	try {
@@ -162,13 +220,28 @@ void Bridge_handle::open(Context& ctx, const vector<Array_transfer>& transfers)
 		}
 		m_arrays.emplace_back(transfer.dataset(), std::move(geometry));
 	}
-	const string scheduler_file = m_scheduler_file.to_string(ctx);
-	const MPI_Fint comm = m_communicator ? fortran_communicator(ctx, *m_communicator, m_communicator_tree) : MPI_Comm_c2f(MPI_COMM_WORLD);
+	string scheduler_file;
+	try {
+		scheduler_file = m_scheduler_file->expression.to_string(ctx);
+	} catch (const PDI::Error& e) {
+		throw Spectree_error{m_scheduler_file->tree, "Cannot evaluate `scheduler_file' in deisa configuration: {}", e.what()};
+	}
+	const MPI_Fint comm = m_communicator ? fortran_communicator(ctx, *m_communicator) : MPI_Comm_c2f(MPI_COMM_WORLD);
+	// evaluated before taking the GIL: a bad value is a PDI error, whatever on_error says
+	std::optional<long> buffer_nb, min_workers;
+	std::optional<double> timeout, connect_timeout;
+	if (m_buffer_nb) buffer_nb = positive_long(ctx, *m_buffer_nb, "buffer_nb");
+	if (m_timeout) timeout = positive_seconds(ctx, *m_timeout, "timeout");
+	if (m_connect_timeout) connect_timeout = positive_seconds(ctx, *m_connect_timeout, "connect_timeout");
+	if (m_min_workers) min_workers = positive_long(ctx, *m_min_workers, "min_workers");
 	py::gil_scoped_acquire gil;
 	py::dict options;
 	// absent keys keep deisa.Bridge's own defaults
-	if (m_buffer_nb) options["buffer_nb"] = py::int_(m_buffer_nb->to_long(ctx));
-	if (m_timeout) options["timeout"] = py::float_(m_timeout->to_double(ctx));
+	if (buffer_nb) options["buffer_nb"] = py::int_(*buffer_nb);
+	if (timeout) options["timeout"] = py::float_(*timeout);
+	if (connect_timeout) options["connect_timeout"] = py::float_(*connect_timeout);
+	if (min_workers) options["min_workers"] = py::int_(*min_workers);
+	if (m_on_full) options["on_full"] = m_on_full == On_full::DROP_OLDEST ? "drop_oldest" : "block";
 	if (!m_module) {
 		m_disabled = true;
 		return;
@@ -191,7 +264,8 @@ void Bridge_handle::open(Context& ctx, const vector<Array_transfer>& transfers)
 		ctx.logger().info("Connected to the Dask scheduler of `{}'", scheduler_file);
 	} catch (const py::error_already_set& e) {
 		m_disabled = true;
-		handle_python_error(ctx, "creating the deisa Bridge", e);
+		// the scheduler file is what the user can check first
+		handle_python_error(ctx, "creating the deisa Bridge (scheduler_file: `" + scheduler_file + "')", e);
 	}
 }
 

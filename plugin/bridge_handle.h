@@ -42,6 +42,27 @@ enum class On_error {
  */
 On_error to_on_error(PC_tree_t tree);
 
+/// What a publication does when `buffer_nb' steps are waiting (`on_full' key)
+enum class On_full {
+	BLOCK, ///< wait for the analytics, up to `timeout'
+	DROP_OLDEST ///< release the oldest waiting step and queue the new one
+};
+
+/** Parses an `on_full' value
+ * \param tree the value's node
+ * \return the policy
+ */
+On_full to_on_full(PC_tree_t tree);
+
+/// A $-expression of the configuration, with its YAML node for error messages
+struct Config_expression {
+	/// the parsed value
+	PDI::Expression expression;
+
+	/// its YAML node
+	PC_tree_t tree;
+};
+
 /** Owns this rank's deisa.Bridge.
  *
  * The bridge is created collectively on the first publication, when the
@@ -51,26 +72,29 @@ On_error to_on_error(PC_tree_t tree);
  */
 class Bridge_handle
 {
-	/// path of the Dask scheduler file
-	PDI::Expression m_scheduler_file;
-
-	/// whether `scheduler_file' was given
-	bool m_has_scheduler_file = false;
+	/// path of the Dask scheduler file (required)
+	std::optional<Config_expression> m_scheduler_file;
 
 	/// the MPI communicator of the simulation (an MPI_Comm or a Fortran handle); MPI_COMM_WORLD if absent
-	std::optional<PDI::Expression> m_communicator;
-
-	/// YAML node of `communicator', for error messages
-	PC_tree_t m_communicator_tree = {PC_NODE_NOT_FOUND, nullptr, nullptr};
+	std::optional<Config_expression> m_communicator;
 
 	/// worker placement policy
 	Placement m_placement = Placement::ROUND_ROBIN;
 
 	/// maximum number of steps in flight per array, unbounded if absent
-	std::optional<PDI::Expression> m_buffer_nb;
+	std::optional<Config_expression> m_buffer_nb;
 
-	/// seconds to wait for the scheduler, the library default if absent
-	std::optional<PDI::Expression> m_timeout;
+	/// seconds a publication may wait on flow control, the library default if absent
+	std::optional<Config_expression> m_timeout;
+
+	/// seconds to wait for the scheduler file, the scheduler and the workers, the library default if absent
+	std::optional<Config_expression> m_connect_timeout;
+
+	/// workers needed before the placement is fixed, the library default if absent
+	std::optional<Config_expression> m_min_workers;
+
+	/// flow-control policy, the library default if absent
+	std::optional<On_full> m_on_full;
 
 	/// what a Python failure does
 	On_error m_on_error = On_error::ABORT;
@@ -125,12 +149,27 @@ public:
 	 */
 	void timeout(PC_tree_t value);
 
+	/** Sets `connect_timeout'
+	 * \param value the $-expression node
+	 */
+	void connect_timeout(PC_tree_t value);
+
+	/** Sets `min_workers'
+	 * \param value the $-expression node
+	 */
+	void min_workers(PC_tree_t value);
+
+	/** Sets `on_full'
+	 * \param on_full the policy
+	 */
+	void on_full(On_full on_full) { m_on_full = on_full; }
+
 	/** Sets `on_error'
 	 * \param on_error the policy
 	 */
 	void on_error(On_error on_error) { m_on_error = on_error; }
 
-	/** Checks that the required keys were given and imports the deisa Python module
+	/** Checks that the required keys were given, and the keys together, and imports the deisa Python module
 	 * \param ctx the PDI context
 	 * \param config the plugin's configuration node, for error messages
 	 */

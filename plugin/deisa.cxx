@@ -13,7 +13,6 @@
 
 #include <pdi/context.h>
 #include <pdi/error.h>
-#include <pdi/expression.h>
 #include <pdi/logger.h>
 #include <pdi/paraconf_wrapper.h>
 #include <pdi/plugin.h>
@@ -27,11 +26,11 @@ namespace {
 
 using deisa::Array_transfer;
 using deisa::Bridge_handle;
+using deisa::Condition;
 using deisa::Dataset_description;
 using deisa::Python_interpreter;
 using PDI::Context;
 using PDI::each;
-using PDI::Expression;
 using PDI::Plugin;
 using PDI::Ref;
 using PDI::Spectree_error;
@@ -59,8 +58,7 @@ public:
 		, m_interpreter{ctx}
 	{
 		unordered_map<string, Dataset_description> datasets;
-		Expression default_when{1L};
-		PC_tree_t default_when_tree = PC_get(config, ".when");
+		Condition default_when;
 		PC_tree_t write_tree = {PC_NODE_NOT_FOUND, nullptr, nullptr};
 		each(config, [&](PC_tree_t key_tree, PC_tree_t value) {
 			string key = to_string(key_tree);
@@ -74,14 +72,16 @@ public:
 				m_bridge.buffer_nb(value);
 			} else if (key == "timeout") {
 				m_bridge.timeout(value);
+			} else if (key == "connect_timeout") {
+				m_bridge.connect_timeout(value);
+			} else if (key == "min_workers") {
+				m_bridge.min_workers(value);
+			} else if (key == "on_full") {
+				m_bridge.on_full(deisa::to_on_full(value));
 			} else if (key == "on_error") {
 				m_bridge.on_error(deisa::to_on_error(value));
 			} else if (key == "when") {
-				try {
-					default_when = Expression{to_string(value)};
-				} catch (const PDI::Error& e) {
-					throw Spectree_error{value, "Invalid `when' in deisa configuration: {}", e.what()};
-				}
+				default_when = Condition{value, "in deisa configuration"};
 			} else if (key == "datasets") {
 				each(value, [&](PC_tree_t name, PC_tree_t type) { datasets[to_string(name)] = {type, ctx.datatype(type)}; });
 			} else if (key == "write") {
@@ -97,9 +97,7 @@ public:
 				PC_status(write_tree) ? config : write_tree,
 				"deisa configuration needs a `write' mapping from exposed data to datasets (e.g. `write: {{temp: {{dataset: gtemp}}}}')"};
 		}
-		each(write_tree, [&](PC_tree_t data, PC_tree_t entry) {
-			m_transfers.emplace_back(to_string(data), entry, default_when, default_when_tree, datasets);
-		});
+		each(write_tree, [&](PC_tree_t data, PC_tree_t entry) { m_transfers.emplace_back(to_string(data), entry, default_when, datasets); });
 		m_bridge.validate(ctx, config);
 
 		ctx.callbacks().add_data_callback([this](const string& name, Ref ref) { this->data(name, ref); });

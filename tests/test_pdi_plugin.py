@@ -12,7 +12,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pytest
@@ -104,6 +104,49 @@ def deisa_config(tmp_path: Path, edit: Callable[[dict[str, Any]], None]) -> Path
     return path
 
 
+class HeatRun(NamedTuple):
+    """What a run of the C heat solver left: its exit status, output and configuration."""
+
+    returncode: int
+    output: str  # stdout then stderr
+    config: HeatConfig
+
+
+def run_c_heat_deisa(
+    tmp_path: Path,
+    edit: Callable[[dict[str, Any]], None],
+    nranks: int = 1,
+    *,
+    stub: bool = True,
+    fail: str | None = None,
+    check: bool = True,
+    **settings: Any,
+) -> HeatRun:
+    """The C heat solver with configs/heat_deisa.yml edited by ``edit``, in ``tmp_path``.
+
+    ``settings`` are simulation.yml's (``process_grid`` must hold ``nranks`` ranks); ``stub``
+    puts the stand-in deisa package first, ``fail`` is its STUB_FAIL.
+    """
+    simulation = write_config(tmp_path / "simulation.yml", **settings)
+    env = stub_env(tmp_path, **({"STUB_FAIL": fail} if fail else {})) if stub else None
+    proc = run_c_heat(
+        nranks, simulation, deisa_config(tmp_path, edit), tmp_path, env=env, check=check
+    )
+    return HeatRun(proc.returncode, proc.stdout + proc.stderr, HeatConfig.from_yaml(simulation))
+
+
+def bridge_log(tmp_path: Path, rank: int) -> dict[str, Any]:
+    """What the stub Bridge of ``rank`` recorded; written by its close()."""
+    log: dict[str, Any] = json.loads((tmp_path / f"bridge_{rank}.json").read_text())
+    return log
+
+
+def assert_reference_steps(config: HeatConfig, field_at: Callable[[int], np.ndarray]) -> None:
+    """Every step of the global field equals the reference solution bitwise."""
+    for step in range(config.steps):
+        assert np.array_equal(field_at(step), reference_field(config, step)), f"step {step}"
+
+
 def blocks(config: HeatConfig) -> list[tuple[tuple[int, int], tuple[int, int]]]:
     """(start, shape) of every rank's block, rank = cx * py + cy, as in simulation/README.md."""
 
@@ -138,20 +181,16 @@ def test_c_heat_hdf5_matches_reference_bitwise(
     with h5py.File(tmp_path / "heat.h5", "r") as f:
         field = f["gtemp"][...]
     assert field.shape == (config.steps, *config.global_size)
-    for step in range(config.steps):
-        assert np.array_equal(field[step], reference_field(config, step)), f"step {step}"
+    assert_reference_steps(config, lambda step: field[step])
 
 
 def test_plugin_publishes_zero_copy_views_without_ghosts(built: Path, tmp_path: Path) -> None:
-    simulation = write_config(tmp_path / "simulation.yml", global_size=[20, 18])
-    config = HeatConfig.from_yaml(simulation)
-
     def edit(deisa: dict[str, Any]) -> None:
         deisa.update(placement="locality", buffer_nb=2, timeout=30)
 
-    run_c_heat(4, simulation, deisa_config(tmp_path, edit), tmp_path, env=stub_env(tmp_path))
+    config = run_c_heat_deisa(tmp_path, edit, 4, global_size=[20, 18]).config
     for rank, (start, shape) in enumerate(blocks(config)):
-        log = json.loads((tmp_path / f"bridge_{rank}.json").read_text())
+        log = bridge_log(tmp_path, rank)
         assert log["scheduler_file"] == "scheduler.json"
         assert log["options"] == {"placement": "locality", "buffer_nb": 2, "timeout": 30.0}
         assert log["arrays"] == {
@@ -176,34 +215,94 @@ def test_plugin_publishes_zero_copy_views_without_ghosts(built: Path, tmp_path: 
 
 
 def test_on_error_abort_stops_the_simulation(built: Path, tmp_path: Path) -> None:
-    simulation = write_config(tmp_path / "simulation.yml", process_grid=[1, 2])
-    pdi = deisa_config(tmp_path, lambda d: d.update(on_error="abort"))
-    proc = run_c_heat(
-        2, simulation, pdi, tmp_path, env=stub_env(tmp_path, STUB_FAIL="publish"), check=False
+    run = run_c_heat_deisa(
+        tmp_path,
+        lambda d: d.update(on_error="abort"),
+        2,
+        fail="publish",
+        check=False,
+        process_grid=[1, 2],
     )
-    output = proc.stdout + proc.stderr
-    assert proc.returncode != 0
-    assert "Traceback" in output and "stub failure in publish" in output
-    assert "on_error: abort" in output
+    assert run.returncode != 0
+    assert "Traceback" in run.output and "stub failure in publish" in run.output
+    assert "on_error: abort" in run.output
     assert not list(tmp_path.glob("gtemp_2_*.npy"))  # stopped at step 1
 
 
 def test_on_error_warn_logs_and_continues(built: Path, tmp_path: Path) -> None:
-    simulation = write_config(tmp_path / "simulation.yml", process_grid=[1, 2])
-    pdi = deisa_config(tmp_path, lambda d: d.update(on_error="warn"))
-    proc = run_c_heat(2, simulation, pdi, tmp_path, env=stub_env(tmp_path, STUB_FAIL="publish"))
-    output = proc.stdout + proc.stderr
-    assert "Traceback" in output and "stub failure in publish" in output
-    log = json.loads((tmp_path / "bridge_0.json").read_text())  # closed normally
+    run = run_c_heat_deisa(
+        tmp_path, lambda d: d.update(on_error="warn"), 2, fail="publish", process_grid=[1, 2]
+    )
+    assert "Traceback" in run.output and "stub failure in publish" in run.output
+    log = bridge_log(tmp_path, 0)  # closed normally
     assert [p["step"] for p in log["publish"]] == [0, 1, 2, 3]
 
 
 def test_on_error_warn_survives_a_failed_bridge(built: Path, tmp_path: Path) -> None:
-    simulation = write_config(tmp_path / "simulation.yml", process_grid=[1, 1])
-    pdi = deisa_config(tmp_path, lambda d: d.update(on_error="warn"))
-    proc = run_c_heat(1, simulation, pdi, tmp_path, env=stub_env(tmp_path, STUB_FAIL="init"))
-    assert "stub failure in Bridge()" in proc.stdout + proc.stderr
+    run = run_c_heat_deisa(
+        tmp_path, lambda d: d.update(on_error="warn"), fail="init", process_grid=[1, 1]
+    )
+    assert "stub failure in Bridge()" in run.output
+    # the connection happens at the first publication: its failure names the scheduler file
+    assert "creating the deisa Bridge (scheduler_file: `scheduler.json')" in run.output
     assert not list(tmp_path.glob("gtemp_*.npy"))
+
+
+@pytest.mark.parametrize(
+    ("keys", "options"),
+    [
+        ({}, {"placement": "round_robin"}),  # absent keys keep deisa.Bridge's defaults
+        (
+            {"connect_timeout": 12.5, "min_workers": 3, "on_full": "block"},
+            {
+                "placement": "round_robin",
+                "connect_timeout": 12.5,
+                "min_workers": 3,
+                "on_full": "block",
+            },
+        ),
+        (
+            # $-expressions, evaluated at the first publication
+            {
+                "buffer_nb": "$steps",
+                "on_full": "drop_oldest",
+                "connect_timeout": "$steps",
+                "min_workers": "$process_grid[1] + 1",
+            },
+            {
+                "placement": "round_robin",
+                "buffer_nb": 2,
+                "on_full": "drop_oldest",
+                "connect_timeout": 2.0,
+                "min_workers": 2,
+            },
+        ),
+    ],
+    ids=["defaults", "values", "expressions"],
+)
+def test_plugin_passes_bridge_options(
+    built: Path, tmp_path: Path, keys: dict[str, Any], options: dict[str, Any]
+) -> None:
+    run_c_heat_deisa(tmp_path, lambda d: d.update(keys), process_grid=[1, 1], steps=2)
+    log = bridge_log(tmp_path, 0)
+    assert log["options"] == options
+    assert [p["step"] for p in log["publish"]] == [0, 1]
+
+
+def test_unreachable_scheduler_names_the_scheduler_file(built: Path, tmp_path: Path) -> None:
+    # the real deisa package: the Bridge waits connect_timeout for the file, then fails
+    missing = tmp_path / "nosuch" / "scheduler.json"
+    run = run_c_heat_deisa(
+        tmp_path,
+        lambda d: d.update(scheduler_file=str(missing), connect_timeout=1),
+        stub=False,
+        check=False,
+        process_grid=[1, 1],
+        steps=2,
+    )
+    assert run.returncode != 0
+    assert f"creating the deisa Bridge (scheduler_file: `{missing}')" in run.output
+    assert f"scheduler file '{missing}' does not exist (waited 1 s)" in run.output
 
 
 def _set_write(key: str, value: Any) -> Callable[[dict[str, Any]], None]:
@@ -242,18 +341,43 @@ BAD_CONFIGS: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
         "Unknown key in deisa `memory_selection': `stride'",
     ),
     "missing-write": (lambda d: d.pop("write"), "needs a `write' mapping"),
+    "bad-on-full": (
+        lambda d: d.update(on_full="wait"),
+        "`on_full' in deisa configuration: `wait' (expecting block or drop_oldest)",
+    ),
+    "drop-oldest-without-buffer-nb": (
+        lambda d: d.update(on_full="drop_oldest"),
+        "`on_full: drop_oldest' in deisa configuration needs `buffer_nb'",
+    ),
+    "zero-min-workers": (
+        lambda d: d.update(min_workers=0),
+        "`min_workers' in deisa configuration: `0' (expecting a positive integer)",
+    ),
+    "fractional-min-workers": (
+        lambda d: d.update(min_workers=1.5),
+        "`min_workers' in deisa configuration: `1.5' (expecting a positive integer)",
+    ),
+    "zero-connect-timeout": (
+        lambda d: d.update(connect_timeout=0),
+        "`connect_timeout' in deisa configuration: `0' (expecting a positive number of seconds)",
+    ),
+    "unevaluable-connect-timeout": (
+        lambda d: d.update(connect_timeout="$nosuch"),
+        "Cannot evaluate `connect_timeout' in deisa configuration",
+    ),
+    "zero-buffer-nb": (
+        lambda d: d.update(buffer_nb=0),
+        "`buffer_nb' in deisa configuration: `0' (expecting a positive integer)",
+    ),
 }
 
 
 @pytest.mark.parametrize("case", sorted(BAD_CONFIGS))
 def test_bad_plugin_configuration_names_the_key(built: Path, tmp_path: Path, case: str) -> None:
     edit, message = BAD_CONFIGS[case]
-    simulation = write_config(tmp_path / "simulation.yml", process_grid=[1, 1], steps=2)
-    proc = run_c_heat(
-        1, simulation, deisa_config(tmp_path, edit), tmp_path, env=stub_env(tmp_path), check=False
-    )
-    assert proc.returncode != 0
-    assert message in proc.stdout + proc.stderr
+    run = run_c_heat_deisa(tmp_path, edit, check=False, process_grid=[1, 1], steps=2)
+    assert run.returncode != 0
+    assert message in run.output
 
 
 def test_c_heat_through_deisa_reaches_dask_bitwise(
@@ -266,9 +390,7 @@ def test_c_heat_through_deisa_reaches_dask_bitwise(
     run_c_heat(4, simulation, CONFIGS / "heat_deisa.yml", tmp_path)  # scheduler.json is here
     with dask_processes.client() as client:
         gtemp = Adapter(client)["gtemp"]
-        for step in range(config.steps):
-            field = gtemp[step, :, :].compute()
-            assert np.array_equal(field, reference_field(config, step)), f"step {step}"
+        assert_reference_steps(config, lambda step: gtemp[step, :, :].compute())
 
 
 def test_pca_in_situ_equals_post_hoc(
