@@ -36,7 +36,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -137,6 +137,7 @@ class RunSettings:
     solver_reason: str = ""
 
     def summary(self) -> dict[str, Any]:
+        """The settings recorded in ``results.json``."""
         return {
             "ranks": self.ranks,
             "workers": self.workers,
@@ -164,8 +165,9 @@ def _pair(name: str, value: Any) -> tuple[int, int]:
     return (_positive(name, value[0]), _positive(name, value[1]))
 
 
-def _find(path: str | Path) -> Path:
-    """A relative path from the current directory if it exists there, else from the repo."""
+def find_path(path: str | Path) -> Path:
+    """``path``, absolute: a relative one from the current directory if it exists there, else
+    from the repository (so ``configs/...`` and ``build`` work from anywhere)."""
     path = Path(path)
     if path.is_absolute() or path.exists() or not (REPO / path).exists():
         return path.resolve()
@@ -185,7 +187,7 @@ def resolve_settings(args: argparse.Namespace) -> RunSettings:
     simulation: dict[str, Any] = {}
     if config_path is not None:
         try:
-            simulation = yaml.safe_load(_find(config_path).read_text()) or {}
+            simulation = yaml.safe_load(find_path(config_path).read_text()) or {}
         except (OSError, yaml.YAMLError) as exc:
             raise UsageError(f"--config {config_path}: {exc}") from exc
         if not isinstance(simulation, dict):
@@ -210,17 +212,8 @@ def resolve_settings(args: argparse.Namespace) -> RunSettings:
             f"--process-grid {grid[0]} {grid[1]} has {grid[0] * grid[1]} ranks, --ranks is {ranks}"
         )
     simulation["process_grid"] = list(grid)
-    buffer_nb = pick("buffer_nb")
-    if isinstance(buffer_nb, str) and buffer_nb.lower() in ("none", "null", "0"):
-        buffer_nb = None
-    if isinstance(buffer_nb, str):
-        try:
-            buffer_nb = int(buffer_nb)
-        except ValueError:
-            raise UsageError(f"--buffer-nb {buffer_nb!r}: an integer or 'none'") from None
+    buffer_nb = parse_buffer_nb(pick("buffer_nb"))
     solver = pick("solver")
-    if solver not in ("auto", "c", "python"):
-        raise UsageError(f"--solver {solver!r}: one of auto, c, python")
     settings = RunSettings(
         ranks=ranks,
         process_grid=grid,
@@ -228,8 +221,8 @@ def resolve_settings(args: argparse.Namespace) -> RunSettings:
         threads=_positive("--threads", pick("threads")),
         simulation=simulation,
         solver=solver,
-        pdi_config=_find(pick("pdi_config")),
-        build_dir=_find(pick("build_dir")),
+        pdi_config=find_path(pick("pdi_config")),
+        build_dir=find_path(pick("build_dir")),
         array=pick("array"),
         placement=pick("placement"),
         buffer_nb=buffer_nb,
@@ -239,17 +232,53 @@ def resolve_settings(args: argparse.Namespace) -> RunSettings:
         stop_timeout=float(run["stop_timeout"]),
         mpirun=[mpi["mpirun"], *mpi["args"]],
     )
-    if solver != "python":
-        reason = c_solver_problem(settings.build_dir, settings.pdi_config)
-        if reason is None:
-            settings.solver, settings.solver_reason = "c", "C solver built and PDI loads"
-        elif solver == "c":
-            raise UsageError(f"--solver c: {reason}")
-        else:
-            settings.solver, settings.solver_reason = "python", reason
-    else:
-        settings.solver_reason = "--solver python"
+    settings.solver, settings.solver_reason = resolve_solver(
+        solver, settings.build_dir, settings.pdi_config
+    )
+    if settings.solver == "c":  # a wrong --array would only show as a stalled run
+        deisa_pdi_config(settings.pdi_config, "", settings.placement, buffer_nb, settings.array)
     return settings
+
+
+def parse_buffer_nb(value: int | str | None) -> int | None:
+    """``--buffer-nb``: a positive integer, or ``None`` (unbounded) for none, null or 0.
+
+    Raises
+    ------
+    UsageError
+        Neither.
+    """
+    if isinstance(value, str):
+        if value.lower() in ("none", "null", "0"):
+            return None
+        try:
+            value = int(value)
+        except ValueError:
+            raise UsageError(f"--buffer-nb {value!r}: a positive integer or 'none'") from None
+    if value == 0:
+        return None
+    return _positive("--buffer-nb", value, allow_none=True)
+
+
+def resolve_solver(solver: str, build_dir: Path, pdi_config: Path) -> tuple[str, str]:
+    """``("c" | "python", why)``: the solver that ``--solver auto | c | python`` runs.
+
+    Raises
+    ------
+    UsageError
+        ``solver`` is none of the three, or is ``c`` and the C solver cannot run here
+        (:func:`c_solver_problem` says why).
+    """
+    if solver == "python":
+        return "python", "--solver python"
+    if solver not in ("auto", "c"):
+        raise UsageError(f"--solver {solver!r}: one of auto, c, python")
+    reason = c_solver_problem(build_dir, pdi_config)
+    if reason is None:
+        return "c", "C solver built and PDI loads"
+    if solver == "c":
+        raise UsageError(f"--solver c: {reason}")
+    return "python", reason
 
 
 def c_solver_problem(build_dir: Path, pdi_config: Path) -> str | None:
@@ -258,9 +287,12 @@ def c_solver_problem(build_dir: Path, pdi_config: Path) -> str | None:
     plugin = build_dir / "plugin" / "libpdi_deisa_plugin.so"
     for path, what in ((heat, "C solver"), (plugin, "deisa PDI plugin")):
         if not path.exists():
-            return f"{what} not built ({path} missing; cmake -S . -B build && cmake --build build)"
+            return (
+                f"{what} not built ({path} missing; in the repository: cmake -S . -B build && "
+                "cmake --build build, or point --build-dir at your build)"
+            )
     if not pdi_config.exists():
-        return f"PDI configuration {pdi_config} missing"
+        return f"PDI configuration {pdi_config} missing (--pdi-config)"
     try:
         ctypes.CDLL("libpdi.so.1")
     except OSError as exc:
@@ -414,22 +446,65 @@ def worker_command(scheduler_file: Path, index: int, threads: int, local_dir: Pa
     ]  # fmt: skip
 
 
+def deisa_pdi_config(
+    pdi_config: Path, scheduler_file: str, placement: str, buffer_nb: int | None, array: str
+) -> dict[str, Any]:
+    """The C solver's PDI configuration ``pdi_config`` with its deisa block set for one run.
+
+    Parameters
+    ----------
+    pdi_config
+        PDI YAML with a ``plugins.deisa`` block (``configs/heat_deisa.yml``).
+    scheduler_file, placement, buffer_nb
+        Written into the block (``buffer_nb`` ``None``: the key is removed, unbounded).
+    array
+        The array the analytics read; it must be one of the block's ``datasets``.
+
+    Returns
+    -------
+    dict
+        The configuration, to dump to a YAML file for ``heat``.
+
+    Raises
+    ------
+    UsageError
+        The file is unreadable, has no ``plugins.deisa`` block, or does not publish ``array``.
+    """
+    try:
+        pdi = yaml.safe_load(pdi_config.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise UsageError(f"--pdi-config {pdi_config}: {exc}") from exc
+    plugin = (pdi.get("plugins") or {}).get("deisa") if isinstance(pdi, dict) else None
+    if not isinstance(plugin, dict):
+        raise UsageError(f"--pdi-config {pdi_config}: no plugins.deisa block")
+    datasets = plugin.get("datasets")
+    if isinstance(datasets, dict) and array not in datasets:
+        raise UsageError(
+            f"--array {array}: the C solver publishes {', '.join(map(str, datasets))} "
+            f"(plugins.deisa.datasets of {pdi_config})"
+        )
+    plugin["scheduler_file"] = scheduler_file
+    plugin["placement"] = placement
+    if buffer_nb is None:
+        plugin.pop("buffer_nb", None)
+    else:
+        plugin["buffer_nb"] = buffer_nb
+    return pdi
+
+
 def simulation_command(
     settings: RunSettings, sim_config: Path, scheduler_file: Path, timings: Path
 ) -> tuple[list[str], dict[str, str]]:
     """mpirun command line and environment of the simulation, C or Python."""
     launcher = [*settings.mpirun, "-np", str(settings.ranks)]
     if settings.solver == "c":
-        pdi = yaml.safe_load(settings.pdi_config.read_text())
-        plugin = (pdi.get("plugins") or {}).get("deisa") if isinstance(pdi, dict) else None
-        if not isinstance(plugin, dict):
-            raise UsageError(f"--pdi-config {settings.pdi_config}: no plugins.deisa block")
-        plugin["scheduler_file"] = str(scheduler_file)
-        plugin["placement"] = settings.placement
-        if settings.buffer_nb is None:
-            plugin.pop("buffer_nb", None)
-        else:
-            plugin["buffer_nb"] = settings.buffer_nb
+        pdi = deisa_pdi_config(
+            settings.pdi_config,
+            str(scheduler_file),
+            settings.placement,
+            settings.buffer_nb,
+            settings.array,
+        )
         pdi_file = settings.output / "pdi.yml"
         pdi_file.write_text(yaml.safe_dump(pdi, sort_keys=False))
         plugin_path = os.pathsep.join(
@@ -480,34 +555,43 @@ def _signals_ignored() -> Iterator[None]:
             signal.signal(signum, old)
 
 
-def _wait_for_file(path: Path, procs: ProcessSet, timeout: float) -> None:
+def _wait_until(
+    ready: Callable[[], bool],
+    what: str,
+    procs: ProcessSet,
+    timeout: float,
+    interval: float = 0.1,
+) -> None:
+    """Poll ``ready`` every ``interval`` s until it is true.
+
+    Raises
+    ------
+    PipelineError
+        A process of ``procs`` exited first (with its log's tail), or ``timeout`` s passed;
+        the message names ``what`` was awaited.
+    """
     deadline = time.monotonic() + timeout
-    while not path.exists():
+    while not ready():
         dead = procs.failed()
         if dead is not None:
             raise PipelineError(
-                f"{dead.name} exited ({dead.popen.returncode}) at start-up:\n{tail(dead.log)}"
+                f"{dead.name} exited ({dead.popen.returncode}) at start-up, while waiting for "
+                f"{what}:\n{tail(dead.log)}"
             )
         if time.monotonic() > deadline:
-            raise PipelineError(f"no scheduler file {path} after {timeout:.0f} s")
-        time.sleep(0.1)
+            raise PipelineError(f"timed out after {timeout:.0f} s (--timeout) waiting for {what}")
+        time.sleep(interval)
 
 
-def _wait_for_workers(client: Any, n: int, procs: ProcessSet, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
+def _workers_connected(client: Any, n: int) -> Callable[[], bool]:
+    def ready() -> bool:
         try:
-            client.wait_for_workers(n, timeout=1)
-            return
+            client.wait_for_workers(n, timeout=1)  # the 1 s wait is the polling interval
         except TimeoutError:
-            pass
-        dead = procs.failed()
-        if dead is not None:
-            raise PipelineError(
-                f"{dead.name} exited ({dead.popen.returncode}) at start-up:\n{tail(dead.log)}"
-            )
-        if time.monotonic() > deadline:
-            raise PipelineError(f"fewer than {n} workers connected after {timeout:.0f} s")
+            return False
+        return True
+
+    return ready
 
 
 def report(
@@ -560,14 +644,25 @@ def run_pipeline(settings: RunSettings, out: IO[str] = sys.stdout) -> None:
         with _signals_raise():
             dashboard = dashboard_available()
             procs.start("scheduler", scheduler_command(scheduler_file, dashboard))
-            _wait_for_file(scheduler_file, procs, settings.timeout)
+            _wait_until(
+                scheduler_file.exists,
+                f"the scheduler file {scheduler_file}",
+                procs,
+                settings.timeout,
+            )
             for i in range(settings.workers):
                 procs.start(
                     f"worker-{i}",
                     worker_command(scheduler_file, i, settings.threads, output / "dask-scratch"),
                 )
             client = Client(scheduler_file=str(scheduler_file), timeout=settings.timeout)
-            _wait_for_workers(client, settings.workers, procs, settings.timeout)
+            _wait_until(
+                _workers_connected(client, settings.workers),
+                f"{settings.workers} worker(s) to connect",
+                procs,
+                settings.timeout,
+                interval=0,
+            )
             if dashboard:
                 print(f"Dashboard: {client.dashboard_link}", file=sys.stderr)
             else:

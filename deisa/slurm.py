@@ -2,7 +2,8 @@
 
 :func:`job_script` fills ``deisa/templates/slurm_job.sh``: a Dask scheduler and the analytics
 client (``deisa-run analytics``) on the first node, the Dask workers, then the MPI ranks of the
-heat simulation, each a concurrent ``srun --exact`` step, as in the DEISA paper's experiments.
+heat simulation (the Python solver, or the C solver through PDI and the deisa plugin), each a
+concurrent ``srun --exact`` step, as in the DEISA paper's experiments.
 The script waits for the scheduler file, stops the client if the simulation fails (and the
 reverse), and exits non-zero when either failed; the analytics client leaves ``results.json``
 and ``explained_variance.png`` in the output directory.
@@ -10,6 +11,7 @@ and ``explained_variance.png`` in the output directory.
 From the command line::
 
     deisa-run slurm --ranks 4 --workers 2 > job.sh     # or: python -m deisa.slurm ...
+    deisa-run slurm --ranks 4 --solver c > job.sh      # the C solver through PDI
     sbatch job.sh
 
 See ``docs/slurm.md``.
@@ -28,6 +30,9 @@ from typing import Any
 import yaml
 
 TEMPLATE = Path(__file__).with_name("templates") / "slurm_job.sh"
+# In the C solver's PDI YAML, replaced by $SLURM_JOB_ID when the job starts: the scheduler file
+# is per job, and the YAML cannot go through an unquoted heredoc (PDI's `$` expressions).
+JOB_ID = "__SLURM_JOB_ID__"
 
 
 class _ScriptTemplate(string.Template):
@@ -83,6 +88,9 @@ def job_script(
     timeout: float = 300.0,
     interface: str | None = None,
     srun_args: Sequence[str] = (),
+    solver: str = "python",
+    build_dir: str | Path = "build",
+    pdi_config: str | Path = "configs/heat_deisa.yml",
 ) -> str:
     """The text of a batch script running scheduler, workers, client and simulation together.
 
@@ -116,11 +124,26 @@ def job_script(
     srun_args
         Extra options for every ``srun`` step, e.g. ``["--mem-per-cpu=2G"]`` where memory
         is a consumable resource.
+    solver
+        ``"python"`` (``deisa_simulation.heat``), ``"c"`` (``build_dir/simulation/heat``
+        through PDI and the deisa plugin) or ``"auto"`` (C when it can run here, see
+        :func:`deisa.cli.c_solver_problem`). The nodes must see the same build and PDI.
+    build_dir, pdi_config
+        CMake build directory and PDI YAML of the C solver (relative: from the current
+        directory, else from the repository); the script writes the YAML, its deisa block set
+        for the job, to ``output/pdi.yml``.
 
     Returns
     -------
     str
         The script; submit it with ``sbatch``.
+
+    Raises
+    ------
+    ValueError
+        Counts, layout or process grid that cannot work; ``solver="c"`` when the C solver or
+        its plugin is not built, PDI does not load, or ``pdi_config`` does not publish
+        ``array`` (:class:`deisa.cli.UsageError`, a ``ValueError``).
 
     Examples
     --------
@@ -156,6 +179,15 @@ def job_script(
     if nodes > 1:
         extra.append("#SBATCH --exclusive")
     quoted_interface = f" --interface {shlex.quote(interface)}" if interface else ""
+    simulation_fields = _simulation_step(
+        solver,
+        output=output,
+        array=array,
+        placement=placement,
+        buffer_nb=buffer_nb,
+        build_dir=build_dir,
+        pdi_config=pdi_config,
+    )
     fields = {
         "job_name": job_name,
         "nodes": nodes,
@@ -181,10 +213,59 @@ def job_script(
         "n_components": n_components,
         "timeout": timeout,
         "mpi": shlex.quote(mpi),
-        "placement": shlex.quote(placement),
-        "buffer_nb": "" if buffer_nb is None else f" --buffer-nb {int(buffer_nb)}",
+        **simulation_fields,
     }
     return _ScriptTemplate(TEMPLATE.read_text()).substitute(fields)
+
+
+def _simulation_step(
+    solver: str,
+    *,
+    output: Path,
+    array: str,
+    placement: str,
+    buffer_nb: int | None,
+    build_dir: str | Path,
+    pdi_config: str | Path,
+) -> dict[str, str]:
+    """Template fields of the simulation step: ``solver`` (words), ``solver_setup``,
+    ``simulation_command`` and ``timings`` (the client's ``--timings``, Python solver only)."""
+    from .cli import deisa_pdi_config, find_path, resolve_solver
+
+    build, pdi_path = find_path(build_dir), find_path(pdi_config)
+    solver, _ = resolve_solver(solver, build, pdi_path)
+    if solver == "python":
+        buffer = "" if buffer_nb is None else f" --buffer-nb {int(buffer_nb)}"
+        command = (
+            '"$PYTHON" -m deisa_simulation.heat "$OUT/simulation.yml" '
+            '--scheduler-file "$SCHEDULER_FILE" \\\n'
+            f"    --array {shlex.quote(array)} --placement {shlex.quote(placement)}{buffer} "
+            '--timings "$OUT/timings.json"'
+        )
+        return {
+            "solver": "the Python solver (deisa_simulation.heat)",
+            "solver_setup": "",
+            "simulation_command": command,
+            "timings": ' --timings "$OUT/timings.json"',
+        }
+    # Same settings as the Python solver's options, in the PDI YAML's deisa block.
+    pdi = deisa_pdi_config(
+        pdi_path, f"{output}/scheduler-{JOB_ID}.json", placement, buffer_nb, array
+    )
+    heat = build / "simulation" / "heat"
+    setup = (
+        f"\n# PDI configuration of the C solver: {pdi_path}, its deisa block set for this job\n"
+        f'sed "s/{JOB_ID}/$SLURM_JOB_ID/g" > "$OUT/pdi.yml" <<\'DEISA_PDI_YML\'\n'
+        f"{yaml.safe_dump(pdi, sort_keys=False, default_flow_style=None)}DEISA_PDI_YML\n"
+        f"export PDI_PLUGIN_PATH={shlex.quote(str(build / 'plugin'))}"
+        '"${PDI_PLUGIN_PATH:+:$PDI_PLUGIN_PATH}"\n'
+    )
+    return {
+        "solver": f"the C solver ({heat}) through PDI and the deisa plugin",
+        "solver_setup": setup,
+        "simulation_command": f'{shlex.quote(str(heat))} "$OUT/simulation.yml" "$OUT/pdi.yml"',
+        "timings": "",  # the C solver writes no timings.json
+    }
 
 
 def _nodes(first: int, count: int) -> str:
@@ -196,31 +277,48 @@ def _parser(defaults: dict[str, Any]) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="deisa-run slurm",
         description="Print a Slurm batch script that runs the scheduler, the workers, the "
-        "analytics client and the MPI simulation in one allocation (see docs/slurm.md). "
-        "Defaults: deisa/templates/defaults.yml.",
+        "analytics client and the MPI simulation in one allocation (see docs/slurm.md). The "
+        "options shared with deisa-run mean the same. Defaults: deisa/templates/defaults.yml.",
     )
     add = parser.add_argument
+    # Left to None, the options of the local run fall back to the `run` section, through the
+    # same cli.resolve_settings as `deisa-run`.
     add("--ranks", "-n", type=int, help=f"MPI ranks (default {run['ranks']})")
-    add("--workers", "-w", type=int, default=run["workers"], help="Dask workers")
-    add("--threads", "-t", type=int, default=run["threads"], help="threads per worker")
+    add("--process-grid", type=int, nargs=2, metavar=("ROWS", "COLS"), help="rank grid")
+    add("--workers", "-w", type=int, help=f"Dask workers (default {run['workers']})")
+    add("--threads", "-t", type=int, help=f"threads per worker (default {run['threads']})")
+    add("--size", type=int, nargs=2, metavar=("ROWS", "COLS"), help="field size")
+    add("--steps", type=int, help=f"published steps (default {run['steps']})")
+    add("--output-period", type=int, help="solver iterations per step")
+    add("--placement", choices=["round_robin", "locality"], help="block-to-worker placement")
+    add("--buffer-nb", help=f"steps in flight at most, or 'none' (default {run['buffer_nb']})")
+    add(
+        "--solver",
+        choices=["auto", "c", "python"],
+        help="python, c (the CMake build's simulation/heat through PDI and the deisa plugin) "
+        f"or auto (c when it is built and PDI loads here); default {run['solver']}",
+    )
+    add("--config", help="simulation YAML to start from; options override it")
+    add("--pdi-config", help=f"PDI YAML of the C solver (default {run['pdi_config']})")
+    add("--build-dir", help=f"CMake build directory of the C solver (default {run['build_dir']})")
+    add("--array", help=f"published array name (default {run['array']})")
+    add("--n-components", type=int, help=f"PCA components (default {run['n_components']})")
+    add("--output", "-o", help=f"output directory, created now (default {run['output']})")
+    add(
+        "--timeout",
+        type=float,
+        default=slurm["timeout"],
+        help="seconds the client waits without progress, and for the scheduler to start "
+        f"(default {slurm['timeout']})",
+    )
     add("--nodes", "-N", type=int, default=slurm["nodes"], help="nodes of the allocation")
     add("--worker-nodes", type=int, default=slurm["worker_nodes"], help="nodes for workers")
     add("--time", default=slurm["time"], help="wall-clock limit (#SBATCH --time)")
     add("--partition", "-p", default=slurm["partition"], help="partition")
     add("--job-name", default=slurm["job_name"], help="job name")
-    add("--output", "-o", default=run["output"], help="output directory (created now)")
-    add("--workdir", default=".", help="working directory of the job")
+    add("--workdir", default=".", help="working directory of the job (default: this one)")
     add("--python", default=slurm["python"], help="interpreter on the compute nodes")
     add("--mpi", default=slurm["mpi"], help="srun --mpi plugin of the simulation")
-    add("--config", default=run["config"], help="simulation YAML to start from")
-    add("--size", type=int, nargs=2, metavar=("ROWS", "COLS"), help="field size")
-    add("--steps", type=int, help="published steps")
-    add("--output-period", type=int, help="solver iterations per step")
-    add("--placement", default=run["placement"], choices=["round_robin", "locality"])
-    add("--buffer-nb", type=int, default=run["buffer_nb"], help="steps in flight at most")
-    add("--array", default=run["array"], help="published array name")
-    add("--n-components", type=int, default=run["n_components"], help="PCA components")
-    add("--timeout", type=float, default=300.0, help="client's seconds without progress")
     add("--interface", help="network interface of scheduler and workers, e.g. ib0")
     add("--srun-arg", action="append", default=[], help="extra option for every srun (repeat)")
     add("--defaults", help="YAML file overriding deisa/templates/defaults.yml")
@@ -228,59 +326,62 @@ def _parser(defaults: dict[str, Any]) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``deisa-run slurm`` / ``python -m deisa.slurm``: print the batch script on stdout."""
-    from .cli import UsageError, load_defaults
+    """``deisa-run slurm`` / ``python -m deisa.slurm``: print the batch script on stdout.
+
+    Parameters
+    ----------
+    argv
+        Arguments without the program name; ``sys.argv[1:]`` by default.
+
+    Returns
+    -------
+    int
+        Exit status: 0, or 2 for options that cannot work (the reason on stderr).
+    """
+    from .cli import load_defaults, resolve_settings
 
     argv = list(sys.argv[1:] if argv is None else argv)
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--defaults")
     try:
         defaults = load_defaults(pre.parse_known_args(argv)[0].defaults)
-    except UsageError as exc:
-        print(f"deisa-run slurm: error: {exc}", file=sys.stderr)
-        return 2
-    args = _parser(defaults).parse_args(argv)
-    simulation: dict[str, Any] = {}
-    if args.config:
-        simulation = yaml.safe_load(Path(args.config).read_text()) or {}
-    grid = simulation.get("process_grid")
-    ranks = args.ranks or (grid[0] * grid[1] if grid else defaults["run"]["ranks"])
-    if grid and grid[0] * grid[1] != ranks:
-        simulation.pop("process_grid")  # --ranks wins: the squarest grid of it
-    for key, value in (
-        ("global_size", args.size),
-        ("steps", args.steps),
-        ("output_period", args.output_period),
-    ):
-        if value is not None:
-            simulation[key] = value
-    try:
+        args = _parser(defaults).parse_args(argv)
+        settings = resolve_settings(args)
         script = job_script(
-            ranks=ranks,
-            workers=args.workers,
-            threads=args.threads,
+            ranks=settings.ranks,
+            workers=settings.workers,
+            threads=settings.threads,
             nodes=args.nodes,
             worker_nodes=args.worker_nodes,
             time=args.time,
             partition=args.partition,
-            output=args.output,
+            output=settings.output,
             workdir=args.workdir,
             python=args.python,
-            simulation=simulation,
+            simulation=settings.simulation,
             job_name=args.job_name,
             mpi=args.mpi,
-            placement=args.placement,
-            buffer_nb=args.buffer_nb,
-            array=args.array,
-            n_components=args.n_components,
-            timeout=args.timeout,
+            placement=settings.placement,
+            buffer_nb=settings.buffer_nb,
+            array=settings.array,
+            n_components=settings.n_components,
+            timeout=settings.timeout,
             interface=args.interface,
             srun_args=args.srun_arg,
+            solver=settings.solver,
+            build_dir=settings.build_dir,
+            pdi_config=settings.pdi_config,
         )
-    except ValueError as exc:
+    except ValueError as exc:  # cli.UsageError included
         print(f"deisa-run slurm: error: {exc}", file=sys.stderr)
         return 2
-    Path(args.output).mkdir(parents=True, exist_ok=True)  # sbatch --output needs it
+    settings.output.mkdir(parents=True, exist_ok=True)  # sbatch --output needs it
+    print(
+        f"deisa-run slurm: {settings.ranks} ranks of the {settings.solver} solver "
+        f"({settings.solver_reason}), {settings.workers} workers x {settings.threads} threads, "
+        f"{args.nodes} node(s); output in {settings.output}",
+        file=sys.stderr,
+    )
     sys.stdout.write(script)
     return 0
 

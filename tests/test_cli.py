@@ -223,3 +223,68 @@ def test_c_solver_falls_back_to_python_when_not_built(tmp_path: Path) -> None:
     assert "not built" in settings.solver_reason
     with pytest.raises(cli.UsageError, match="--solver c: C solver not built"):
         cli.resolve_settings(parse("--solver", "c", "--build-dir", str(tmp_path)))
+
+
+def test_c_solver_must_publish_the_analysed_array(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cli, "c_solver_problem", lambda build_dir, pdi_config: None)
+    assert cli.resolve_settings(parse("--solver", "c")).solver == "c"
+    with pytest.raises(cli.UsageError, match="--array temp: the C solver publishes gtemp"):
+        cli.resolve_settings(parse("--solver", "c", "--array", "temp"))
+
+
+def test_unknown_solver_in_a_defaults_file(tmp_path: Path) -> None:
+    user = tmp_path / "defaults.yml"
+    user.write_text("run: {solver: fortran}\n")
+    with pytest.raises(cli.UsageError, match="--solver 'fortran': one of auto, c, python"):
+        cli.resolve_settings(parse("--defaults", str(user)))
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"), [("3", 3), (3, 3), ("none", None), ("0", None), (0, None), (None, None)]
+)
+def test_buffer_nb(value: int | str | None, expected: int | None) -> None:
+    assert cli.parse_buffer_nb(value) == expected
+
+
+@pytest.mark.parametrize("value", ["two", "-1", -1])
+def test_bad_buffer_nb(value: int | str) -> None:
+    with pytest.raises(cli.UsageError, match="--buffer-nb"):
+        cli.parse_buffer_nb(value)
+
+
+# -- waiting at start-up --------------------------------------------------------------------------
+
+
+def test_wait_until_returns_once_ready(tmp_path: Path) -> None:
+    marker = tmp_path / "ready"
+    polls = []
+
+    def ready() -> bool:
+        polls.append(1)
+        if len(polls) == 3:
+            marker.touch()
+        return marker.exists()
+
+    cli._wait_until(ready, "the marker", cli.ProcessSet(tmp_path, {}), timeout=10, interval=0.01)
+    assert len(polls) == 3
+
+
+def test_wait_until_names_what_it_awaited_on_timeout(tmp_path: Path) -> None:
+    procs = cli.ProcessSet(tmp_path, {})
+    with pytest.raises(
+        cli.PipelineError, match=r"timed out after 0 s \(--timeout\) waiting for the marker"
+    ):
+        cli._wait_until(lambda: False, "the marker", procs, timeout=0.2, interval=0.01)
+
+
+def test_wait_until_stops_when_a_process_exits(tmp_path: Path) -> None:
+    procs = cli.ProcessSet(tmp_path, cli.child_env())
+    try:
+        procs.start("scheduler", ["sh", "-c", "echo 'ValueError: no port'; exit 3"])
+        with pytest.raises(cli.PipelineError) as failure:
+            cli._wait_until(lambda: False, "the marker", procs, timeout=30)
+    finally:
+        procs.stop()
+    message = str(failure.value)
+    assert message.startswith("scheduler exited (3) at start-up, while waiting for the marker:")
+    assert "ValueError: no port" in message

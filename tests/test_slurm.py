@@ -20,8 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
+from conftest import REPO
 
-from deisa.slurm import job_script, layout
+from deisa import cli
+from deisa.slurm import JOB_ID, job_script, layout
 from deisa.slurm import main as slurm_main
 
 # -- the script's text ----------------------------------------------------------------------------
@@ -38,6 +41,12 @@ def sbatch_lines(script: str) -> dict[str, str]:
 
 def srun_steps(script: str) -> list[str]:
     return [line for line in script.splitlines() if line.lstrip().startswith("srun ")]
+
+
+def simulation_step(script: str) -> str:
+    """The simulation's ``srun`` command, all its continuation lines."""
+    start = script.index(srun_steps(script)[3])
+    return script[start : script.index('> "$LOGS/simulation.log"', start)]
 
 
 def test_header_has_counts_time_and_partition(tmp_path: Path) -> None:
@@ -125,6 +134,152 @@ def test_script_is_valid_bash(tmp_path: Path) -> None:
     path = tmp_path / "job.sh"
     path.write_text(job_script(nodes=3))
     subprocess.run(["bash", "-n", str(path)], check=True, timeout=30)
+
+
+# -- the solver -----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def fake_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A build directory the C solver counts as runnable, whatever is installed here."""
+    monkeypatch.setattr(cli, "c_solver_problem", lambda build_dir, pdi_config: None)
+    return tmp_path / "build"
+
+
+def preamble(script: str) -> str:
+    """The script up to its first step: settings and the files it writes."""
+    return script[: script.index("background=()")]
+
+
+def test_python_solver_by_default() -> None:
+    script = job_script(placement="locality", buffer_nb=3)
+    assert "# Simulation: the Python solver" in script
+    command = simulation_step(script)
+    assert '"$PYTHON" -m deisa_simulation.heat "$OUT/simulation.yml"' in command
+    assert "--placement locality --buffer-nb 3" in command
+    assert '--timings "$OUT/timings.json"' in command
+    assert "analytics" in script and script.count('--timings "$OUT/timings.json"') == 2
+    assert "pdi.yml" not in script and "PDI_PLUGIN_PATH" not in script
+
+
+def test_c_solver_step(fake_build: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    script = job_script(
+        ranks=2, solver="c", build_dir=fake_build, output=out, placement="locality", buffer_nb=None
+    )
+    heat = fake_build / "simulation" / "heat"
+    assert f"# Simulation: the C solver ({heat})" in script
+    assert f'    {heat} "$OUT/simulation.yml" "$OUT/pdi.yml" \\\n' in script
+    assert "deisa_simulation" not in script
+    # the C solver writes no timings.json: the client must not wait for one
+    assert "--timings" not in script
+    assert f"export PDI_PLUGIN_PATH={fake_build / 'plugin'}" in script
+    path = tmp_path / "job.sh"
+    path.write_text(script)
+    subprocess.run(["bash", "-n", str(path)], check=True, timeout=30)
+
+
+def test_c_solver_pdi_yaml_names_the_job_scheduler_file(fake_build: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    script = job_script(solver="c", build_dir=fake_build, output=out, buffer_nb=5, array="gtemp")
+    env = {"PATH": os.environ["PATH"], "SLURM_JOB_ID": "42", "PDI_PLUGIN_PATH": "/opt/pdi"}
+    shell = subprocess.run(
+        ["bash", "-c", preamble(script) + 'echo "$PDI_PLUGIN_PATH"'],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    assert shell.stdout.strip() == f"{fake_build / 'plugin'}:/opt/pdi"
+    pdi = yaml.safe_load((out / "pdi.yml").read_text())
+    packaged = yaml.safe_load((REPO / "configs" / "heat_deisa.yml").read_text())
+    deisa = pdi["plugins"]["deisa"]
+    assert deisa["scheduler_file"] == f"{out}/scheduler-42.json"
+    assert deisa["placement"] == "round_robin" and deisa["buffer_nb"] == 5
+    assert deisa["datasets"] == packaged["plugins"]["deisa"]["datasets"]
+    assert pdi["data"] == packaged["data"]  # `$` expressions survive the heredoc
+    assert JOB_ID not in (out / "pdi.yml").read_text()
+
+
+def test_c_solver_without_a_build_is_a_clear_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(ValueError, match=r"--solver c: C solver not built \(.*simulation/heat"):
+        job_script(solver="c", build_dir=tmp_path)
+    out = tmp_path / "out"
+    assert slurm_main(["--solver", "c", "--build-dir", str(tmp_path), "-o", str(out)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "deisa-run slurm: error: --solver c: C solver not built" in captured.err
+    assert "--build-dir" in captured.err
+    assert not out.exists()
+
+
+def test_auto_solver_falls_back_to_python(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert slurm_main(["--build-dir", str(tmp_path), "-o", str(tmp_path / "out")]) == 0
+    captured = capsys.readouterr()
+    assert "deisa_simulation.heat" in simulation_step(captured.out)
+    assert "python solver (C solver not built" in captured.err
+
+
+def test_c_solver_needs_the_array_it_publishes(fake_build: Path) -> None:
+    with pytest.raises(ValueError, match="--array temp: the C solver publishes gtemp"):
+        job_script(solver="c", build_dir=fake_build, array="temp")
+
+
+def test_cli_passes_the_c_solver_settings(
+    fake_build: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pdi_config = tmp_path / "pdi.yml"
+    pdi = yaml.safe_load((REPO / "configs" / "heat_deisa.yml").read_text())
+    pdi["plugins"]["deisa"]["datasets"] = {"field": pdi["plugins"]["deisa"]["datasets"]["gtemp"]}
+    pdi_config.write_text(yaml.safe_dump(pdi))
+    argv = ["--solver", "c", "--build-dir", str(fake_build), "--pdi-config", str(pdi_config)]
+    argv += ["--array", "field", "-o", str(tmp_path / "out")]
+    assert slurm_main(argv) == 0
+    captured = capsys.readouterr()
+    assert str(fake_build / "simulation" / "heat") in simulation_step(captured.out)
+    assert "field:" in captured.out and "--array field" in captured.out
+    assert "c solver" in captured.err
+
+
+# -- options shared with deisa-run ----------------------------------------------------------------
+
+
+def test_cli_options_mean_what_they_mean_for_deisa_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = str(tmp_path / "out")
+    argv = ["--solver", "python", "--process-grid", "3", "1", "--buffer-nb", "none", "-o", out]
+    assert slurm_main(argv) == 0
+    script = capsys.readouterr().out
+    assert "process_grid: [3, 1]" in script and sbatch_lines(script)["ntasks"] == str(2 + 2 + 3)
+    assert "--buffer-nb" not in script
+    assert "--timeout 300.0" in script  # the slurm section's default, not the local run's
+    # a relative --config is found from the repository too, as for deisa-run
+    assert slurm_main(["--solver", "python", "--config", "configs/simulation.yml", "-o", out]) == 0
+    assert "output_period: 5" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--config", "missing.yml"], "--config missing.yml: "),
+        (["--ranks", "0"], "--ranks=0 must be a positive integer"),
+        (["--ranks", "4", "--process-grid", "3", "1"], "--process-grid 3 1 has 3 ranks"),
+        (["--buffer-nb", "many"], "--buffer-nb 'many': a positive integer or 'none'"),
+    ],
+)
+def test_cli_bad_options_exit_2(
+    argv: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert slurm_main([*argv, "--solver", "python", "-o", str(tmp_path / "out")]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert message in captured.err
 
 
 # -- a real job on a one-node Slurm ---------------------------------------------------------------
@@ -268,10 +423,23 @@ def _job_state(slurm: Slurm, job: str) -> str:
     return match.group(1) if match else "UNKNOWN"
 
 
-@pytest.mark.slurm
-@pytest.mark.timeout(420)
-def test_job_runs_the_pipeline(slurm: Slurm, tmp_path: Path) -> None:
-    steps = 4
+@dataclass
+class Job:
+    id: str
+    state: str
+    out: Path
+    slurm: Slurm
+
+    def diagnostics(self) -> str:
+        job_logs = "\n".join(
+            f"--- {p}\n{p.read_text(errors='replace')[-3000:]}"
+            for p in sorted(self.out.rglob("*.log")) + sorted(self.out.glob("slurm-*.out"))
+        )
+        return f"job {self.id} ended {self.state}\n{job_logs}\n{self.slurm.logs()}"
+
+
+def run_job(slurm: Slurm, tmp_path: Path, steps: int, **options: object) -> Job:
+    """Submit ``job_script(**options)`` for a 4-rank, 2-worker run and wait for its end."""
     out = tmp_path / "out"
     out.mkdir()
     script = tmp_path / "job.sh"
@@ -287,6 +455,7 @@ def test_job_runs_the_pipeline(slurm: Slurm, tmp_path: Path) -> None:
             simulation={"global_size": [64, 64], "steps": steps, "output_period": 2},
             n_components=3,
             timeout=120,
+            **options,
         )
     )
     submitted = slurm.run("sbatch", "--parsable", str(script))
@@ -300,17 +469,15 @@ def test_job_runs_the_pipeline(slurm: Slurm, tmp_path: Path) -> None:
             break
         time.sleep(1)
         state = _job_state(slurm, job)
+    return Job(job, state, out, slurm)
 
-    def diagnostics() -> str:
-        job_logs = "\n".join(
-            f"--- {p}\n{p.read_text(errors='replace')[-3000:]}"
-            for p in sorted(out.rglob("*.log")) + sorted(out.glob("slurm-*.out"))
-        )
-        return f"job {job} ended {state}\n{job_logs}\n{slurm.logs()}"
 
-    assert state == "COMPLETED", diagnostics()
+def check_results(job: Job, steps: int) -> list[dict]:
+    """The job completed and its results.json holds a sound PCA of every step; its table."""
+    assert job.state == "COMPLETED", job.diagnostics()
+    out = job.out
     results = json.loads((out / "results.json").read_text())
-    assert [s["step"] for s in results["steps"]] == list(range(steps)), diagnostics()
+    assert [s["step"] for s in results["steps"]] == list(range(steps)), job.diagnostics()
     for s in results["steps"]:
         ratio = s["explained_variance_ratio"]
         assert len(ratio) == 3
@@ -320,9 +487,32 @@ def test_job_runs_the_pipeline(slurm: Slurm, tmp_path: Path) -> None:
         assert s["explained_variance"][0] > 0
     table = results["table"]
     assert [row["step"] for row in table] == list(range(steps))
-    assert all(row["nbytes"] == 64 * 64 * 8 for row in table)  # timings of all 4 ranks
+    assert all(row["nbytes"] == 64 * 64 * 8 for row in table)
     assert (out / "explained_variance.png").stat().st_size > 0
     assert (
         "deisa: simulation exit status 0, analytics exit status 0"
-        in (out / f"slurm-{job}.out").read_text()
+        in (out / f"slurm-{job.id}.out").read_text()
     )
+    return table
+
+
+@pytest.mark.slurm
+@pytest.mark.timeout(420)
+def test_job_runs_the_pipeline(slurm: Slurm, tmp_path: Path) -> None:
+    job = run_job(slurm, tmp_path, steps=4)
+    table = check_results(job, steps=4)
+    assert all(row["compute_s"] is not None for row in table)  # timings of all 4 ranks
+
+
+@pytest.mark.slurm
+@pytest.mark.pdi
+@pytest.mark.timeout(420)
+def test_job_runs_the_c_solver(slurm: Slurm, built: Path, tmp_path: Path) -> None:
+    problem = cli.c_solver_problem(built, REPO / "configs" / "heat_deisa.yml")
+    if problem:
+        pytest.skip(problem)
+    job = run_job(slurm, tmp_path, steps=4, solver="c", build_dir=built)
+    check_results(job, steps=4)
+    pdi = yaml.safe_load((job.out / "pdi.yml").read_text())
+    assert pdi["plugins"]["deisa"]["scheduler_file"] == f"{job.out}/scheduler-{job.id}.json"
+    assert "deisa_simulation" not in (job.out / f"logs-{job.id}" / "simulation.log").read_text()
