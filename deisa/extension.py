@@ -20,17 +20,19 @@ Routes (RPC handlers on the scheduler):
   waits (``on_full="block"``, up to ``timeout``) or releases the oldest queued step
   (``on_full="drop_oldest"``, with a warning naming the step).
 - ``deisa_close(name, run, nsteps)``: end of stream.
-- ``deisa_meta(name, timeout)``: the array's metadata, once a Bridge has opened it (a finished
+- ``deisa_meta(name, timeout)``: the array's metadata, once a Bridge has opened it (a *consumed*
   run's metadata is not served: it waits for the next run).
 - ``deisa_get(name, client, timeout, run)``: take the next step (or the end of stream) of
   ``run`` for ``client``; ``run=None`` (an Adapter that has taken nothing yet) means the current
-  run, or the next one if the current is finished.
+  run, or the next one if the current one is consumed.
 - ``deisa_stats()``: message counts per route and per stream.
 
 A run is *finished* when it is closed and no step of it is left to take, even if nobody read
-the end-of-stream marker (an analytics loop over a known number of steps never does). A new
-run of the same array name replaces a finished one; an Adapter still reading the old run then
-receives its end of stream.
+the end-of-stream marker (an analytics loop over a known number of steps never does), and
+*consumed* if, on top of that, an Adapter took its steps. A new run of the same array name
+replaces a finished one; an Adapter still reading the old run then receives its end of stream.
+A fresh Adapter waits for the next run rather than receive a consumed run's end (but it does
+receive the end of a run that published no step).
 """
 
 from __future__ import annotations
@@ -77,6 +79,11 @@ class _Stream:
     def finished(self) -> bool:
         """Closed with no step left to take (only the end marker may be left)."""
         return self.closed and self.queued_steps() == 0
+
+    @property
+    def consumed(self) -> bool:
+        """Finished, and its steps went to an Adapter: its end is stale for a new reader."""
+        return self.finished and self.taken > 0
 
     async def notify(self) -> None:
         async with self.changed:
@@ -219,7 +226,7 @@ class StreamExtension(SchedulerPlugin):
         self.calls["meta"] += 1
         stream = self._stream(name)
         if not await stream.wait_for(
-            lambda: stream.meta is not None and not stream.finished, timeout
+            lambda: stream.meta is not None and not stream.consumed, timeout
         ):
             return {"status": "timeout"}
         return {"status": "OK", "meta": stream.meta, "run": stream.run}
@@ -234,15 +241,15 @@ class StreamExtension(SchedulerPlugin):
             return run is not None and stream.run != run
 
         def ready() -> bool:
-            if run is None and stream.finished:
+            if run is None and stream.consumed:
                 return False  # a fresh reader waits for the next run, not a stale end marker
             return bool(stream.queue) or replaced()
 
         if not await stream.wait_for(ready, timeout):
             return {
                 "status": "timeout",
-                "open": stream.run is not None and not stream.finished,
-                "published": 0 if stream.finished else stream.published,
+                "open": stream.run is not None and not stream.consumed,
+                "published": 0 if stream.consumed else stream.published,
             }
         if replaced():  # its end marker went with the run it finished
             return {"status": "end", "nsteps": None, "run": run}

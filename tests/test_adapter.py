@@ -128,3 +128,9 @@ def test_a_new_run_replaces_a_finished_one_whose_end_was_never_read(
     steps = dict(second_run.items())
     assert list(steps) == [0, 1, 2]
     np.testing.assert_array_equal(steps[2].compute(), expected(2, (10, 6)))
+
+
+def test_a_run_that_published_no_step_ends_for_a_new_reader(cluster: DaskProcesses, client) -> None:
+    publish(cluster, "--name", "empty", "--nsteps", "0")
+    field = Adapter(client, timeout=30)["empty"]
+    assert list(field) == [] and field.ended
