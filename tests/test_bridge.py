@@ -12,7 +12,8 @@ import pytest
 from conftest import DaskProcesses, run_heat, start_heat, write_config
 from deisa_simulation.heat import HeatConfig, block_checksum, reference_field
 
-from deisa import Adapter, EndOfStreamError
+from deisa import Adapter, EndOfStreamError, IncrementalPCA
+from deisa.splitter import measure_incoming_transfers, split
 
 
 def scheduler_keys(client) -> list:
@@ -156,6 +157,12 @@ def test_bridge_locality_placement_keeps_row_bands_together(
         bands = [{who_has[key][0] for key in row} for row in keys]
         assert all(len(band) == 1 for band in bands)
         assert bands[0] != bands[1]  # two row bands, two workers
+        # SplIter's local phase, and the whole PCA fit, move nothing between workers
+        assert split(field, keep_rows_whole=True).bytes_to_move == 0
+        with measure_incoming_transfers(client) as moved:
+            pca = IncrementalPCA(n_components=2).fit(field)
+        assert pca.bytes_moved_ == 0
+        assert (moved.count, moved.nbytes, moved.exact) == (0, 0, True)
 
 
 def test_bridge_round_robin_placement_spreads_ranks(
@@ -169,6 +176,11 @@ def test_bridge_round_robin_placement_spreads_ranks(
         keys = [key for row in field.__dask_keys__() for key in row]  # rank order
         workers = [who_has[key][0] for key in keys]
         assert workers[0] == workers[2] != workers[1] == workers[3]
+        # every row band spans both workers: the PCA moves one block per band and says so
+        with measure_incoming_transfers(client) as moved:
+            pca = IncrementalPCA(n_components=2).fit(field)
+        assert pca.bytes_moved_ == 2 * 16 * 16 * 8  # one 16 x 16 float64 block per band
+        assert moved.nbytes == pca.bytes_moved_
 
 
 def test_bridge_rejects_a_missing_scheduler_file(tmp_path: Path) -> None:
