@@ -759,13 +759,14 @@ def _analytics_parser() -> argparse.ArgumentParser:
     )
     add = parser.add_argument
     add("--scheduler-file", required=True, help="JSON file of `dask scheduler --scheduler-file`")
-    add("--workers", type=int, default=1, help="workers to wait for before starting")
-    add("--array", default="gtemp", help="published array name")
-    add("--n-components", type=int, default=4, help="PCA components")
-    add("--output", "-o", default="deisa-output", help="output directory")
+    add("--workers", type=int, default=1, help="workers to wait for before starting (1)")
+    add("--array", help="published array name (default: run.array of the defaults, gtemp)")
+    add("--n-components", type=int, help="PCA components (default: run.n_components, 4)")
+    add("--output", "-o", help="output directory (default: run.output, deisa-output)")
     add("--timings", help="simulation timings JSON to wait for and include in the table")
-    add("--timeout", type=float, default=300.0, help="seconds without progress before failing")
+    add("--timeout", type=float, help="seconds without progress (default: slurm.timeout, 300)")
     add("--shutdown", action="store_true", help="shut the scheduler and workers down at the end")
+    add("--defaults", help="YAML file overriding deisa/templates/defaults.yml")
     add("--verbose", "-v", action="count", default=0, help="log more")
     return parser
 
@@ -775,12 +776,39 @@ def _setup_logging(verbose: int) -> None:
     logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
 
+def resolve_analytics_args(args: argparse.Namespace) -> argparse.Namespace:
+    """Fill the options of ``deisa-run analytics`` left unset from the launch defaults.
+
+    Raises
+    ------
+    UsageError
+        ``--defaults`` is unreadable or invalid.
+    """
+    defaults = load_defaults(args.defaults)
+    fallbacks = {
+        "array": defaults["run"]["array"],
+        "n_components": defaults["run"]["n_components"],
+        "output": defaults["run"]["output"],
+        # This sub-command runs in batch jobs: its patience is the Slurm section's.
+        "timeout": defaults["slurm"]["timeout"],
+    }
+    for key, value in fallbacks.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    return args
+
+
 def analytics_main(argv: Sequence[str]) -> int:
     """``deisa-run analytics``: the client alone, against a running scheduler."""
     from distributed import Client
 
     args = _analytics_parser().parse_args(argv)
     _setup_logging(args.verbose)
+    try:
+        resolve_analytics_args(args)
+    except UsageError as exc:
+        print(f"deisa-run analytics: error: {exc}", file=sys.stderr)
+        return 2
     output = Path(args.output).resolve()
     output.mkdir(parents=True, exist_ok=True)
     from .scheduler_file import read_scheduler_address

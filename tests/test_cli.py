@@ -288,3 +288,22 @@ def test_wait_until_stops_when_a_process_exits(tmp_path: Path) -> None:
     message = str(failure.value)
     assert message.startswith("scheduler exited (3) at start-up, while waiting for the marker:")
     assert "ValueError: no port" in message
+
+
+def test_analytics_options_fall_back_to_the_launch_defaults(tmp_path: Path) -> None:
+    parse = cli._analytics_parser().parse_args
+    args = cli.resolve_analytics_args(parse(["--scheduler-file", "s.json"]))
+    assert (args.array, args.n_components, args.output, args.timeout) == (
+        "gtemp",
+        4,
+        "deisa-output",
+        300,
+    )
+    mine = tmp_path / "mine.yml"
+    mine.write_text("run: {array: temp, n_components: 2}\nslurm: {timeout: 30}\n")
+    args = parse(["--scheduler-file", "s.json", "--defaults", str(mine), "--n-components", "3"])
+    cli.resolve_analytics_args(args)
+    assert (args.array, args.n_components, args.timeout) == ("temp", 3, 30)
+    bad = tmp_path / "bad.yml"
+    bad.write_text("run: {arrays: temp}\n")
+    assert cli.analytics_main(["--scheduler-file", "s.json", "--defaults", str(bad)]) == 2
