@@ -190,10 +190,12 @@ class IncrementalPCA(TransformerMixin, BaseEstimator):
     -----
     Cost with exact merges (default), ``n`` rows and ``f`` features per partition: a local
     thin SVD in ``O(n f min(n, f))`` time; each state holds up to ``min(n_seen, f)`` components,
-    so ``O(f**2)`` memory (``8 f**2`` bytes, 32 MiB for ``f=2048``) and each merge an SVD of a
-    ``(2 min(n_seen, f) + 1) x f`` matrix, ``O(f**3)`` at worst. With ``svd_solver="randomized"``,
-    a state is ``(n_components + 10) x f`` and every SVD is ``O(rows f (n_components + 10))``.
-    Each partition task also holds a copy of its rows (the concatenated blocks).
+    so ``O(f**2)`` memory (``8 f**2`` bytes, 32 MiB for ``f=2048``). A merge of ``k`` states
+    (a worker's partitions, then up to 16 states per merge task, the last ones on the client)
+    is an SVD of a ``(k min(n_seen, f) + k) x f`` matrix, and the client holds up to 16 states
+    at the root. With ``svd_solver="randomized"``, a state is ``(n_components + 10) x f`` and
+    every SVD is ``O(rows f (n_components + 10))``. Each partition task also holds a copy of its
+    rows (the blocks reassembled).
 
     Examples
     --------
