@@ -73,9 +73,11 @@ def assert_matches_pca(model: IncrementalPCA, data: np.ndarray) -> None:
 
 def test_fit_dask_array_equals_exact_pca(client: Client) -> None:
     data = make_data()
-    model = IncrementalPCA(n_components=N_COMPONENTS).fit(place(client, data, "exact"))
+    x = place(client, data, "exact")
+    model = IncrementalPCA(n_components=N_COMPONENTS).fit(x)
     assert_matches_pca(model, data)
     assert model.bytes_moved_ == 0
+    np.testing.assert_array_equal(x.compute(), data)  # the reduction centred a copy, not them
 
 
 def test_fit_with_spread_row_bands_reports_bytes_moved(client: Client) -> None:
