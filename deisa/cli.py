@@ -76,6 +76,15 @@ class Interrupted(BaseException):
 # -- defaults -----------------------------------------------------------------------------------
 
 
+def _read_yaml(path: Path, option: str) -> Any:
+    """The YAML document in ``path``; an unreadable or invalid file is a usage error of
+    ``option`` (e.g. ``"--config FILE"``)."""
+    try:
+        return yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise UsageError(f"{option}: {exc}") from exc
+
+
 def load_defaults(path: str | Path | None = None) -> dict[str, dict[str, Any]]:
     """The packaged launch defaults, updated section by section with those of ``path``.
 
@@ -87,10 +96,7 @@ def load_defaults(path: str | Path | None = None) -> dict[str, dict[str, Any]]:
     defaults: dict[str, dict[str, Any]] = yaml.safe_load(DEFAULTS_FILE.read_text())
     if path is None:
         return defaults
-    try:
-        user = yaml.safe_load(Path(path).read_text()) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise UsageError(f"--defaults {path}: {exc}") from exc
+    user = _read_yaml(Path(path), f"--defaults {path}") or {}
     if not isinstance(user, dict):
         raise UsageError(f"--defaults {path}: expected sections {sorted(defaults)}")
     for section, values in user.items():
@@ -186,10 +192,7 @@ def resolve_settings(args: argparse.Namespace) -> RunSettings:
     config_path = pick("config")
     simulation: dict[str, Any] = {}
     if config_path is not None:
-        try:
-            simulation = yaml.safe_load(find_path(config_path).read_text()) or {}
-        except (OSError, yaml.YAMLError) as exc:
-            raise UsageError(f"--config {config_path}: {exc}") from exc
+        simulation = _read_yaml(find_path(config_path), f"--config {config_path}") or {}
         if not isinstance(simulation, dict):
             raise UsageError(f"--config {config_path}: expected a mapping of settings")
     for key, option in (("global_size", "size"), ("steps", "steps"), ("output_period",) * 2):
@@ -470,10 +473,7 @@ def deisa_pdi_config(
     UsageError
         The file is unreadable, has no ``plugins.deisa`` block, or does not publish ``array``.
     """
-    try:
-        pdi = yaml.safe_load(pdi_config.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise UsageError(f"--pdi-config {pdi_config}: {exc}") from exc
+    pdi = _read_yaml(pdi_config, f"--pdi-config {pdi_config}")
     plugin = (pdi.get("plugins") or {}).get("deisa") if isinstance(pdi, dict) else None
     if not isinstance(plugin, dict):
         raise UsageError(f"--pdi-config {pdi_config}: no plugins.deisa block")
