@@ -398,15 +398,14 @@ def test_pca_in_situ_equals_post_hoc(
 ) -> None:
     simulation = write_config(tmp_path / "simulation.yml")
     env = test_env()
-    common = [str(simulation), "--scheduler-file", str(dask_processes.scheduler_file)]
+
+    def analytics(kind: str) -> list[str]:
+        script = str(REPO / "analytics" / f"{kind}_pca.py")
+        scheduler = ["--scheduler-file", str(dask_processes.scheduler_file)]
+        return [sys.executable, script, str(simulation), *scheduler, "--out", f"{kind}.json"]
+
     insitu = subprocess.Popen(
-        [
-            sys.executable,
-            str(REPO / "analytics" / "insitu_pca.py"),
-            *common,
-            "--out",
-            "insitu.json",
-        ],
+        analytics("insitu"),
         cwd=tmp_path,
         env=env,
         stdout=subprocess.PIPE,
@@ -422,13 +421,7 @@ def test_pca_in_situ_equals_post_hoc(
     assert insitu.returncode == 0, output
     run_c_heat(4, simulation, CONFIGS / "heat_hdf5.yml", tmp_path)
     posthoc = subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "analytics" / "posthoc_pca.py"),
-            *common,
-            "--out",
-            "posthoc.json",
-        ],
+        analytics("posthoc"),
         cwd=tmp_path,
         env=env,
         capture_output=True,
