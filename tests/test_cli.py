@@ -159,7 +159,12 @@ def test_signal_mid_run_stops_everything(tmp_path: Path, signum: signal.Signals)
         spawned = [p for p in psutil.Process(proc.pid).children(recursive=True)]
         assert len(spawned) >= 4  # scheduler, worker, mpirun, ranks
         proc.send_signal(signum)
-        _, stderr = proc.communicate(timeout=60)
+        try:
+            _, stderr = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, stderr = proc.communicate()
+            pytest.fail(f"deisa-run did not exit within 60 s of {signum.name}:\n{stderr}")
     finally:
         if proc.poll() is None:
             proc.kill()
