@@ -22,7 +22,7 @@ import dask.array as da
 import numpy as np
 from distributed import Client, Future
 
-from . import _dask_internals
+from . import _block_locations, _dask_internals
 from .extension import StreamExtension
 
 logger = logging.getLogger(__name__)
@@ -170,9 +170,9 @@ class ArrayDescriptor:
             )
         self._meta, self._run = reply["meta"], reply["run"]
         step = int(reply["step"])
-        self._cached[step] = {
-            key: _dask_internals.future_in_memory(key, client) for key in reply["keys"]
-        }
+        futures = {key: _dask_internals.future_in_memory(key, client) for key in reply["keys"]}
+        _block_locations.record(futures, reply["workers"], reply["nthreads"])
+        self._cached[step] = futures
         self._seen.append(step)
         return True
 

@@ -24,7 +24,9 @@ Routes (RPC handlers on the scheduler):
   run's metadata is not served: it waits for the next run).
 - ``deisa_get(name, client, timeout, run)``: take the next step (or the end of stream) of
   ``run`` for ``client``; ``run=None`` (an Adapter that has taken nothing yet) means the current
-  run, or the next one if the current one is consumed.
+  run, or the next one if the current one is consumed. A step's record carries its block keys,
+  the worker holding each block (``workers``, as the Bridge reported it) and those workers'
+  thread counts (``nthreads``), so the analytics' splitter need not ask again.
 - ``deisa_stats()``: message counts per route and per stream.
 
 A run is *finished* when it is closed and no step of it is left to take, even if nobody read
@@ -190,7 +192,15 @@ class StreamExtension(SchedulerPlugin):
                     f"buffer_nb={limit} steps were waiting (taken so far: {stream.taken}); "
                     f"step {step} was not delivered",
                 }
-        stream.queue.append({"status": "OK", "step": step, "keys": keys, "run": run})
+        stream.queue.append(
+            {
+                "status": "OK",
+                "step": step,
+                "keys": keys,
+                "workers": [worker for _, worker, _ in blocks],
+                "run": run,
+            }
+        )
         stream.published += 1
         await stream.notify()
         return {"status": "OK"}
@@ -259,9 +269,14 @@ class StreamExtension(SchedulerPlugin):
         else:
             _dask_internals.transfer_keys(self.scheduler, record["keys"], stream.holder, client)
             stream.taken += 1
-            record = {**record, "meta": stream.meta}
+            record = {**record, "meta": stream.meta, "nthreads": self._nthreads(record)}
         await stream.notify()
         return record
+
+    def _nthreads(self, record: dict[str, Any]) -> dict[str, int]:
+        """Threads of the workers holding a step's blocks (the splitter sizes partitions by it)."""
+        workers = self.scheduler.workers
+        return {w: workers[w].nthreads for w in set(record["workers"]) if w in workers}
 
     def stats(self) -> dict[str, Any]:
         return {

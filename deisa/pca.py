@@ -2,8 +2,8 @@
 
 Each worker-local partition (see :mod:`deisa.splitter`) is reduced by one task on its own
 worker to a small partial state: sample count ``n``, ``mean``, per-feature sum of squared
-deviations, and the SVD ``S, V`` of its centred rows. Any number of partial states merge
-exactly by the SVD of their stacked matrix::
+deviations, and the leading singular values and right singular vectors ``S, V`` of its centred
+rows. Any number of partial states merge by the SVD of their stacked matrix::
 
     [ S_1 V_1                   ]
     [   ...                     ]
@@ -16,6 +16,19 @@ where ``mean`` is the pooled mean. The merges form a tree: first the partitions 
 on that worker (nothing moves); then groups of up to ``_MERGE_FAN_IN`` worker states; the client
 merges the last few. ``partial_fit`` merges the new data's state into the one kept from earlier
 calls (time steps), so the model follows a stream of arrays.
+
+Two regimes, chosen by ``svd_solver`` (``"auto"`` picks by the problem's size, as scikit-learn's
+PCA does):
+
+* **exact** (``"full"``): states keep every component, ``min(n_seen, n_features)`` of them; the
+  result equals exact PCA to rounding. A local reduction is a thin SVD of the partition's rows,
+  ``O(n f min(n, f))``, and a state holds ``8 f min(n_seen, f)`` bytes.
+* **bounded rank** (``"randomized"``): states keep ``n_components + 10`` components. A local
+  reduction is a randomized SVD (Halko et al. 2011) computed on the blocks where they lie, with
+  the centring applied implicitly: no copy of the partition is made, and it costs
+  ``3 + 2 q`` passes over the partition's bytes (``q`` power iterations) plus
+  ``O(n f (n_components + 10))`` flops. A merge is an exact SVD of the stacked states,
+  truncated back to ``n_components + 10``: ``O(k (n_components + 11)^2 f)``.
 """
 
 # scikit-learn's API names the data ``X``; keep it for drop-in compatibility.
@@ -24,36 +37,46 @@ calls (time steps), so the model follows a stream of arrays.
 from __future__ import annotations
 
 import logging
+import time
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import dask.array as da
 import numpy as np
-from dask.core import flatten
-from distributed import Client, Future, futures_of, get_client
+from distributed import Client, Future, get_client, wait
 from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.utils import check_random_state
-from sklearn.utils.extmath import randomized_svd, svd_flip
+from sklearn.utils.extmath import svd_flip
 
 from deisa.splitter import PartitionPolicy, split
 
-__all__ = ["IncrementalPCA"]
+__all__ = ["IncrementalPCA", "PendingFit"]
 
 logger = logging.getLogger(__name__)
 
 _SVD_SOLVERS = ("auto", "full", "tsqr", "randomized")
-# Extra components kept by the randomized solver at every merge: they absorb most of the
+# Extra components kept by the bounded-rank solver in every state: they absorb most of the
 # error that truncating each partial state would otherwise add to the leading components.
 _RANDOMIZED_EXTRA_COMPONENTS = 10
+# "auto" keeps exact states while they are small: up to this many features (a state is then at
+# most 500 x 500 float64, 1.9 MiB), or when the bounded rank would save little (see _merge_rank).
+_EXACT_MAX_FEATURES = 500
+# Power iterations of the bounded-rank solver for iterated_power="auto". With 10 extra
+# components, 2 iterations gave relative errors below 1e-12 on the explained variance of the
+# components above the noise floor of the fields in docs/benchmarks.md (each adds 2 passes).
+_AUTO_POWER_ITERATIONS = 2
 # States merged by one task. A wider tree means fewer task round trips, each merge an SVD of
 # fan-in times a state's rows; the root runs on the client, where no task is needed.
 _MERGE_FAN_IN = 16
+# Bytes of float64 scratch per chunk when a pass over a block needs a temporary.
+_CHUNK_BYTES = 1 << 21
 
 
 @dataclass
 class _PartialPCA:
-    """PCA state of a set of rows: enough to merge with another set exactly (untruncated)."""
+    """PCA state of a set of rows: enough to merge with another set (exactly when untruncated)."""
 
     n_samples: int
     mean: np.ndarray  # (n_features,)
@@ -66,33 +89,113 @@ class _PartialPCA:
         return object.__sizeof__(self) + sum(a.nbytes for a in arrays)
 
 
-def _svd(matrix: np.ndarray, rank: int | None, seed: int, n_iter: int | str) -> tuple[Any, Any]:
-    if rank is None or rank >= min(matrix.shape):
-        _, s, vt = np.linalg.svd(matrix, full_matrices=False)
-        return s, vt
-    _, s, vt = randomized_svd(
-        matrix,
-        rank,
-        n_oversamples=_RANDOMIZED_EXTRA_COMPONENTS,
-        n_iter=n_iter,
-        random_state=seed,
-    )
-    return s, vt
+class _Bands:
+    """Rows of a partition as a grid of blocks, read in place: ``bands[i][j]`` is the block of
+    row band ``i`` and column block ``j``. Products with the centred matrix ``A = X - 1 mean``
+    are computed block by block, so the partition is never copied."""
+
+    def __init__(self, bands: Sequence[Sequence[np.ndarray]]) -> None:
+        self.bands = [
+            [b if b.dtype == np.float64 else b.astype(np.float64) for b in band] for band in bands
+        ]
+        widths = [b.shape[1] for b in self.bands[0]]
+        self.columns = np.concatenate([[0], np.cumsum(widths)]).astype(int)
+        self.heights = [band[0].shape[0] for band in self.bands]
+        self.rows = np.concatenate([[0], np.cumsum(self.heights)]).astype(int)
+        self.shape = (int(self.rows[-1]), int(self.columns[-1]))
+        self.mean = np.zeros(self.shape[1])
+
+    def _cols(self, j: int) -> slice:
+        return slice(self.columns[j], self.columns[j + 1])
+
+    def column_stats(self) -> tuple[np.ndarray, np.ndarray]:
+        """Mean and sum of squared deviations per column, in one pass.
+
+        Deviations are accumulated from the first row (a shift close to the data), so a large
+        offset does not cancel the variance out as ``sum(x**2) - n mean**2`` would.
+        """
+        n, f = self.shape
+        shift = np.concatenate(self.bands[0], axis=1)[0].astype(np.float64)
+        total, squares = np.zeros(f), np.zeros(f)
+        for band in self.bands:
+            for j, block in enumerate(band):
+                cols = self._cols(j)
+                step = max(1, _CHUNK_BYTES // (8 * max(1, block.shape[1])))
+                for r in range(0, block.shape[0], step):
+                    d = block[r : r + step] - shift[cols]
+                    total[cols] += d.sum(axis=0)
+                    squares[cols] += np.einsum("ij,ij->j", d, d)
+        offset = total / n
+        self.mean = shift + offset
+        return self.mean, np.maximum(squares - n * offset**2, 0.0)
+
+    def matmul(self, right: np.ndarray) -> np.ndarray:
+        """``A @ right`` for ``right`` of shape (n_features, r)."""
+        out = np.empty((self.shape[0], right.shape[1]))
+        shifted = self.mean @ right
+        for i, band in enumerate(self.bands):
+            rows = out[self.rows[i] : self.rows[i + 1]]
+            np.matmul(band[0], right[self._cols(0)], out=rows)
+            for j in range(1, len(band)):
+                rows += band[j] @ right[self._cols(j)]
+            rows -= shifted
+        return out
+
+    def rmatmul(self, left: np.ndarray) -> np.ndarray:
+        """``A.T @ left`` for ``left`` of shape (n_samples, r)."""
+        out = np.zeros((self.shape[1], left.shape[1]))
+        for i, band in enumerate(self.bands):
+            rows = left[self.rows[i] : self.rows[i + 1]]
+            for j, block in enumerate(band):
+                out[self._cols(j)] += block.T @ rows
+        out -= np.outer(self.mean, left.sum(axis=0))
+        return out
+
+    def centred_copy(self) -> np.ndarray:
+        """The centred rows as one array (the exact solver's input), in one copy."""
+        rows = np.block([list(band) for band in self.bands]).astype(np.float64, copy=False)
+        rows -= self.mean
+        return rows
 
 
-def _reduce_rows(
-    rows: np.ndarray, rank: int | None, seed: int, n_iter: int | str, owned: bool = False
+def _randomized_svd(
+    matrix: _Bands, rank: int, n_iter: int, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Leading ``rank`` singular values and right vectors of the centred ``matrix``.
+
+    scikit-learn's ``randomized_svd`` needs the matrix itself; this is the same algorithm
+    (Halko et al. 2011, with QR normalisation between power iterations) on the implicit,
+    centred block matrix.
+    """
+    rng = np.random.default_rng(seed)
+    sketch = matrix.matmul(rng.standard_normal((matrix.shape[1], rank)))
+    for _ in range(n_iter):
+        basis, _ = np.linalg.qr(sketch)
+        back, _ = np.linalg.qr(matrix.rmatmul(basis))
+        sketch = matrix.matmul(back)
+    basis, _ = np.linalg.qr(sketch)
+    _, singular_values, components = np.linalg.svd(matrix.rmatmul(basis).T, full_matrices=False)
+    return singular_values, components
+
+
+def _reduce_bands(
+    bands: Sequence[Sequence[np.ndarray]], rank: int | None, seed: int, n_iter: int
 ) -> _PartialPCA:
-    """Partial state of ``rows``; ``owned`` rows (a private copy) are centred in place."""
-    rows = np.asarray(rows, dtype=np.float64)
-    mean = rows.mean(axis=0)
-    if owned:
-        rows -= mean  # saves a copy of the partition's rows
-        centred = rows
+    """Partial state of the rows held by ``bands`` (see :class:`_Bands`)."""
+    matrix = _Bands(bands)
+    mean, squared_deviations = matrix.column_stats()
+    if rank is None or rank >= min(matrix.shape):
+        _, singular_values, components = np.linalg.svd(matrix.centred_copy(), full_matrices=False)
+        if rank is not None:
+            singular_values, components = singular_values[:rank], components[:rank]
     else:
-        centred = rows - mean
-    s, vt = _svd(centred, rank, seed, n_iter)
-    return _PartialPCA(len(rows), mean, (centred**2).sum(axis=0), s, vt)
+        singular_values, components = _randomized_svd(matrix, rank, n_iter, seed)
+    return _PartialPCA(matrix.shape[0], mean, squared_deviations, singular_values, components)
+
+
+def _reduce_rows(rows: np.ndarray, rank: int | None, seed: int, n_iter: int) -> _PartialPCA:
+    """Partial state of a numpy array of rows (left untouched)."""
+    return _reduce_bands([[np.asarray(rows)]], rank, seed, n_iter)
 
 
 def _reduce_partition(
@@ -100,21 +203,21 @@ def _reduce_partition(
     block_indexes: list[tuple[int, int]],
     rank: int | None,
     seed: int,
-    n_iter: int | str,
+    n_iter: int,
 ) -> _PartialPCA:
-    # The splitter keeps every row band in one partition: np.block reassembles the rows in a
-    # single copy, which the reduction then owns and centres in place.
+    # The splitter keeps every row band in one partition: the bands are read where they lie.
     bands: dict[int, list[tuple[int, np.ndarray]]] = defaultdict(list)
     for (row, column), block in zip(block_indexes, blocks, strict=True):
         bands[row].append((column, block))
-    rows = np.block([[b for _, b in sorted(bands[r], key=lambda cb: cb[0])] for r in sorted(bands)])
-    return _reduce_rows(rows, rank, seed, n_iter, owned=True)
+    ordered = [[b for _, b in sorted(bands[r], key=lambda cb: cb[0])] for r in sorted(bands)]
+    return _reduce_bands(ordered, rank, seed, n_iter)
 
 
-def _merge(
-    states: list[_PartialPCA | None], rank: int | None, seed: int, n_iter: int | str
-) -> _PartialPCA | None:
-    """Exact merge of any number of partial states (``None`` and empty states are skipped)."""
+def _merge(states: list[_PartialPCA | None], rank: int | None) -> _PartialPCA | None:
+    """Merge any number of partial states (``None`` and empty states are skipped).
+
+    Exact for untruncated states; ``rank`` truncates the result to that many components.
+    """
     present = [s for s in states if s is not None and s.n_samples > 0]
     if len(present) <= 1:
         return present[0] if present else None
@@ -127,9 +230,65 @@ def _merge(
         [s.singular_values[:, None] * s.components for s in present]
         + [np.sqrt(counts)[:, None] * deltas]
     )
-    singular_values, components = _svd(stacked, rank, seed, n_iter)
+    _, singular_values, components = np.linalg.svd(stacked, full_matrices=False)
+    if rank is not None:
+        singular_values, components = singular_values[:rank], components[:rank]
     squared_deviations = sum(s.squared_deviations for s in present) + counts @ deltas**2
     return _PartialPCA(n, mean, squared_deviations, singular_values, components)
+
+
+class PendingFit:
+    """A fit submitted to the cluster by :meth:`IncrementalPCA.submit_fit`, not finished yet.
+
+    The local reductions and the merges run on the workers; :meth:`result` gathers the few
+    top-level states, merges them on the client and returns the fitted estimator.
+    :meth:`progress` says which phase the fit is in, for progress displays and stall reports.
+    """
+
+    def __init__(
+        self,
+        estimator: IncrementalPCA,
+        n_components: int,
+        rank: int | None,
+        partitions: list[Future],
+        merges: list[Future],
+        level: list[Future],
+    ) -> None:
+        self.estimator = estimator
+        self.submitted = time.perf_counter()
+        self._n_components = n_components
+        self._rank = rank
+        self._partitions = partitions
+        self._merges = merges
+        self._level = level
+
+    def done(self) -> bool:
+        """Whether every task of the fit has finished (:meth:`result` then returns at once)."""
+        return all(f.done() for f in self._level)
+
+    def progress(self) -> tuple[str, int, int]:
+        """``(phase, done, total)``: the phase in progress and how many of its tasks finished.
+
+        Phases: ``"local reductions"`` (one task per partition), ``"merges"`` (merge tasks on
+        the workers), ``"client merge"`` (everything finished on the workers).
+        """
+        for phase, futures in (("local reductions", self._partitions), ("merges", self._merges)):
+            finished = sum(f.done() for f in futures)
+            if finished < len(futures):
+                return phase, finished, len(futures)
+        return "client merge", 0, 1
+
+    def result(self, timeout: float | None = None) -> IncrementalPCA:
+        """Wait for the fit, merge the top-level states here and return the fitted estimator.
+
+        Raises whatever a task raised.
+        """
+        if timeout is not None:
+            wait(self._level, timeout=timeout)
+        states = self.estimator._client().gather(self._level)
+        state = _merge([self.estimator._previous, *states], self._rank)
+        assert state is not None
+        return self.estimator._finish(state, self._n_components)
 
 
 class IncrementalPCA(TransformerMixin, BaseEstimator):
@@ -153,13 +312,16 @@ class IncrementalPCA(TransformerMixin, BaseEstimator):
         Rows per local reduction for numpy input (``None``: all rows at once). Ignored for dask
         arrays, whose partitions are the batches.
     svd_solver : {"auto", "full", "tsqr", "randomized"}
-        ``"auto"``, ``"full"`` and ``"tsqr"`` (all the same here) keep every component during
-        merges and truncate only at the end: the result equals exact PCA (to rounding).
-        ``"randomized"`` computes local and merge SVDs with randomized SVD and keeps
-        ``n_components + 10`` components at every merge: much cheaper when
-        ``n_components << n_features``, an approximation otherwise documented as such.
+        ``"full"`` and ``"tsqr"`` (the same here) keep every component during merges and
+        truncate only at the end: the result equals exact PCA (to rounding), at a cost that
+        grows with ``n_features**2`` (see Notes). ``"randomized"`` keeps ``n_components + 10``
+        components in every state (bounded rank: cost and memory linear in ``n_features``).
+        ``"auto"`` is exact while a state is small, ``n_features <= 500`` (an exact state is
+        then at most 1.9 MiB), or when ``n_components + 10`` is at least 80 % of
+        ``min(n_samples_seen, n_features)``; bounded rank otherwise. The choice made is
+        ``svd_solver_``.
     iterated_power : int or "auto"
-        Power iterations of the randomized solver (dask-ml's default 0 means "auto" here).
+        Power iterations of the bounded-rank solver; ``"auto"`` (or 0, dask-ml's default) is 2.
     random_state : int, RandomState or None
         Seeds the randomized solver.
     partition_policy : str or PartitionPolicy
@@ -182,20 +344,28 @@ class IncrementalPCA(TransformerMixin, BaseEstimator):
     n_components_ : int
     n_features_in_ : int
     n_samples_seen_ : int
+    svd_solver_ : {"full", "randomized"}
+        The regime used: exact states, or states of ``n_components + 10`` components.
     bytes_moved_ : int
         Bytes fetched across workers by the last ``partial_fit``'s local phase: nonzero only
         when a row band's blocks were spread over several workers.
 
     Notes
     -----
-    Cost with exact merges (default), ``n`` rows and ``f`` features per partition: a local
-    thin SVD in ``O(n f min(n, f))`` time; each state holds up to ``min(n_seen, f)`` components,
-    so ``O(f**2)`` memory (``8 f**2`` bytes, 32 MiB for ``f=2048``). A merge of ``k`` states
-    (a worker's partitions, then up to 16 states per merge task, the last ones on the client)
-    is an SVD of a ``(k min(n_seen, f) + k) x f`` matrix, and the client holds up to 16 states
-    at the root. With ``svd_solver="randomized"``, a state is ``(n_components + 10) x f`` and
-    every SVD is ``O(rows f (n_components + 10))``. Each partition task also holds a copy of its
-    rows (the blocks reassembled).
+    Cost, with ``n`` rows and ``f`` features per partition, ``k`` components and ``r = k + 10``:
+
+    ============  ===============================  ==================  =====================
+    regime        local reduction (per partition)  state (bytes)       merge of ``m`` states
+    ============  ===============================  ==================  =====================
+    exact         thin SVD ``O(n f min(n, f))``,   ``8 f min(n_seen,   SVD of ``m min(n_seen,
+                  one copy of the rows             f)``                f) x f``
+    bounded rank  ``3 + 2 q`` passes over the      ``8 r f``           SVD of ``m (r + 1) x
+                  blocks in place, ``O(n f r)``                        f``, ``O(m r^2 f)``
+    ============  ===============================  ==================  =====================
+
+    A worker's partitions merge on that worker, then up to 16 states per merge task; the client
+    merges the last level (at most 16 states) and holds the model's state. Accuracy of the
+    bounded rank regime against exact PCA is measured in ``docs/benchmarks.md``.
 
     Examples
     --------
@@ -260,9 +430,42 @@ class IncrementalPCA(TransformerMixin, BaseEstimator):
         """
         if not isinstance(X, da.Array):
             X = np.asarray(X, dtype=np.float64)
+            n_components, rank, seeds, n_iter = self._prepare(X)
+            state = _merge([self._previous, self._reduce_numpy(X, rank, seeds, n_iter)], rank)
+            assert state is not None
+            self.bytes_moved_ = 0
+            return self._finish(state, n_components)
+        return self._submit(X).result()
+
+    def submit_fit(self, X: da.Array) -> PendingFit:
+        """Start fitting the model on the dask array ``X`` from scratch, and return at once.
+
+        The local reductions and merges run on the workers while the caller goes on (e.g.
+        takes the next time step); ``submit_fit(X).result()`` is ``fit(X)``.
+
+        Parameters
+        ----------
+        X : dask.array.Array of shape (n_samples, n_features)
+
+        Returns
+        -------
+        PendingFit
+            Its ``result()`` is this estimator, fitted; ``progress()`` the phase in progress.
+        """
+        self._state = None
+        return self._submit(X)
+
+    @property
+    def _previous(self) -> _PartialPCA | None:
+        return getattr(self, "_state", None)
+
+    def _client(self) -> Client:
+        return self.client if self.client is not None else get_client()
+
+    def _prepare(self, X: Any) -> tuple[int, int | None, np.random.RandomState, int]:
         if X.ndim != 2:
             raise ValueError(f"X must be 2D (samples, features), got shape {X.shape}")
-        previous = getattr(self, "_state", None)
+        previous = self._previous
         n_samples, n_features = X.shape
         if previous is not None and previous.mean.shape[0] != n_features:
             raise ValueError(
@@ -271,19 +474,15 @@ class IncrementalPCA(TransformerMixin, BaseEstimator):
             )
         n_seen = (previous.n_samples if previous is not None else 0) + n_samples
         n_components = self._check_params(n_seen, n_features)
-        rank = self._merge_rank(n_components)
+        rank = self._merge_rank(n_components, n_seen, n_features)
+        self.svd_solver_ = "full" if rank is None else "randomized"
         seeds = check_random_state(self.random_state)
-        n_iter = "auto" if self.iterated_power in (0, "auto") else self.iterated_power
-
-        if isinstance(X, da.Array):
-            new, self.bytes_moved_ = self._reduce_dask(X, rank, seeds, n_iter)
-        else:
-            new, self.bytes_moved_ = self._reduce_numpy(X, rank, seeds, n_iter), 0
-        state = _merge([previous, new], rank, int(seeds.randint(2**31)), n_iter)
-        assert state is not None
-        self._state = state
-        self._set_attributes(state, n_components)
-        return self
+        n_iter = self.iterated_power
+        if n_iter in (0, "auto"):
+            n_iter = _AUTO_POWER_ITERATIONS
+        elif not isinstance(n_iter, (int, np.integer)) or n_iter < 0:
+            raise ValueError(f"iterated_power={n_iter!r} must be an integer ≥ 0 or 'auto'")
+        return n_components, rank, seeds, int(n_iter)
 
     def _check_params(self, n_samples_seen: int, n_features: int) -> int:
         if self.svd_solver not in _SVD_SOLVERS:
@@ -302,36 +501,39 @@ class IncrementalPCA(TransformerMixin, BaseEstimator):
             )
         return int(n_components)
 
-    def _merge_rank(self, n_components: int) -> int | None:
+    def _merge_rank(self, n_components: int, n_seen: int, n_features: int) -> int | None:
+        """Components kept per state: ``None`` keeps them all (exact)."""
+        rank = n_components + _RANDOMIZED_EXTRA_COMPONENTS
         if self.svd_solver == "randomized":
-            return n_components + _RANDOMIZED_EXTRA_COMPONENTS
-        return None
+            return rank
+        if self.svd_solver in ("full", "tsqr"):
+            return None
+        small = n_features <= _EXACT_MAX_FEATURES
+        return None if small or rank >= 0.8 * min(n_seen, n_features) else rank
 
     def _reduce_numpy(
-        self, X: np.ndarray, rank: int | None, seeds: np.random.RandomState, n_iter: int | str
+        self, X: np.ndarray, rank: int | None, seeds: np.random.RandomState, n_iter: int
     ) -> _PartialPCA | None:
         batch = self.batch_size or len(X)
         state = None
         for start in range(0, len(X), batch):
             part = _reduce_rows(X[start : start + batch], rank, int(seeds.randint(2**31)), n_iter)
-            state = _merge([state, part], rank, int(seeds.randint(2**31)), n_iter)
+            state = _merge([state, part], rank)
         return state
 
-    def _reduce_dask(
-        self, X: da.Array, rank: int | None, seeds: np.random.RandomState, n_iter: int | str
-    ) -> tuple[_PartialPCA | None, int]:
-        client = self.client if self.client is not None else get_client()
-        held = {f.key for f in futures_of(X)}
-        if not all(k in held for k in flatten(X.__dask_keys__())):
-            logger.debug("IncrementalPCA: persisting %s, its blocks are not in memory", X.name)
-            X = client.persist(X)
-        partitions = split(X, self.partition_policy, keep_rows_whole=True, client=client)
+    def _submit(self, X: da.Array) -> PendingFit:
+        n_components, rank, seeds, n_iter = self._prepare(X)
+        client = self._client()
+        partitions = split(
+            X, self.partition_policy, keep_rows_whole=True, client=client, persist=True
+        )
         if partitions.bytes_to_move:
             logger.info(
                 "IncrementalPCA: %d bytes cross workers to gather whole row bands of %s",
                 partitions.bytes_to_move,
                 X.name,
             )
+        self.bytes_moved_ = partitions.bytes_to_move
         partials = [
             (
                 part.worker,
@@ -341,19 +543,11 @@ class IncrementalPCA(TransformerMixin, BaseEstimator):
             )
             for part in partitions
         ]
-        return self._merge_tree(client, partials, rank, seeds, n_iter), partitions.bytes_to_move
+        merges: list[Future] = []
 
-    @staticmethod
-    def _merge_tree(
-        client: Client,
-        partials: list[tuple[str, Future]],
-        rank: int | None,
-        seeds: np.random.RandomState,
-        n_iter: int | str,
-    ) -> _PartialPCA | None:
         def merge_task(states: list[Future], **pin: Any) -> Future:
-            seed = int(seeds.randint(2**31))
-            return client.submit(_merge, states, rank, seed, n_iter, pure=False, **pin)
+            merges.append(client.submit(_merge, states, rank, pure=False, **pin))
+            return merges[-1]
 
         # A worker's partitions merge on that worker, so the first level moves nothing.
         by_worker: dict[str, list[Future]] = defaultdict(list)
@@ -366,7 +560,12 @@ class IncrementalPCA(TransformerMixin, BaseEstimator):
         while len(level) > _MERGE_FAN_IN:
             groups = [level[i : i + _MERGE_FAN_IN] for i in range(0, len(level), _MERGE_FAN_IN)]
             level = [group[0] if len(group) == 1 else merge_task(group) for group in groups]
-        return _merge(client.gather(level), rank, int(seeds.randint(2**31)), n_iter)
+        return PendingFit(self, n_components, rank, [f for _, f in partials], merges, level)
+
+    def _finish(self, state: _PartialPCA, n_components: int) -> IncrementalPCA:
+        self._state = state
+        self._set_attributes(state, n_components)
+        return self
 
     def _set_attributes(self, state: _PartialPCA, n_components: int) -> None:
         n = state.n_samples

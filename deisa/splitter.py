@@ -34,6 +34,7 @@ dask when the partition's task runs, and :attr:`Partition.bytes_to_move` reports
 
 from __future__ import annotations
 
+import logging
 import math
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterator, Sequence
@@ -44,6 +45,8 @@ import dask.array as da
 import numpy as np
 from dask.core import flatten
 from distributed import Client, Future, futures_of, get_client, wait
+
+from deisa import _block_locations
 
 __all__ = [
     "Factoring",
@@ -56,6 +59,8 @@ __all__ = [
     "measure_incoming_transfers",
     "split",
 ]
+
+logger = logging.getLogger(__name__)
 
 BlockIndex = tuple[int, ...]
 
@@ -304,6 +309,7 @@ def split(
     keep_rows_whole: bool = False,
     client: Client | None = None,
     nthreads: dict[str, int] | None = None,
+    persist: bool = False,
 ) -> Split:
     """Split a dask array whose blocks are in worker memory into worker-local partitions.
 
@@ -321,7 +327,11 @@ def split(
     client : Client, optional
         Defaults to the current client.
     nthreads : dict, optional
-        Threads per worker address; defaults to ``client.nthreads()``.
+        Threads per worker address; defaults to what the stream reported for arrays from an
+        :class:`~deisa.adapter.Adapter`, else ``client.nthreads()``.
+    persist : bool
+        Persist ``x`` first when some of its blocks are not held by futures (a lazy array),
+        instead of raising.
 
     Returns
     -------
@@ -340,15 +350,26 @@ def split(
     keys = list(flatten(x.__dask_keys__()))
     futures_by_key = {f.key: f for f in futures_of(x)}
     missing = [k for k in keys if k not in futures_by_key]
-    if missing:
+    if missing and persist:
+        logger.debug(
+            "split: persisting %s, %d of its blocks are not in memory", x.name, len(missing)
+        )
+        x = client.persist(x)
+        futures_by_key = {f.key: f for f in futures_of(x)}
+    elif missing:
         raise ValueError(
             f"{len(missing)} of {len(keys)} blocks of {x.name!r} are not held by futures "
             f"(first: {missing[0]!r}); persist the array first: x = client.persist(x)"
         )
     futures = [futures_by_key[k] for k in keys]
-    wait(futures)
-    holders = client.who_has(futures)  # the one location query for the whole array
-    threads = nthreads if nthreads is not None else client.nthreads()
+    known = _block_locations.lookup(keys)  # carried by the stream: no query needed
+    if known is None:
+        wait(futures)
+        holders = client.who_has(futures)  # the one location query for the whole array
+        threads = nthreads if nthreads is not None else client.nthreads()
+    else:
+        holders = {k: [known.workers[k]] for k in keys}
+        threads = nthreads if nthreads is not None else known.nthreads
 
     block_nbytes = {k: _block_nbytes(x, _index_of(k)) for k in keys}
     units = _units(keys, keep_rows_whole)

@@ -104,9 +104,9 @@ def test_merge_of_many_uneven_states_is_exact() -> None:
     data = make_data()
     bounds = [0, 3, 40, 41, 120, 200]  # a 1-row state has no spread, only a mean
     states = [
-        deisa.pca._reduce_rows(data[a:b], None, 0, "auto") for a, b in itertools.pairwise(bounds)
+        deisa.pca._reduce_rows(data[a:b], None, 0, 2) for a, b in itertools.pairwise(bounds)
     ]
-    merged = deisa.pca._merge([None, *states], None, 0, "auto")
+    merged = deisa.pca._merge([None, *states], None)
     assert merged is not None and merged.n_samples == len(data)
     centred = data - data.mean(axis=0)
     _, singular_values, components = np.linalg.svd(centred, full_matrices=False)
