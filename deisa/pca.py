@@ -36,7 +36,9 @@ PCA does):
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Sequence
@@ -256,15 +258,37 @@ class PendingFit:
     ) -> None:
         self.estimator = estimator
         self.submitted = time.perf_counter()
+        #: When the last task on the workers finished (``time.perf_counter()``), else ``None``.
+        self.tasks_done_at: float | None = None
+        #: Seconds of the client's final merge, once :meth:`result` ran.
+        self.client_merge_s = 0.0
         self._n_components = n_components
         self._rank = rank
         self._partitions = partitions
         self._merges = merges
         self._level = level
+        self._remaining = len(level)
+        self._lock = threading.Lock()
+        for future in level:
+            future.add_done_callback(self._task_done)
+
+    def _task_done(self, future: Future) -> None:
+        with self._lock:
+            self._remaining -= 1
+            if self._remaining == 0:
+                self.tasks_done_at = time.perf_counter()
 
     def done(self) -> bool:
         """Whether every task of the fit has finished (:meth:`result` then returns at once)."""
         return all(f.done() for f in self._level)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait up to ``timeout`` seconds for the tasks; whether they all finished."""
+        try:
+            wait(self._level, timeout=timeout)
+        except (TimeoutError, asyncio.TimeoutError):  # the same class from Python 3.11
+            return False
+        return True
 
     def progress(self) -> tuple[str, int, int]:
         """``(phase, done, total)``: the phase in progress and how many of its tasks finished.
@@ -281,14 +305,17 @@ class PendingFit:
     def result(self, timeout: float | None = None) -> IncrementalPCA:
         """Wait for the fit, merge the top-level states here and return the fitted estimator.
 
-        Raises whatever a task raised.
+        Raises whatever a task raised, or ``TimeoutError`` after ``timeout`` seconds.
         """
-        if timeout is not None:
-            wait(self._level, timeout=timeout)
+        if timeout is not None and not self.wait(timeout):
+            raise TimeoutError(f"the fit did not finish within {timeout} s")
         states = self.estimator._client().gather(self._level)
+        start = time.perf_counter()
         state = _merge([self.estimator._previous, *states], self._rank)
         assert state is not None
-        return self.estimator._finish(state, self._n_components)
+        fitted = self.estimator._finish(state, self._n_components)
+        self.client_merge_s = time.perf_counter() - start
+        return fitted
 
 
 class IncrementalPCA(TransformerMixin, BaseEstimator):

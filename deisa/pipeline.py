@@ -1,33 +1,29 @@
-"""The analytics of ``deisa-run``: a PCA of every published step, and the run's report.
+"""The analytics of ``deisa-run``: a PCA of every published step.
 
 :func:`analyze_stream` is the in situ client of the paper's experiments: it takes the steps of
 one array from an :class:`~deisa.adapter.Adapter` as they are published, fits a
 :class:`~deisa.pca.IncrementalPCA` on each (rows are samples, columns features) and records
-the explained variance. :func:`step_table`, :func:`format_table`, :func:`plot_explained_variance`
-and :func:`write_results` turn what it measured, plus the simulation's own per-step timings,
-into the table, the PNG and the JSON that ``deisa-run`` leaves in its output directory.
+the explained variance. The run's report (table, plot, ``results.json``) is
+:mod:`deisa.launcher.report`'s.
 
 Examples
 --------
 >>> with Client(scheduler_file="scheduler.json") as client:  # doctest: +SKIP
 ...     steps = analyze_stream(client, "gtemp", n_components=4)
->>> print(format_table(step_table(steps, read_timings("timings.json"))))  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
-from pathlib import Path
-from typing import Any
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
 
-import numpy as np
 from distributed import Client
 
 from .adapter import Adapter, EndOfStreamError, StepNotAvailableError
+from .pca import IncrementalPCA, PendingFit
 
 logger = logging.getLogger(__name__)
 
@@ -45,13 +41,16 @@ class StepAnalytics:
     step
         Published step number.
     wait_s
-        Seconds between the end of the previous step's analytics and this step's arrival.
+        Seconds the analytics waited for this step to arrive (0 when it was already queued).
     analytics_s
-        Seconds of the PCA fit of this step (tasks on the workers included).
+        Seconds from the step's arrival to the end of its PCA fit (tasks on the workers and
+        the client's final merge included; steps in flight overlap).
     nbytes
         Bytes of the step's global array.
     explained_variance, explained_variance_ratio
         The fitted PCA's attributes of the same name, one value per component.
+    svd_solver
+        The PCA regime used (``svd_solver_``: ``"full"`` or ``"randomized"``).
     """
 
     step: int
@@ -60,6 +59,36 @@ class StepAnalytics:
     nbytes: int
     explained_variance: list[float]
     explained_variance_ratio: list[float]
+    svd_solver: str = "full"
+
+
+@dataclass
+class _InFlight:
+    """A step whose PCA runs on the workers."""
+
+    step: int
+    arrived: float
+    wait_s: float
+    nbytes: int
+    pending: PendingFit
+    progress: tuple[str, int, int] = ("", -1, 0)
+    progress_at: float = 0.0
+
+    def moved(self, now: float) -> bool:
+        """Whether the fit progressed since the last call (and note when it did)."""
+        progress = self.pending.progress()
+        if progress != self.progress:
+            self.progress, self.progress_at = progress, now
+            return True
+        return False
+
+    def describe(self, array: str, now: float) -> str:
+        phase, done, total = self.progress
+        return (
+            f"analytics: the PCA of step {self.step} of {array!r} made no progress for "
+            f"{now - self.progress_at:.0f} s (phase: {phase}, {done} of {total} task(s) done; "
+            f"{now - self.arrived:.0f} s since the step arrived)"
+        )
 
 
 def analyze_stream(
@@ -69,10 +98,16 @@ def analyze_stream(
     n_components: int = 4,
     poll_s: float = 1.0,
     stall_timeout: float | None = 120.0,
+    max_in_flight: int = 2,
     check: Callable[[], None] | None = None,
+    on_start: Callable[[int], None] | None = None,
     on_step: Callable[[StepAnalytics], None] | None = None,
 ) -> list[StepAnalytics]:
     """Fit a PCA on every step of ``array`` until the simulation closes the stream.
+
+    Steps are pipelined: the fit of a step is submitted to the workers
+    (:meth:`~deisa.pca.IncrementalPCA.submit_fit`) and the next step is taken while it runs,
+    up to ``max_in_flight`` fits at once; results are reported in step order.
 
     Parameters
     ----------
@@ -83,15 +118,21 @@ def analyze_stream(
     n_components
         Components kept, capped at the array's smaller dimension.
     poll_s
-        Seconds of each wait on the scheduler; ``check`` runs between two waits.
+        Seconds of each wait on the scheduler or on the fits; ``check`` runs between two.
     stall_timeout
-        Seconds without a new step before giving up with :class:`PipelineError`.
-        ``None``: wait forever.
+        Seconds without progress before giving up with :class:`PipelineError`: no new step
+        while no fit is running, or a running fit whose tasks made no progress (the message
+        names the step, the phase and how long). ``None``: wait forever.
+    max_in_flight
+        Steps analysed at once. Each holds its blocks in worker memory until its fit ends, on
+        top of the ``buffer_nb`` steps the stream may queue.
     check
         Called while waiting; raises (e.g. :class:`PipelineError`) to abort, typically when
         the simulation process has died.
+    on_start
+        Called with the step number when a step's fit is submitted.
     on_step
-        Called after each step's fit, e.g. to advance a progress bar.
+        Called after each step's fit, in step order, e.g. to advance a progress bar.
 
     Returns
     -------
@@ -101,214 +142,96 @@ def analyze_stream(
     Raises
     ------
     PipelineError
-        The stream stalled, or the PCA of a step failed.
+        The stream or a fit stalled, or the PCA of a step failed.
     """
-    from .pca import IncrementalPCA
-
+    if max_in_flight < 1:
+        raise ValueError(f"max_in_flight={max_in_flight} must be ≥ 1")
     stream = Adapter(client, timeout=poll_s)[array]
     results: list[StepAnalytics] = []
+    in_flight: deque[_InFlight] = deque()
     step = 0
+    ended = False
     waiting_since = last_progress = time.perf_counter()
-    while True:
+
+    def stalled(now: float) -> None:
+        if stall_timeout is None or now - last_progress <= stall_timeout:
+            return
+        if in_flight:
+            raise PipelineError(in_flight[0].describe(array, now))
+        raise PipelineError(
+            f"analytics: no step of {array!r} for {now - last_progress:.0f} s (waiting for step "
+            f"{step}); the simulation seems stuck"
+        )
+
+    while not ended or in_flight:
+        now = time.perf_counter()
+        if any([f.moved(now) for f in in_flight]):
+            last_progress = now
+        while in_flight and in_flight[0].pending.done():
+            results.append(_finish(in_flight.popleft(), array))
+            last_progress = time.perf_counter()
+            if on_step is not None:
+                on_step(results[-1])
+        if ended or len(in_flight) >= max_in_flight:
+            if in_flight:
+                in_flight[0].pending.wait(poll_s)
+            if check is not None:
+                check()
+            stalled(time.perf_counter())
+            continue
         try:
             field = stream[step]
         except TimeoutError:
             if check is not None:
                 check()
-            stalled = time.perf_counter() - last_progress
-            if stall_timeout is not None and stalled > stall_timeout:
-                raise PipelineError(
-                    f"analytics: no step of {array!r} for {stalled:.0f} s (waiting for step "
-                    f"{step}); the simulation seems stuck"
-                ) from None
+            stalled(time.perf_counter())
             continue
         except EndOfStreamError:
-            break
+            ended = True
+            continue
         except StepNotAvailableError:  # not published (filtered out by the simulation)
             step += 1
             continue
-        arrived = time.perf_counter()
+        arrived = last_progress = time.perf_counter()
         k = min(n_components, *field.shape)
-        nbytes = field.nbytes
         try:
-            pca = IncrementalPCA(n_components=k, client=client).fit(field)
+            pending = IncrementalPCA(n_components=k, client=client).submit_fit(field)
         except Exception as exc:
-            raise PipelineError(
-                f"analytics: PCA of step {step} of {array!r} failed: {type(exc).__name__}: {exc}"
-            ) from exc
-        del field  # releases the step's blocks on the workers
-        done = time.perf_counter()
-        result = StepAnalytics(
-            step=step,
-            wait_s=arrived - waiting_since,
-            analytics_s=done - arrived,
-            nbytes=int(nbytes),
-            explained_variance=[float(v) for v in pca.explained_variance_],
-            explained_variance_ratio=[float(v) for v in pca.explained_variance_ratio_],
+            raise _failed(step, array, exc) from exc
+        in_flight.append(
+            _InFlight(step, arrived, arrived - waiting_since, int(field.nbytes), pending)
         )
-        logger.debug("deisa pipeline: step %d analysed in %.3f s", step, result.analytics_s)
-        results.append(result)
-        if on_step is not None:
-            on_step(result)
+        in_flight[-1].moved(arrived)
+        if on_start is not None:
+            on_start(step)
+        del field  # the fit's tasks keep the blocks they need
         step += 1
-        waiting_since = last_progress = done
+        waiting_since = time.perf_counter()
     logger.info("deisa pipeline: end of %r after %d steps", array, len(results))
     return results
 
 
-def read_timings(path: str | Path) -> list[list[dict[str, Any]]]:
-    """Per-rank, per-step timings written by ``deisa_simulation.heat --timings``.
-
-    Returns an empty list when the file is absent (e.g. the C solver writes none).
-    """
-    path = Path(path)
-    if not path.exists():
-        return []
-    ranks: list[list[dict[str, Any]]] = json.loads(path.read_text())["ranks"]
-    return ranks
-
-
-def step_table(
-    analytics: Sequence[StepAnalytics], timings: Sequence[Sequence[dict[str, Any]]] = ()
-) -> list[dict[str, Any]]:
-    """One row per step: compute, publish and analytics seconds, bytes and bandwidth.
-
-    Parameters
-    ----------
-    analytics
-        From :func:`analyze_stream`.
-    timings
-        From :func:`read_timings`: per rank, per step ``compute_s``, ``publish_s``,
-        ``send_s``, ``nbytes``.
-
-    Returns
-    -------
-    list of dict
-        Keys ``step``; ``compute_s``, ``publish_s`` (flow-control waits included) and
-        ``send_s`` (the block transfer alone) of the slowest rank; ``analytics_s``; ``nbytes``
-        (all ranks, or the analysed array's size without timings) and ``bandwidth_Bps``
-        (``nbytes`` over the slowest rank's ``send_s``).
-        Values the simulation did not report are ``None``.
-    """
-    per_step: dict[int, list[dict[str, Any]]] = {}
-    for rank in timings:
-        for entry in rank:
-            per_step.setdefault(int(entry["step"]), []).append(entry)
-    rows = []
-    done = {a.step: a for a in analytics}
-    for step in sorted(set(per_step) | set(done)):
-        entries = per_step.get(step, [])
-        row: dict[str, Any] = {
-            "step": step,
-            "compute_s": max((e["compute_s"] for e in entries), default=None),
-            "publish_s": max((e["publish_s"] for e in entries), default=None),
-            "send_s": max((e["send_s"] for e in entries), default=None),
-            "analytics_s": done[step].analytics_s if step in done else None,
-            "nbytes": (
-                sum(e["nbytes"] for e in entries)
-                if entries
-                else done[step].nbytes
-                if step in done
-                else None
-            ),
-        }
-        send = row["send_s"]
-        row["bandwidth_Bps"] = row["nbytes"] / send if entries and send else None
-        rows.append(row)
-    return rows
-
-
-def format_table(rows: Sequence[dict[str, Any]]) -> str:
-    """A plain-text table of :func:`step_table` rows, with a total line."""
-    header = (
-        f"{'step':>5} {'compute s':>10} {'publish s':>10} {'send s':>8} {'analytics s':>12} "
-        f"{'MiB':>9} {'MiB/s':>9}"
+def _failed(step: int, array: str, exc: BaseException) -> PipelineError:
+    return PipelineError(
+        f"analytics: PCA of step {step} of {array!r} failed: {type(exc).__name__}: {exc}"
     )
 
-    def cell(value: float | None, width: int, fmt: str) -> str:
-        return f"{'-':>{width}}" if value is None else f"{value:>{width}{fmt}}"
 
-    def line(label: str, row: dict[str, Any]) -> str:
-        mib = None if row["nbytes"] is None else row["nbytes"] / 2**20
-        bw = None if row["bandwidth_Bps"] is None else row["bandwidth_Bps"] / 2**20
-        return (
-            f"{label:>5} {cell(row['compute_s'], 10, '.4f')} {cell(row['publish_s'], 10, '.4f')} "
-            f"{cell(row['send_s'], 8, '.4f')} {cell(row['analytics_s'], 12, '.4f')} "
-            f"{cell(mib, 9, '.2f')} {cell(bw, 9, '.1f')}"
-        )
-
-    lines = [header, "-" * len(header)]
-    lines += [line(str(row["step"]), row) for row in rows]
-
-    def total(key: str) -> float | None:
-        values = [r[key] for r in rows if r[key] is not None]
-        return sum(values) if values else None
-
-    totals: dict[str, Any] = {
-        k: total(k) for k in ("compute_s", "publish_s", "send_s", "analytics_s", "nbytes")
-    }
-    totals["bandwidth_Bps"] = (
-        totals["nbytes"] / totals["send_s"]
-        if totals["nbytes"] is not None and totals["send_s"]
-        else None
-    )
-    lines += ["-" * len(header), line("total", totals)]
-    lines.append(
-        "compute, publish (flow-control waits included), send: slowest rank; "
-        "MiB: all ranks; MiB/s: MiB / send s"
-    )
-    return "\n".join(lines)
-
-
-def plot_explained_variance(
-    analytics: Sequence[StepAnalytics], path: str | Path, *, title: str = "gtemp"
-) -> Path:
-    """Write a PNG of the explained variance ratio of each component over the steps.
-
-    Uses matplotlib's non-interactive Agg backend; returns ``path``.
-    """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    path = Path(path)
-    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+def _finish(fit: _InFlight, array: str) -> StepAnalytics:
     try:
-        steps = [a.step for a in analytics]
-        n = max((len(a.explained_variance_ratio) for a in analytics), default=0)
-        for c in range(n):
-            ratios = [
-                a.explained_variance_ratio[c] if c < len(a.explained_variance_ratio) else np.nan
-                for a in analytics
-            ]
-            ax.plot(steps, ratios, marker="o", label=f"component {c + 1}")
-        ax.set_xlabel("step")
-        ax.set_ylabel("explained variance ratio")
-        ax.set_ylim(0.0, 1.0)
-        ax.set_title(f"In situ PCA of {title!r}")
-        if n:
-            ax.legend()
-        ax.grid(True, alpha=0.3)
-        fig.tight_layout()
-        fig.savefig(path, dpi=100)
-    finally:
-        plt.close(fig)
-    return path
-
-
-def write_results(
-    path: str | Path,
-    analytics: Sequence[StepAnalytics],
-    rows: Sequence[dict[str, Any]],
-    settings: dict[str, Any],
-) -> Path:
-    """Write the run's settings, per-step PCA results and per-step table as JSON."""
-    path = Path(path)
-    path.write_text(
-        json.dumps(
-            {"settings": settings, "steps": [asdict(a) for a in analytics], "table": list(rows)},
-            indent=1,
-        )
+        pca = fit.pending.result()
+    except Exception as exc:
+        raise _failed(fit.step, array, exc) from exc
+    result = StepAnalytics(
+        step=fit.step,
+        wait_s=fit.wait_s,
+        analytics_s=(fit.pending.tasks_done_at or time.perf_counter())
+        + fit.pending.client_merge_s
+        - fit.arrived,
+        nbytes=fit.nbytes,
+        explained_variance=[float(v) for v in pca.explained_variance_],
+        explained_variance_ratio=[float(v) for v in pca.explained_variance_ratio_],
+        svd_solver=pca.svd_solver_,
     )
-    return path
+    logger.debug("deisa pipeline: step %d analysed in %.3f s", fit.step, result.analytics_s)
+    return result

@@ -1,0 +1,91 @@
+"""deisa.pipeline.analyze_stream on steps published by real MPI ranks (tests/publish_blocks.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+from conftest import REPO, DaskProcesses, mpirun, start_dask, test_env
+from distributed import Event
+from sklearn.decomposition import PCA
+
+from deisa.pipeline import PipelineError, StepAnalytics, analyze_stream
+
+PUBLISHER = REPO / "tests" / "publish_blocks.py"
+sys.path.insert(0, str(PUBLISHER.parent))
+from publish_blocks import expected  # noqa: E402
+
+
+def publish(cluster: DaskProcesses, name: str, shape: tuple[int, int], nsteps: int) -> None:
+    cmd = mpirun(
+        4,
+        sys.executable,
+        str(PUBLISHER),
+        str(cluster.scheduler_file),
+        *("--name", name, "--shape", *map(str, shape), "--nsteps", str(nsteps)),
+    )
+    proc = subprocess.run(cmd, env=test_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.fixture(scope="module")
+def one_worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaskProcesses]:
+    processes = start_dask(tmp_path_factory.mktemp("dask"), n_workers=1)
+    yield processes
+    processes.stop()
+
+
+@pytest.mark.parametrize(("shape", "solver"), [((24, 40), "full"), ((24, 520), "randomized")])
+def test_analyze_stream_fits_every_step_in_order(
+    one_worker: DaskProcesses, shape: tuple[int, int], solver: str
+) -> None:
+    name = f"steps-{solver}"
+    publish(one_worker, name, shape, nsteps=5)
+    started: list[int] = []
+    reported: list[StepAnalytics] = []
+    with one_worker.client() as client:
+        steps = analyze_stream(
+            client,
+            name,
+            n_components=2,
+            stall_timeout=None,
+            max_in_flight=3,
+            on_start=started.append,
+            on_step=reported.append,
+        )
+    assert [s.step for s in steps] == list(range(5)) == started
+    assert reported == steps
+    for s in steps:
+        reference = PCA(n_components=2, svd_solver="full").fit(expected(s.step, shape))
+        assert s.svd_solver == solver
+        np.testing.assert_allclose(
+            s.explained_variance, reference.explained_variance_, rtol=1e-9, atol=1e-6
+        )
+        assert s.nbytes == 8 * shape[0] * shape[1] and s.analytics_s > 0
+
+
+def test_analyze_stream_names_the_step_and_phase_of_a_stalled_fit(
+    one_worker: DaskProcesses,
+) -> None:
+    """The only worker thread is busy: the fit of step 0 cannot start its local reduction."""
+    publish(one_worker, "stalled", (8, 6), nsteps=2)
+    with one_worker.client() as client:
+        release = Event("release-the-worker", client=client)
+        busy = client.submit(lambda: release.wait(), pure=False)
+        try:
+            with pytest.raises(PipelineError) as failure:
+                analyze_stream(client, "stalled", stall_timeout=3, poll_s=0.5)
+        finally:
+            release.set()
+            busy.result()
+    message = str(failure.value)
+    assert "the PCA of step 0 of 'stalled' made no progress for" in message
+    assert "phase: local reductions, 0 of 1 task(s) done" in message
+
+
+def test_analyze_stream_rejects_no_room_in_flight(one_worker: DaskProcesses) -> None:
+    with one_worker.client() as client, pytest.raises(ValueError, match="max_in_flight=0"):
+        analyze_stream(client, "unused", max_in_flight=0)
