@@ -28,7 +28,11 @@ PCA does):
   the centring applied implicitly: no copy of the partition is made, and it costs
   ``3 + 2 q`` passes over the partition's bytes (``q`` power iterations) plus
   ``O(n f (n_components + 10))`` flops. A merge is an exact SVD of the stacked states,
-  truncated back to ``n_components + 10``: ``O(k (n_components + 11)^2 f)``.
+  truncated back to ``n_components + 10``: ``O(k (n_components + 11)^2 f)``. Truncating
+  states biases the singular values (each partition drops the noise it held along the leading
+  components), so once the root merge has fixed the components, one more pass per partition
+  measures the variance along each of them: the explained variance is then exact for the
+  components found, whatever the number of partitions.
 """
 
 # scikit-learn's API names the data ``X``; keep it for drop-in compatibility.
@@ -205,6 +209,16 @@ def _reduce_rows(rows: np.ndarray, rank: int | None, seed: int, n_iter: int) -> 
     return _reduce_bands([[np.asarray(rows)]], rank, seed, n_iter)
 
 
+def _ordered_bands(
+    blocks: list[np.ndarray], block_indexes: list[tuple[int, int]]
+) -> list[list[np.ndarray]]:
+    # The splitter keeps every row band in one partition: the bands are read where they lie.
+    bands: dict[int, list[tuple[int, np.ndarray]]] = defaultdict(list)
+    for (row, column), block in zip(block_indexes, blocks, strict=True):
+        bands[row].append((column, block))
+    return [[b for _, b in sorted(bands[r], key=lambda cb: cb[0])] for r in sorted(bands)]
+
+
 def _reduce_partition(
     blocks: list[np.ndarray],
     block_indexes: list[tuple[int, int]],
@@ -212,12 +226,36 @@ def _reduce_partition(
     seed: int,
     n_iter: int,
 ) -> _PartialPCA:
-    # The splitter keeps every row band in one partition: the bands are read where they lie.
-    bands: dict[int, list[tuple[int, np.ndarray]]] = defaultdict(list)
-    for (row, column), block in zip(block_indexes, blocks, strict=True):
-        bands[row].append((column, block))
-    ordered = [[b for _, b in sorted(bands[r], key=lambda cb: cb[0])] for r in sorted(bands)]
-    return _reduce_bands(ordered, rank, seed, n_iter)
+    return _reduce_bands(_ordered_bands(blocks, block_indexes), rank, seed, n_iter)
+
+
+def _variance_along(
+    blocks: list[np.ndarray],
+    block_indexes: list[tuple[int, int]],
+    state: _PartialPCA,
+    n_components: int,
+) -> np.ndarray:
+    """Sum over a partition's rows of ``((x - state.mean) . v)**2`` for the leading components.
+
+    With the final components known, this one extra pass gives the variance along each of them
+    exactly, removing the bias that truncating the partial states leaves in the singular
+    values (the noise each partition's discarded components held along the leading ones).
+    """
+    matrix = _Bands(_ordered_bands(blocks, block_indexes))
+    matrix.mean = state.mean
+    projected = matrix.matmul(state.components[:n_components].T)
+    return np.einsum("ij,ij->j", projected, projected)
+
+
+def _state_variance_along(
+    state: _PartialPCA | None, mean: np.ndarray, components: np.ndarray
+) -> np.ndarray:
+    """:func:`_variance_along` for rows known only by their (earlier, truncated) state."""
+    if state is None or state.n_samples == 0:
+        return np.zeros(len(components))
+    projected = (state.singular_values[:, None] * state.components) @ components.T
+    shift = (state.mean - mean) @ components.T
+    return np.einsum("ij,ij->j", projected, projected) + state.n_samples * shift**2
 
 
 def _merge(states: list[_PartialPCA | None], rank: int | None) -> _PartialPCA | None:
@@ -260,6 +298,8 @@ class PendingFit:
         partitions: list[Future],
         merges: list[Future],
         level: list[Future],
+        refinements: Sequence[Future] = (),
+        previous: _PartialPCA | None = None,
     ) -> None:
         self.estimator = estimator
         self.submitted = time.perf_counter()
@@ -272,9 +312,12 @@ class PendingFit:
         self._partitions = partitions
         self._merges = merges
         self._level = level
-        self._remaining = len(level)
+        self._refinements = list(refinements)
+        self._previous = previous
+        self._last = self._refinements or self._level
+        self._remaining = len(self._last)
         self._lock = threading.Lock()
-        for future in level:
+        for future in self._last:
             future.add_done_callback(self._task_done)
 
     def _task_done(self, future: Future) -> None:
@@ -285,12 +328,12 @@ class PendingFit:
 
     def done(self) -> bool:
         """Whether every task of the fit has finished (:meth:`result` then returns at once)."""
-        return all(f.done() for f in self._level)
+        return all(f.done() for f in self._last)
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait up to ``timeout`` seconds for the tasks; whether they all finished."""
         try:
-            wait(self._level, timeout=timeout)
+            wait(self._last, timeout=timeout)
         except (TimeoutError, asyncio.TimeoutError):  # the same class from Python 3.11
             return False
         return True
@@ -299,9 +342,14 @@ class PendingFit:
         """``(phase, done, total)``: the phase in progress and how many of its tasks finished.
 
         Phases: ``"local reductions"`` (one task per partition), ``"merges"`` (merge tasks on
-        the workers), ``"client merge"`` (everything finished on the workers).
+        the workers), ``"refinement"`` (bounded rank: the variance along the final components,
+        one task per partition), ``"client merge"`` (everything finished on the workers).
         """
-        for phase, futures in (("local reductions", self._partitions), ("merges", self._merges)):
+        for phase, futures in (
+            ("local reductions", self._partitions),
+            ("merges", self._merges),
+            ("refinement", self._refinements),
+        ):
             finished = sum(f.done() for f in futures)
             if finished < len(futures):
                 return phase, finished, len(futures)
@@ -314,11 +362,21 @@ class PendingFit:
         """
         if timeout is not None and not self.wait(timeout):
             raise TimeoutError(f"the fit did not finish within {timeout} s")
-        states = self.estimator._client().gather(self._level)
+        client = self.estimator._client()
+        states = client.gather(self._level)
         start = time.perf_counter()
-        state = _merge([self.estimator._previous, *states], self._rank)
+        variance = None
+        if self._refinements:  # the root merge ran on a worker, earlier state included
+            (state,) = states
+            k = self._n_components
+            sums = sum(client.gather(self._refinements))
+            variance = sums + _state_variance_along(
+                self._previous, state.mean, state.components[:k]
+            )
+        else:
+            state = _merge([self._previous, *states], self._rank)
         assert state is not None
-        fitted = self.estimator._finish(state, self._n_components)
+        fitted = self.estimator._finish(state, self._n_components, variance)
         self.client_merge_s = time.perf_counter() - start
         return fitted
 
@@ -391,7 +449,7 @@ class IncrementalPCA(TransformerMixin, BaseEstimator):
     ============  ===============================  ==================  =====================
     exact         thin SVD ``O(n f min(n, f))``,   ``8 f min(n_seen,   SVD of ``m min(n_seen,
                   one copy of the rows             f)``                f) x f``
-    bounded rank  ``3 + 2 q`` passes over the      ``8 r f``           SVD of ``m (r + 1) x
+    bounded rank  ``4 + 2 q`` passes over the      ``8 r f``           SVD of ``m (r + 1) x
                   blocks in place, ``O(n f r)``                        f``, ``O(m r^2 f)``
     ============  ===============================  ==================  =====================
 
@@ -463,10 +521,17 @@ class IncrementalPCA(TransformerMixin, BaseEstimator):
         if not isinstance(X, da.Array):
             X = np.asarray(X, dtype=np.float64)
             n_components, rank, seeds, n_iter = self._prepare(X)
-            state = _merge([self._previous, self._reduce_numpy(X, rank, seeds, n_iter)], rank)
+            previous = self._previous
+            state = _merge([previous, self._reduce_numpy(X, rank, seeds, n_iter)], rank)
             assert state is not None
             self.bytes_moved_ = 0
-            return self._finish(state, n_components)
+            variance = None
+            if rank is not None:
+                variance = _variance_along([X], [(0, 0)], state, n_components)
+                variance += _state_variance_along(
+                    previous, state.mean, state.components[:n_components]
+                )
+            return self._finish(state, n_components, variance)
         return self._submit(X).result()
 
     def submit_fit(self, X: da.Array) -> PendingFit:
@@ -592,18 +657,46 @@ class IncrementalPCA(TransformerMixin, BaseEstimator):
         while len(level) > _MERGE_FAN_IN:
             groups = [level[i : i + _MERGE_FAN_IN] for i in range(0, len(level), _MERGE_FAN_IN)]
             level = [group[0] if len(group) == 1 else merge_task(group) for group in groups]
-        return PendingFit(self, n_components, rank, [f for _, f in partials], merges, level)
+        previous = self._previous
+        refinements: list[Future] = []
+        if rank is not None:
+            # Bounded rank: merge the root on a worker, then measure the variance along its
+            # components on every partition (one more pass, where the blocks are).
+            root = client.submit(_merge, [previous, *level], rank, pure=False)
+            level = [root]
+            refinements = [
+                part.submit(_variance_along, part.get_indexes(), root, n_components)
+                for part in partitions
+            ]
+        return PendingFit(
+            self,
+            n_components,
+            rank,
+            [f for _, f in partials],
+            merges,
+            level,
+            refinements,
+            previous,
+        )
 
-    def _finish(self, state: _PartialPCA, n_components: int) -> IncrementalPCA:
+    def _finish(
+        self, state: _PartialPCA, n_components: int, variance: np.ndarray | None = None
+    ) -> IncrementalPCA:
         self._state = state
-        self._set_attributes(state, n_components)
+        self._set_attributes(state, n_components, variance)
         return self
 
-    def _set_attributes(self, state: _PartialPCA, n_components: int) -> None:
+    def _set_attributes(
+        self, state: _PartialPCA, n_components: int, variance: np.ndarray | None
+    ) -> None:
+        """``variance``: sums of squares along the components, measured on the data (bounded
+        rank), which then give the explained variance instead of the state's singular values."""
         n = state.n_samples
         n_features = state.mean.shape[0]
         _, components = svd_flip(None, state.components.copy(), u_based_decision=False)
         singular = state.singular_values[:n_components]
+        if variance is not None:
+            singular = np.sqrt(variance[:n_components])
         explained = singular**2 / (n - 1)
         total_variance = state.squared_deviations.sum() / (n - 1)
         self.n_samples_seen_ = n

@@ -103,9 +103,7 @@ def test_fit_equals_chained_partial_fit(client: Client) -> None:
 def test_merge_of_many_uneven_states_is_exact() -> None:
     data = make_data()
     bounds = [0, 3, 40, 41, 120, 200]  # a 1-row state has no spread, only a mean
-    states = [
-        deisa.pca._reduce_rows(data[a:b], None, 0, 2) for a, b in itertools.pairwise(bounds)
-    ]
+    states = [deisa.pca._reduce_rows(data[a:b], None, 0, 2) for a, b in itertools.pairwise(bounds)]
     merged = deisa.pca._merge([None, *states], None)
     assert merged is not None and merged.n_samples == len(data)
     centred = data - data.mean(axis=0)
@@ -196,3 +194,105 @@ def test_feature_count_must_not_change() -> None:
     model = IncrementalPCA(n_components=2).partial_fit(make_data())
     with pytest.raises(ValueError, match=r"n_features=11"):
         model.partial_fit(make_data()[:, :11])
+
+
+# ---------------------------------------------------------------- regimes (auto, bounded rank)
+
+
+def modes_plus_noise(n_rows: int, n_features: int, seed: int = 0) -> np.ndarray:
+    """6 modes well above a white-noise floor, offset by 3 (the mean must not matter)."""
+    rng = np.random.default_rng(seed)
+    scores = rng.standard_normal((n_rows, 6)) * np.geomspace(10, 1, 6)
+    modes = np.linalg.qr(rng.standard_normal((n_features, 6)))[0].T
+    return scores @ modes + 0.05 * rng.standard_normal((n_rows, n_features)) + 3.0
+
+
+def heat_like(n_rows: int, n_features: int) -> np.ndarray:
+    """A diffused hot disc, as the heat solver makes (smooth, no noise floor above rounding)."""
+    from deisa_simulation.heat import DIFFUSION, initial_field
+
+    u = np.zeros((n_rows + 2, n_features + 2))
+    u[1:-1, 1:-1] = initial_field((n_rows, n_features), (0, 0), (n_rows, n_features))
+    for _ in range(30):
+        c = u[1:-1, 1:-1]
+        neighbours = u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:]
+        u[1:-1, 1:-1] = c + DIFFUSION * (neighbours - 4 * c)
+    return u[1:-1, 1:-1].copy()
+
+
+@pytest.mark.parametrize(
+    ("n_features", "solver", "regime", "state_rank"),
+    [
+        (500, "auto", "full", 500),  # at the threshold: exact, every component kept
+        (501, "auto", "randomized", 4 + 10),  # above: n_components + 10
+        (501, "full", "full", 501),
+        (64, "randomized", "randomized", 4 + 10),
+    ],
+)
+def test_auto_is_exact_below_the_threshold_and_bounded_above(
+    n_features: int, solver: str, regime: str, state_rank: int
+) -> None:
+    data = modes_plus_noise(600, n_features)
+    model = IncrementalPCA(n_components=4, svd_solver=solver, random_state=0).fit(data)
+    assert model.svd_solver_ == regime
+    assert model._state.components.shape == (state_rank, n_features)
+    assert model.components_.shape == (4, n_features)
+
+
+def test_bounded_state_memory_is_linear_in_features() -> None:
+    n_features = 3000
+    model = IncrementalPCA(n_components=4, batch_size=100, random_state=0)
+    model.fit(modes_plus_noise(400, n_features))
+    # (k + 10) components, mean, squared deviations, singular values: no features**2 anywhere
+    assert model._state.__sizeof__() <= 8 * (4 + 10 + 3) * n_features + 1024
+
+
+@pytest.mark.parametrize("field", ["modes plus noise", "heat"])
+@pytest.mark.parametrize("batches", [2, 32])
+def test_bounded_rank_explained_variance_within_1e_6(field: str, batches: int) -> None:
+    """Accuracy target of the default solver above 500 features, however many partial states."""
+    from scipy.linalg import subspace_angles
+
+    data = modes_plus_noise(640, 640) if field != "heat" else heat_like(640, 640)
+    model = IncrementalPCA(n_components=4, batch_size=640 // batches, random_state=0).fit(data)
+    assert model.svd_solver_ == "randomized"
+    reference = PCA(n_components=4, svd_solver="full").fit(data)
+    np.testing.assert_allclose(model.explained_variance_, reference.explained_variance_, rtol=1e-6)
+    np.testing.assert_allclose(
+        model.explained_variance_ratio_, reference.explained_variance_ratio_, rtol=1e-6
+    )
+    assert subspace_angles(model.components_.T, reference.components_.T).max() < 1e-3
+
+
+def test_bounded_rank_on_the_cluster_matches_exact_pca(client: Client) -> None:
+    data = modes_plus_noise(sum(ROW_CHUNKS), 520)
+    x = scatter_blocks(
+        client,
+        data,
+        (ROW_CHUNKS, (260, 260)),
+        lambda i, _j: sorted(client.nthreads())[i % 2],  # bands alternate between workers
+        "bounded-on-cluster",
+    )
+    pending = IncrementalPCA(n_components=3, random_state=0).submit_fit(x)
+    assert pending.progress()[0] in ("local reductions", "merges", "refinement", "client merge")
+    model = pending.result()
+    assert pending.done() and pending.progress() == ("client merge", 0, 1)
+    assert model.svd_solver_ == "randomized" and model.bytes_moved_ == 0
+    reference = PCA(n_components=3, svd_solver="full").fit(data)
+    np.testing.assert_allclose(model.explained_variance_, reference.explained_variance_, rtol=1e-6)
+    np.testing.assert_array_equal(x.compute(), data)  # blocks read in place, never modified
+
+
+def test_bounded_rank_partial_fit_follows_a_stream(client: Client) -> None:
+    steps = [modes_plus_noise(sum(ROW_CHUNKS), 520, seed=s) for s in range(3)]
+    model = IncrementalPCA(n_components=3, random_state=0)
+    for t, step in enumerate(steps):
+        model.partial_fit(
+            scatter_blocks(
+                client, step, (ROW_CHUNKS, (520,)), lambda i, _j: sorted(client.nthreads())[i % 2],
+                f"bounded-stream-{t}",
+            )
+        )  # fmt: skip
+    reference = PCA(n_components=3, svd_solver="full").fit(np.concatenate(steps))
+    assert model.n_samples_seen_ == 3 * sum(ROW_CHUNKS)
+    np.testing.assert_allclose(model.explained_variance_, reference.explained_variance_, rtol=1e-4)
