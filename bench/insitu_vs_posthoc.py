@@ -73,7 +73,7 @@ def global_size(mib_per_rank: float) -> tuple[int, int]:
 
 
 def c_problem() -> str | None:
-    from deisa.cli import c_solver_problem
+    from deisa.launcher.solver import c_solver_problem
 
     if shutil.which("mpirun") is None:
         return "mpirun not found"

@@ -1,6 +1,6 @@
-"""``deisa-run``: a whole local run, its report, and teardown on success, failure and signals.
+"""``deisa-run`` (deisa.launcher): whole local runs, checks before start, signals, sockets.
 
-Each run is a real ``python -m deisa.cli`` subprocess; a process is "left behind" if any
+Each run is a real ``python -m deisa.launcher`` subprocess; a process is "left behind" if any
 process still running mentions the test's temporary directory (the scheduler file, worker
 scratch space and simulation config all live there) on its command line.
 """
@@ -8,11 +8,13 @@ scratch space and simulation config all live there) on its command line.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -20,15 +22,21 @@ import pytest
 import yaml
 from conftest import REPO, test_env, write_config
 
-from deisa import cli
+from deisa.launcher import cli, config, local, processes, report, solver
+from deisa.launcher.config import RUN, UsageError
+from deisa.pipeline import PipelineError, StepAnalytics
 
 LONG = ["--workers", "1", "--size", "64", "64", "--steps", "100000", "-o"]
 SMALL = ["--size", "64", "64", "--steps", "4", "--output-period", "2", "--n-components", "3"]
+LOOPBACK = ("127.0.0.1", "::1")
+# Open MPI 4's mpirun binds its out-of-band listener to every interface, and no MCA parameter
+# restricts it (orte/mca/oob/tcp: INADDR_ANY); the ranks, which we can restrict, must not.
+MPI_LAUNCHERS = ("mpirun", "mpiexec", "orterun", "prterun")
 
 
 def deisa_run(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "deisa.cli", *args],
+        [sys.executable, "-m", "deisa.launcher", *args],
         env=test_env(),
         cwd=REPO,
         capture_output=True,
@@ -99,7 +107,7 @@ def test_run_with_defaults_completes(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(300)
 def test_run_c_solver_through_pdi(built: Path, tmp_path: Path) -> None:
-    problem = cli.c_solver_problem(built, REPO / "configs" / "heat_deisa.yml")
+    problem = solver.c_solver_problem(built, REPO / "configs" / "heat_deisa.yml")
     if problem:
         pytest.skip(problem)
     out = tmp_path / "out"
@@ -112,78 +120,303 @@ def test_run_c_solver_through_pdi(built: Path, tmp_path: Path) -> None:
     assert left_behind(tmp_path) == []
 
 
-# -- failures -------------------------------------------------------------------------------------
+# -- checked before anything starts ---------------------------------------------------------------
 
 
-@pytest.mark.timeout(200)
-def test_bad_simulation_config_fails_with_reason_and_cleans_up(tmp_path: Path) -> None:
-    config = write_config(tmp_path / "bad.yml", global_size=[32, 32], bogus=1)
+def _user_files(tmp_path: Path) -> dict[str, Path]:
+    return {
+        "sise": write_config(tmp_path / "sise.yml", global_sise=[64, 64]),
+        "bogus": write_config(tmp_path / "bogus.yml", global_size=[32, 32], bogus=1),
+        "steps": write_config(tmp_path / "steps.yml", steps=0),
+        "placement": _write(tmp_path / "placement.yml", "run: {placement: nearest}\n"),
+    }
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--size", "-1", "5"], "--size -1 5: global_size: expected two positive integers"),
+        (["--config", "{sise}"], "--config {sise}: unknown key(s) ['global_sise']"),
+        (["--config", "{bogus}"], "--config {bogus}: unknown key(s) ['bogus']"),
+        (["--config", "{steps}"], "--config {steps}: steps: expected a positive integer, got 0"),
+        (["--steps", "0"], "--steps 0: steps: expected a positive integer, got 0"),
+        (["--size", "4", "4", "--ranks", "32"], "--ranks 32: process_grid: 8 ranks along axis 0"),
+        (["--buffer-nb", "0"], "--buffer-nb 0: buffer_nb=0 must be a positive integer or None"),
+        (["--workers", "0"], "--workers=0 must be a positive integer"),
+        (["--timeout", "0"], "--timeout=0.0 must be a positive number of seconds"),
+        (["--defaults", "{placement}"], "{placement}: run.placement: placement='nearest' is not"),
+        (["--ranks", "4", "--process-grid", "3", "1"], "--process-grid 3 1 has 3 ranks, --ranks"),
+    ],
+)
+def test_mistakes_are_one_line_before_anything_starts(
+    argv: list[str], message: str, tmp_path: Path
+) -> None:
+    files = {name: str(path) for name, path in _user_files(tmp_path).items()}
     out = tmp_path / "out"
-    proc = deisa_run(
-        "--solver", "python", "--config", str(config), "--workers", "1", "-o", str(out)
-    )
-    assert proc.returncode == 1, proc.stderr
-    assert "deisa-run: failed: simulation failed" in proc.stderr
-    assert "unknown key(s) ['bogus']" in proc.stderr
-    assert left_behind(tmp_path) == []
+    proc = deisa_run(*[a.format(**files) for a in argv], "-o", str(out), timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.splitlines() == [proc.stderr.strip()], proc.stderr  # one line
+    assert proc.stderr.startswith("deisa-run: error: ")
+    assert message.format(**files) in proc.stderr
+    assert "simulation.yml" not in proc.stderr and "Traceback" not in proc.stderr
+    assert not out.exists()  # nothing started: no logs, no scheduler file
 
 
-def test_inconsistent_options_are_a_usage_error(tmp_path: Path) -> None:
-    proc = deisa_run("--ranks", "4", "--process-grid", "3", "1", "-o", str(tmp_path / "out"))
+def test_bad_choice_is_refused_by_the_parser(tmp_path: Path) -> None:
+    proc = deisa_run("--placement", "nearest", "-o", str(tmp_path / "out"), timeout=120)
     assert proc.returncode == 2
-    assert "--process-grid 3 1 has 3 ranks, --ranks is 4" in proc.stderr
+    assert "argument --placement: invalid choice: 'nearest'" in proc.stderr
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.timeout(200)
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_signal_mid_run_stops_everything(tmp_path: Path, signum: signal.Signals) -> None:
-    out = tmp_path / "out"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "deisa.cli", "--solver", "python", "--ranks", "2", *LONG, str(out)],
+# -- signals and sockets --------------------------------------------------------------------------
+
+
+def _tree(proc: subprocess.Popen[str]) -> list[psutil.Process]:
+    try:
+        return psutil.Process(proc.pid).children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def _wait_for(ready: Callable[[], bool], what: str, proc: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + 180
+    while not ready():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, f"never saw {what}"
+        time.sleep(0.1)
+
+
+def _listening(tree: list[psutil.Process]) -> list[tuple[str, str, int]]:
+    """``(process name, address, port)`` of every listening TCP socket of ``tree``."""
+    names = {}
+    for p in tree:
+        try:
+            names[p.pid] = p.name()
+        except psutil.Error:
+            continue
+    return [
+        (names[c.pid], c.laddr.ip, c.laddr.port)
+        for c in psutil.net_connections("tcp")
+        if c.pid in names and c.status == psutil.CONN_LISTEN
+    ]
+
+
+def _alive(procs: list[psutil.Process]) -> list[psutil.Process]:
+    """Those of ``procs`` still running, after giving killed ones a moment to go."""
+    _, alive = psutil.wait_procs(procs, timeout=3)
+    return [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+def _start_long_run(out: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "deisa.launcher", "--solver", "python", "-n", "2", *LONG, str(out)],
         env=test_env(),
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+def _moment(moment: str, out: Path, proc: subprocess.Popen[str]) -> None:
+    """Wait for ``moment`` of the run: ``startup`` (the scheduler is starting) or ``midrun``
+    (steps are flowing)."""
+    if moment == "startup":
+        _wait_for(
+            lambda: any("scheduler" in " ".join(p.cmdline()) for p in _tree(proc)),
+            "the scheduler process",
+            proc,
+        )
+        return
+    log = out / "logs" / "simulation.log"
+    _wait_for(lambda: log.exists() and log.stat().st_size > 0, "the simulation", proc)
+    time.sleep(2)  # steps are flowing
+
+
+def _finish(proc: subprocess.Popen[str], what: str) -> str:
     try:
-        deadline = time.monotonic() + 120
-        results_so_far = out / "logs" / "simulation.log"
-        while not (results_so_far.exists() and results_so_far.stat().st_size > 0):
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "the simulation never started"
-            time.sleep(0.2)
-        time.sleep(2)  # mid-run: steps are flowing
+        _, stderr = proc.communicate(timeout=90)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, stderr = proc.communicate()
+        pytest.fail(f"deisa-run did not exit within 90 s of {what}:\n{stderr}")
+    return stderr
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(
+    ("moment", "signum"),
+    [
+        ("startup", signal.SIGINT),
+        ("startup", signal.SIGTERM),
+        ("midrun", signal.SIGINT),
+        ("midrun", signal.SIGTERM),
+    ],
+)
+def test_signal_stops_everything(tmp_path: Path, moment: str, signum: signal.Signals) -> None:
+    out = tmp_path / "out"
+    proc = _start_long_run(out)
+    try:
+        _moment(moment, out, proc)
         assert proc.poll() is None
-        spawned = [p for p in psutil.Process(proc.pid).children(recursive=True)]
-        assert len(spawned) >= 4  # scheduler, worker, mpirun, ranks
+        spawned = _tree(proc)
+        if moment == "midrun":
+            assert len(spawned) >= 4  # scheduler, worker, mpirun, ranks
+            sockets = _listening(spawned)
+            assert any(name != "mpirun" for name, _, _ in sockets), sockets  # the Dask ones
+            beyond = [s for s in sockets if s[1] not in LOOPBACK and s[0] not in MPI_LAUNCHERS]
+            assert beyond == [], f"listening beyond loopback: {beyond}"
         proc.send_signal(signum)
-        try:
-            _, stderr = proc.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            _, stderr = proc.communicate()
-            pytest.fail(f"deisa-run did not exit within 60 s of {signum.name}:\n{stderr}")
+        stderr = _finish(proc, signum.name)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
     assert proc.returncode == 128 + signum, stderr
-    assert f"interrupted by {signum.name}" in stderr
-    assert not [p for p in spawned if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert f"interrupted by {signum.name}; every process stopped" in stderr
+    assert "Traceback" not in stderr
+    assert _alive(spawned) == []
     assert left_behind(tmp_path) == []
+
+
+@pytest.mark.timeout(300)
+def test_second_signal_kills_at_once(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    proc = _start_long_run(out)
+    try:
+        _moment("midrun", out, proc)
+        spawned = _tree(proc)
+        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(signal.SIGINT)
+        stderr = _finish(proc, "two signals")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    # the second signal either arrived during teardown (killed at once) or after it ended
+    if "SIGINT again: every process killed" in stderr:
+        assert proc.returncode == 128 + signal.SIGINT, stderr
+    else:
+        assert proc.returncode == 128 + signal.SIGTERM, stderr
+    assert _alive(spawned) == []
+    assert left_behind(tmp_path) == []
+
+
+def test_local_commands_listen_on_loopback(tmp_path: Path) -> None:
+    for dashboard in (False, True):
+        cmd = local.scheduler_command(tmp_path / "s.json", dashboard)
+        assert cmd[cmd.index("--host") + 1] == "127.0.0.1"
+        if dashboard:
+            assert cmd[cmd.index("--dashboard-address") + 1] == "127.0.0.1:0"
+    cmd = local.worker_command(tmp_path / "s.json", 0, 1, tmp_path)
+    assert cmd[cmd.index("--host") + 1] == "127.0.0.1"
+    assert cmd[cmd.index("--dashboard-address") + 1] == "127.0.0.1:0"  # its HTTP server
+
+
+def test_mpi_environment_keeps_open_mpi_local_unless_the_user_says(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    settings = solver.resolve_settings(parse("--solver", "python"))
+    assert settings.mpi_env["OMPI_MCA_btl"] == "self,vader"
+    assert settings.mpi_env["OMPI_MCA_oob_tcp_if_include"] == "lo"
+    monkeypatch.delenv("OMPI_MCA_btl", raising=False)
+    assert processes.child_env(keep=settings.mpi_env)["OMPI_MCA_btl"] == "self,vader"
+    monkeypatch.setenv("OMPI_MCA_btl", "self,tcp")
+    env = processes.child_env(keep=settings.mpi_env)
+    assert env["OMPI_MCA_btl"] == "self,tcp"  # the user's own choice wins
+    assert all(env[k] == "1" for k in processes.THREAD_PINS)
+
+
+# -- the package's boundaries ---------------------------------------------------------------------
+
+
+def test_library_imports_no_launcher() -> None:
+    code = (
+        "import sys, deisa\n"
+        "from deisa import Adapter, Bridge, BridgeOptions, IncrementalPCA, split\n"
+        "import deisa.adapter, deisa.bridge, deisa.extension, deisa.options, deisa.pca\n"
+        "import deisa.splitter, deisa.pipeline\n"
+        "bad = ('deisa.launcher', 'deisa.cli', 'deisa.slurm', 'matplotlib', 'tqdm')\n"
+        "print(sorted(m for m in sys.modules if m.startswith(bad)))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=test_env(), capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(("module", "prog"), [("deisa.cli", "deisa-run"), ("deisa.slurm", "slurm")])
+def test_old_module_names_still_work_and_warn(module: str, prog: str) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", module, "--help"],
+        env=test_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0 and f"usage: {prog}" in proc.stdout.replace(
+        "deisa-run slurm", "slurm"
+    )
+    assert f"FutureWarning: {module} is deprecated" in proc.stderr
+
+
+def test_every_option_has_its_help_from_the_defaults_file() -> None:
+    defaults = config.load_defaults()
+    comments = config.default_comments()
+    for command in (RUN, "slurm", "analytics"):
+        text = " ".join(cli.build_parser(command, defaults).format_help().split())
+        for opt in config.OPTIONS:
+            if command not in opt.sections:
+                continue
+            section = opt.sections[command]
+            expected = opt.help if section is None else comments[section][opt.key]
+            assert expected, f"{opt.key} has no comment in section {section}"
+            # argparse wraps lines at hyphens too: compare without any whitespace
+            assert "".join(expected.split()) in "".join(text.split()), (command, opt.key)
+    run_help = " ".join(cli.build_parser(RUN, defaults).format_help().split())
+    assert "MPI ranks of the simulation (default: 4)" in run_help
+    assert "--nodes" not in run_help
+
+
+def test_step_table_takes_extra_step_fields(tmp_path: Path) -> None:
+    extended = dataclasses.make_dataclass(
+        "Extended", [("simulation_wait_s", float, 0.0)], bases=(StepAnalytics,), frozen=True
+    )
+    steps = [
+        extended(
+            step=s,
+            wait_s=0.1,
+            analytics_s=0.2,
+            nbytes=800,
+            explained_variance=[2.0, 1.0],
+            explained_variance_ratio=[0.6, 0.3],
+            simulation_wait_s=0.5,
+        )
+        for s in range(3)
+    ]
+    rows = report.step_table(steps)
+    assert [r["step"] for r in rows] == [0, 1, 2] and rows[0]["analytics_s"] == 0.2
+    assert "total" in report.format_table(rows)
+    results = json.loads(report.write_results(tmp_path / "r.json", steps, rows, {}).read_text())
+    assert results["steps"][0]["simulation_wait_s"] == 0.5
 
 
 # -- settings -------------------------------------------------------------------------------------
 
 
 def parse(*argv: str) -> argparse.Namespace:
-    return cli._run_parser().parse_args(list(argv))
+    return cli.parse_args(RUN, list(argv))
 
 
 def test_squarest_grid() -> None:
-    assert [cli.squarest_grid(n) for n in (1, 2, 4, 6, 7, 12)] == [
+    assert [config.squarest_grid(n) for n in (1, 2, 4, 6, 7, 12)] == [
         (1, 1),
         (2, 1),
         (2, 2),
@@ -194,20 +427,21 @@ def test_squarest_grid() -> None:
 
 
 def test_defaults_come_from_the_yaml_file() -> None:
-    settings = cli.resolve_settings(parse("--solver", "python"))
-    run = yaml.safe_load(cli.DEFAULTS_FILE.read_text())["run"]
+    settings = solver.resolve_settings(parse("--solver", "python"))
+    run = yaml.safe_load(config.DEFAULTS_FILE.read_text())["run"]
     assert settings.ranks == run["ranks"] and settings.workers == run["workers"]
     assert settings.simulation["global_size"] == run["global_size"]
     assert settings.simulation["steps"] == run["steps"]
     assert settings.process_grid == (2, 2)
+    assert settings.bridge.buffer_nb == run["buffer_nb"]
 
 
 def test_options_override_the_config_file(tmp_path: Path) -> None:
-    config = write_config(tmp_path / "sim.yml", global_size=[48, 40], process_grid=[3, 1])
-    settings = cli.resolve_settings(parse("--solver", "python", "--config", str(config)))
+    sim = write_config(tmp_path / "sim.yml", global_size=[48, 40], process_grid=[3, 1])
+    settings = solver.resolve_settings(parse("--solver", "python", "--config", str(sim)))
     assert settings.ranks == 3 and settings.simulation["global_size"] == [48, 40]
-    settings = cli.resolve_settings(
-        parse("--solver", "python", "--config", str(config), "--ranks", "2", "--steps", "7")
+    settings = solver.resolve_settings(
+        parse("--solver", "python", "--config", str(sim), "--ranks", "2", "--steps", "7")
     )
     assert settings.ranks == 2 and settings.simulation["process_grid"] == [2, 1]
     assert settings.simulation["steps"] == 7
@@ -216,45 +450,72 @@ def test_options_override_the_config_file(tmp_path: Path) -> None:
 def test_user_defaults_file_is_checked(tmp_path: Path) -> None:
     user = tmp_path / "defaults.yml"
     user.write_text("run: {workers: 3}\n")
-    assert cli.resolve_settings(parse("--solver", "python", "--defaults", str(user))).workers == 3
+    settings = solver.resolve_settings(parse("--solver", "python", "--defaults", str(user)))
+    assert settings.workers == 3
+    assert "`dask worker` processes (default: 3)" in cli.build_parser(
+        RUN, config.load_defaults(user)
+    ).format_help().replace("\n", " ")
     user.write_text("run: {wokers: 3}\n")
-    with pytest.raises(cli.UsageError, match="unknown key"):
-        cli.load_defaults(user)
+    with pytest.raises(UsageError, match="unknown key"):
+        config.load_defaults(user)
 
 
 def test_c_solver_falls_back_to_python_when_not_built(tmp_path: Path) -> None:
-    settings = cli.resolve_settings(parse("--build-dir", str(tmp_path)))
+    settings = solver.resolve_settings(parse("--build-dir", str(tmp_path)))
     assert settings.solver == "python"
     assert "not built" in settings.solver_reason
-    with pytest.raises(cli.UsageError, match="--solver c: C solver not built"):
-        cli.resolve_settings(parse("--solver", "c", "--build-dir", str(tmp_path)))
+    with pytest.raises(UsageError, match="--solver c: C solver not built"):
+        solver.resolve_settings(parse("--solver", "c", "--build-dir", str(tmp_path)))
 
 
 def test_c_solver_must_publish_the_analysed_array(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cli, "c_solver_problem", lambda build_dir, pdi_config: None)
-    assert cli.resolve_settings(parse("--solver", "c")).solver == "c"
-    with pytest.raises(cli.UsageError, match="--array temp: the C solver publishes gtemp"):
-        cli.resolve_settings(parse("--solver", "c", "--array", "temp"))
+    monkeypatch.setattr(solver, "c_solver_problem", lambda build_dir, pdi_config: None)
+    assert solver.resolve_settings(parse("--solver", "c")).solver == "c"
+    with pytest.raises(UsageError, match="--array temp: the C solver publishes gtemp"):
+        solver.resolve_settings(parse("--solver", "c", "--array", "temp"))
 
 
 def test_unknown_solver_in_a_defaults_file(tmp_path: Path) -> None:
     user = tmp_path / "defaults.yml"
     user.write_text("run: {solver: fortran}\n")
-    with pytest.raises(cli.UsageError, match="--solver 'fortran': one of auto, c, python"):
-        cli.resolve_settings(parse("--defaults", str(user)))
+    with pytest.raises(UsageError, match="--solver 'fortran': one of auto, c, python"):
+        solver.resolve_settings(parse("--defaults", str(user)))
 
 
 @pytest.mark.parametrize(
-    ("value", "expected"), [("3", 3), (3, 3), ("none", None), ("0", None), (0, None), (None, None)]
+    ("value", "expected"), [("3", 3), (3, 3), ("none", None), ("null", None), (None, None)]
 )
 def test_buffer_nb(value: int | str | None, expected: int | None) -> None:
-    assert cli.parse_buffer_nb(value) == expected
+    assert config.parse_buffer_nb(value) == expected
 
 
-@pytest.mark.parametrize("value", ["two", "-1", -1])
+@pytest.mark.parametrize("value", ["two", "-1", -1, "0", 0])
 def test_bad_buffer_nb(value: int | str) -> None:
-    with pytest.raises(cli.UsageError, match="--buffer-nb"):
-        cli.parse_buffer_nb(value)
+    with pytest.raises(UsageError, match="--buffer-nb"):
+        config.parse_buffer_nb(value)
+
+
+def test_buffer_nb_zero_is_refused_with_the_way_out() -> None:
+    with pytest.raises(UsageError, match=r"0 is refused.*write 'none' for unbounded"):
+        config.parse_buffer_nb("0")
+
+
+def test_python_solver_gets_the_bridge_options_as_flags(tmp_path: Path) -> None:
+    settings = solver.resolve_settings(
+        parse("--solver", "python", "--placement", "locality", "--buffer-nb", "none")
+    )
+    sim = solver.simulation_command(
+        settings,
+        python="python",
+        sim_config="sim.yml",
+        scheduler_file="s.json",
+        timings="t.json",
+        pdi_file="pdi.yml",
+    )
+    assert sim.argv[:4] == ["python", "-m", "deisa_simulation.heat", "sim.yml"]
+    assert " ".join(settings.bridge.to_argv()) in " ".join(sim.argv)
+    assert "--placement locality --buffer-nb none" in " ".join(sim.argv)
+    assert sim.timings and sim.pdi is None
 
 
 # -- waiting at start-up --------------------------------------------------------------------------
@@ -270,24 +531,39 @@ def test_wait_until_returns_once_ready(tmp_path: Path) -> None:
             marker.touch()
         return marker.exists()
 
-    cli._wait_until(ready, "the marker", cli.ProcessSet(tmp_path, {}), timeout=10, interval=0.01)
+    procs = processes.ProcessSet(tmp_path, {})
+    processes.wait_until(ready, "the marker", procs, timeout=10, interval=0.01)
     assert len(polls) == 3
 
 
 def test_wait_until_names_what_it_awaited_on_timeout(tmp_path: Path) -> None:
-    procs = cli.ProcessSet(tmp_path, {})
+    procs = processes.ProcessSet(tmp_path, {})
     with pytest.raises(
-        cli.PipelineError, match=r"timed out after 0 s \(--timeout\) waiting for the marker"
+        PipelineError, match=r"timed out after 0 s \(--timeout\) waiting for the marker"
     ):
-        cli._wait_until(lambda: False, "the marker", procs, timeout=0.2, interval=0.01)
+        processes.wait_until(lambda: False, "the marker", procs, timeout=0.2, interval=0.01)
+
+
+def test_wait_until_raises_when_a_signal_came(tmp_path: Path) -> None:
+    signals = processes.Signals("test")
+    signals.received = signal.SIGTERM
+    with pytest.raises(processes.Interrupted) as interrupted:
+        processes.wait_until(
+            lambda: False,
+            "the marker",
+            processes.ProcessSet(tmp_path, {}),
+            timeout=60,
+            check=signals.check,
+        )
+    assert interrupted.value.signum == signal.SIGTERM
 
 
 def test_wait_until_stops_when_a_process_exits(tmp_path: Path) -> None:
-    procs = cli.ProcessSet(tmp_path, cli.child_env())
+    procs = processes.ProcessSet(tmp_path, processes.child_env())
     try:
         procs.start("scheduler", ["sh", "-c", "echo 'ValueError: no port'; exit 3"])
-        with pytest.raises(cli.PipelineError) as failure:
-            cli._wait_until(lambda: False, "the marker", procs, timeout=30)
+        with pytest.raises(PipelineError) as failure:
+            processes.wait_until(lambda: False, "the marker", procs, timeout=30)
     finally:
         procs.stop()
     message = str(failure.value)
@@ -296,18 +572,22 @@ def test_wait_until_stops_when_a_process_exits(tmp_path: Path) -> None:
 
 
 def test_analytics_options_fall_back_to_the_launch_defaults(tmp_path: Path) -> None:
-    parse = cli._analytics_parser().parse_args
-    args = cli.resolve_analytics_args(parse(["--scheduler-file", "s.json"]))
-    assert (args.array, args.n_components, args.output, args.timeout) == (
+    def parse_analytics(argv: list[str]) -> argparse.Namespace:
+        return cli.resolve_analytics_args(cli.parse_args("analytics", argv))
+
+    args = parse_analytics(["--scheduler-file", "s.json"])
+    assert (args.array, args.n_components, args.output, args.timeout, args.workers) == (
         "gtemp",
         4,
         "deisa-output",
         300,
+        1,
     )
     mine = tmp_path / "mine.yml"
     mine.write_text("run: {array: temp, n_components: 2}\nslurm: {timeout: 30}\n")
-    args = parse(["--scheduler-file", "s.json", "--defaults", str(mine), "--n-components", "3"])
-    cli.resolve_analytics_args(args)
+    args = parse_analytics(
+        ["--scheduler-file", "s.json", "--defaults", str(mine), "--n-components", "3"]
+    )
     assert (args.array, args.n_components, args.timeout) == ("temp", 3, 30)
     bad = tmp_path / "bad.yml"
     bad.write_text("run: {arrays: temp}\n")

@@ -23,9 +23,10 @@ import pytest
 import yaml
 from conftest import REPO
 
-from deisa import cli
-from deisa.slurm import JOB_ID, job_script, layout
-from deisa.slurm import main as slurm_main
+from deisa.launcher import solver
+from deisa.launcher.cli import slurm_main
+from deisa.launcher.processes import THREAD_PINS
+from deisa.launcher.slurm import JOB_ID, job_script, layout
 
 # -- the script's text ----------------------------------------------------------------------------
 
@@ -84,7 +85,7 @@ def test_steps_have_the_requested_counts() -> None:
     assert "--ntasks=6" in simulation and "--mpi=pmi2" in simulation
     assert "--nthreads 2" in script
     assert "process_grid: [3, 2]" in script
-    assert "deisa.cli analytics" in script and "--workers 3" in script
+    assert "deisa.launcher analytics" in script and "--workers 3" in script
 
 
 def test_multi_node_layout_follows_the_paper() -> None:
@@ -130,6 +131,18 @@ def test_cli_prints_the_script(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert out.is_dir()  # sbatch needs the directory of --output to exist
 
 
+def test_thread_pins_are_the_launchers() -> None:
+    pins = " ".join(f"{k}={v}" for k, v in THREAD_PINS.items())
+    assert f"export {pins}\n" in job_script()
+
+
+def test_bridge_options_are_checked() -> None:
+    with pytest.raises(ValueError, match="buffer_nb=0 must be a positive integer or None"):
+        job_script(buffer_nb=0)
+    with pytest.raises(ValueError, match="placement='nearest' is not a placement policy"):
+        job_script(placement="nearest")
+
+
 def test_script_is_valid_bash(tmp_path: Path) -> None:
     path = tmp_path / "job.sh"
     path.write_text(job_script(nodes=3))
@@ -142,7 +155,7 @@ def test_script_is_valid_bash(tmp_path: Path) -> None:
 @pytest.fixture
 def fake_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A build directory the C solver counts as runnable, whatever is installed here."""
-    monkeypatch.setattr(cli, "c_solver_problem", lambda build_dir, pdi_config: None)
+    monkeypatch.setattr(solver, "c_solver_problem", lambda build_dir, pdi_config: None)
     return tmp_path / "build"
 
 
@@ -257,7 +270,7 @@ def test_cli_options_mean_what_they_mean_for_deisa_run(
     assert slurm_main(argv) == 0
     script = capsys.readouterr().out
     assert "process_grid: [3, 1]" in script and sbatch_lines(script)["ntasks"] == str(2 + 2 + 3)
-    assert "--buffer-nb" not in script
+    assert "--buffer-nb none" in simulation_step(script)
     assert "--timeout 300.0" in script  # the slurm section's default, not the local run's
     # a relative --config is found from the repository too, as for deisa-run
     assert slurm_main(["--solver", "python", "--config", "configs/simulation.yml", "-o", out]) == 0
@@ -271,6 +284,9 @@ def test_cli_options_mean_what_they_mean_for_deisa_run(
         (["--ranks", "0"], "--ranks=0 must be a positive integer"),
         (["--ranks", "4", "--process-grid", "3", "1"], "--process-grid 3 1 has 3 ranks"),
         (["--buffer-nb", "many"], "--buffer-nb 'many': a positive integer or 'none'"),
+        (["--buffer-nb", "0"], "--buffer-nb 0: buffer_nb=0 must be a positive integer or None"),
+        (["--size", "-1", "5"], "--size -1 5: global_size: expected two positive integers"),
+        (["--nodes", "3", "--worker-nodes", "2"], "worker_nodes=2 must be between 0 and"),
     ],
 )
 def test_cli_bad_options_exit_2(
@@ -508,7 +524,7 @@ def test_job_runs_the_pipeline(slurm: Slurm, tmp_path: Path) -> None:
 @pytest.mark.pdi
 @pytest.mark.timeout(420)
 def test_job_runs_the_c_solver(slurm: Slurm, built: Path, tmp_path: Path) -> None:
-    problem = cli.c_solver_problem(built, REPO / "configs" / "heat_deisa.yml")
+    problem = solver.c_solver_problem(built, REPO / "configs" / "heat_deisa.yml")
     if problem:
         pytest.skip(problem)
     job = run_job(slurm, tmp_path, steps=4, solver="c", build_dir=built)

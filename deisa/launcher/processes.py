@@ -1,0 +1,259 @@
+"""The launcher's child processes and its signals.
+
+:class:`ProcessSet` starts each child in its own session, logs it to a file and stops them
+all by PID (their process groups, then any descendant that left them). :class:`Signals` turns
+SIGINT and SIGTERM into a flag that the launcher's wait loops check (:meth:`Signals.check`
+raises :class:`Interrupted` there, in the main thread, never inside distributed's
+synchronisation); a second signal kills every child at once and exits. :data:`THREAD_PINS` is
+the one place where the launcher pins BLAS and OpenMP to one thread per process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..pipeline import PipelineError
+
+logger = logging.getLogger(__name__)
+
+# One thread per process for BLAS and OpenMP: the processes of a run already share the cores
+# (an SVD on a 2-core machine is 10x slower with each process running threads on every core).
+THREAD_PINS = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def child_env(
+    extra: Mapping[str, str] | None = None, *, keep: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """This environment for a child: BLAS pinned, mpirun allowed as root, no work stealing.
+
+    Parameters
+    ----------
+    extra
+        Set over everything.
+    keep
+        Set only where this environment does not set them (the user's values win).
+    """
+    env = dict(os.environ)
+    env.update(THREAD_PINS)
+    if os.geteuid() == 0:
+        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    env["DASK_DISTRIBUTED__SCHEDULER__WORK_STEALING"] = "False"
+    for key, value in (keep or {}).items():
+        env.setdefault(key, value)
+    env.update(extra or {})
+    return env
+
+
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM reached the command; teardown follows.
+
+    A :class:`BaseException`, so that no ``except Exception`` on the way swallows it.
+    """
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@dataclass
+class _Child:
+    name: str
+    popen: subprocess.Popen[bytes]
+    log: Path
+
+
+@dataclass
+class ProcessSet:
+    """Processes started in their own process groups, logged to files, stopped together.
+
+    Each child leads a new session, so a Ctrl-C in the terminal reaches only this command,
+    which then stops them (:meth:`stop`): SIGTERM to the group, then SIGKILL to the group and
+    to any descendant that left it, after ``stop_timeout`` seconds.
+    """
+
+    log_dir: Path
+    env: dict[str, str]
+    stop_timeout: float = 10.0
+    children: list[_Child] = field(default_factory=list)
+    # descendants seen by stop(): MPI ranks may outlive mpirun (and leave its group), and a
+    # second signal must still reach them
+    _seen: list[Any] = field(default_factory=list)
+
+    def start(self, name: str, cmd: Sequence[str], env: dict[str, str] | None = None) -> _Child:
+        log = self.log_dir / f"{name}.log"
+        with open(log, "wb") as out:
+            popen = subprocess.Popen(
+                list(cmd),
+                env=env or self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        child = _Child(name, popen, log)
+        self.children.append(child)
+        logger.info("started %s (pid %d): %s", name, popen.pid, " ".join(cmd))
+        return child
+
+    def failed(self, names: Sequence[str] | None = None) -> _Child | None:
+        """The first of ``names`` (all by default) that exited, if any."""
+        for child in self.children:
+            if (names is None or child.name in names) and child.popen.poll() is not None:
+                return child
+        return None
+
+    def stop(self) -> None:
+        """Stop every child and its descendants; returns once they are gone.
+
+        Two waves: every child but the first (simulation, workers), then the first (the
+        scheduler), so that workers can still reach the scheduler while they close.
+        """
+        if self.children:
+            self._stop(self.children[:0:-1])
+            self._stop(self.children[:1])
+
+    def kill(self) -> None:
+        """SIGKILL every child's group and descendants now, without waiting (second signal)."""
+        for proc in [*self._seen, *self._descendants(self.children)]:
+            with contextlib.suppress(Exception):
+                proc.kill()
+        for child in self.children:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(child.popen.pid, signal.SIGKILL)
+
+    @staticmethod
+    def _descendants(children: Sequence[_Child]) -> list[Any]:
+        import psutil
+
+        tree: list[psutil.Process] = []
+        for child in children:
+            with contextlib.suppress(psutil.Error):
+                tree += psutil.Process(child.popen.pid).children(recursive=True)
+        return tree
+
+    def _stop(self, children: Sequence[_Child]) -> None:
+        import psutil
+
+        tree = self._descendants(children)
+        self._seen += tree
+        for child in children:
+            if child.popen.poll() is None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(child.popen.pid, signal.SIGTERM)
+        deadline = time.monotonic() + self.stop_timeout
+        for child in children:
+            try:
+                child.popen.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                logger.warning("%s did not stop on SIGTERM; killing it", child.name)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(child.popen.pid, signal.SIGKILL)
+            if child.popen.poll() is None:
+                child.popen.kill()
+            child.popen.wait()
+        _, alive = psutil.wait_procs(tree, timeout=max(0.5, deadline - time.monotonic()))
+        for proc in alive:
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+        psutil.wait_procs(alive, timeout=5)
+
+
+def tail(path: Path, lines: int = 15) -> str:
+    """The end of a log, indented, led by its last Python exception line if it has one."""
+    try:
+        text = path.read_text(errors="replace").rstrip().splitlines()
+    except OSError:
+        return ""
+    errors = [line for line in text if _EXCEPTION_LINE.match(line)]
+    head = [f"  {errors[-1].strip()}"] if errors else []
+    return "\n".join(head + ["    " + line for line in text[-lines:]])
+
+
+_EXCEPTION_LINE = re.compile(r"^\s*[\w.]*(Error|Exception|Interrupt)\b[^ ]*: ")
+
+
+class Signals:
+    """SIGINT and SIGTERM, while in a ``with`` block of the main thread, set a flag.
+
+    The first signal only records its number (:attr:`received`); the code that waits calls
+    :meth:`check`, which raises :class:`Interrupted` there. A second signal calls ``on_second``
+    (e.g. :meth:`ProcessSet.kill`), says so on stderr and exits with ``128 + signum`` at once.
+    Outside the main thread the handlers are left as they are.
+    """
+
+    def __init__(self, prog: str) -> None:
+        self.prog = prog
+        self.received: int | None = None
+        self.on_second: Callable[[], None] | None = None
+        self._previous: dict[int, Any] = {}
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.received is None:
+            self.received = signum
+            return
+        if self.on_second is not None:
+            self.on_second()
+        name = signal.Signals(signum).name
+        with contextlib.suppress(Exception):
+            sys.stderr.write(f"{self.prog}: {name} again: every process killed\n")
+            sys.stderr.flush()
+        os._exit(128 + signum)
+
+    def check(self) -> None:
+        """Raise :class:`Interrupted` if a signal came."""
+        if self.received is not None:
+            raise Interrupted(self.received)
+
+    def __enter__(self) -> Signals:
+        with contextlib.suppress(ValueError):  # not the main thread: leave signals alone
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for signum, old in self._previous.items():
+            signal.signal(signum, old)
+        self._previous.clear()
+
+
+def wait_until(
+    ready: Callable[[], bool],
+    what: str,
+    procs: ProcessSet,
+    timeout: float,
+    interval: float = 0.1,
+    check: Callable[[], None] | None = None,
+) -> None:
+    """Poll ``ready`` every ``interval`` s until it is true; ``check`` runs between polls.
+
+    Raises
+    ------
+    PipelineError
+        A process of ``procs`` exited first (with its log's tail), or ``timeout`` s passed;
+        the message names ``what`` was awaited.
+    """
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if check is not None:
+            check()
+        dead = procs.failed()
+        if dead is not None:
+            raise PipelineError(
+                f"{dead.name} exited ({dead.popen.returncode}) at start-up, while waiting for "
+                f"{what}:\n{tail(dead.log)}"
+            )
+        if time.monotonic() > deadline:
+            raise PipelineError(f"timed out after {timeout:.0f} s (--timeout) waiting for {what}")
+        time.sleep(interval)

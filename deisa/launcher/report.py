@@ -1,0 +1,201 @@
+"""The report of a run: the per-step table, the explained-variance plot and ``results.json``.
+
+:func:`step_table`, :func:`format_table`, :func:`plot_explained_variance` and
+:func:`write_results` turn what :func:`deisa.pipeline.analyze_stream` measured, plus the
+simulation's own per-step timings (:func:`read_timings`), into the table, the PNG and the JSON
+that ``deisa-run`` leaves in its output directory. matplotlib is imported here only, when a
+plot is drawn. They read the fields of :class:`~deisa.pipeline.StepAnalytics` by name, so
+fields added to it later reach ``results.json`` and leave the table as it is.
+
+Examples
+--------
+>>> with Client(scheduler_file="scheduler.json") as client:  # doctest: +SKIP
+...     steps = analyze_stream(client, "gtemp", n_components=4)
+>>> print(format_table(step_table(steps, read_timings("timings.json"))))  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+from ..pipeline import StepAnalytics
+
+
+def read_timings(path: str | Path) -> list[list[dict[str, Any]]]:
+    """Per-rank, per-step timings written by ``deisa_simulation.heat --timings``.
+
+    Returns an empty list when the file is absent (e.g. the C solver writes none).
+    """
+    path = Path(path)
+    if not path.exists():
+        return []
+    ranks: list[list[dict[str, Any]]] = json.loads(path.read_text())["ranks"]
+    return ranks
+
+
+def step_table(
+    analytics: Sequence[StepAnalytics], timings: Sequence[Sequence[dict[str, Any]]] = ()
+) -> list[dict[str, Any]]:
+    """One row per step: compute, publish and analytics seconds, bytes and bandwidth.
+
+    Parameters
+    ----------
+    analytics
+        From :func:`analyze_stream`.
+    timings
+        From :func:`read_timings`: per rank, per step ``compute_s``, ``publish_s``,
+        ``send_s``, ``nbytes``.
+
+    Returns
+    -------
+    list of dict
+        Keys ``step``; ``compute_s``, ``publish_s`` (flow-control waits included) and
+        ``send_s`` (the block transfer alone) of the slowest rank; ``analytics_s``; ``nbytes``
+        (all ranks, or the analysed array's size without timings) and ``bandwidth_Bps``
+        (``nbytes`` over the slowest rank's ``send_s``).
+        Values the simulation did not report are ``None``.
+    """
+    per_step: dict[int, list[dict[str, Any]]] = {}
+    for rank in timings:
+        for entry in rank:
+            per_step.setdefault(int(entry["step"]), []).append(entry)
+    rows = []
+    done = {a.step: a for a in analytics}
+    for step in sorted(set(per_step) | set(done)):
+        entries = per_step.get(step, [])
+        row: dict[str, Any] = {
+            "step": step,
+            "compute_s": max((e["compute_s"] for e in entries), default=None),
+            "publish_s": max((e["publish_s"] for e in entries), default=None),
+            "send_s": max((e["send_s"] for e in entries), default=None),
+            "analytics_s": done[step].analytics_s if step in done else None,
+            "nbytes": (
+                sum(e["nbytes"] for e in entries)
+                if entries
+                else done[step].nbytes
+                if step in done
+                else None
+            ),
+        }
+        send = row["send_s"]
+        row["bandwidth_Bps"] = row["nbytes"] / send if entries and send else None
+        rows.append(row)
+    return rows
+
+
+def format_table(rows: Sequence[dict[str, Any]]) -> str:
+    """A plain-text table of :func:`step_table` rows, with a total line."""
+    header = (
+        f"{'step':>5} {'compute s':>10} {'publish s':>10} {'send s':>8} {'analytics s':>12} "
+        f"{'MiB':>9} {'MiB/s':>9}"
+    )
+
+    def cell(value: float | None, width: int, fmt: str) -> str:
+        return f"{'-':>{width}}" if value is None else f"{value:>{width}{fmt}}"
+
+    def line(label: str, row: dict[str, Any]) -> str:
+        mib = None if row["nbytes"] is None else row["nbytes"] / 2**20
+        bw = None if row["bandwidth_Bps"] is None else row["bandwidth_Bps"] / 2**20
+        return (
+            f"{label:>5} {cell(row['compute_s'], 10, '.4f')} {cell(row['publish_s'], 10, '.4f')} "
+            f"{cell(row['send_s'], 8, '.4f')} {cell(row['analytics_s'], 12, '.4f')} "
+            f"{cell(mib, 9, '.2f')} {cell(bw, 9, '.1f')}"
+        )
+
+    lines = [header, "-" * len(header)]
+    lines += [line(str(row["step"]), row) for row in rows]
+
+    def total(key: str) -> float | None:
+        values = [r[key] for r in rows if r[key] is not None]
+        return sum(values) if values else None
+
+    totals: dict[str, Any] = {
+        k: total(k) for k in ("compute_s", "publish_s", "send_s", "analytics_s", "nbytes")
+    }
+    totals["bandwidth_Bps"] = (
+        totals["nbytes"] / totals["send_s"]
+        if totals["nbytes"] is not None and totals["send_s"]
+        else None
+    )
+    lines += ["-" * len(header), line("total", totals)]
+    lines.append(
+        "compute, publish (flow-control waits included), send: slowest rank; "
+        "MiB: all ranks; MiB/s: MiB / send s"
+    )
+    return "\n".join(lines)
+
+
+def plot_explained_variance(
+    analytics: Sequence[StepAnalytics], path: str | Path, *, title: str = "gtemp"
+) -> Path:
+    """Write a PNG of the explained variance ratio of each component over the steps.
+
+    Uses matplotlib's non-interactive Agg backend; returns ``path``.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    try:
+        steps = [a.step for a in analytics]
+        n = max((len(a.explained_variance_ratio) for a in analytics), default=0)
+        for c in range(n):
+            ratios = [
+                a.explained_variance_ratio[c] if c < len(a.explained_variance_ratio) else np.nan
+                for a in analytics
+            ]
+            ax.plot(steps, ratios, marker="o", label=f"component {c + 1}")
+        ax.set_xlabel("step")
+        ax.set_ylabel("explained variance ratio")
+        ax.set_ylim(0.0, 1.0)
+        ax.set_title(f"In situ PCA of {title!r}")
+        if n:
+            ax.legend()
+        ax.grid(True, alpha=0.3)
+        fig.tight_layout()
+        fig.savefig(path, dpi=100)
+    finally:
+        plt.close(fig)
+    return path
+
+
+def write_results(
+    path: str | Path,
+    analytics: Sequence[StepAnalytics],
+    rows: Sequence[dict[str, Any]],
+    settings: dict[str, Any],
+) -> Path:
+    """Write the run's settings, per-step PCA results and per-step table as JSON."""
+    path = Path(path)
+    path.write_text(
+        json.dumps(
+            {"settings": settings, "steps": [asdict(a) for a in analytics], "table": list(rows)},
+            indent=1,
+        )
+    )
+    return path
+
+
+def report(
+    analytics: Sequence[StepAnalytics],
+    timings: Path | None,
+    output: Path,
+    settings: dict[str, Any],
+    array: str,
+    out: IO[str],
+) -> None:
+    """Print the per-step table and write results.json and explained_variance.png."""
+    rows = step_table(analytics, read_timings(timings) if timings is not None else [])
+    results = write_results(output / "results.json", analytics, rows, settings)
+    plot = plot_explained_variance(analytics, output / "explained_variance.png", title=array)
+    print(format_table(rows), file=out)
+    print(f"PCA results: {results}\nExplained variance plot: {plot}", file=out)

@@ -1,0 +1,222 @@
+"""The simulation: which solver runs, and the one command line that runs it.
+
+:func:`resolve_settings` completes :func:`~deisa.launcher.config.resolve_options` with the
+solver (``--solver auto | c | python``: the C solver through PDI and the deisa plugin when it
+is built and PDI loads, else the Python solver). :func:`simulation_command` turns settings into
+the solver's command line, for ``mpirun`` (local run) as for ``srun`` (Slurm job): the Python
+solver gets the Bridge options as flags (:meth:`deisa.options.BridgeOptions.to_argv`), the C
+solver a copy of its PDI YAML with the deisa block completed (:func:`deisa_pdi_config`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from ..options import BridgeOptions
+from .config import (
+    LAUNCHER_BRIDGE_OPTIONS,
+    RUN,
+    RunSettings,
+    UsageError,
+    read_yaml,
+    resolve_options,
+)
+
+
+def resolve_settings(args: argparse.Namespace, command: str = RUN) -> RunSettings:
+    """Every setting of a run or a job script, checked, and the solver that will run.
+
+    Raises
+    ------
+    UsageError
+        An option or file that cannot work (see :func:`~deisa.launcher.config.resolve_options`),
+        ``--solver c`` where the C solver cannot run, or a PDI YAML that does not publish
+        ``--array``.
+    """
+    settings = resolve_options(args, command)
+    settings.solver, settings.solver_reason = resolve_solver(
+        settings.solver, settings.build_dir, settings.pdi_config
+    )
+    if settings.solver == "c":  # a wrong --array would only show as a stalled run
+        deisa_pdi_config(settings.pdi_config, "", settings.bridge, settings.array)
+    return settings
+
+
+def resolve_solver(solver: str, build_dir: Path, pdi_config: Path) -> tuple[str, str]:
+    """``("c" | "python", why)``: the solver that ``--solver auto | c | python`` runs.
+
+    Raises
+    ------
+    UsageError
+        ``solver`` is none of the three, or is ``c`` and the C solver cannot run here
+        (:func:`c_solver_problem` says why).
+    """
+    if solver == "python":
+        return "python", "--solver python"
+    if solver not in ("auto", "c"):
+        raise UsageError(f"--solver {solver!r}: one of auto, c, python")
+    reason = c_solver_problem(build_dir, pdi_config)
+    if reason is None:
+        return "c", "C solver built and PDI loads"
+    if solver == "c":
+        raise UsageError(f"--solver c: {reason}")
+    return "python", reason
+
+
+def c_solver_problem(build_dir: Path, pdi_config: Path) -> str | None:
+    """Why the C solver cannot run (``None`` if it can): binary, plugin, PDI YAML, libpdi."""
+    heat = build_dir / "simulation" / "heat"
+    plugin = build_dir / "plugin" / "libpdi_deisa_plugin.so"
+    for path, what in ((heat, "C solver"), (plugin, "deisa PDI plugin")):
+        if not path.exists():
+            return (
+                f"{what} not built ({path} missing; in the repository: cmake -S . -B build && "
+                "cmake --build build, or point --build-dir at your build)"
+            )
+    if not pdi_config.exists():
+        return f"PDI configuration {pdi_config} missing (--pdi-config)"
+    try:
+        ctypes.CDLL("libpdi.so.1")
+    except OSError as exc:
+        return f"PDI does not load: {exc}"
+    ldd = shutil.which("ldd")
+    if ldd is not None:
+        for binary in (heat, plugin):
+            out = subprocess.run([ldd, str(binary)], capture_output=True, text=True, timeout=30)
+            missing = [line.split()[0] for line in out.stdout.splitlines() if "not found" in line]
+            if missing:
+                return f"{binary.name} misses libraries: {', '.join(missing)}"
+    return None
+
+
+def deisa_pdi_config(
+    pdi_config: Path, scheduler_file: str, options: BridgeOptions, array: str
+) -> dict[str, Any]:
+    """The C solver's PDI configuration ``pdi_config`` with its deisa block set for one run.
+
+    Parameters
+    ----------
+    pdi_config
+        PDI YAML with a ``plugins.deisa`` block (``configs/heat_deisa.yml``).
+    scheduler_file
+        Written into the block.
+    options
+        The launcher's Bridge options (``placement``, ``buffer_nb``) are written into the
+        block, a ``None`` one by removing its key; the block keeps its other Bridge keys.
+    array
+        The array the analytics read; it must be one of the block's ``datasets``.
+
+    Returns
+    -------
+    dict
+        The configuration, to dump to a YAML file for ``heat``.
+
+    Raises
+    ------
+    UsageError
+        The file is unreadable, has no ``plugins.deisa`` block, or does not publish ``array``.
+    """
+    pdi = read_yaml(pdi_config, f"--pdi-config {pdi_config}")
+    plugin = (pdi.get("plugins") or {}).get("deisa") if isinstance(pdi, dict) else None
+    if not isinstance(plugin, dict):
+        raise UsageError(f"--pdi-config {pdi_config}: no plugins.deisa block")
+    datasets = plugin.get("datasets")
+    if isinstance(datasets, dict) and array not in datasets:
+        raise UsageError(
+            f"--array {array}: the C solver publishes {', '.join(map(str, datasets))} "
+            f"(plugins.deisa.datasets of {pdi_config})"
+        )
+    plugin["scheduler_file"] = scheduler_file
+    for key, value in options.to_mapping().items():
+        if key not in LAUNCHER_BRIDGE_OPTIONS:
+            continue
+        if value is None:
+            plugin.pop(key, None)
+        else:
+            plugin[key] = value
+    return pdi
+
+
+class SolverSettings(Protocol):
+    """What :func:`simulation_command` reads (a :class:`RunSettings` has it all)."""
+
+    @property
+    def solver(self) -> str: ...
+    @property
+    def build_dir(self) -> Path: ...
+    @property
+    def pdi_config(self) -> Path: ...
+    @property
+    def array(self) -> str: ...
+    @property
+    def bridge(self) -> BridgeOptions: ...
+
+
+@dataclass(frozen=True)
+class SimulationCommand:
+    """What runs under the MPI launcher, and what it needs.
+
+    Attributes
+    ----------
+    argv
+        The solver's command line, without the MPI launcher.
+    pdi
+        C solver: the PDI configuration to write to the ``pdi_file`` that ``argv`` names.
+    plugin_dir
+        C solver: the directory of the deisa plugin, to put first in ``PDI_PLUGIN_PATH``.
+    timings
+        Whether the solver writes the per-step timings file (the Python solver does).
+    """
+
+    argv: list[str]
+    pdi: dict[str, Any] | None = None
+    plugin_dir: Path | None = None
+    timings: bool = False
+
+    @property
+    def description(self) -> str:
+        if self.pdi is None:
+            return "the Python solver (deisa_simulation.heat)"
+        return f"the C solver ({self.argv[0]}) through PDI and the deisa plugin"
+
+
+def simulation_command(
+    settings: SolverSettings,
+    *,
+    python: str,
+    sim_config: str,
+    scheduler_file: str,
+    timings: str,
+    pdi_file: str,
+) -> SimulationCommand:
+    """The command of ``settings.solver`` (``"c"`` or ``"python"``) for one run.
+
+    Parameters
+    ----------
+    settings
+        From :func:`resolve_settings`: ``solver`` (``"c"`` or ``"python"``, as
+        :func:`resolve_solver` chose), ``build_dir``, ``pdi_config``, ``array``, ``bridge``.
+    python, sim_config, scheduler_file, timings, pdi_file
+        The interpreter, the simulation YAML, the scheduler file, the Python solver's timings
+        file and the C solver's PDI YAML, as the command line must spell them (paths, or
+        shell words such as ``$OUT/simulation.yml`` in a batch script).
+    """
+    if settings.solver == "c":
+        heat = settings.build_dir / "simulation" / "heat"
+        return SimulationCommand(
+            argv=[str(heat), sim_config, pdi_file],
+            pdi=deisa_pdi_config(
+                settings.pdi_config, scheduler_file, settings.bridge, settings.array
+            ),
+            plugin_dir=settings.build_dir / "plugin",
+        )
+    argv = [python, "-m", "deisa_simulation.heat", sim_config]
+    argv += ["--scheduler-file", scheduler_file, "--array", settings.array]
+    argv += [*settings.bridge.to_argv(), "--timings", timings]
+    return SimulationCommand(argv=argv, timings=True)
