@@ -28,7 +28,16 @@ from pathlib import Path
 from typing import Any
 
 from ..pipeline import PipelineError
-from .config import ANALYTICS, RUN, SLURM, UsageError, add_options, load_defaults, pick
+from .config import (
+    ANALYTICS,
+    RUN,
+    SLURM,
+    UsageError,
+    add_options,
+    load_defaults,
+    parse_buffer_nb,
+    pick,
+)
 from .processes import THREAD_PINS, Interrupted, Signals
 
 logger = logging.getLogger(__name__)
@@ -171,8 +180,9 @@ def resolve_analytics_args(args: argparse.Namespace) -> argparse.Namespace:
         ``--defaults`` is unreadable or invalid.
     """
     defaults = load_defaults(args.defaults)
-    for key in ("array", "n_components", "output", "timeout"):
+    for key in ("array", "n_components", "output", "timeout", "buffer_nb"):
         setattr(args, key, pick(args, defaults, ANALYTICS, key))
+    args.buffer_nb = parse_buffer_nb(args.buffer_nb)
     return args
 
 
@@ -227,6 +237,7 @@ def _analytics(args: argparse.Namespace, signals: Signals) -> int:
             args.array,
             n_components=args.n_components,
             stall_timeout=args.timeout,
+            max_in_flight=args.buffer_nb or 2,
             check=signals.check,
             on_step=lambda _: signals.check(),
         )

@@ -162,7 +162,13 @@ OPTIONS: tuple[Option, ...] = (
     # data path
     Option("array", ("--array",), {RUN: "run", SLURM: "run", ANALYTICS: "run"}),
     Option("placement", ("--placement",), _both(), {"choices": sorted(PLACEMENTS)}),
-    Option("buffer_nb", ("--buffer-nb",), _both(), {"metavar": "N|none"}),
+    # the analytics client fits as many steps at once as the stream may queue
+    Option(
+        "buffer_nb",
+        ("--buffer-nb",),
+        {RUN: "run", SLURM: "run", ANALYTICS: "run"},
+        {"metavar": "N|none"},
+    ),
     # Dask
     Option("workers", ("--workers", "-w"), _both(), {"type": int}),
     Option("threads", ("--threads", "-t"), _both(), {"type": int}),

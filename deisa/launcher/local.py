@@ -21,7 +21,7 @@ from typing import IO, Any
 
 import yaml
 
-from ..pipeline import PipelineError, analyze_stream
+from ..pipeline import PipelineError, StepAnalytics, analyze_stream
 from .config import RunSettings
 from .processes import ProcessSet, Signals, child_env, tail, wait_until
 from .report import report
@@ -179,8 +179,17 @@ def run_pipeline(settings: RunSettings, signals: Signals, out: IO[str] = sys.std
 
         steps = settings.simulation["steps"]
         with tqdm(total=steps, desc="in situ PCA", unit="step", file=sys.stderr) as bar:
+            analysing: list[int] = []
 
-            def on_step(_: object) -> None:
+            def on_start(step: int) -> None:
+                analysing.append(step)
+                bar.set_postfix_str(f"analysing step {', '.join(map(str, analysing))}")
+
+            def on_step(done: StepAnalytics) -> None:
+                analysing.remove(done.step)
+                bar.set_postfix_str(
+                    f"analysing step {', '.join(map(str, analysing))}" if analysing else ""
+                )
                 bar.update()
                 signals.check()
 
@@ -189,7 +198,11 @@ def run_pipeline(settings: RunSettings, signals: Signals, out: IO[str] = sys.std
                 settings.array,
                 n_components=settings.n_components,
                 stall_timeout=settings.timeout,
+                # as many fits at once as the stream may queue steps: the simulation is held by
+                # flow control only when the analytics really is slower
+                max_in_flight=settings.buffer_nb or 2,
                 check=check,
+                on_start=on_start,
                 on_step=on_step,
             )
         deadline = time.monotonic() + settings.timeout

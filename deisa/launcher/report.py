@@ -56,7 +56,9 @@ def step_table(
     -------
     list of dict
         Keys ``step``; ``compute_s``, ``publish_s`` (flow-control waits included) and
-        ``send_s`` (the block transfer alone) of the slowest rank; ``analytics_s``; ``nbytes``
+        ``send_s`` (the block transfer alone) of the slowest rank; ``wait_s``, the most any
+        rank's ``publish`` spent beyond its transfer (registration, and waiting for the
+        analytics when flow control holds the simulation); ``analytics_s``; ``nbytes``
         (all ranks, or the analysed array's size without timings) and ``bandwidth_Bps``
         (``nbytes`` over the slowest rank's ``send_s``).
         Values the simulation did not report are ``None``.
@@ -74,6 +76,7 @@ def step_table(
             "compute_s": max((e["compute_s"] for e in entries), default=None),
             "publish_s": max((e["publish_s"] for e in entries), default=None),
             "send_s": max((e["send_s"] for e in entries), default=None),
+            "wait_s": max((e["publish_s"] - e["send_s"] for e in entries), default=None),
             "analytics_s": done[step].analytics_s if step in done else None,
             "nbytes": (
                 sum(e["nbytes"] for e in entries)
@@ -92,8 +95,8 @@ def step_table(
 def format_table(rows: Sequence[dict[str, Any]]) -> str:
     """A plain-text table of :func:`step_table` rows, with a total line."""
     header = (
-        f"{'step':>5} {'compute s':>10} {'publish s':>10} {'send s':>8} {'analytics s':>12} "
-        f"{'MiB':>9} {'MiB/s':>9}"
+        f"{'step':>5} {'compute s':>10} {'publish s':>10} {'send s':>8} {'sim wait s':>10} "
+        f"{'analytics s':>12} {'MiB':>9} {'MiB/s':>9}"
     )
 
     def cell(value: float | None, width: int, fmt: str) -> str:
@@ -104,7 +107,8 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
         bw = None if row["bandwidth_Bps"] is None else row["bandwidth_Bps"] / 2**20
         return (
             f"{label:>5} {cell(row['compute_s'], 10, '.4f')} {cell(row['publish_s'], 10, '.4f')} "
-            f"{cell(row['send_s'], 8, '.4f')} {cell(row['analytics_s'], 12, '.4f')} "
+            f"{cell(row['send_s'], 8, '.4f')} {cell(row['wait_s'], 10, '.4f')} "
+            f"{cell(row['analytics_s'], 12, '.4f')} "
             f"{cell(mib, 9, '.2f')} {cell(bw, 9, '.1f')}"
         )
 
@@ -116,7 +120,7 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
         return sum(values) if values else None
 
     totals: dict[str, Any] = {
-        k: total(k) for k in ("compute_s", "publish_s", "send_s", "analytics_s", "nbytes")
+        k: total(k) for k in ("compute_s", "publish_s", "send_s", "wait_s", "analytics_s", "nbytes")
     }
     totals["bandwidth_Bps"] = (
         totals["nbytes"] / totals["send_s"]
@@ -125,9 +129,17 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
     )
     lines += ["-" * len(header), line("total", totals)]
     lines.append(
-        "compute, publish (flow-control waits included), send: slowest rank; "
-        "MiB: all ranks; MiB/s: MiB / send s"
+        "compute, publish (flow-control waits included), send: slowest rank; sim wait: publish "
+        "beyond the transfer; MiB: all ranks; MiB/s: MiB / send s"
     )
+    if totals["wait_s"] is not None and totals["compute_s"] is not None:
+        wall = totals["compute_s"] + totals["publish_s"]
+        lines.append(
+            f"the simulation waited {totals['wait_s']:.2f} s of {wall:.2f} s in publish beyond "
+            f"its transfers ({100 * totals['wait_s'] / wall:.1f} %)"
+            if wall
+            else ""
+        )
     return "\n".join(lines)
 
 
