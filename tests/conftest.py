@@ -226,3 +226,53 @@ def built() -> Path:
     assert (BUILD / "simulation" / "heat").exists()
     assert (BUILD / "plugin" / "libpdi_deisa_plugin.so").exists()
     return BUILD
+
+
+# -- layers: `python3 -m pytest -m "not integration"` runs the in-process tests only -----------
+
+# Fixtures that start real processes (dask scheduler/worker processes, a LocalCluster's worker
+# processes, the CMake build of the C solver and plugin, Slurm daemons): conftest's own and the
+# test modules' (matched by name, so a new in-process fixture must not reuse one of these names).
+PROCESS_FIXTURES = frozenset(
+    {
+        "dask_processes",
+        "local_client",
+        "built",
+        "cluster",  # test_adapter, test_faults, test_integrity
+        "own_cluster",  # test_faults
+        "tls_cluster",  # test_security
+        "one_worker",  # test_pipeline
+        "slurm",  # test_slurm
+    }
+)
+# Tests that start processes themselves (mpirun, deisa-run, python subprocesses) rather than
+# through a fixture: every test of a module (None), or the tests named.
+PROCESS_TESTS: dict[str, frozenset[str] | None] = {
+    "test_analytics_scripts": None,
+    "test_bench": None,
+    "test_cli": None,
+    "test_pdi_plugin": None,
+    "test_bridge": frozenset({"test_bridge_rejects_a_missing_scheduler_file"}),
+    "test_pca": frozenset({"test_merge_tree_wider_than_its_fan_in"}),  # its own LocalCluster
+    "test_heat": frozenset(
+        {"test_heat_mpi_run_without_bridge", "test_heat_rank_count_must_match_the_grid"}
+    ),
+    "test_validation": frozenset({"test_mpi_job_with_bad_input_exits_nonzero_naming_it"}),
+}
+
+
+def starts_processes(item: pytest.Item) -> bool:
+    """Whether ``item`` starts real processes, by the lists above."""
+    if PROCESS_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+        return True
+    module = item.module.__name__.rpartition(".")[2] if hasattr(item, "module") else ""
+    if module not in PROCESS_TESTS:
+        return False
+    names = PROCESS_TESTS[module]
+    return names is None or getattr(item, "originalname", item.name) in names
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if starts_processes(item):
+            item.add_marker(pytest.mark.integration)

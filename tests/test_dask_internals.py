@@ -1,79 +1,90 @@
-"""The private distributed calls deisa relies on, checked against the installed distributed."""
+"""The private distributed calls deisa relies on, checked against the installed distributed.
+
+In process: a real scheduler and real workers on this event loop (``gen_cluster``), the block
+sent from a Bridge's own event-loop thread and connection pool, as a simulation rank sends it.
+"""
 
 from __future__ import annotations
 
-import time
+import asyncio
 from collections import Counter
+from typing import Any
 
 import numpy as np
-import pytest
-from distributed import Client, LocalCluster
+from distributed import Client
+from distributed.utils_test import gen_cluster
 
 from deisa import _dask_internals
 from deisa._loop import LoopThread
 from deisa.bridge import _open_pool
 
-
-@pytest.fixture(scope="module")
-def client():
-    with (
-        LocalCluster(n_workers=1, threads_per_worker=1, processes=True) as cluster,
-        Client(cluster) as c,
-    ):
-        yield c
+# a release travels on the client's batched stream: wait for it, generously (a loaded machine)
+RELEASE = 60.0
 
 
-def test_send_register_transfer_release(client) -> None:
-    worker = next(iter(client.scheduler_info(n_workers=-1)["workers"]))
-    block = np.arange(12.0).reshape(3, 4)[:, ::2]  # strided view
-    key = ("deisa-test-x-0", 0, 0)
+def send_from_a_bridge_thread(worker: str, blocks: dict[Any, np.ndarray]) -> dict[Any, int]:
+    """Send ``blocks`` from a private loop thread and pool, as :class:`deisa.Bridge` does."""
     loop = LoopThread()
     try:
         pool = loop.run(_open_pool())
-        nbytes = loop.run(_dask_internals.send_blocks_to_worker(pool, worker, {key: block}))
-        loop.run(pool.close())
+        try:
+            return loop.run(_dask_internals.send_blocks_to_worker(pool, worker, blocks))
+        finally:
+            loop.run(pool.close())
     finally:
         loop.stop()
+
+
+@gen_cluster(client=True)
+async def test_send_register_transfer_release(c: Client, s: Any, a: Any, b: Any) -> None:
+    block = np.arange(12.0).reshape(3, 4)[:, ::2]  # strided view
+    key = ("deisa-test-x-0", 0, 0)
+    nbytes = await asyncio.to_thread(send_from_a_bridge_thread, a.address, {key: block})
     assert nbytes[key] >= block.nbytes
-    assert client.run_on_scheduler(lambda dask_scheduler: key in dask_scheduler.tasks) is False
+    assert key in a.data and key not in _dask_internals.known_keys(s)  # no scheduler message
 
-    def register(dask_scheduler) -> bool:
-        _dask_internals.register_keys(dask_scheduler, {key: [worker]}, nbytes, "holder")
-        return key in _dask_internals.known_keys(dask_scheduler)
+    _dask_internals.register_keys(s, {key: [a.address]}, nbytes, "holder")
+    assert key in _dask_internals.known_keys(s)
+    assert {cs.client_key for cs in s.tasks[key].who_wants} == {"holder"}
+    assert {ws.address for ws in s.tasks[key].who_has} == {a.address}
 
-    assert client.run_on_scheduler(register)
-    client_id = client.id
-    client.run_on_scheduler(
-        lambda dask_scheduler: _dask_internals.transfer_keys(
-            dask_scheduler, [key], "holder", client_id
-        )
-    )
-    future = _dask_internals.future_in_memory(key, client)
+    _dask_internals.transfer_keys(s, [key], "holder", c.id)
+    assert {cs.client_key for cs in s.tasks[key].who_wants} == {c.id}
+    future = _dask_internals.future_in_memory(key, c)
     assert future.status == "finished"
-    np.testing.assert_array_equal(future.result(), block)
+    np.testing.assert_array_equal(await future, block)
+
     del future
-    for _ in range(50):  # the release travels on the client's batched stream
-        if not client.run_on_scheduler(lambda dask_scheduler: key in dask_scheduler.tasks):
-            break
-        time.sleep(0.1)
-    assert client.run_on_scheduler(lambda dask_scheduler: key in dask_scheduler.tasks) is False
+    deadline = asyncio.get_running_loop().time() + RELEASE
+    while key in _dask_internals.known_keys(s) or key in a.data:
+        assert asyncio.get_running_loop().time() < deadline, f"{key} was never released"
+        await asyncio.sleep(0.01)
 
 
-def test_count_handler_calls(client) -> None:
-    def count(dask_scheduler) -> None:
-        counter: Counter[str] = Counter()
-        dask_scheduler._deisa_test_counter = counter
-        dask_scheduler._deisa_test_restore = _dask_internals.count_handler_calls(
-            dask_scheduler, counter
-        )
+@gen_cluster(client=True)
+async def test_release_keys_of_an_unknown_holder_is_a_no_op(
+    c: Client, s: Any, a: Any, b: Any
+) -> None:
+    key = ("deisa-test-y-0", 0, 0)
+    await _dask_internals.send_blocks_to_worker(c.rpc, a.address, {key: np.ones(3)})
+    _dask_internals.register_keys(s, {key: [a.address]}, {key: 24}, "holder")
+    _dask_internals.release_keys(s, [key], "nobody")
+    assert {cs.client_key for cs in s.tasks[key].who_wants} == {"holder"}
+    _dask_internals.release_keys(s, [key], "holder")
+    assert key not in _dask_internals.known_keys(s)
 
-    client.run_on_scheduler(count)
-    client.scheduler_info(n_workers=-1)
-    assert client.submit(sum, [1, 2]).result() == 3  # update-graph: an async stream handler
-    counts = client.run_on_scheduler(
-        lambda dask_scheduler: dict(dask_scheduler._deisa_test_counter)
-    )
-    client.run_on_scheduler(lambda dask_scheduler: dask_scheduler._deisa_test_restore())
-    assert counts.get("identity", 0) >= 1
-    assert counts.get("update-graph", 0) >= 1
-    assert sum(counts.values()) >= counts["identity"]
+
+@gen_cluster(client=True)
+async def test_count_handler_calls(c: Client, s: Any, a: Any, b: Any) -> None:
+    counter: Counter[str] = Counter()
+    restore = _dask_internals.count_handler_calls(s, counter)
+    try:
+        await c.scheduler.identity()
+        assert await c.submit(sum, [1, 2]) == 3  # update-graph: an async stream handler
+    finally:
+        restore()
+    assert counter["identity"] >= 1
+    assert counter["update-graph"] >= 1
+    calls = sum(counter.values())
+    await c.scheduler.identity()
+    assert sum(counter.values()) == calls  # restored: no longer counted

@@ -1,7 +1,9 @@
 """Faults never hang and are reported clearly; see docs/reliability.md for the policies.
 
 Each test injects one fault into a real run (`mpirun` publishers, `dask scheduler` and
-`dask worker` processes) and checks the documented outcome within a bounded time.
+`dask worker` processes) and checks the documented outcome; a run that outlives its (generous)
+bound is reported as a hang. The short timeouts below are the ones meant to expire: each is
+armed only once the run has reached the state where nothing else can happen.
 """
 
 from __future__ import annotations
@@ -25,12 +27,17 @@ sys.path.insert(0, str(PUBLISHER.parent))
 from publish_blocks import expected  # noqa: E402
 
 SHAPE = (8, 6)
+# start-up deadlines (processes starting, connecting): generous, a loaded machine meets them
+STARTUP = 120
 
 
 def start_publisher(
     cluster: DaskProcesses, *args: str, nranks: int = 4, env: dict[str, str] | None = None
 ) -> subprocess.Popen[str]:
-    cmd = mpirun(nranks, sys.executable, str(PUBLISHER), str(cluster.scheduler_file), *args)
+    cmd = mpirun(
+        nranks, sys.executable, str(PUBLISHER), str(cluster.scheduler_file),
+        "--connect-timeout", str(STARTUP), *args,
+    )  # fmt: skip
     return subprocess.Popen(
         cmd,
         env={**test_env(), **(env or {})},
@@ -40,7 +47,7 @@ def start_publisher(
     )
 
 
-def finish(proc: subprocess.Popen[str], timeout: float = 90) -> tuple[int, str]:
+def finish(proc: subprocess.Popen[str], timeout: float = 2 * STARTUP) -> tuple[int, str]:
     try:
         _, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -71,36 +78,47 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaskProcesses]
     processes.stop()
 
 
-DYING_CLIENT = """
+DYING_CLIENT = f"""
 import os, sys
 from distributed import Client
 from deisa import Adapter
-client = Client(scheduler_file=sys.argv[1], timeout=30)
-Adapter(client, timeout=60)["dead"][0].compute()
+client = Client(scheduler_file=sys.argv[1], timeout={STARTUP})
+Adapter(client, timeout={2 * STARTUP})["dead"][0].compute()
 os._exit(1)  # the analytics crashes without closing anything
 """
 
 
 def test_dead_analytics_blocks_then_times_out(cluster: DaskProcesses) -> None:
-    sim = start_publisher(
-        cluster, "--name", "dead", "--nsteps", "20", "--buffer-nb", "2", "--timeout", "3"
-    )
-    analytics = subprocess.run(
+    analytics = subprocess.Popen(
         [sys.executable, "-c", DYING_CLIENT, str(cluster.scheduler_file)],
         env=test_env(),
-        capture_output=True,
-        timeout=90,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
-    assert analytics.returncode == 1
-    t0 = time.monotonic()
-    rc, err = finish(sim)
-    assert rc != 0
-    assert "BridgeError: the analytics took no step of 'dead' for 3.0 s while buffer_nb=2" in err
-    assert "was not delivered" in err
-    assert time.monotonic() - t0 < 60
-    with cluster.client() as client:
-        stats = Adapter(client).stats()["streams"]["dead"]
-        assert stats["taken"] == 1 and stats["queued"] == 2  # blocked at buffer_nb, then failed
+    # the analytics is connected and waiting for the array before the simulation starts, so it
+    # takes step 0 as soon as it is published, however slowly the simulation starts; the 3 s
+    # flow-control timeout then only expires once buffer_nb steps wait for a dead analytics
+    with cluster.client(timeout=STARTUP) as client:
+        adapter = Adapter(client)
+        deadline = time.monotonic() + STARTUP
+        while "dead" not in adapter.stats()["streams"]:
+            assert analytics.poll() is None, finish(analytics)[1][-3000:]
+            assert time.monotonic() < deadline, "the analytics never asked for a step"
+            time.sleep(0.1)
+        sim = start_publisher(
+            cluster, "--name", "dead", "--nsteps", "20", "--buffer-nb", "2", "--timeout", "3"
+        )
+        rc, err = finish(analytics)
+        assert rc == 1, err[-3000:]
+        rc, err = finish(sim)
+        assert rc != 0
+        assert (
+            "BridgeError: the analytics took no step of 'dead' for 3.0 s while buffer_nb=2" in err
+        )
+        assert "was not delivered" in err
+        stats = adapter.stats()["streams"]["dead"]
+    assert stats["taken"] == 1 and stats["queued"] == 2  # blocked at buffer_nb, then failed
 
 
 def test_drop_oldest_keeps_buffer_nb_steps_and_frees_the_rest(cluster: DaskProcesses) -> None:
@@ -112,7 +130,7 @@ def test_drop_oldest_keeps_buffer_nb_steps_and_frees_the_rest(cluster: DaskProce
     )  # fmt: skip
     assert rc == 0, err  # nobody consumes, yet the simulation never blocks
     with cluster.client() as client:
-        adapter = Adapter(client, timeout=30)
+        adapter = Adapter(client, timeout=STARTUP)  # the run is over: nothing left to wait for
         stats = adapter.stats()["streams"]["drop"]
         assert list(stats["dropped"]) == [0, 1, 2, 3, 4, 5]
         nkeys, _ = scheduler_memory(client, "drop")
@@ -130,16 +148,15 @@ def test_dead_rank_makes_the_adapter_fail_naming_the_last_step(cluster: DaskProc
         cluster, "--name", "rankdies", "--nsteps", "6", "--die-rank", "1", "--die-at-step", "2"
     )
     with cluster.client() as client:
-        adapter = Adapter(client, timeout=60)
+        adapter = Adapter(client, timeout=STARTUP)
         field = adapter["rankdies"]
         assert field[0].shape == SHAPE  # the run has started (start-up may take a while)
-        adapter.timeout = 3
-        seen = [0]
-        t0 = time.monotonic()
+        assert field[1].shape == SHAPE  # and reached the step before the rank dies
+        adapter.timeout = 3  # no step can come any more: this one is meant to expire
+        seen = [0, 1]
         with pytest.raises(TimeoutError) as info:
             for step, _ in field.items():
                 seen.append(step)
-        assert time.monotonic() - t0 < 60
     assert seen == [0, 1]
     assert "next step of 'rankdies'" in str(info.value)
     assert "the last one received here being 1" in str(info.value)
@@ -156,7 +173,7 @@ def test_slow_analytics_keeps_worker_memory_within_buffer_nb(cluster: DaskProces
     )  # fmt: skip
     peak = 0
     with cluster.client() as client:
-        field = Adapter(client, timeout=60)["slow"]
+        field = Adapter(client, timeout=STARTUP)["slow"]
         stop = threading.Event()
 
         def poll() -> None:
@@ -192,17 +209,15 @@ def own_cluster(tmp_path: Path) -> Iterator[DaskProcesses]:
 def test_dead_worker_fails_the_publish_naming_worker_and_step(own_cluster: DaskProcesses) -> None:
     sim = start_publisher(
         own_cluster, "--name", "wdies", "--nsteps", "200", "--sleep", "0.1", "--timeout", "5",
-        env={"DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "3"},
+        env={"DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "10"},
     )  # fmt: skip
     with own_cluster.client() as client:
-        field = Adapter(client, timeout=60)["wdies"]
+        field = Adapter(client, timeout=STARTUP)["wdies"]
         assert field[0].compute().shape == SHAPE  # running, both workers hold blocks
         victim = own_cluster.procs[2]  # worker-1
         victim.kill()
-        victim.wait(timeout=10)
-        t0 = time.monotonic()
+        victim.wait(timeout=STARTUP)
         rc, err = finish(sim)
-        assert time.monotonic() - t0 < 60
     assert rc != 0
     assert re.search(r"BridgeError: rank \d: sending step \d+ of 'wdies' to worker", err), err[
         -4000:

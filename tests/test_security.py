@@ -14,10 +14,12 @@ import pytest
 from conftest import REPO, mpirun, test_env
 
 from deisa import Adapter
-from deisa.cli import scheduler_command, worker_command
+from deisa.launcher.local import scheduler_command, worker_command
 from deisa.scheduler_file import read_scheduler_address
 
 PUBLISHER = REPO / "tests" / "publish_blocks.py"
+# start-up deadlines: generous, so a loaded machine meets them (a failure path never waits them)
+STARTUP = 120
 sys.path.insert(0, str(PUBLISHER.parent))
 from publish_blocks import expected  # noqa: E402
 
@@ -56,8 +58,10 @@ def tls_cluster(tmp_path: Path) -> Iterator[tuple[Path, dict[str, str]]]:
         )
     ]  # fmt: skip
     try:
-        deadline = time.monotonic() + 60
-        while not sched_file.exists() and time.monotonic() < deadline:
+        deadline = time.monotonic() + STARTUP
+        while not sched_file.exists():
+            if procs[0].poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"the TLS scheduler did not start: {(tmp_path / 's.log').read_text()}")
             time.sleep(0.1)
         for i in range(2):
             procs.append(
@@ -88,32 +92,34 @@ def test_tls_passes_through_bridge_and_adapter(tls_cluster: tuple[Path, dict[str
     from distributed import Client, Security
 
     sched_file, client_env = tls_cluster
-    address = read_scheduler_address(sched_file, wait=30)
+    address = read_scheduler_address(sched_file, wait=STARTUP)
     assert address.startswith("tls://127.0.0.1:")
     security = Security(
         tls_ca_file=client_env["DASK_DISTRIBUTED__COMM__TLS__CA_FILE"],
         tls_client_cert=client_env["DASK_DISTRIBUTED__COMM__TLS__CLIENT__CERT"],
         tls_client_key=client_env["DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY"],
     )
-    with Client(address, security=security, timeout=30) as client:
-        client.wait_for_workers(2, timeout=60)
+    with Client(address, security=security, timeout=STARTUP) as client:
+        client.wait_for_workers(2, timeout=STARTUP)
         workers = list(client.scheduler_info()["workers"])
         assert all(w.startswith("tls://") for w in workers)
 
-        base = [sys.executable, str(PUBLISHER), str(sched_file), "--connect-timeout", "5"]
+        # a plain client fails at once (no TLS context), so a long connect_timeout costs nothing
+        base = [sys.executable, str(PUBLISHER), str(sched_file), "--connect-timeout", str(STARTUP)]
         plain = subprocess.run(
             mpirun(2, *base, "--grid", "2", "1", "--name", "plain"),
-            env=test_env(), capture_output=True, text=True, timeout=120,
+            env=test_env(), capture_output=True, text=True, timeout=2 * STARTUP,
         )  # fmt: skip
         assert plain.returncode != 0
         assert f"the Dask scheduler at {address}" in plain.stderr, plain.stderr[-3000:]
 
         proc = subprocess.run(
             mpirun(4, *base, "--name", "secret"),
-            env={**test_env(), **client_env}, capture_output=True, text=True, timeout=120,
+            env={**test_env(), **client_env}, capture_output=True, text=True, timeout=2 * STARTUP,
         )  # fmt: skip
         assert proc.returncode == 0, proc.stderr[-3000:]
-        steps = [(s, f.compute()) for s, f in Adapter(client, timeout=30)["secret"].items()]
+        # the run is over and its steps are queued: nothing left to wait for
+        steps = [(s, f.compute()) for s, f in Adapter(client, timeout=STARTUP)["secret"].items()]
     assert [s for s, _ in steps] == [0, 1, 2]
     for s, values in steps:
         np.testing.assert_array_equal(values, expected(s, (8, 6)))
