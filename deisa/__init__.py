@@ -10,6 +10,7 @@ from __future__ import annotations
 from .adapter import Adapter, ArrayDescriptor, EndOfStreamError, StepNotAvailableError
 from .bridge import Bridge, BridgeError, PublishTiming
 from .decomposition import ArraySpec, Decomposition, DecompositionError
+from .options import BridgeOptionError, BridgeOptions
 from .pca import IncrementalPCA
 from .splitter import (
     Factoring,
@@ -31,6 +32,8 @@ __all__ = [
     "ArraySpec",
     "Bridge",
     "BridgeError",
+    "BridgeOptionError",
+    "BridgeOptions",
     "Decomposition",
     "DecompositionError",
     "EndOfStreamError",

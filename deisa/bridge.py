@@ -32,6 +32,7 @@ from . import _dask_internals
 from ._loop import LoopThread
 from .decomposition import ArraySpec, Decomposition
 from .extension import PLUGIN_NAME, StreamExtension
+from .options import BridgeOptionError, BridgeOptions
 from .placement import get_placement
 from .scheduler_file import read_scheduler_address
 
@@ -80,25 +81,37 @@ class Bridge:
         names; the blocks must tile each global array on a grid (uneven splits are fine).
     comm
         mpi4py communicator; ``MPI.COMM_WORLD`` by default.
-    placement
-        ``"round_robin"`` (rank ``r`` sends to worker ``r % W``) or ``"locality"`` (the blocks
-        of a row band share a worker). See :mod:`deisa.placement`.
-    buffer_nb
-        At most this many steps of an array wait on the scheduler for the analytics; the next
-        :meth:`publish` blocks until the analytics takes one. ``None``: unbounded.
-    timeout
-        Seconds a :meth:`publish` may block on flow control before raising
-        :class:`BridgeError` (the step is then dropped). ``None``: wait forever.
-    connect_timeout
-        Seconds to wait for the scheduler file, the scheduler and at least ``min_workers``;
-        past it, :class:`BridgeError` names the scheduler address that did not answer.
-    min_workers
-        Workers that must be connected before the placement is fixed.
-    on_full
-        What :meth:`publish` does when ``buffer_nb`` steps are waiting: ``"block"`` (wait up to
-        ``timeout``, then raise) or ``"drop_oldest"`` (release the oldest waiting step, log a
-        warning naming it, and queue the new one; needs ``buffer_nb``). See
-        ``docs/reliability.md``.
+    options
+        A :class:`~deisa.BridgeOptions`; its defaults if ``None``.
+    **kwargs
+        Any option of :class:`~deisa.BridgeOptions` by name (``placement``, ``buffer_nb``,
+        ``timeout``, ``connect_timeout``, ``min_workers``, ``on_full``), overriding ``options``.
+        In short: ``placement`` is ``"round_robin"`` or ``"locality"``; ``buffer_nb`` steps
+        of an array at most wait on the scheduler (``None``: unbounded; ``0`` is refused);
+        :meth:`publish` blocks up to ``timeout`` seconds on flow control (``None``: forever),
+        or with ``on_full="drop_oldest"`` releases the oldest waiting step instead;
+        ``connect_timeout`` bounds the wait for the scheduler file, the scheduler and
+        ``min_workers`` workers.
+
+    Attributes
+    ----------
+    options : BridgeOptions
+        The checked options; ``placement``, ``buffer_nb``, ``timeout`` and ``on_full`` are
+        also attributes of the Bridge.
+
+    Raises
+    ------
+    BridgeError
+        On every rank, naming the rank at fault, for a bad option value, bad ``arrays``, blocks
+        that do not tile the arrays, or a scheduler that did not answer within
+        ``connect_timeout`` (naming its address).
+    TypeError
+        For a keyword argument that is no option, or ``options`` that is no
+        :class:`~deisa.BridgeOptions`.
+
+    See Also
+    --------
+    deisa.BridgeOptions : the options, their defaults and their checks.
 
     Examples
     --------
@@ -115,12 +128,8 @@ class Bridge:
         arrays: Mapping[str, ArraySpec],
         *,
         comm: Any = None,
-        placement: str = "round_robin",
-        buffer_nb: int | None = None,
-        timeout: float | None = 600.0,
-        connect_timeout: float = 30.0,
-        min_workers: int = 1,
-        on_full: str = "block",
+        options: BridgeOptions | None = None,
+        **kwargs: Any,
     ) -> None:
         if comm is None:
             from mpi4py import MPI
@@ -128,17 +137,14 @@ class Bridge:
             comm = MPI.COMM_WORLD
         self.comm = comm
         self.rank: int = comm.Get_rank()
-        self.placement = placement
-        self.buffer_nb = buffer_nb
-        self.timeout = timeout
-        self.on_full = on_full
+        self.options, problem = _build_options(options, kwargs)
         self.timings: list[PublishTiming] = []
         self._closed = False
         self._last_step: dict[str, int] = {}
         self._loop = LoopThread(f"deisa-bridge-{self.rank}")
         self._pool: ConnectionPool | None = None
         try:
-            self._setup(scheduler_file, dict(arrays), connect_timeout, min_workers)
+            self._setup(scheduler_file, dict(arrays), problem)
         except BaseException:
             self._shutdown()
             raise
@@ -149,30 +155,23 @@ class Bridge:
         self,
         scheduler_file: str,
         arrays: dict[str, ArraySpec],
-        connect_timeout: float,
-        min_workers: int,
+        problem: str | None,
     ) -> None:
-        problem = _check_arguments(
-            arrays,
-            self.placement,
-            self.buffer_nb,
-            on_full=self.on_full,
-            timeout=self.timeout,
-            connect_timeout=connect_timeout,
-            min_workers=min_workers,
-        )
+        problem = problem or _check_arrays(arrays)
         everyone = self.comm.allgather((problem, sorted(arrays)))
         self._raise_first(
             [p for p, _ in everyone],
             extra=_names_disagree([names for _, names in everyone]),
         )
-        all_specs = self.comm.allgather({n: s.as_message() for n, s in arrays.items()})
+        connect_timeout = self.options.connect_timeout
+        min_workers = self.options.min_workers
+        # ArraySpec objects travel as they are: their dtype is converted once, in ArraySpec
+        all_specs = self.comm.allgather(arrays)
         self.decompositions: dict[str, Decomposition] = {}
         for name in sorted(arrays):
-            specs = [ArraySpec(**specs[name]) for specs in all_specs]
+            specs = [specs[name] for specs in all_specs]
             self.decompositions[name] = Decomposition.from_specs(name, specs)
         self.specs = arrays
-
         self._pool = self._loop.run(_open_pool())
 
         def connect() -> dict[str, Any]:
@@ -208,8 +207,8 @@ class Bridge:
                         name=name,
                         run=run,
                         meta=_meta(dec, run),
-                        buffer_nb=self.buffer_nb,
-                        on_full=self.on_full,
+                        buffer_nb=self.options.buffer_nb,
+                        on_full=self.options.on_full,
                     ),
                     timeout=connect_timeout,
                 )
@@ -221,7 +220,7 @@ class Bridge:
         self.scheduler_address: str = info["address"]
         self.workers: list[str] = info["workers"]
         self.run: str = info["run"]
-        policy = get_placement(self.placement)
+        policy = get_placement(self.options.placement)
         self.worker_of = {
             name: policy(dec, self.workers)[self.rank] for name, dec in self.decompositions.items()
         }
@@ -232,9 +231,30 @@ class Bridge:
                 self.comm.Get_size(),
                 len(self.workers),
                 sorted(self.decompositions),
-                self.placement,
-                self.buffer_nb,
+                self.options.placement,
+                self.options.buffer_nb,
             )
+
+    # the options most read from a Bridge, as attributes (read-only)
+    @property
+    def placement(self) -> str:
+        """The placement policy, ``options.placement``."""
+        return self.options.placement
+
+    @property
+    def buffer_nb(self) -> int | None:
+        """Steps in flight per array at most, ``options.buffer_nb``; ``None``: unbounded."""
+        return self.options.buffer_nb
+
+    @property
+    def timeout(self) -> float | None:
+        """Flow-control timeout in seconds, ``options.timeout``; ``None``: forever."""
+        return self.options.timeout
+
+    @property
+    def on_full(self) -> str:
+        """The flow-control policy, ``options.on_full``."""
+        return self.options.on_full
 
     @property
     def _rpc(self) -> ConnectionPool:
@@ -335,7 +355,7 @@ class Bridge:
                     run=self.run,
                     step=step,
                     blocks=[r[2] for r in replies],
-                    timeout=self.timeout,
+                    timeout=self.options.timeout,
                 )
             )
             if outcome["status"] != "OK":
@@ -432,19 +452,23 @@ def _meta(dec: Decomposition, run: str) -> dict[str, Any]:
     }
 
 
-ON_FULL = ("block", "drop_oldest")
+def _build_options(
+    options: BridgeOptions | None, kwargs: dict[str, Any]
+) -> tuple[BridgeOptions, str | None]:
+    """The Bridge's options, and the problem with them (raised collectively) if any."""
+    if options is not None and not isinstance(options, BridgeOptions):
+        raise TypeError(f"options is a {type(options).__name__}, not a BridgeOptions")
+    unknown = sorted(set(kwargs) - set(BridgeOptions.names()))
+    if unknown:
+        raise TypeError(f"Bridge() got an unexpected keyword argument {unknown[0]!r}")
+    base = options if options is not None else BridgeOptions()
+    try:
+        return base.replace(**kwargs), None
+    except BridgeOptionError as exc:
+        return base, str(exc)
 
 
-def _check_arguments(
-    arrays: dict[str, ArraySpec],
-    placement: str,
-    buffer_nb: int | None,
-    *,
-    on_full: str = "block",
-    timeout: float | None = None,
-    connect_timeout: float = 30.0,
-    min_workers: int = 1,
-) -> str | None:
+def _check_arrays(arrays: dict[str, ArraySpec]) -> str | None:
     if not arrays:
         return "arrays is empty: give at least one name -> ArraySpec"
     for name, spec in arrays.items():
@@ -452,34 +476,7 @@ def _check_arguments(
             return f"array names must be non-empty strings, got {name!r}"
         if not isinstance(spec, ArraySpec):
             return f"arrays[{name!r}] is a {type(spec).__name__}, not an ArraySpec"
-    try:
-        get_placement(placement)
-    except ValueError as exc:
-        return str(exc)
-    if buffer_nb is not None and (
-        isinstance(buffer_nb, bool) or not isinstance(buffer_nb, int) or buffer_nb < 1
-    ):
-        return f"buffer_nb={buffer_nb!r} must be a positive integer or None"
-    if on_full not in ON_FULL:
-        return f"on_full={on_full!r} is not a flow-control policy; choose one of {list(ON_FULL)}"
-    if on_full == "drop_oldest" and buffer_nb is None:
-        return "on_full='drop_oldest' needs a buffer_nb (the number of steps kept)"
-    if timeout is not None and not _positive_number(timeout):
-        return f"timeout={timeout!r} must be a positive number of seconds or None"
-    if not _positive_number(connect_timeout):
-        return f"connect_timeout={connect_timeout!r} must be a positive number of seconds"
-    if isinstance(min_workers, bool) or not isinstance(min_workers, int) or min_workers < 1:
-        return f"min_workers={min_workers!r} must be a positive integer"
     return None
-
-
-def _positive_number(value: object) -> bool:
-    return (
-        isinstance(value, (int, float))
-        and not isinstance(value, bool)
-        and value > 0
-        and value == value  # not NaN
-    )
 
 
 def _names_disagree(per_rank: list[list[str]]) -> str | None:

@@ -56,7 +56,7 @@ def get_placement(name: str) -> Placement:
     """
     try:
         return PLACEMENTS[name]
-    except KeyError:
+    except (KeyError, TypeError):  # TypeError: not hashable, so not a name
         raise ValueError(
             f"placement={name!r} is not a placement policy; choose one of {sorted(PLACEMENTS)}"
         ) from None

@@ -61,6 +61,7 @@ Array_layout layout_of(Datatype_sptr type, const string& what)
 	return layout;
 }
 
+/// The numpy name of a PDI scalar type: the only conversion of the element type
 string numpy_dtype(const Scalar_datatype& scalar)
 {
 	const string bits = std::to_string(8 * scalar.datasize());
@@ -169,7 +170,11 @@ Array_geometry Array_transfer::geometry(Context& ctx) const
 	}
 	vector<long> dataset_start = m_dataset_selection.start(ctx, rank + 1);
 
+	// the block's position in the global array is checked by deisa.ArraySpec
 	Array_geometry result;
+	result.data = m_data;
+	result.dataset = m_dataset;
+	result.tree = PC_status(m_dataset_selection.tree()) ? m_dataset_description.tree : m_dataset_selection.tree();
 	result.dtype = numpy_dtype(*global.scalar);
 	result.time_extent = global.size[0];
 	for (size_t dim = 0; dim < rank; ++dim) {
@@ -184,17 +189,6 @@ Array_geometry Array_transfer::geometry(Context& ctx) const
 				memory_shape[dim],
 				result.shape[dim],
 				m_dataset,
-				dim + 1};
-		}
-		if (result.start[dim] < 0 || result.start[dim] + result.shape[dim] > result.global_shape[dim]) {
-			throw Spectree_error{
-				m_dataset_selection.tree(),
-				"The block of `{}' [{}, {}) lies outside dataset `{}' [0, {}) along dimension {}",
-				m_data,
-				result.start[dim],
-				result.start[dim] + result.shape[dim],
-				m_dataset,
-				result.global_shape[dim],
 				dim + 1};
 		}
 	}

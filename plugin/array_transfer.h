@@ -27,9 +27,18 @@ struct Dataset_description {
 	PDI::Datatype_template_sptr type;
 };
 
-/// What the bridge must know about one global array (a deisa.ArraySpec)
+/// What the bridge must know about one global array (a deisa.ArraySpec, which checks it)
 struct Array_geometry {
-	/// numpy name of the element type (e.g. `float64')
+	/// name of the exposed data, for error messages
+	std::string data;
+
+	/// name of the global array, for error messages
+	std::string dataset;
+
+	/// the YAML node that places the block (`dataset_selection', or the dataset's type), for error messages
+	PC_tree_t tree;
+
+	/// numpy name of the element type (e.g. `float64'), from the one PDI-to-numpy conversion
 	std::string dtype;
 
 	/// spatial size of the global array (the time axis is excluded)
@@ -53,7 +62,7 @@ struct Block {
 	/// address of the first selected element
 	const void* data;
 
-	/// numpy name of the element type
+	/// numpy name of the element type, from the one PDI-to-numpy conversion
 	std::string dtype;
 
 	/// number of selected elements in each dimension

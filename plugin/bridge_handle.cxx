@@ -56,38 +56,6 @@ Ref_r evaluate(Context& ctx, const Config_expression& value, const char* key)
 	}
 }
 
-/// `key' as a positive integer, checked here since the values are only known once evaluated
-long positive_long(Context& ctx, const Config_expression& value, const char* key)
-{
-	Ref_r ref = evaluate(ctx, value, key);
-	auto&& scalar = std::dynamic_pointer_cast<const Scalar_datatype>(ref.type());
-	if (scalar && (scalar->kind() == Scalar_kind::SIGNED || scalar->kind() == Scalar_kind::UNSIGNED)) {
-		const long result = ref.scalar_value<long>();
-		if (result > 0) return result;
-	}
-	throw Spectree_error{
-		value.tree,
-		"Invalid value for `{}' in deisa configuration: `{}' (expecting a positive integer)",
-		key,
-		to_string(value.tree)};
-}
-
-/// `key' as a positive number of seconds
-double positive_seconds(Context& ctx, const Config_expression& value, const char* key)
-{
-	Ref_r ref = evaluate(ctx, value, key);
-	auto&& scalar = std::dynamic_pointer_cast<const Scalar_datatype>(ref.type());
-	if (scalar && scalar->kind() != Scalar_kind::UNKNOWN) {
-		const double result = ref.scalar_value<double>();
-		if (result > 0) return result; // false for NaN too
-	}
-	throw Spectree_error{
-		value.tree,
-		"Invalid value for `{}' in deisa configuration: `{}' (expecting a positive number of seconds)",
-		key,
-		to_string(value.tree)};
-}
-
 template <typename T>
 py::tuple to_tuple(const vector<T>& values)
 {
@@ -116,14 +84,6 @@ MPI_Fint fortran_communicator(Context& ctx, const Config_expression& value)
 
 } // namespace
 
-Placement to_placement(PC_tree_t tree)
-{
-	string value = to_string(tree);
-	if (value == "round_robin") return Placement::ROUND_ROBIN;
-	if (value == "locality") return Placement::LOCALITY;
-	throw Spectree_error{tree, "Invalid value for `placement' in deisa configuration: `{}' (expecting round_robin or locality)", value};
-}
-
 On_error to_on_error(PC_tree_t tree)
 {
 	string value = to_string(tree);
@@ -132,19 +92,12 @@ On_error to_on_error(PC_tree_t tree)
 	throw Spectree_error{tree, "Invalid value for `on_error' in deisa configuration: `{}' (expecting abort or warn)", value};
 }
 
-On_full to_on_full(PC_tree_t tree)
-{
-	string value = to_string(tree);
-	if (value == "block") return On_full::BLOCK;
-	if (value == "drop_oldest") return On_full::DROP_OLDEST;
-	throw Spectree_error{tree, "Invalid value for `on_full' in deisa configuration: `{}' (expecting block or drop_oldest)", value};
-}
-
 Bridge_handle::~Bridge_handle()
 {
 	if (!Py_IsInitialized()) return;
 	py::gil_scoped_acquire gil;
 	m_bridge = py::object();
+	m_bridge_options = py::object();
 	m_module = py::object();
 }
 
@@ -158,26 +111,6 @@ void Bridge_handle::communicator(PC_tree_t value)
 	m_communicator = parse_expression(value, "communicator");
 }
 
-void Bridge_handle::buffer_nb(PC_tree_t value)
-{
-	m_buffer_nb = parse_expression(value, "buffer_nb");
-}
-
-void Bridge_handle::timeout(PC_tree_t value)
-{
-	m_timeout = parse_expression(value, "timeout");
-}
-
-void Bridge_handle::connect_timeout(PC_tree_t value)
-{
-	m_connect_timeout = parse_expression(value, "connect_timeout");
-}
-
-void Bridge_handle::min_workers(PC_tree_t value)
-{
-	m_min_workers = parse_expression(value, "min_workers");
-}
-
 void Bridge_handle::validate(Context& ctx, PC_tree_t config)
 {
 	if (!m_scheduler_file) {
@@ -185,17 +118,39 @@ void Bridge_handle::validate(Context& ctx, PC_tree_t config)
 			config,
 			"Missing key in deisa configuration: `scheduler_file' (the JSON file written by `dask scheduler --scheduler-file FILE')"};
 	}
-	// deisa.Bridge would refuse it too, but only at the first publication
-	if (m_on_full == On_full::DROP_OLDEST && !m_buffer_nb) {
-		throw Spectree_error{
-			PC_get(config, ".on_full"),
-			"`on_full: drop_oldest' in deisa configuration needs `buffer_nb' (the number of steps kept)"};
-	}
+	m_options.config(config);
 	py::gil_scoped_acquire gil;
 	try {
 		m_module = py::module_::import("deisa");
 	} catch (const py::error_already_set& e) {
 		handle_python_error(ctx, "importing the deisa Python package", e);
+		return; // on_error: warn, without deisa the keys cannot be checked
+	}
+	try {
+		m_options.check_keys(m_module);
+		// bad options are reported now, unless they depend on data not shared yet
+		m_bridge_options = m_options.build(ctx, m_module, true);
+	} catch (const py::error_already_set& e) {
+		handle_python_error(ctx, "checking the deisa Bridge options", e);
+	}
+}
+
+py::object Bridge_handle::array_spec(const Array_geometry& geometry) const
+{
+	try {
+		return m_module.attr("ArraySpec"
+		)("dtype"_a = geometry.dtype,
+		  "global_shape"_a = to_tuple(geometry.global_shape),
+		  "start"_a = to_tuple(geometry.start),
+		  "shape"_a = to_tuple(geometry.shape));
+	} catch (py::error_already_set& e) {
+		if (!e.matches(PyExc_ValueError) && !e.matches(PyExc_TypeError)) throw;
+		throw Spectree_error{
+			geometry.tree,
+			"The block of `{}' does not fit dataset `{}' (spatial axes, the time axis excluded): {}",
+			geometry.data,
+			geometry.dataset,
+			py::str(e.value()).cast<string>()};
 	}
 }
 
@@ -227,40 +182,33 @@ void Bridge_handle::open(Context& ctx, const vector<Array_transfer>& transfers)
 		throw Spectree_error{m_scheduler_file->tree, "Cannot evaluate `scheduler_file' in deisa configuration: {}", e.what()};
 	}
 	const MPI_Fint comm = m_communicator ? fortran_communicator(ctx, *m_communicator) : MPI_Comm_c2f(MPI_COMM_WORLD);
-	// evaluated before taking the GIL: a bad value is a PDI error, whatever on_error says
-	std::optional<long> buffer_nb, min_workers;
-	std::optional<double> timeout, connect_timeout;
-	if (m_buffer_nb) buffer_nb = positive_long(ctx, *m_buffer_nb, "buffer_nb");
-	if (m_timeout) timeout = positive_seconds(ctx, *m_timeout, "timeout");
-	if (m_connect_timeout) connect_timeout = positive_seconds(ctx, *m_connect_timeout, "connect_timeout");
-	if (m_min_workers) min_workers = positive_long(ctx, *m_min_workers, "min_workers");
 	py::gil_scoped_acquire gil;
-	py::dict options;
-	// absent keys keep deisa.Bridge's own defaults
-	if (buffer_nb) options["buffer_nb"] = py::int_(*buffer_nb);
-	if (timeout) options["timeout"] = py::float_(*timeout);
-	if (connect_timeout) options["connect_timeout"] = py::float_(*connect_timeout);
-	if (min_workers) options["min_workers"] = py::int_(*min_workers);
-	if (m_on_full) options["on_full"] = m_on_full == On_full::DROP_OLDEST ? "drop_oldest" : "block";
 	if (!m_module) {
 		m_disabled = true;
 		return;
 	}
+	// a bad option or block position is a PDI error on its YAML node, whatever on_error says
+	py::dict specs;
 	try {
-		py::dict specs;
+		if (m_bridge_options.is_none()) m_bridge_options = m_options.build(ctx, m_module, false);
 		for (auto&& array: m_arrays) {
-			const Array_geometry& geometry = array.second;
-			specs[py::str(array.first)] = m_module.attr("ArraySpec"
-			)("dtype"_a = geometry.dtype,
-			  "global_shape"_a = to_tuple(geometry.global_shape),
-			  "start"_a = to_tuple(geometry.start),
-			  "shape"_a = to_tuple(geometry.shape));
+			specs[py::str(array.first)] = array_spec(array.second);
 		}
+	} catch (const py::error_already_set& e) {
+		m_disabled = true;
+		handle_python_error(ctx, "checking the deisa Bridge options", e);
+		return;
+	}
+	try {
 		py::object mpi = py::module_::import("mpi4py.MPI");
 		py::object py_comm = mpi.attr("Intracomm")(mpi.attr("Comm").attr("f2py")(comm));
-		const char* placement = m_placement == Placement::LOCALITY ? "locality" : "round_robin";
-		ctx.logger().debug("Creating deisa.Bridge({}, {}, placement={})", scheduler_file, py::str(specs).cast<string>(), placement);
-		m_bridge = m_module.attr("Bridge")(scheduler_file, specs, "comm"_a = py_comm, "placement"_a = placement, **options);
+		ctx.logger().debug(
+			"Creating deisa.Bridge({}, {}, options={})",
+			scheduler_file,
+			py::str(specs).cast<string>(),
+			py::repr(m_bridge_options).cast<string>()
+		);
+		m_bridge = m_module.attr("Bridge")(scheduler_file, specs, "comm"_a = py_comm, "options"_a = m_bridge_options);
 		ctx.logger().info("Connected to the Dask scheduler of `{}'", scheduler_file);
 	} catch (const py::error_already_set& e) {
 		m_disabled = true;

@@ -15,20 +15,9 @@
 #include <pdi/expression.h>
 
 #include "array_transfer.h"
+#include "bridge_options.h"
 
 namespace deisa {
-
-/// How blocks are spread over the Dask workers (`placement' key)
-enum class Placement {
-	ROUND_ROBIN, ///< rank i sends to worker i mod N
-	LOCALITY ///< contiguous rank ranges share a worker
-};
-
-/** Parses a `placement' value
- * \param tree the value's node
- * \return the placement
- */
-Placement to_placement(PC_tree_t tree);
 
 /// What a Python failure does (`on_error' key)
 enum class On_error {
@@ -41,18 +30,6 @@ enum class On_error {
  * \return the policy
  */
 On_error to_on_error(PC_tree_t tree);
-
-/// What a publication does when `buffer_nb' steps are waiting (`on_full' key)
-enum class On_full {
-	BLOCK, ///< wait for the analytics, up to `timeout'
-	DROP_OLDEST ///< release the oldest waiting step and queue the new one
-};
-
-/** Parses an `on_full' value
- * \param tree the value's node
- * \return the policy
- */
-On_full to_on_full(PC_tree_t tree);
 
 /// A $-expression of the configuration, with its YAML node for error messages
 struct Config_expression {
@@ -68,7 +45,10 @@ struct Config_expression {
  * The bridge is created collectively on the first publication, when the
  * $-expressions describing every array can be evaluated, and closed
  * collectively when the plugin is destroyed.  Every Python failure is logged
- * with its traceback, then handled according to `on_error'.
+ * with its traceback, then handled according to `on_error'; a bad option or
+ * block position is a configuration error on its YAML node, whatever
+ * `on_error' says.  The options and the block positions are checked by Python
+ * (deisa.BridgeOptions, deisa.ArraySpec), not here.
  */
 class Bridge_handle
 {
@@ -78,23 +58,11 @@ class Bridge_handle
 	/// the MPI communicator of the simulation (an MPI_Comm or a Fortran handle); MPI_COMM_WORLD if absent
 	std::optional<Config_expression> m_communicator;
 
-	/// worker placement policy
-	Placement m_placement = Placement::ROUND_ROBIN;
+	/// the deisa.BridgeOptions keys
+	Bridge_options m_options;
 
-	/// maximum number of steps in flight per array, unbounded if absent
-	std::optional<Config_expression> m_buffer_nb;
-
-	/// seconds a publication may wait on flow control, the library default if absent
-	std::optional<Config_expression> m_timeout;
-
-	/// seconds to wait for the scheduler file, the scheduler and the workers, the library default if absent
-	std::optional<Config_expression> m_connect_timeout;
-
-	/// workers needed before the placement is fixed, the library default if absent
-	std::optional<Config_expression> m_min_workers;
-
-	/// flow-control policy, the library default if absent
-	std::optional<On_full> m_on_full;
+	/// the deisa.BridgeOptions, None until built (at initialization, or at the first publication for $-expressions of data)
+	pybind11::object m_bridge_options;
 
 	/// what a Python failure does
 	On_error m_on_error = On_error::ABORT;
@@ -111,7 +79,18 @@ class Bridge_handle
 	/// the arrays declared to the bridge, for consistency checks at each publication
 	std::vector<std::pair<std::string, Array_geometry>> m_arrays;
 
+	/** Logs a Python failure and raises a PDI error or carries on, according to `on_error'
+	 * \param ctx the PDI context
+	 * \param action what failed, for the messages
+	 * \param error the Python exception
+	 */
 	void handle_python_error(PDI::Context& ctx, const std::string& action, const pybind11::error_already_set& error);
+
+	/** The deisa.ArraySpec of an array (the GIL must be held); it checks the block's position
+	 * \param geometry the array and this rank's block
+	 * \return the ArraySpec; a position it refuses is a PDI error on the selection's YAML node
+	 */
+	pybind11::object array_spec(const Array_geometry& geometry) const;
 
 public:
 	/// A handle with default options and no bridge
@@ -134,42 +113,18 @@ public:
 	 */
 	void communicator(PC_tree_t value);
 
-	/** Sets `placement'
-	 * \param placement the placement
+	/** Adds a deisa.BridgeOptions key (`placement', `buffer_nb'...), checked by validate
+	 * \param key_tree the key's node
+	 * \param value the value's node
 	 */
-	void placement(Placement placement) { m_placement = placement; }
-
-	/** Sets `buffer_nb'
-	 * \param value the $-expression node
-	 */
-	void buffer_nb(PC_tree_t value);
-
-	/** Sets `timeout'
-	 * \param value the $-expression node
-	 */
-	void timeout(PC_tree_t value);
-
-	/** Sets `connect_timeout'
-	 * \param value the $-expression node
-	 */
-	void connect_timeout(PC_tree_t value);
-
-	/** Sets `min_workers'
-	 * \param value the $-expression node
-	 */
-	void min_workers(PC_tree_t value);
-
-	/** Sets `on_full'
-	 * \param on_full the policy
-	 */
-	void on_full(On_full on_full) { m_on_full = on_full; }
+	void option(PC_tree_t key_tree, PC_tree_t value) { m_options.add(key_tree, value); }
 
 	/** Sets `on_error'
 	 * \param on_error the policy
 	 */
 	void on_error(On_error on_error) { m_on_error = on_error; }
 
-	/** Checks that the required keys were given, and the keys together, and imports the deisa Python module
+	/** Checks the required keys, imports the deisa Python module and checks the options (those that can be evaluated now)
 	 * \param ctx the PDI context
 	 * \param config the plugin's configuration node, for error messages
 	 */

@@ -66,18 +66,6 @@ public:
 				m_bridge.scheduler_file(value);
 			} else if (key == "communicator") {
 				m_bridge.communicator(value);
-			} else if (key == "placement") {
-				m_bridge.placement(deisa::to_placement(value));
-			} else if (key == "buffer_nb") {
-				m_bridge.buffer_nb(value);
-			} else if (key == "timeout") {
-				m_bridge.timeout(value);
-			} else if (key == "connect_timeout") {
-				m_bridge.connect_timeout(value);
-			} else if (key == "min_workers") {
-				m_bridge.min_workers(value);
-			} else if (key == "on_full") {
-				m_bridge.on_full(deisa::to_on_full(value));
 			} else if (key == "on_error") {
 				m_bridge.on_error(deisa::to_on_error(value));
 			} else if (key == "when") {
@@ -89,7 +77,8 @@ public:
 			} else if (key == "logging") {
 				// handled by PDI
 			} else {
-				throw Spectree_error{key_tree, "Unknown key in deisa configuration: `{}'", key};
+				// a deisa.BridgeOptions key (placement, buffer_nb...), or an unknown one: Python says
+				m_bridge.option(key_tree, value);
 			}
 		});
 		if (PC_status(write_tree) || !PDI::is_map(write_tree)) {

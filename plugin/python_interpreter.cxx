@@ -1,5 +1,6 @@
 /* Embedded Python for the deisa PDI plugin. */
 
+#include <cstdlib>
 #include <string>
 
 #include <pybind11/embed.h>
@@ -14,6 +15,13 @@ namespace py = pybind11;
 
 namespace deisa {
 
+namespace {
+
+/// set by an atexit handler: exit() is under way, e.g. PDI's error handler stopping the program
+bool g_exiting = false;
+
+} // namespace
+
 Python_interpreter::Python_interpreter(PDI::Context& ctx)
 {
 	if (Py_IsInitialized()) {
@@ -23,6 +31,9 @@ Python_interpreter::Python_interpreter(PDI::Context& ctx)
 	// no signal handlers: Ctrl-C and SIGTERM belong to the MPI launcher, not to Python
 	py::initialize_interpreter(false);
 	m_started = true;
+	// registered after PDI's static context, so it runs before the context (and this plugin) is destroyed
+	static const bool exit_watch = std::atexit([] { g_exiting = true; }) == 0;
+	(void)exit_watch;
 	m_saved_state = PyEval_SaveThread();
 	ctx.logger().debug("Python interpreter started by the plugin");
 }
@@ -30,6 +41,9 @@ Python_interpreter::Python_interpreter(PDI::Context& ctx)
 Python_interpreter::~Python_interpreter()
 {
 	if (!m_started) return;
+	// Finalizing Python from exit() crashes in extension modules (scipy's) whose libraries are
+	// already torn down; the process is ending anyway, so leave the interpreter to the OS then.
+	if (g_exiting) return;
 	PyEval_RestoreThread(m_saved_state);
 	py::finalize_interpreter();
 }

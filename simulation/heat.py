@@ -30,6 +30,7 @@ import numpy as np
 import yaml
 
 from deisa.decomposition import ArraySpec, even_split
+from deisa.options import BridgeOptionError, BridgeOptions
 
 logger = logging.getLogger("deisa_simulation.heat")
 
@@ -227,17 +228,15 @@ def run(
     *,
     scheduler_file: str | None,
     array: str = "gtemp",
-    placement: str = "round_robin",
-    buffer_nb: int | None = None,
-    timeout: float | None = 600.0,
     checksums: bool = False,
-    connect_timeout: float = 30.0,
-    on_full: str = "block",
+    options: BridgeOptions | None = None,
+    **bridge_options: Any,
 ) -> list[StepTiming]:
     """Run the solver, publishing the field every ``output_period`` iterations.
 
     Without ``scheduler_file`` nothing is published (a run with no output, for comparisons).
-    Returns this rank's timings per output step.
+    ``options`` and ``bridge_options`` (any :class:`~deisa.BridgeOptions` field by name) go
+    to the :class:`~deisa.Bridge`. Returns this rank's timings per output step.
     """
     from deisa.bridge import Bridge
 
@@ -248,11 +247,8 @@ def run(
             scheduler_file,
             {array: solver.spec()},
             comm=solver.cart,
-            placement=placement,
-            buffer_nb=buffer_nb,
-            timeout=timeout,
-            connect_timeout=connect_timeout,
-            on_full=on_full,
+            options=options,
+            **bridge_options,
         )
     timings = []
     try:
@@ -284,23 +280,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("config", help="simulation YAML (configs/simulation.yml)")
     parser.add_argument("--scheduler-file", help="Dask scheduler file; omit to publish nothing")
     parser.add_argument("--array", default="gtemp", help="name of the published array")
-    parser.add_argument("--placement", default="round_robin", choices=["round_robin", "locality"])
-    parser.add_argument("--buffer-nb", type=int, default=None, help="steps in flight at most")
-    parser.add_argument("--timeout", type=float, default=600.0, help="flow-control timeout (s)")
-    parser.add_argument(
-        "--connect-timeout", type=float, default=30.0, help="wait for the scheduler (s)"
-    )
-    parser.add_argument(
-        "--on-full",
-        default="block",
-        choices=["block", "drop_oldest"],
-        help="when --buffer-nb steps wait: block (up to --timeout) or drop the oldest step",
-    )
+    BridgeOptions.add_arguments(parser.add_argument_group("deisa Bridge options"))
     parser.add_argument("--timings", help="write every rank's per-step timings (JSON) here")
     parser.add_argument(
         "--checksums", action="store_true", help="record a checksum of every published block"
     )
     args = parser.parse_args(argv)
+    try:
+        options = BridgeOptions.from_namespace(args)
+    except BridgeOptionError as exc:
+        parser.error(str(exc))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
     from mpi4py import MPI
@@ -312,12 +301,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         comm,
         scheduler_file=args.scheduler_file,
         array=args.array,
-        placement=args.placement,
-        buffer_nb=args.buffer_nb,
-        timeout=args.timeout,
         checksums=args.checksums,
-        connect_timeout=args.connect_timeout,
-        on_full=args.on_full,
+        options=options,
     )
     per_rank = comm.gather([asdict(t) for t in timings], root=0)
     if comm.Get_rank() == 0 and args.timings:

@@ -191,3 +191,20 @@ def test_bridge_rejects_a_missing_scheduler_file(tmp_path: Path) -> None:
     )  # fmt: skip
     assert proc.returncode != 0
     assert "nowhere.json' does not exist" in proc.stderr
+
+
+def test_bridge_takes_options_and_keyword_overrides(local_client, tmp_path: Path) -> None:
+    from mpi4py import MPI
+
+    from deisa import ArraySpec, Bridge, BridgeOptions
+
+    path = tmp_path / "scheduler.json"
+    path.write_text(json.dumps({"address": local_client.scheduler.address}))
+    spec = ArraySpec("float64", (4, 6), (0, 0), (4, 6))
+    options = BridgeOptions(placement="locality", buffer_nb=3)
+    with Bridge(str(path), {"u": spec}, comm=MPI.COMM_SELF, options=options, timeout=None) as b:
+        assert b.options == BridgeOptions(placement="locality", buffer_nb=3, timeout=None)
+        assert (b.placement, b.buffer_nb, b.timeout, b.on_full) == ("locality", 3, None, "block")
+        b.publish("u", np.arange(24.0).reshape(4, 6), 0)
+        field = Adapter(local_client, timeout=60)["u"][0].compute()
+    assert np.array_equal(field, np.arange(24.0).reshape(4, 6))

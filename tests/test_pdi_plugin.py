@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -26,22 +28,26 @@ HEAT = BUILD / "simulation" / "heat"
 PLUGIN_DIR = BUILD / "plugin"
 CONFIGS = REPO / "configs"
 
-# A stand-in for the deisa package: records what the plugin hands to the Bridge, no Dask.
+# A stand-in for the deisa package: records what the plugin hands to the Bridge, no Dask. The
+# options and the block positions are checked by the real deisa.options and deisa.decomposition,
+# found through __path__, as the plugin relies on them.
 STUB_DEISA = """
 import json, os
 import numpy as np
 
-class ArraySpec:
-    def __init__(self, dtype, global_shape, start, shape):
-        self.fields = {"dtype": dtype, "global_shape": list(global_shape),
-                       "start": list(start), "shape": list(shape)}
+__path__.append(DEISA_DIR)
+from deisa.decomposition import ArraySpec
+from deisa.options import BridgeOptionError, BridgeOptions
 
 class Bridge:
-    def __init__(self, scheduler_file, arrays, *, comm, **options):
+    def __init__(self, scheduler_file, arrays, *, comm, options):
         self.comm, self.rank = comm, comm.Get_rank()
         comm.Barrier()  # collective, as the real one
-        self.log = {"scheduler_file": scheduler_file, "options": options, "publish": [],
-                    "arrays": {name: spec.fields for name, spec in arrays.items()}}
+        arrays = {name: {"dtype": spec.dtype.name, "global_shape": list(spec.global_shape),
+                         "start": list(spec.start), "shape": list(spec.shape)}
+                  for name, spec in arrays.items()}
+        self.log = {"scheduler_file": scheduler_file, "options": options.to_mapping(),
+                    "publish": [], "arrays": arrays}
         if os.environ.get("STUB_FAIL") == "init":
             raise RuntimeError("stub failure in Bridge()")
 
@@ -89,7 +95,8 @@ def stub_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     """Puts the stand-in deisa package first on PYTHONPATH."""
     package = tmp_path / "stub" / "deisa"
     package.mkdir(parents=True, exist_ok=True)
-    (package / "__init__.py").write_text(STUB_DEISA)
+    real = repr(str(REPO / "deisa"))
+    (package / "__init__.py").write_text(STUB_DEISA.replace("DEISA_DIR", real, 1))
     env = {"PYTHONPATH": os.pathsep.join([str(package.parent), test_env()["PYTHONPATH"]])}
     env.update(extra)
     return env
@@ -192,7 +199,7 @@ def test_plugin_publishes_zero_copy_views_without_ghosts(built: Path, tmp_path: 
     for rank, (start, shape) in enumerate(blocks(config)):
         log = bridge_log(tmp_path, rank)
         assert log["scheduler_file"] == "scheduler.json"
-        assert log["options"] == {"placement": "locality", "buffer_nb": 2, "timeout": 30.0}
+        assert log["options"] == options(placement="locality", buffer_nb=2, timeout=30.0)
         assert log["arrays"] == {
             "gtemp": {
                 "dtype": "float64",
@@ -248,19 +255,23 @@ def test_on_error_warn_survives_a_failed_bridge(built: Path, tmp_path: Path) -> 
     assert not list(tmp_path.glob("gtemp_*.npy"))
 
 
+def options(**given: Any) -> dict[str, Any]:
+    """Every Bridge option, as the stub logs them: ``given`` over the defaults."""
+    from deisa import BridgeOptions
+
+    return BridgeOptions(**given).to_mapping()
+
+
 @pytest.mark.parametrize(
-    ("keys", "options"),
+    ("keys", "expected"),
     [
-        ({}, {"placement": "round_robin"}),  # absent keys keep deisa.Bridge's defaults
+        ({}, {}),  # absent keys keep deisa.BridgeOptions's defaults
         (
-            {"connect_timeout": 12.5, "min_workers": 3, "on_full": "block"},
-            {
-                "placement": "round_robin",
-                "connect_timeout": 12.5,
-                "min_workers": 3,
-                "on_full": "block",
-            },
+            {"connect_timeout": 12.5, "min_workers": 3, "on_full": "block", "timeout": 5},
+            {"connect_timeout": 12.5, "min_workers": 3, "on_full": "block", "timeout": 5.0},
         ),
+        # YAML nulls are None: unbounded, wait forever
+        ({"buffer_nb": None, "timeout": None}, {"buffer_nb": None, "timeout": None}),
         (
             # $-expressions, evaluated at the first publication
             {
@@ -269,23 +280,17 @@ def test_on_error_warn_survives_a_failed_bridge(built: Path, tmp_path: Path) -> 
                 "connect_timeout": "$steps",
                 "min_workers": "$process_grid[1] + 1",
             },
-            {
-                "placement": "round_robin",
-                "buffer_nb": 2,
-                "on_full": "drop_oldest",
-                "connect_timeout": 2.0,
-                "min_workers": 2,
-            },
+            {"buffer_nb": 2, "on_full": "drop_oldest", "connect_timeout": 2.0, "min_workers": 2},
         ),
     ],
-    ids=["defaults", "values", "expressions"],
+    ids=["defaults", "values", "nulls", "expressions"],
 )
 def test_plugin_passes_bridge_options(
-    built: Path, tmp_path: Path, keys: dict[str, Any], options: dict[str, Any]
+    built: Path, tmp_path: Path, keys: dict[str, Any], expected: dict[str, Any]
 ) -> None:
     run_c_heat_deisa(tmp_path, lambda d: d.update(keys), process_grid=[1, 1], steps=2)
     log = bridge_log(tmp_path, 0)
-    assert log["options"] == options
+    assert log["options"] == options(**expected)
     assert [p["step"] for p in log["publish"]] == [0, 1]
 
 
@@ -305,79 +310,17 @@ def test_unreachable_scheduler_names_the_scheduler_file(built: Path, tmp_path: P
     assert f"scheduler file '{missing}' does not exist (waited 1 s)" in run.output
 
 
-def _set_write(key: str, value: Any) -> Callable[[dict[str, Any]], None]:
-    return lambda deisa: deisa["write"]["temp"].__setitem__(key, value)
-
-
-BAD_CONFIGS: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
-    "unknown-key": (
-        lambda d: d.update(bogus=1),
-        "Unknown key in deisa configuration: `bogus'",
-    ),
-    "missing-scheduler-file": (
-        lambda d: d.pop("scheduler_file"),
-        "Missing key in deisa configuration: `scheduler_file'",
-    ),
-    "bad-placement": (
-        lambda d: d.update(placement="nearest"),
-        "`placement' in deisa configuration: `nearest' (expecting round_robin or locality)",
-    ),
-    "bad-on-error": (
-        lambda d: d.update(on_error="ignore"),
-        "`on_error' in deisa configuration: `ignore' (expecting abort or warn)",
-    ),
-    "non-integer-when": (_set_write("when", "$step <"), "Cannot evaluate `when' of `temp'"),
-    "unevaluable-when": (_set_write("when", "$nosuch > 0"), "Cannot evaluate `when' of `temp'"),
-    "unknown-write-key": (
-        _set_write("file", "x.h5"),
-        "Unknown key in deisa `write' entry of `temp': `file'",
-    ),
-    "unknown-dataset": (
-        _set_write("dataset", "nosuch"),
-        "Dataset `nosuch' (written from `temp') is not described in deisa `datasets'",
-    ),
-    "unknown-selection-key": (
-        _set_write("memory_selection", {"stride": [1, 1]}),
-        "Unknown key in deisa `memory_selection': `stride'",
-    ),
-    "missing-write": (lambda d: d.pop("write"), "needs a `write' mapping"),
-    "bad-on-full": (
-        lambda d: d.update(on_full="wait"),
-        "`on_full' in deisa configuration: `wait' (expecting block or drop_oldest)",
-    ),
-    "drop-oldest-without-buffer-nb": (
-        lambda d: d.update(on_full="drop_oldest"),
-        "`on_full: drop_oldest' in deisa configuration needs `buffer_nb'",
-    ),
-    "zero-min-workers": (
-        lambda d: d.update(min_workers=0),
-        "`min_workers' in deisa configuration: `0' (expecting a positive integer)",
-    ),
-    "fractional-min-workers": (
-        lambda d: d.update(min_workers=1.5),
-        "`min_workers' in deisa configuration: `1.5' (expecting a positive integer)",
-    ),
-    "zero-connect-timeout": (
-        lambda d: d.update(connect_timeout=0),
-        "`connect_timeout' in deisa configuration: `0' (expecting a positive number of seconds)",
-    ),
-    "unevaluable-connect-timeout": (
-        lambda d: d.update(connect_timeout="$nosuch"),
-        "Cannot evaluate `connect_timeout' in deisa configuration",
-    ),
-    "zero-buffer-nb": (
-        lambda d: d.update(buffer_nb=0),
-        "`buffer_nb' in deisa configuration: `0' (expecting a positive integer)",
-    ),
-}
-
-
-@pytest.mark.parametrize("case", sorted(BAD_CONFIGS))
-def test_bad_plugin_configuration_names_the_key(built: Path, tmp_path: Path, case: str) -> None:
-    edit, message = BAD_CONFIGS[case]
-    run = run_c_heat_deisa(tmp_path, edit, check=False, process_grid=[1, 1], steps=2)
-    assert run.returncode != 0
-    assert message in run.output
+def test_plugin_configuration_errors_ctest(built: Path) -> None:
+    """The plugin's CTest cases (plugin/tests/): each bad configuration is refused naming its
+    YAML key, the key's position and what is wrong; a valid one reaches deisa.Bridge."""
+    ctest = shutil.which("ctest")
+    if ctest is None:
+        pytest.skip("ctest (from CMake) is not on PATH")
+    cmd = [ctest, "--test-dir", str(built), "--output-on-failure", "--parallel", "2"]
+    proc = subprocess.run(cmd, env=test_env(), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
+    results = re.findall(r"Test +#\d+: plugin_config_\w+ \.+\W*(\w+)", proc.stdout)
+    assert len(results) >= 20 and set(results) == {"Passed"}, proc.stdout
 
 
 def test_c_heat_through_deisa_reaches_dask_bitwise(

@@ -20,8 +20,9 @@ from conftest import REPO, mpirun, test_env, write_config
 from deisa_simulation.heat import HeatConfig
 
 from deisa import ArraySpec
-from deisa.bridge import Bridge, BridgeError, _check_arguments
+from deisa.bridge import Bridge, BridgeError, _check_arrays
 from deisa.decomposition import Decomposition, DecompositionError
+from deisa.options import BridgeOptionError, BridgeOptions
 from deisa.placement import get_placement
 from deisa.scheduler_file import SchedulerFileError, read_scheduler_address
 
@@ -33,10 +34,16 @@ def spec(dtype: str = "float64", g: tuple = (8, 6), s: tuple = (0, 0), b: tuple 
     return ArraySpec(dtype, g, s, b)
 
 
-def check(*args: Any, **kwargs: Any) -> None:
-    problem = _check_arguments(*args, **kwargs)
+def check(arrays: dict[str, Any]) -> None:
+    problem = _check_arrays(arrays)
     if problem:
         raise BridgeError(problem)
+
+
+def bridge_with(tmp: Path, **options: Any) -> None:
+    from mpi4py import MPI
+
+    Bridge(str(tmp / "nowhere.json"), {"u": SPEC}, comm=MPI.COMM_SELF, **options)
 
 
 def heat_yaml(tmp: Path, text: str) -> Callable[[], Any]:
@@ -121,69 +128,81 @@ IN_PROCESS: list[tuple[str, Callable[[Path], Callable[[], Any]], type, str]] = [
     ),
     (
         "args-empty",
-        lambda t: lambda: check({}, "round_robin", None),
+        lambda t: lambda: check({}),
         BridgeError,
         "arrays is empty",
     ),
     (
         "args-name",
-        lambda t: lambda: check({"": SPEC}, "round_robin", None),
+        lambda t: lambda: check({"": SPEC}),
         BridgeError,
         "array names must be non-empty strings, got ''",
     ),
     (
         "args-spec",
-        lambda t: lambda: check({"u": (8, 6)}, "round_robin", None),
+        lambda t: lambda: check({"u": (8, 6)}),
         BridgeError,
         r"arrays\['u'\] is a tuple, not an ArraySpec",
     ),
     (
         "args-placement",
-        lambda t: lambda: check({"u": SPEC}, "nearest", None),
-        BridgeError,
+        lambda t: lambda: BridgeOptions(placement="nearest"),
+        BridgeOptionError,
         "placement='nearest' is not a placement policy",
     ),
     (
         "args-buffer-zero",
-        lambda t: lambda: check({"u": SPEC}, "round_robin", 0),
-        BridgeError,
-        "buffer_nb=0 must be a positive integer",
+        lambda t: lambda: BridgeOptions(buffer_nb=0),
+        BridgeOptionError,
+        r"buffer_nb=0 must be a positive integer or None \(None means unbounded; 0 is refused\)",
     ),
     (
         "args-buffer-bool",
-        lambda t: lambda: check({"u": SPEC}, "round_robin", True),
-        BridgeError,
+        lambda t: lambda: BridgeOptions(buffer_nb=True),
+        BridgeOptionError,
         "buffer_nb=True must be a positive integer",
     ),
     (
         "args-on-full",
-        lambda t: lambda: check({"u": SPEC}, "round_robin", 2, on_full="drop"),
-        BridgeError,
+        lambda t: lambda: BridgeOptions(buffer_nb=2, on_full="drop"),
+        BridgeOptionError,
         "on_full='drop' is not a flow-control policy; choose one of",
     ),
     (
         "args-drop-unbounded",
-        lambda t: lambda: check({"u": SPEC}, "round_robin", None, on_full="drop_oldest"),
-        BridgeError,
+        lambda t: lambda: BridgeOptions(on_full="drop_oldest"),
+        BridgeOptionError,
         "on_full='drop_oldest' needs a buffer_nb",
     ),
     (
         "args-timeout",
-        lambda t: lambda: check({"u": SPEC}, "round_robin", 2, timeout=-1),
-        BridgeError,
+        lambda t: lambda: BridgeOptions(buffer_nb=2, timeout=-1),
+        BridgeOptionError,
         "timeout=-1 must be a positive number",
     ),
     (
         "args-connect-timeout",
-        lambda t: lambda: check({"u": SPEC}, "round_robin", 2, connect_timeout=0),
-        BridgeError,
+        lambda t: lambda: BridgeOptions(connect_timeout=0),
+        BridgeOptionError,
         "connect_timeout=0 must be a positive number",
     ),
     (
         "args-min-workers",
-        lambda t: lambda: check({"u": SPEC}, "round_robin", 2, min_workers=0),
-        BridgeError,
+        lambda t: lambda: BridgeOptions(min_workers=0),
+        BridgeOptionError,
         "min_workers=0 must be a positive integer",
+    ),
+    (
+        "bridge-option",
+        lambda t: lambda: bridge_with(t, buffer_nb=0),
+        BridgeError,
+        r"rank 0: buffer_nb=0 must be a positive integer or None",
+    ),
+    (
+        "bridge-unknown-option",
+        lambda t: lambda: bridge_with(t, bufer_nb=2),
+        TypeError,
+        "Bridge\\(\\) got an unexpected keyword argument 'bufer_nb'",
     ),
     (
         "placement-name",
@@ -339,10 +358,21 @@ def mpi_cases(tmp: Path) -> dict[str, tuple[int, list[str], str]]:
                        r"process_grid \[2, 2\] needs 4 ranks, mpirun gave 2"),
         "heat-on-full": (1, ["-m", "deisa_simulation.heat", str(tmp / "sim.yml"),
                              "--on-full", "drop"], "--on-full: invalid choice: 'drop'"),
+        "heat-buffer-nb": (1, ["-m", "deisa_simulation.heat", str(tmp / "sim.yml"),
+                               "--buffer-nb", "0"],
+                           r"--buffer-nb=0 must be a positive integer or None \(None means "),
     }  # fmt: skip
 
 
-MPI_IDS = ["overlap", "dtype", "missing-file", "stale-file", "heat-ranks", "heat-on-full"]
+MPI_IDS = [
+    "overlap",
+    "dtype",
+    "missing-file",
+    "stale-file",
+    "heat-ranks",
+    "heat-on-full",
+    "heat-buffer-nb",
+]
 
 
 @pytest.mark.parametrize("case", MPI_IDS)
