@@ -7,9 +7,10 @@ file and one test, not the whole package.
 - :func:`send_blocks_to_worker`: a worker's ``update_data`` RPC, what
   ``Client.scatter(direct=True)`` does internally, without the scheduler round trips
   scatter adds (a cores query and a registration per call).
-- :func:`register_keys`, :func:`transfer_keys`: the scheduler's own ``update_data`` and
-  ``client_desires_keys``/``client_releases_keys``, called from inside our scheduler extension
-  (the same calls distributed's Queue and Variable extensions make).
+- :func:`register_keys`, :func:`transfer_keys`, :func:`forget_holder`: the scheduler's own
+  ``update_data``, ``client_desires_keys``/``client_releases_keys`` and ``remove_client``,
+  called from inside our scheduler extension (the same calls distributed's Queue and Variable
+  extensions make).
 - :func:`future_in_memory`: a :class:`~distributed.Future` for a key the scheduler already
   counts as wanted by this client.
 - :func:`count_handler_calls`: wrap the scheduler's handler tables to count the messages it
@@ -69,6 +70,12 @@ def release_keys(scheduler: Any, keys: list[Key], holder: str) -> None:
     """Drop ``holder``'s claim on ``keys``; data nobody else wants is freed on the workers."""
     if holder in scheduler.clients:
         scheduler.client_releases_keys(keys=keys, client=holder)
+
+
+def forget_holder(scheduler: Any, holder: str) -> None:
+    """Remove the pseudo-client ``holder`` (releasing whatever it still wants)."""
+    if holder in scheduler.clients:
+        scheduler.remove_client(client=holder, stimulus_id=f"deisa-forget-{holder}")
 
 
 def known_keys(scheduler: Any) -> set[Key]:

@@ -153,6 +153,8 @@ class ArrayDescriptor:
             run=self._run,
         )
         status = reply["status"]
+        if status == "error":
+            raise RuntimeError(f"deisa_get of {self.name!r} refused: {reply['message']}")
         if status == "end":
             self._ended = True
             logger.info("deisa adapter: end of %r after %d steps", self.name, len(self._seen))

@@ -151,9 +151,7 @@ class StreamExtension(SchedulerPlugin):
                 "which has not finished (or whose steps the analytics has not all taken)",
             }
         if stream.run != run:  # a new run replaces a finished one, in place: getters may wait on it
-            stream.queue.clear()
-            stream.closed, stream.published, stream.taken = False, 0, 0
-            stream.dropped = []
+            self._retire(stream)
         stream.run, stream.meta, stream.buffer_nb = run, meta, buffer_nb
         stream.on_full = on_full
         await stream.notify()
@@ -172,6 +170,22 @@ class StreamExtension(SchedulerPlugin):
         if stream is None or stream.run != run:
             return {"status": "error", "message": f"array {name!r} was not opened by run {run}"}
         keys = [key for key, _, _ in blocks]
+        departed = sorted({w for _, w, _ in blocks if w not in self.scheduler.workers})
+        if departed:  # gone between the ranks' sends and this call: free what the others hold
+            present = [(k, w, n) for k, w, n in blocks if w not in departed]
+            _dask_internals.register_keys(
+                self.scheduler,
+                who_has={key: [worker] for key, worker, _ in present},
+                nbytes={key: nbytes for key, _, nbytes in present},
+                holder=stream.holder,
+            )
+            _dask_internals.release_keys(self.scheduler, [k for k, _, _ in present], stream.holder)
+            return {
+                "status": "error",
+                "message": f"worker(s) {', '.join(departed)} holding blocks of step {step} of "
+                f"{name!r} left the cluster before the step was registered; step {step} was "
+                "not delivered",
+            }
         _dask_internals.register_keys(
             self.scheduler,
             who_has={key: [worker] for key, worker, _ in blocks},
@@ -263,15 +277,26 @@ class StreamExtension(SchedulerPlugin):
             }
         if replaced():  # its end marker went with the run it finished
             return {"status": "end", "nsteps": None, "run": run}
+        if client not in self.scheduler.clients:  # left while waiting: the step stays queued
+            return {"status": "error", "message": f"client {client} is not connected"}
         record = stream.queue.popleft()
         if record["status"] == "end":
-            del self.streams[name]
+            self._retire(stream)  # in place: readers of the next run may already wait on it
         else:
             _dask_internals.transfer_keys(self.scheduler, record["keys"], stream.holder, client)
             stream.taken += 1
             record = {**record, "meta": stream.meta, "nthreads": self._nthreads(record)}
         await stream.notify()
         return record
+
+    def _retire(self, stream: _Stream) -> None:
+        """Forget a finished run: its holder and records go, the stream object stays."""
+        if stream.run is not None:
+            _dask_internals.forget_holder(self.scheduler, stream.holder)
+        stream.run = stream.meta = None
+        stream.queue.clear()
+        stream.closed, stream.published, stream.taken = False, 0, 0
+        stream.dropped = []
 
     def _nthreads(self, record: dict[str, Any]) -> dict[str, int]:
         """Threads of the workers holding a step's blocks (the splitter sizes partitions by it)."""
@@ -291,5 +316,6 @@ class StreamExtension(SchedulerPlugin):
                     "dropped": list(s.dropped),
                 }
                 for name, s in self.streams.items()
+                if s.run is not None
             },
         }

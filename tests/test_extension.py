@@ -225,7 +225,8 @@ async def test_end_of_stream_follows_the_last_step_and_clears_the_stream(
     assert {k: record[k] for k in ("status", "nsteps", "run")} == {
         "status": "end", "nsteps": 2, "run": "r1",
     }  # fmt: skip
-    assert "t" not in ext.streams and "t" not in ext.stats()["streams"]
+    # the stream object stays (readers of a next run may wait on it), its run is forgotten
+    assert ext.streams["t"].run is None and "t" not in ext.stats()["streams"]
     assert held(s, holder("t", "r1")) == set()
     await until_released(s, [a, b], "r1")
 
@@ -455,15 +456,9 @@ async def test_installing_twice_keeps_the_streams(c: Client, s: Any, a: Any, b: 
     assert s.plugins[PLUGIN_NAME] is ext and ext.streams["t"].run == "r1"
 
 
-# -- known defects (see the reasons) ---------------------------------------------------------
+# -- defects found by these tests, fixed --------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="get_step deletes the stream when its end marker is read (del self.streams[name]); a "
-    "deisa_get(run=None) or deisa_meta already waiting on a consumed run waits on that deleted "
-    "_Stream, so the next run (a new _Stream) never wakes it: it times out",
-)
 @gen_cluster(client=True)
 async def test_reader_waiting_on_a_consumed_run_gets_the_next_run_after_its_end_is_read(
     c: Client, s: Any, a: Any, b: Any
@@ -487,13 +482,6 @@ async def test_reader_waiting_on_a_consumed_run_gets_the_next_run_after_its_end_
     assert (record["status"], record["step"], record["run"]) == ("OK", 0, "r2")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="publish_step registers the blocks with Scheduler.update_data, which raises KeyError "
-    "for a worker that has left (after the rank's send, before rank 0's deisa_publish): the "
-    "Bridge gets a bare KeyError, and the keys registered before it (and the one being "
-    "registered, with no replica) stay in memory on the scheduler, wanted by nobody",
-)
 @gen_cluster(client=True)
 async def test_publish_naming_a_departed_worker_is_refused_and_leaves_no_key(
     c: Client, s: Any, a: Any, b: Any
@@ -510,12 +498,6 @@ async def test_publish_naming_a_departed_worker_is_refused_and_leaves_no_key(
     await until_released(s, [a], "r1")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="get_step hands the step to the client id it was given even if that client has "
-    "disconnected while waiting: client_desires_keys makes a phantom ClientState for it, so "
-    "the step is lost for the next reader and its keys are never released",
-)
 @gen_cluster(client=True)
 async def test_reader_that_disconnects_while_waiting_does_not_swallow_the_next_step(
     c: Client, s: Any, a: Any, b: Any
@@ -537,12 +519,6 @@ async def test_reader_that_disconnects_while_waiting_does_not_swallow_the_next_s
     assert gone.id not in s.clients
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the stream's pseudo-client deisa-stream-<name>-<run> is never removed from "
-    "Scheduler.clients: a long-lived scheduler keeps one ClientState per array and run "
-    "(distributed's Queue leaks its pseudo-client the same way)",
-)
 @gen_cluster(client=True)
 async def test_finished_run_leaves_no_pseudo_client(c: Client, s: Any, a: Any, b: Any) -> None:
     await install(c, s)
