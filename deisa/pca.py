@@ -26,7 +26,7 @@ PCA does):
 * **bounded rank** (``"randomized"``): states keep ``n_components + 10`` components. A local
   reduction is a randomized SVD (Halko et al. 2011) computed on the blocks where they lie, with
   the centring applied implicitly: no copy of the partition is made, and it costs
-  ``3 + 2 q`` passes over the partition's bytes (``q`` power iterations) plus
+  ``2 + 2 q`` passes over the partition's bytes (``q`` power iterations) plus
   ``O(n f (n_components + 10))`` flops. A merge is an exact SVD of the stacked states,
   truncated back to ``n_components + 10``: ``O(k (n_components + 11)^2 f)``. Truncating
   states biases the singular values (each partition drops the noise it held along the leading
@@ -70,9 +70,10 @@ _RANDOMIZED_EXTRA_COMPONENTS = 10
 # "auto" keeps exact states while they are small: up to this many features (a state is then at
 # most 500 x 500 float64, 1.9 MiB), or when the bounded rank would save little (see _merge_rank).
 _EXACT_MAX_FEATURES = 500
-# Power iterations of the bounded-rank solver for iterated_power="auto". With 10 extra
-# components, 2 iterations gave relative errors below 1e-12 on the explained variance of the
-# components above the noise floor of the fields in docs/benchmarks.md (each adds 2 passes).
+# Power iterations of the bounded-rank solver for iterated_power="auto" (each adds 2 passes).
+# With 10 extra components and the refinement pass, 1 iteration already kept the explained
+# variance of the heat and modes-plus-noise fields within 1e-8 of exact PCA; 2 iterations also
+# hold a spectrum with no gap (singular values 1/i) near 1e-6 (bench.analytics, tests/test_pca).
 _AUTO_POWER_ITERATIONS = 2
 # States merged by one task. A wider tree means fewer task round trips, each merge an SVD of
 # fan-in times a state's rows; the root runs on the client, where no task is needed.
@@ -115,30 +116,39 @@ class _Bands:
     def _cols(self, j: int) -> slice:
         return slice(self.columns[j], self.columns[j + 1])
 
-    def column_stats(self) -> tuple[np.ndarray, np.ndarray]:
-        """Mean and sum of squared deviations per column, in one pass.
+    def column_stats(
+        self, right: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """Mean and sum of squared deviations per column, and ``A @ right``, in one pass.
 
         Deviations are accumulated from the first row (a shift close to the data), so a large
-        offset does not cancel the variance out as ``sum(x**2) - n mean**2`` would.
+        offset does not cancel the variance out as ``sum(x**2) - n mean**2`` would. The
+        product (when ``right`` is given) is taken on the same chunks while they are in cache,
+        and centred once the mean is known.
         """
         n, f = self.shape
         shift = np.concatenate(self.bands[0], axis=1)[0].astype(np.float64)
         total, squares = np.zeros(f), np.zeros(f)
+        product = None if right is None else np.zeros((n, right.shape[1]))
         scratch = np.empty(max(_CHUNK_BYTES // 8, f))  # reused: fresh buffers cost page faults
-        for band in self.bands:
+        for i, band in enumerate(self.bands):
             for j, block in enumerate(band):
                 cols = self._cols(j)
-                width = block.shape[1]
-                step = max(1, _CHUNK_BYTES // (8 * max(1, width)))
+                step = max(1, _CHUNK_BYTES // (8 * max(1, block.shape[1])))
                 for r in range(0, block.shape[0], step):
                     rows = block[r : r + step]
+                    if product is not None and right is not None:
+                        start = self.rows[i] + r
+                        product[start : start + len(rows)] += rows @ right[cols]
                     d = scratch[: rows.size].reshape(rows.shape)
                     np.subtract(rows, shift[cols], out=d)
                     total[cols] += d.sum(axis=0)
                     squares[cols] += np.einsum("ij,ij->j", d, d)
         offset = total / n
         self.mean = shift + offset
-        return self.mean, np.maximum(squares - n * offset**2, 0.0)
+        if product is not None and right is not None:
+            product -= self.mean @ right
+        return self.mean, np.maximum(squares - n * offset**2, 0.0), product
 
     def matmul(self, right: np.ndarray) -> np.ndarray:
         """``A @ right`` for ``right`` of shape (n_features, r)."""
@@ -170,16 +180,16 @@ class _Bands:
 
 
 def _randomized_svd(
-    matrix: _Bands, rank: int, n_iter: int, seed: int
+    matrix: _Bands, first_sketch: np.ndarray, n_iter: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Leading ``rank`` singular values and right vectors of the centred ``matrix``.
+    """Leading singular values and right vectors of the centred ``matrix``, as many as the
+    columns of ``first_sketch`` (the matrix times a Gaussian random matrix).
 
     scikit-learn's ``randomized_svd`` needs the matrix itself; this is the same algorithm
     (Halko et al. 2011, with scikit-learn's LU normalisation between power iterations) on
     the implicit, centred block matrix.
     """
-    rng = np.random.default_rng(seed)
-    sketch = matrix.matmul(rng.standard_normal((matrix.shape[1], rank)))
+    sketch = first_sketch
     for _ in range(n_iter):  # LU keeps the power iterations well scaled, at a third of QR's cost
         basis, _ = scipy.linalg.lu(sketch, permute_l=True, check_finite=False)
         back, _ = scipy.linalg.lu(matrix.rmatmul(basis), permute_l=True, check_finite=False)
@@ -194,13 +204,16 @@ def _reduce_bands(
 ) -> _PartialPCA:
     """Partial state of the rows held by ``bands`` (see :class:`_Bands`)."""
     matrix = _Bands(bands)
-    mean, squared_deviations = matrix.column_stats()
     if rank is None or rank >= min(matrix.shape):
+        mean, squared_deviations, _ = matrix.column_stats()
         _, singular_values, components = np.linalg.svd(matrix.centred_copy(), full_matrices=False)
         if rank is not None:
             singular_values, components = singular_values[:rank], components[:rank]
     else:
-        singular_values, components = _randomized_svd(matrix, rank, n_iter, seed)
+        gaussian = np.random.default_rng(seed).standard_normal((matrix.shape[1], rank))
+        mean, squared_deviations, sketch = matrix.column_stats(gaussian)
+        assert sketch is not None
+        singular_values, components = _randomized_svd(matrix, sketch, n_iter)
     return _PartialPCA(matrix.shape[0], mean, squared_deviations, singular_values, components)
 
 
@@ -449,7 +462,7 @@ class IncrementalPCA(TransformerMixin, BaseEstimator):
     ============  ===============================  ==================  =====================
     exact         thin SVD ``O(n f min(n, f))``,   ``8 f min(n_seen,   SVD of ``m min(n_seen,
                   one copy of the rows             f)``                f) x f``
-    bounded rank  ``4 + 2 q`` passes over the      ``8 r f``           SVD of ``m (r + 1) x
+    bounded rank  ``3 + 2 q`` passes over the      ``8 r f``           SVD of ``m (r + 1) x
                   blocks in place, ``O(n f r)``                        f``, ``O(m r^2 f)``
     ============  ===============================  ==================  =====================
 
