@@ -21,7 +21,7 @@ from pathlib import Path
 
 from bench._common import REPO, child_env, machine
 
-BENCHMARKS = ("bandwidth", "insitu_vs_posthoc", "scheduler_messages", "fragmentation")
+BENCHMARKS = ("bandwidth", "insitu_vs_posthoc", "scheduler_messages", "fragmentation", "analytics")
 
 
 def main(argv: list[str] | None = None) -> int:

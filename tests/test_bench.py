@@ -57,3 +57,22 @@ def test_fragmentation_runs_and_writes_table_json_and_plot(tmp_path: Path) -> No
             # With two workers the merge tree is its root alone, on the client: nothing crosses.
             assert record["local_phase_bytes"] == 0 and record["inter_worker_bytes"] == 0
     assert (tmp_path / "fragmentation.png").stat().st_size > 0
+
+
+@pytest.mark.timeout(300)
+def test_analytics_runs_and_writes_table_and_json(tmp_path: Path) -> None:
+    cmd = [sys.executable, "-m", "bench.analytics", "--shapes", "128x600", "1024x32"]
+    cmd += ["--repeat", "1", "--accuracy-size", "128", "--out", str(tmp_path)]
+    proc = subprocess.run(cmd, cwd=REPO, env=test_env(), capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "MiB/s/core" in proc.stdout and "target:" in proc.stdout
+    result = json.loads((tmp_path / "analytics.json").read_text())
+    fitted = {(tuple(r["shape"]), r["variant"]): r for r in result["throughput"]}
+    assert len(fitted) == 2 * 5 and not any(r["skipped"] for r in fitted.values())
+    assert fitted[(128, 600), "deisa auto"]["solver"] == "randomized"
+    assert fitted[(1024, 32), "deisa auto"]["solver"] == "full"
+    reference = fitted[(128, 600), "sklearn full"]["explained_variance"]
+    for variant in ("deisa auto", "deisa full", "sklearn randomized"):
+        ours = fitted[(128, 600), variant]["explained_variance"]
+        assert ours == pytest.approx(reference, rel=1e-6), variant
+    assert {a["field"] for a in result["accuracy"]} == {"heat", "modes + noise", "power law"}
