@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -89,3 +90,25 @@ def test_analyze_stream_names_the_step_and_phase_of_a_stalled_fit(
 def test_analyze_stream_rejects_no_room_in_flight(one_worker: DaskProcesses) -> None:
     with one_worker.client() as client, pytest.raises(ValueError, match="max_in_flight=0"):
         analyze_stream(client, "unused", max_in_flight=0)
+
+
+def test_deisa_run_analytics_exits_non_zero_naming_a_stalled_fit(
+    one_worker: DaskProcesses, tmp_path: Path
+) -> None:
+    """The launcher turns a fit without progress into exit status 1 and one clear line."""
+    publish(one_worker, "stalled-run", (8, 6), nsteps=1)
+    with one_worker.client() as client:
+        release = Event("release-the-worker-again", client=client)
+        busy = client.submit(lambda: release.wait(), pure=False)
+        try:
+            cmd = [sys.executable, "-m", "deisa.launcher", "analytics"]
+            cmd += ["--scheduler-file", str(one_worker.scheduler_file), "--array", "stalled-run"]
+            cmd += ["--timeout", "20", "--output", str(tmp_path)]
+            proc = subprocess.run(cmd, env=test_env(), capture_output=True, text=True, timeout=600)
+        finally:
+            release.set()
+            busy.result()
+    assert proc.returncode == 1, proc.stderr
+    assert "the PCA of step 0 of 'stalled-run' made no progress" in proc.stderr
+    assert "phase: local reductions" in proc.stderr
+    assert "Traceback" not in proc.stderr
