@@ -9,6 +9,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+# deisa.launcher.processes.THREAD_PINS, repeated because a benchmark pins its own process before
+# anything imports numpy, and importing deisa does (tests/test_bench.py checks they agree).
 PINS = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 REPO = Path(__file__).resolve().parent.parent

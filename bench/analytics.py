@@ -30,16 +30,21 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from bench._common import PINS
+
+os.environ.update(PINS)  # before numpy loads: the scikit-learn variants run in this process
+
 import dask.array as da
 import numpy as np
 from distributed import Client, LocalCluster, wait
 
-from bench._common import PINS, MiB, machine, median, print_targets, table, targets_json
+from bench._common import MiB, machine, median, print_targets, table, targets_json
 from deisa.pca import IncrementalPCA
 
 SHAPES = ("2048x2048", "8192x8192", "16384x2048", "131072x512")

@@ -26,15 +26,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-BLAS_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+from bench._common import PINS as BLAS_ENV
+
 os.environ.update(BLAS_ENV)
 
-import dask.array as da  # noqa: E402 - BLAS threads must be pinned before numpy loads
-import numpy as np  # noqa: E402
-from distributed import Client, LocalCluster, wait  # noqa: E402
+import dask.array as da
+import numpy as np
+from distributed import Client, LocalCluster, wait
 
-from deisa.pca import IncrementalPCA  # noqa: E402
-from deisa.splitter import measure_incoming_transfers, split  # noqa: E402
+from deisa.pca import IncrementalPCA
+from deisa.splitter import measure_incoming_transfers, split
 
 VARIANTS = ("dask-ml blocks", "dask-ml rechunk", "deisa")
 

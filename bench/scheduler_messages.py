@@ -39,7 +39,8 @@ from typing import Any
 
 import yaml
 
-PINS = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+from bench._common import PINS
+
 GRIDS = {1: (1, 1), 2: (2, 1), 4: (2, 2), 8: (4, 2), 16: (4, 4)}
 SIMULATION_OPS = {"deisa_publish", "deisa_open", "deisa_close", "deisa_workers"}
 ANALYTICS_OPS = {"deisa_get", "deisa_meta", "client-releases-keys", "client-desires-keys"}

@@ -76,3 +76,10 @@ def test_analytics_runs_and_writes_table_and_json(tmp_path: Path) -> None:
         ours = fitted[(128, 600), variant]["explained_variance"]
         assert ours == pytest.approx(reference, rel=1e-6), variant
     assert {a["field"] for a in result["accuracy"]} == {"heat", "modes + noise", "power law"}
+
+
+def test_benchmarks_pin_threads_as_the_launcher_does() -> None:
+    from bench._common import PINS
+    from deisa.launcher.processes import THREAD_PINS
+
+    assert PINS == THREAD_PINS
