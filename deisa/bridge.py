@@ -3,7 +3,8 @@
 Per step and array, :meth:`Bridge.publish`:
 
 1. sends the rank's block straight to its worker (chosen once by the placement policy) under an
-   explicit key ``("deisa-<run>-<array>-<step>", i, j)``; the scheduler is not involved;
+   explicit key ``("deisa-<run>-<array>-<step>", i, j)`` (``-r<N>`` appended when the step is
+   published again); the scheduler is not involved;
 2. gathers ``(key, worker, nbytes)`` of every rank on rank 0 (one MPI gather);
 3. rank 0 registers all the step's keys and queues the step on the scheduler in one
    ``deisa_publish`` call, which waits while ``buffer_nb`` steps are queued (flow control);
@@ -33,7 +34,7 @@ from ._loop import LoopThread
 from .decomposition import ArraySpec, Decomposition
 from .extension import PLUGIN_NAME, StreamExtension
 from .options import BridgeOptionError, BridgeOptions
-from .placement import get_placement
+from .placement import needs_hosts, place, this_host
 from .scheduler_file import read_scheduler_address
 
 logger = logging.getLogger(__name__)
@@ -60,9 +61,14 @@ class PublishTiming:
     sync_s: float
 
 
-def step_key_name(run: str, name: str, step: int) -> str:
-    """The dask name of one step of an array; block keys are ``(name, i, j, ...)``."""
-    return f"deisa-{run}-{name}-{step}"
+def step_key_name(run: str, name: str, step: int, revision: int = 0) -> str:
+    """The dask name of one step of an array; block keys are ``(name, i, j, ...)``.
+
+    ``revision`` counts the earlier publications of the same step in the run (a step
+    published again gets new keys: the earlier ones may still be held); 0 has no suffix.
+    """
+    suffix = f"-r{revision}" if revision else ""
+    return f"deisa-{run}-{name}-{step}{suffix}"
 
 
 class Bridge:
@@ -86,8 +92,9 @@ class Bridge:
     **kwargs
         Any option of :class:`~deisa.BridgeOptions` by name (``placement``, ``buffer_nb``,
         ``timeout``, ``connect_timeout``, ``min_workers``, ``on_full``), overriding ``options``.
-        In short: ``placement`` is ``"round_robin"`` or ``"locality"``; ``buffer_nb`` steps
-        of an array at most wait on the scheduler (``None``: unbounded; ``0`` is refused);
+        In short: ``placement`` is ``"round_robin"``, ``"locality"`` or ``"node_local"``
+        (every rank must give the same); ``buffer_nb`` steps of an array at most wait on the
+        scheduler (``None``: unbounded; ``0`` is refused);
         :meth:`publish` blocks up to ``timeout`` seconds on flow control (``None``: forever),
         or with ``on_full="drop_oldest"`` releases the oldest waiting step instead;
         ``connect_timeout`` bounds the wait for the scheduler file, the scheduler and
@@ -140,7 +147,8 @@ class Bridge:
         self.options, problem = _build_options(options, kwargs)
         self.timings: list[PublishTiming] = []
         self._closed = False
-        self._last_step: dict[str, int] = {}
+        self._revisions: dict[tuple[str, int], int] = {}  # publications of (name, step) so far
+        self._nsteps: dict[str, int] = {}  # distinct steps queued per array, for close()
         self._loop = LoopThread(f"deisa-bridge-{self.rank}")
         self._pool: ConnectionPool | None = None
         try:
@@ -220,10 +228,15 @@ class Bridge:
         self.scheduler_address: str = info["address"]
         self.workers: list[str] = info["workers"]
         self.run: str = info["run"]
-        policy = get_placement(self.options.placement)
-        self.worker_of = {
-            name: policy(dec, self.workers)[self.rank] for name, dec in self.decompositions.items()
-        }
+        placement = self.options.placement
+        hosts = self.comm.allgather(this_host()) if needs_hosts(placement) else None
+        try:  # the same outcome on every rank: all compute the whole placement
+            self.worker_of = {
+                name: place(placement, dec, self.workers, hosts)[self.rank]
+                for name, dec in self.decompositions.items()
+            }
+        except ValueError as exc:
+            raise BridgeError(str(exc)) from None
         if self.rank == 0:
             logger.info(
                 "deisa bridge: run %s, %d ranks, %d workers, arrays %s, placement %s, buffer_nb %s",
@@ -308,6 +321,12 @@ class Bridge:
         the caller may overwrite ``block`` right away. Blocks while ``buffer_nb`` steps of
         ``name`` are waiting for the analytics.
 
+        A step index published again (or after a later one) does what a file's slice would:
+        if the analytics has not taken that step, nor a later one, the new data replaces the
+        earlier publication (whose blocks are released) or takes its place in step order;
+        otherwise the new publication is dropped, with a warning naming the step, and
+        ``publish`` returns normally. The analytics always receives steps in increasing order.
+
         Parameters
         ----------
         name
@@ -316,7 +335,8 @@ class Bridge:
             This rank's block, of the shape and dtype declared; a strided view (ghost cells
             excluded) is fine.
         step
-            Time step, increasing from one call to the next for a given array.
+            Time step (non-negative), normally increasing from one call to the next for a
+            given array; see above for a step published again.
 
         Raises
         ------
@@ -328,12 +348,16 @@ class Bridge:
             raise BridgeError("publish() after close()")
         t0 = time.perf_counter()
         problem = self._check_block(name, block, step)
+        revision = 0
+        if isinstance(step, (int, np.integer)):  # counted on every rank, whatever happens next
+            revision = self._revisions.get((name, int(step)), 0)
+            self._revisions[name, int(step)] = revision + 1
         reply: tuple[Any, str, int] | str
         if problem:
             reply = problem
         else:
             key = (
-                step_key_name(self.run, name, step),
+                step_key_name(self.run, name, step, revision),
                 *self.decompositions[name].block_index[self.rank],
             )
             worker = self.worker_of[name]
@@ -347,7 +371,7 @@ class Bridge:
         t1 = time.perf_counter()
         replies = self.comm.gather((name, step, reply), root=0)
 
-        def queue_step() -> None:
+        def queue_step() -> str:
             self._raise_first([_reply_problem(r, name, step) for r in replies])
             outcome = self._loop.run(
                 self._rpc(self.scheduler_address).deisa_publish(
@@ -358,11 +382,16 @@ class Bridge:
                     timeout=self.options.timeout,
                 )
             )
+            if outcome["status"] == "dropped":  # a step the analytics has passed: no failure
+                logger.warning("deisa bridge: %s", outcome["message"])
+                return "dropped"
             if outcome["status"] != "OK":
                 raise BridgeError(outcome["message"])
+            return "replaced" if outcome.get("replaced") else "queued"
 
-        self._on_root(queue_step)
-        self._last_step[name] = step
+        placed = self._on_root(queue_step)
+        if placed == "queued":
+            self._nsteps[name] = self._nsteps.get(name, 0) + 1
         t2 = time.perf_counter()
         nbytes_sent = 0 if isinstance(reply, str) else reply[2]
         self.timings.append(PublishTiming(name, step, nbytes_sent, t1 - t0, t2 - t1))
@@ -375,9 +404,6 @@ class Bridge:
             return f"unknown array {name!r}; this Bridge publishes {sorted(self.decompositions)}"
         if not isinstance(step, (int, np.integer)) or step < 0:
             return f"step={step!r} must be a non-negative integer"
-        last = self._last_step.get(name)
-        if last is not None and step <= last:
-            return f"step {step} of {name!r} comes after step {last}; steps must increase"
         spec = self.specs[name]
         if not isinstance(block, np.ndarray):
             return f"block of {name!r} is a {type(block).__name__}, not a numpy array"
@@ -401,7 +427,7 @@ class Bridge:
 
         def end_streams() -> None:
             for name in self.decompositions:
-                nsteps = sum(1 for t in self.timings if t.name == name)
+                nsteps = self._nsteps.get(name, 0)
                 reply = self._loop.run(
                     self._rpc(self.scheduler_address).deisa_close(
                         name=name, run=self.run, nsteps=nsteps

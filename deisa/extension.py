@@ -18,7 +18,9 @@ Routes (RPC handlers on the scheduler):
 - ``deisa_publish(name, run, step, blocks, timeout)``: register one step's blocks
   (``[key, worker, nbytes]`` triples) and queue it; while ``buffer_nb`` steps are queued it
   waits (``on_full="block"``, up to ``timeout``) or releases the oldest queued step
-  (``on_full="drop_oldest"``, with a warning naming the step).
+  (``on_full="drop_oldest"``, with a warning naming the step). A step index published again
+  does what a file's slice would (see "Repeated steps" below): ``{"status": "OK", "replaced":
+  True}`` or ``{"status": "dropped", "message": ...}``.
 - ``deisa_close(name, run, nsteps)``: end of stream.
 - ``deisa_meta(name, timeout)``: the array's metadata, once a Bridge has opened it (a *consumed*
   run's metadata is not served: it waits for the next run).
@@ -35,6 +37,16 @@ the end-of-stream marker (an analytics loop over a known number of steps never d
 replaces a finished one; an Adapter still reading the old run then receives its end of stream.
 A fresh Adapter waits for the next run rather than receive a consumed run's end (but it does
 receive the end of a run that published no step).
+
+Repeated steps: the queue is kept in step order and the analytics takes steps in increasing
+order, as a reader of a file would find its slices. A step index published again, or a step
+published after a later one (a time index that goes backwards), is placed as follows:
+
+- the analytics has not taken that step, nor any later one: the step is queued in its place; if
+  an earlier publication of it is waiting, the new one replaces it (its keys are released, the
+  new ones queued in its place, with no flow-control wait), as a file's slice is overwritten;
+- otherwise (the analytics took that step or a later one): the new publication is dropped (its
+  keys released) with a warning naming the step; the Bridge does not fail.
 """
 
 from __future__ import annotations
@@ -69,6 +81,7 @@ class _Stream:
     closed: bool = False
     published: int = 0
     taken: int = 0
+    last_taken: int | None = None  # the latest step the analytics took: later ones only queue
 
     @property
     def holder(self) -> str:
@@ -192,6 +205,18 @@ class StreamExtension(SchedulerPlugin):
             nbytes={key: nbytes for key, _, nbytes in blocks},
             holder=stream.holder,
         )
+        record = {
+            "status": "OK",
+            "step": step,
+            "keys": keys,
+            "workers": [worker for _, worker, _ in blocks],
+            "run": run,
+        }
+        if stream.last_taken is not None and step <= stream.last_taken:
+            return self._drop_late(stream, record)
+        waiting = [i for i, r in enumerate(stream.queue) if r.get("step") == step]
+        if waiting:
+            return await self._replace(stream, waiting[0], record)
         limit = stream.buffer_nb
         if limit and stream.on_full == "drop_oldest":
             while stream.queued_steps() >= limit:
@@ -206,18 +231,40 @@ class StreamExtension(SchedulerPlugin):
                     f"buffer_nb={limit} steps were waiting (taken so far: {stream.taken}); "
                     f"step {step} was not delivered",
                 }
-        stream.queue.append(
-            {
-                "status": "OK",
-                "step": step,
-                "keys": keys,
-                "workers": [worker for _, worker, _ in blocks],
-                "run": run,
-            }
-        )
+            if stream.last_taken is not None and step <= stream.last_taken:
+                return self._drop_late(stream, record)  # taken past it while waiting
+        # in step order (an index that went backwards goes before the later steps still queued)
+        later = [i for i, r in enumerate(stream.queue) if r["status"] == "OK" and r["step"] > step]
+        stream.queue.insert(later[0] if later else len(stream.queue), record)
         stream.published += 1
         await stream.notify()
         return {"status": "OK"}
+
+    async def _replace(self, stream: _Stream, at: int, record: dict[str, Any]) -> dict[str, Any]:
+        """A step published again before the analytics took it: the new data takes its place."""
+        old = stream.queue[at]
+        stream.queue[at] = record
+        released = [key for key in old["keys"] if key not in record["keys"]]
+        _dask_internals.release_keys(self.scheduler, released, stream.holder)
+        logger.info(
+            "deisa: step %d of %r published again before the analytics took it: the new data "
+            "replaces it",
+            record["step"],
+            stream.name,
+        )
+        await stream.notify()
+        return {"status": "OK", "replaced": True}
+
+    def _drop_late(self, stream: _Stream, record: dict[str, Any]) -> dict[str, Any]:
+        """A step the analytics has already passed (taken it, or a later one): drop the new one."""
+        _dask_internals.release_keys(self.scheduler, record["keys"], stream.holder)
+        message = (
+            f"step {record['step']} of {stream.name!r} was published after the analytics had "
+            f"taken step {stream.last_taken}: this publication was dropped (a step the "
+            "analytics has passed cannot be replaced)"
+        )
+        logger.warning("deisa: %s", message)
+        return {"status": "dropped", "message": message}
 
     def _drop_oldest(self, stream: _Stream) -> None:
         """Release the oldest waiting step so its memory is freed (``on_full="drop_oldest"``)."""
@@ -285,6 +332,7 @@ class StreamExtension(SchedulerPlugin):
         else:
             _dask_internals.transfer_keys(self.scheduler, record["keys"], stream.holder, client)
             stream.taken += 1
+            stream.last_taken = record["step"]
             record = {**record, "meta": stream.meta, "nthreads": self._nthreads(record)}
         await stream.notify()
         return record
@@ -296,7 +344,7 @@ class StreamExtension(SchedulerPlugin):
         stream.run = stream.meta = None
         stream.queue.clear()
         stream.closed, stream.published, stream.taken = False, 0, 0
-        stream.dropped = []
+        stream.dropped, stream.last_taken = [], None
 
     def _nthreads(self, record: dict[str, Any]) -> dict[str, int]:
         """Threads of the workers holding a step's blocks (the splitter sizes partitions by it)."""

@@ -1,8 +1,8 @@
 /* One entry of the deisa plugin's `write' section. */
 
 #include <memory>
+#include <regex>
 #include <string>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -12,6 +12,7 @@
 #include <pdi/datatype.h>
 #include <pdi/datatype_template.h>
 #include <pdi/error.h>
+#include <pdi/expression.h>
 #include <pdi/paraconf_wrapper.h>
 #include <pdi/ref_any.h>
 #include <pdi/scalar_datatype.h>
@@ -21,6 +22,7 @@
 using PDI::Array_datatype;
 using PDI::Context;
 using PDI::Datatype_sptr;
+using PDI::Expression;
 using PDI::Ref;
 using PDI::Ref_r;
 using PDI::Scalar_datatype;
@@ -30,7 +32,6 @@ using PDI::to_string;
 using PDI::Value_error;
 using std::dynamic_pointer_cast;
 using std::string;
-using std::unordered_map;
 using std::vector;
 
 namespace deisa {
@@ -79,30 +80,43 @@ string numpy_dtype(const Scalar_datatype& scalar)
 
 } // namespace
 
-Array_transfer::Array_transfer(string data, PC_tree_t tree, const Condition& default_when, const unordered_map<string, Dataset_description>& datasets)
-	: m_data{std::move(data)}
+Array_transfer::Array_transfer(
+	PC_tree_t data_tree,
+	PC_tree_t tree,
+	const Condition& default_when,
+	std::shared_ptr<const Datasets> datasets,
+	Ignored_keys& ignored
+)
+	: m_data{to_string(data_tree)}
 	, m_dataset{m_data}
+	, m_dataset_tree{PC_status(tree) ? data_tree : tree}
+	, m_datasets{std::move(datasets)}
 	, m_when{default_when}
 	, m_memory_selection{"memory_selection"}
 	, m_dataset_selection{"dataset_selection"}
 {
-	PC_tree_t dataset_tree = tree;
+	const string where = "write entry of `" + m_data + "'";
 	if (!PC_status(tree) && PDI::is_map(tree)) {
 		PDI::each(tree, [&](PC_tree_t key_tree, PC_tree_t value) {
 			string key = to_string(key_tree);
 			if (key == "dataset") {
 				m_dataset = to_string(value);
-				dataset_tree = value;
+				m_dataset_tree = value;
 			} else if (key == "when") {
 				m_when = Condition{value, "for `" + m_data + "'"};
 			} else if (key == "memory_selection") {
 				m_memory_selection = Selection{key, value};
 			} else if (key == "dataset_selection") {
 				m_dataset_selection = Selection{key, value};
+			} else if (key == "communicator") {
+				m_communicator = value;
+			} else if (is_file_only_write_key(key)) {
+				ignored.add(key, where);
 			} else {
 				throw Spectree_error{
 					key_tree,
-					"Unknown key in deisa `write' entry of `{}': `{}' (expecting dataset, when, memory_selection or dataset_selection)",
+					"Unknown key in deisa `write' entry of `{}': `{}' (expecting dataset, when, memory_selection, dataset_selection, "
+					"communicator, or one of decl_hdf5's keys for files: attributes, chunking, collision_policy, deflate, fletcher, mpio)",
 					m_data,
 					key};
 			}
@@ -110,11 +124,75 @@ Array_transfer::Array_transfer(string data, PC_tree_t tree, const Condition& def
 	} else if (!PC_status(tree) && !to_string(tree, "").empty()) {
 		throw Spectree_error{tree, "The deisa `write' entry of `{}' must be a mapping", m_data};
 	}
-	auto&& found = datasets.find(m_dataset);
-	if (found == datasets.end()) {
-		throw Spectree_error{dataset_tree, "Dataset `{}' (written from `{}') is not described in deisa `datasets'", m_dataset, m_data};
+	if (m_dataset.find('$') != string::npos) {
+		try {
+			m_dataset_expression = Expression{m_dataset};
+		} catch (const PDI::Error& e) {
+			throw Spectree_error{m_dataset_tree, "Invalid $-expression for `dataset' of `{}': {}", m_data, e.what()};
+		}
+	} else {
+		description(m_dataset); // a literal name is checked now
 	}
-	m_dataset_description = found->second;
+}
+
+std::vector<Array_transfer>
+Array_transfer::parse_write(PC_tree_t tree, const Condition& default_when, std::shared_ptr<const Datasets> datasets, Ignored_keys& ignored)
+{
+	vector<Array_transfer> result;
+	if (PDI::is_list(tree)) { // decl_hdf5's list of names: each data to the dataset of the same name
+		PDI::each(tree, [&](PC_tree_t name_tree) {
+			string name = to_string(name_tree);
+			if (name.find('#') != string::npos) {
+				ignored.add(name, "an attribute in `write'");
+			} else {
+				result.emplace_back(name_tree, PC_tree_t{PC_NODE_NOT_FOUND, nullptr, nullptr}, default_when, datasets, ignored);
+			}
+		});
+		return result;
+	}
+	PDI::each(tree, [&](PC_tree_t data_tree, PC_tree_t entries) {
+		string data = to_string(data_tree);
+		auto&& parse_entry = [&](PC_tree_t entry) {
+			if (!PC_status(entry) && PDI::is_map(entry) && !PC_status(PC_get(entry, ".attribute"))) {
+				ignored.add("attribute", "write entry of `" + data + "'");
+			} else {
+				result.emplace_back(data_tree, entry, default_when, datasets, ignored);
+			}
+		};
+		if (!PC_status(entries) && PDI::is_list(entries)) { // several writes of one data
+			PDI::each(entries, parse_entry);
+		} else {
+			parse_entry(entries);
+		}
+	});
+	return result;
+}
+
+const Dataset_description& Array_transfer::description(const string& name) const
+{
+	for (auto&& dataset: *m_datasets) {
+		if (dataset.first == name) return dataset.second;
+	}
+	for (auto&& dataset: *m_datasets) {
+		try {
+			if (std::regex_match(name, std::regex{dataset.first, std::regex::ECMAScript})) return dataset.second;
+		} catch (const std::regex_error&) { // not a regular expression: only its exact name matched
+		}
+	}
+	if (m_dataset_expression) {
+		throw Spectree_error{m_dataset_tree, "Dataset `{}' (`dataset' of `{}' evaluates to it) is not described in deisa `datasets'", name, m_data};
+	}
+	throw Spectree_error{m_dataset_tree, "Dataset `{}' (written from `{}') is not described in deisa `datasets'", name, m_data};
+}
+
+string Array_transfer::dataset(Context& ctx) const
+{
+	if (!m_dataset_expression) return m_dataset;
+	try {
+		return m_dataset_expression->to_string(ctx);
+	} catch (const PDI::Error& e) {
+		throw Spectree_error{m_dataset_tree, "Cannot evaluate `dataset' of `{}': {}", m_data, e.what()};
+	}
 }
 
 bool Array_transfer::when(Context& ctx) const
@@ -124,15 +202,17 @@ bool Array_transfer::when(Context& ctx) const
 
 Array_geometry Array_transfer::geometry(Context& ctx) const
 {
+	const string dataset_name = dataset(ctx);
+	const Dataset_description& dataset_description = description(dataset_name);
 	Datatype_sptr global_type;
 	try {
-		global_type = m_dataset_description.type->evaluate(ctx);
+		global_type = dataset_description.type->evaluate(ctx);
 	} catch (const PDI::Error& e) {
-		throw Spectree_error{m_dataset_description.tree, "Cannot evaluate the type of dataset `{}': {}", m_dataset, e.what()};
+		throw Spectree_error{dataset_description.tree, "Cannot evaluate the type of dataset `{}': {}", dataset_name, e.what()};
 	}
-	Array_layout global = layout_of(global_type, m_dataset);
+	Array_layout global = layout_of(global_type, dataset_name);
 	if (global.size.size() < 2) {
-		throw Spectree_error{m_dataset_description.tree, "Dataset `{}' needs a time axis first and at least one spatial dimension", m_dataset};
+		throw Spectree_error{dataset_description.tree, "Dataset `{}' needs a time axis first and at least one spatial dimension", dataset_name};
 	}
 	const size_t rank = global.size.size() - 1;
 
@@ -149,11 +229,11 @@ Array_geometry Array_transfer::geometry(Context& ctx) const
 		memory_shape = layout_of(data_type, m_data).subsize;
 		if (memory_shape.size() != rank) {
 			throw Spectree_error{
-				m_dataset_description.tree,
+				dataset_description.tree,
 				"`{}' has {} dimension(s), dataset `{}' has {} spatial ones",
 				m_data,
 				memory_shape.size(),
-				m_dataset,
+				dataset_name,
 				rank};
 		}
 	}
@@ -173,8 +253,8 @@ Array_geometry Array_transfer::geometry(Context& ctx) const
 	// the block's position in the global array is checked by deisa.ArraySpec
 	Array_geometry result;
 	result.data = m_data;
-	result.dataset = m_dataset;
-	result.tree = PC_status(m_dataset_selection.tree()) ? m_dataset_description.tree : m_dataset_selection.tree();
+	result.dataset = dataset_name;
+	result.tree = PC_status(m_dataset_selection.tree()) ? dataset_description.tree : m_dataset_selection.tree();
 	result.dtype = numpy_dtype(*global.scalar);
 	result.time_extent = global.size[0];
 	for (size_t dim = 0; dim < rank; ++dim) {
@@ -188,7 +268,7 @@ Array_geometry Array_transfer::geometry(Context& ctx) const
 				m_data,
 				memory_shape[dim],
 				result.shape[dim],
-				m_dataset,
+				dataset_name,
 				dim + 1};
 		}
 	}

@@ -3,8 +3,10 @@
 #ifndef DEISA_ARRAY_TRANSFER_H_
 #define DEISA_ARRAY_TRANSFER_H_
 
+#include <memory>
+#include <optional>
 #include <string>
-#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include <paraconf.h>
@@ -14,6 +16,7 @@
 #include <pdi/ref_any.h>
 
 #include "condition.h"
+#include "ignored_keys.h"
 #include "selection.h"
 
 namespace deisa {
@@ -26,6 +29,9 @@ struct Dataset_description {
 	/// the type, evaluated when the bridge is created
 	PDI::Datatype_template_sptr type;
 };
+
+/// The `datasets' section, in configuration order: name (a regular expression, as in decl_hdf5) and type
+using Datasets = std::vector<std::pair<std::string, Dataset_description>>;
 
 /// What the bridge must know about one global array (a deisa.ArraySpec, which checks it)
 struct Array_geometry {
@@ -77,20 +83,28 @@ struct Block {
 
 /** Sends an exposed data to a global array of the bridge.
  *
- * Mirrors decl_hdf5's DATA_IO_DESC: `dataset', `when', `memory_selection'
- * (e.g. to exclude ghost cells) and `dataset_selection' (whose first
- * dimension is the time axis).
+ * Mirrors decl_hdf5's DATA_IO_DESC: `dataset' (a name or a $-expression,
+ * matched against the `datasets' keys as decl_hdf5 does), `when',
+ * `memory_selection' (e.g. to exclude ghost cells), `dataset_selection'
+ * (whose first dimension is the time axis) and `communicator'; the keys that
+ * only matter for files (`mpio', `attributes'...) are accepted and ignored.
  */
 class Array_transfer
 {
 	/// name of the exposed data
 	std::string m_data;
 
-	/// name of the global array (a key of `datasets')
+	/// `dataset' as written: the name of the global array, or a $-expression of it
 	std::string m_dataset;
 
-	/// type of the global array, time axis first
-	Dataset_description m_dataset_description;
+	/// `dataset' when it is a $-expression, evaluated at each publication
+	std::optional<PDI::Expression> m_dataset_expression;
+
+	/// the YAML node of `dataset' (or of the entry), for error messages
+	PC_tree_t m_dataset_tree;
+
+	/// the `datasets' section
+	std::shared_ptr<const Datasets> m_datasets;
 
 	/// condition to publish
 	Condition m_when;
@@ -101,29 +115,62 @@ class Array_transfer
 	/// position of the block in the global array, time index first
 	Selection m_dataset_selection;
 
+	/// the YAML node of `communicator', absent if not given
+	PC_tree_t m_communicator = {PC_NODE_NOT_FOUND, nullptr, nullptr};
+
+	/** The description of a dataset
+	 * \param name the evaluated `dataset'
+	 * 
+eturn its entry of `datasets' (exact name first, then the first regular expression that matches it)
+	 */
+	const Dataset_description& description(const std::string& name) const;
+
 public:
-	/** Parses one `write' entry
-	 * \param data name of the exposed data (the key in `write')
-	 * \param tree the entry's mapping (may be empty)
+	/** Parses one `write' entry (a DATA_IO_DESC)
+	 * \param data_tree name of the exposed data (the key in `write', or an element of its list form)
+	 * \param tree the entry's mapping (absent or empty for the defaults)
 	 * \param default_when the plugin-level `when' (always true if absent)
 	 * \param datasets the `datasets' section
+	 * \param ignored where to record the keys that only matter for files
 	 */
 	Array_transfer(
-		std::string data,
+		PC_tree_t data_tree,
 		PC_tree_t tree,
 		const Condition& default_when,
-		const std::unordered_map<std::string, Dataset_description>& datasets
+		std::shared_ptr<const Datasets> datasets,
+		Ignored_keys& ignored
 	);
 
+	/** Parses the `write' section, in any of decl_hdf5's forms: a list of data names, or a mapping
+	 * from data names to a DATA_IO_DESC or a list of them; attribute writes are ignored
+	 * \param tree the `write' section
+	 * \param default_when the plugin-level `when'
+	 * \param datasets the `datasets' section
+	 * \param ignored where to record the keys and the entries that only matter for files
+	 * 
+eturn the entries, in configuration order
+	 */
+	static std::vector<Array_transfer>
+	parse_write(PC_tree_t tree, const Condition& default_when, std::shared_ptr<const Datasets> datasets, Ignored_keys& ignored);
+
 	/** Name of the exposed data
-	 * \return the key in `write'
+	 * 
+eturn the key in `write'
 	 */
 	const std::string& data() const { return m_data; }
 
 	/** Name of the global array
-	 * \return the key in `datasets'
+	 * \param ctx the context in which to evaluate `dataset' if it is a $-expression
+	 * 
+eturn the evaluated `dataset'
 	 */
-	const std::string& dataset() const { return m_dataset; }
+	std::string dataset(PDI::Context& ctx) const;
+
+	/** The `communicator' of this entry
+	 * 
+eturn its YAML node, absent (PC_status non-zero) if not given
+	 */
+	PC_tree_t communicator() const { return m_communicator; }
 
 	/** Evaluates `when'
 	 * \param ctx the context in which to evaluate the condition

@@ -2,6 +2,7 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -83,6 +84,20 @@ MPI_Fint fortran_communicator(Context& ctx, const Config_expression& value)
 }
 
 } // namespace
+
+void Bridge_handle::check_communicator(Context& ctx, const Array_transfer& transfer, MPI_Fint bridge_comm) const
+{
+	const MPI_Fint entry_comm = fortran_communicator(ctx, parse_expression(transfer.communicator(), "communicator"));
+	int same = MPI_UNEQUAL;
+	MPI_Comm_compare(MPI_Comm_f2c(entry_comm), MPI_Comm_f2c(bridge_comm), &same);
+	if (same != MPI_IDENT && same != MPI_CONGRUENT) {
+		throw Spectree_error{
+			transfer.communicator(),
+			"`communicator' of `{}' is not the plugin's communicator (default MPI_COMM_WORLD): deisa publishes every array over "
+			"the plugin's one",
+			transfer.data()};
+	}
+}
 
 On_error to_on_error(PC_tree_t tree)
 {
@@ -166,14 +181,16 @@ void Bridge_handle::handle_python_error(Context& ctx, const string& action, cons
 void Bridge_handle::open(Context& ctx, const vector<Array_transfer>& transfers)
 {
 	if (opened()) return;
+	const MPI_Fint comm = m_communicator ? fortran_communicator(ctx, *m_communicator) : MPI_Comm_c2f(MPI_COMM_WORLD);
 	for (auto&& transfer: transfers) {
 		Array_geometry geometry = transfer.geometry(ctx);
 		for (auto&& declared: m_arrays) {
-			if (declared.first == transfer.dataset()) {
-				throw PDI::Value_error{"deisa: dataset `{}' is written from more than one data", transfer.dataset()};
+			if (declared.first == geometry.dataset) {
+				throw PDI::Value_error{"deisa: dataset `{}' is written from more than one data", geometry.dataset};
 			}
 		}
-		m_arrays.emplace_back(transfer.dataset(), std::move(geometry));
+		if (!PC_status(transfer.communicator())) check_communicator(ctx, transfer, comm);
+		m_arrays.emplace_back(geometry.dataset, std::move(geometry));
 	}
 	string scheduler_file;
 	try {
@@ -181,7 +198,6 @@ void Bridge_handle::open(Context& ctx, const vector<Array_transfer>& transfers)
 	} catch (const PDI::Error& e) {
 		throw Spectree_error{m_scheduler_file->tree, "Cannot evaluate `scheduler_file' in deisa configuration: {}", e.what()};
 	}
-	const MPI_Fint comm = m_communicator ? fortran_communicator(ctx, *m_communicator) : MPI_Comm_c2f(MPI_COMM_WORLD);
 	py::gil_scoped_acquire gil;
 	if (!m_module) {
 		m_disabled = true;
@@ -222,6 +238,14 @@ void Bridge_handle::publish(Context& ctx, const string& dataset, const Block& bl
 	if (m_disabled) {
 		ctx.logger().debug("Skipping `{}' step {}: the bridge is disabled", dataset, block.step);
 		return;
+	}
+	auto&& declared = std::find_if(m_arrays.begin(), m_arrays.end(), [&](auto&& array) { return array.first == dataset; });
+	if (declared == m_arrays.end()) {
+		throw PDI::Value_error{
+			"deisa: `dataset' evaluates to `{}' at step {}, which is not one of the arrays of the bridge (declared at the first publication): "
+			"each `write' entry publishes to one global array",
+			dataset,
+			block.step};
 	}
 	for (auto&& array: m_arrays) {
 		if (array.first != dataset) continue;

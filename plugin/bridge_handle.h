@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include <mpi.h>
 #include <paraconf.h>
 #include <pybind11/pybind11.h>
 
@@ -91,6 +92,13 @@ class Bridge_handle
 	 * \return the ArraySpec; a position it refuses is a PDI error on the selection's YAML node
 	 */
 	pybind11::object array_spec(const Array_geometry& geometry) const;
+
+	/** Checks that the `communicator' of a `write' entry designates the bridge's ranks
+	 * \param ctx the context in which to evaluate it
+	 * \param transfer the entry
+	 * \param bridge_comm the bridge's communicator
+	 */
+	void check_communicator(PDI::Context& ctx, const Array_transfer& transfer, MPI_Fint bridge_comm) const;
 
 public:
 	/// A handle with default options and no bridge

@@ -1,12 +1,14 @@
 /* The deisa PDI plugin: publishes exposed arrays to Dask through one deisa.Bridge per MPI rank.
  *
- * Its configuration mirrors decl_hdf5's (`datasets', `write' with `dataset', `when',
- * `memory_selection', `dataset_selection'), so that switching a simulation from HDF5 files
- * to in situ analytics is a matter of a few lines.  See plugin/README.md.
+ * Its configuration accepts decl_hdf5's (`datasets', `write' with `dataset', `when',
+ * `memory_selection', `dataset_selection', `communicator', `on_event'; the keys that only
+ * matter for files are ignored), so that switching a simulation from HDF5 files to in situ
+ * analytics is a matter of two lines.  See plugin/README.md.
  */
 
+#include <memory>
 #include <string>
-#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include <paraconf.h>
@@ -20,6 +22,7 @@
 
 #include "array_transfer.h"
 #include "bridge_handle.h"
+#include "ignored_keys.h"
 #include "python_interpreter.h"
 
 namespace {
@@ -27,7 +30,8 @@ namespace {
 using deisa::Array_transfer;
 using deisa::Bridge_handle;
 using deisa::Condition;
-using deisa::Dataset_description;
+using deisa::Datasets;
+using deisa::Ignored_keys;
 using deisa::Python_interpreter;
 using PDI::Context;
 using PDI::each;
@@ -36,7 +40,7 @@ using PDI::Ref;
 using PDI::Spectree_error;
 using PDI::to_string;
 using std::string;
-using std::unordered_map;
+using std::unordered_set;
 using std::vector;
 
 /** The deisa plugin
@@ -52,13 +56,22 @@ class deisa_plugin: public Plugin
 	/// the `write' entries, in configuration order
 	vector<Array_transfer> m_transfers;
 
+	/// `on_event': the events at which every `write' entry is published; on data exposure if empty
+	unordered_set<string> m_events;
+
 public:
 	deisa_plugin(Context& ctx, PC_tree_t config)
 		: Plugin{ctx}
 		, m_interpreter{ctx}
 	{
-		unordered_map<string, Dataset_description> datasets;
+		if (PDI::is_list(config)) {
+			throw Spectree_error{
+				config,
+				"deisa configuration is one mapping, not a list of decl_hdf5 files: one scheduler_file, its datasets and its writes"};
+		}
+		auto datasets = std::make_shared<Datasets>();
 		Condition default_when;
+		Ignored_keys ignored;
 		PC_tree_t write_tree = {PC_NODE_NOT_FOUND, nullptr, nullptr};
 		each(config, [&](PC_tree_t key_tree, PC_tree_t value) {
 			string key = to_string(key_tree);
@@ -71,25 +84,40 @@ public:
 			} else if (key == "when") {
 				default_when = Condition{value, "in deisa configuration"};
 			} else if (key == "datasets") {
-				each(value, [&](PC_tree_t name, PC_tree_t type) { datasets[to_string(name)] = {type, ctx.datatype(type)}; });
+				each(value, [&](PC_tree_t name, PC_tree_t type) {
+					datasets->emplace_back(to_string(name), deisa::Dataset_description{type, ctx.datatype(type)});
+				});
 			} else if (key == "write") {
 				write_tree = value;
+			} else if (key == "on_event") {
+				PDI::opt_each(value, [&](PC_tree_t event) { m_events.emplace(to_string(event)); });
+			} else if (key == "read") {
+				deisa::log_ignored_read(ctx, value);
+			} else if (deisa::is_file_only_key(key)) {
+				ignored.add(key);
 			} else if (key == "logging") {
 				// handled by PDI
+			} else if (key == "file") {
+				throw Spectree_error{key_tree, "Unknown key in deisa configuration: `file' (decl_hdf5's `file' is deisa's `scheduler_file')"};
 			} else {
 				// a deisa.BridgeOptions key (placement, buffer_nb...), or an unknown one: Python says
 				m_bridge.option(key_tree, value);
 			}
 		});
-		if (PC_status(write_tree) || !PDI::is_map(write_tree)) {
+		if (PC_status(write_tree) || !(PDI::is_map(write_tree) || PDI::is_list(write_tree))) {
 			throw Spectree_error{
 				PC_status(write_tree) ? config : write_tree,
 				"deisa configuration needs a `write' mapping from exposed data to datasets (e.g. `write: {{temp: {{dataset: gtemp}}}}')"};
 		}
-		each(write_tree, [&](PC_tree_t data, PC_tree_t entry) { m_transfers.emplace_back(to_string(data), entry, default_when, datasets); });
+		m_transfers = Array_transfer::parse_write(write_tree, default_when, datasets, ignored);
 		m_bridge.validate(ctx, config);
+		ignored.log(ctx);
 
-		ctx.callbacks().add_data_callback([this](const string& name, Ref ref) { this->data(name, ref); });
+		if (m_events.empty()) {
+			ctx.callbacks().add_data_callback([this](const string& name, Ref ref) { this->data(name, ref); });
+		} else {
+			ctx.callbacks().add_event_callback([this](const string& name) { this->event(name); });
+		}
 		ctx.logger().info("Plugin loaded successfully");
 	}
 
@@ -108,7 +136,20 @@ public:
 		for (auto&& transfer: m_transfers) {
 			if (transfer.data() != name || !transfer.when(context())) continue;
 			m_bridge.open(context(), m_transfers);
-			m_bridge.publish(context(), transfer.dataset(), transfer.block(context(), ref));
+			m_bridge.publish(context(), transfer.dataset(context()), transfer.block(context(), ref));
+		}
+	}
+
+	/** Publishes every `write' entry whose condition holds, at an `on_event' event (as decl_hdf5 does)
+	 * \param event the name of the event
+	 */
+	void event(const string& event)
+	{
+		if (!m_events.count(event)) return;
+		for (auto&& transfer: m_transfers) {
+			if (!transfer.when(context())) continue;
+			m_bridge.open(context(), m_transfers);
+			m_bridge.publish(context(), transfer.dataset(context()), transfer.block(context(), context().desc(transfer.data()).ref()));
 		}
 	}
 

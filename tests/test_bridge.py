@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import DaskProcesses, run_heat, start_heat, write_config
+from conftest import STARTUP, DaskProcesses, mpirun, run_heat, start_heat, test_env, write_config
 from deisa_simulation.heat import HeatConfig, block_checksum, reference_field
 
 from deisa import Adapter, EndOfStreamError, IncrementalPCA
@@ -20,7 +22,7 @@ def scheduler_keys(client) -> list:
     return client.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.tasks))
 
 
-def wait_until_no_keys(client, timeout: float = 10.0) -> list:
+def wait_until_no_keys(client, timeout: float = STARTUP) -> list:
     deadline = time.monotonic() + timeout
     while (keys := scheduler_keys(client)) and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -38,7 +40,7 @@ def test_bridge_delivers_every_block_bitwise_ragged(
         "--buffer-nb", "2", "--checksums", "--timings", str(timings),
     )  # fmt: skip
     with dask_processes.client() as client:
-        gtemp = Adapter(client, timeout=60)["gtemp"]
+        gtemp = Adapter(client, timeout=STARTUP)["gtemp"]
         received: dict[tuple[int, tuple[int, int]], str] = {}
         for step, field in gtemp.items():
             assert field.chunks == ((16, 15), (17, 17))
@@ -52,7 +54,7 @@ def test_bridge_delivers_every_block_bitwise_ragged(
                     block = field.blocks[i, j].compute()
                     received[step, (row0, col0)] = block_checksum(block)
             del field
-        assert sim.wait(timeout=60) == 0, sim.stderr.read() if sim.stderr else ""
+        assert sim.wait(timeout=STARTUP) == 0, sim.stderr.read() if sim.stderr else ""
         assert gtemp.ended
         stats = Adapter(client).stats()
         assert stats["calls"]["publish"] == 5  # one scheduler message per step, not per rank
@@ -75,30 +77,33 @@ def test_bridge_flow_control_blocks_and_resumes(
         4, config, "--scheduler-file", str(dask_processes.scheduler_file), "--buffer-nb", "2"
     )
     with dask_processes.client() as client:
-        adapter = Adapter(client, timeout=60)
+        adapter = Adapter(client, timeout=STARTUP)
 
         def queued() -> dict:
             return adapter.stats()["streams"].get("gtemp", {})
 
-        deadline = time.monotonic() + 60
-        while queued().get("queued", 0) < 2 and time.monotonic() < deadline:
-            time.sleep(0.2)
-        time.sleep(2.0)  # the simulation would have finished by now if it did not block
+        def wait_for(ready, what: str) -> None:
+            deadline = time.monotonic() + 2 * STARTUP  # only reports a hang
+            while not ready():
+                assert sim.poll() is None, f"the simulation exited before {what}"
+                assert time.monotonic() < deadline, f"never saw {what}"
+                time.sleep(0.1)
+
+        # one publish call per step: the third has reached the scheduler, which holds it
+        wait_for(lambda: adapter.stats()["calls"].get("publish", 0) >= 3, "step 2's publish")
         assert queued()["queued"] == 2
         assert queued()["published"] == 2
         assert sim.poll() is None, "the simulation ran past buffer_nb"
 
         gtemp = adapter["gtemp"]
         first = gtemp[0]  # frees one slot: the blocked step goes through
-        deadline = time.monotonic() + 30
-        while queued().get("published", 0) < 3 and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_for(lambda: queued().get("published", 0) >= 3, "step 2 published")
         assert queued()["published"] == 3
         assert sim.poll() is None
 
         steps = [step for step, _ in gtemp.items()]
         assert steps == [1, 2, 3, 4, 5]
-        assert sim.wait(timeout=60) == 0
+        assert sim.wait(timeout=STARTUP) == 0
         assert first.compute().shape == (32, 32)
         del first
         assert wait_until_no_keys(client) == []
@@ -107,11 +112,17 @@ def test_bridge_flow_control_blocks_and_resumes(
 def test_adapter_first_then_simulation(dask_processes: DaskProcesses, tmp_path: Path) -> None:
     config = write_config(tmp_path / "sim.yml", steps=3)
     with dask_processes.client() as client:
-        gtemp = Adapter(client, timeout=60)["gtemp"]
-        later = threading.Timer(
-            1.0,
-            lambda: run_heat(4, config, "--scheduler-file", str(dask_processes.scheduler_file)),
-        )
+        adapter = Adapter(client, timeout=STARTUP)
+        gtemp = adapter["gtemp"]
+
+        def simulate_once_the_adapter_waits() -> None:
+            deadline = time.monotonic() + STARTUP  # only reports a hang
+            while adapter.stats()["calls"].get("meta", 0) < 1:  # the Adapter asked for 'gtemp'
+                assert time.monotonic() < deadline, "the Adapter never asked for 'gtemp'"
+                time.sleep(0.1)
+            run_heat(4, config, "--scheduler-file", str(dask_processes.scheduler_file))
+
+        later = threading.Thread(target=simulate_once_the_adapter_waits)
         later.start()
         try:
             last = gtemp[2, :, :]  # waits for the simulation to start and reach step 2
@@ -119,7 +130,7 @@ def test_adapter_first_then_simulation(dask_processes: DaskProcesses, tmp_path: 
                 last.compute(), reference_field(HeatConfig.from_yaml(config), 2)
             )
         finally:
-            later.join(timeout=120)
+            later.join(timeout=2 * STARTUP)
         assert [s for s, _ in gtemp.items()] == [0, 1]  # cached on the way to step 2
         with pytest.raises(EndOfStreamError, match="past the end of the stream of 'gtemp'"):
             gtemp[3]
@@ -208,3 +219,74 @@ def test_bridge_takes_options_and_keyword_overrides(local_client, tmp_path: Path
         b.publish("u", np.arange(24.0).reshape(4, 6), 0)
         field = Adapter(local_client, timeout=60)["u"][0].compute()
     assert np.array_equal(field, np.arange(24.0).reshape(4, 6))
+
+
+# A publisher that exposes time indices again, as a code writing HDF5 slices may: steps 0, 1,
+# then step 1 again with new values before the analytics takes anything (replaced); once the
+# analytics has taken steps 0 and 1 (it says so in the file `taken'), step 1 again and step 0
+# (dropped, with a warning), then step 2. Values: 100 * step + 10 * publication + rank.
+REPUBLISHER = """
+import os, sys, time
+import numpy as np
+from mpi4py import MPI
+from deisa import ArraySpec, Bridge
+
+comm = MPI.COMM_WORLD
+rank = comm.Get_rank()
+spec = ArraySpec("float64", global_shape=(4, 3), start=(2 * rank, 0), shape=(2, 3))
+
+def wait_for(path):
+    if rank == 0:
+        deadline = time.monotonic() + 120
+        while not os.path.exists(path):
+            assert time.monotonic() < deadline, path
+            time.sleep(0.05)
+    comm.Barrier()
+
+with Bridge(sys.argv[1], {"field": spec}) as bridge:
+    for publication, step in enumerate([0, 1, 1, None, 1, 0, 2]):
+        if step is None:
+            open("published", "w").close()
+            wait_for("taken")
+            continue
+        bridge.publish("field", np.full((2, 3), 100.0 * step + 10 * publication + rank), step)
+"""
+
+
+def test_step_published_again_replaces_or_is_dropped_and_the_run_finishes(
+    dask_processes: DaskProcesses, tmp_path: Path
+) -> None:
+    script = tmp_path / "republish.py"
+    script.write_text(REPUBLISHER)
+    cmd = mpirun(2, sys.executable, str(script), str(dask_processes.scheduler_file))
+    sim = subprocess.Popen(
+        cmd, cwd=tmp_path, env=test_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "published").exists():
+            assert sim.poll() is None and time.monotonic() < deadline, sim.communicate()
+            time.sleep(0.05)
+        with dask_processes.client() as client:
+            field = Adapter(client, timeout=120)["field"]
+            first = field[0:2].compute()  # takes steps 0 and 1
+            (tmp_path / "taken").touch()
+            rest = dict(field.items())
+            out, err = sim.communicate(timeout=120)
+            assert sim.returncode == 0, out + err
+            assert sorted(rest) == [2] and field.ended
+            last = rest[2].compute()
+            stats = Adapter(client).stats()["streams"]
+    finally:
+        if sim.poll() is None:
+            sim.kill()
+    rows = np.repeat([0, 1], 2)[:, None]  # the rank that published each row
+    np.testing.assert_array_equal(first[0], 0.0 + rows + np.zeros((4, 3)))  # publication 0
+    np.testing.assert_array_equal(first[1], 120.0 + rows + np.zeros((4, 3)))  # 2nd of step 1
+    np.testing.assert_array_equal(last, 260.0 + rows + np.zeros((4, 3)))
+    for step in (1, 0):
+        assert (
+            f"step {step} of 'field' was published after the analytics had taken step 1: this "
+            "publication was dropped"
+        ) in err
+    assert "field" not in stats  # the run ended and was consumed

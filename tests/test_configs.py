@@ -53,3 +53,32 @@ def test_simulation_config_has_contract_keys() -> None:
     assert set(simu) == {"global_size", "process_grid", "steps", "output_period"}
     assert len(simu["global_size"]) == 2 and len(simu["process_grid"]) == 2
     assert all(isinstance(v, int) and v > 0 for v in [*simu["global_size"], *simu["process_grid"]])
+
+
+# every key of decl_hdf5's grammar in PDI 1.12 (plugins/decl_hdf5: file_op.cxx, dataset_op.cxx,
+# attribute_op.cxx, selection.cxx), by where it goes
+DECL_HDF5_KEYS = {
+    "FILE_DESC": {
+        "file", "collision_policy", "on_event", "when", "communicator", "datasets", "deflate",
+        "fletcher", "subfiling", "write", "read", "logging",
+    },
+    "DATA_IO_DESC": {
+        "dataset", "when", "communicator", "memory_selection", "dataset_selection", "chunking",
+        "deflate", "fletcher", "attributes", "mpio", "collision_policy", "attribute", "size_of",
+    },
+    "SELECTION_DESC": {"size", "start"},
+}  # fmt: skip
+
+
+def test_yaml_reference_says_what_deisa_does_with_every_decl_hdf5_key() -> None:
+    text = (CONFIGS.parent / "docs" / "yaml-reference.md").read_text()
+    table = text.split("## `decl_hdf5` keys and what deisa does with them", 1)[1].split("\n## ")[0]
+    listed: dict[str, set[str]] = {}
+    for row in table.splitlines():
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        if len(cells) == 3 and cells[1].startswith("`") and cells[2]:
+            keys = {k.split(" ")[0] for k in cells[0].split("`")[1::2]}
+            listed.setdefault(cells[1].split("`")[1], set()).update(keys)
+    for where, keys in DECL_HDF5_KEYS.items():
+        missing = keys - listed.get(where, set())
+        assert not missing, f"{where}: {sorted(missing)}"

@@ -530,3 +530,139 @@ async def test_finished_run_leaves_no_pseudo_client(c: Client, s: Any, a: Any, b
     assert (await get(c, "t", run="r1"))["status"] == "end"
     await until_released(s, [a, b], "r1")
     assert holder("t", "r1") not in s.clients
+
+
+# -- a step published again: what a file's slice would do ----------------------------------------
+
+
+class Republisher(Rank0):
+    """Rank 0 of a Bridge that may publish a step again: as the Bridge does, each publication
+    of a step gets its own keys (a revision), and here its own values (``block + 100 * rev``)."""
+
+    def __init__(self, c: Client, workers: list[Any], name: str, run: str) -> None:
+        super().__init__(c, workers, name, run)
+        self.revisions: dict[int, int] = {}
+
+    def keys(self, step: int, revision: int | None = None) -> list[tuple[str, int, int]]:
+        """The keys of a step's publication ``revision`` (by default, the next one's)."""
+        rev = self.revisions.get(step, 0) if revision is None else revision
+        return [(step_key_name(self.run, self.name, step, rev), i, 0) for i in range(2)]
+
+    async def send(self, step: int) -> list[tuple[Any, str, int]]:
+        rev = self.revisions.get(step, 0)
+        blocks = []
+        for i, (key, worker) in enumerate(zip(self.keys(step), self.workers, strict=True)):
+            nbytes = await _dask_internals.send_blocks_to_worker(
+                self.c.rpc, worker.address, {key: block(step, i) + 100 * rev}
+            )
+            blocks.append((key, worker.address, nbytes[key]))
+        return blocks
+
+    async def publish(self, step: int, timeout: float | None = WAIT) -> dict[str, Any]:
+        try:
+            return await super().publish(step, timeout)
+        finally:
+            self.revisions[step] = self.revisions.get(step, 0) + 1
+
+
+async def until_gone(s: Any, workers: list[Any], keys: list[Any]) -> None:
+    """Wait until ``keys`` are neither on the scheduler nor on a worker."""
+    deadline = asyncio.get_running_loop().time() + WAIT
+    while set(keys) & (set(s.tasks) | {k for w in workers for k in w.data}):
+        assert asyncio.get_running_loop().time() < deadline, keys
+        await asyncio.sleep(0.01)
+
+
+@gen_cluster(client=True)
+async def test_step_published_again_before_it_is_taken_replaces_it(
+    c: Client, s: Any, a: Any, b: Any
+) -> None:
+    ext = await install(c, s)
+    rank0 = Republisher(c, [a, b], "t", "r1")
+    await rank0.open(buffer_nb=2)
+    for step in (0, 1):
+        assert await rank0.publish(step) == {"status": "OK"}
+    with captured_logger("deisa.extension", level=logging.INFO) as log:
+        # buffer_nb steps are queued: a replacement takes no room, so it does not wait
+        assert await rank0.publish(1, timeout=EXPIRE) == {"status": "OK", "replaced": True}
+    assert "step 1 of 't' published again before the analytics took it" in log.getvalue()
+    assert [r["step"] for r in ext.streams["t"].queue] == [0, 1]
+    assert held(s, holder("t", "r1")) == set(rank0.keys(0, 0) + rank0.keys(1, 1))
+    await until_gone(s, [a, b], rank0.keys(1, 0))  # the overwritten data is freed
+    assert ext.stats()["streams"]["t"]["published"] == 2
+
+    await rank0.close(2)
+    steps = []
+    while (record := await get(c, "t", run="r1"))["status"] == "OK":
+        steps.append(record["step"])
+        values = await take(c, record)
+        rev = 1 if record["step"] == 1 else 0
+        assert [tuple(k) for k in record["keys"]] == rank0.keys(record["step"], rev)
+        for i in range(2):
+            np.testing.assert_array_equal(values[i], block(record["step"], i) + 100 * rev)
+    assert steps == [0, 1] and record["nsteps"] == 2
+    await until_released(s, [a, b], "r1")
+
+
+@gen_cluster(client=True)
+async def test_step_published_after_the_reader_passed_it_is_dropped_with_a_warning(
+    c: Client, s: Any, a: Any, b: Any
+) -> None:
+    ext = await install(c, s)
+    rank0 = Republisher(c, [a, b], "t", "r1")
+    await rank0.open()
+    for step in (0, 1, 2):
+        await rank0.publish(step)
+    first = [await get(c, "t", run="r1") for _ in range(2)]  # the reader takes 0 and 1
+    assert [r["step"] for r in first] == [0, 1]
+    with captured_logger("deisa.extension", level=logging.WARNING) as log:
+        again = await rank0.publish(1)  # the step itself was taken
+        backwards = await rank0.publish(0)  # an index that goes back past taken steps
+    for step, reply in ((1, again), (0, backwards)):
+        assert reply["status"] == "dropped"
+        assert reply["message"] == (
+            f"step {step} of 't' was published after the analytics had taken step 1: this "
+            "publication was dropped (a step the analytics has passed cannot be replaced)"
+        )
+        assert reply["message"] in log.getvalue()
+    assert [r["step"] for r in ext.streams["t"].queue] == [2]
+    assert held(s, holder("t", "r1")) == set(rank0.keys(2, 0))
+    await until_gone(s, [a, b], rank0.keys(1, 1) + rank0.keys(0, 1))
+    values = await take(c, first[1])  # what the reader took is untouched
+    np.testing.assert_array_equal(values[0], block(1, 0))
+
+    assert await rank0.publish(3) == {"status": "OK"}  # the run goes on
+    assert [(await get(c, "t", run="r1"))["step"] for _ in range(2)] == [2, 3]
+    assert ext.stats()["streams"]["t"]["published"] == 4
+
+
+@gen_cluster(client=True)
+async def test_index_going_backwards_before_the_reader_is_queued_in_step_order(
+    c: Client, s: Any, a: Any, b: Any
+) -> None:
+    ext = await install(c, s)
+    rank0 = Republisher(c, [a, b], "t", "r1")
+    await rank0.open()
+    for step in (0, 2, 1):
+        assert await rank0.publish(step) == {"status": "OK"}
+    assert [r["step"] for r in ext.streams["t"].queue] == [0, 1, 2]
+    await rank0.close(3)
+    assert [(await get(c, "t", run="r1"))["step"] for _ in range(3)] == [0, 1, 2]
+
+
+@gen_cluster(client=True)
+async def test_step_waiting_for_room_is_dropped_if_the_reader_passes_it_meanwhile(
+    c: Client, s: Any, a: Any, b: Any
+) -> None:
+    ext = await install(c, s)
+    rank0 = Republisher(c, [a, b], "t", "r1")
+    await rank0.open(buffer_nb=1)
+    await rank0.publish(1)
+    earlier = asyncio.ensure_future(rank0.publish(0))  # goes back, waits for room
+    await asyncio.wait_for(until_called(ext, "publish", 2), WAIT)
+    assert not earlier.done()
+    assert (await get(c, "t"))["step"] == 1  # room, but the reader is past step 0 now
+    reply = await earlier
+    assert reply["status"] == "dropped" and "step 0 of 't'" in reply["message"]
+    assert list(ext.streams["t"].queue) == []
+    await until_gone(s, [a, b], rank0.keys(0, 0))

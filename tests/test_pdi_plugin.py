@@ -376,3 +376,160 @@ def test_pca_in_situ_equals_post_hoc(
     b = json.loads((tmp_path / "posthoc.json").read_text())["explained_variance"]
     assert len(a) == len(b) == HeatConfig.from_yaml(simulation).steps
     np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+
+
+# -- decl_hdf5 configurations go in situ by renaming two keys ------------------------------------
+
+# plugins sections of configs/heat_hdf5.yml as users write them for parallel HDF5 files
+DECL_HDF5_PLUGINS = {
+    # decl_hdf5's keys for files (ignored in situ), on_event, and several writes of one data,
+    # one of them on even iterations only into a half-length time axis
+    "file-keys-on-event-two-writes": """\
+plugins:
+  mpi: ~
+  decl_hdf5:
+    file: heat.h5
+    collision_policy: write_into
+    on_event: iter
+    communicator: $MPI_COMM_WORLD
+    datasets:
+      gtemp: {type: array, subtype: double, size: [$steps, '$global_size[0]', '$global_size[1]']}
+      geven: {type: array, subtype: double, size: [$steps/2, '$global_size[0]', '$global_size[1]']}
+    write:
+      temp:
+      - dataset: gtemp
+        mpio: COLLECTIVE
+        collision_policy: write_into_and_warn
+        attributes: {steps: $steps, period: 2}
+        memory_selection: {size: ['$local_size[0]', '$local_size[1]'], start: [1, 1]}
+        dataset_selection:
+          size: [1, '$local_size[0]', '$local_size[1]']
+          start: [$step, '$local_start[0]', '$local_start[1]']
+      - dataset: geven
+        when: '$step % 2 = 0'
+        mpio: INDEPENDENT
+        memory_selection: {size: ['$local_size[0]', '$local_size[1]'], start: [1, 1]}
+        dataset_selection:
+          size: [1, '$local_size[0]', '$local_size[1]']
+          start: ['$step / 2', '$local_start[0]', '$local_start[1]']
+""",
+    # every time index written twice (steps 2k and 2k+1 into slice k): the file keeps the last
+    # write; in situ, a step not taken yet by the analytics is replaced by the new data
+    "repeated-index": """\
+plugins:
+  mpi: ~
+  decl_hdf5:
+    file: heat.h5
+    communicator: $MPI_COMM_WORLD
+    datasets:
+      gtemp: {type: array, subtype: double, size: [$steps/2, '$global_size[0]', '$global_size[1]']}
+    write:
+      temp:
+        dataset: gtemp
+        mpio: COLLECTIVE
+        memory_selection: {size: ['$local_size[0]', '$local_size[1]'], start: [1, 1]}
+        dataset_selection:
+          size: [1, '$local_size[0]', '$local_size[1]']
+          start: ['$step / 2', '$local_start[0]', '$local_start[1]']
+""",
+}
+
+
+def with_plugins(plugins: str) -> str:
+    """configs/heat_hdf5.yml with its ``plugins`` section replaced."""
+    text = (CONFIGS / "heat_hdf5.yml").read_text()
+    return text[: text.index("plugins:")] + plugins
+
+
+def to_deisa(text: str) -> str:
+    """The swap a PDI user makes: the plugin's name and its ``file`` key, nothing else."""
+    return text.replace("\n  decl_hdf5:\n", "\n  deisa:\n", 1).replace(
+        "\n    file: heat.h5\n", "\n    scheduler_file: scheduler.json\n", 1
+    )
+
+
+def test_to_deisa_changes_exactly_two_lines() -> None:
+    import difflib
+
+    for plugins in DECL_HDF5_PLUGINS.values():
+        hdf5 = with_plugins(plugins)
+        diff = [
+            line
+            for line in difflib.ndiff(hdf5.splitlines(), to_deisa(hdf5).splitlines())
+            if line[:2] in ("- ", "+ ")
+        ]
+        assert sorted(diff) == sorted(
+            [
+                "-   decl_hdf5:",
+                "-     file: heat.h5",
+                "+   deisa:",
+                "+     scheduler_file: scheduler.json",
+            ]
+        )
+
+
+@pytest.mark.parametrize("case", sorted(DECL_HDF5_PLUGINS))
+def test_decl_hdf5_configuration_goes_in_situ_by_renaming_two_keys(
+    built: Path, tmp_path: Path, dask_processes: DaskProcesses, case: str
+) -> None:
+    import h5py
+
+    from deisa import Adapter
+
+    simulation = write_config(tmp_path / "simulation.yml")
+    config = HeatConfig.from_yaml(simulation)
+    hdf5 = tmp_path / "hdf5.yml"
+    hdf5.write_text(with_plugins(DECL_HDF5_PLUGINS[case]))
+    run_c_heat(4, simulation, hdf5, tmp_path)
+    with h5py.File(tmp_path / "heat.h5", "r") as f:
+        written = {name: f[name][...] for name in f}
+    if case == "repeated-index":  # the file keeps the second write of each slice
+        assert len(written["gtemp"]) == config.steps // 2
+        for k, values in enumerate(written["gtemp"]):
+            assert np.array_equal(values, reference_field(config, 2 * k + 1))
+
+    insitu = tmp_path / "deisa.yml"
+    insitu.write_text(to_deisa(hdf5.read_text()))
+    run = run_c_heat(4, simulation, insitu, tmp_path)  # the analytics starts after the run
+    ignored = (
+        "Ignoring decl_hdf5 keys that only matter for HDF5 files: `collision_policy', `mpio' "
+        "(write entry of `temp'), `collision_policy' (write entry of `temp'), `attributes' "
+        "(write entry of `temp'), `mpio' (write entry of `temp')"
+        if case != "repeated-index"
+        else "Ignoring decl_hdf5 keys that only matter for HDF5 files: `mpio' (write entry of "
+        "`temp')\n"
+    )
+    assert ignored in run.stdout + run.stderr
+    with dask_processes.client() as client:
+        adapter = Adapter(client)
+        for name, values in written.items():
+            received = {step: field.compute() for step, field in adapter[name].items()}
+            assert sorted(received) == list(range(len(values))), name
+            for step, field in received.items():
+                assert np.array_equal(field, values[step]), (name, step)
+
+
+def test_dataset_expression_names_a_regular_expression_of_datasets(
+    built: Path, tmp_path: Path
+) -> None:
+    def edit(deisa: dict[str, Any]) -> None:  # decl_hdf5's generic dataset names
+        deisa["datasets"] = {"gtemp_[0-9]+": deisa["datasets"]["gtemp"]}
+        deisa["write"]["temp"]["dataset"] = "gtemp_${steps}"
+
+    run_c_heat_deisa(tmp_path, edit, process_grid=[1, 1], steps=2)
+    log = bridge_log(tmp_path, 0)
+    assert list(log["arrays"]) == ["gtemp_2"]
+    assert [(p["name"], p["step"]) for p in log["publish"]] == [("gtemp_2", 0), ("gtemp_2", 1)]
+
+
+def test_write_entry_communicator_must_be_the_plugins(built: Path, tmp_path: Path) -> None:
+    def edit(deisa: dict[str, Any]) -> None:
+        deisa["write"]["temp"]["communicator"] = "$MPI_COMM_SELF"
+
+    run = run_c_heat_deisa(tmp_path, edit, 2, check=False, process_grid=[1, 2], steps=2)
+    assert run.returncode != 0
+    assert (
+        "`communicator' of `temp' is not the plugin's communicator (default MPI_COMM_WORLD)"
+        in run.output
+    )
+    assert not list(tmp_path.glob("gtemp_*.npy"))
