@@ -59,8 +59,9 @@ class BridgeOptions:
     Parameters
     ----------
     placement
-        ``"round_robin"`` (rank ``r`` sends to worker ``r % W``) or ``"locality"`` (the blocks
-        of a row band share a worker). See :mod:`deisa.placement`.
+        ``"round_robin"`` (rank ``r`` sends to worker ``r % W``), ``"locality"`` (the blocks
+        of a row band share a worker) or ``"node_local"`` (each rank sends to a worker on its
+        own node). See :mod:`deisa.placement`.
     buffer_nb
         At most this many steps of an array wait on the scheduler for the analytics; the next
         publication blocks until the analytics takes one. ``None``: unbounded. ``0`` is refused.

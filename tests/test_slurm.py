@@ -18,7 +18,9 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Protocol
 
+import multinode
 import pytest
 import yaml
 from conftest import REPO
@@ -47,7 +49,7 @@ def srun_steps(script: str) -> list[str]:
 def simulation_step(script: str) -> str:
     """The simulation's ``srun`` command, all its continuation lines."""
     start = script.index(srun_steps(script)[3])
-    return script[start : script.index('> "$LOGS/simulation.log"', start)]
+    return script[start : script.index("simulation=$!", start)]
 
 
 def test_header_has_counts_time_and_partition(tmp_path: Path) -> None:
@@ -99,6 +101,141 @@ def test_multi_node_layout_follows_the_paper() -> None:
     assert "--nodes=2 --relative=3" in simulation
 
 
+def step_options(step: str) -> dict[str, str]:
+    """``--name=value`` options of one ``srun`` line."""
+    return dict(re.findall(r"--([\w-]+)=(\S+)", step.split(" \\")[0]))
+
+
+def placed(script: str) -> dict[str, tuple[str, str]]:
+    """``(nodes, relative)`` of each step: scheduler, workers, client, simulation."""
+    names = ("scheduler", "workers", "client", "simulation")
+    steps = (step_options(step) for step in srun_steps(script))
+    return {name: (o["nodes"], o["relative"]) for name, o in zip(names, steps, strict=True)}
+
+
+@pytest.mark.parametrize(
+    ("options", "expected", "picture"),
+    [
+        pytest.param(
+            {"nodes": 2, "worker_nodes": 0},
+            {"workers": ("2", "0"), "simulation": ("2", "0")},
+            [
+                "#   node 0: scheduler + client, 1 worker x 1 thread, 2 ranks (5 CPUs)",
+                "#   node 1: 1 worker x 1 thread, 2 ranks (3 CPUs)",
+            ],
+            id="colocated-shared",
+        ),
+        pytest.param(
+            {"nodes": 3, "worker_nodes": 0},
+            {"workers": ("2", "1"), "simulation": ("2", "1")},
+            [
+                "#   node 0: scheduler + client (2 CPUs)",
+                "#   nodes 1-2: 1 worker x 1 thread, 2 ranks (3 CPUs)",
+            ],
+            id="colocated-own",
+        ),
+        pytest.param(
+            {"nodes": 2, "worker_nodes": 1},
+            {"workers": ("1", "0"), "simulation": ("1", "1")},
+            [
+                "#   node 0: scheduler + client, 2 workers x 1 thread (4 CPUs)",
+                "#   node 1: 4 ranks (4 CPUs)",
+            ],
+            id="dedicated-shared",
+        ),
+        pytest.param(
+            {"nodes": 3, "worker_nodes": 1},
+            {"workers": ("1", "1"), "simulation": ("1", "2")},
+            [
+                "#   node 0: scheduler + client (2 CPUs)",
+                "#   node 1: 2 workers x 1 thread (2 CPUs)",
+                "#   node 2: 4 ranks (4 CPUs)",
+            ],
+            id="dedicated-own",
+        ),
+        pytest.param(
+            {"nodes": 3, "worker_nodes": 1, "scheduler_node": "shared"},
+            {"workers": ("1", "0"), "simulation": ("2", "1")},
+            [
+                "#   node 0: scheduler + client, 2 workers x 1 thread (4 CPUs)",
+                "#   nodes 1-2: 2 ranks (2 CPUs)",
+            ],
+            id="dedicated-shared-3",
+        ),
+    ],
+)
+def test_layouts_place_every_step(
+    options: dict[str, Any], expected: dict[str, tuple[str, str]], picture: list[str]
+) -> None:
+    script = job_script(ranks=4, workers=2, **options)
+    header = sbatch_lines(script)
+    assert header["nodes"] == str(options["nodes"])
+    assert header["ntasks"] == "8"
+    assert "exclusive" in header
+    cpus = [int(m) for m in re.findall(r"\((\d+) CPUs\)", script)]
+    assert header["mincpus"] == str(max(cpus))
+    assert placed(script) == {"scheduler": ("1", "0"), "client": ("1", "0"), **expected}
+    assert "\n".join(picture) in script
+
+
+def test_one_node_runs_everything() -> None:
+    script = job_script(ranks=4, workers=2)
+    assert set(placed(script).values()) == {("1", "0")}
+    assert "exclusive" not in sbatch_lines(script) and "mincpus" not in sbatch_lines(script)
+    assert "#   node 0: scheduler + client, 2 workers x 1 thread, 4 ranks (8 CPUs)" in script
+
+
+def full_steps(script: str) -> list[str]:
+    """Each ``srun`` step with its continuation lines."""
+    return [
+        re.sub(r"\\\n\s*", "", step) for step in re.findall(r"^srun (?:.*\\\n)*.*$", script, re.M)
+    ]
+
+
+def test_interface_binds_dask_and_mpi() -> None:
+    script = job_script(nodes=2, worker_nodes=0, interface="ib0")
+    scheduler, workers, client, simulation = full_steps(script)
+    assert "dask scheduler" in scheduler and scheduler.endswith(" --interface ib0 &")
+    assert "dask worker" in workers and workers.endswith(" --interface ib0 &")
+    assert "--interface" not in client + simulation
+    assert "export OMPI_MCA_btl_tcp_if_include=ib0 OMPI_MCA_oob_tcp_if_include=ib0\n" in script
+    assert "OMPI_MCA_btl_tcp_if_include" not in job_script(nodes=2, worker_nodes=0)
+
+
+def test_scheduler_takes_a_free_port() -> None:
+    script = job_script()
+    assert '--scheduler-file "$SCHEDULER_FILE" --port 0 ' in script
+    assert "8786" not in script
+
+
+def test_the_placement_waits_for_every_worker() -> None:
+    command = simulation_step(job_script(workers=3, timeout=200, placement="node_local"))
+    assert "--placement node_local" in command
+    assert "--connect-timeout 200.0 --min-workers 3" in command
+
+
+def test_jobs_sharing_an_output_directory_write_apart(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    script = job_script(output=out, simulation={"steps": 3})
+    for job in ("41", "42"):
+        env = {"PATH": os.environ["PATH"], "SLURM_JOB_ID": job}
+        shell = preamble(script) + 'echo "$OUT $SCHEDULER_FILE $LOGS"'
+        done = subprocess.run(
+            ["bash", "-c", shell], env=env, capture_output=True, text=True, timeout=30, check=True
+        )
+        assert done.stdout.split() == [
+            f"{out}/{job}",
+            f"{out}/{job}/scheduler.json",
+            f"{out}/{job}/logs",
+        ]
+    for job in ("41", "42"):
+        assert "steps: 3" in (out / job / "simulation.yml").read_text()
+    assert sorted(p.name for p in out.iterdir()) == ["41", "42"]
+    # every output of the job is under $OUT: timings, results (the client's --output), logs
+    assert '--output "$OUT" --timings "$OUT/timings.json"' in script
+    assert all('--output="$LOGS/' in step for step in srun_steps(script))
+
+
 @pytest.mark.parametrize(
     ("nodes", "worker_nodes", "expected"),
     [(1, None, ((0, 1), (0, 1))), (2, None, ((0, 1), (1, 1))), (3, None, ((1, 1), (2, 1)))],
@@ -108,8 +245,18 @@ def test_layout_defaults(nodes: int, worker_nodes: int | None, expected: tuple) 
 
 
 def test_layout_needs_a_simulation_node() -> None:
-    with pytest.raises(ValueError, match="worker_nodes=2 must be between 0 and nodes - 2 = 1"):
-        layout(3, 2)
+    with pytest.raises(ValueError, match=r"worker_nodes=3 must be between 0 .* and nodes - 1 = 2"):
+        layout(3, 3)
+    with pytest.raises(
+        ValueError, match="scheduler_node='own' with worker_nodes=2 needs nodes >= 4"
+    ):
+        layout(3, 2, "own")
+    with pytest.raises(
+        ValueError, match="scheduler_node='own' with worker_nodes=0 needs nodes >= 2"
+    ):
+        layout(1, 0, "own")
+    with pytest.raises(ValueError, match="scheduler_node='alone': one of auto, own, shared"):
+        layout(3, 1, "alone")
 
 
 def test_grid_must_match_ranks() -> None:
@@ -120,6 +267,15 @@ def test_grid_must_match_ranks() -> None:
 def test_srun_args_reach_every_step() -> None:
     steps = srun_steps(job_script(srun_args=["--mem-per-cpu=1G"]))
     assert all("--mem-per-cpu=1G" in step for step in steps)
+
+
+def test_cli_takes_every_layout(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = ["--solver", "python", "-o", str(tmp_path / "out")]
+    assert slurm_main(["--nodes", "2", "--worker-nodes", "1", *out]) == 0
+    assert placed(capsys.readouterr().out)["simulation"] == ("1", "1")
+    argv = ["--nodes", "3", "--worker-nodes", "0", "--scheduler-node", "own", *out]
+    assert slurm_main(argv) == 0
+    assert placed(capsys.readouterr().out)["workers"] == ("2", "1")
 
 
 def test_cli_prints_the_script(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -182,7 +338,7 @@ def test_c_solver_step(fake_build: Path, tmp_path: Path) -> None:
     )
     heat = fake_build / "simulation" / "heat"
     assert f"# Simulation: the C solver ({heat})" in script
-    assert f'    {heat} "$OUT/simulation.yml" "$OUT/pdi.yml" \\\n' in script
+    assert f'    {heat} "$OUT/simulation.yml" "$OUT/pdi.yml" &\n' in script
     assert "deisa_simulation" not in script
     # the C solver writes no timings.json: the client must not wait for one
     assert "--timings" not in script
@@ -205,14 +361,16 @@ def test_c_solver_pdi_yaml_names_the_job_scheduler_file(fake_build: Path, tmp_pa
         check=True,
     )
     assert shell.stdout.strip() == f"{fake_build / 'plugin'}:/opt/pdi"
-    pdi = yaml.safe_load((out / "pdi.yml").read_text())
+    pdi = yaml.safe_load((out / "42" / "pdi.yml").read_text())
     packaged = yaml.safe_load((REPO / "configs" / "heat_deisa.yml").read_text())
     deisa = pdi["plugins"]["deisa"]
-    assert deisa["scheduler_file"] == f"{out}/scheduler-42.json"
+    assert deisa["scheduler_file"] == f"{out}/42/scheduler.json"
+    # as the Python solver: the placement waits for every worker, as long as the job waits
+    assert deisa["min_workers"] == 2 and deisa["connect_timeout"] == 300.0
     assert deisa["placement"] == "round_robin" and deisa["buffer_nb"] == 5
     assert deisa["datasets"] == packaged["plugins"]["deisa"]["datasets"]
     assert pdi["data"] == packaged["data"]  # `$` expressions survive the heredoc
-    assert JOB_ID not in (out / "pdi.yml").read_text()
+    assert JOB_ID not in (out / "42" / "pdi.yml").read_text()
 
 
 def test_c_solver_without_a_build_is_a_clear_error(
@@ -286,7 +444,11 @@ def test_cli_options_mean_what_they_mean_for_deisa_run(
         (["--buffer-nb", "many"], "--buffer-nb 'many': a positive integer or 'none'"),
         (["--buffer-nb", "0"], "--buffer-nb 0: buffer_nb=0 must be a positive integer or None"),
         (["--size", "-1", "5"], "--size -1 5: global_size: expected two positive integers"),
-        (["--nodes", "3", "--worker-nodes", "2"], "worker_nodes=2 must be between 0 and"),
+        (["--nodes", "3", "--worker-nodes", "3"], "worker_nodes=3 must be between 0"),
+        (
+            ["--nodes", "2", "--worker-nodes", "1", "--scheduler-node", "own"],
+            "scheduler_node='own' with worker_nodes=1 needs nodes >= 3",
+        ),
     ],
 )
 def test_cli_bad_options_exit_2(
@@ -433,7 +595,14 @@ def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Slurm]:
             _stop(proc)
 
 
-def _job_state(slurm: Slurm, job: str) -> str:
+class SlurmCluster(Protocol):
+    """What a job needs of a cluster: Slurm commands from the login node, and its logs."""
+
+    def run(self, *cmd: str, timeout: float = 30) -> subprocess.CompletedProcess[str]: ...
+    def logs(self) -> str: ...
+
+
+def _job_state(slurm: SlurmCluster, job: str) -> str:
     out = slurm.run("scontrol", "show", "job", job, timeout=15).stdout
     match = re.search(r"JobState=(\w+)", out)
     return match.group(1) if match else "UNKNOWN"
@@ -444,7 +613,12 @@ class Job:
     id: str
     state: str
     out: Path
-    slurm: Slurm
+    slurm: SlurmCluster
+
+    @property
+    def dir(self) -> Path:
+        """The job's own directory, ``<output>/<job id>``."""
+        return self.out / self.id
 
     def diagnostics(self) -> str:
         job_logs = "\n".join(
@@ -454,26 +628,26 @@ class Job:
         return f"job {self.id} ended {self.state}\n{job_logs}\n{self.slurm.logs()}"
 
 
-def run_job(slurm: Slurm, tmp_path: Path, steps: int, **options: object) -> Job:
-    """Submit ``job_script(**options)`` for a 4-rank, 2-worker run and wait for its end."""
+def run_job(
+    slurm: SlurmCluster, tmp_path: Path, steps: int, *, size: int = 64, **options: Any
+) -> Job:
+    """Submit ``job_script(**options)`` (default: 4 ranks, 2 workers) and wait for its end."""
     out = tmp_path / "out"
-    out.mkdir()
+    out.mkdir(exist_ok=True)
     script = tmp_path / "job.sh"
-    script.write_text(
-        job_script(
-            ranks=4,
-            workers=2,
-            threads=1,
-            time="00:06:00",
-            output=out,
-            workdir=tmp_path,
-            python=sys.executable,
-            simulation={"global_size": [64, 64], "steps": steps, "output_period": 2},
-            n_components=3,
-            timeout=120,
-            **options,
-        )
-    )
+    settings: dict[str, Any] = {
+        "ranks": 4,
+        "workers": 2,
+        "threads": 1,
+        "time": "00:06:00",
+        "output": out,
+        "workdir": tmp_path,
+        "python": sys.executable,
+        "simulation": {"global_size": [size, size], "steps": steps, "output_period": 2},
+        "n_components": 3,
+        "timeout": 120,
+    }
+    script.write_text(job_script(**(settings | options)))
     submitted = slurm.run("sbatch", "--parsable", str(script))
     assert submitted.returncode == 0, submitted.stderr
     job = submitted.stdout.strip().split(";")[0]
@@ -488,11 +662,10 @@ def run_job(slurm: Slurm, tmp_path: Path, steps: int, **options: object) -> Job:
     return Job(job, state, out, slurm)
 
 
-def check_results(job: Job, steps: int) -> list[dict]:
+def check_results(job: Job, steps: int, size: int = 64) -> list[dict]:
     """The job completed and its results.json holds a sound PCA of every step; its table."""
     assert job.state == "COMPLETED", job.diagnostics()
-    out = job.out
-    results = json.loads((out / "results.json").read_text())
+    results = json.loads((job.dir / "results.json").read_text())
     assert [s["step"] for s in results["steps"]] == list(range(steps)), job.diagnostics()
     for s in results["steps"]:
         ratio = s["explained_variance_ratio"]
@@ -503,11 +676,11 @@ def check_results(job: Job, steps: int) -> list[dict]:
         assert s["explained_variance"][0] > 0
     table = results["table"]
     assert [row["step"] for row in table] == list(range(steps))
-    assert all(row["nbytes"] == 64 * 64 * 8 for row in table)
-    assert (out / "explained_variance.png").stat().st_size > 0
+    assert all(row["nbytes"] == size * size * 8 for row in table)
+    assert (job.dir / "explained_variance.png").stat().st_size > 0
     assert (
         "deisa: simulation exit status 0, analytics exit status 0"
-        in (out / f"slurm-{job.id}.out").read_text()
+        in (job.out / f"slurm-{job.id}.out").read_text()
     )
     return table
 
@@ -518,6 +691,17 @@ def test_job_runs_the_pipeline(slurm: Slurm, tmp_path: Path) -> None:
     job = run_job(slurm, tmp_path, steps=4)
     table = check_results(job, steps=4)
     assert all(row["compute_s"] is not None for row in table)  # timings of all 4 ranks
+    # every file of the job in its own directory, every task's log named after its node
+    assert sorted(p.name for p in job.out.iterdir()) == [job.id, f"slurm-{job.id}.out"]
+    host = socket.gethostname().split(".")[0]  # srun --output's %N: the node's short host name
+    logs = sorted(p.name for p in (job.dir / "logs").iterdir())
+    assert logs == [
+        f"analytics-{host}.log",
+        f"scheduler-{host}.log",
+        *(f"simulation-{host}-{rank}.log" for rank in range(4)),
+        f"workers-{host}-0.log",
+        f"workers-{host}-1.log",
+    ]
 
 
 @pytest.mark.slurm
@@ -529,6 +713,151 @@ def test_job_runs_the_c_solver(slurm: Slurm, built: Path, tmp_path: Path) -> Non
         pytest.skip(problem)
     job = run_job(slurm, tmp_path, steps=4, solver="c", build_dir=built)
     check_results(job, steps=4)
-    pdi = yaml.safe_load((job.out / "pdi.yml").read_text())
-    assert pdi["plugins"]["deisa"]["scheduler_file"] == f"{job.out}/scheduler-{job.id}.json"
-    assert "deisa_simulation" not in (job.out / f"logs-{job.id}" / "simulation.log").read_text()
+    pdi = yaml.safe_load((job.dir / "pdi.yml").read_text())
+    assert pdi["plugins"]["deisa"]["scheduler_file"] == f"{job.dir}/scheduler.json"
+    logs = list((job.dir / "logs").glob("simulation-*.log"))
+    assert len(logs) == 4 and not any("deisa_simulation" in p.read_text() for p in logs)
+
+
+# -- real jobs on a multi-node Slurm (network namespaces) -----------------------------------------
+
+
+@pytest.fixture(scope="module")
+def slurm_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[multinode.Cluster]:
+    """A 3-node Slurm cluster of network namespaces (tests/multinode.py); skip if it cannot
+    start, stop every daemon by PID at the end."""
+    try:
+        cluster = multinode.start_cluster(tmp_path_factory.mktemp("slurm-nodes"), 3)
+    except multinode.ClusterUnavailableError as exc:
+        pytest.skip(f"no multi-node Slurm here: {exc}")
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def job_tasks(job: Job, step: str) -> dict[str, list[int]]:
+    """The tasks of one step of ``job`` per node, from its log files' names."""
+    tasks: dict[str, list[int]] = {}
+    for path in (job.dir / "logs").glob(f"{step}-*.log"):
+        node, _, task = path.stem.removeprefix(f"{step}-").partition("-")
+        tasks.setdefault(node, []).append(int(task or 0))
+    return {node: sorted(ids) for node, ids in sorted(tasks.items())}
+
+
+def block_arrivals(
+    job: Job, records: list[dict[str, Any]], cluster: multinode.Cluster
+) -> dict[tuple[int, int, int], tuple[str, str]]:
+    """``(step, i, j)`` -> ``(node, how)`` of every block of ``gtemp`` that entered a worker's
+    memory; ``how`` is the state it came from (``"flight"``: fetched from another worker)."""
+    arrivals = {}
+    for record in records:
+        key = record["key"]
+        if isinstance(key, list) and re.fullmatch(r"deisa-[0-9a-f]+-gtemp-\d+", key[0]):
+            step = int(key[0].rsplit("-", 1)[1])
+            where = (cluster.node_of(record["worker"]), record["start"])
+            assert record["host"] == where[0], record  # the worker's address is its node's
+            arrivals.setdefault((step, int(key[1]), int(key[2])), []).append(where)
+    return arrivals
+
+
+@pytest.mark.integration
+@pytest.mark.slurm
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize(
+    ("layout_options", "scheduler", "workers", "ranks"),
+    [
+        pytest.param(
+            {"nodes": 2, "worker_nodes": 0},
+            "node0",
+            {"node0": [0], "node1": [1]},
+            {"node0": [0, 1], "node1": [2, 3]},
+            id="colocated",
+        ),
+        pytest.param(
+            {"nodes": 3, "worker_nodes": 1},
+            "node0",
+            {"node1": [0, 1]},
+            {"node2": [0, 1, 2, 3]},
+            id="dedicated",
+        ),
+        pytest.param(
+            {"nodes": 2, "worker_nodes": 0, "solver": "c"},
+            "node0",
+            {"node0": [0], "node1": [1]},
+            {"node0": [0, 1], "node1": [2, 3]},
+            id="colocated-c-solver",
+            marks=pytest.mark.pdi,
+        ),
+    ],
+)
+def test_multinode_job_keeps_blocks_on_their_node(
+    slurm_nodes: multinode.Cluster,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
+    layout_options: dict[str, Any],
+    scheduler: str,
+    workers: dict[str, list[int]],
+    ranks: dict[str, list[int]],
+) -> None:
+    """Scheduler, workers and ranks run where the layout says; with node_local placement every
+    block reaches a worker on its rank's node (co-located) or the workers' node (dedicated),
+    bitwise, and no block is ever fetched from one worker by another. The Python solver, and
+    the C solver through PDI and the deisa plugin where it builds."""
+    from deisa_simulation.heat import HeatConfig, block_checksum, reference_field
+
+    options = {"solver": "python", **layout_options}
+    if options["solver"] == "c":
+        built = request.getfixturevalue("built")
+        problem = solver.c_solver_problem(built, REPO / "configs" / "heat_deisa.yml")
+        if problem:
+            pytest.skip(problem)
+        options["build_dir"] = built
+    keys = tmp_path / "keys"
+    keys.mkdir()
+    monkeypatch.setitem(slurm_nodes.env, "DASK_DISTRIBUTED__WORKER__PRELOAD", multinode.__file__)
+    monkeypatch.setitem(slurm_nodes.env, multinode.TRANSFER_LOG_DIR, str(keys))
+    steps, size = 3, 32
+    job = run_job(
+        slurm_nodes,
+        tmp_path,
+        steps=steps,
+        size=size,
+        placement="node_local",
+        interface=slurm_nodes.interface,
+        **options,
+    )
+    check_results(job, steps=steps, size=size)
+    assert job_tasks(job, "scheduler") == {scheduler: [0]}
+    assert job_tasks(job, "analytics") == {scheduler: [0]}
+    assert job_tasks(job, "workers") == workers
+    assert job_tasks(job, "simulation") == ranks
+    scheduler_log = next((job.dir / "logs").glob("scheduler-*.log")).read_text()
+    address = re.search(r"Scheduler at:\s+(\S+)", scheduler_log)
+    assert address and slurm_nodes.node_of(address.group(1)) == scheduler, scheduler_log
+    for node, tasks in workers.items():
+        for task in tasks:
+            log = (job.dir / "logs" / f"workers-{node}-{task}.log").read_text()
+            address = re.search(r"Start worker at:\s+(\S+)", log)
+            assert address and slurm_nodes.node_of(address.group(1)) == node, log
+
+    rank_node = {rank: node for node, ids in ranks.items() for rank in ids}
+    config = HeatConfig(global_size=(size, size), process_grid=(2, 2), steps=steps, output_period=2)
+    records = multinode.read_key_log(keys)
+    arrivals = block_arrivals(job, records, slurm_nodes)
+    assert sorted(arrivals) == [(s, i, j) for s in range(steps) for i in (0, 1) for j in (0, 1)]
+    for (step, i, j), where in arrivals.items():
+        node = rank_node[2 * i + j]  # Create_cart: ranks in row-major order of their blocks
+        expected = {node} if node in workers else set(workers)  # dedicated: the worker node
+        assert {n for n, _ in where} <= expected, (step, i, j, where)
+        assert all(how != "flight" for _, how in where), (step, i, j, where)  # never fetched
+    for record in records:  # bitwise: the blocks the workers hold are the solver's field
+        key = record["key"]
+        if record.get("checksum") and isinstance(key, list) and "-gtemp-" in key[0]:
+            step, i, j = int(key[0].rsplit("-", 1)[1]), int(key[1]), int(key[2])
+            block = reference_field(config, step)[
+                i * size // 2 : (i + 1) * size // 2, j * size // 2 : (j + 1) * size // 2
+            ]
+            assert record["checksum"] == block_checksum(block), (step, i, j)
+    assert sum(1 for r in records if r.get("checksum")) >= len(arrivals)

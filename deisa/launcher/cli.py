@@ -138,6 +138,7 @@ def slurm_main(argv: Sequence[str]) -> int:
             threads=settings.threads,
             nodes=get("nodes"),
             worker_nodes=get("worker_nodes"),
+            scheduler_node=get("scheduler_node"),
             time=get("time"),
             partition=get("partition"),
             output=settings.output,

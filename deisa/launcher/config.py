@@ -187,6 +187,12 @@ OPTIONS: tuple[Option, ...] = (
     # Slurm
     Option("nodes", ("--nodes", "-N"), {SLURM: "slurm"}, {"type": int}),
     Option("worker_nodes", ("--worker-nodes",), {SLURM: "slurm"}, {"type": int}),
+    Option(
+        "scheduler_node",
+        ("--scheduler-node",),
+        {SLURM: "slurm"},
+        {"choices": ["auto", "own", "shared"]},
+    ),
     Option("time", ("--time",), {SLURM: "slurm"}),
     Option("partition", ("--partition", "-p"), {SLURM: "slurm"}),
     Option("job_name", ("--job-name",), {SLURM: "slurm"}),
