@@ -19,14 +19,27 @@ step (median; counted from when the analytics asked for the step if it was busy 
 came). Writes ``scheduler_messages.json`` and
 ``scheduler_messages.png``. The target: simulation messages per step constant in the rank count.
 ``--quick``: ranks 2 4 8 and 10 steps; default ranks 2 4 8 16 (oversubscribed), 20 steps.
+
+``--nodes 1 2 4`` (root, Slurm): each node count above 1 runs the simulation as a Slurm job on
+that many nodes of a cluster of network namespaces built on this machine by the test suite's
+``tests/multinode.py`` (torn down by PID at the end), with one Dask worker per node and the
+``node_local`` placement; the scheduler and the analytics stay in this process, on the login
+node. Every rank count runs at every node count. The printed "register ms" is the thread CPU
+of the scheduler registering one step's blocks (the per-block part of ``deisa_publish``).
+Finally :func:`extrapolate` fits the measured messages per step and CPU per message and block
+and prints the scheduler's cost per step on each side at ``--extrapolate RANKS NODES``
+(default 1024 ranks, 64 nodes) against the DEISA paper's 9,116 requests/s saturation.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
+import ipaddress
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -39,7 +52,7 @@ from typing import Any
 
 import yaml
 
-from bench._common import PINS
+from bench._common import PINS, REPO
 
 GRIDS = {1: (1, 1), 2: (2, 1), 4: (2, 2), 8: (4, 2), 16: (4, 4)}
 SIMULATION_OPS = {"deisa_publish", "deisa_open", "deisa_close", "deisa_workers"}
@@ -57,14 +70,8 @@ def _thread_cpu(native_id: int) -> float:
     return float("nan")
 
 
-def run_one(ranks: int, size: int, steps: int, workdir: Path) -> dict[str, Any]:
-    from distributed import Client, LocalCluster
-
-    from deisa import Adapter
-    from deisa._dask_internals import count_handler_calls
-
-    os.environ.update(PINS)
-    config = workdir / f"sim-{ranks}.yml"
+def _write_config(workdir: Path, ranks: int, size: int, steps: int, tag: str) -> Path:
+    config = workdir / f"sim-{tag}.yml"
     config.write_text(
         yaml.safe_dump(
             {
@@ -75,43 +82,173 @@ def run_one(ranks: int, size: int, steps: int, workdir: Path) -> dict[str, Any]:
             }
         )
     )
-    with (
-        LocalCluster(
-            n_workers=2,
-            threads_per_worker=1,
-            processes=True,
-            host="127.0.0.1",
-            dashboard_address=None,
-        ) as cluster,
-        # by address, not Client(cluster): the client gets its own loop thread, so the CPU time
-        # of the scheduler's loop thread is the scheduler's (and the nannies' few messages)
-        Client(cluster.scheduler.address) as client,
-    ):
-        scheduler_file = workdir / f"scheduler-{ranks}.json"
-        scheduler_file.write_text(json.dumps({"address": cluster.scheduler.address}))
-        adapter = Adapter(client, timeout=120)
-        counter: Counter[str] = Counter()
-        restore = count_handler_calls(cluster.scheduler, counter)
-        published: dict[int, float] = {}
-        publish_handler = cluster.scheduler.handlers["deisa_publish"]
+    return config
 
-        def stamped(*a: Any, **kw: Any) -> Any:
-            published.setdefault(kw.get("step", -1), time.perf_counter())
-            return publish_handler(*a, **kw)
 
-        cluster.scheduler.handlers["deisa_publish"] = functools.wraps(publish_handler)(stamped)
-        cpu0 = client.run_on_scheduler(time.thread_time)
-        loop_thread = client.run_on_scheduler(threading.get_native_id)
-        steady: list[float] = []  # scheduler-thread CPU at each step seen (no extra message)
-        t0 = time.perf_counter()
+class _Mpirun:
+    """The simulation under ``mpirun`` on this node."""
+
+    def __init__(self, ranks: int, config: Path, scheduler_file: Path) -> None:
         env = {**os.environ, **PINS, "OMPI_ALLOW_RUN_AS_ROOT": "1",
                "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}  # fmt: skip
-        sim = subprocess.Popen(
+        self.proc = subprocess.Popen(
             ["mpirun", "--oversubscribe", "-np", str(ranks), sys.executable, "-m",
              "deisa_simulation.heat", str(config), "--scheduler-file", str(scheduler_file),
              "--buffer-nb", "2"],
             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
+
+    def finish(self) -> str | None:
+        """Wait for the end: ``None`` if it succeeded, else what went wrong."""
+        _, err = self.proc.communicate(timeout=300)
+        return None if self.proc.returncode == 0 else err
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+
+
+JOB_SCRIPT = """#!/bin/bash
+#SBATCH --nodes={nodes}
+#SBATCH --exclusive
+#SBATCH --time=00:10:00
+#SBATCH --chdir={workdir}
+#SBATCH --output={workdir}/slurm-%j.out
+export {pins} OMPI_MCA_btl_tcp_if_include={iface} OMPI_MCA_oob_tcp_if_include={iface}
+srun --overlap --overcommit --nodes={nodes} --ntasks={nodes} --ntasks-per-node=1 \\
+    --output={workdir}/worker-%N.log {python} -m dask worker --scheduler-file {scheduler_file} \\
+    --nthreads 1 --no-nanny --no-dashboard --interface {iface} \\
+    --local-directory "${{TMPDIR:-/tmp}}" &
+workers=$!
+srun --overlap --overcommit --nodes={nodes} --ntasks={ranks} --mpi=pmix \\
+    --output={workdir}/simulation-%N-%t.log {python} -m deisa_simulation.heat {config} \\
+    --scheduler-file {scheduler_file} --buffer-nb 2 --placement node_local --min-workers {nodes}
+status=$?
+kill $workers 2>/dev/null
+wait $workers
+exit $status
+"""
+
+
+class _SlurmJob:
+    """The simulation as a Slurm job on ``nodes`` namespace nodes: one Dask worker per node
+    (``node_local`` placement: every block to its own node's worker), the ranks spread over
+    the nodes by ``srun``; the scheduler and the analytics stay on the login node (here)."""
+
+    def __init__(
+        self, cluster: Any, nodes: int, ranks: int, config: Path, scheduler_file: Path
+    ) -> None:
+        self.cluster = cluster
+        workdir = config.parent / f"job-{nodes}n-{ranks}r"
+        workdir.mkdir()
+        script = workdir / "job.sh"
+        pins = " ".join(f"{k}={v}" for k, v in PINS.items())
+        script.write_text(
+            JOB_SCRIPT.format(nodes=nodes, workdir=workdir, pins=pins,
+                              iface=cluster.interface, python=sys.executable, ranks=ranks,
+                              scheduler_file=scheduler_file, config=config)
+        )  # fmt: skip
+        submitted = cluster.run("sbatch", "--parsable", str(script))
+        if submitted.returncode != 0:
+            raise RuntimeError(f"sbatch: {submitted.stderr}")
+        self.job = submitted.stdout.strip().split(";")[0]
+        self.workdir = workdir
+
+    def _state(self) -> str:
+        out = self.cluster.run("scontrol", "show", "job", self.job, timeout=15).stdout
+        match = re.search(r"JobState=(\w+)", out)
+        return match.group(1) if match else "UNKNOWN"
+
+    def finish(self) -> str | None:
+        deadline = time.monotonic() + 300
+        state = self._state()
+        while state in ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "UNKNOWN"):
+            if time.monotonic() > deadline:
+                break
+            time.sleep(1)
+            state = self._state()
+        if state == "COMPLETED":
+            return None
+        logs = "\\n".join(
+            f"--- {p.name}\\n{p.read_text(errors='replace')[-2000:]}"
+            for p in sorted(self.workdir.glob("*.log")) + sorted(self.workdir.glob("*.out"))
+        )
+        return f"job {self.job} ended {state}\\n{logs}"
+
+    def kill(self) -> None:
+        if self._state() not in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"):
+            self.cluster.run("scancel", self.job)
+
+
+def login_address(cluster: Any) -> str:
+    """The login node's (this process's) address on the namespace cluster's network: the
+    subnet's first host, on the bridge (tests/multinode.py)."""
+    network = ipaddress.ip_interface(f"{cluster.addresses['ctl']}/24").network
+    return str(next(network.hosts()))
+
+
+def run_one(
+    ranks: int, size: int, steps: int, workdir: Path, nodes: int = 1, cluster: Any = None
+) -> dict[str, Any]:
+    """Measure one run: ``nodes == 1``: this node, ``mpirun`` and two local workers; else a
+    Slurm job on ``nodes`` nodes of ``cluster`` (a ``tests/multinode.py`` cluster)."""
+    from distributed import Client, LocalCluster
+
+    from deisa import Adapter, _dask_internals
+    from deisa._dask_internals import count_handler_calls
+
+    os.environ.update(PINS)
+    tag = f"{nodes}n-{ranks}r"
+    config = _write_config(workdir, ranks, size, steps, tag)
+    local = nodes == 1
+    with (
+        LocalCluster(
+            n_workers=2 if local else 0,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1" if local else login_address(cluster),
+            dashboard_address=None,
+        ) as dask_cluster,
+        # by address, not Client(cluster): the client gets its own loop thread, so the CPU time
+        # of the scheduler's loop thread is the scheduler's (and the nannies' few messages)
+        Client(dask_cluster.scheduler.address) as client,
+    ):
+        scheduler = dask_cluster.scheduler
+        scheduler_file = workdir / f"scheduler-{tag}.json"
+        scheduler_file.write_text(json.dumps({"address": scheduler.address}))
+        adapter = Adapter(client, timeout=120)
+        counter: Counter[str] = Counter()
+        restore = count_handler_calls(scheduler, counter)
+        published: dict[int, float] = {}
+        publish_handler = scheduler.handlers["deisa_publish"]
+
+        def stamped(*a: Any, **kw: Any) -> Any:
+            published.setdefault(kw.get("step", -1), time.perf_counter())
+            return publish_handler(*a, **kw)
+
+        scheduler.handlers["deisa_publish"] = functools.wraps(publish_handler)(stamped)
+        cpu0 = client.run_on_scheduler(time.thread_time)
+        loop_thread = client.run_on_scheduler(threading.get_native_id)
+        steady: list[float] = []  # scheduler-thread CPU at each step seen (no extra message)
+        t0 = time.perf_counter()
+        # the simulation side's per-block cost: the scheduler registering a step's blocks
+        # (the synchronous part of deisa_publish, in this process's scheduler)
+        register = _dask_internals.register_keys
+        registered: list[tuple[int, float]] = []  # (blocks, thread CPU seconds) per call
+
+        def timed_register(sched: Any, who_has: dict[Any, Any], *a: Any, **kw: Any) -> Any:
+            c0 = time.thread_time()
+            try:
+                return register(sched, who_has, *a, **kw)
+            finally:
+                registered.append((len(who_has), time.thread_time() - c0))
+
+        _dask_internals.register_keys = timed_register  # type: ignore[assignment]
+        sim: _Mpirun | _SlurmJob = (
+            _Mpirun(ranks, config, scheduler_file)
+            if local
+            else _SlurmJob(cluster, nodes, ranks, config, scheduler_file)
+        )
         try:
             taken = 0
             seen: dict[int, float] = {}
@@ -122,15 +259,18 @@ def run_one(ranks: int, size: int, steps: int, workdir: Path) -> dict[str, Any]:
                 field.sum().compute()
                 ready[step + 1] = time.perf_counter()
                 taken += 1
-            _, err = sim.communicate(timeout=300)
+            err = sim.finish()
+        except TimeoutError as exc:  # the adapter's: say why the simulation never came
+            sim.kill()
+            raise RuntimeError(f"{tag}: {exc}\n{sim.finish()}") from exc
         finally:
-            if sim.poll() is None:
-                sim.kill()
+            _dask_internals.register_keys = register
+            sim.kill()
         elapsed = time.perf_counter() - t0
         cpu = client.run_on_scheduler(time.thread_time) - cpu0
         restore()
-        if sim.returncode != 0 or taken != steps:
-            raise RuntimeError(f"{ranks} ranks: simulation failed ({taken} steps taken):\n{err}")
+        if err is not None or taken != steps:
+            raise RuntimeError(f"{tag}: simulation failed ({taken} steps taken):\n{err}")
     by_group = {
         "simulation": sum(n for op, n in counter.items() if op in SIMULATION_OPS),
         "publish": counter["deisa_publish"],
@@ -145,16 +285,22 @@ def run_one(ranks: int, size: int, steps: int, workdir: Path) -> dict[str, Any]:
     # so that a step queued by flow control while the analytics was busy does not count
     latency = [seen[s] - max(published[s], ready[s]) for s in seen if s in published]
     queued = [seen[s] - published[s] for s in seen if s in published]
+    steady_cpu = (steady[-1] - steady[0]) / (len(steady) - 1) if len(steady) > 1 else None
+    register_s = [cpu_s for _, cpu_s in registered]
     return {
         "ranks": ranks,
+        "nodes": nodes,
+        "workers": 2 if local else nodes,
         "steps": steps,
         "seconds": elapsed,
         "scheduler_cpu_s": cpu,
         "scheduler_cpu_ms_per_step": 1e3 * cpu / steps,
         # between the first and the last step seen: no start-up, no teardown
-        "scheduler_cpu_steady_ms_per_step": 1e3 * (steady[-1] - steady[0]) / (len(steady) - 1)
-        if len(steady) > 1
-        else None,
+        "scheduler_cpu_steady_ms_per_step": 1e3 * steady_cpu if steady_cpu is not None else None,
+        # median thread CPU of registering one step's blocks (time.thread_time: its resolution
+        # is the kernel's, ns here, unlike the 10 ms ticks of the per-thread counters above)
+        "register_ms_per_step": 1e3 * statistics.median(register_s) if register_s else None,
+        "register_blocks": registered[0][0] if registered else 0,
         "publish_to_adapter_ms": [1e3 * x for x in latency],
         "publish_to_adapter_ms_median": 1e3 * statistics.median(latency) if latency else None,
         "publish_to_adapter_with_queue_ms": [1e3 * x for x in queued],
@@ -164,28 +310,109 @@ def run_one(ranks: int, size: int, steps: int, workdir: Path) -> dict[str, Any]:
     }
 
 
+PAPER_SATURATION = 9116.0  # requests/s at which the DEISA paper's scheduler saturated
+
+
+def _fit(xs: list[list[float]], ys: list[float]) -> list[float]:
+    """Least-squares coefficients of ``y = c0 + c1 x1 + ...``; a regressor that does not vary
+    in the data gets 0 (it cannot be told from the constant)."""
+    import numpy as np
+
+    x = np.asarray(xs, dtype=float)
+    varying = [j for j in range(x.shape[1]) if np.ptp(x[:, j]) > 0]
+    design = np.column_stack([np.ones(len(ys)), x[:, varying]])
+    solution = np.linalg.lstsq(design, np.asarray(ys, dtype=float), rcond=None)[0]
+    coefficients = [float(solution[0])] + [0.0] * x.shape[1]
+    for k, j in enumerate(varying):
+        coefficients[1 + j] = float(solution[1 + k])
+    return coefficients
+
+
+def extrapolate(
+    records: list[dict[str, Any]],
+    ranks: int = 1024,
+    workers: int = 64,
+    saturation: float = PAPER_SATURATION,
+) -> dict[str, Any]:
+    """The scheduler's cost per step at ``ranks`` ranks (one block each) and ``workers``
+    workers, from measured ``records`` (:func:`run_one`'s).
+
+    Model: messages per step on each side are linear in the blocks (= ranks) and the workers,
+    fitted over the records (heartbeats left out: they follow wall time, not steps). The
+    simulation side's CPU per step is its messages times the CPU per message plus the
+    registration of the step's blocks, linear in the blocks (``register_ms_per_step``); the
+    analytics side's (its messages and "other", the tasks and releases of its per-block work)
+    is its messages times the CPU per message. CPU per message: the median over the records of
+    the steady scheduler CPU per step, less the registration, over the messages per step.
+    ``saturation_ms``: the time per step that the messages alone take at ``saturation``
+    requests/s; ``paper_simulation``: the paper's prototype, two scheduler requests per rank
+    per step.
+    """
+    xs = [[r["ranks"], r["workers"]] for r in records]
+    per_step = {
+        side: [r["per_step"]["simulation"] if side == "simulation"
+               else r["per_step"]["analytics"] + r["per_step"]["other"] for r in records]
+        for side in ("simulation", "analytics")
+    }  # fmt: skip
+    register = _fit([[r["register_blocks"]] for r in records],
+                    [r["register_ms_per_step"] for r in records])  # fmt: skip
+    per_message = statistics.median(
+        (r["scheduler_cpu_steady_ms_per_step"] - r["register_ms_per_step"])
+        / (r["total"] / r["steps"] - r["per_step"]["heartbeats"])
+        for r in records
+    )
+    out: dict[str, Any] = {
+        "ranks": ranks,
+        "workers": workers,
+        "cpu_ms_per_message": per_message,
+        "register_ms": {"per_step": register[0], "per_block": register[1]},
+    }
+    for side, ys in per_step.items():
+        a, b, c = _fit(xs, ys)
+        messages = a + b * ranks + c * workers
+        cpu = messages * per_message + (register[0] + register[1] * ranks) * (side == "simulation")
+        out[side] = {
+            "fit": {"constant": a, "per_rank": b, "per_worker": c},
+            "messages_per_step": messages,
+            "cpu_ms_per_step": cpu,
+            "saturation_ms_per_step": 1e3 * messages / saturation,
+        }
+    out["paper_simulation"] = {
+        "messages_per_step": 2 * ranks,
+        "saturation_ms_per_step": 1e3 * 2 * ranks / saturation,
+    }
+    return out
+
+
 def plot(records: list[dict[str, Any]], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    ranks = [r["ranks"] for r in records]
     fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.5))
-    for group in ("simulation", "analytics", "heartbeats", "other"):
-        a.plot(ranks, [r["per_step"][group] for r in records], "o-", label=group)
+    node_counts = sorted({r["nodes"] for r in records})
+    for i, nodes in enumerate(node_counts):
+        style = ("-", "--", ":", "-.")[i % 4]
+        rows = [r for r in records if r["nodes"] == nodes]
+        ranks = [r["ranks"] for r in rows]
+        tag = f" ({nodes} node{'s' * (nodes > 1)})" if len(node_counts) > 1 else ""
+        groups = ("simulation", "analytics", "heartbeats", "other")
+        for group, colour in zip(groups, ("C0", "C1", "C2", "C3"), strict=True):
+            a.plot(ranks, [r["per_step"][group] for r in rows], "o" + style, color=colour,
+                   label=group + tag)  # fmt: skip
+        b.plot(ranks, [r["scheduler_cpu_ms_per_step"] for r in rows], "o" + style, color="C0",
+               label="scheduler CPU (whole run)" + tag)  # fmt: skip
+        b.plot(ranks, [r["scheduler_cpu_steady_ms_per_step"] for r in rows], "^" + style,
+               color="C1", label="scheduler CPU (steady)" + tag)  # fmt: skip
+        b.plot(ranks, [r["publish_to_adapter_ms_median"] for r in rows], "s" + style,
+               color="C2", label="publish -> adapter" + tag)  # fmt: skip
     a.set_xlabel("MPI ranks")
     a.set_ylabel("scheduler messages per step")
-    a.legend(fontsize=8)
-    b.plot(ranks, [r["scheduler_cpu_ms_per_step"] for r in records], "o-",
-           label="scheduler CPU (whole run)")  # fmt: skip
-    b.plot(ranks, [r["scheduler_cpu_steady_ms_per_step"] for r in records], "^-",
-           label="scheduler CPU (steady)")  # fmt: skip
-    b.plot(ranks, [r["publish_to_adapter_ms_median"] for r in records], "s-",
-           label="publish -> adapter")  # fmt: skip
+    a.legend(fontsize=6 if len(node_counts) > 1 else 8)
     b.set_xlabel("MPI ranks")
     b.set_ylabel("ms per step")
-    b.legend(fontsize=8)
+    b.legend(fontsize=6 if len(node_counts) > 1 else 8)
     fig.tight_layout()
     fig.savefig(path, dpi=80)
     plt.close(fig)
@@ -198,34 +425,65 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--out", type=Path, default=Path("results"))
     parser.add_argument("--quick", action="store_true", help="ranks 2 4 8, 10 steps")
+    parser.add_argument(
+        "--nodes", type=int, nargs="+", default=[1],
+        help="node counts: 1 is this node (mpirun, 2 local workers); more builds a Slurm "
+        "cluster of network namespaces (tests/multinode.py, root) with a worker per node",
+    )  # fmt: skip
+    parser.add_argument("--extrapolate", type=int, nargs=2, default=[1024, 64],
+                        metavar=("RANKS", "NODES"), help="a worker per node")  # fmt: skip
     args = parser.parse_args(argv)
     if args.quick:
         args.ranks, args.steps = [2, 4, 8], 10
     args.out.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        records = [run_one(r, args.size, args.steps, Path(tmp)) for r in args.ranks]
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
+        cluster = None
+        if max(args.nodes) > 1:
+            sys.path.insert(0, str(REPO / "tests"))
+            import multinode  # the test suite's cluster builder
+
+            (Path(tmp) / "cluster").mkdir()
+            cluster = multinode.start_cluster(Path(tmp) / "cluster", max(args.nodes))
+            stack.callback(cluster.stop)
+        records = [
+            run_one(r, args.size, args.steps, Path(tmp), nodes=n, cluster=cluster)
+            for n in args.nodes
+            for r in args.ranks
+        ]
 
     print(f"Scheduler messages per step ({args.size}x{args.size} field, {args.steps} steps)")
-    header = f"{'ranks':>5} {'simulation':>10} {'publish':>8} {'analytics':>9} {'heartbeat':>9}"
+    header = f"{'nodes':>5} {'ranks':>5} {'simulation':>10} {'publish':>8} {'analytics':>9}"
+    header += f" {'heartbeat':>9}"
     print(header + f" {'other':>6} {'all':>6} {'wall s':>7} {'sched CPU ms/step':>17}"
           f" {'steady':>7}"
-          f" {'publish->adapter ms':>19}")  # fmt: skip
+          f" {'publish->adapter ms':>19} {'register ms':>11}")  # fmt: skip
     for rec in records:
         p = rec["per_step"]
         print(
-            f"{rec['ranks']:>5} {p['simulation']:>10.2f} {p['publish']:>8.2f} "
+            f"{rec['nodes']:>5} {rec['ranks']:>5} {p['simulation']:>10.2f} {p['publish']:>8.2f} "
             f"{p['analytics']:>9.2f} {p['heartbeats']:>9.2f} {p['other']:>6.2f} "
             f"{rec['total'] / rec['steps']:>6.2f} {rec['seconds']:>7.1f}"
             f" {rec['scheduler_cpu_ms_per_step']:>17.2f}"
             f" {rec['scheduler_cpu_steady_ms_per_step'] or float('nan'):>7.2f}"
             f" {rec['publish_to_adapter_ms_median'] or float('nan'):>19.2f}"
+            f" {rec['register_ms_per_step'] or float('nan'):>11.3f}"
         )
+    ranks, nodes = args.extrapolate
+    model = extrapolate(records, ranks, nodes)
+    print(f"Extrapolated to {ranks} ranks, {nodes} workers ({model['cpu_ms_per_message']:.3f} ms "
+          f"CPU per message; registration {model['register_ms']['per_block'] * 1e3:.2f} us "
+          "per block):")  # fmt: skip
+    for side in ("simulation", "analytics", "paper_simulation"):
+        m = model[side]
+        cpu = f"{m['cpu_ms_per_step']:.1f} ms CPU, " if "cpu_ms_per_step" in m else ""
+        print(f"  {side}: {m['messages_per_step']:.1f} messages/step, {cpu}"
+              f"{m['saturation_ms_per_step']:.2f} ms at {PAPER_SATURATION:.0f} req/s")  # fmt: skip
     sim = [rec["per_step"]["simulation"] for rec in records]
     flat = max(sim) - min(sim) < 1e-9
     print(f"target: simulation messages per step constant in ranks: {'PASS' if flat else 'FAIL'}")
     plot(records, args.out / "scheduler_messages.png")
     (args.out / "scheduler_messages.json").write_text(
-        json.dumps({"records": records, "target_flat": flat}, indent=1)
+        json.dumps({"records": records, "target_flat": flat, "extrapolated": model}, indent=1)
     )
     return 0 if flat else 1
 
