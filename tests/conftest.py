@@ -12,10 +12,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 BUILD = REPO / "build"  # CMake build of the C solver and the PDI plugin
+# Seconds any start-up may take (imports, connects, TLS handshakes, mpirun) with both cores
+# loaded by something else, with a wide margin. Waits on a condition end as soon as it holds:
+# this bounds only how long a hang takes to be reported.
+STARTUP = 120
 
 # Two cores here: one BLAS thread per process, or SVDs slow down by 10x+.
 THREAD_PINS = {
@@ -45,24 +50,28 @@ class DaskProcesses:
     """A `dask scheduler` and `dask worker` processes started from the command line."""
 
     scheduler_file: Path
-    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)  # scheduler first
     log_dir: Path | None = None
 
     def client(self, **kwargs: object):
         from distributed import Client
 
+        kwargs.setdefault("timeout", STARTUP)
         return Client(scheduler_file=str(self.scheduler_file), **kwargs)
 
     def stop(self) -> None:
-        for p in reversed(self.procs):
-            if p.poll() is None:
-                p.terminate()
-        for p in self.procs:
-            try:
-                p.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        # the workers, then the scheduler: a worker that loses its scheduler while closing can
+        # hang until it is killed
+        for group in (self.procs[1:], self.procs[:1]):
+            for p in group:
+                if p.poll() is None:
+                    p.terminate()
+            for p in group:
+                try:
+                    p.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
 
 
 def start_dask(
@@ -93,7 +102,7 @@ def start_dask(
             stderr=subprocess.STDOUT,
         )
     )
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + STARTUP
     while not scheduler_file.exists():
         if time.monotonic() > deadline or cluster.procs[0].poll() is not None:
             cluster.stop()
@@ -123,8 +132,8 @@ def start_dask(
                 stderr=subprocess.STDOUT,
             )
         )
-    with cluster.client(timeout=30) as client:
-        client.wait_for_workers(n_workers, timeout=60)
+    with cluster.client(timeout=STARTUP) as client:
+        client.wait_for_workers(n_workers, timeout=STARTUP)
     return cluster
 
 
@@ -161,6 +170,27 @@ def start_heat(nranks: int, config: Path, *extra: str) -> subprocess.Popen[str]:
     )
 
 
+def left_behind(marker: Path, grace: float = STARTUP) -> list[str]:
+    """Command lines of live processes mentioning ``marker``, waiting up to ``grace`` s for them.
+
+    Returns as soon as none is left: ``grace`` only bounds how long a leftover takes to be
+    reported, so a teardown slowed by a loaded machine is not mistaken for one.
+    """
+    deadline = time.monotonic() + grace
+    while True:
+        found = []
+        for proc in psutil.process_iter(["pid", "cmdline", "status"]):
+            try:
+                cmdline = " ".join(proc.info["cmdline"] or [])
+                if str(marker) in cmdline and proc.info["status"] != psutil.STATUS_ZOMBIE:
+                    found.append(f"{proc.info['pid']}: {cmdline}")
+            except psutil.Error:
+                continue
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.2)
+
+
 def write_config(path: Path, **settings: object) -> Path:
     import yaml
 
@@ -180,7 +210,7 @@ def local_client() -> Iterator[Any]:
         LocalCluster(
             n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0", env=blas
         ) as cluster,
-        Client(cluster) as client,
+        Client(cluster, timeout=STARTUP) as client,
     ):
         yield client
 

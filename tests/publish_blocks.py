@@ -40,7 +40,8 @@ def main() -> None:
     parser.add_argument("--placement", default="round_robin")
     parser.add_argument("--on-full", default="block")
     parser.add_argument("--timeout", type=float, default=600.0)
-    parser.add_argument("--connect-timeout", type=float, default=10.0)
+    # start-up on a loaded machine (imports, mpirun, the scheduler's own start) can be slow
+    parser.add_argument("--connect-timeout", type=float, default=120.0)
     parser.add_argument("--sleep", type=float, default=0.0, help="seconds between steps")
     parser.add_argument("--die-rank", type=int, default=None)
     parser.add_argument("--die-at-step", type=int, default=None)

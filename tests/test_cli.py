@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -20,7 +21,7 @@ from pathlib import Path
 import psutil
 import pytest
 import yaml
-from conftest import REPO, test_env, write_config
+from conftest import REPO, STARTUP, left_behind, test_env, write_config
 
 from deisa.launcher import cli, config, local, processes, report, solver
 from deisa.launcher.config import RUN, UsageError
@@ -43,23 +44,6 @@ def deisa_run(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[s
         text=True,
         timeout=timeout,
     )
-
-
-def left_behind(marker: Path, grace: float = 3.0) -> list[str]:
-    """Command lines of live processes mentioning ``marker``, after up to ``grace`` seconds."""
-    deadline = time.monotonic() + grace
-    while True:
-        found = []
-        for proc in psutil.process_iter(["pid", "cmdline", "status"]):
-            try:
-                cmdline = " ".join(proc.info["cmdline"] or [])
-                if str(marker) in cmdline and proc.info["status"] != psutil.STATUS_ZOMBIE:
-                    found.append(f"{proc.info['pid']}: {cmdline}")
-            except psutil.Error:
-                continue
-        if not found or time.monotonic() > deadline:
-            return found
-        time.sleep(0.2)
 
 
 def check_report(out: Path, stdout: str, steps: int, n_components: int) -> None:
@@ -184,11 +168,11 @@ def _tree(proc: subprocess.Popen[str]) -> list[psutil.Process]:
         return []
 
 
-def _wait_for(ready: Callable[[], bool], what: str, proc: subprocess.Popen[str]) -> None:
-    deadline = time.monotonic() + 180
+def _wait_for(ready: Callable[[], bool], what: str, proc: subprocess.Popen[str], out: Path) -> None:
+    deadline = time.monotonic() + STARTUP  # only reports a hang
     while not ready():
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, f"never saw {what}"
+        assert proc.poll() is None, _stderr(out)
+        assert time.monotonic() < deadline, f"never saw {what}:\n{_stderr(out)}"
         time.sleep(0.1)
 
 
@@ -208,45 +192,57 @@ def _listening(tree: list[psutil.Process]) -> list[tuple[str, str, int]]:
 
 
 def _alive(procs: list[psutil.Process]) -> list[psutil.Process]:
-    """Those of ``procs`` still running, after giving killed ones a moment to go."""
-    _, alive = psutil.wait_procs(procs, timeout=3)
+    """Those of ``procs`` still running, after giving killed ones time to go (returns as soon as
+    all are gone: the timeout only bounds how long a leftover takes to be reported)."""
+    _, alive = psutil.wait_procs(procs, timeout=STARTUP)
     return [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
 
 
+# The progress bar once a step was analysed: "in situ PCA:   0%|   | 1/100000 [...".
+ANALYSED = re.compile(r"in situ PCA: .*\| *[1-9][0-9]*/[0-9]+ ")
+
+
 def _start_long_run(out: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "deisa.launcher", "--solver", "python", "-n", "2", *LONG, str(out)],
-        env=test_env(),
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    """Start a long deisa-run; its stderr goes to a file beside ``out``, read while it runs."""
+    argv = [sys.executable, "-m", "deisa.launcher", "--solver", "python", "-n", "2", *LONG]
+    with (out.parent / "deisa-run.stderr").open("w") as stderr:
+        return subprocess.Popen(
+            [*argv, str(out)],
+            env=test_env(),
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+        )
+
+
+def _stderr(out: Path) -> str:
+    """What the run of :func:`_start_long_run` into ``out`` wrote on stderr so far."""
+    return (out.parent / "deisa-run.stderr").read_text()
 
 
 def _moment(moment: str, out: Path, proc: subprocess.Popen[str]) -> None:
     """Wait for ``moment`` of the run: ``startup`` (the scheduler is starting) or ``midrun``
-    (steps are flowing)."""
+    (steps are flowing: the progress bar counts an analysed step)."""
     if moment == "startup":
         _wait_for(
             lambda: any("scheduler" in " ".join(p.cmdline()) for p in _tree(proc)),
             "the scheduler process",
             proc,
+            out,
         )
         return
-    log = out / "logs" / "simulation.log"
-    _wait_for(lambda: log.exists() and log.stat().st_size > 0, "the simulation", proc)
-    time.sleep(2)  # steps are flowing
+    _wait_for(lambda: ANALYSED.search(_stderr(out)) is not None, "an analysed step", proc, out)
 
 
-def _finish(proc: subprocess.Popen[str], what: str) -> str:
+def _finish(proc: subprocess.Popen[str], out: Path, what: str) -> str:
     try:
-        _, stderr = proc.communicate(timeout=90)
+        proc.communicate(timeout=STARTUP)  # only reports a hang
     except subprocess.TimeoutExpired:
         proc.kill()
-        _, stderr = proc.communicate()
-        pytest.fail(f"deisa-run did not exit within 90 s of {what}:\n{stderr}")
-    return stderr
+        proc.communicate()
+        pytest.fail(f"deisa-run did not exit within {STARTUP} s of {what}:\n{_stderr(out)}")
+    return _stderr(out)
 
 
 @pytest.mark.timeout(300)
@@ -273,7 +269,7 @@ def test_signal_stops_everything(tmp_path: Path, moment: str, signum: signal.Sig
             beyond = [s for s in sockets if s[1] not in LOOPBACK and s[0] not in MPI_LAUNCHERS]
             assert beyond == [], f"listening beyond loopback: {beyond}"
         proc.send_signal(signum)
-        stderr = _finish(proc, signum.name)
+        stderr = _finish(proc, out, signum.name)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -294,7 +290,7 @@ def test_second_signal_kills_at_once(tmp_path: Path) -> None:
         spawned = _tree(proc)
         proc.send_signal(signal.SIGTERM)
         proc.send_signal(signal.SIGINT)
-        stderr = _finish(proc, "two signals")
+        stderr = _finish(proc, out, "two signals")
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -532,7 +528,7 @@ def test_wait_until_returns_once_ready(tmp_path: Path) -> None:
         return marker.exists()
 
     procs = processes.ProcessSet(tmp_path, {})
-    processes.wait_until(ready, "the marker", procs, timeout=10, interval=0.01)
+    processes.wait_until(ready, "the marker", procs, timeout=STARTUP, interval=0.01)
     assert len(polls) == 3
 
 
@@ -563,7 +559,7 @@ def test_wait_until_stops_when_a_process_exits(tmp_path: Path) -> None:
     try:
         procs.start("scheduler", ["sh", "-c", "echo 'ValueError: no port'; exit 3"])
         with pytest.raises(PipelineError) as failure:
-            processes.wait_until(lambda: False, "the marker", procs, timeout=30)
+            processes.wait_until(lambda: False, "the marker", procs, timeout=STARTUP)
     finally:
         procs.stop()
     message = str(failure.value)

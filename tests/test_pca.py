@@ -14,7 +14,7 @@ from sklearn.decomposition import PCA
 import deisa.pca
 from deisa.pca import IncrementalPCA
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = pytest.mark.timeout(300)
 
 RTOL, ATOL = 1e-8, 1e-10
 ROW_CHUNKS = (40, 25, 35, 20, 30, 50)  # uneven, 200 rows
