@@ -364,6 +364,5 @@ class StreamExtension(SchedulerPlugin):
                     "dropped": list(s.dropped),
                 }
                 for name, s in self.streams.items()
-                if s.run is not None
             },
         }

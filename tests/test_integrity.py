@@ -94,7 +94,7 @@ def test_long_run_delivers_every_block_exactly_once_and_leaves_nothing(
         assert received == sent
         stats = adapter.stats()
         assert stats["calls"]["publish"] == NSTEPS
-        assert "long" not in stats["streams"]  # end of stream consumed: state removed
+        assert stats["streams"]["long"]["run"] is None  # end of stream consumed: run forgotten
 
         deadline = time.monotonic() + STARTUP  # releases travel on the batched streams
         while time.monotonic() < deadline and (
