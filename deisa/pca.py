@@ -299,7 +299,8 @@ class PendingFit:
     """A fit submitted to the cluster by :meth:`IncrementalPCA.submit_fit`, not finished yet.
 
     The local reductions and the merges run on the workers; :meth:`result` gathers the few
-    top-level states, merges them on the client and returns the fitted estimator.
+    top-level states and merges them on the client (bounded rank: the root state, merged on a
+    worker, and the refinement's sums) and returns the fitted estimator.
     :meth:`progress` says which phase the fit is in, for progress displays and stall reports.
     """
 
