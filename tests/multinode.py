@@ -38,9 +38,9 @@ class ClusterUnavailableError(RuntimeError):
     """The machine cannot host the cluster (no root, no namespaces, no Slurm); the reason."""
 
 
-SLURM_CONF = """\
-ClusterName=deisamulti
-SlurmctldHost=ctl({ctl_address})
+# Slurm settings shared by this cluster and the one-node cluster of tests/test_slurm.py:
+# no accounting, no cgroups, root everywhere, CPUs as declared.
+SLURM_POLICY = """\
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/none
@@ -58,6 +58,15 @@ JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
 MailProg=/bin/true
+"""
+
+SLURM_CONF = (
+    """\
+ClusterName=deisamulti
+SlurmctldHost=ctl({ctl_address})
+"""
+    + SLURM_POLICY
+    + """\
 StateSaveLocation={root}/state
 SlurmdSpoolDir={root}/spool/%n
 SlurmdPidFile={root}/slurmd-%n.pid
@@ -70,6 +79,7 @@ SlurmdDebug=info
 {node_lines}
 PartitionName=debug Nodes={node_names} Default=YES MaxTime=INFINITE State=UP
 """
+)
 
 
 @dataclass

@@ -491,28 +491,15 @@ class Slurm:
         )
 
 
-SLURM_CONF = """\
+SLURM_CONF = (
+    """\
 ClusterName=deisatest
 SlurmctldHost=localhost(127.0.0.1)
 SlurmctldPort={ctld_port}
 SlurmdPort={slurmd_port}
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/none
-CredType=cred/none
-MpiDefault=none
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SwitchType=switch/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_CPU
-SchedulerType=sched/builtin
-SlurmdParameters=config_overrides
-ReturnToService=2
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-JobCompType=jobcomp/none
-MailProg=/bin/true
+"""
+    + multinode.SLURM_POLICY
+    + """\
 StateSaveLocation={root}/state
 SlurmdSpoolDir={root}/spool
 SlurmctldPidFile={root}/slurmctld.pid
@@ -524,6 +511,7 @@ SlurmdDebug=info
 NodeName=deisanode NodeAddr=127.0.0.1 NodeHostname={hostname} CPUs=16 State=UNKNOWN
 PartitionName=debug Nodes=deisanode Default=YES MaxTime=INFINITE State=UP
 """
+)
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
