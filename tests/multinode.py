@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from conftest import STARTUP
+
 TRANSFER_LOG_DIR = "DEISA_TEST_KEY_LOG_DIR"
 INTERFACE = "deisa0"  # every node's interface on the cluster network
 CPUS_PER_NODE = 8  # declared to Slurm (SlurmdParameters=config_overrides): not the real count
@@ -95,7 +97,7 @@ class Cluster:
     namespaces: list[str] = field(default_factory=list)
     daemons: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
-    def run(self, *cmd: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    def run(self, *cmd: str, timeout: float = STARTUP) -> subprocess.CompletedProcess[str]:
         """A Slurm command from the login node (the root namespace)."""
         return subprocess.run(
             list(cmd), env=self.env, capture_output=True, text=True, timeout=timeout
@@ -151,7 +153,7 @@ def _free_subnet() -> ipaddress.IPv4Network:
     raise ClusterUnavailableError("no free /24 in 10.100.0.0/14 for the cluster network")
 
 
-def start_cluster(root: Path, n_nodes: int, *, ready_timeout: float = 60) -> Cluster:
+def start_cluster(root: Path, n_nodes: int, *, ready_timeout: float = STARTUP) -> Cluster:
     """Start a cluster of ``n_nodes`` nodes (``node0``...) under ``root``.
 
     Raises
@@ -261,7 +263,7 @@ def _wait_ready(cluster: Cluster, timeout: float) -> None:
     while time.monotonic() < deadline:
         if any(d.poll() is not None for d in cluster.daemons):
             raise ClusterUnavailableError(f"a Slurm daemon exited at start-up:\n{cluster.logs()}")
-        info = cluster.run("sinfo", "-h", "-N", "-o", "%N %T", timeout=10)
+        info = cluster.run("sinfo", "-h", "-N", "-o", "%N %T", timeout=STARTUP)
         states = info.stdout.strip()
         idle = [line.split()[0] for line in states.splitlines() if line.endswith(" idle")]
         if info.returncode == 0 and sorted(idle) == sorted(cluster.nodes):

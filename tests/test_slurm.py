@@ -23,7 +23,7 @@ from typing import Any, Protocol
 import multinode
 import pytest
 import yaml
-from conftest import REPO
+from conftest import REPO, STARTUP
 
 from deisa.launcher import solver
 from deisa.launcher.cli import slurm_main
@@ -479,7 +479,7 @@ class Slurm:
     env: dict[str, str]
     root: Path
 
-    def run(self, *cmd: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    def run(self, *cmd: str, timeout: float = STARTUP) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             list(cmd), env=self.env, capture_output=True, text=True, timeout=timeout
         )
@@ -563,18 +563,20 @@ def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Slurm]:
                         cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
                     )
                 )
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + STARTUP
         state = ""
         while time.monotonic() < deadline:
             if any(d.poll() is not None for d in daemons):
                 break
-            info = cluster.run("sinfo", "-h", "-N", "-o", "%T", timeout=10)
+            info = cluster.run("sinfo", "-h", "-N", "-o", "%T", timeout=STARTUP)
             state = info.stdout.strip()
             if info.returncode == 0 and state.startswith("idle"):
                 break
             time.sleep(0.5)
         else:
-            pytest.skip(f"Slurm did not become ready in 30 s (node {state!r}):\n{cluster.logs()}")
+            pytest.skip(
+                f"Slurm did not become ready in {STARTUP} s (node {state!r}):\n{cluster.logs()}"
+            )
         if any(d.poll() is not None for d in daemons):
             pytest.skip(f"a Slurm daemon exited at start-up:\n{cluster.logs()}")
         yield cluster
@@ -586,12 +588,12 @@ def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Slurm]:
 class SlurmCluster(Protocol):
     """What a job needs of a cluster: Slurm commands from the login node, and its logs."""
 
-    def run(self, *cmd: str, timeout: float = 30) -> subprocess.CompletedProcess[str]: ...
+    def run(self, *cmd: str, timeout: float = STARTUP) -> subprocess.CompletedProcess[str]: ...
     def logs(self) -> str: ...
 
 
 def _job_state(slurm: SlurmCluster, job: str) -> str:
-    out = slurm.run("scontrol", "show", "job", job, timeout=15).stdout
+    out = slurm.run("scontrol", "show", "job", job, timeout=STARTUP).stdout
     match = re.search(r"JobState=(\w+)", out)
     return match.group(1) if match else "UNKNOWN"
 
