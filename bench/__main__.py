@@ -21,7 +21,14 @@ from pathlib import Path
 
 from bench._common import REPO, child_env, machine
 
-BENCHMARKS = ("bandwidth", "insitu_vs_posthoc", "scheduler_messages", "fragmentation", "analytics")
+BENCHMARKS = (
+    "bandwidth",
+    "insitu_vs_posthoc",
+    "scheduler_messages",
+    "fragmentation",
+    "analytics",
+    "contracts",
+)
 
 
 def main(argv: list[str] | None = None) -> int:

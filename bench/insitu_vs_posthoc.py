@@ -1,31 +1,39 @@
-"""In situ against post hoc on one machine: the DEISA paper's Experiments 1 and 2 (section V).
+"""In situ against post hoc on one machine, asynchronous against synchronous publish (issue #11).
 
-    python -m bench.insitu_vs_posthoc --out results/          # sizes 1 16 64 MiB/rank
-    python -m bench.insitu_vs_posthoc --quick --out results/  # sizes 1 4 MiB/rank, ~1-2 min
+    python -m bench.insitu_vs_posthoc --out results/                # sizes 1 16 64 MiB/rank
+    python -m bench.insitu_vs_posthoc --quick --out results/        # sizes 1 4 MiB/rank
+    python -m bench.insitu_vs_posthoc --ranks 16 --workers 4 --solver python --timings
 
-Experiment 1, for each size per rank (4 MPI ranks on a 2x2 grid, ``--steps`` outputs):
+For each size per rank, side by side in one run (the modes take turns within each repetition,
+so a burst of load from another process hits them alike), ``--ranks`` MPI ranks on a near-square
+grid, ``--steps`` outputs of ``--period`` solver iterations:
 
-``no output``  the C heat solver with PDI and no output plugin (the simulation alone);
-``post hoc``   the C solver writing every step with ``decl_hdf5`` (configs/heat_hdf5.yml), then
-               a Dask read of the HDF5 file (``da.from_array(h5py ...)``, one row band per
-               worker) and the PCA of every step;
-``in situ``    the C solver with the deisa plugin (configs/heat_deisa.yml, locality placement,
-               ``buffer_nb`` 2) while this process takes every step from the Adapter and fits
-               the same PCA.
+``no output``       the simulation alone (C: PDI with no output plugin; Python: no Bridge);
+``post hoc``        the C solver writing every step with ``decl_hdf5`` (configs/heat_hdf5.yml),
+                    then a Dask read of the file (one row band per worker) and the PCA of every
+                    step; time to analysis = simulation + analytics (C solver only);
+``in situ sync``    the deisa plugin (or the Python solver's Bridge) with ``mode: sync``, while
+                    this process takes every step from the Adapter and fits the same PCA;
+``in situ async``   the same with ``mode: async`` (the default), ``max_in_flight`` 2.
 
-PCA: ``deisa.IncrementalPCA(n_components=2, copy=False, svd_solver="randomized")`` per step
-(randomized so that the largest size fits the run time; both sides use the same).
-Time to analysis: from the simulation's launch to the last step's PCA done (post hoc: simulation
-then analytics). Dask: ``LocalCluster(n_workers=2, threads_per_worker=1)`` in this process.
-Without the C solver (or PDI), post hoc is skipped and said so; in situ then uses the Python
-solver.
+In situ: locality placement, ``buffer_nb`` 2, a fresh ``LocalCluster`` (``--workers`` x 1
+thread) per run. The configuration's steering ``read`` section is left out: it is one scheduler
+round trip per step, a feature of its own, not part of publishing. PCA:
+``deisa.IncrementalPCA(n_components=2, copy=False, svd_solver="randomized")`` per step on both
+sides; time to analysis is from the launch to the last step's PCA.
 
-Experiment 2, at the smallest and largest size: the Python solver (``--timings``) gives per
-step compute, transfer (send) and metadata/sync (publish minus send) on the simulation side;
-the analytics side records the step wait (Adapter, metadata included) and the PCA's graph
-execution. Target: publish <= 10 % of an iteration at the largest size.
+Timings (always recorded; ``--timings`` prints their table): per step and rank, the solver's
+compute and its publish (C: the ``iter`` expose, what the plugin takes; Python: ``publish``),
+medians over ranks and steps 1..n (step 0 carries the start-up, reported apart: from
+``PDI_init``'s call to the first publish returning, C only); a memcpy of a block of the same
+size in this process for reference; the time from the simulation's start (its ranks'
+``MPI_Init``, C; the launch, Python) to the first step reaching the analytics.
 
-Writes ``insitu_vs_posthoc.json`` and ``insitu_vs_posthoc.png``.
+Cores: when the machine has at least ``ranks + workers + 1`` cores, the ranks are pinned to the
+first ``ranks`` and this process (analytics, scheduler, workers) to the others; otherwise
+everything shares every core, and the output says so.
+
+Writes ``insitu_vs_posthoc.json`` (every run) and ``insitu_vs_posthoc.png``.
 """
 
 from __future__ import annotations
@@ -41,7 +49,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -61,18 +69,25 @@ os.environ.update(PINS)
 import numpy as np
 import yaml
 
-RANKS = 4
-GRID = (2, 2)
 BUILD = REPO / "build"
+MODES = ("no output", "post hoc", "in situ sync", "in situ async")
+BUFFER_NB = 2
 
 
-def global_size(mib_per_rank: float) -> tuple[int, int]:
-    """Square per-rank block of about ``mib_per_rank`` MiB of float64, on the 2x2 grid."""
-    n = round(math.sqrt(mib_per_rank * 2**20 / 8))
-    return GRID[0] * n, GRID[1] * n
+def process_grid(ranks: int) -> tuple[int, int]:
+    """The most square ``rows x cols`` grid of ``ranks``."""
+    rows = max(d for d in range(1, math.isqrt(ranks) + 1) if ranks % d == 0)
+    return rows, ranks // rows
+
+
+def global_size(mib_per_rank: float, grid: tuple[int, int]) -> tuple[int, int]:
+    """A square block of about ``mib_per_rank`` MiB of float64 per rank, on ``grid``."""
+    n = max(4, round(math.sqrt(mib_per_rank * 2**20 / 8)))
+    return grid[0] * n, grid[1] * n
 
 
 def c_problem() -> str | None:
+    """Why the C solver cannot run here, or None."""
     from deisa.launcher.solver import c_solver_problem
 
     if shutil.which("mpirun") is None:
@@ -80,14 +95,37 @@ def c_problem() -> str | None:
     return c_solver_problem(BUILD, REPO / "configs" / "heat_deisa.yml")
 
 
-def pdi_config(mode: str, workdir: Path, scheduler_file: Path, buffer_nb: int) -> Path:
+def cores_plan(ranks: int, workers: int) -> dict[str, Any]:
+    """Which cores the ranks and the analytics get (``None``: every core, shared)."""
+    try:
+        available = sorted(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        available = list(range(os.cpu_count() or 1))
+    if len(available) >= ranks + workers + 1:
+        sim, analytics = available[:ranks], available[ranks:]
+        return {"simulation": sim, "analytics": analytics,
+                "description": f"{len(available)} cores: ranks pinned to {sim}, analytics "
+                               f"(scheduler, workers, PCA) to {analytics}"}  # fmt: skip
+    return {"simulation": None, "analytics": None,
+            "description": f"{len(available)} cores shared by {ranks} ranks, {workers} "
+                           "workers, the scheduler and the analytics (fewer than ranks + "
+                           "workers + 1)"}  # fmt: skip
+
+
+def pdi_config(mode: str, workdir: Path, scheduler_file: Path) -> Path:
     base = "heat_hdf5.yml" if mode == "post hoc" else "heat_deisa.yml"
     pdi = yaml.safe_load((REPO / "configs" / base).read_text())
+    for plugin in pdi["plugins"].values():
+        if isinstance(plugin, dict) and isinstance(plugin.get("write"), dict):
+            # one array, the one analysed: other write entries would be queued for no reader
+            plugin["write"] = {k: v for k, v in plugin["write"].items() if v["dataset"] == "gtemp"}
     if mode == "no output":
         pdi["plugins"] = {"mpi": None}
-    elif mode == "in situ":
+    elif mode.startswith("in situ"):
         plugin = pdi["plugins"]["deisa"]
-        plugin.update(scheduler_file=str(scheduler_file), placement="locality", buffer_nb=buffer_nb)
+        plugin.pop("read", None)  # steering: a scheduler round trip per step, not publishing
+        plugin.update(scheduler_file=str(scheduler_file), placement="locality",
+                      buffer_nb=BUFFER_NB, mode=mode.split()[-1])  # fmt: skip
     else:
         pdi["plugins"]["decl_hdf5"]["file"] = str(workdir / "heat.h5")
     path = workdir / f"pdi-{mode.replace(' ', '_')}.yml"
@@ -96,9 +134,21 @@ def pdi_config(mode: str, workdir: Path, scheduler_file: Path, buffer_nb: int) -
 
 
 def pca() -> Any:
-    from deisa import IncrementalPCA
+    from deisa.pca import IncrementalPCA
 
     return IncrementalPCA(n_components=2, copy=False, svd_solver="randomized", random_state=0)
+
+
+def memcpy_s(mib: float, repeats: int = 7) -> float:
+    """Median time of ``np.copyto`` of a ``mib`` MiB float64 block into a preallocated one."""
+    src = np.random.default_rng(0).random(max(1, int(mib * 2**20 / 8)))
+    dst = np.empty_like(src)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        np.copyto(dst, src)
+        times.append(time.perf_counter() - t0)
+    return median(times)
 
 
 class InSituAnalytics(threading.Thread):
@@ -110,10 +160,11 @@ class InSituAnalytics(threading.Thread):
         self.records: list[dict[str, float]] = []
         self.error: BaseException | None = None
         self.done_at = math.nan
-        self.first_at = math.nan
+        self.first_at = math.nan  # perf_counter clock
+        self.first_epoch = math.nan  # time.time clock, to compare with the ranks' MPI_Init
 
     def run(self) -> None:
-        from deisa import Adapter
+        from deisa.adapter import Adapter
 
         try:
             gtemp = Adapter(self.client, timeout=600)["gtemp"]
@@ -122,7 +173,7 @@ class InSituAnalytics(threading.Thread):
                 x = gtemp[step, :, :]
                 t1 = time.perf_counter()
                 if step == 0:
-                    self.first_at = t1
+                    self.first_at, self.first_epoch = t1, time.time()
                 model = pca().fit(x)
                 t2 = time.perf_counter()
                 del x
@@ -135,204 +186,286 @@ class InSituAnalytics(threading.Thread):
             self.error = exc
 
 
-def run_mpi(cmd: list[str], env: dict[str, str], cwd: Path, timeout: float) -> float:
+def run_mpi(cmd: list[str], env: dict[str, str], cwd: Path, cores: list[int] | None) -> float:
+    """Run ``cmd`` (mpirun ...) to completion, pinned to ``cores``; its wall time."""
+    preexec: Callable[[], None] | None = None
+    if cores is not None:
+        pinned = set(cores)
+        preexec = lambda: os.sched_setaffinity(0, pinned)  # noqa: E731
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=1800,
+                          preexec_fn=preexec)  # fmt: skip
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd[:6])}... failed:\n{proc.stderr[-3000:]}")
     return time.perf_counter() - t0
 
 
-def mpirun(n: int) -> list[str]:
-    return ["mpirun", "--oversubscribe", "-np", str(n)]
-
-
-def write_run_files(
-    workdir: Path, name: str, rows: int, cols: int, steps: int, period: int, address: str
-) -> tuple[Path, Path]:
-    """The solver's ``simulation.yml`` (named ``name``) and a scheduler file for ``address``."""
-    sim = workdir / name
-    sim.write_text(
-        yaml.safe_dump(
-            {"global_size": [rows, cols], "process_grid": list(GRID), "steps": steps,
-             "output_period": period}
-        )
-    )  # fmt: skip
-    scheduler_file = workdir / "scheduler.json"
-    scheduler_file.write_text(json.dumps({"address": address}))
-    return sim, scheduler_file
-
-
-def run_with_analytics(
-    client: Any, steps: int, cmd: list[str], env: dict[str, str], workdir: Path
-) -> tuple[InSituAnalytics, float, float, float]:
-    """Run the simulation ``cmd`` while a thread takes and fits every step.
-
-    Returns the analytics thread (its records), the launch time, the simulation's wall time and
-    the time it ended (``time.perf_counter`` clock).
-    """
-    analytics = InSituAnalytics(client, steps)
-    analytics.start()
-    launched = time.perf_counter()
-    simulation_s = run_mpi(cmd, env, workdir, 1200)
-    ended = time.perf_counter()
-    analytics.join(timeout=1200)
-    if analytics.error is not None:
-        raise RuntimeError(f"in situ analytics failed: {analytics.error!r}")
-    return analytics, launched, simulation_s, ended
-
-
 @contextlib.contextmanager
-def dask_cluster() -> Iterator[tuple[Any, str]]:
-    """A fresh 2-worker cluster per experiment, so that one's leftovers cannot slow the next."""
+def dask_cluster(workers: int) -> Iterator[Any]:
+    """A fresh cluster per stream, so that one run's leftovers cannot slow the next."""
     from distributed import Client, LocalCluster
 
     with (
         LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+            n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
             dashboard_address=None, memory_limit=0,
         ) as cluster,
         Client(cluster) as client,
     ):  # fmt: skip
         client.run(lambda: __import__("deisa.pca"))  # warm the workers' imports
-        yield client, cluster.scheduler.address
+        yield client
 
 
-def experiment1(
-    client: Any, address: str, mib: float, steps: int, period: int, workdir: Path, use_c: bool
-) -> dict[str, Any]:
-    import dask.array as da
-    import h5py
+class Runner:
+    """The runs of one benchmark invocation: solver, ranks, cores, files."""
 
-    rows, cols = global_size(mib)
-    sim, scheduler_file = write_run_files(
-        workdir, "simulation.yml", rows, cols, steps, period, address
-    )
-    plugin_path = os.pathsep.join(filter(None, [str(BUILD / "plugin"),
-                                                os.environ.get("PDI_PLUGIN_PATH")]))  # fmt: skip
-    env = child_env(PDI_PLUGIN_PATH=plugin_path)
-    rec: dict[str, Any] = {"mib_per_rank": rows * cols * 8 / RANKS / 2**20,
-                           "global_size": [rows, cols], "steps": steps}  # fmt: skip
+    def __init__(self, args: argparse.Namespace, workdir: Path, use_c: bool) -> None:
+        self.args, self.workdir, self.use_c = args, workdir, use_c
+        self.grid = process_grid(args.ranks)
+        self.cores = cores_plan(args.ranks, args.workers)
+        plugin_path = os.pathsep.join(
+            filter(None, [str(BUILD / "plugin"), os.environ.get("PDI_PLUGIN_PATH")])
+        )
+        self.env = child_env(PDI_PLUGIN_PATH=plugin_path)
 
-    def sim_cmd(mode: str) -> list[str]:
-        if use_c:
-            return [*mpirun(RANKS), str(BUILD / "simulation" / "heat"), str(sim),
-                    str(pdi_config(mode, workdir, scheduler_file, 2))]  # fmt: skip
-        cmd = [*mpirun(RANKS), sys.executable, "-m", "deisa_simulation.heat", str(sim)]
-        if mode == "in situ":
+    def mpirun(self) -> list[str]:
+        cmd = ["mpirun", "--oversubscribe", "-np", str(self.args.ranks)]
+        return cmd + (["--bind-to", "none"] if self.cores["simulation"] else [])
+
+    def command(self, mode: str, sim: Path, scheduler_file: Path, timings: Path) -> list[str]:
+        if self.use_c:
+            return [*self.mpirun(), str(BUILD / "simulation" / "heat"), str(sim),
+                    str(pdi_config(mode, self.workdir, scheduler_file))]  # fmt: skip
+        cmd = [*self.mpirun(), sys.executable, "-m", "deisa_simulation.heat", str(sim),
+               "--timings", str(timings)]  # fmt: skip
+        if mode.startswith("in situ"):
             cmd += ["--scheduler-file", str(scheduler_file), "--placement", "locality",
-                    "--buffer-nb", "2"]  # fmt: skip
+                    "--buffer-nb", str(BUFFER_NB), "--mode", mode.split()[-1],
+                    "--stop-value", ""]  # fmt: skip
         return cmd
 
-    print("  no output", flush=True)
-    rec["no output"] = {"simulation_s": run_mpi(sim_cmd("no output"), env, workdir, 1200)}
-    rec["no output"]["time_to_analysis_s"] = rec["no output"]["simulation_s"]
-    print("  post hoc", flush=True)
-    if use_c:
-        h5 = workdir / "heat.h5"
+    def read_timings(self, timings: Path) -> dict[str, Any]:
+        """Per-step compute and publish of every rank, start-up, ``epoch`` of MPI_Init."""
+        if self.use_c:
+            ranks = [json.loads(p.read_text())
+                     for p in sorted(timings.parent.glob(timings.name + ".*.json"))]  # fmt: skip
+            for p in timings.parent.glob(timings.name + ".*.json"):
+                p.unlink()
+            steps = [[{"step": s["step"], "compute_s": s["compute_s"], "publish_s": s["output_s"]}
+                      for s in r["steps"]] for r in ranks]  # fmt: skip
+            return {
+                "steps": steps,
+                "epoch": min(r["epoch"] for r in ranks),
+                "pdi_init_s": max(r["pdi_init_s"] for r in ranks),
+                "first_publish_s": max(r["first_output_s"] for r in ranks),
+                "finalize_s": max(r["finalize_s"] for r in ranks),
+            }
+        per_rank = json.loads(timings.read_text())["ranks"]
+        timings.unlink()
+        return {"steps": [[{k: t[k] for k in ("step", "compute_s", "publish_s", "send_s")}
+                           for t in rank] for rank in per_rank]}  # fmt: skip
+
+    def run(self, mode: str, mib: float) -> dict[str, Any]:
+        """One run of ``mode`` at ``mib`` MiB/rank."""
+        rows, cols = global_size(mib, self.grid)
+        sim = self.workdir / "simulation.yml"
+        sim.write_text(yaml.safe_dump({"global_size": [rows, cols], "process_grid": list(self.grid),
+                                       "steps": self.args.steps,
+                                       "output_period": self.args.period}))  # fmt: skip
+        timings = self.workdir / "timings"
+        scheduler_file = self.workdir / "scheduler.json"
+        env = {**self.env, "HEAT_TIMINGS": str(timings)}
+        if not self.use_c:
+            timings = self.workdir / "timings.json"
+        rec: dict[str, Any] = {"mode": mode}
+        if mode == "no output":
+            rec["simulation_s"] = run_mpi(self.command(mode, sim, scheduler_file, timings), env,
+                                          self.workdir, self.cores["simulation"])  # fmt: skip
+            rec["time_to_analysis_s"] = rec["simulation_s"]
+        elif mode == "post hoc":
+            rec.update(self.post_hoc(sim, scheduler_file, timings, env, rows))
+        else:
+            rec.update(self.in_situ(mode, sim, scheduler_file, timings, env))
+        rec["timings"] = self.read_timings(timings)
+        return rec
+
+    def post_hoc(
+        self, sim: Path, scheduler_file: Path, timings: Path, env: dict[str, str], rows: int
+    ) -> dict[str, Any]:
+        import dask.array as da
+        import h5py
+
+        h5 = self.workdir / "heat.h5"
         h5.unlink(missing_ok=True)
         t0 = time.perf_counter()
-        sim_s = run_mpi(sim_cmd("post hoc"), env, workdir, 1200)
-        t1 = time.perf_counter()
-        with h5py.File(h5, "r") as f:
-            dset = f["gtemp"]
-            gtemp = da.from_array(dset, chunks=(1, rows // 2, cols))
-            ev = []
-            for step in range(steps):
-                ev.append(float(pca().fit(gtemp[step, :, :]).explained_variance_[0]))
-        t2 = time.perf_counter()
-        rec["post hoc"] = {"simulation_s": sim_s, "analytics_s": t2 - t1,
-                           "time_to_analysis_s": t2 - t0, "file_bytes": h5.stat().st_size,
-                           "ev0": ev}  # fmt: skip
+        sim_s = run_mpi(self.command("post hoc", sim, scheduler_file, timings), env, self.workdir,
+                        self.cores["simulation"])  # fmt: skip
+        with dask_cluster(self.args.workers):  # the default client of the reads
+            t1 = time.perf_counter()
+            with h5py.File(h5, "r") as f:
+                gtemp = da.from_array(f["gtemp"], chunks=(1, -(-rows // self.args.workers), -1))
+                ev = [float(pca().fit(gtemp[step, :, :]).explained_variance_[0])
+                      for step in range(self.args.steps)]  # fmt: skip
+            t2 = time.perf_counter()
+        size = h5.stat().st_size
         h5.unlink()
-    else:
-        rec["post hoc"] = {"skipped": "C solver / PDI not available: " + str(c_problem())}
-    print("  in situ", flush=True)
-    analytics, t0, sim_s, sim_end = run_with_analytics(
-        client, steps, sim_cmd("in situ"), env, workdir
-    )
-    rec["in situ"] = {
-        "simulation_s": sim_s,
-        "analytics_after_simulation_s": max(0.0, analytics.done_at - sim_end),
-        "analytics_graph_s": sum(r["graph_s"] for r in analytics.records),
-        "time_to_analysis_s": max(analytics.done_at, sim_end) - t0,
-        # start-up: interpreter in every rank, imports, Bridge connection, first step
-        "first_step_s": analytics.first_at - t0,
-        "ev0": [r["ev0"] for r in analytics.records],
-        "solver": "C" if use_c else "Python",
-    }
-    if use_c and "ev0" in rec["post hoc"]:
-        rec["same_result"] = bool(np.allclose(rec["post hoc"]["ev0"], rec["in situ"]["ev0"],
-                                              rtol=1e-6))  # fmt: skip
-    return rec
+        # the cluster's start is not the analytics' cost: it would be up before the run ends
+        return {"simulation_s": sim_s, "analytics_s": t2 - t1,
+                "time_to_analysis_s": sim_s + (t2 - t1), "file_bytes": size, "ev0": ev,
+                "launch_to_analysis_end_s": t2 - t0}  # fmt: skip
+
+    def in_situ(
+        self, mode: str, sim: Path, scheduler_file: Path, timings: Path, env: dict[str, str]
+    ) -> dict[str, Any]:
+        with dask_cluster(self.args.workers) as client:
+            scheduler_file.write_text(json.dumps({"address": client.scheduler.address}))
+            analytics = InSituAnalytics(client, self.args.steps)
+            analytics.start()
+            launched = time.perf_counter()
+            launched_epoch = time.time()
+            sim_s = run_mpi(self.command(mode, sim, scheduler_file, timings), env, self.workdir,
+                            self.cores["simulation"])  # fmt: skip
+            ended = time.perf_counter()
+            analytics.join(timeout=1800)
+            if analytics.error is not None:
+                raise RuntimeError(f"{mode}: the analytics failed: {analytics.error!r}")
+        ana = [r for r in analytics.records if r["step"] > 0]
+        return {
+            "simulation_s": sim_s,
+            "time_to_analysis_s": max(analytics.done_at, ended) - launched,
+            "analytics_after_simulation_s": max(0.0, analytics.done_at - ended),
+            "first_step_after_launch_s": analytics.first_at - launched,
+            "first_epoch": analytics.first_epoch,
+            "launched_epoch": launched_epoch,
+            "analytics_wait_s": median([r["wait_s"] for r in ana]),
+            "analytics_graph_s": median([r["graph_s"] for r in ana]),
+            "ev0": [r["ev0"] for r in analytics.records],
+        }
 
 
-def experiment2(
-    client: Any, address: str, mib: float, steps: int, period: int, workdir: Path
-) -> dict[str, Any]:
-    """Python solver with --timings, analytics in this process: per-step breakdown."""
-    rows, cols = global_size(mib)
-    sim, scheduler_file = write_run_files(
-        workdir, "simulation-py.yml", rows, cols, steps, period, address
-    )
-    timings = workdir / "timings.json"
-    cmd = [*mpirun(RANKS), sys.executable, "-m", "deisa_simulation.heat", str(sim),
-           "--scheduler-file", str(scheduler_file), "--placement", "locality",
-           "--buffer-nb", "2", "--timings", str(timings)]  # fmt: skip
-    analytics, _, wall, _ = run_with_analytics(client, steps, cmd, child_env(), workdir)
-    per_rank = json.loads(timings.read_text())["ranks"]
-    steps_rec = [t for rank in per_rank for t in rank if t["step"] > 0]  # step 0: warm-up
-    compute = median([t["compute_s"] for t in steps_rec])
-    publish = median([t["publish_s"] for t in steps_rec])
-    send = median([t["send_s"] for t in steps_rec])
-    ana = [r for r in analytics.records if r["step"] > 0]
-    return {
-        "mib_per_rank": rows * cols * 8 / RANKS / 2**20,
-        "global_size": [rows, cols],
-        "output_period": period,
-        "wall_s": wall,
-        "compute_s": compute,
-        "send_s": send,
-        "sync_s": median([t["publish_s"] - t["send_s"] for t in steps_rec]),
-        "publish_s": publish,
-        "publish_fraction": median(
-            [t["publish_s"] / (t["compute_s"] + t["publish_s"]) for t in steps_rec]
+def summarize(rec: dict[str, Any], memcpy: float) -> dict[str, Any]:
+    """Medians of one run's per-step timings (steps 1..n), and its start-up figures."""
+    t = rec["timings"]
+    steps = [s for rank in t["steps"] for s in rank if s["step"] > 0]
+    out: dict[str, Any] = {
+        "compute_s": median([s["compute_s"] for s in steps]),
+        "publish_s": median([s["publish_s"] for s in steps]),
+        "publish_share": median(
+            [s["publish_s"] / (s["compute_s"] + s["publish_s"]) for s in steps]
         ),
-        "analytics_wait_s": median([r["wait_s"] for r in ana]),
-        "analytics_graph_s": median([r["graph_s"] for r in ana]),
-        "per_rank": per_rank,
-        "analytics": analytics.records,
+        "memcpy_s": memcpy,
     }
+    if "first_publish_s" in t:
+        out["pdi_init_s"] = t["pdi_init_s"]
+        out["first_publish_s"] = t["first_publish_s"]
+        out["finalize_s"] = t["finalize_s"]
+    if "first_epoch" in rec:
+        out["first_step_s"] = (
+            rec["first_epoch"] - t["epoch"] if "epoch" in t else rec["first_step_after_launch_s"]
+        )
+    return out
 
 
-def plot(exp1: list[dict[str, Any]], exp2: list[dict[str, Any]], path: Path) -> None:
+def median_of(runs: list[dict[str, Any]], key: str) -> float:
+    return median([r[key] for r in runs if isinstance(r.get(key), (int, float))])
+
+
+def evaluate(sizes: list[dict[str, Any]], ranks: int, use_c: bool) -> list[tuple[str, Any, str]]:
+    """The issue's targets, each at the sizes it names when they were run (N/A otherwise)."""
+    targets: list[tuple[str, Any, str]] = []
+    by_mib = {round(s["mib_per_rank"]): s for s in sizes}
+
+    def at(mib: int) -> dict[str, Any] | None:
+        return by_mib.get(mib)
+
+    for mib, limit in ((64, 0.02), (1, 0.05)):
+        s = at(mib)
+        share = None if s is None else s["summary"]["in situ async"]["publish_share"]
+        keeps = None if s is None else s["analytics_keeps_up"]
+        targets.append((
+            f"publish <= {limit:.0%} of an iteration at {mib} MiB/rank (async)",
+            None if share is None else share <= limit,
+            "size not run" if share is None else
+            f"{100 * share:.2f}% (analytics {'keeps up' if keeps else 'does NOT keep up'})",
+        ))  # fmt: skip
+    for s in sizes:
+        a = s["summary"]["in situ async"]
+        bound = 2.5 * a["memcpy_s"] + 0.002
+        targets.append((
+            f"median publish <= 2.5x memcpy + 2 ms at {s['mib_per_rank']:.0f} MiB/rank (async)",
+            a["publish_s"] <= bound,
+            f"{1e3 * a['publish_s']:.2f} ms vs {1e3 * bound:.2f} ms (memcpy "
+            f"{1e3 * a['memcpy_s']:.2f} ms)",
+        ))  # fmt: skip
+    for mib in (16, 64):
+        s = at(mib)
+        ratio = None if s is None else s["async_over_no_output"]
+        targets.append((
+            f"simulation wall time with deisa (async) <= 1.10x no output at {mib} MiB/rank",
+            None if ratio is None else ratio <= 1.10,
+            "size not run" if ratio is None else f"{ratio:.2f}x",
+        ))  # fmt: skip
+    smallest = sizes[0]
+    a, n = smallest["summary"]["in situ async"], smallest["summary"]["no output"]
+    extra = a.get("first_publish_s", math.nan) - n.get("first_publish_s", math.nan)
+    targets.append((
+        f"PDI_init to the first publish returning <= 1 s more than no output ({ranks} ranks, "
+        f"{smallest['mib_per_rank']:.0f} MiB/rank)",
+        None if not use_c else extra <= 1.0,
+        "C solver only" if not use_c else f"+{extra:.2f} s ({a['first_publish_s']:.2f} s vs "
+        f"{n['first_publish_s']:.2f} s)",
+    ))  # fmt: skip
+    first = a.get("first_step_s", math.nan)
+    targets.append((
+        f"first step at the analytics <= 2 s after the simulation starts ({ranks} ranks, "
+        f"{smallest['mib_per_rank']:.0f} MiB/rank, async)",
+        first <= 2.0,
+        f"{first:.2f} s" + ("" if use_c else " (from the launch: Python solver)"),
+    ))  # fmt: skip
+    for mib in (16, 64):
+        s = at(mib)
+        ratio = None if s is None else s.get("posthoc_over_async")
+        targets.append((
+            f"in situ (async) time to analysis >= 1.5x faster than post hoc at {mib} MiB/rank",
+            None if ratio is None else ratio >= 1.5,
+            "size not run" if s is None else "post hoc skipped" if ratio is None
+            else f"{ratio:.2f}x",
+        ))  # fmt: skip
+    return targets
+
+
+def plot(sizes: list[dict[str, Any]], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
-    x = np.arange(len(exp1))
-    for k, mode in enumerate(("no output", "in situ", "post hoc")):
-        vals = [r[mode].get("time_to_analysis_s", 0) for r in exp1]
-        a.bar(x + (k - 1) * 0.27, vals, 0.27, label=mode)
-    a.set_xticks(x, [f"{r['mib_per_rank']:.0f} MiB/rank" for r in exp1])
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
+    x = np.arange(len(sizes))
+    width = 0.8 / len(MODES)
+    for k, mode in enumerate(MODES):
+        vals = [s["median"].get(mode, {}).get("time_to_analysis_s", 0) for s in sizes]
+        a.bar(x + (k - 1.5) * width, vals, width, label=mode)
+    labels = [f"{s['mib_per_rank']:.0f} MiB/rank" for s in sizes]
+    a.set_xticks(x, labels)
     a.set_ylabel("time to analysis (s)")
-    a.set_title("Experiment 1: 4 ranks")
     a.legend()
-    labels = [f"{r['mib_per_rank']:.0f} MiB" for r in exp2]
-    bottom = np.zeros(len(exp2))
-    for key, label in (("compute_s", "compute"), ("send_s", "transfer"),
-                       ("sync_s", "metadata/sync")):  # fmt: skip
-        vals = np.array([r[key] for r in exp2])
-        b.bar(labels, vals, bottom=bottom, label=label)
-        bottom += vals
-    b.set_ylabel("s per step (median over ranks, steps)")
-    b.set_title("Experiment 2: simulation side (Python solver)")
+    for k, mode in enumerate(("in situ sync", "in situ async")):
+        vals = [100 * s["summary"][mode]["publish_share"] for s in sizes]
+        b.bar(x + (k - 0.5) * 0.4, vals, 0.4, label=mode)
+    b.set_xticks(x, labels)
+    b.set_ylabel("publish, % of an iteration (median)")
     b.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=80)
     plt.close(fig)
+
+
+def load() -> list[float]:
+    try:
+        return [round(v, 2) for v in os.getloadavg()]
+    except OSError:
+        return []
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -340,85 +473,123 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", type=float, nargs="+", default=[1, 16, 64], help="MiB/rank")
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--period", type=int, default=5, help="solver iterations per output")
+    parser.add_argument("--ranks", type=int, default=4)
+    parser.add_argument("--workers", type=int, default=2, help="Dask workers (1 thread each)")
+    parser.add_argument("--solver", choices=("c", "python"), default=None,
+                        help="default: c when PDI and the built solver are present")  # fmt: skip
+    parser.add_argument("--repeats", type=int, default=1, help="median over repetitions")
+    parser.add_argument("--timings", action="store_true", help="print the per-publish table")
     parser.add_argument("--quick", action="store_true", help="sizes 1 4 MiB/rank")
     parser.add_argument("--out", type=Path, default=Path("results"))
     args = parser.parse_args(argv)
     if args.quick:
         args.sizes = [1, 4]
-    args.out.mkdir(parents=True, exist_ok=True)
     problem = c_problem()
-    use_c = problem is None
-    if not use_c:
-        print(f"C solver unavailable ({problem}): post hoc skipped, in situ uses Python")
-    exp1: list[dict[str, Any]] = []
-    exp2: list[dict[str, Any]] = []
+    if args.solver == "c" and problem is not None:
+        print(f"--solver c: the C solver cannot run here: {problem}. Build it with "
+              "`cmake -S . -B build && cmake --build build` against PDI 1.12, or use "
+              "--solver python.", file=sys.stderr)  # fmt: skip
+        return 2
+    use_c = args.solver == "c" or (args.solver is None and problem is None)
+    if args.solver is None and not use_c:
+        print(f"C solver unavailable ({problem}): Python solver, post hoc skipped")
+    modes = [m for m in MODES if use_c or m != "post hoc"]
+    args.out.mkdir(parents=True, exist_ok=True)
+    load_before = load()
+    sizes: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
+        runner = Runner(args, Path(tmp), use_c)
+        print(f"cores: {runner.cores['description']}", flush=True)
+        if runner.cores["analytics"]:
+            os.sched_setaffinity(0, set(runner.cores["analytics"]))  # inherited by the workers
         for mib in args.sizes:
-            print(f"Experiment 1: {mib:g} MiB/rank ...", flush=True)
-            with dask_cluster() as (client, address):
-                exp1.append(experiment1(client, address, mib, args.steps, args.period, Path(tmp),
-                                        use_c))  # fmt: skip
-        for mib in sorted({min(args.sizes), max(args.sizes)}):
-            print(f"Experiment 2: {mib:g} MiB/rank ...", flush=True)
-            with dask_cluster() as (client, address):
-                exp2.append(experiment2(client, address, mib, args.steps, args.period, Path(tmp)))
+            runs: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
+            for rep in range(args.repeats):
+                for mode in modes:
+                    print(f"{mib:g} MiB/rank, repetition {rep + 1}: {mode}", flush=True)
+                    runs[mode].append(runner.run(mode, mib))
+            rows, cols = global_size(mib, runner.grid)
+            memcpy = memcpy_s(rows * cols * 8 / args.ranks / 2**20)
+            summary = {m: {k: median_of([summarize(r, memcpy) for r in runs[m]], k)
+                           for k in summarize(runs[m][0], memcpy)} for m in modes}  # fmt: skip
+            med = {m: {k: median_of(runs[m], k) for k in ("simulation_s", "time_to_analysis_s",
+                                                           "analytics_s", "analytics_graph_s")}
+                   for m in modes}  # fmt: skip
+            entry: dict[str, Any] = {
+                "mib_per_rank": rows * cols * 8 / args.ranks / 2**20,
+                "global_size": [rows, cols],
+                "runs": runs,
+                "median": med,
+                "summary": summary,
+            }
+            no = med["no output"]["simulation_s"]
+            entry["async_over_no_output"] = med["in situ async"]["simulation_s"] / no
+            entry["sync_over_no_output"] = med["in situ sync"]["simulation_s"] / no
+            # its PCA of a step takes no longer than the ranks' compute of the next one (the
+            # publish is left out: it includes the waits of an analytics that falls behind)
+            compute = summary["in situ async"]["compute_s"]
+            entry["analytics_keeps_up"] = med["in situ async"]["analytics_graph_s"] <= compute
+            if use_c:
+                post = med["post hoc"]["time_to_analysis_s"]
+                entry["posthoc_over_async"] = post / med["in situ async"]["time_to_analysis_s"]
+                entry["posthoc_over_sync"] = post / med["in situ sync"]["time_to_analysis_s"]
+                evs = [runs[m][0]["ev0"] for m in ("post hoc", "in situ sync", "in situ async")]
+                entry["same_result"] = all(bool(np.allclose(evs[0], e, rtol=1e-6)) for e in evs)
+            sizes.append(entry)
+    load_after = load()
 
-    print(f"\nExperiment 1: {RANKS} ranks, {args.steps} steps, {args.period} iterations/step, "
-          f"{'C solver + PDI' if use_c else 'Python solver'}")  # fmt: skip
-    rows = []
-    for r in exp1:
-        ph = r["post hoc"]
-        ins, no = r["in situ"], r["no output"]
-        ratio = (
-            ph["time_to_analysis_s"] / ins["time_to_analysis_s"] if "skipped" not in ph else None
-        )
-        r["posthoc_over_insitu"] = ratio
-        rows.append([
-            f"{r['mib_per_rank']:.1f}", f"{no['simulation_s']:.2f}",
-            f"{ph.get('simulation_s', math.nan):.2f}", f"{ph.get('analytics_s', math.nan):.2f}",
-            f"{ph.get('time_to_analysis_s', math.nan):.2f}", f"{ins['simulation_s']:.2f}",
-            f"{ins['analytics_after_simulation_s']:.2f}", f"{ins['first_step_s']:.2f}",
-            f"{ins['time_to_analysis_s']:.2f}",
-            f"{ratio:.2f}x" if ratio else "-",
-            f"{ins['simulation_s'] / no['simulation_s']:.2f}x",
+    solver = "C solver + PDI" if use_c else "Python solver"
+    print(f"\n{args.ranks} ranks {runner.grid}, {args.workers} workers x 1 thread, {args.steps} "
+          f"steps x {args.period} iterations, {solver}, median of {args.repeats}; "
+          f"{runner.cores['description']}; load average {load_before} -> {load_after}")  # fmt: skip
+    rows_out = []
+    for s in sizes:
+        med = s["median"]
+        ph = med.get("post hoc", {})
+        rows_out.append([
+            f"{s['mib_per_rank']:.1f}", f"{med['no output']['simulation_s']:.2f}",
+            f"{ph.get('simulation_s', math.nan):.2f}",
+            f"{ph.get('time_to_analysis_s', math.nan):.2f}",
+            f"{med['in situ sync']['simulation_s']:.2f}",
+            f"{med['in situ sync']['time_to_analysis_s']:.2f}",
+            f"{med['in situ async']['simulation_s']:.2f}",
+            f"{med['in situ async']['time_to_analysis_s']:.2f}",
+            f"{s['summary']['in situ async'].get('first_step_s', math.nan):.2f}",
+            f"{s['async_over_no_output']:.2f}x",
+            f"{s['posthoc_over_async']:.2f}x" if "posthoc_over_async" in s else "-",
         ])  # fmt: skip
-    print(table(["MiB/rank", "no-output sim s", "posthoc sim s", "posthoc analytics s",
-                 "posthoc total s", "insitu sim s", "insitu analytics after sim s",
-                 "insitu first step s",
-                 "insitu total s", "posthoc/insitu", "insitu sim/no output"], rows))  # fmt: skip
-    print("\nExperiment 2: per step, median over ranks and steps 1..n (Python solver)")
-    rows = [[f"{r['mib_per_rank']:.1f}", f"{1e3 * r['compute_s']:.1f}", f"{1e3 * r['send_s']:.1f}",
-             f"{1e3 * r['sync_s']:.1f}", f"{100 * r['publish_fraction']:.1f}%",
-             f"{1e3 * r['analytics_wait_s']:.1f}", f"{1e3 * r['analytics_graph_s']:.1f}"]
-            for r in exp2]  # fmt: skip
-    print(table(["MiB/rank", "compute ms", "transfer ms", "metadata/sync ms", "publish/iteration",
-                 "analytics step wait ms", "analytics graph ms"], rows))  # fmt: skip
-
-    largest = exp1[-1]
-    targets: list[tuple[str, Any, str]] = []
-    ratio = largest.get("posthoc_over_insitu")
-    targets.append((
-        f"in situ time to analysis >= 3x lower than post hoc at {largest['mib_per_rank']:.0f} "
-        "MiB/rank",
-        None if ratio is None else ratio >= 3,
-        "post hoc skipped" if ratio is None else f"{ratio:.2f}x",
-    ))  # fmt: skip
-    big = exp2[-1]
-    keeps_up = big["analytics_graph_s"] <= big["compute_s"] + big["publish_s"]
-    targets.append((
-        f"publish <= 10% of an iteration at {big['mib_per_rank']:.0f} MiB/rank",
-        big["publish_fraction"] <= 0.10,
-        f"{100 * big['publish_fraction']:.1f}% (compute {1e3 * big['compute_s']:.0f} ms, send "
-        f"{1e3 * big['send_s']:.0f} ms, sync {1e3 * big['sync_s']:.0f} ms; analytics "
-        f"{'keeps up' if keeps_up else 'does NOT keep up'}: graph "
-        f"{1e3 * big['analytics_graph_s']:.0f} ms per step)",
-    ))  # fmt: skip
+    print(table(["MiB/rank", "no output sim s", "post hoc sim s", "post hoc total s",
+                 "sync sim s", "sync total s", "async sim s", "async total s",
+                 "async first step s", "async sim / no output", "post hoc / async"],
+                rows_out))  # fmt: skip
+    if args.timings:
+        print("\nPer publish: medians over ranks and steps 1..n; start-up from PDI_init's call")
+        rows_out = []
+        no_output = {s["mib_per_rank"]: s["median"]["no output"]["simulation_s"] for s in sizes}
+        for s in sizes:
+            for mode in modes:
+                m = s["summary"][mode]
+                rows_out.append([
+                    f"{s['mib_per_rank']:.1f}", mode, f"{1e3 * m['compute_s']:.1f}",
+                    f"{1e3 * m['publish_s']:.2f}", f"{1e3 * m['memcpy_s']:.2f}",
+                    f"{100 * m['publish_share']:.2f}%",
+                    f"{m.get('pdi_init_s', math.nan):.2f}",
+                    f"{m.get('first_publish_s', math.nan):.2f}",
+                    f"{m.get('first_step_s', math.nan):.2f}",
+                    f"{s['median'][mode]['simulation_s'] / no_output[s['mib_per_rank']]:.2f}x",
+                ])  # fmt: skip
+        print(table(["MiB/rank", "mode", "compute ms", "publish ms", "memcpy ms",
+                     "publish/iteration", "PDI_init s", "init->1st publish s",
+                     "1st step at analytics s", "sim / no output"], rows_out))  # fmt: skip
+    targets = evaluate(sizes, args.ranks, use_c)
     print_targets(targets)
     (args.out / "insitu_vs_posthoc.json").write_text(json.dumps(
-        {"machine": machine(), "solver": "C" if use_c else "Python", "c_problem": problem,
-         "experiment1": exp1, "experiment2": exp2, "targets": targets_json(targets)}, indent=1,
+        {"machine": machine(), "cores": runner.cores["description"], "load_before": load_before,
+         "load_after": load_after, "solver": "C" if use_c else "Python", "c_problem": problem,
+         "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+         "sizes": sizes, "targets": targets_json(targets)}, indent=1,
     ))  # fmt: skip
-    plot(exp1, exp2, args.out / "insitu_vs_posthoc.png")
+    plot(sizes, args.out / "insitu_vs_posthoc.png")
     print(f"wrote {args.out / 'insitu_vs_posthoc.json'} and {args.out / 'insitu_vs_posthoc.png'}")
     return 0 if all(p is not False for _, p, _ in targets) else 1
 

@@ -56,7 +56,8 @@ from bench._common import PINS, REPO
 
 GRIDS = {1: (1, 1), 2: (2, 1), 4: (2, 2), 8: (4, 2), 16: (4, 4)}
 SIMULATION_OPS = {"deisa_publish", "deisa_open", "deisa_close", "deisa_workers"}
-ANALYTICS_OPS = {"deisa_get", "deisa_meta", "client-releases-keys", "client-desires-keys"}
+ANALYTICS_OPS = {"deisa_get", "deisa_meta", "deisa_attach", "deisa_detach", "deisa_step_taken",
+                 "client-releases-keys", "client-desires-keys"}  # fmt: skip
 HEARTBEAT_OPS = {"heartbeat_worker", "heartbeat-client", "keep-alive"}
 
 
@@ -188,10 +189,17 @@ def login_address(cluster: Any) -> str:
 
 
 def run_one(
-    ranks: int, size: int, steps: int, workdir: Path, nodes: int = 1, cluster: Any = None
+    ranks: int,
+    size: int,
+    steps: int,
+    workdir: Path,
+    nodes: int = 1,
+    cluster: Any = None,
+    consumers: int = 1,
 ) -> dict[str, Any]:
     """Measure one run: ``nodes == 1``: this node, ``mpirun`` and two local workers; else a
-    Slurm job on ``nodes`` nodes of ``cluster`` (a ``tests/multinode.py`` cluster)."""
+    Slurm job on ``nodes`` nodes of ``cluster`` (a ``tests/multinode.py`` cluster).
+    ``consumers``: Adapters (each with its own Client) that each receive every step."""
     from distributed import Client, LocalCluster
 
     from deisa import Adapter, _dask_internals
@@ -217,6 +225,14 @@ def run_one(
         scheduler_file = workdir / f"scheduler-{tag}.json"
         scheduler_file.write_text(json.dumps({"address": scheduler.address}))
         adapter = Adapter(client, timeout=120)
+        extra = [Client(scheduler.address) for _ in range(consumers - 1)]
+        readers = [Adapter(c, timeout=120)["gtemp"] for c in extra]
+        for reader in [adapter["gtemp"], *readers]:
+            reader._attach()  # all attached before step 0: each receives every step
+        threads = [
+            threading.Thread(target=lambda r=r: [f.sum().compute() for f in r], daemon=True)
+            for r in readers
+        ]
         counter: Counter[str] = Counter()
         restore = count_handler_calls(scheduler, counter)
         published: dict[int, float] = {}
@@ -249,6 +265,8 @@ def run_one(
             if local
             else _SlurmJob(cluster, nodes, ranks, config, scheduler_file)
         )
+        for thread in threads:
+            thread.start()
         try:
             taken = 0
             seen: dict[int, float] = {}
@@ -260,6 +278,8 @@ def run_one(
                 ready[step + 1] = time.perf_counter()
                 taken += 1
             err = sim.finish()
+            for thread in threads:
+                thread.join(timeout=300)
         except TimeoutError as exc:  # the adapter's: say why the simulation never came
             sim.kill()
             raise RuntimeError(f"{tag}: {exc}\n{sim.finish()}") from exc
@@ -269,6 +289,8 @@ def run_one(
         elapsed = time.perf_counter() - t0
         cpu = client.run_on_scheduler(time.thread_time) - cpu0
         restore()
+        for c in extra:
+            c.close()
         if err is not None or taken != steps:
             raise RuntimeError(f"{tag}: simulation failed ({taken} steps taken):\n{err}")
     by_group = {
@@ -290,6 +312,7 @@ def run_one(
     return {
         "ranks": ranks,
         "nodes": nodes,
+        "consumers": consumers,
         "workers": 2 if local else nodes,
         "steps": steps,
         "seconds": elapsed,
@@ -430,6 +453,9 @@ def main(argv: list[str] | None = None) -> int:
         help="node counts: 1 is this node (mpirun, 2 local workers); more builds a Slurm "
         "cluster of network namespaces (tests/multinode.py, root) with a worker per node",
     )  # fmt: skip
+    parser.add_argument("--consumers", type=int, nargs="+", default=[1],
+                        help="consumers each receiving every step (fan-out); one row each, "
+                        "at the largest rank count")  # fmt: skip
     parser.add_argument("--extrapolate", type=int, nargs=2, default=[1024, 64],
                         metavar=("RANKS", "NODES"), help="a worker per node")  # fmt: skip
     args = parser.parse_args(argv)
@@ -450,6 +476,11 @@ def main(argv: list[str] | None = None) -> int:
             for n in args.nodes
             for r in args.ranks
         ]
+        fan_out = [
+            run_one(max(args.ranks), args.size, args.steps, Path(tmp), consumers=k)
+            for k in args.consumers
+            if k > 1
+        ]
 
     print(f"Scheduler messages per step ({args.size}x{args.size} field, {args.steps} steps)")
     header = f"{'nodes':>5} {'ranks':>5} {'simulation':>10} {'publish':>8} {'analytics':>9}"
@@ -468,6 +499,14 @@ def main(argv: list[str] | None = None) -> int:
             f" {rec['publish_to_adapter_ms_median'] or float('nan'):>19.2f}"
             f" {rec['register_ms_per_step'] or float('nan'):>11.3f}"
         )
+    if fan_out:
+        print("Fan-out: every consumer receives every step (messages per step)")
+        print(f"{'ranks':>5} {'consumers':>9} {'simulation':>10} {'analytics':>9} "
+              f"{'per consumer':>12}")  # fmt: skip
+        for rec in [r for r in records if r["ranks"] == max(args.ranks)][:1] + fan_out:
+            p = rec["per_step"]
+            print(f"{rec['ranks']:>5} {rec['consumers']:>9} {p['simulation']:>10.2f} "
+                  f"{p['analytics']:>9.2f} {p['analytics'] / rec['consumers']:>12.2f}")  # fmt: skip
     ranks, nodes = args.extrapolate
     model = extrapolate(records, ranks, nodes)
     print(f"Extrapolated to {ranks} ranks, {nodes} workers ({model['cpu_ms_per_message']:.3f} ms "
@@ -483,7 +522,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"target: simulation messages per step constant in ranks: {'PASS' if flat else 'FAIL'}")
     plot(records, args.out / "scheduler_messages.png")
     (args.out / "scheduler_messages.json").write_text(
-        json.dumps({"records": records, "target_flat": flat, "extrapolated": model}, indent=1)
+        json.dumps(
+            {"records": records, "fan_out": fan_out, "target_flat": flat, "extrapolated": model},
+            indent=1,
+        )
     )
     return 0 if flat else 1
 

@@ -7,10 +7,11 @@ file and one test, not the whole package.
 - :func:`send_blocks_to_worker`: a worker's ``update_data`` RPC, what
   ``Client.scatter(direct=True)`` does internally, without the scheduler round trips
   scatter adds (a cores query and a registration per call).
-- :func:`register_keys`, :func:`transfer_keys`, :func:`forget_holder`: the scheduler's own
-  ``update_data``, ``client_desires_keys``/``client_releases_keys`` and ``remove_client``,
-  called from inside our scheduler extension (the same calls distributed's Queue and Variable
-  extensions make).
+- :func:`register_keys`, :func:`transfer_keys`, :func:`share_keys`, :func:`forget_holder`: the
+  scheduler's own ``update_data``, ``client_desires_keys``/``client_releases_keys`` and
+  ``remove_client``, called from inside our scheduler extension (the same calls distributed's
+  Queue and Variable extensions make).
+- :func:`send_batched`: a message on a client's batched stream to the scheduler.
 - :func:`future_in_memory`: a :class:`~distributed.Future` for a key the scheduler already
   counts as wanted by this client.
 - :func:`count_handler_calls`: wrap the scheduler's handler tables to count the messages it
@@ -64,6 +65,22 @@ def transfer_keys(scheduler: Any, keys: list[Key], source: str, target: str) -> 
     """
     scheduler.client_desires_keys(keys=keys, client=target)
     release_keys(scheduler, keys, source)
+
+
+def share_keys(scheduler: Any, keys: list[Key], target: str) -> None:
+    """Add client ``target`` to the wanters of ``keys`` (the holders they had keep them).
+
+    A stream with several consumers shares a step's keys with each taker, then lets go of them
+    itself (:func:`release_keys`) once the last one has taken them.
+    """
+    scheduler.client_desires_keys(keys=keys, client=target)
+
+
+def send_batched(client: Any, op: str, **msg: Any) -> None:
+    """Send ``op`` to the scheduler on ``client``'s batched stream (no reply; in order with the
+    client's own messages there, such as the release of a dropped future's key). The scheduler
+    calls its stream handler ``op`` with ``client=`` the sender's id and ``msg``."""
+    client._send_to_scheduler({"op": op, **msg})
 
 
 def release_keys(scheduler: Any, keys: list[Key], holder: str) -> None:

@@ -9,20 +9,28 @@ step out of the scheduler's queue hands its keys to this client and frees room f
 blocked by ``buffer_nb``. An array for one step is built straight from the blocks' own keys: it
 holds the futures and adds no task, and the data lives as long as the array (or anything
 computed from it) does.
+
+Each Adapter is one *consumer*: every Adapter attached to an array receives every step, unless
+Adapters share a ``group`` name, whose members share the steps (each step goes to one of them).
+Several arrays of the same step are read together with :meth:`Adapter.zip`, sliding windows of
+steps with :meth:`ArrayDescriptor.windows`. See ``docs/streams.md``.
 """
 
 from __future__ import annotations
 
 import logging
+import uuid
 import weakref
+from collections import deque
 from collections.abc import Iterator
-from typing import Any
+from types import TracebackType
+from typing import Any, Literal
 
 import dask.array as da
 import numpy as np
 from distributed import Client, Future
 
-from . import _block_locations, _dask_internals
+from . import _block_locations, _dask_internals, contracts
 from .extension import StreamExtension
 
 logger = logging.getLogger(__name__)
@@ -49,19 +57,135 @@ class Adapter:
     timeout
         Seconds to wait for a step (or the array's description) before raising
         :class:`TimeoutError` saying what is missing. ``None``: wait forever.
+    group
+        ``None`` (default): this Adapter is a consumer of its own and receives every step of
+        the arrays it reads, whatever other Adapters read (fan-out). A name: the Adapters of
+        that group (on any client) share the steps, each step going to the member that asks
+        first; the group counts as one consumer.
+
+    Notes
+    -----
+    The Adapter attaches to an array at its first access that contacts the scheduler (its
+    ``meta``, ``shape``, a selection or an iteration) and receives the steps published from then
+    on; the first consumer of a run also receives the steps that waited for one (within
+    ``buffer_nb``). Until it detaches, the simulation's flow control waits for it like for any
+    other consumer (``buffer_nb`` counts the slowest). It detaches on :meth:`close` (or at the end
+    of its ``with`` block), or when its client closes or dies: at once for a closed client or a
+    killed process, within ``distributed.comm.timeouts.tcp`` (30 s by default) for a host that
+    vanished. Steps it has taken stay alive as long as its arrays do.
 
     Examples
     --------
     >>> client = Client(scheduler_file="scheduler.json")  # doctest: +SKIP
     >>> gtemp = Adapter(client)["gtemp"]  # doctest: +SKIP
     >>> gtemp[0, :, :].mean().compute()  # doctest: +SKIP
+
+    Two analyses side by side, each seeing every step, and a pool of two workers sharing them:
+
+    >>> with Adapter(client) as pca, Adapter(client) as plot:  # doctest: +SKIP
+    ...     ...
+    >>> pool = Adapter(client, group="histograms")  # in two processes  # doctest: +SKIP
     """
 
-    def __init__(self, client: Client, *, timeout: float | None = 60.0) -> None:
+    def __init__(
+        self, client: Client, *, timeout: float | None = 60.0, group: str | None = None
+    ) -> None:
+        if group is not None and (not isinstance(group, str) or not group):
+            raise ValueError(f"group={group!r} must be a non-empty string or None")
         self.client = client
         self.timeout = timeout
+        self.group = group
+        self.consumer = f"{client.id}/{uuid.uuid4().hex[:12]}"
         client.register_plugin(StreamExtension())
         self._descriptors: dict[str, ArrayDescriptor] = {}
+        self._closed = False
+
+    def close(self) -> None:
+        """Detach from every array: the stream stops waiting for this consumer and releases the
+        steps it had not taken (unless another consumer still has to take them). Arrays it
+        handed out stay valid. Idempotent; the Adapter cannot read afterwards."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.client.status == "running":
+            self._request("deisa_detach", consumer=self.consumer)
+
+    def __enter__(self) -> Adapter:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def zip(
+        self, *names: str, how: Literal["all", "any"] = "all"
+    ) -> Iterator[tuple[int, tuple[da.Array | None, ...]]]:
+        """Iterate the steps of several arrays together, in step order.
+
+        Parameters
+        ----------
+        *names
+            The arrays, at least two, each once.
+        how
+            ``"all"`` (AND): yield only the steps that every array published, as
+            ``(step, (array_1, array_2, ...))``; a step published by some of the arrays only is
+            skipped (logged at debug level) and its data released as soon as every array has
+            passed it; the iteration ends when any of the arrays ends. ``"any"`` (OR): yield
+            every step that some array published, with ``None`` for the arrays that did not
+            publish it, once every array has passed that step; it ends when all arrays ended.
+
+        Yields
+        ------
+        step, arrays
+            The step number and one array per name (see :meth:`ArrayDescriptor.items`).
+
+        Notes
+        -----
+        A step is yielded once each array has published it or a later step (or ended), so the
+        iteration reads one step ahead on the arrays that are ahead. Each array's steps are
+        taken as :meth:`ArrayDescriptor.items` takes them, by this Adapter.
+
+        Examples
+        --------
+        >>> for step, (temp, dtemp) in adapter.zip("gtemp", "gdtemp"):  # doctest: +SKIP
+        ...     print(step, float((dtemp / temp.max()).max()))
+        """
+        if len(names) < 2 or len(set(names)) != len(names):
+            raise ValueError(f"zip needs at least two distinct array names, got {names!r}")
+        if how not in ("all", "any"):
+            raise ValueError(f"how={how!r} must be 'all' or 'any'")
+        for name in names:  # before waiting for any: each receives the steps from now on
+            self[name]._attach()
+        iterators = [self[name].items() for name in names]
+        heads = [next(it, None) for it in iterators]
+        while True:
+            live = [head for head in heads if head is not None]
+            if not live or (how == "all" and len(live) < len(heads)):
+                return
+            step = min(head[0] for head in live)
+            here = [head is not None and head[0] == step for head in heads]
+            if how == "any" or all(here):
+                arrays = [
+                    h[1] if h is not None and at else None
+                    for h, at in zip(heads, here, strict=True)
+                ]
+                yield step, tuple(arrays)
+                del arrays
+            else:
+                logger.debug(
+                    "deisa adapter: step %d of %s skipped by zip(how='all'): not published by %s",
+                    step,
+                    ", ".join(n for n, at in zip(names, here, strict=True) if at),
+                    ", ".join(n for n, at in zip(names, here, strict=True) if not at),
+                )
+            heads = [
+                next(it, None) if at else head
+                for it, head, at in zip(iterators, heads, here, strict=True)
+            ]
 
     def __getitem__(self, name: str) -> ArrayDescriptor:
         """The descriptor of array ``name``; cheap, it contacts nobody until subscripted."""
@@ -73,7 +197,46 @@ class Adapter:
         """Scheduler-side counters: calls per route, steps published, taken and queued."""
         return self._request("deisa_stats")
 
+    def set(self, name: str, value: Any) -> int:
+        """Set the steering value ``name`` that the simulation reads with :meth:`Bridge.get`.
+
+        The latest value wins: a value set twice before the simulation reads it is read with
+        its second value; reads do not consume it. ``None`` clears it (readers get their
+        default). A C code reads it through the PDI plugin's ``read`` section.
+
+        Parameters
+        ----------
+        name
+            Non-empty name, shared with the simulation (e.g. ``"stop"``).
+        value
+            A small picklable object (scalar, string, small numpy array; 1 MiB pickled at most).
+
+        Returns
+        -------
+        int
+            How many times ``name`` was set so far, this call included.
+
+        Raises
+        ------
+        deisa.steering.SteeringError
+            A bad name, or a value that cannot be pickled or is too large.
+
+        See Also
+        --------
+        deisa.steering : the semantics of steering values.
+
+        Examples
+        --------
+        >>> Adapter(client).set("stop", True)  # doctest: +SKIP
+        1
+        """
+        from . import steering
+
+        return steering.set_value(self.client, name, value)
+
     def _request(self, route: str, **kwargs: Any) -> dict[str, Any]:
+        if self._closed and route not in ("deisa_detach", "deisa_stats"):
+            raise RuntimeError(f"this Adapter was closed: it cannot read any more ({route})")
         reply: dict[str, Any] = self.client.sync(getattr(self.client.scheduler, route), **kwargs)
         return reply
 
@@ -100,14 +263,21 @@ class ArrayDescriptor:
         self._seen: list[int] = []
         self._ended = False
         self._run: str | None = None  # the simulation run whose steps this reads
+        self._contract_of: dict[int, dict[str, Any] | None] = {}  # the contract of each step
 
     # -- metadata ----------------------------------------------------------------------------
 
     @property
     def meta(self) -> dict[str, Any]:
         if self._meta is None:
-            reply = self.adapter._request(
-                "deisa_meta", name=self.name, timeout=self.adapter.timeout
+            adapter = self.adapter
+            reply = adapter._request(
+                "deisa_meta",
+                name=self.name,
+                timeout=adapter.timeout,
+                client=adapter.client.id,
+                consumer=adapter.consumer,
+                group=adapter.group,
             )
             if reply["status"] != "OK":
                 raise TimeoutError(
@@ -140,6 +310,18 @@ class ArrayDescriptor:
 
     # -- pulling steps -----------------------------------------------------------------------
 
+    def _attach(self) -> None:
+        """Become a consumer of this array now (otherwise: at the first scheduler request)."""
+        if self._run is None and not self._ended:
+            adapter = self.adapter
+            adapter._request(
+                "deisa_attach",
+                name=self.name,
+                client=adapter.client.id,
+                consumer=adapter.consumer,
+                group=adapter.group,
+            )
+
     def _pull(self) -> bool:
         """Take the next record from the scheduler; False at the end of the stream."""
         if self._ended:
@@ -151,6 +333,8 @@ class ArrayDescriptor:
             client=client.id,
             timeout=self.adapter.timeout,
             run=self._run,
+            consumer=self.adapter.consumer,
+            group=self.adapter.group,
         )
         status = reply["status"]
         if status == "error":
@@ -174,7 +358,12 @@ class ArrayDescriptor:
         step = int(reply["step"])
         futures = {key: _dask_internals.future_in_memory(key, client) for key in reply["keys"]}
         _block_locations.record(futures, reply["workers"], reply["nthreads"])
+        if reply.get("confirm"):  # this client took the step before, through another consumer
+            _dask_internals.send_batched(
+                client, "deisa_step_taken", name=self.name, run=self._run, step=step
+            )
         self._cached[step] = futures
+        self._contract_of[step] = reply.get("contract")
         self._seen.append(step)
         return True
 
@@ -282,6 +471,8 @@ class ArrayDescriptor:
                 )
             futures = alive  # type: ignore[assignment]
         meta = self.meta
+        if self._contract_of.get(step) is not None:  # sent under a contract: its region
+            return contracts.region_array(futures, meta, self._contract_of[step])  # type: ignore[arg-type]
         name = next(iter(futures))[0]
         return da.Array(
             dict(futures),
@@ -290,6 +481,76 @@ class ArrayDescriptor:
             dtype=np.dtype(meta["dtype"]),
             shape=tuple(meta["shape"]),
         )
+
+    # -- contracts (deisa.contracts) ---------------------------------------------------------
+
+    def require(self, region: Any = None, steps: Any = None) -> contracts.Contract:
+        """Ask the simulation to send only ``region`` of this array, on ``steps`` only.
+
+        The contract replaces any earlier one of the array (whoever set it: it applies to
+        every consumer) and reaches every rank of the simulation at the same step: steps not
+        wanted are not sent at all, and on the others only the blocks that intersect
+        ``region`` are. The arrays of steps sent under it are exactly ``region`` (spatial
+        indices of a selection are then relative to the region). Steps published before it
+        came into force keep the shape they were sent with: see :meth:`contract_of`.
+
+        Parameters
+        ----------
+        region
+            ``None`` (the whole array) or one ``slice(start, stop)`` per spatial axis, in
+            global indices (``None`` bounds: the array's edges; no negative bounds or slice
+            steps).
+        steps
+            ``None`` (every step), an ``int`` stride (``5``: steps 0, 5, 10...), or a
+            ``range`` or ``slice`` of step numbers (open-ended: ``slice(10, None, 5)``).
+
+        Returns
+        -------
+        Contract
+            The contract as stored, with its bounds resolved and its version.
+
+        Raises
+        ------
+        deisa.contracts.ContractError
+            A malformed region or steps, a region outside the array or empty, a stride below
+            1; or no simulation opened the array within the Adapter's timeout (the contract
+            is then withdrawn). If the array is not open yet, waits for it to be (so that the
+            region can be checked), up to the Adapter's ``timeout``; the contract is already
+            in place when the simulation opens the array, and applies from its first step.
+
+        Examples
+        --------
+        >>> gtemp = Adapter(client)["gtemp"]  # doctest: +SKIP
+        >>> gtemp.require(region=(slice(0, 512), slice(0, 512)), steps=5)  # doctest: +SKIP
+        >>> for step, corner in gtemp.items(): ...  # steps 0, 5, 10...: 512 x 512  # doctest: +SKIP
+        """
+        contract = contracts.Contract.build(region, steps)
+        adapter = self.adapter
+        stored = contracts.set_contract(adapter.client, self.name, contract, adapter.timeout)
+        assert stored is not None
+        return stored
+
+    def drop_contract(self) -> None:
+        """Withdraw the array's contract: the simulation sends every block of every step again,
+        from a step boundary on (see :meth:`require`)."""
+        contracts.set_contract(self.adapter.client, self.name, None, self.adapter.timeout)
+
+    @property
+    def contract(self) -> contracts.Contract | None:
+        """The array's contract as the scheduler holds it now (``None``: everything is sent)."""
+        wire = self.adapter._request("deisa_get_contract", name=self.name)["contract"]
+        return None if wire is None else contracts.Contract.from_wire(wire)
+
+    def contract_of(self, step: int) -> contracts.Contract | None:
+        """The contract ``step`` was sent under, as its record says (``None``: whole array).
+
+        Raises
+        ------
+        KeyError
+            ``step`` was not received by this descriptor.
+        """
+        wire = self._contract_of[step]
+        return None if wire is None else contracts.Contract.from_wire(wire)
 
     # -- iteration ---------------------------------------------------------------------------
 
@@ -305,6 +566,49 @@ class ArrayDescriptor:
         """Yield the array of every step not handed out yet, until the end of the stream."""
         for _, array in self.items():
             yield array
+
+    def windows(self, size: int, *, partial: bool = False) -> Iterator[tuple[list[int], da.Array]]:
+        """Iterate sliding windows of ``size`` consecutive received steps, until the end.
+
+        Parameters
+        ----------
+        size
+            Steps per window (``>= 1``).
+        partial
+            ``False`` (default): the first window comes once ``size`` steps have arrived, then
+            one per new step; a stream of fewer than ``size`` steps yields nothing. ``True``:
+            the windows at the start grow from 1 to ``size`` steps, so each step is the newest of
+            exactly one window. At the end of the stream no shorter window is yielded either way.
+
+        Yields
+        ------
+        steps, window
+            The step numbers (oldest first) and a dask array of shape ``(len(steps), *shape)``,
+            the steps stacked on a new leading time axis.
+
+        Notes
+        -----
+        Steps are taken as :meth:`items` takes them; the window holds the last ``size`` step
+        arrays, so a step's data lives while a window yielded with it is alive (at most
+        ``size`` steps past ``buffer_nb`` for this consumer, plus what the caller keeps). The
+        window is :func:`dask.array.stack` of the step arrays: no copy, but one task per block
+        and step (a view adding the time axis, run with whatever computes the window), e.g. 12
+        tasks for a window of 3 steps of 4 blocks: the scheduler's usual per-task overhead,
+        nothing on the data.
+
+        Examples
+        --------
+        >>> for steps, window in adapter["gtemp"].windows(3):  # doctest: +SKIP
+        ...     rate = (window[-1] - window[0]) / (steps[-1] - steps[0])
+        """
+        if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+            raise ValueError(f"size={size!r} must be a positive integer")
+        window: deque[tuple[int, da.Array]] = deque(maxlen=size)
+        for step, array in self.items():
+            window.append((step, array))
+            del array
+            if partial or len(window) == size:
+                yield [s for s, _ in window], da.stack([a for _, a in window])
 
 
 def _summary(steps: list[int]) -> str:

@@ -190,7 +190,9 @@ class Decomposition:
             )
             raise DecompositionError(
                 f"array {name!r}: {len(missing)} block(s) of the global shape "
-                f"{ref.global_shape} are published by no rank: {where}"
+                f"{ref.global_shape} are published by no rank: {where}; if only some ranks "
+                "hold this array, publish it over a communicator of those ranks (a Bridge "
+                "with comm=comm.Split(...), or deisa.BridgeGroup's array_comms)"
             )
         chunks = tuple(tuple(int(d) for d in np.diff(edges)) for edges in boundaries)
         return cls(name, ref.dtype, ref.global_shape, chunks, tuple(index))

@@ -23,10 +23,13 @@ import numpy as np
 
 from .placement import PLACEMENTS, get_placement
 
-__all__ = ["ON_FULL", "BridgeOptionError", "BridgeOptions"]
+__all__ = ["MODES", "ON_FULL", "BridgeOptionError", "BridgeOptions"]
 
 ON_FULL = ("block", "drop_oldest")
 """The flow-control policies of ``on_full``."""
+
+MODES = ("async", "sync")
+"""The publication modes of ``mode``."""
 
 # command-line spelling of "no value" for the options that accept None
 _NONE = "none"
@@ -76,6 +79,16 @@ class BridgeOptions:
         What a publication does when ``buffer_nb`` steps are waiting: ``"block"`` (wait up to
         ``timeout``, then fail) or ``"drop_oldest"`` (release the oldest waiting step and queue
         the new one; needs ``buffer_nb``). See ``docs/reliability.md``.
+    mode
+        ``"async"``: :meth:`~deisa.Bridge.publish` copies the block into a buffer the Bridge
+        owns and returns; the transfer and the step's registration proceed in the background,
+        and a failure there is raised by a later ``publish`` or by ``close``. ``"sync"``:
+        ``publish`` returns once the block is on its worker and the step registered on the
+        scheduler (flow-control waits included), as before 0.2. See ``docs/architecture.md``.
+    max_in_flight
+        ``mode="async"`` only: blocks of an array this rank has published that are not yet
+        known to be registered on the scheduler, at most; the next ``publish`` of the array
+        waits. The Bridge holds at most this many copies of a block per array.
 
     Raises
     ------
@@ -92,7 +105,8 @@ class BridgeOptions:
     >>> options = BridgeOptions.from_mapping({"buffer_nb": 2, "on_full": "drop_oldest"})
     >>> options.to_argv()
     ['--placement', 'round_robin', '--buffer-nb', '2', '--timeout', '600.0', \
-'--connect-timeout', '30.0', '--min-workers', '1', '--on-full', 'drop_oldest']
+'--connect-timeout', '30.0', '--min-workers', '1', '--on-full', 'drop_oldest', '--mode', \
+'async', '--max-in-flight', '2']
     >>> BridgeOptions(buffer_nb=0)
     Traceback (most recent call last):
     ...
@@ -106,6 +120,8 @@ class BridgeOptions:
     connect_timeout: float = 30.0
     min_workers: int = 1
     on_full: str = "block"
+    mode: str = "async"
+    max_in_flight: int = 2
 
     def __post_init__(self) -> None:
         try:
@@ -152,6 +168,18 @@ class BridgeOptions:
                 "min_workers", f"min_workers={self.min_workers!r} must be a positive integer"
             )
         object.__setattr__(self, "min_workers", min_workers)
+        if not isinstance(self.mode, str) or self.mode not in MODES:
+            raise BridgeOptionError(
+                "mode", f"mode={self.mode!r} is not a publication mode; choose one of {list(MODES)}"
+            )
+        max_in_flight = _integer(self.max_in_flight)
+        if max_in_flight is None or max_in_flight < 1:
+            raise BridgeOptionError(
+                "max_in_flight",
+                f"max_in_flight={self.max_in_flight!r} must be a positive integer (blocks per "
+                "array a rank may have in flight)",
+            )
+        object.__setattr__(self, "max_in_flight", max_in_flight)
 
     # -- mappings (YAML keys, keyword arguments) ---------------------------------------------
 
@@ -218,14 +246,19 @@ class BridgeOptions:
     @classmethod
     def add_arguments(cls, parser: argparse.ArgumentParser | Any) -> None:
         """Declare ``--placement``, ``--buffer-nb``, ``--timeout``, ``--connect-timeout``,
-        ``--min-workers`` and ``--on-full`` on ``parser`` (or an argument group).
+        ``--min-workers``, ``--on-full``, ``--mode`` and ``--max-in-flight`` on ``parser`` (or
+        an argument group).
 
         An absent flag leaves no attribute on the namespace, so :meth:`from_namespace` falls
         back to the default of :class:`BridgeOptions`. The parser checks the choices of
-        ``placement`` and ``on_full``; :meth:`from_namespace` checks the values.
+        ``placement``, ``on_full`` and ``mode``; :meth:`from_namespace` checks the values.
         """
         defaults = cls()
-        choices: dict[str, Any] = {"placement": sorted(PLACEMENTS), "on_full": list(ON_FULL)}
+        choices: dict[str, Any] = {
+            "placement": sorted(PLACEMENTS),
+            "on_full": list(ON_FULL),
+            "mode": list(MODES),
+        }
         for name, kind, metavar, help_text in _ARGUMENTS:
             default = getattr(defaults, name)
             shown = _NONE if default is None else default
@@ -296,4 +329,6 @@ _ARGUMENTS: tuple[tuple[str, Any, str | None, str], ...] = (
     ("connect_timeout", float, "SECONDS", "wait for the scheduler file, scheduler and workers"),
     ("min_workers", int, "N", "workers needed before the placement is fixed"),
     ("on_full", str, None, "when buffer-nb steps wait: block or drop_oldest"),
+    ("mode", str, None, "async: publish returns once the block is copied; sync: once registered"),
+    ("max_in_flight", int, "N", "async: blocks per array in flight at most, then publish waits"),
 )

@@ -3,8 +3,10 @@
 :func:`analyze_stream` is the in situ client of the paper's experiments: it takes the steps of
 one array from an :class:`~deisa.adapter.Adapter` as they are published, fits a
 :class:`~deisa.pca.IncrementalPCA` on each (rows are samples, columns features) and records
-the explained variance. The run's report (table, plot, ``results.json``) is
-:mod:`deisa.launcher.report`'s.
+the explained variance. With ``stop_when_converged`` it stops the simulation once the PCA has
+converged, through the steering value ``"stop"`` (:meth:`deisa.Adapter.set`), and keeps reading
+until the end of the stream. The run's report (table, plot, ``results.json``) is
+:mod:`deisa.launcher.report`'s; :func:`stop_summary` says why and when the run stopped.
 
 Examples
 --------
@@ -15,10 +17,11 @@ Examples
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 
 from distributed import Client
 
@@ -51,6 +54,12 @@ class StepAnalytics:
         The fitted PCA's attributes of the same name, one value per component.
     svd_solver
         The PCA regime used (``svd_solver_``: ``"full"`` or ``"randomized"``).
+    relative_change
+        ``|r_t - r_prev| / |r_prev|`` (Euclidean norms) of the explained variance ratios
+        ``r`` of this step and the step analysed before it (``None`` for the first), the
+        convergence criterion of ``stop_when_converged``.
+    stop_reason
+        Set on the step after whose analysis the analytics asked the simulation to stop: why.
     """
 
     step: int
@@ -60,6 +69,8 @@ class StepAnalytics:
     explained_variance: list[float]
     explained_variance_ratio: list[float]
     svd_solver: str = "full"
+    relative_change: float | None = None
+    stop_reason: str | None = None
 
 
 @dataclass
@@ -102,6 +113,8 @@ def analyze_stream(
     check: Callable[[], None] | None = None,
     on_start: Callable[[int], None] | None = None,
     on_step: Callable[[StepAnalytics], None] | None = None,
+    stop_when_converged: float | None = None,
+    stop_value: str = "stop",
 ) -> list[StepAnalytics]:
     """Fit a PCA on every step of ``array`` until the simulation closes the stream.
 
@@ -133,6 +146,18 @@ def analyze_stream(
         Called with the step number when a step's fit is submitted.
     on_step
         Called after each step's fit, in step order, e.g. to advance a progress bar.
+    stop_when_converged
+        ``EPS > 0``: once the relative change of the explained variance ratio between two
+        consecutive steps falls below ``EPS`` (:attr:`StepAnalytics.relative_change`), set the
+        steering value ``stop_value`` to ``True``, so that the simulation (reading it with
+        :meth:`deisa.Bridge.get`, or a ``read: [stop]`` section of its PDI YAML) ends its loop
+        and closes the stream normally; the steps it publishes meanwhile are analysed too.
+        ``stop_value`` is cleared when the analysis starts. ``None``: never stop the simulation.
+        The ratio rather than the variance itself: a diffusing field loses variance at a
+        steady rate, so the variance's relative change tends to a constant, while the ratio
+        converges as the components settle.
+    stop_value
+        Name of the steering value that ``stop_when_converged`` sets.
 
     Returns
     -------
@@ -146,7 +171,13 @@ def analyze_stream(
     """
     if max_in_flight < 1:
         raise ValueError(f"max_in_flight={max_in_flight} must be ≥ 1")
-    stream = Adapter(client, timeout=poll_s)[array]
+    if stop_when_converged is not None and not stop_when_converged > 0:
+        raise ValueError(f"stop_when_converged={stop_when_converged} must be > 0")
+    adapter = Adapter(client, timeout=poll_s)
+    stream = adapter[array]
+    if stop_when_converged is not None:
+        adapter.set(stop_value, None)  # a value left by an earlier run would stop this one
+    stop_sent = False
     results: list[StepAnalytics] = []
     in_flight: deque[_InFlight] = deque()
     step = 0
@@ -168,7 +199,25 @@ def analyze_stream(
         if any([f.moved(now) for f in in_flight]):
             last_progress = now
         while in_flight and in_flight[0].pending.done():
-            results.append(_finish(in_flight.popleft(), array))
+            done = _finish(in_flight.popleft(), array)
+            if results:
+                done = replace(done, relative_change=_relative_change(results[-1], done))
+            if (
+                stop_when_converged is not None
+                and not stop_sent
+                and done.relative_change is not None
+                and done.relative_change < stop_when_converged
+            ):
+                reason = (
+                    f"the PCA converged: relative change of the explained variance ratio "
+                    f"{done.relative_change:.3g} < {stop_when_converged:g} since step "
+                    f"{results[-1].step}"
+                )
+                adapter.set(stop_value, True)
+                stop_sent = True
+                done = replace(done, stop_reason=reason)
+                logger.info("deisa pipeline: stop asked after step %d: %s", done.step, reason)
+            results.append(done)
             last_progress = time.perf_counter()
             if on_step is not None:
                 on_step(results[-1])
@@ -209,6 +258,40 @@ def analyze_stream(
         waiting_since = time.perf_counter()
     logger.info("deisa pipeline: end of %r after %d steps", array, len(results))
     return results
+
+
+def stop_summary(analytics: Sequence[StepAnalytics], steps: int | None = None) -> str | None:
+    """One sentence saying at which step and why the analytics stopped the simulation.
+
+    Parameters
+    ----------
+    analytics
+        From :func:`analyze_stream`.
+    steps
+        Steps the simulation was configured for, if known.
+
+    Returns
+    -------
+    str or None
+        ``None`` if the analytics did not ask the simulation to stop.
+    """
+    asked = next((a for a in analytics if a.stop_reason is not None), None)
+    if asked is None:
+        return None
+    last = analytics[-1].step
+    planned = f" of {steps} planned" if steps is not None else ""
+    return (
+        f"stopped early: after step {asked.step} the analytics asked the simulation to stop "
+        f"({asked.stop_reason}); it published {len(analytics)} step(s){planned}, the last "
+        f"being step {last}"
+    )
+
+
+def _relative_change(before: StepAnalytics, after: StepAnalytics) -> float:
+    a, b = before.explained_variance_ratio, after.explained_variance_ratio
+    norm = math.sqrt(sum(x * x for x in a))
+    diff = math.sqrt(sum((x - y) ** 2 for x, y in zip(a, b, strict=False)))
+    return diff / norm if norm > 0 else (0.0 if diff == 0 else math.inf)
 
 
 def _failed(step: int, array: str, exc: BaseException) -> PipelineError:

@@ -3,6 +3,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -85,18 +86,19 @@ MPI_Fint fortran_communicator(Context& ctx, const Config_expression& value)
 
 } // namespace
 
-void Bridge_handle::check_communicator(Context& ctx, const Array_transfer& transfer, MPI_Fint bridge_comm) const
+MPI_Fint Bridge_handle::entry_communicator(Context& ctx, const Array_transfer& transfer, MPI_Fint bridge_comm) const
 {
+	if (PC_status(transfer.communicator())) return bridge_comm;
 	const MPI_Fint entry_comm = fortran_communicator(ctx, parse_expression(transfer.communicator(), "communicator"));
+	if (entry_comm == MPI_Comm_c2f(MPI_COMM_NULL)) return entry_comm;
 	int same = MPI_UNEQUAL;
 	MPI_Comm_compare(MPI_Comm_f2c(entry_comm), MPI_Comm_f2c(bridge_comm), &same);
-	if (same != MPI_IDENT && same != MPI_CONGRUENT) {
-		throw Spectree_error{
-			transfer.communicator(),
-			"`communicator' of `{}' is not the plugin's communicator (default MPI_COMM_WORLD): deisa publishes every array over "
-			"the plugin's one",
-			transfer.data()};
-	}
+	return same == MPI_IDENT || same == MPI_CONGRUENT ? bridge_comm : entry_comm;
+}
+
+bool Bridge_handle::outside(const Array_transfer& transfer) const
+{
+	return std::find(m_outside.begin(), m_outside.end(), &transfer) != m_outside.end();
 }
 
 On_error to_on_error(PC_tree_t tree)
@@ -111,8 +113,17 @@ Bridge_handle::~Bridge_handle()
 {
 	if (!Py_IsInitialized()) return;
 	py::gil_scoped_acquire gil;
+	if (m_preload) {
+		// close() was not reached (e.g. a configuration error in PDI_init): no import may run
+		// while the interpreter is finalized
+		try {
+			m_preload.attr("join")();
+		} catch (const py::error_already_set&) {
+		}
+	}
 	m_bridge = py::object();
 	m_bridge_options = py::object();
+	m_preload = py::object();
 	m_module = py::object();
 }
 
@@ -126,8 +137,9 @@ void Bridge_handle::communicator(PC_tree_t value)
 	m_communicator = parse_expression(value, "communicator");
 }
 
-void Bridge_handle::validate(Context& ctx, PC_tree_t config)
+void Bridge_handle::validate(Context& ctx, PC_tree_t config, double interpreter_seconds)
 {
+	m_interpreter_seconds = interpreter_seconds;
 	if (!m_scheduler_file) {
 		throw Spectree_error{
 			config,
@@ -137,7 +149,13 @@ void Bridge_handle::validate(Context& ctx, PC_tree_t config)
 	py::gil_scoped_acquire gil;
 	try {
 		m_module = py::module_::import("deisa");
+		// numpy, distributed, deisa.bridge: seconds, overlapped with the simulation's first steps
+		m_preload = py::module_::import("deisa._preload").attr("start")();
+		// no option key to check: PDI_init waits for no import at all
+		if (m_options.empty()) return;
+		m_preload.attr("wait")("options");
 	} catch (const py::error_already_set& e) {
+		m_module = py::object(); // disables the bridge (on_error: warn)
 		handle_python_error(ctx, "importing the deisa Python package", e);
 		return; // on_error: warn, without deisa the keys cannot be checked
 	}
@@ -182,19 +200,30 @@ void Bridge_handle::open(Context& ctx, const vector<Array_transfer>& transfers)
 {
 	if (opened()) return;
 	const MPI_Fint comm = m_communicator ? fortran_communicator(ctx, *m_communicator) : MPI_Comm_c2f(MPI_COMM_WORLD);
+	// the datasets of the entries with a communicator of their own, and its handle (MPI_COMM_NULL's outside it)
+	vector<std::pair<string, MPI_Fint>> array_comms;
 	for (auto&& transfer: transfers) {
+		const MPI_Fint entry_comm = entry_communicator(ctx, transfer, comm);
+		if (entry_comm != comm) {
+			array_comms.emplace_back(transfer.dataset(ctx), entry_comm);
+			if (entry_comm == MPI_Comm_c2f(MPI_COMM_NULL)) {
+				ctx.logger().debug("`{}' is not published from this rank: outside its `communicator'", transfer.data());
+				m_outside.emplace_back(&transfer);
+				continue;
+			}
+		}
 		Array_geometry geometry = transfer.geometry(ctx);
 		for (auto&& declared: m_arrays) {
 			if (declared.first == geometry.dataset) {
 				throw PDI::Value_error{"deisa: dataset `{}' is written from more than one data", geometry.dataset};
 			}
 		}
-		if (!PC_status(transfer.communicator())) check_communicator(ctx, transfer, comm);
 		m_arrays.emplace_back(geometry.dataset, std::move(geometry));
 	}
 	string scheduler_file;
 	try {
 		scheduler_file = m_scheduler_file->expression.to_string(ctx);
+		m_scheduler_path = scheduler_file;
 	} catch (const PDI::Error& e) {
 		throw Spectree_error{m_scheduler_file->tree, "Cannot evaluate `scheduler_file' in deisa configuration: {}", e.what()};
 	}
@@ -203,10 +232,17 @@ void Bridge_handle::open(Context& ctx, const vector<Array_transfer>& transfers)
 		m_disabled = true;
 		return;
 	}
+	try {
+		m_preload.attr("wait")("bridge");
+	} catch (const py::error_already_set& e) {
+		m_disabled = true;
+		handle_python_error(ctx, "importing the deisa Python package", e);
+		return;
+	}
 	// a bad option or block position is a PDI error on its YAML node, whatever on_error says
 	py::dict specs;
 	try {
-		if (m_bridge_options.is_none()) m_bridge_options = m_options.build(ctx, m_module, false);
+		if (!m_bridge_options || m_bridge_options.is_none()) m_bridge_options = m_options.build(ctx, m_module, false);
 		for (auto&& array: m_arrays) {
 			specs[py::str(array.first)] = array_spec(array.second);
 		}
@@ -215,17 +251,43 @@ void Bridge_handle::open(Context& ctx, const vector<Array_transfer>& transfers)
 		handle_python_error(ctx, "checking the deisa Bridge options", e);
 		return;
 	}
+	using Clock = std::chrono::steady_clock;
+	auto seconds_since = [](Clock::time_point start) {
+		return std::chrono::duration<double>(Clock::now() - start).count();
+	};
 	try {
+		// on this thread: importing mpi4py.MPI calls MPI, which the simulation may allow on its own thread only
+		const auto mpi_start = Clock::now();
 		py::object mpi = py::module_::import("mpi4py.MPI");
 		py::object py_comm = mpi.attr("Intracomm")(mpi.attr("Comm").attr("f2py")(comm));
+		const double mpi_seconds = seconds_since(mpi_start);
 		ctx.logger().debug(
 			"Creating deisa.Bridge({}, {}, options={})",
 			scheduler_file,
 			py::str(specs).cast<string>(),
 			py::repr(m_bridge_options).cast<string>()
 		);
-		m_bridge = m_module.attr("Bridge")(scheduler_file, specs, "comm"_a = py_comm, "options"_a = m_bridge_options);
-		ctx.logger().info("Connected to the Dask scheduler of `{}'", scheduler_file);
+		const auto bridge_start = Clock::now();
+		if (array_comms.empty()) {
+			m_bridge = m_module.attr("Bridge")(scheduler_file, specs, "comm"_a = py_comm, "options"_a = m_bridge_options);
+		} else {
+			py::dict comms;
+			for (auto&& array: array_comms) {
+				comms[py::str(array.first)] = array.second == MPI_Comm_c2f(MPI_COMM_NULL)
+				                                ? mpi.attr("COMM_NULL")
+				                                : mpi.attr("Intracomm")(mpi.attr("Comm").attr("f2py")(array.second));
+			}
+			m_bridge
+				= m_module.attr("BridgeGroup")(scheduler_file, specs, "comm"_a = py_comm, "array_comms"_a = comms, "options"_a = m_bridge_options);
+		}
+		ctx.logger().info(
+			"deisa.Bridge created for `{}' in {:.3f} s; start-up: interpreter {:.3f} s, imports {}, mpi4py.MPI {:.3f} s",
+			scheduler_file,
+			seconds_since(bridge_start),
+			m_interpreter_seconds,
+			m_preload.attr("summary")().cast<string>(),
+			mpi_seconds
+		);
 	} catch (const py::error_already_set& e) {
 		m_disabled = true;
 		// the scheduler file is what the user can check first
@@ -270,22 +332,55 @@ void Bridge_handle::publish(Context& ctx, const string& dataset, const Block& bl
 		ctx.logger().trace("Publishing `{}' step {}", dataset, block.step);
 		m_bridge.attr("publish")(dataset, view, block.step);
 	} catch (const py::error_already_set& e) {
-		handle_python_error(ctx, "publishing `" + dataset + "' step " + std::to_string(block.step), e);
+		handle_python_error(
+			ctx,
+			"publishing `" + dataset + "' step " + std::to_string(block.step) + " (scheduler_file: `" + m_scheduler_path + "')",
+			e
+		);
 	}
 }
 
 void Bridge_handle::close(Context& ctx)
 {
-	if (!m_bridge) return;
+	if (!Py_IsInitialized()) return;
 	py::gil_scoped_acquire gil;
+	if (m_preload) {
+		// the interpreter must not be finalized under a running import
+		try {
+			m_preload.attr("join")();
+		} catch (const py::error_already_set& e) {
+			ctx.logger().error("Python failure while waiting for the deisa imports:\n{}", python_traceback(e));
+		}
+	}
+	if (!m_bridge) return;
 	try {
 		m_bridge.attr("close")();
 		ctx.logger().info("Stream closed");
 	} catch (const py::error_already_set& e) {
 		// no exception can leave PDI_finalize: report, whatever on_error says
-		ctx.logger().error("Python failure while closing the deisa Bridge:\n{}", python_traceback(e));
+		ctx.logger().error("Python failure while closing the deisa Bridge (scheduler_file: `{}'):\n{}", m_scheduler_path, python_traceback(e));
 	}
 	m_bridge = py::object();
+}
+
+bool Bridge_handle::get(Context& ctx, const string& name, const std::function<void(py::handle)>& fill)
+{
+	if (m_disabled || !m_bridge) {
+		ctx.logger().debug("Not reading steering value `{}': {}", name, m_disabled ? "the bridge is disabled" : "no publication yet");
+		return false;
+	}
+	py::gil_scoped_acquire gil;
+	py::object value;
+	try {
+		value = m_bridge.attr("get")(name);
+	} catch (const py::error_already_set& e) {
+		handle_python_error(ctx, "reading steering value `" + name + "' (scheduler_file: `" + m_scheduler_path + "')", e);
+		return false;
+	}
+	if (value.is_none()) return false;
+	ctx.logger().debug("Steering value `{}' = {}", name, py::repr(value).cast<string>());
+	fill(value);
+	return true;
 }
 
 } // namespace deisa

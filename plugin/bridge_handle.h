@@ -3,6 +3,7 @@
 #ifndef DEISA_BRIDGE_HANDLE_H_
 #define DEISA_BRIDGE_HANDLE_H_
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -56,6 +57,9 @@ class Bridge_handle
 	/// path of the Dask scheduler file (required)
 	std::optional<Config_expression> m_scheduler_file;
 
+	/// its value, once evaluated at the first publication: failures name it (the connection runs in the background)
+	std::string m_scheduler_path;
+
 	/// the MPI communicator of the simulation (an MPI_Comm or a Fortran handle); MPI_COMM_WORLD if absent
 	std::optional<Config_expression> m_communicator;
 
@@ -73,6 +77,12 @@ class Bridge_handle
 
 	/// the deisa Python module
 	pybind11::object m_module;
+
+	/// the imports running in a Python thread while the simulation computes (deisa._preload.Preload)
+	pybind11::object m_preload;
+
+	/// wall time of the embedded interpreter's start, for the start-up report
+	double m_interpreter_seconds = 0;
 
 	/// whether a failure (with on_error: warn) disabled publication
 	bool m_disabled = false;
@@ -93,12 +103,16 @@ class Bridge_handle
 	 */
 	pybind11::object array_spec(const Array_geometry& geometry) const;
 
-	/** Checks that the `communicator' of a `write' entry designates the bridge's ranks
+	/// the `write' entries whose `communicator' does not hold this rank (MPI_COMM_NULL here): never published here
+	std::vector<const Array_transfer*> m_outside;
+
+	/** The `communicator' of a `write' entry, if it is one of its own
 	 * \param ctx the context in which to evaluate it
 	 * \param transfer the entry
-	 * \param bridge_comm the bridge's communicator
+	 * \param bridge_comm the plugin's communicator
+	 * \return the entry's (MPI_COMM_NULL's Fortran handle outside it), or bridge_comm if it has none or a congruent one
 	 */
-	void check_communicator(PDI::Context& ctx, const Array_transfer& transfer, MPI_Fint bridge_comm) const;
+	MPI_Fint entry_communicator(PDI::Context& ctx, const Array_transfer& transfer, MPI_Fint bridge_comm) const;
 
 public:
 	/// A handle with default options and no bridge
@@ -132,22 +146,38 @@ public:
 	 */
 	void on_error(On_error on_error) { m_on_error = on_error; }
 
-	/** Checks the required keys, imports the deisa Python module and checks the options (those that can be evaluated now)
+	/** Checks the required keys, starts the imports and checks the options (those that can be evaluated now)
+	 *
+	 * The imports the bridge needs (numpy, distributed, deisa.bridge) run in a Python thread
+	 * (deisa._preload) while the simulation computes; this waits for the options' part only.
 	 * \param ctx the PDI context
 	 * \param config the plugin's configuration node, for error messages
+	 * \param interpreter_seconds the embedded interpreter's start time, for the start-up report
 	 */
-	void validate(PDI::Context& ctx, PC_tree_t config);
+	void validate(PDI::Context& ctx, PC_tree_t config, double interpreter_seconds = 0);
 
 	/** Whether the bridge exists or failed to be created
 	 * \return true once open was called
 	 */
 	bool opened() const { return m_disabled || m_bridge; }
 
-	/** Creates the bridge (collective over the communicator)
+	/** Creates the bridge (collective over the communicator), once the imports are done
+	 *
+	 * A `write' entry with a `communicator' of its own (not congruent to the plugin's) goes to a
+	 * deisa.Bridge over that communicator, on its ranks only (deisa.BridgeGroup); the ranks where
+	 * it is MPI_COMM_NULL never publish it (see outside).
+	 * Logs the start-up costs at info level: the interpreter, the imports and how long the
+	 * simulation waited for them, mpi4py.MPI (imported here: it calls MPI) and the Bridge.
 	 * \param ctx the context in which to evaluate the $-expressions
 	 * \param transfers the arrays to declare
 	 */
 	void open(PDI::Context& ctx, const std::vector<Array_transfer>& transfers);
+
+	/** Whether this rank is outside the `communicator' of a `write' entry (known once open was called)
+	 * \param transfer the entry
+	 * \return true if the entry is never published from this rank
+	 */
+	bool outside(const Array_transfer& transfer) const;
 
 	/** Publishes one block; returns when its memory may be reused
 	 * \param ctx the PDI context
@@ -156,10 +186,21 @@ public:
 	 */
 	void publish(PDI::Context& ctx, const std::string& dataset, const Block& block);
 
-	/** Closes the stream (collective), if the bridge was created
+	/** Closes the stream (collective), if the bridge was created, and waits for the imports
 	 * \param ctx the PDI context
 	 */
 	void close(PDI::Context& ctx);
+
+	/** Reads a steering value (deisa.Bridge.get: collective over the bridge's ranks)
+	 *
+	 * Before the bridge is created (no publication yet) or once it is disabled, reads nothing.
+	 * A Python failure of the read is handled according to `on_error'.
+	 * \param ctx the PDI context
+	 * \param name the steering value's name
+	 * \param fill called with the GIL held and the value, unless the analytics set none
+	 * \return whether fill was called
+	 */
+	bool get(PDI::Context& ctx, const std::string& name, const std::function<void(pybind11::handle)>& fill);
 };
 
 } // namespace deisa

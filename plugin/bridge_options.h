@@ -55,6 +55,11 @@ class Bridge_options
 	static pybind11::object to_python(PDI::Context& ctx, const Option& option);
 
 public:
+	/** Whether the configuration has no option key
+	 * \return true if every option keeps deisa.BridgeOptions's default
+	 */
+	bool empty() const { return m_options.empty(); }
+
 	/** Records the configuration node for errors that no key carries
 	 * \param config the plugin's configuration node
 	 */

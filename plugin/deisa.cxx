@@ -3,7 +3,8 @@
  * Its configuration accepts decl_hdf5's (`datasets', `write' with `dataset', `when',
  * `memory_selection', `dataset_selection', `communicator', `on_event'; the keys that only
  * matter for files are ignored), so that switching a simulation from HDF5 files to in situ
- * analytics is a matter of two lines.  See plugin/README.md.
+ * analytics is a matter of two lines.  Its `read' section fills data exposed with PDI_IN or
+ * PDI_INOUT from the steering values the analytics sets (deisa.Adapter.set).  See plugin/README.md.
  */
 
 #include <memory>
@@ -24,6 +25,7 @@
 #include "bridge_handle.h"
 #include "ignored_keys.h"
 #include "python_interpreter.h"
+#include "steering_read.h"
 
 namespace {
 
@@ -33,6 +35,7 @@ using deisa::Condition;
 using deisa::Datasets;
 using deisa::Ignored_keys;
 using deisa::Python_interpreter;
+using deisa::Steering_read;
 using PDI::Context;
 using PDI::each;
 using PDI::Plugin;
@@ -56,6 +59,9 @@ class deisa_plugin: public Plugin
 	/// the `write' entries, in configuration order
 	vector<Array_transfer> m_transfers;
 
+	/// the `read' entries: exposed data filled from steering values, in configuration order
+	vector<Steering_read> m_reads;
+
 	/// `on_event': the events at which every `write' entry is published; on data exposure if empty
 	unordered_set<string> m_events;
 
@@ -73,6 +79,7 @@ public:
 		Condition default_when;
 		Ignored_keys ignored;
 		PC_tree_t write_tree = {PC_NODE_NOT_FOUND, nullptr, nullptr};
+		PC_tree_t read_tree = {PC_NODE_NOT_FOUND, nullptr, nullptr};
 		each(config, [&](PC_tree_t key_tree, PC_tree_t value) {
 			string key = to_string(key_tree);
 			if (key == "scheduler_file") {
@@ -92,7 +99,7 @@ public:
 			} else if (key == "on_event") {
 				PDI::opt_each(value, [&](PC_tree_t event) { m_events.emplace(to_string(event)); });
 			} else if (key == "read") {
-				deisa::log_ignored_read(ctx, value);
+				read_tree = value;
 			} else if (deisa::is_file_only_key(key)) {
 				ignored.add(key);
 			} else if (key == "logging") {
@@ -110,7 +117,8 @@ public:
 				"deisa configuration needs a `write' mapping from exposed data to datasets (e.g. `write: {{temp: {{dataset: gtemp}}}}')"};
 		}
 		m_transfers = Array_transfer::parse_write(write_tree, default_when, datasets, ignored);
-		m_bridge.validate(ctx, config);
+		if (!PC_status(read_tree)) m_reads = Steering_read::parse_read(read_tree, default_when);
+		m_bridge.validate(ctx, config, m_interpreter.start_seconds());
 		ignored.log(ctx);
 
 		if (m_events.empty()) {
@@ -136,11 +144,24 @@ public:
 		for (auto&& transfer: m_transfers) {
 			if (transfer.data() != name || !transfer.when(context())) continue;
 			m_bridge.open(context(), m_transfers);
+			if (m_bridge.outside(transfer)) continue; // this rank is outside the entry's `communicator'
 			m_bridge.publish(context(), transfer.dataset(context()), transfer.block(context(), ref));
+		}
+		for (auto&& read: m_reads) {
+			if (read.data() == name && read.when(context())) this->read(read, ref);
 		}
 	}
 
-	/** Publishes every `write' entry whose condition holds, at an `on_event' event (as decl_hdf5 does)
+	/** Fills exposed data from the latest steering value of a `read' entry (collective), if the analytics set one
+	 * \param read the entry
+	 * \param ref the exposed data
+	 */
+	void read(const Steering_read& read, Ref ref)
+	{
+		m_bridge.get(context(), read.value_name(), [&](pybind11::handle value) { read.fill(ref, value); });
+	}
+
+	/** Publishes every `write' entry, then reads every `read' entry, whose condition holds, at an `on_event' event (as decl_hdf5 does)
 	 * \param event the name of the event
 	 */
 	void event(const string& event)
@@ -149,7 +170,11 @@ public:
 		for (auto&& transfer: m_transfers) {
 			if (!transfer.when(context())) continue;
 			m_bridge.open(context(), m_transfers);
+			if (m_bridge.outside(transfer)) continue;
 			m_bridge.publish(context(), transfer.dataset(context()), transfer.block(context(), context().desc(transfer.data()).ref()));
+		}
+		for (auto&& read: m_reads) {
+			if (read.when(context())) this->read(read, context().desc(read.data()).ref());
 		}
 	}
 

@@ -24,12 +24,6 @@ bool is_file_only_key(const std::string& key);
  */
 bool is_file_only_write_key(const std::string& key);
 
-/** Logs, as a warning, that decl_hdf5's `read' section is ignored, naming its data
- * \param ctx the PDI context
- * \param read_tree the section (a list of data names, or a mapping from data names)
- */
-void log_ignored_read(PDI::Context& ctx, PC_tree_t read_tree);
-
 /** The decl_hdf5 keys of a configuration that the deisa plugin ignores, reported in one line.
  *
  * A decl_hdf5 configuration goes in situ by renaming two keys: the keys that only

@@ -1,5 +1,6 @@
 /* Embedded Python for the deisa PDI plugin. */
 
+#include <chrono>
 #include <cstdlib>
 #include <string>
 
@@ -28,6 +29,7 @@ Python_interpreter::Python_interpreter(PDI::Context& ctx)
 		ctx.logger().debug("Using the host program's Python interpreter");
 		return;
 	}
+	const auto start = std::chrono::steady_clock::now();
 	// no signal handlers: Ctrl-C and SIGTERM belong to the MPI launcher, not to Python
 	py::initialize_interpreter(false);
 	m_started = true;
@@ -35,7 +37,8 @@ Python_interpreter::Python_interpreter(PDI::Context& ctx)
 	static const bool exit_watch = std::atexit([] { g_exiting = true; }) == 0;
 	(void)exit_watch;
 	m_saved_state = PyEval_SaveThread();
-	ctx.logger().debug("Python interpreter started by the plugin");
+	m_start_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+	ctx.logger().debug("Python interpreter started by the plugin in {:.3f} s", m_start_seconds);
 }
 
 Python_interpreter::~Python_interpreter()

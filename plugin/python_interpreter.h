@@ -26,6 +26,9 @@ class Python_interpreter
 	/// the thread state saved when releasing the GIL after starting the interpreter
 	PyThreadState* m_saved_state = nullptr;
 
+	/// wall time of the interpreter's start (0 if the host program's is used)
+	double m_start_seconds = 0;
+
 public:
 	/** Starts an interpreter if none is running
 	 * \param ctx the PDI context, for logging
@@ -44,6 +47,11 @@ public:
 	 * \return true if the host program is not Python
 	 */
 	bool started() const { return m_started; }
+
+	/** Wall time spent starting the interpreter, for the start-up report
+	 * \return seconds, 0 if the host program's interpreter is used
+	 */
+	double start_seconds() const { return m_start_seconds; }
 };
 
 /** Formats the Python exception in flight with its full traceback.

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <pdi.h>
 
@@ -162,9 +163,56 @@ static void iterate(const Decomposition* dec, const double* u, double* next)
 	}
 }
 
+/// What one rank spent where, written when the environment variable HEAT_TIMINGS is set (benchmarks)
+typedef struct {
+	double start; ///< MPI_Wtime() right after MPI_Init
+	double epoch; ///< the same instant in seconds since 1970, to compare with other processes
+	double init_s; ///< in PDI_init
+	double first_output_s; ///< from PDI_init's call to the end of the first output's expose
+	double* compute_s; ///< per output step: the solver iterations
+	double* output_s; ///< per output step: the `iter' expose (what the PDI plugins take)
+} Timings;
+
+static double now_epoch(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+/// Writes `<HEAT_TIMINGS>.<rank>.json'; `finalize_s' is PDI_finalize's time, `wall_s' since MPI_Init
+static void write_timings(const char* prefix, int rank, const Timings* t, int steps, double finalize_s)
+{
+	char path[4096];
+	snprintf(path, sizeof(path), "%s.%d.json", prefix, rank);
+	FILE* f = fopen(path, "w");
+	if (!f) fail("cannot write the timings to ", path);
+	fprintf(f, "{\"rank\": %d, \"epoch\": %.6f, \"pdi_init_s\": %.6f, \"first_output_s\": %.6f, ", rank, t->epoch, t->init_s, t->first_output_s);
+	fprintf(f, "\"finalize_s\": %.6f, \"wall_s\": %.6f, \"steps\": [", finalize_s, MPI_Wtime() - t->start);
+	for (int step = 0; step < steps; ++step) {
+		fprintf(f, "%s{\"step\": %d, \"compute_s\": %.6f, \"output_s\": %.6f}", step ? ", " : "", step, t->compute_s[step], t->output_s[step]);
+	}
+	fprintf(f, "]}\n");
+	fclose(f);
+}
+
+/// The temperature change over the last iteration, `u' minus `previous' (0.2 times the discrete
+/// Laplacian: minus the divergence of the heat flux), in `delta'; ghost cells are left alone
+static void change(const Decomposition* dec, const double* u, const double* previous, double* delta)
+{
+	const int h = dec->local_size[0], w = dec->local_size[1], ld = w + 2;
+	for (int i = 1; i <= h; ++i) {
+		for (int j = 1; j <= w; ++j) {
+			delta[i * ld + j] = u[i * ld + j] - previous[i * ld + j];
+		}
+	}
+}
+
 int main(int argc, char* argv[])
 {
 	MPI_Init(&argc, &argv);
+	Timings timings = {MPI_Wtime(), now_epoch(), 0, 0, NULL, NULL};
+	const char* timings_prefix = getenv("HEAT_TIMINGS");
 	if (argc != 3) {
 		fprintf(stderr, "Usage: %s <simulation.yml> <pdi.yml>\n", argv[0]);
 		MPI_Abort(MPI_COMM_WORLD, 2);
@@ -172,7 +220,9 @@ int main(int argc, char* argv[])
 	Config cfg = read_config(argv[1]);
 	PC_tree_t pdi_conf = PC_parse_path(argv[2]);
 	if (PC_status(pdi_conf)) fail("cannot parse the PDI configuration ", argv[2]);
+	const double init_start = MPI_Wtime();
 	PDI_init(pdi_conf);
+	timings.init_s = MPI_Wtime() - init_start;
 
 	Decomposition dec = decompose(&cfg);
 	int rank;
@@ -203,11 +253,17 @@ int main(int argc, char* argv[])
 	const size_t cells = (size_t)(dec.local_size[0] + 2) * (dec.local_size[1] + 2);
 	double* temp = malloc(sizeof(double) * cells);
 	double* next = malloc(sizeof(double) * cells);
-	if (!temp || !next) fail("out of memory", NULL);
+	double* dtemp = calloc(cells, sizeof(double)); // ghosts stay 0.0
+	if (!temp || !next || !dtemp) fail("out of memory", NULL);
 	initialize(&cfg, &dec, temp);
 	memcpy(next, temp, sizeof(double) * cells); // boundary ghosts of both buffers stay 0.0
+	timings.compute_s = calloc(cfg.steps, sizeof(double));
+	timings.output_s = calloc(cfg.steps, sizeof(double));
+	if (!timings.compute_s || !timings.output_s) fail("out of memory", NULL);
 
+	int outputs = 0;
 	for (int step = 0; step < cfg.steps; ++step) {
+		const double compute_start = MPI_Wtime();
 		for (int it = 0; it < cfg.output_period; ++it) {
 			exchange(&dec, temp);
 			iterate(&dec, temp, next);
@@ -215,13 +271,31 @@ int main(int argc, char* argv[])
 			temp = next;
 			next = swap;
 		}
-		PDI_multi_expose("iter", "step", &step, PDI_OUT, "temp", temp, PDI_OUT, NULL);
+		change(&dec, temp, next, dtemp);
+		const double output_start = MPI_Wtime();
+		timings.compute_s[step] = output_start - compute_start;
+		// `stop' may be filled by a plugin (deisa's `read' section: the analytics' steering value);
+		// the same value on every rank, so all leave the loop after the same step
+		int stop = 0;
+		PDI_multi_expose("iter", "step", &step, PDI_OUT, "temp", temp, PDI_OUT, "dtemp", dtemp, PDI_OUT, "stop", &stop, PDI_INOUT, NULL);
+		timings.output_s[step] = MPI_Wtime() - output_start;
+		if (step == 0) timings.first_output_s = MPI_Wtime() - init_start;
+		outputs = step + 1;
+		if (stop) {
+			if (rank == 0) fprintf(stderr, "heat: stopped after step %d of %d: `stop' set by the analytics\n", step, cfg.steps);
+			break;
+		}
 	}
 
+	free(dtemp);
 	free(next);
 	free(temp);
 	MPI_Comm_free(&dec.comm);
+	const double finalize_start = MPI_Wtime();
 	PDI_finalize();
+	if (timings_prefix) write_timings(timings_prefix, rank, &timings, outputs, MPI_Wtime() - finalize_start);
+	free(timings.compute_s);
+	free(timings.output_s);
 	PC_tree_destroy(&pdi_conf);
 	MPI_Finalize();
 	return 0;

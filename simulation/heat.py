@@ -228,13 +228,21 @@ def run(
     *,
     scheduler_file: str | None,
     array: str = "gtemp",
+    change_array: str | None = None,
     checksums: bool = False,
     options: BridgeOptions | None = None,
+    stop_value: str | None = "stop",
     **bridge_options: Any,
 ) -> list[StepTiming]:
     """Run the solver, publishing the field every ``output_period`` iterations.
 
     Without ``scheduler_file`` nothing is published (a run with no output, for comparisons).
+    ``change_array``: also publish, under that name, the temperature change over the last
+    iteration of each output (``0.2`` times the discrete Laplacian: minus the divergence of the
+    heat flux), bitwise as the C solver's ``dtemp`` (``configs/heat_deisa.yml``).
+    After each publication every rank reads the steering value ``stop_value``
+    (:meth:`deisa.Bridge.get`, collective) and the run ends, closing the stream normally, once
+    the analytics has set it true; ``None`` reads nothing.
     ``options`` and ``bridge_options`` (any :class:`~deisa.BridgeOptions` field by name) go
     to the :class:`~deisa.Bridge`. Returns this rank's timings per output step.
     """
@@ -243,9 +251,12 @@ def run(
     solver = HeatSolver(config, comm)
     bridge = None
     if scheduler_file is not None:
+        arrays = {array: solver.spec()}
+        if change_array is not None:
+            arrays[change_array] = solver.spec()
         bridge = Bridge(
             scheduler_file,
-            {array: solver.spec()},
+            arrays,
             comm=solver.cart,
             options=options,
             **bridge_options,
@@ -254,19 +265,32 @@ def run(
     try:
         for step in range(config.steps):
             t0 = time.perf_counter()
-            for _ in range(config.output_period):
+            for it in range(config.output_period):
+                if change_array is not None and it == config.output_period - 1:
+                    previous = solver.interior.copy()
                 solver.iterate()
             t1 = time.perf_counter()
             send, nbytes = 0.0, 0
             if bridge is not None:
                 bridge.publish(array, solver.interior, step)
                 send, nbytes = bridge.timings[-1].send_s, bridge.timings[-1].nbytes
+                if change_array is not None:
+                    bridge.publish(change_array, solver.interior - previous, step)
             digest = block_checksum(solver.interior) if checksums else None
             timings.append(
                 StepTiming(
                     step, t1 - t0, time.perf_counter() - t1, send, nbytes, solver.start, digest
                 )
             )
+            if bridge is not None and stop_value is not None and bridge.get(stop_value, False):
+                if comm.Get_rank() == 0:
+                    logger.info(
+                        "stopped after step %d of %d: %r set by the analytics",
+                        step,
+                        config.steps,
+                        stop_value,
+                    )
+                break
     finally:
         if bridge is not None:
             bridge.close()
@@ -280,8 +304,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("config", help="simulation YAML (configs/simulation.yml)")
     parser.add_argument("--scheduler-file", help="Dask scheduler file; omit to publish nothing")
     parser.add_argument("--array", default="gtemp", help="name of the published array")
+    parser.add_argument(
+        "--change-array",
+        help="also publish the temperature change over each output's last iteration under "
+        "this name (the C solver's gdtemp)",
+    )
     BridgeOptions.add_arguments(parser.add_argument_group("deisa Bridge options"))
     parser.add_argument("--timings", help="write every rank's per-step timings (JSON) here")
+    parser.add_argument(
+        "--stop-value",
+        default="stop",
+        help="steering value read after each publication: the run ends once the analytics sets "
+        "it true (default: stop; '' reads none)",
+    )
     parser.add_argument(
         "--checksums", action="store_true", help="record a checksum of every published block"
     )
@@ -301,8 +336,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         comm,
         scheduler_file=args.scheduler_file,
         array=args.array,
+        change_array=args.change_array,
         checksums=args.checksums,
         options=options,
+        stop_value=args.stop_value or None,
     )
     per_rank = comm.gather([asdict(t) for t in timings], root=0)
     if comm.Get_rank() == 0 and args.timings:

@@ -279,11 +279,14 @@ PROCESS_FIXTURES = frozenset(
 # through a fixture: every test of a module (None), or the tests named.
 PROCESS_TESTS: dict[str, frozenset[str] | None] = {
     "test_analytics_scripts": None,
+    "test_async_publish": None,
     "test_bench": None,
+    "test_bench_contracts": None,
     "test_cli": None,
     "test_pdi_plugin": None,
     "test_bridge": frozenset({"test_bridge_rejects_a_missing_scheduler_file"}),
     "test_pca": frozenset({"test_merge_tree_wider_than_its_fan_in"}),  # its own LocalCluster
+    "test_preload": frozenset({"test_a_simulation_rank_imports_nothing_of_the_analytics"}),
     "test_heat": frozenset(
         {"test_heat_mpi_run_without_bridge", "test_heat_rank_count_must_match_the_grid"}
     ),

@@ -39,6 +39,7 @@ def main() -> None:
     parser.add_argument("--buffer-nb", type=int, default=None)
     parser.add_argument("--placement", default="round_robin")
     parser.add_argument("--on-full", default="block")
+    parser.add_argument("--mode", default="async")
     parser.add_argument("--timeout", type=float, default=600.0)
     # start-up on a loaded machine (imports, mpirun, the scheduler's own start) can be slow
     parser.add_argument("--connect-timeout", type=float, default=120.0)
@@ -69,6 +70,7 @@ def main() -> None:
         timeout=args.timeout,
         connect_timeout=args.connect_timeout,
         on_full=args.on_full,
+        mode=args.mode,
     ) as bridge:
         for step in steps:
             if rank == args.die_rank and step == args.die_at_step:

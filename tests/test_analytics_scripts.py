@@ -49,7 +49,7 @@ def test_insitu_and_posthoc_differ_by_two_lines_of_code() -> None:
     assert any("h5py.File" in d for d in removed)
 
 
-@pytest.mark.parametrize("script", ["posthoc_pca.py", "insitu_pca.py"])
+@pytest.mark.parametrize("script", ["posthoc_pca.py", "insitu_pca.py", "steered_pca.py"])
 def test_analytics_script_help(script: str) -> None:
     cmd = [sys.executable, str(ANALYTICS / script), "--help"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)

@@ -212,9 +212,12 @@ def test_bridge_takes_options_and_keyword_overrides(local_client, tmp_path: Path
     path = tmp_path / "scheduler.json"
     path.write_text(json.dumps({"address": local_client.scheduler.address}))
     spec = ArraySpec("float64", (4, 6), (0, 0), (4, 6))
-    options = BridgeOptions(placement="locality", buffer_nb=3)
+    # mode="sync": the step is registered when publish returns, so it is read inside the block
+    options = BridgeOptions(placement="locality", buffer_nb=3, mode="sync")
     with Bridge(str(path), {"u": spec}, comm=MPI.COMM_SELF, options=options, timeout=None) as b:
-        assert b.options == BridgeOptions(placement="locality", buffer_nb=3, timeout=None)
+        assert b.options == BridgeOptions(
+            placement="locality", buffer_nb=3, timeout=None, mode="sync"
+        )
         assert (b.placement, b.buffer_nb, b.timeout, b.on_full) == ("locality", 3, None, "block")
         b.publish("u", np.arange(24.0).reshape(4, 6), 0)
         field = Adapter(local_client, timeout=60)["u"][0].compute()
@@ -246,6 +249,7 @@ def wait_for(path):
 with Bridge(sys.argv[1], {"field": spec}) as bridge:
     for publication, step in enumerate([0, 1, 1, None, 1, 0, 2]):
         if step is None:
+            bridge.flush()  # mode="async": the steps so far are registered, as in sync mode
             open("published", "w").close()
             wait_for("taken")
             continue

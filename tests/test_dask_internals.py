@@ -75,6 +75,33 @@ async def test_release_keys_of_an_unknown_holder_is_a_no_op(
 
 
 @gen_cluster(client=True)
+async def test_share_keys_then_send_batched_after_a_release(
+    c: Client, s: Any, a: Any, b: Any
+) -> None:
+    key = ("deisa-test-z-0", 0, 0)
+    await _dask_internals.send_blocks_to_worker(c.rpc, a.address, {key: np.ones(3)})
+    _dask_internals.register_keys(s, {key: [a.address]}, {key: 24}, "holder")
+    _dask_internals.share_keys(s, [key], c.id)
+    assert {cs.client_key for cs in s.tasks[key].who_wants} == {"holder", c.id}
+
+    # a message sent on the batched stream after a release is handled after it
+    seen: list[tuple[str, set[str]]] = []
+
+    def handler(client: str, tag: str) -> None:
+        seen.append((tag, {cs.client_key for cs in s.tasks[key].who_wants or ()}))
+
+    s.stream_handlers["deisa_test"] = handler
+    c._send_to_scheduler({"op": "client-releases-keys", "keys": [key], "client": c.id})
+    _dask_internals.send_batched(c, "deisa_test", tag="after")
+    deadline = asyncio.get_running_loop().time() + RELEASE
+    while not seen:
+        assert asyncio.get_running_loop().time() < deadline
+        await asyncio.sleep(0.01)
+    assert seen == [("after", {"holder"})]
+    _dask_internals.release_keys(s, [key], "holder")
+
+
+@gen_cluster(client=True)
 async def test_count_handler_calls(c: Client, s: Any, a: Any, b: Any) -> None:
     counter: Counter[str] = Counter()
     restore = _dask_internals.count_handler_calls(s, counter)

@@ -87,10 +87,30 @@ async def install(c: Client, s: Any) -> StreamExtension:
 
 
 async def get(
-    c: Client, name: str, run: str | None = None, timeout: float | None = WAIT
+    c: Client,
+    name: str,
+    run: str | None = None,
+    timeout: float | None = WAIT,
+    consumer: str | None = None,
+    group: str | None = None,
 ) -> dict[str, Any]:
-    """One ``deisa_get``, as the Adapter's descriptor makes it."""
-    return await c.scheduler.deisa_get(name=name, client=c.id, timeout=timeout, run=run)
+    """One ``deisa_get``, as the descriptor of an Adapter makes it (the consumer: by default
+    one named after the client)."""
+    return await c.scheduler.deisa_get(
+        name=name, client=c.id, timeout=timeout, run=run, consumer=consumer, group=group
+    )
+
+
+def queue(ext: StreamExtension, name: str, reader: str | None = None) -> list[Any]:
+    """What ``reader`` (by default the only one, attached or not) has to take: step numbers,
+    then ``"end"``."""
+    readers = ext.streams[name].readers
+    if reader is None:
+        if not readers:
+            return []
+        assert len(readers) == 1, list(readers)
+        reader = next(iter(readers))
+    return [getattr(e, "step", "end") for e in readers[reader].queue]
 
 
 def holder(name: str, run: str) -> str:
@@ -153,6 +173,7 @@ async def test_publish_holds_the_blocks_for_the_stream_then_hands_them_to_the_re
         assert wanted_by(s, key) == {holder("t", "r1")}  # alive with no client connected
     assert ext.stats()["streams"]["t"] == {
         "run": "r1", "published": 1, "taken": 0, "queued": 1, "closed": False, "dropped": [],
+        "consumers": {},  # the step waits for the first consumer
     }  # fmt: skip
 
     record = await get(c, "t")
@@ -285,7 +306,7 @@ async def test_new_run_replaces_a_finished_run_whose_end_was_never_read(
     assert await new.open() == {"status": "OK"}
     assert ext.streams["t"].queued_steps() == 0 and not ext.streams["t"].closed
     assert await new.publish(0) == {"status": "OK"}
-    assert [r["status"] for r in ext.streams["t"].queue] == ["OK"]  # r1's end went with r1
+    assert queue(ext, "t") == [0]  # r1's end went with r1
 
     assert await get(c, "t", run="r1") == {"status": "end", "nsteps": None, "run": "r1"}
     record = await get(c, "t")
@@ -308,11 +329,11 @@ async def test_fresh_reader_waits_for_the_next_run_not_a_consumed_end(
     await get(c, "t")
     await old.close(1)
     assert ext.streams["t"].consumed
-    reply = await get(c, "t", timeout=EXPIRE)
+    reply = await get(c, "t", timeout=EXPIRE, consumer="late")  # another Adapter
     assert reply == {"status": "timeout", "open": False, "published": 0}
     assert await c.scheduler.deisa_meta(name="t", timeout=EXPIRE) == {"status": "timeout"}
 
-    fresh = asyncio.ensure_future(get(c, "t"))
+    fresh = asyncio.ensure_future(get(c, "t", consumer="fresh"))
     meta = asyncio.ensure_future(c.scheduler.deisa_meta(name="t", timeout=WAIT))
     new = Rank0(c, [a, b], "t", "r2")
     await new.open()
@@ -344,12 +365,12 @@ async def test_publish_waits_while_buffer_nb_steps_are_queued(
     third = asyncio.ensure_future(rank0.publish(2))
     await asyncio.wait_for(until_called(ext, "publish", 3), WAIT)
     assert not third.done()
-    assert [r["step"] for r in ext.streams["t"].queue] == [0, 1]  # step 2 is not queued ...
+    assert queue(ext, "t") == [0, 1]  # step 2 is not queued ...
     assert all(wanted_by(s, key) == {holder("t", "r1")} for key in rank0.keys(2))  # ... but held
 
     assert (await get(c, "t"))["step"] == 0  # taking a step makes room
     assert await third == {"status": "OK"}
-    assert [r["step"] for r in ext.streams["t"].queue] == [1, 2]
+    assert queue(ext, "t") == [1, 2]
     assert ext.stats()["streams"]["t"]["published"] == 3
 
 
@@ -365,9 +386,9 @@ async def test_publish_times_out_and_drops_the_step_when_nobody_takes_one(
     assert reply["status"] == "timeout"
     assert reply["message"] == (
         f"the analytics took no step of 't' for {EXPIRE} s while buffer_nb=1 steps were "
-        "waiting (taken so far: 0); step 1 was not delivered"
+        "waiting (taken so far: 0); step 1 was not delivered (no consumer is attached)"
     )
-    assert [r["step"] for r in ext.streams["t"].queue] == [0]
+    assert queue(ext, "t") == [0]
     assert ext.stats()["streams"]["t"]["published"] == 1
     assert held(s, holder("t", "r1")) == set(rank0.keys(0))  # step 1 released ...
     deadline = asyncio.get_running_loop().time() + WAIT
@@ -415,7 +436,7 @@ async def test_drop_oldest_spares_the_end_marker(c: Client, s: Any, a: Any, b: A
     await rank0.open(buffer_nb=1, on_full="drop_oldest")
     await rank0.publish(0)
     await rank0.close(1)
-    assert [r["status"] for r in ext.streams["t"].queue] == ["OK", "end"]
+    assert queue(ext, "t") == [0, "end"]
     assert (await get(c, "t"))["step"] == 0
     assert (await get(c, "t", run="r1"))["status"] == "end"
 
@@ -434,7 +455,7 @@ async def test_routes_refuse_a_run_that_did_not_open_the_array(
     await Rank0(c, [a, b], "t", "r1").open()
     reply = await stranger.publish(1)
     assert reply == {"status": "error", "message": "array 't' was not opened by run r0"}
-    assert list(ext.streams["t"].queue) == []
+    assert queue(ext, "t") == []
     assert not set(stranger.keys(1)) & set(s.tasks)  # refused blocks are not registered
     assert ext.stats()["calls"] == {"publish": 2, "close": 1, "open": 1}
 
@@ -470,7 +491,7 @@ async def test_reader_waiting_on_a_consumed_run_gets_the_next_run_after_its_end_
     await take(c, await get(c, "t"))
     await old.close(1)  # consumed, its end not read yet
     # a new Adapter starts while the old one is still reading (it expires only if never woken)
-    fresh = asyncio.ensure_future(get(c, "t", timeout=5))
+    fresh = asyncio.ensure_future(get(c, "t", timeout=5, consumer="fresh"))
     meta = asyncio.ensure_future(c.scheduler.deisa_meta(name="t", timeout=5))
     await asyncio.wait_for(until_called(ext, "meta", 1), WAIT)
     assert (await get(c, "t", run="r1"))["status"] == "end"  # the old Adapter reads the end
@@ -494,7 +515,7 @@ async def test_publish_naming_a_departed_worker_is_refused_and_leaves_no_key(
     await b.close()
     reply = await c.scheduler.deisa_publish(name="t", run="r1", step=0, blocks=blocks, timeout=1)
     assert reply["status"] == "error" and departed in reply["message"]
-    assert list(ext.streams["t"].queue) == []
+    assert queue(ext, "t") == []
     await until_released(s, [a], "r1")
 
 
@@ -586,7 +607,7 @@ async def test_step_published_again_before_it_is_taken_replaces_it(
         # buffer_nb steps are queued: a replacement takes no room, so it does not wait
         assert await rank0.publish(1, timeout=EXPIRE) == {"status": "OK", "replaced": True}
     assert "step 1 of 't' published again before the analytics took it" in log.getvalue()
-    assert [r["step"] for r in ext.streams["t"].queue] == [0, 1]
+    assert queue(ext, "t") == [0, 1]
     assert held(s, holder("t", "r1")) == set(rank0.keys(0, 0) + rank0.keys(1, 1))
     await until_gone(s, [a, b], rank0.keys(1, 0))  # the overwritten data is freed
     assert ext.stats()["streams"]["t"]["published"] == 2
@@ -625,7 +646,7 @@ async def test_step_published_after_the_reader_passed_it_is_dropped_with_a_warni
             "publication was dropped (a step the analytics has passed cannot be replaced)"
         )
         assert reply["message"] in log.getvalue()
-    assert [r["step"] for r in ext.streams["t"].queue] == [2]
+    assert queue(ext, "t") == [2]
     assert held(s, holder("t", "r1")) == set(rank0.keys(2, 0))
     await until_gone(s, [a, b], rank0.keys(1, 1) + rank0.keys(0, 1))
     values = await take(c, first[1])  # what the reader took is untouched
@@ -645,7 +666,7 @@ async def test_index_going_backwards_before_the_reader_is_queued_in_step_order(
     await rank0.open()
     for step in (0, 2, 1):
         assert await rank0.publish(step) == {"status": "OK"}
-    assert [r["step"] for r in ext.streams["t"].queue] == [0, 1, 2]
+    assert queue(ext, "t") == [0, 1, 2]
     await rank0.close(3)
     assert [(await get(c, "t", run="r1"))["step"] for _ in range(3)] == [0, 1, 2]
 
@@ -664,5 +685,210 @@ async def test_step_waiting_for_room_is_dropped_if_the_reader_passes_it_meanwhil
     assert (await get(c, "t"))["step"] == 1  # room, but the reader is past step 0 now
     reply = await earlier
     assert reply["status"] == "dropped" and "step 0 of 't'" in reply["message"]
-    assert list(ext.streams["t"].queue) == []
+    assert queue(ext, "t") == []
     await until_gone(s, [a, b], rank0.keys(0, 0))
+
+
+# -- several consumers: fan-out, groups, detach ---------------------------------------------------
+
+
+async def attach(c: Client, name: str, consumer: str, group: str | None = None) -> None:
+    """Attach ``consumer`` as an Adapter's first ``meta`` does (the array need not exist)."""
+    await c.scheduler.deisa_meta(
+        name=name, timeout=EXPIRE, client=c.id, consumer=consumer, group=group
+    )
+
+
+def consumers(ext: StreamExtension, name: str) -> dict[str, Any]:
+    return dict(ext.stats()["streams"][name]["consumers"])
+
+
+@gen_cluster(client=True)
+async def test_every_consumer_receives_every_step_and_the_stream_lets_go_after_the_last(
+    c: Client, s: Any, a: Any, b: Any
+) -> None:
+    ext = await install(c, s)
+    async with Client(s.address, asynchronous=True) as c2:
+        await attach(c, "t", "A")
+        await attach(c2, "t", "B")
+        rank0 = Rank0(c, [a, b], "t", "r1")
+        await rank0.open()
+        for step in (0, 1):
+            await rank0.publish(step)
+        await rank0.close(2)
+        assert queue(ext, "t", "A") == queue(ext, "t", "B") == [0, 1, "end"]
+
+        record = await get(c, "t", consumer="A")
+        assert record["step"] == 0 and record["confirm"] is False
+        assert all(wanted_by(s, k) == {holder("t", "r1"), c.id} for k in rank0.keys(0))
+        await take(c, record)
+        values = {}
+        for step in (0, 1):
+            other = await get(c2, "t", consumer="B")
+            assert other["step"] == step
+            values[step] = await take(c2, other)
+        # step 0 went to both: the stream let go; step 1 waits for A
+        assert held(s, holder("t", "r1")) == set(rank0.keys(1))
+        assert consumers(ext, "t") == {
+            "A": {"members": ["A"], "taken": 1, "queued": 1},
+            "B": {"members": ["B"], "taken": 2, "queued": 0},
+        }
+        assert (await take(c, await get(c, "t", consumer="A")))[0][0, 0] == 10.0
+        assert (await get(c2, "t", run="r1", consumer="B"))["status"] == "end"
+        assert (await get(c, "t", run="r1", consumer="A"))["status"] == "end"
+        assert ext.streams["t"].run is None  # both read the end: the run retired
+        np.testing.assert_array_equal(values[1][1], block(1, 1))
+        del values, other
+    await until_released(s, [a, b], "r1")
+
+
+@gen_cluster(client=True)
+async def test_group_members_share_the_steps_beside_a_consumer_of_its_own(
+    c: Client, s: Any, a: Any, b: Any
+) -> None:
+    ext = await install(c, s)
+    async with (
+        Client(s.address, asynchronous=True) as c2,
+        Client(s.address, asynchronous=True) as c3,
+    ):
+        await attach(c, "t", "g1", group="pool")
+        await attach(c2, "t", "g2", group="pool")
+        await attach(c3, "t", "alone")
+        rank0 = Rank0(c, [a, b], "t", "r1")
+        await rank0.open()
+        for step in range(4):
+            await rank0.publish(step)
+        assert set(consumers(ext, "t")) == {"group:pool", "alone"}
+        assert consumers(ext, "t")["group:pool"]["members"] == ["g1", "g2"]
+        shared = []
+        for member, client in (("g1", c), ("g2", c2), ("g2", c2), ("g1", c)):
+            record = await get(client, "t", consumer=member, group="pool")
+            shared.append(record["step"])
+            assert all(client.id in wanted_by(s, k) for k in map(tuple, record["keys"]))
+            await take(client, record)
+        assert shared == [0, 1, 2, 3]  # each step to one member, none twice
+        alone = [await get(c3, "t", consumer="alone") for _ in range(4)]
+        assert [r["step"] for r in alone] == [0, 1, 2, 3]
+        assert held(s, holder("t", "r1")) == set()
+        for record in alone:
+            await take(c3, record)
+        await rank0.close(4)
+        for member, client in (("g1", c), ("g2", c2)):  # the end goes to every member
+            end = await get(client, "t", run="r1", consumer=member, group="pool")
+            assert end["status"] == "end"
+        assert set(consumers(ext, "t")) == {"alone"}
+    await until_released(s, [a, b], "r1")
+
+
+@gen_cluster(client=True)
+async def test_flow_control_waits_for_the_slowest_and_a_detached_one_stops_counting(
+    c: Client, s: Any, a: Any, b: Any
+) -> None:
+    ext = await install(c, s)
+    await attach(c, "t", "fast")
+    await attach(c, "t", "slow")
+    rank0 = Rank0(c, [a, b], "t", "r1")
+    await rank0.open(buffer_nb=2)
+    for step in (0, 1):
+        await rank0.publish(step)
+    fast = [await get(c, "t", consumer="fast") for _ in range(2)]
+    futures = [_dask_internals.future_in_memory(k, c) for r in fast for k in r["keys"]]
+    third = asyncio.ensure_future(rank0.publish(2))
+    await asyncio.wait_for(until_called(ext, "publish", 3), WAIT)
+    assert not third.done()  # the slow consumer has buffer_nb steps to take
+    assert ext.stats()["streams"]["t"]["queued"] == 2
+
+    assert await c.scheduler.deisa_detach(consumer="slow") == {"status": "OK"}
+    assert await third == {"status": "OK"}
+    assert set(consumers(ext, "t")) == {"fast"}
+    # steps 0 and 1: the slow consumer's claim went with it, the fast one's futures hold them
+    assert held(s, holder("t", "r1")) == set(rank0.keys(2))
+    assert all(wanted_by(s, k) == {c.id} for k in rank0.keys(0) + rank0.keys(1))
+    np.testing.assert_array_equal(await futures[2], block(1, 0))
+    del futures
+    await until_gone(s, [a, b], rank0.keys(0) + rank0.keys(1))
+
+
+@gen_cluster(client=True)
+async def test_consumer_whose_client_dies_is_detached_and_its_steps_released(
+    c: Client, s: Any, a: Any, b: Any
+) -> None:
+    ext = await install(c, s)
+    c2 = await Client(s.address, asynchronous=True)
+    await attach(c, "t", "alive")
+    await attach(c2, "t", "dead")
+    rank0 = Rank0(c, [a, b], "t", "r1")
+    await rank0.open(buffer_nb=1)
+    await rank0.publish(0)
+    await take(c, await get(c, "t", consumer="alive"))
+    blocked = asyncio.ensure_future(rank0.publish(1))  # "dead" has step 0 to take
+    await asyncio.wait_for(until_called(ext, "publish", 2), WAIT)
+    assert not blocked.done()
+    await c2.close()  # the scheduler's remove_client: at once for a closed connection
+    assert await blocked == {"status": "OK"}
+    assert set(consumers(ext, "t")) == {"alive"}
+    assert ext.consumers == {"alive": c.id}
+    await until_gone(s, [a, b], rank0.keys(0))  # nobody holds step 0 any more
+    assert held(s, holder("t", "r1")) == set(rank0.keys(1))
+
+
+@gen_cluster(client=True)
+async def test_consumer_joining_mid_run_starts_at_the_next_step(
+    c: Client, s: Any, a: Any, b: Any
+) -> None:
+    ext = await install(c, s)
+    rank0 = Rank0(c, [a, b], "t", "r1")
+    await rank0.open()
+    await rank0.publish(0)  # waits for the first consumer
+    await attach(c, "t", "first")
+    await rank0.publish(1)
+    await attach(c, "t", "late")
+    await rank0.publish(2)
+    assert queue(ext, "t", "first") == [0, 1, 2]
+    assert queue(ext, "t", "late") == [2]
+    assert (await get(c, "t", consumer="late"))["step"] == 2
+    await rank0.close(3)
+    assert (await get(c, "t", run="r1", consumer="late"))["status"] == "end"
+    assert [(await get(c, "t", consumer="first"))["step"] for _ in range(3)] == [0, 1, 2]
+
+
+@gen_cluster(client=True)
+async def test_steps_the_last_consumer_left_wait_for_the_next_one(
+    c: Client, s: Any, a: Any, b: Any
+) -> None:
+    ext = await install(c, s)
+    await attach(c, "t", "gone")
+    rank0 = Rank0(c, [a, b], "t", "r1")
+    await rank0.open()
+    for step in (0, 1):
+        await rank0.publish(step)
+    await get(c, "t", consumer="gone")
+    await c.scheduler.deisa_detach(consumer="gone", names=["t"])
+    assert consumers(ext, "t") == {} and queue(ext, "t") == [1]
+    assert held(s, holder("t", "r1")) == set(rank0.keys(1))
+    assert (await get(c, "t", consumer="next"))["step"] == 1
+
+
+@gen_cluster(client=True)
+async def test_two_consumers_of_one_client_keep_the_step_until_the_client_confirms(
+    c: Client, s: Any, a: Any, b: Any
+) -> None:
+    ext = await install(c, s)
+    await attach(c, "t", "x")
+    await attach(c, "t", "y")
+    rank0 = Rank0(c, [a, b], "t", "r1")
+    await rank0.open()
+    await rank0.publish(0)
+    first = await get(c, "t", consumer="x")
+    assert first["confirm"] is False
+    del first  # x is done with it: the client may release the keys at any time
+    second = await get(c, "t", consumer="y")
+    assert second["confirm"] is True
+    assert held(s, holder("t", "r1")) == set(rank0.keys(0))  # kept until confirmed
+    futures = [_dask_internals.future_in_memory(k, c) for k in second["keys"]]
+    c._send_to_scheduler({"op": "client-releases-keys", "keys": rank0.keys(0), "client": c.id})
+    _dask_internals.send_batched(c, "deisa_step_taken", name="t", run="r1", step=0)
+    await asyncio.wait_for(until_called(ext, "step_taken", 1), WAIT)
+    assert held(s, holder("t", "r1")) == set()
+    assert all(wanted_by(s, k) == {c.id} for k in rank0.keys(0))  # the claim is back
+    np.testing.assert_array_equal(await futures[1], block(0, 1))

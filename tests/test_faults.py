@@ -144,9 +144,12 @@ def test_drop_oldest_keeps_buffer_nb_steps_and_frees_the_rest(cluster: DaskProce
 
 
 def test_dead_rank_makes_the_adapter_fail_naming_the_last_step(cluster: DaskProcesses) -> None:
+    # mode="sync": steps 0 and 1 are registered before the rank dies (in async mode the steps
+    # not yet seen sent by every rank in an exchange, up to max_in_flight, are lost with it)
     sim = start_publisher(
-        cluster, "--name", "rankdies", "--nsteps", "6", "--die-rank", "1", "--die-at-step", "2"
-    )
+        cluster, "--name", "rankdies", "--nsteps", "6", "--die-rank", "1", "--die-at-step", "2",
+        "--mode", "sync",
+    )  # fmt: skip
     with cluster.client() as client:
         adapter = Adapter(client, timeout=STARTUP)
         field = adapter["rankdies"]
@@ -219,7 +222,10 @@ def test_dead_worker_fails_the_publish_naming_worker_and_step(own_cluster: DaskP
         victim.wait(timeout=STARTUP)
         rc, err = finish(sim)
     assert rc != 0
-    assert re.search(r"BridgeError: rank \d: sending step \d+ of 'wdies' to worker", err), err[
-        -4000:
-    ]
-    assert "of 'wdies' to worker tcp://127.0.0.1:" in err
+    # the send to the dead worker fails, or (async mode: the send finished just before) rank 0's
+    # registration of the step finds the worker gone; either names the step and the worker
+    assert re.search(
+        r"BridgeError: (rank \d: sending step \d+ of 'wdies' to worker tcp://127\.0\.0\.1:"
+        r"|worker\(s\) tcp://127\.0\.0\.1:\d+ holding blocks of step \d+ of 'wdies' left)",
+        err,
+    ), err[-4000:]

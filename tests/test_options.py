@@ -17,6 +17,8 @@ DEFAULTS = {
     "connect_timeout": 30.0,
     "min_workers": 1,
     "on_full": "block",
+    "mode": "async",
+    "max_in_flight": 2,
 }
 
 
@@ -50,6 +52,11 @@ BAD: list[tuple[dict[str, Any], str, str]] = [
     ({"connect_timeout": -1.5}, "connect_timeout", r"connect_timeout=-1.5 must be a positive"),
     ({"min_workers": 0}, "min_workers", r"min_workers=0 must be a positive integer"),
     ({"min_workers": 1.5}, "min_workers", r"min_workers=1.5 must be a positive integer"),
+    ({"mode": "background"}, "mode", r"mode='background' is not a publication mode; choose one"),
+    ({"mode": None}, "mode", r"mode=None is not a publication mode"),
+    ({"max_in_flight": 0}, "max_in_flight", r"max_in_flight=0 must be a positive integer"),
+    ({"max_in_flight": None}, "max_in_flight", r"max_in_flight=None must be a positive integer"),
+    ({"max_in_flight": 2.0}, "max_in_flight", r"max_in_flight=2.0 must be a positive integer"),
 ]
 
 
@@ -102,7 +109,8 @@ def test_options_from_mapping_rejects_unknown_keys_naming_them() -> None:
     assert info.value.option == "bufer_nb"
     assert str(info.value) == (
         "run.yml: unknown Bridge option(s) ['bufer_nb', 'zz']; valid options are "
-        "['buffer_nb', 'connect_timeout', 'min_workers', 'on_full', 'placement', 'timeout']"
+        "['buffer_nb', 'connect_timeout', 'max_in_flight', 'min_workers', 'mode', 'on_full', "
+        "'placement', 'timeout']"
     )
 
 
@@ -119,8 +127,9 @@ def test_options_from_mapping_prefixes_the_source() -> None:
         BridgeOptions(placement="locality", buffer_nb=2, on_full="drop_oldest", min_workers=3),
         BridgeOptions(timeout=None, connect_timeout=0.25),
         BridgeOptions(timeout=float("inf")),
+        BridgeOptions(mode="sync", max_in_flight=5),
     ],
-    ids=["defaults", "set", "none", "inf"],
+    ids=["defaults", "set", "none", "inf", "sync"],
 )
 def test_options_argv_round_trip(options: BridgeOptions) -> None:
     argv = options.to_argv()
@@ -131,6 +140,8 @@ def test_options_argv_round_trip(options: BridgeOptions) -> None:
         "--connect-timeout",
         "--min-workers",
         "--on-full",
+        "--mode",
+        "--max-in-flight",
     ]
     assert BridgeOptions.from_namespace(parser().parse_args(argv)) == options
 
@@ -147,6 +158,9 @@ def test_options_from_namespace_names_the_flag() -> None:
     assert info.value.option == "buffer_nb"
     with pytest.raises(BridgeOptionError, match=r"^--on-full='drop_oldest' needs a buffer_nb"):
         BridgeOptions.from_namespace(parser().parse_args(["--on-full", "drop_oldest"]))
+    with pytest.raises(BridgeOptionError, match=r"^--max-in-flight=0 must be a positive") as info:
+        BridgeOptions.from_namespace(parser().parse_args(["--max-in-flight", "0"]))
+    assert info.value.option == "max_in_flight"
 
 
 def test_options_parser_checks_the_choices() -> None:
@@ -154,6 +168,8 @@ def test_options_parser_checks_the_choices() -> None:
         parser().parse_args(["--placement", "nearest"])
     with pytest.raises(argparse.ArgumentError, match="invalid int value: 'two'"):
         parser().parse_args(["--buffer-nb", "two"])
+    with pytest.raises(argparse.ArgumentError, match="invalid choice: 'later'"):
+        parser().parse_args(["--mode", "later"])
 
 
 def test_options_help_shows_the_defaults() -> None:

@@ -59,6 +59,10 @@ class Bridge:
         if os.environ.get("STUB_FAIL") == "publish" and step == 1:
             raise ValueError("stub failure in publish")
 
+    def get(self, name, default=None):  # steering values (the `read' section): none set
+        self.comm.Barrier()
+        return default
+
     def close(self):
         self.comm.Barrier()
         with open(f"bridge_{self.rank}.json", "w") as f:
@@ -105,6 +109,8 @@ def stub_env(tmp_path: Path, **extra: str) -> dict[str, str]:
 def deisa_config(tmp_path: Path, edit: Callable[[dict[str, Any]], None]) -> Path:
     """configs/heat_deisa.yml with ``edit`` applied to its ``plugins.deisa`` section."""
     tree = yaml.safe_load((CONFIGS / "heat_deisa.yml").read_text())
+    # one published array, gtemp, as deisa-run does (the YAML's gdtemp: tests/test_streams.py)
+    tree["plugins"]["deisa"]["write"].pop("dtemp", None)
     edit(tree["plugins"]["deisa"])
     path = tmp_path / "pdi.yml"
     path.write_text(yaml.safe_dump(tree))
@@ -305,8 +311,12 @@ def test_unreachable_scheduler_names_the_scheduler_file(built: Path, tmp_path: P
         process_grid=[1, 1],
         steps=2,
     )
-    assert run.returncode != 0
-    assert f"creating the deisa Bridge (scheduler_file: `{missing}')" in run.output
+    # The connection runs in the background: the first call that needs it fails, naming the
+    # file. Here that is PDI_finalize (two steps take less than connect_timeout), where the
+    # failure is logged as an error and cannot change the exit status.
+    assert f"Python failure while closing the deisa Bridge (scheduler_file: `{missing}')" in (
+        run.output
+    )
     assert f"scheduler file '{missing}' does not exist (waited 1 s)" in run.output
 
 
@@ -323,17 +333,55 @@ def test_plugin_configuration_errors_ctest(built: Path) -> None:
     assert len(results) >= 20 and set(results) == {"Passed"}, proc.stdout
 
 
-def test_c_heat_through_deisa_reaches_dask_bitwise(
+def mpi_thread_check(directory: Path) -> Path:
+    """tests/mpi_thread_check.c built as a preloadable library (skips without mpicc)."""
+    mpicc = shutil.which("mpicc")
+    if mpicc is None:
+        pytest.skip("mpicc is needed to build the MPI thread check")
+    library = directory / "libmpi_thread_check.so"
+    source = Path(__file__).with_name("mpi_thread_check.c")
+    cmd = [mpicc, "-shared", "-fPIC", "-O1", "-o", str(library), str(source), "-lpthread"]
+    subprocess.run(cmd, check=True, capture_output=True, timeout=120)
+    return library
+
+
+def test_c_heat_through_deisa_reaches_dask_bitwise_async_and_sync(
     built: Path, tmp_path: Path, dask_processes: DaskProcesses
 ) -> None:
+    """The C solver (MPI_Init: MPI_THREAD_SINGLE) through the plugin, `mode: async' then
+    `mode: sync' (YAML keys): every step reaches Dask bitwise equal to the decl_hdf5 run, and
+    no MPI call is made off the main thread (a PMPI interposer counts them)."""
+    import h5py
+
     from deisa import Adapter
 
-    simulation = write_config(tmp_path / "simulation.yml")
+    simulation = write_config(tmp_path / "simulation.yml", steps=6)
     config = HeatConfig.from_yaml(simulation)
-    run_c_heat(4, simulation, CONFIGS / "heat_deisa.yml", tmp_path)  # scheduler.json is here
-    with dask_processes.client() as client:
-        gtemp = Adapter(client)["gtemp"]
-        assert_reference_steps(config, lambda step: gtemp[step, :, :].compute())
+    run_c_heat(4, simulation, CONFIGS / "heat_hdf5.yml", tmp_path)
+    with h5py.File(tmp_path / "heat.h5", "r") as f:
+        written = f["gtemp"][...]
+    assert len(written) == config.steps
+    check = {"LD_PRELOAD": str(mpi_thread_check(tmp_path))}
+    for mode in ("async", "sync"):
+
+        def edit(deisa: dict[str, Any], mode: str = mode) -> None:
+            deisa.update(mode=mode, max_in_flight=1)  # scheduler.json is in tmp_path
+
+        # the analytics starts after the run: every step waits on the workers (buffer_nb: none)
+        run = run_c_heat(4, simulation, deisa_config(tmp_path, edit), tmp_path, env=check)
+        lines = re.findall(r"mpi-thread-check: rank \d+ level (\d+): \d+ calls on the main "
+                           r"thread, (\d+) off it, (\d+) collectives", run.stderr)  # fmt: skip
+        assert len(lines) == 4, run.stderr[-3000:]
+        for level, off_main, collectives in lines:
+            assert (int(level), int(off_main)) == (0, 0), (mode, run.stderr[-3000:])
+            # the solver makes none: these are the Bridge's (mpi4py's calls were seen)
+            assert int(collectives) >= config.steps, mode
+        assert "deisa.Bridge created" in run.stdout + run.stderr
+        with dask_processes.client() as client:  # deisa_config publishes gtemp only
+            received = {step: field.compute() for step, field in Adapter(client)["gtemp"].items()}
+        assert sorted(received) == list(range(config.steps)), mode
+        for step, field in received.items():
+            assert np.array_equal(field, written[step]), (mode, step)
 
 
 def test_pca_in_situ_equals_post_hoc(
@@ -522,14 +570,17 @@ def test_dataset_expression_names_a_regular_expression_of_datasets(
     assert [(p["name"], p["step"]) for p in log["publish"]] == [("gtemp_2", 0), ("gtemp_2", 1)]
 
 
-def test_write_entry_communicator_must_be_the_plugins(built: Path, tmp_path: Path) -> None:
+def test_write_entry_communicator_must_hold_exactly_the_ranks_of_the_array(
+    built: Path, tmp_path: Path
+) -> None:
+    # every rank gives its own MPI_COMM_SELF for one global array (an entry's communicator is
+    # for an array of some ranks: tests/test_partial_arrays.py); refused before any connection
     def edit(deisa: dict[str, Any]) -> None:
         deisa["write"]["temp"]["communicator"] = "$MPI_COMM_SELF"
 
-    run = run_c_heat_deisa(tmp_path, edit, 2, check=False, process_grid=[1, 2], steps=2)
+    run = run_c_heat_deisa(tmp_path, edit, 2, stub=False, check=False, process_grid=[1, 2], steps=2)
     assert run.returncode != 0
     assert (
-        "`communicator' of `temp' is not the plugin's communicator (default MPI_COMM_WORLD)"
-        in run.output
+        "array 'gtemp' is held by ranks [0, 1] of comm, but the communicator rank 0 gives for "
+        "it (array_comms) holds ranks [0]" in run.output
     )
-    assert not list(tmp_path.glob("gtemp_*.npy"))

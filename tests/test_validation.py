@@ -322,7 +322,8 @@ def bridge_to(tmp_path: Path, address: str, connect_timeout: float) -> None:
 
     path = tmp_path / "scheduler.json"
     path.write_text(f'{{"address": "{address}"}}')
-    Bridge(str(path), {"u": SPEC}, comm=MPI.COMM_SELF, connect_timeout=connect_timeout)
+    # mode="async" (the default) connects in the background: close() raises what it found
+    Bridge(str(path), {"u": SPEC}, comm=MPI.COMM_SELF, connect_timeout=connect_timeout).close()
 
 
 # The timeout the message names is the one that ended the wait: the Bridge gave up on its own,

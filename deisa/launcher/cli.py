@@ -36,6 +36,7 @@ from .config import (
     add_options,
     load_defaults,
     parse_buffer_nb,
+    parse_eps,
     pick,
 )
 from .processes import THREAD_PINS, Interrupted, Signals
@@ -157,6 +158,7 @@ def slurm_main(argv: Sequence[str]) -> int:
             solver=settings.solver,
             build_dir=settings.build_dir,
             pdi_config=settings.pdi_config,
+            stop_when_converged=settings.stop_when_converged,
         )
     except ValueError as exc:  # UsageError included
         print(f"deisa-run slurm: error: {exc}", file=sys.stderr)
@@ -181,9 +183,10 @@ def resolve_analytics_args(args: argparse.Namespace) -> argparse.Namespace:
         ``--defaults`` is unreadable or invalid.
     """
     defaults = load_defaults(args.defaults)
-    for key in ("array", "n_components", "output", "timeout", "buffer_nb"):
+    for key in ("array", "n_components", "output", "timeout", "buffer_nb", "stop_when_converged"):
         setattr(args, key, pick(args, defaults, ANALYTICS, key))
     args.buffer_nb = parse_buffer_nb(args.buffer_nb)
+    args.stop_when_converged = parse_eps(args.stop_when_converged)
     return args
 
 
@@ -241,6 +244,7 @@ def _analytics(args: argparse.Namespace, signals: Signals) -> int:
             max_in_flight=args.buffer_nb or 2,
             check=signals.check,
             on_step=lambda _: signals.check(),
+            stop_when_converged=args.stop_when_converged,
         )
         timings = Path(args.timings) if args.timings else None
         deadline = time.monotonic() + 60
@@ -250,7 +254,11 @@ def _analytics(args: argparse.Namespace, signals: Signals) -> int:
                 logger.warning("no simulation timings in %s", timings)
                 break
             time.sleep(0.2)
-        settings = {"array": args.array, "n_components": args.n_components}
+        settings = {
+            "array": args.array,
+            "n_components": args.n_components,
+            "stop_when_converged": args.stop_when_converged,
+        }
         report(analytics, timings, output, settings, args.array, sys.stdout)
         if args.shutdown:
             client.shutdown()

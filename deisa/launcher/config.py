@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from ..options import BridgeOptionError, BridgeOptions
+from ..options import MODES, BridgeOptionError, BridgeOptions
 from ..placement import PLACEMENTS
 
 DEFAULTS_FILE = Path(__file__).resolve().parents[1] / "templates" / "defaults.yml"
@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 # The Bridge options that deisa-run sets; the others keep the Python solver's defaults, or the
 # values of the C solver's PDI YAML.
-LAUNCHER_BRIDGE_OPTIONS = ("placement", "buffer_nb")
+LAUNCHER_BRIDGE_OPTIONS = ("placement", "buffer_nb", "mode", "max_in_flight")
 
 
 class UsageError(ValueError):
@@ -169,6 +169,8 @@ OPTIONS: tuple[Option, ...] = (
         {RUN: "run", SLURM: "run", ANALYTICS: "run"},
         {"metavar": "N|none"},
     ),
+    Option("mode", ("--mode",), _both(), {"choices": list(MODES)}),
+    Option("max_in_flight", ("--max-in-flight",), _both(), {"type": int, "metavar": "N"}),
     # Dask
     Option("workers", ("--workers", "-w"), _both(), {"type": int}),
     Option("threads", ("--threads", "-t"), _both(), {"type": int}),
@@ -180,6 +182,12 @@ OPTIONS: tuple[Option, ...] = (
         {"type": int},
     ),
     Option("output", ("--output", "-o"), {RUN: "run", SLURM: "run", ANALYTICS: "run"}),
+    Option(
+        "stop_when_converged",
+        ("--stop-when-converged",),
+        {RUN: "run", SLURM: "run", ANALYTICS: "run"},
+        {"type": float, "metavar": "EPS"},
+    ),
     # Batch jobs are slower to start than a laptop: their patience is the Slurm section's.
     Option(
         "timeout", ("--timeout",), {RUN: "run", SLURM: "slurm", ANALYTICS: "slurm"}, {"type": float}
@@ -333,6 +341,7 @@ class RunSettings:
     mpirun: list[str]
     mpi_env: dict[str, str] = field(default_factory=dict)
     solver_reason: str = ""
+    stop_when_converged: float | None = None
 
     @property
     def placement(self) -> str:
@@ -353,6 +362,7 @@ class RunSettings:
             "buffer_nb": self.buffer_nb,
             "array": self.array,
             "n_components": self.n_components,
+            "stop_when_converged": self.stop_when_converged,
             "simulation": self.simulation,
         }
 
@@ -503,10 +513,16 @@ def resolve_options(args: argparse.Namespace, command: str = RUN) -> RunSettings
         raise UsageError(f"{origin.get(key, 'simulation settings')}: {exc}") from None
     placement = get("placement")
     buffer_nb = parse_buffer_nb(get("buffer_nb"), name("buffer_nb"))
+    given = {"mode": get("mode"), "max_in_flight": get("max_in_flight")}
     try:
-        bridge = BridgeOptions(placement=placement, buffer_nb=buffer_nb)
+        bridge = BridgeOptions(placement=placement, buffer_nb=buffer_nb, **given)
     except BridgeOptionError as exc:
-        label = f"--placement {placement}" if args.placement is not None else name("placement")
+        if exc.option in given:
+            label = f"{name(exc.option)} {given[exc.option]}"
+        elif args.placement is not None:
+            label = f"--placement {placement}"
+        else:
+            label = name("placement")
         raise UsageError(f"{label}: {exc}") from None
     settings = RunSettings(
         ranks=ranks,
@@ -525,10 +541,26 @@ def resolve_options(args: argparse.Namespace, command: str = RUN) -> RunSettings
         stop_timeout=positive_seconds("run.stop_timeout", run["stop_timeout"]),
         mpirun=[str(mpi["mpirun"]), *map(str, mpi["args"] or [])],
         mpi_env={str(k): str(v) for k, v in (mpi.get("env") or {}).items()},
+        stop_when_converged=parse_eps(get("stop_when_converged"), name("stop_when_converged")),
     )
     if command == RUN and shutil.which(settings.mpirun[0]) is None:
         raise UsageError(f"mpi.mpirun of {defaults_name}: {settings.mpirun[0]!r} not found")
     return settings
+
+
+def parse_eps(value: Any, name: str = "--stop-when-converged") -> float | None:
+    """``--stop-when-converged``: a positive number, or ``None`` (never stop the simulation).
+
+    Raises
+    ------
+    UsageError
+        Anything else, naming ``name``.
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise UsageError(f"{name}={value!r} must be a positive number (a relative change)")
+    return float(value)
 
 
 def _array(label: str, name: Any) -> str:

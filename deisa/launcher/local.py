@@ -99,7 +99,9 @@ def run_pipeline(settings: RunSettings, signals: Signals, out: IO[str] = sys.std
     logs.mkdir(parents=True, exist_ok=True)
     scheduler_file = output / "scheduler.json"
     timings = output / "timings.json"
-    for stale in (scheduler_file, timings, output / "results.json"):
+    heat_timings = output / "heat-timings"  # the C solver's HEAT_TIMINGS prefix
+    for stale in (scheduler_file, timings, output / "results.json",
+                  *output.glob(f"{heat_timings.name}.*.json")):  # fmt: skip
         stale.unlink(missing_ok=True)
     sim_config = output / "simulation.yml"
     sim_config.write_text(yaml.safe_dump(settings.simulation, sort_keys=False))
@@ -119,6 +121,8 @@ def run_pipeline(settings: RunSettings, signals: Signals, out: IO[str] = sys.std
         extra["PDI_PLUGIN_PATH"] = os.pathsep.join(
             filter(None, [str(sim.plugin_dir), os.environ.get("PDI_PLUGIN_PATH")])
         )
+    if not sim.timings:  # the C solver: per-rank files, read by the report
+        extra["HEAT_TIMINGS"] = str(heat_timings)
     sim_cmd = [*settings.mpirun, "-np", str(settings.ranks), *sim.argv]
     sim_env = child_env(extra, keep=settings.mpi_env)
     procs = ProcessSet(logs, child_env(), settings.stop_timeout)
@@ -164,6 +168,8 @@ def run_pipeline(settings: RunSettings, signals: Signals, out: IO[str] = sys.std
             )
         signals.check()
         simulation = procs.start("simulation", sim_cmd, sim_env)
+        launched = time.perf_counter()
+        first_step_s: list[float] = []  # time to first step, for the report
 
         def check() -> None:
             signals.check()
@@ -182,6 +188,8 @@ def run_pipeline(settings: RunSettings, signals: Signals, out: IO[str] = sys.std
             analysing: list[int] = []
 
             def on_start(step: int) -> None:
+                if not first_step_s:
+                    first_step_s.append(time.perf_counter() - launched)
                 analysing.append(step)
                 bar.set_postfix_str(f"analysing step {', '.join(map(str, analysing))}")
 
@@ -204,6 +212,7 @@ def run_pipeline(settings: RunSettings, signals: Signals, out: IO[str] = sys.std
                 check=check,
                 on_start=on_start,
                 on_step=on_step,
+                stop_when_converged=settings.stop_when_converged,
             )
         deadline = time.monotonic() + settings.timeout
         while simulation.popen.poll() is None:
@@ -214,15 +223,16 @@ def run_pipeline(settings: RunSettings, signals: Signals, out: IO[str] = sys.std
                 )
             time.sleep(0.1)
         check()
-        if len(analytics) != steps:
+        if len(analytics) != steps and not any(a.stop_reason for a in analytics):
             logger.warning("analysed %d steps of %d", len(analytics), steps)
         report(
             analytics,
-            timings if sim.timings else None,
+            timings if sim.timings else heat_timings,
             output,
             settings.summary(),
             settings.array,
             out,
+            first_step_s=first_step_s[0] if first_step_s else None,
         )
     finally:
         if client is not None:

@@ -24,19 +24,28 @@ from typing import IO, Any
 
 import numpy as np
 
-from ..pipeline import StepAnalytics
+from ..pipeline import StepAnalytics, stop_summary
 
 
 def read_timings(path: str | Path) -> list[list[dict[str, Any]]]:
-    """Per-rank, per-step timings written by ``deisa_simulation.heat --timings``.
+    """Per-rank, per-step timings of the simulation.
 
-    Returns an empty list when the file is absent (e.g. the C solver writes none).
+    ``path`` is the file written by ``deisa_simulation.heat --timings``, or the prefix the C
+    solver was given in ``HEAT_TIMINGS`` (its ``PREFIX.<rank>.json`` files: the ``iter``
+    expose is the publish; the transfer and the bytes are not known there, so ``send_s`` and
+    ``nbytes`` are ``None``). Returns an empty list when there is neither.
     """
     path = Path(path)
-    if not path.exists():
-        return []
-    ranks: list[list[dict[str, Any]]] = json.loads(path.read_text())["ranks"]
-    return ranks
+    if path.is_file():
+        ranks: list[list[dict[str, Any]]] = json.loads(path.read_text())["ranks"]
+        return ranks
+    files = sorted(path.parent.glob(f"{path.name}.*.json"), key=lambda p: p.name)
+    per_rank = [json.loads(f.read_text()) for f in files]
+    return [
+        [{"step": s["step"], "compute_s": s["compute_s"], "publish_s": s["output_s"],
+          "send_s": None, "nbytes": None} for s in rank["steps"]]
+        for rank in sorted(per_rank, key=lambda r: int(r["rank"]))
+    ]  # fmt: skip
 
 
 def step_table(
@@ -75,25 +84,33 @@ def step_table(
             "step": step,
             "compute_s": max((e["compute_s"] for e in entries), default=None),
             "publish_s": max((e["publish_s"] for e in entries), default=None),
-            "send_s": max((e["send_s"] for e in entries), default=None),
-            "wait_s": max((e["publish_s"] - e["send_s"] for e in entries), default=None),
+            "send_s": max((e["send_s"] for e in entries if e["send_s"] is not None), default=None),
+            "wait_s": max(
+                (e["publish_s"] - e["send_s"] for e in entries if e["send_s"] is not None),
+                default=None,
+            ),
             "analytics_s": done[step].analytics_s if step in done else None,
             "nbytes": (
                 sum(e["nbytes"] for e in entries)
-                if entries
+                if entries and all(e["nbytes"] is not None for e in entries)
                 else done[step].nbytes
                 if step in done
                 else None
             ),
         }
         send = row["send_s"]
-        row["bandwidth_Bps"] = row["nbytes"] / send if entries and send else None
+        row["bandwidth_Bps"] = row["nbytes"] / send if entries and send and row["nbytes"] else None
         rows.append(row)
     return rows
 
 
-def format_table(rows: Sequence[dict[str, Any]]) -> str:
-    """A plain-text table of :func:`step_table` rows, with a total line."""
+def format_table(rows: Sequence[dict[str, Any]], first_step_s: float | None = None) -> str:
+    """A plain-text table of :func:`step_table` rows, with a total line.
+
+    ``first_step_s``, when known, is printed after it: seconds from the simulation's start
+    (its launch) to the first step reaching the analytics, the start-up the simulation's
+    interpreter, imports and connection cost before the analytics can begin.
+    """
     header = (
         f"{'step':>5} {'compute s':>10} {'publish s':>10} {'send s':>8} {'sim wait s':>10} "
         f"{'analytics s':>12} {'MiB':>9} {'MiB/s':>9}"
@@ -140,6 +157,11 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
             if wall
             else ""
         )
+    if first_step_s is not None:
+        lines.append(
+            f"time to first step: the first step reached the analytics {first_step_s:.2f} s "
+            "after the simulation started"
+        )
     return "\n".join(lines)
 
 
@@ -185,12 +207,22 @@ def write_results(
     analytics: Sequence[StepAnalytics],
     rows: Sequence[dict[str, Any]],
     settings: dict[str, Any],
+    first_step_s: float | None = None,
 ) -> Path:
-    """Write the run's settings, per-step PCA results and per-step table as JSON."""
+    """Write the run's settings, per-step PCA results and per-step table as JSON.
+
+    ``first_step_s`` (seconds from the simulation's start to the first step at the analytics,
+    ``None`` when unknown) goes under the key of the same name.
+    """
     path = Path(path)
     path.write_text(
         json.dumps(
-            {"settings": settings, "steps": [asdict(a) for a in analytics], "table": list(rows)},
+            {
+                "settings": settings,
+                "first_step_s": first_step_s,
+                "steps": [asdict(a) for a in analytics],
+                "table": list(rows),
+            },
             indent=1,
         )
     )
@@ -204,10 +236,18 @@ def report(
     settings: dict[str, Any],
     array: str,
     out: IO[str],
+    first_step_s: float | None = None,
 ) -> None:
-    """Print the per-step table and write results.json and explained_variance.png."""
+    """Print the per-step table and write results.json and explained_variance.png.
+
+    ``first_step_s``: seconds from the simulation's launch to the first step taken by the
+    analytics, when the caller started both (``deisa-run``); ``None`` leaves it out.
+    """
     rows = step_table(analytics, read_timings(timings) if timings is not None else [])
-    results = write_results(output / "results.json", analytics, rows, settings)
+    results = write_results(output / "results.json", analytics, rows, settings, first_step_s)
     plot = plot_explained_variance(analytics, output / "explained_variance.png", title=array)
-    print(format_table(rows), file=out)
+    print(format_table(rows, first_step_s), file=out)
+    stopped = stop_summary(analytics, (settings.get("simulation") or {}).get("steps"))
+    if stopped:  # --stop-when-converged: when and why the analytics stopped the simulation
+        print(stopped, file=out)
     print(f"PCA results: {results}\nExplained variance plot: {plot}", file=out)

@@ -143,6 +143,7 @@ def job_script(
     solver: str = "python",
     build_dir: str | Path = "build",
     pdi_config: str | Path = "configs/heat_deisa.yml",
+    stop_when_converged: float | None = None,
 ) -> str:
     """The text of a batch script running scheduler, workers, client and simulation together.
 
@@ -193,6 +194,9 @@ def job_script(
         CMake build directory and PDI YAML of the C solver (relative: from the current
         directory, else from the repository); the script writes the YAML, its deisa block set
         for the job, to ``output/<job>/pdi.yml``.
+    stop_when_converged
+        The client's ``--stop-when-converged EPS``: it stops the simulation once the PCA has
+        converged (:func:`deisa.pipeline.analyze_stream`); ``None``: never.
 
     Returns
     -------
@@ -278,6 +282,9 @@ def job_script(
         "array": shlex.quote(array),
         "n_components": n_components,
         "timeout": timeout,
+        "stop_when_converged": (
+            "" if stop_when_converged is None else f" --stop-when-converged {stop_when_converged}"
+        ),
         "mpi": shlex.quote(mpi),
         "thread_pins": " ".join(f"{k}={v}" for k, v in THREAD_PINS.items()),
         **simulation_fields,

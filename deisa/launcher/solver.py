@@ -110,7 +110,9 @@ def deisa_pdi_config(
         The launcher's Bridge options (``placement``, ``buffer_nb``) are written into the
         block, a ``None`` one by removing its key; the block keeps its other Bridge keys.
     array
-        The array the analytics read; it must be one of the block's ``datasets``.
+        The array the analytics read; it must be one of the block's ``datasets``. The block's
+        ``write`` entries to other datasets are removed: nobody reads them in this run, and
+        with ``buffer_nb`` their steps would wait for a reader and block the simulation.
 
     Returns
     -------
@@ -132,6 +134,13 @@ def deisa_pdi_config(
             f"--array {array}: the C solver publishes {', '.join(map(str, datasets))} "
             f"(plugins.deisa.datasets of {pdi_config})"
         )
+    writes = plugin.get("write")
+    if isinstance(datasets, dict) and isinstance(writes, dict):
+        plugin["write"] = {
+            data: entry
+            for data, entry in writes.items()
+            if not isinstance(entry, dict) or entry.get("dataset", data) == array
+        }
     plugin["scheduler_file"] = scheduler_file
     for key, value in options.to_mapping().items():
         if key not in LAUNCHER_BRIDGE_OPTIONS:

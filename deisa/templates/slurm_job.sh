@@ -66,7 +66,7 @@ background+=("$!")
 srun --exact --nodes=1 --ntasks=1 --cpus-per-task=1 --relative=0 --output="$LOGS/analytics-%N.log"@@{srun_args} \
     "$PYTHON" -m deisa.launcher analytics --scheduler-file "$SCHEDULER_FILE" --workers @@{workers} \
     --array @@{array} --n-components @@{n_components} --output "$OUT"@@{timings} \
-    --timeout @@{timeout} --shutdown &
+    --timeout @@{timeout}@@{stop_when_converged} --shutdown &
 client=$!
 background+=("$client")
 

@@ -1,0 +1,188 @@
+"""Bookkeeping of the asynchronous publish, identical on every rank (no MPI, no Dask here).
+
+In ``mode="async"`` every :meth:`~deisa.Bridge.publish` (and :meth:`~deisa.Bridge.close`) does
+one small ``allgather`` of a :class:`RankReport` per rank, the *exchange*. Each rank feeds the
+gathered list to its :class:`Ledger`; since every rank feeds the same list in the same order,
+every rank takes the same decisions (wait for room, raise which error, which steps rank 0
+registers next) and so makes the same number of collective calls. That is the whole trick
+that keeps MPI on the main thread and the ranks in step without a second round of messages.
+
+A rank reports what its background sends did since the last exchange; rank 0 adds a
+:class:`RootReport`: the connection once it is made, the steps registered so far on the
+scheduler, a background failure, and any ``fields`` (named values rank 0 passes to every rank
+at a step boundary: steering values, contracts).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Connection:
+    """What rank 0's connection found: every rank needs it to name keys and place blocks."""
+
+    address: str
+    run: str
+    workers: tuple[str, ...]
+
+
+@dataclass
+class RootReport:
+    """Rank 0's part of an exchange."""
+
+    connection: Connection | None = None  # sent once, in the first exchange after it is made
+    connect_error: str | None = None
+    registered: int = 0  # publications (sequence numbers) below this are on the scheduler
+    error: str | None = None  # a registration failed; names the step
+    fields: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RankReport:
+    """One rank's part of an exchange."""
+
+    call: tuple[Any, Any] | None = None  # (name, step) of the publish making it; None: a wait
+    problem: str | None = None  # this rank's block or call is wrong
+    sent: tuple[tuple[int, int], ...] = ()  # (seq, nbytes) of sends done since the last one
+    failed: tuple[tuple[int, str], ...] = ()  # (seq, message) of sends failed since then
+    root: RootReport | None = None
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One publication of a step of an array, numbered in publication order (``seq``)."""
+
+    seq: int
+    name: str
+    step: int
+    revision: int
+    senders: tuple[int, ...] | None = None  # the ranks sending a block (None: all; contracts)
+    plan: Any = None  # the Bridge's deisa.contracts.Plan of the step
+
+
+@dataclass
+class Exchanged:
+    """What an exchange decided, the same on every rank."""
+
+    problem: str | None = None  # the call is refused on every rank; nothing was queued
+    connection: Connection | None = None  # known from this exchange on
+    ready: list[tuple[Entry, list[int]]] = field(default_factory=list)  # (entry, nbytes per rank)
+    fields: dict[str, Any] = field(default_factory=dict)
+
+
+class Ledger:
+    """Publications not yet registered, as every rank knows them after each exchange.
+
+    Parameters
+    ----------
+    nranks
+        Ranks taking part in the exchanges.
+
+    Attributes
+    ----------
+    failure : str or None
+        The first background failure seen (a send, the connection, a registration); once set
+        it stays, and the Bridge raises it on every rank.
+    registered : int
+        Publications numbered below this are registered on the scheduler.
+    connection : Connection or None
+        Known once rank 0 has reported it.
+    """
+
+    def __init__(self, nranks: int) -> None:
+        self.nranks = nranks
+        self.next_seq = 0
+        self.registered = 0
+        self.connection: Connection | None = None
+        self.failure: str | None = None
+        self.entries: dict[int, Entry] = {}  # not known registered, by seq
+        self._ready = 0  # publications below were handed to rank 0 for registration
+        self._nbytes: dict[int, list[int | None]] = {}
+
+    def add(
+        self,
+        name: str,
+        step: int,
+        revision: int,
+        senders: tuple[int, ...] | None = None,
+        plan: Any = None,
+    ) -> Entry:
+        """Number a new publication (every rank calls it after the same exchange).
+
+        ``senders``: the ranks that send a block of it (``None``: every rank); the others count
+        as sent, with 0 bytes.
+        """
+        entry = Entry(self.next_seq, name, step, revision, senders, plan)
+        self.entries[entry.seq] = entry
+        self._nbytes[entry.seq] = [
+            None if senders is None or rank in senders else 0 for rank in range(self.nranks)
+        ]
+        self.next_seq += 1
+        return entry
+
+    def in_flight(self, name: str) -> int:
+        """Publications of ``name`` not known to be registered."""
+        return sum(1 for entry in self.entries.values() if entry.name == name)
+
+    @property
+    def flushed(self) -> bool:
+        """Connected and every publication registered."""
+        return self.connection is not None and self.registered >= self.next_seq
+
+    def absorb(self, reports: list[RankReport]) -> Exchanged:
+        """Take in one exchange (every rank's report, in rank order)."""
+        if len(reports) != self.nranks:
+            raise ValueError(f"{len(reports)} reports for {self.nranks} ranks")
+        out = Exchanged()
+        root = reports[0].root or RootReport()
+        out.fields = dict(root.fields)
+        failures: list[str] = []
+        if root.connect_error:
+            failures.append(root.connect_error)
+        if root.connection is not None and self.connection is None:
+            self.connection = out.connection = root.connection
+        send_failures: list[tuple[int, int, str]] = []
+        for rank, report in enumerate(reports):
+            for seq, nbytes in report.sent:
+                if seq in self._nbytes:
+                    self._nbytes[seq][rank] = nbytes
+            send_failures += [(seq, rank, message) for seq, message in report.failed]
+        failures += [f"rank {rank}: {message}" for _, rank, message in sorted(send_failures)]
+        if root.error:
+            failures.append(root.error)
+        if failures and self.failure is None:
+            self.failure = failures[0]
+        if root.registered > self.registered:
+            for seq in range(self.registered, root.registered):
+                self.entries.pop(seq, None)
+                self._nbytes.pop(seq, None)
+            self.registered = root.registered
+            self._ready = max(self._ready, self.registered)
+        while self.failure is None and self._ready < self.next_seq:
+            sizes = self._nbytes[self._ready]
+            if any(n is None for n in sizes):
+                break
+            out.ready.append((self.entries[self._ready], [int(n or 0) for n in sizes]))
+            self._ready += 1
+        out.problem = _call_problem(reports)
+        return out
+
+
+def _call_problem(reports: list[RankReport]) -> str | None:
+    """The same message on every rank for a call that some rank got wrong."""
+    first = reports[0].call
+    for rank, report in enumerate(reports):
+        if report.call != first and report.call is not None and first is not None:
+            (name, step), (rname, rstep) = first, report.call
+            return (
+                f"rank {rank}: called publish({rname!r}, step={rstep}) while rank 0 called "
+                f"publish({name!r}, step={step})"
+            )
+        if report.call != first:
+            return f"rank {rank} called publish() while rank 0 was in another collective call"
+    for rank, report in enumerate(reports):
+        if report.problem:
+            return f"rank {rank}: {report.problem}"
+    return None

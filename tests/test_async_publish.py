@@ -1,0 +1,192 @@
+"""Asynchronous publish (``mode="async"``) with real `mpirun` ranks, scheduler and workers.
+
+Two runs, each checking several things at once to keep the integration time small:
+
+- a simulation started *before* the scheduler exists (its Bridge connects in the background)
+  publishes a burst of 250 small steps on 4 ranks (1,000 blocks) and closes at once: the
+  analytics receives every block bitwise, every step once, in order; no rank held more block
+  copies, nor more blocks in flight, than ``max_in_flight``;
+- a worker killed mid-run makes a later ``publish`` (or ``close``) raise the same
+  ``BridgeError`` on every rank, and the run ends (no hang).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import dask.array as da
+import numpy as np
+import pytest
+from conftest import STARTUP, DaskProcesses, mpirun, start_dask, test_env
+
+from deisa import Adapter
+
+# Values encode (step, global row, global column): a misplaced or stale block shows.
+PUBLISHER = """
+import json, os, sys, time
+import numpy as np
+from mpi4py import MPI
+from deisa import ArraySpec, Bridge, BridgeError
+
+scheduler_file, out, nsteps, max_in_flight, sleep = (
+    sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
+)
+comm = MPI.COMM_WORLD
+rank = comm.Get_rank()
+rows, cols = 8, 6  # 2 x 2 ranks of 4 x 3
+x0, y0 = 4 * (rank // 2), 3 * (rank % 2)
+spec = ArraySpec("float64", global_shape=(rows, cols), start=(x0, y0), shape=(4, 3))
+x, y = np.indices((4, 3))
+field = np.empty((6, 5))  # with ghost cells: the published block is a strided view
+t0 = time.monotonic()
+bridge = Bridge(
+    scheduler_file, {"field": spec}, mode="async", max_in_flight=max_in_flight,
+    connect_timeout=240,
+)
+report = {"rank": rank, "construct_s": time.monotonic() - t0,
+          "scheduler_existed": os.path.exists(scheduler_file)}
+open(f"{out}/constructed-{rank}", "w").close()
+try:
+    with bridge:
+        for step in range(nsteps):
+            field[1:-1, 1:-1] = step * 1e6 + (x0 + x) * 1e3 + (y0 + y)
+            bridge.publish("field", field[1:-1, 1:-1], step)
+            field[1:-1, 1:-1] = -1.0  # overwritten at once: the Bridge holds its own copy
+            if sleep:
+                time.sleep(sleep)
+except BridgeError as exc:
+    report["error"] = str(exc)
+report.update(
+    peak_buffers=bridge.peak_buffers.get("field", 0),
+    peak_in_flight=bridge.peak_in_flight.get("field", 0),
+    published=len(bridge.timings),
+    copy_s=sum(t.copy_s for t in bridge.timings),
+)
+with open(f"{out}/rank-{rank}.json", "w") as f:
+    json.dump(report, f)
+"""
+
+
+def expected(step: int) -> np.ndarray:
+    x, y = np.indices((8, 6))
+    return step * 1e6 + x * 1e3 + y
+
+
+def start_publisher(
+    tmp: Path, scheduler_file: Path, nsteps: int, max_in_flight: int, sleep: float = 0.0
+) -> subprocess.Popen[str]:
+    script = tmp / "publisher.py"
+    script.write_text(PUBLISHER)
+    out = tmp / "out"
+    out.mkdir()
+    cmd = mpirun(
+        4, sys.executable, str(script), str(scheduler_file), str(out), str(nsteps),
+        str(max_in_flight), str(sleep),
+    )  # fmt: skip
+    return subprocess.Popen(
+        cmd, env=test_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def finish(proc: subprocess.Popen[str]) -> tuple[int, str]:
+    try:
+        _, err = proc.communicate(timeout=2 * STARTUP)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+        raise AssertionError(f"the publisher hung:\n{err[-3000:]}") from None
+    return proc.returncode, err
+
+
+def reports(tmp: Path) -> list[dict]:
+    return [json.loads((tmp / "out" / f"rank-{r}.json").read_text()) for r in range(4)]
+
+
+def wait_for(condition, what: str, proc: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + STARTUP  # only reports a hang
+    while not condition():
+        if proc.poll() is not None:
+            raise AssertionError(f"the publisher exited before {what}: {finish(proc)[1][-3000:]}")
+        assert time.monotonic() < deadline, f"never saw {what}"
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def later_cluster(tmp_path: Path) -> Iterator[list[DaskProcesses]]:
+    """Dask processes a test starts itself (after its simulation), stopped at the end."""
+    started: list[DaskProcesses] = []
+    yield started
+    for cluster in started:
+        cluster.stop()
+
+
+def test_async_burst_before_the_scheduler_delivers_every_block_once_in_order(
+    tmp_path: Path, later_cluster: list[DaskProcesses]
+) -> None:
+    nsteps, max_in_flight = 250, 3
+    dask_dir = tmp_path / "dask"
+    dask_dir.mkdir()
+    scheduler_file = dask_dir / "scheduler.json"
+    sim = start_publisher(tmp_path, scheduler_file, nsteps, max_in_flight)
+    try:
+        # every rank's Bridge is constructed while no scheduler exists
+        wait_for(
+            lambda: all((tmp_path / "out" / f"constructed-{r}").exists() for r in range(4)),
+            "the Bridges constructed",
+            sim,
+        )
+        later_cluster.append(start_dask(dask_dir))
+        with later_cluster[0].client() as client:
+            adapter = Adapter(client, timeout=STARTUP)
+            steps, fields = [], []
+            for step, values in adapter["field"].items():
+                steps.append(step)
+                fields.append(values)
+            assert steps == list(range(nsteps))  # in order, each once, none lost at close
+            received = da.stack(fields).compute()
+            stats = adapter.stats()
+        rc, err = finish(sim)
+    finally:
+        if sim.poll() is None:
+            sim.kill()
+    assert rc == 0, err[-3000:]
+    np.testing.assert_array_equal(received, np.stack([expected(s) for s in range(nsteps)]))
+    assert stats["calls"]["publish"] == nsteps  # one scheduler message per step, not per rank
+    for report in reports(tmp_path):
+        assert not report["scheduler_existed"] and "error" not in report
+        assert report["published"] == nsteps
+        # the memory bound: at most max_in_flight copies of the block, reused
+        assert 1 <= report["peak_buffers"] <= max_in_flight
+        assert report["peak_in_flight"] == max_in_flight  # the burst did fill it
+
+
+def test_async_worker_killed_mid_run_raises_the_same_error_on_every_rank(
+    tmp_path: Path,
+) -> None:
+    cluster = start_dask(tmp_path)
+    try:
+        sim = start_publisher(tmp_path, cluster.scheduler_file, 2000, 2, sleep=0.02)
+        try:
+            with cluster.client() as client:
+                field = Adapter(client, timeout=STARTUP)["field"]
+                assert field[0].compute().shape == (8, 6)  # running; both workers hold blocks
+                victim = cluster.procs[2]  # worker-1
+                victim.kill()
+                victim.wait(timeout=STARTUP)
+                rc, err = finish(sim)
+        finally:
+            if sim.poll() is None:
+                sim.kill()
+    finally:
+        cluster.stop()
+    assert rc == 0, err[-3000:]  # every rank caught the BridgeError and wrote its report
+    errors = {report["error"] for report in reports(tmp_path)}
+    assert len(errors) == 1, errors  # the same message on every rank
+    (error,) = errors
+    assert "step" in error and "tcp://127.0.0.1:" in error, error
+    assert all(report["published"] < 2000 for report in reports(tmp_path))

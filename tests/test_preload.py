@@ -1,0 +1,66 @@
+"""deisa._preload (the PDI plugin's background imports) and the light import of deisa.bridge."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from conftest import test_env
+
+from deisa import _preload
+
+
+def test_stages_are_imported_in_order_and_timed() -> None:
+    preload = _preload.start([("first", ["json"]), ("second", ["colorsys", "json"])])
+    preload.wait("second")  # implies the first
+    preload.wait("first")
+    preload.join()
+    assert list(preload.seconds) == ["first", "second"]
+    assert set(preload.modules) == {"json", "colorsys"}
+    assert set(preload.waited) == {"first", "second"}
+    assert "first" in preload.summary() and "waited" in preload.summary()
+    assert "colorsys" in sys.modules
+
+
+def test_an_import_error_is_raised_by_the_waits_of_its_stage_and_later_ones() -> None:
+    preload = _preload.start(
+        [("ok", ["json"]), ("bad", ["deisa_no_such_module"]), ("after", ["colorsys"])]
+    )
+    preload.wait("ok")
+    for stage in ("bad", "after"):
+        with pytest.raises(ModuleNotFoundError, match="deisa_no_such_module"):
+            preload.wait(stage)
+    preload.join()
+    with pytest.raises(KeyError):
+        preload.wait("nosuch")
+
+
+def test_a_simulation_rank_imports_nothing_of_the_analytics() -> None:
+    """What the plugin imports (its preload stages, then the names it uses) leaves out
+    dask.array, pandas, scipy, scikit-learn and deisa's analytics modules."""
+    code = (
+        "import sys\n"
+        "from deisa import _preload\n"
+        "_preload.start().join()\n"
+        "import deisa\n"
+        "deisa.Bridge, deisa.BridgeOptions, deisa.BridgeOptionError, deisa.ArraySpec\n"
+        "heavy = {'dask.array', 'deisa.adapter', 'deisa.pca', 'deisa.splitter'}\n"
+        "print(sorted(m for m in sys.modules\n"
+        "             if m in heavy or m.split('.')[0] in {'pandas', 'scipy', 'sklearn'}))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=test_env(), capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
+
+
+def test_lazy_names_are_the_public_api() -> None:
+    import deisa
+
+    assert sorted(deisa.__all__) == sorted(deisa._LAZY)
+    assert deisa.IncrementalPCA.__module__ == "deisa.pca"
+    assert "split" in dir(deisa)
+    with pytest.raises(AttributeError, match="no attribute 'nosuch'"):
+        deisa.nosuch  # noqa: B018

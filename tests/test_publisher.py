@@ -1,0 +1,106 @@
+"""deisa._publisher: the exchange's bookkeeping, fed by hand with what the ranks would gather."""
+
+from __future__ import annotations
+
+from deisa._publisher import Connection, Ledger, RankReport, RootReport
+
+CONNECTION = Connection("tcp://127.0.0.1:8786", "run0", ("tcp://w0", "tcp://w1"))
+
+
+def root(**kwargs: object) -> RootReport:
+    return RootReport(**kwargs)  # type: ignore[arg-type]
+
+
+def test_ledger_hands_a_step_to_rank_0_once_every_rank_sent_it_in_order() -> None:
+    ledger = Ledger(3)
+    first = ledger.add("t", 0, 0)
+    second = ledger.add("t", 1, 0)
+    assert ledger.in_flight("t") == 2 and ledger.in_flight("other") == 0
+    # step 1 complete everywhere, step 0 not yet on rank 2: nothing is ready (order kept)
+    out = ledger.absorb(
+        [
+            RankReport(sent=((0, 10), (1, 10)), root=root(connection=CONNECTION)),
+            RankReport(sent=((0, 11), (1, 11))),
+            RankReport(sent=((1, 12),)),
+        ]
+    )
+    assert out.connection == CONNECTION and ledger.connection == CONNECTION
+    assert out.ready == [] and out.problem is None
+    out = ledger.absorb([RankReport(root=root()), RankReport(), RankReport(sent=((0, 12),))])
+    assert out.connection is None  # announced once
+    assert out.ready == [(first, [10, 11, 12]), (second, [10, 11, 12])]
+    assert not ledger.flushed
+    # rank 0 registered both: they leave the ledger
+    out = ledger.absorb([RankReport(root=root(registered=2)), RankReport(), RankReport()])
+    assert out.ready == [] and ledger.in_flight("t") == 0 and ledger.flushed
+
+
+def test_ledger_first_failure_is_the_same_on_every_rank_and_stays() -> None:
+    ledger = Ledger(3)
+    ledger.add("t", 0, 0)
+    ledger.add("t", 1, 0)
+    reports = [
+        RankReport(root=root(connection=CONNECTION, error="step 7 was not delivered")),
+        RankReport(failed=((1, "sending step 1 failed"),)),
+        RankReport(failed=((0, "sending step 0 failed"),), sent=((1, 4),)),
+    ]
+    out = ledger.absorb(reports)
+    assert ledger.failure == "rank 2: sending step 0 failed"  # the earliest step, then rank
+    assert out.ready == []  # nothing is registered after a failure
+    ledger.absorb([RankReport(root=root(error="later")), RankReport(), RankReport()])
+    assert ledger.failure == "rank 2: sending step 0 failed"
+
+
+def test_ledger_connection_failure_is_raised_before_anything_else() -> None:
+    ledger = Ledger(2)
+    ledger.absorb(
+        [
+            RankReport(root=root(connect_error="BridgeError: no Dask scheduler answered at x")),
+            RankReport(failed=((0, "boom"),)),
+        ]
+    )
+    assert ledger.failure == "BridgeError: no Dask scheduler answered at x"
+
+
+def test_ledger_names_the_rank_whose_call_differs_or_is_wrong() -> None:
+    ledger = Ledger(3)
+    out = ledger.absorb(
+        [
+            RankReport(call=("t", 2), root=root()),
+            RankReport(call=("t", 2), problem="block of 't' has dtype float32, declared float64"),
+            RankReport(call=("t", 3)),
+        ]
+    )
+    assert (
+        out.problem
+        == "rank 2: called publish('t', step=3) while rank 0 called publish('t', step=2)"
+    )
+    out = ledger.absorb(
+        [
+            RankReport(call=("t", 2), root=root()),
+            RankReport(call=("t", 2), problem="block of 't' has dtype float32, declared float64"),
+            RankReport(call=("t", 2)),
+        ]
+    )
+    assert out.problem == "rank 1: block of 't' has dtype float32, declared float64"
+    assert ledger.failure is None  # a bad call is refused; the Bridge goes on
+    out = ledger.absorb([RankReport(call=("t", 2), root=root()), RankReport(), RankReport()])
+    assert out.problem == "rank 1 called publish() while rank 0 was in another collective call"
+
+
+def test_ledger_in_flight_counts_each_array_and_root_fields_reach_every_rank() -> None:
+    ledger = Ledger(1)
+    for step in range(3):
+        ledger.add("a", step, 0)
+    ledger.add("b", 0, 0)
+    out = ledger.absorb(
+        [
+            RankReport(
+                sent=((0, 1), (1, 1), (2, 1), (3, 1)),
+                root=root(connection=CONNECTION, registered=2, fields={"contract": {"x": 1}}),
+            )
+        ]
+    )
+    assert (ledger.in_flight("a"), ledger.in_flight("b")) == (1, 1)
+    assert [entry.seq for entry, _ in out.ready] == [2, 3]
+    assert out.fields == {"contract": {"x": 1}}

@@ -1,0 +1,109 @@
+"""Steering values (deisa.steering), in process: a real scheduler, two workers, one client.
+
+The routes are driven as :meth:`deisa.Adapter.set` and rank 0 of :meth:`deisa.Bridge.get` drive
+them; the real-process test (every rank of an mpirun sees the same value at the same step) is
+``test_steering_mpi.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from distributed import Client
+from distributed.utils_test import gen_cluster
+
+from deisa import steering
+from deisa.extension import PLUGIN_NAME, StreamExtension
+
+
+async def _set(c: Client, name: Any, value: Any) -> dict[str, Any]:
+    payload = value if isinstance(value, bytes) or value is None else steering.encode(name, value)
+    return await c.scheduler.deisa_set_value(name=name, value=payload)
+
+
+async def _get(c: Client, name: str, default: Any = None) -> Any:
+    return steering.decode(await c.scheduler.deisa_get_value(name=name), default)
+
+
+@gen_cluster(client=True)
+async def test_steering_latest_value_wins_when_set_twice_before_a_read(c, s, a, b) -> None:
+    await c.register_plugin(StreamExtension())
+    assert await _get(c, "stop", "unset") == "unset"
+    assert (await _set(c, "stop", 1))["version"] == 1
+    assert (await _set(c, "stop", 2))["version"] == 2  # set twice before the simulation reads
+    assert await _get(c, "stop") == 2
+    assert await _get(c, "stop") == 2  # a read does not consume it
+    await _set(c, "dt", np.arange(3.0))
+    np.testing.assert_array_equal(await _get(c, "dt"), [0.0, 1.0, 2.0])
+    assert await _get(c, "stop") == 2  # names are independent
+    stats = s.plugins[PLUGIN_NAME].stats()["steering"]
+    assert stats["values"] == {
+        "stop": {"version": 2, "set": True},
+        "dt": {"version": 1, "set": True},
+    }
+    assert stats["calls"] == {"set": 3, "get": 5}
+
+
+@gen_cluster(client=True)
+async def test_steering_none_clears_the_value(c, s, a, b) -> None:
+    await c.register_plugin(StreamExtension())
+    await _set(c, "stop", True)
+    reply = await _set(c, "stop", None)
+    assert reply == {"status": "OK", "version": 2}
+    assert await _get(c, "stop", False) is False
+    assert s.plugins[PLUGIN_NAME].steering.stats()["values"]["stop"] == {"version": 2, "set": False}
+
+
+@gen_cluster(client=True)
+async def test_steering_routes_refuse_bad_names_and_payloads(c, s, a, b) -> None:
+    await c.register_plugin(StreamExtension())
+    reply = await c.scheduler.deisa_set_value(name="", value=b"x")
+    assert reply["status"] == "error" and "non-empty string" in reply["message"]
+    reply = await c.scheduler.deisa_set_value(name="stop", value=3)
+    assert reply["status"] == "error" and "pickled (bytes)" in reply["message"]
+    big = b"x" * (steering.MAX_VALUE_BYTES + 1)
+    reply = await c.scheduler.deisa_set_value(name="stop", value=big)
+    assert reply["status"] == "error" and "'stop' is 1048577 bytes pickled" in reply["message"]
+    reply = await c.scheduler.deisa_get_value(name=None)
+    assert reply["status"] == "error"
+    with pytest.raises(steering.SteeringError, match="non-empty string"):
+        steering.decode(reply, None)
+    assert await _get(c, "stop", "unset") == "unset"  # nothing was stored
+
+
+def test_steering_encode_checks_on_the_client_side() -> None:
+    with pytest.raises(steering.SteeringError, match="non-empty string, got 3"):
+        steering.encode(3, True)  # type: ignore[arg-type]
+    with pytest.raises(steering.SteeringError, match="'f' cannot be pickled"):
+        steering.encode("f", _Unpicklable())
+    with pytest.raises(steering.SteeringError, match=r"'big' is .* bytes pickled, more than"):
+        steering.encode("big", np.zeros(steering.MAX_VALUE_BYTES))
+    assert steering.encode("stop", None) is None
+
+
+class _Unpicklable:
+    def __reduce__(self) -> Any:
+        raise TypeError("no pickling here")
+
+
+@gen_cluster(client=True)
+async def test_adapter_set_reaches_the_scheduler(c, s, a, b) -> None:
+    # Adapter.set is synchronous: drive it from a synchronous client in a thread
+    import asyncio
+
+    def analytics() -> tuple[int, Any]:
+        from deisa import Adapter
+
+        with Client(s.address, timeout=30) as client:
+            adapter = Adapter(client)
+            adapter.set("stop", False)
+            version = adapter.set("stop", True)
+            with pytest.raises(steering.SteeringError, match="non-empty string"):
+                adapter.set("", 1)
+            return version, steering.get_value(client, "stop")
+
+    version, value = await asyncio.get_running_loop().run_in_executor(None, analytics)
+    assert (version, value) == (2, True)
+    assert await _get(c, "stop") is True
