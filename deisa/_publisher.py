@@ -26,6 +26,8 @@ class Connection:
     address: str
     run: str
     workers: tuple[str, ...]
+    notices: str | None = None  # rank 0's listener for "block sent" notices (deisa._notices)
+    token: str = ""  # what a notice must carry
 
 
 @dataclass

@@ -44,6 +44,7 @@ from distributed.protocol.pickle import dumps
 
 from . import _dask_internals
 from ._loop import LoopThread
+from ._notices import EarlyRegistration, notify
 from ._publisher import Connection, Entry, Exchanged, Ledger, RankReport, RootReport
 from .contracts import FULL as FULL_PLAN
 from .contracts import ContractBook, Plan
@@ -243,6 +244,8 @@ class Bridge:
         self._registered = 0
         self._register_error: str | None = None
         self._register_queue: asyncio.Queue[tuple[Entry, list[Any]] | None] | None = None
+        self._early: EarlyRegistration | None = None  # rank 0: registration on sent notices
+        self._notices: tuple[str, str] | None = None  # (rank 0's listener, token), if any
         self._background: list[concurrent.futures.Future[Any]] = []
         try:
             self._setup(scheduler_file, dict(arrays), problem)
@@ -281,6 +284,7 @@ class Bridge:
             self._hosts = self.comm.allgather(this_host())
         if self.asynchronous:
             if self.rank == 0:  # the other ranks learn the outcome through the exchanges
+                self._early = EarlyRegistration(self.comm.Get_size(), self._queue_now)
                 self._background.append(self._spawn(self._connect_in_background(scheduler_file)))
             return
         connection = self._on_root(lambda: self._loop.run(self._connect(scheduler_file)))
@@ -305,6 +309,8 @@ class Bridge:
         except ValueError as exc:
             return str(exc)
         self.worker_of = {name: ranks[self.rank] for name, ranks in self._placements.items()}
+        if connection.notices is not None:
+            self._notices = (connection.notices, connection.token)
         if self.rank == 0:
             logger.info(
                 "deisa bridge: run %s, %d ranks, %d workers, arrays %s, placement %s, "
@@ -320,6 +326,8 @@ class Bridge:
             if self.asynchronous:
                 self._register_queue = asyncio.Queue()
                 self._background.append(self._spawn(self._registrar()))
+                if self._early is not None:
+                    self._loop.loop.call_soon_threadsafe(self._early.activate)
             self._background.append(  # a contract set during the run (deisa.contracts)
                 self._spawn(
                     self._contracts.watch(
@@ -375,7 +383,14 @@ class Bridge:
             if reply["status"] != "OK":
                 raise BridgeError(reply["message"])
             self._contracts.served(name, reply.get("contract"))  # in force from the first step
-        return Connection(address, run, tuple(workers))
+        if self._early is None:
+            return Connection(address, run, tuple(workers))
+        try:
+            notices = await self._early.listen(address)
+        except OSError as exc:  # registration at the next publish, as without notices
+            logger.warning("deisa bridge: no listener for early registration: %s", exc)
+            notices = None
+        return Connection(address, run, tuple(workers), notices, self._early.token)
 
     async def _connect_in_background(self, scheduler_file: str) -> None:
         try:
@@ -651,6 +666,8 @@ class Bridge:
         self._wait_until(lambda: self._ledger.in_flight(name) < limit)
         t2 = time.perf_counter()
         entry = self._ledger.add(name, int(step), revision, plan.ranks, plan)
+        if self._early is not None:
+            self._loop.loop.call_soon_threadsafe(self._early.known, entry)
         self._reclaim()
         if not plan.sends(self.rank):  # its block is outside the contract's region
             self.timings.append(
@@ -715,7 +732,19 @@ class Bridge:
         send.future = self._spawn(
             _dask_internals.send_blocks_to_worker(self._rpc, send.worker, {key: send.buffer})
         )
-        send.future.add_done_callback(lambda _: self._progress.set())
+        send.future.add_done_callback(lambda future: self._sent(entry.seq, future))
+
+    def _sent(self, seq: int, future: concurrent.futures.Future[Any]) -> None:
+        """A send finished: wake the main thread, and tell rank 0 at once (deisa._notices)."""
+        self._progress.set()
+        if future.cancelled() or future.exception() is not None:
+            return  # the exchange reports the failure
+        nbytes = int(next(iter(future.result().values())))
+        if self._early is not None:
+            self._loop.loop.call_soon_threadsafe(self._early.sent, seq, self.rank, nbytes)
+        elif self._notices is not None and self._pool is not None:
+            address, token = self._notices
+            self._spawn(notify(self._pool, address, token, seq, self.rank, nbytes))
 
     def _report(self, call: tuple[Any, Any] | None, problem: str | None) -> RankReport:
         """This rank's part of the next exchange."""
@@ -773,6 +802,14 @@ class Bridge:
         return exchanged
 
     def _queue_registration(self, entry: Entry, nbytes: list[int]) -> None:
+        """Rank 0, main thread: the exchange found ``entry`` sent by every rank."""
+        if self._early is not None:  # unless its notices got it registered already
+            self._loop.loop.call_soon_threadsafe(self._early.ready, entry, nbytes)
+        else:
+            self._loop.loop.call_soon_threadsafe(self._queue_now, entry, nbytes)
+
+    def _queue_now(self, entry: Entry, nbytes: list[int]) -> None:
+        """Rank 0, loop thread: hand ``entry`` (every block on its worker) to the registrar."""
         dec = self.decompositions[entry.name]
         name = step_key_name(self.run or "", entry.name, entry.step, entry.revision)
         workers = self._placements[entry.name]
@@ -784,7 +821,7 @@ class Bridge:
         ]
         queue = self._register_queue
         assert queue is not None
-        self._loop.loop.call_soon_threadsafe(queue.put_nowait, (entry, blocks))
+        queue.put_nowait((entry, blocks))
 
     async def _registrar(self) -> None:
         """Rank 0: register the steps on the scheduler, in publication order, one at a time."""
@@ -959,6 +996,11 @@ class Bridge:
         for send in self._sends.values():  # only after a failure: close() flushed otherwise
             if send.future is not None:
                 send.future.cancel()
+        if self._early is not None:
+            try:
+                self._loop.run(self._early.close(), timeout=10)
+            except Exception:  # best effort, as below
+                logger.debug("deisa bridge: closing the notice listener failed", exc_info=True)
         if self._pool is not None:
             try:
                 self._loop.run(self._pool.close(), timeout=10)

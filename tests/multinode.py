@@ -29,8 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from conftest import STARTUP
-
+STARTUP = 120  # conftest.STARTUP; not imported: this file is also a Dask worker preload
 TRANSFER_LOG_DIR = "DEISA_TEST_KEY_LOG_DIR"
 INTERFACE = "deisa0"  # every node's interface on the cluster network
 CPUS_PER_NODE = 8  # declared to Slurm (SlurmdParameters=config_overrides): not the real count

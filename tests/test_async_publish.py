@@ -36,6 +36,7 @@ from deisa import ArraySpec, Bridge, BridgeError
 scheduler_file, out, nsteps, max_in_flight, sleep = (
     sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
 )
+hold = sys.argv[6] if len(sys.argv) > 6 else None  # after step 0, wait for this file (no MPI)
 comm = MPI.COMM_WORLD
 rank = comm.Get_rank()
 rows, cols = 8, 6  # 2 x 2 ranks of 4 x 3
@@ -53,10 +54,15 @@ report = {"rank": rank, "construct_s": time.monotonic() - t0,
 open(f"{out}/constructed-{rank}", "w").close()
 try:
     with bridge:
+        if hold:
+            bridge.flush()  # connected: step 0's sends start at once
         for step in range(nsteps):
             field[1:-1, 1:-1] = step * 1e6 + (x0 + x) * 1e3 + (y0 + y)
             bridge.publish("field", field[1:-1, 1:-1], step)
             field[1:-1, 1:-1] = -1.0  # overwritten at once: the Bridge holds its own copy
+            deadline = time.monotonic() + 240
+            while hold and step == 0 and not os.path.exists(hold) and time.monotonic() < deadline:
+                time.sleep(0.02)
             if sleep:
                 time.sleep(sleep)
 except BridgeError as exc:
@@ -78,7 +84,12 @@ def expected(step: int) -> np.ndarray:
 
 
 def start_publisher(
-    tmp: Path, scheduler_file: Path, nsteps: int, max_in_flight: int, sleep: float = 0.0
+    tmp: Path,
+    scheduler_file: Path,
+    nsteps: int,
+    max_in_flight: int,
+    sleep: float = 0.0,
+    hold: Path | None = None,
 ) -> subprocess.Popen[str]:
     script = tmp / "publisher.py"
     script.write_text(PUBLISHER)
@@ -86,7 +97,7 @@ def start_publisher(
     out.mkdir()
     cmd = mpirun(
         4, sys.executable, str(script), str(scheduler_file), str(out), str(nsteps),
-        str(max_in_flight), str(sleep),
+        str(max_in_flight), str(sleep), *([str(hold)] if hold else []),
     )  # fmt: skip
     return subprocess.Popen(
         cmd, env=test_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
@@ -190,3 +201,28 @@ def test_async_worker_killed_mid_run_raises_the_same_error_on_every_rank(
     (error,) = errors
     assert "step" in error and "tcp://127.0.0.1:" in error, error
     assert all(report["published"] < 2000 for report in reports(tmp_path))
+
+
+def test_async_step_reaches_the_analytics_before_the_next_publish(tmp_path: Path) -> None:
+    """Once connected, every rank's "block sent" notice lets rank 0 register a step while the
+    ranks compute: the analytics receives step 0 although no rank publishes (nor calls MPI)
+    again until then. (Before the connection is known, at most ``max_in_flight`` steps wait
+    for the exchange that spreads it.)"""
+    cluster = start_dask(tmp_path)
+    hold = tmp_path / "go"
+    try:
+        sim = start_publisher(tmp_path, cluster.scheduler_file, 3, 2, hold=hold)
+        try:
+            with cluster.client() as client:
+                field = Adapter(client, timeout=STARTUP)["field"]
+                np.testing.assert_array_equal(field[0].compute(), expected(0))
+                hold.touch()  # only now do the ranks go on to step 1
+                np.testing.assert_array_equal(field[2].compute(), expected(2))
+            rc, err = finish(sim)
+        finally:
+            if sim.poll() is None:
+                sim.kill()
+    finally:
+        cluster.stop()
+    assert rc == 0, err[-3000:]
+    assert all("error" not in report for report in reports(tmp_path))
