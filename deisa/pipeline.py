@@ -173,91 +173,92 @@ def analyze_stream(
         raise ValueError(f"max_in_flight={max_in_flight} must be ≥ 1")
     if stop_when_converged is not None and not stop_when_converged > 0:
         raise ValueError(f"stop_when_converged={stop_when_converged} must be > 0")
-    adapter = Adapter(client, timeout=poll_s)
-    stream = adapter[array]
-    if stop_when_converged is not None:
-        adapter.set(stop_value, None)  # a value left by an earlier run would stop this one
-    stop_sent = False
-    results: list[StepAnalytics] = []
-    in_flight: deque[_InFlight] = deque()
-    step = 0
-    ended = False
-    waiting_since = last_progress = time.perf_counter()
+    # closed at the end: a consumer left attached would hold back the array's next run
+    with Adapter(client, timeout=poll_s) as adapter:
+        stream = adapter[array]
+        if stop_when_converged is not None:
+            adapter.set(stop_value, None)  # a value left by an earlier run would stop this one
+        stop_sent = False
+        results: list[StepAnalytics] = []
+        in_flight: deque[_InFlight] = deque()
+        step = 0
+        ended = False
+        waiting_since = last_progress = time.perf_counter()
 
-    def stalled(now: float) -> None:
-        if stall_timeout is None or now - last_progress <= stall_timeout:
-            return
-        if in_flight:
-            raise PipelineError(in_flight[0].describe(array, now))
-        raise PipelineError(
-            f"analytics: no step of {array!r} for {now - last_progress:.0f} s (waiting for step "
-            f"{step}); the simulation seems stuck"
-        )
-
-    while not ended or in_flight:
-        now = time.perf_counter()
-        if any([f.moved(now) for f in in_flight]):
-            last_progress = now
-        while in_flight and in_flight[0].pending.done():
-            done = _finish(in_flight.popleft(), array)
-            if results:
-                done = replace(done, relative_change=_relative_change(results[-1], done))
-            if (
-                stop_when_converged is not None
-                and not stop_sent
-                and done.relative_change is not None
-                and done.relative_change < stop_when_converged
-            ):
-                reason = (
-                    f"the PCA converged: relative change of the explained variance ratio "
-                    f"{done.relative_change:.3g} < {stop_when_converged:g} since step "
-                    f"{results[-1].step}"
-                )
-                adapter.set(stop_value, True)
-                stop_sent = True
-                done = replace(done, stop_reason=reason)
-                logger.info("deisa pipeline: stop asked after step %d: %s", done.step, reason)
-            results.append(done)
-            last_progress = time.perf_counter()
-            if on_step is not None:
-                on_step(results[-1])
-        if ended or len(in_flight) >= max_in_flight:
+        def stalled(now: float) -> None:
+            if stall_timeout is None or now - last_progress <= stall_timeout:
+                return
             if in_flight:
-                in_flight[0].pending.wait(poll_s)
-            if check is not None:
-                check()
-            stalled(time.perf_counter())
-            continue
-        try:
-            field = stream[step]
-        except TimeoutError:
-            if check is not None:
-                check()
-            stalled(time.perf_counter())
-            continue
-        except EndOfStreamError:
-            ended = True
-            continue
-        except StepNotAvailableError:  # not published (filtered out by the simulation)
+                raise PipelineError(in_flight[0].describe(array, now))
+            raise PipelineError(
+                f"analytics: no step of {array!r} for {now - last_progress:.0f} s (waiting "
+                f"for step {step}); the simulation seems stuck"
+            )
+
+        while not ended or in_flight:
+            now = time.perf_counter()
+            if any([f.moved(now) for f in in_flight]):
+                last_progress = now
+            while in_flight and in_flight[0].pending.done():
+                done = _finish(in_flight.popleft(), array)
+                if results:
+                    done = replace(done, relative_change=_relative_change(results[-1], done))
+                if (
+                    stop_when_converged is not None
+                    and not stop_sent
+                    and done.relative_change is not None
+                    and done.relative_change < stop_when_converged
+                ):
+                    reason = (
+                        f"the PCA converged: relative change of the explained variance ratio "
+                        f"{done.relative_change:.3g} < {stop_when_converged:g} since step "
+                        f"{results[-1].step}"
+                    )
+                    adapter.set(stop_value, True)
+                    stop_sent = True
+                    done = replace(done, stop_reason=reason)
+                    logger.info("deisa pipeline: stop asked after step %d: %s", done.step, reason)
+                results.append(done)
+                last_progress = time.perf_counter()
+                if on_step is not None:
+                    on_step(results[-1])
+            if ended or len(in_flight) >= max_in_flight:
+                if in_flight:
+                    in_flight[0].pending.wait(poll_s)
+                if check is not None:
+                    check()
+                stalled(time.perf_counter())
+                continue
+            try:
+                field = stream[step]
+            except TimeoutError:
+                if check is not None:
+                    check()
+                stalled(time.perf_counter())
+                continue
+            except EndOfStreamError:
+                ended = True
+                continue
+            except StepNotAvailableError:  # not published (filtered out by the simulation)
+                step += 1
+                continue
+            arrived = last_progress = time.perf_counter()
+            k = min(n_components, *field.shape)
+            try:
+                pending = IncrementalPCA(n_components=k, client=client).submit_fit(field)
+            except Exception as exc:
+                raise _failed(step, array, exc) from exc
+            in_flight.append(
+                _InFlight(step, arrived, arrived - waiting_since, int(field.nbytes), pending)
+            )
+            in_flight[-1].moved(arrived)
+            if on_start is not None:
+                on_start(step)
+            del field  # the fit's tasks keep the blocks they need
             step += 1
-            continue
-        arrived = last_progress = time.perf_counter()
-        k = min(n_components, *field.shape)
-        try:
-            pending = IncrementalPCA(n_components=k, client=client).submit_fit(field)
-        except Exception as exc:
-            raise _failed(step, array, exc) from exc
-        in_flight.append(
-            _InFlight(step, arrived, arrived - waiting_since, int(field.nbytes), pending)
-        )
-        in_flight[-1].moved(arrived)
-        if on_start is not None:
-            on_start(step)
-        del field  # the fit's tasks keep the blocks they need
-        step += 1
-        waiting_since = time.perf_counter()
-    logger.info("deisa pipeline: end of %r after %d steps", array, len(results))
-    return results
+            waiting_since = time.perf_counter()
+        logger.info("deisa pipeline: end of %r after %d steps", array, len(results))
+        return results
 
 
 def stop_summary(analytics: Sequence[StepAnalytics], steps: int | None = None) -> str | None:

@@ -79,9 +79,12 @@ def test_analyze_stream_names_the_step_and_phase_of_a_stalled_fit(
         try:
             with pytest.raises(PipelineError) as failure:
                 analyze_stream(client, "stalled", stall_timeout=3, poll_s=0.5)
+            stats = client.sync(client.scheduler.deisa_stats)["streams"]["stalled"]
         finally:
             release.set()
             busy.result()
+    # the failed analytics detached: flow control no longer waits for it
+    assert not stats["consumers"], stats
     message = str(failure.value)
     assert "the PCA of step 0 of 'stalled' made no progress for" in message
     assert "phase: local reductions, 0 of 1 task(s) done" in message
