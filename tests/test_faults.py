@@ -199,7 +199,10 @@ def test_slow_analytics_keeps_worker_memory_within_buffer_nb(cluster: DaskProces
             poller.join(timeout=10)
     assert steps == list(range(10))
     assert finish(sim)[0] == 0
-    assert step_bytes <= peak <= (buffer_nb + 2) * step_bytes
+    # buffer_nb queued + the step waiting in deisa_publish (registered) + the analytics' step,
+    # + the step it has just let go of while its release is on its way (docs/reliability.md);
+    # bounded by buffer_nb, not by the 10 steps a simulation faster than the analytics publishes
+    assert step_bytes <= peak <= (buffer_nb + 3) * step_bytes
 
 
 @pytest.fixture
