@@ -62,8 +62,16 @@ Array_layout layout_of(Datatype_sptr type, const string& what)
 	return layout;
 }
 
-/// The numpy name of a PDI scalar type: the only conversion of the element type
-string numpy_dtype(const Scalar_datatype& scalar)
+/// The numpy name of the elements of a published block
+string published_dtype(const Scalar_datatype& scalar)
+{
+	if (auto dtype = numpy_dtype(scalar)) return *dtype;
+	throw Value_error{"deisa cannot publish elements of type {}", scalar.debug_string()};
+}
+
+} // namespace
+
+std::optional<string> numpy_dtype(const Scalar_datatype& scalar)
 {
 	const string bits = std::to_string(8 * scalar.datasize());
 	switch (scalar.kind()) {
@@ -74,11 +82,9 @@ string numpy_dtype(const Scalar_datatype& scalar)
 	case Scalar_kind::UNSIGNED:
 		return "uint" + bits;
 	default:
-		throw Value_error{"deisa cannot publish elements of type {}", scalar.debug_string()};
+		return std::nullopt;
 	}
 }
-
-} // namespace
 
 Array_transfer::Array_transfer(
 	PC_tree_t data_tree,
@@ -255,7 +261,7 @@ Array_geometry Array_transfer::geometry(Context& ctx) const
 	result.data = m_data;
 	result.dataset = dataset_name;
 	result.tree = PC_status(m_dataset_selection.tree()) ? dataset_description.tree : m_dataset_selection.tree();
-	result.dtype = numpy_dtype(*global.scalar);
+	result.dtype = published_dtype(*global.scalar);
 	result.time_extent = global.size[0];
 	for (size_t dim = 0; dim < rank; ++dim) {
 		result.global_shape.emplace_back(global.size[dim + 1]);
@@ -305,7 +311,7 @@ Block Array_transfer::block(Context& ctx, Ref ref) const
 	}
 	const void* data = static_cast<const char*>(readable.get()) + offset;
 	const long step = m_dataset_selection.start(ctx, rank + 1)[0];
-	return Block{ref, data, numpy_dtype(*layout.scalar), std::move(size), std::move(strides), step};
+	return Block{ref, data, published_dtype(*layout.scalar), std::move(size), std::move(strides), step};
 }
 
 } // namespace deisa

@@ -192,6 +192,13 @@ eturn its YAML node, absent (PC_status non-zero) if not given
 	Block block(PDI::Context& ctx, PDI::Ref ref) const;
 };
 
+/** The numpy name of a PDI scalar type (`float64', `int32'...), the plugin's only conversion of
+ * an element type, for published blocks and steering values alike
+ * \param scalar the element type
+ * \return its numpy name, or nothing for a type that is not a number
+ */
+std::optional<std::string> numpy_dtype(const PDI::Scalar_datatype& scalar);
+
 } // namespace deisa
 
 #endif // DEISA_ARRAY_TRANSFER_H_

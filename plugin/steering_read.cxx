@@ -1,6 +1,7 @@
 /* One entry of the deisa plugin's `read' section: exposed data filled from a steering value. */
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include <pdi/ref_any.h>
 #include <pdi/scalar_datatype.h>
 
+#include "array_transfer.h"
 #include "steering_read.h"
 
 namespace py = pybind11;
@@ -21,7 +23,6 @@ using PDI::Datatype_sptr;
 using PDI::Ref;
 using PDI::Ref_w;
 using PDI::Scalar_datatype;
-using PDI::Scalar_kind;
 using PDI::Spectree_error;
 using PDI::to_string;
 using PDI::Value_error;
@@ -32,22 +33,6 @@ using std::vector;
 namespace deisa {
 
 namespace {
-
-/// numpy name of a PDI scalar type
-string numpy_dtype(const Scalar_datatype& scalar, const string& data)
-{
-	const string bits = std::to_string(8 * scalar.datasize());
-	switch (scalar.kind()) {
-	case Scalar_kind::FLOAT:
-		return "float" + bits;
-	case Scalar_kind::SIGNED:
-		return "int" + bits;
-	case Scalar_kind::UNSIGNED:
-		return "uint" + bits;
-	default:
-		throw Value_error{"deisa cannot read a steering value into `{}': elements of type {} are not numbers", data, scalar.debug_string()};
-	}
-}
 
 /// the base of a numpy view of memory that PDI owns: nothing to release
 void borrowed(void*) {}
@@ -119,7 +104,11 @@ void Steering_read::fill(Ref ref, py::handle value) const
 	if (!scalar) {
 		throw Value_error{"deisa can only read steering values into scalars or arrays of scalars, `{}' is a {}", m_data, type->debug_string()};
 	}
-	const string dtype = numpy_dtype(*scalar, m_data);
+	const std::optional<string> numpy = numpy_dtype(*scalar);
+	if (!numpy) {
+		throw Value_error{"deisa cannot read a steering value into `{}': elements of type {} are not numbers", m_data, scalar->debug_string()};
+	}
+	const string& dtype = *numpy;
 	vector<long> strides(size.size(), static_cast<long>(scalar->buffersize()));
 	long offset = 0;
 	for (size_t dim = size.size(); dim-- > 0;) {
