@@ -72,19 +72,10 @@ def check_stopped_run(analytics: list[StepAnalytics], last_published: int) -> No
     assert f"it published {last_published + 1} step(s) of {STEPS} planned" in summary
 
 
-def test_python_heat_stopped_by_the_converged_pca(
-    tmp_path: Path, dask_processes: DaskProcesses
-) -> None:
-    config = write_config(
-        tmp_path / "simulation.yml", global_size=[32, 32], steps=STEPS, output_period=2
-    )
-    timings = tmp_path / "timings.json"
-    proc = start_heat(
-        4,
-        config,
-        *("--scheduler-file", str(dask_processes.scheduler_file), "--timings", str(timings)),
-        *("--buffer-nb", "1", "--connect-timeout", str(STARTUP)),
-    )
+def analyze_until_stopped(
+    proc: subprocess.Popen[str], dask_processes: DaskProcesses
+) -> tuple[list[StepAnalytics], str, str]:
+    """Run the converging PCA on the solver's stream; its results and the solver's output."""
     try:
         with dask_processes.client() as client:
             analytics = analyze_stream(
@@ -99,6 +90,23 @@ def test_python_heat_stopped_by_the_converged_pca(
     finally:
         if proc.poll() is None:
             proc.kill()
+    return analytics, stdout, stderr
+
+
+def test_python_heat_stopped_by_the_converged_pca(
+    tmp_path: Path, dask_processes: DaskProcesses
+) -> None:
+    config = write_config(
+        tmp_path / "simulation.yml", global_size=[32, 32], steps=STEPS, output_period=2
+    )
+    timings = tmp_path / "timings.json"
+    proc = start_heat(
+        4,
+        config,
+        *("--scheduler-file", str(dask_processes.scheduler_file), "--timings", str(timings)),
+        *("--buffer-nb", "1", "--connect-timeout", str(STARTUP)),
+    )
+    analytics, stdout, stderr = analyze_until_stopped(proc, dask_processes)
     assert proc.returncode == 0, stdout + stderr
     ranks = json.loads(timings.read_text())["ranks"]
     published = [[t["step"] for t in rank] for rank in ranks]
@@ -124,20 +132,7 @@ def test_c_heat_stopped_by_the_converged_pca_through_pdi(
     proc = subprocess.Popen(
         cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
-    try:
-        with dask_processes.client() as client:
-            analytics = analyze_stream(
-                client,
-                "gtemp",
-                n_components=2,
-                stall_timeout=STARTUP,
-                max_in_flight=1,
-                stop_when_converged=CONVERGED,
-            )
-        stdout, stderr = proc.communicate(timeout=STARTUP)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    analytics, stdout, stderr = analyze_until_stopped(proc, dask_processes)
     assert proc.returncode == 0, stdout + stderr
     last = analytics[-1].step
     assert f"heat: stopped after step {last} of {STEPS}: `stop' set by the analytics" in stderr
