@@ -6,7 +6,7 @@
 Throughput: for each field shape, the field is generated on the workers as ``--ranks`` row
 blocks (contiguous bands per worker, as a ``locality`` placement gives), then fitted by
 
-``deisa auto``       :class:`deisa.pca.IncrementalPCA` with its default solver;
+``deisa auto``       :class:`deisa.IncrementalPCA` with its default solver;
 ``deisa full``       the same with ``svd_solver="full"`` (exact states);
 ``sklearn randomized`` / ``sklearn full``  scikit-learn's PCA on the whole field in this
                      process (one core; the gather to the client is not timed);
@@ -45,7 +45,7 @@ import numpy as np
 from distributed import Client, LocalCluster, wait
 
 from bench._common import MiB, machine, median, print_targets, table, targets_json
-from deisa.pca import IncrementalPCA
+from deisa.analysis.pca import IncrementalPCA
 
 SHAPES = ("2048x2048", "8192x8192", "16384x2048", "131072x512")
 QUICK_SHAPES = ("1024x1024", "4096x1024", "16384x512")

@@ -43,7 +43,7 @@ def run_one(
     from distributed import Client, LocalCluster
 
     from deisa import Adapter
-    from deisa.contracts import Contract, plan
+    from deisa.contract import Contract, plan
 
     px = 2 if ranks % 2 == 0 else 1
     py = ranks // px

@@ -5,7 +5,7 @@ placement, as a contiguous-rank placement gives), then fitted three ways:
 
 ``dask-ml blocks``   dask-ml's IncrementalPCA on the blocks as they are;
 ``dask-ml rechunk``  dask-ml's IncrementalPCA after ``rechunk`` to one row band per core;
-``deisa``            :class:`deisa.pca.IncrementalPCA` (SplIter partitions, local reductions).
+``deisa``            :class:`deisa.IncrementalPCA` (SplIter partitions, local reductions).
 
 All three use ``IncrementalPCA(n_components=2, copy=False, svd_solver="randomized")``, the
 paper's listing. Time covers the fit only (the rechunk included); inter-worker bytes come
@@ -34,8 +34,8 @@ import dask.array as da
 import numpy as np
 from distributed import Client, LocalCluster, wait
 
-from deisa.pca import IncrementalPCA
-from deisa.splitter import measure_incoming_transfers, split
+from deisa.analysis.pca import IncrementalPCA
+from deisa.analysis.splitter import measure_incoming_transfers, split
 
 VARIANTS = ("dask-ml blocks", "dask-ml rechunk", "deisa")
 

@@ -134,7 +134,7 @@ def pdi_config(mode: str, workdir: Path, scheduler_file: Path) -> Path:
 
 
 def pca() -> Any:
-    from deisa.pca import IncrementalPCA
+    from deisa.analysis.pca import IncrementalPCA
 
     return IncrementalPCA(n_components=2, copy=False, svd_solver="randomized", random_state=0)
 
@@ -164,7 +164,7 @@ class InSituAnalytics(threading.Thread):
         self.first_epoch = math.nan  # time.time clock, to compare with the ranks' MPI_Init
 
     def run(self) -> None:
-        from deisa.adapter import Adapter
+        from deisa.analysis.adapter import Adapter
 
         try:
             gtemp = Adapter(self.client, timeout=600)["gtemp"]
@@ -212,7 +212,7 @@ def dask_cluster(workers: int) -> Iterator[Any]:
         ) as cluster,
         Client(cluster) as client,
     ):  # fmt: skip
-        client.run(lambda: __import__("deisa.pca"))  # warm the workers' imports
+        client.run(lambda: __import__("deisa.analysis.pca"))  # warm the workers' imports
         yield client
 
 

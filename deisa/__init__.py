@@ -7,6 +7,11 @@ each worker holds into partitions, and :class:`IncrementalPCA` reduces them wher
 The names below are imported on first use (PEP 562), so that a simulation rank importing
 ``deisa.bridge`` (or the PDI plugin) does not pay for the analytics' dask.array, scipy and
 scikit-learn imports.
+
+The package reads as the data flow: :mod:`deisa.bridge` (the simulation side, one Bridge per
+rank), :mod:`deisa.scheduler` (the scheduler extension), :mod:`deisa.analysis` (Adapter,
+splitter, PCA), sharing only :mod:`deisa.wire` (the protocol) and :mod:`deisa.contract`;
+:mod:`deisa.launcher` (``deisa-run``) sits beside them and nothing imports it.
 """
 
 from __future__ import annotations
@@ -15,13 +20,9 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .adapter import Adapter, ArrayDescriptor, EndOfStreamError, StepNotAvailableError
-    from .bridge import Bridge, BridgeError, PublishTiming
-    from .bridge_group import BridgeGroup
-    from .decomposition import ArraySpec, Decomposition, DecompositionError
-    from .options import BridgeOptionError, BridgeOptions
-    from .pca import IncrementalPCA
-    from .splitter import (
+    from .analysis.adapter import Adapter, ArrayDescriptor, EndOfStreamError, StepNotAvailableError
+    from .analysis.pca import IncrementalPCA
+    from .analysis.splitter import (
         Factoring,
         OverDecomposition,
         Partition,
@@ -32,21 +33,25 @@ if TYPE_CHECKING:
         measure_incoming_transfers,
         split,
     )
+    from .bridge.bridge import Bridge, BridgeError, PublishTiming
+    from .bridge.decomposition import ArraySpec, Decomposition, DecompositionError
+    from .bridge.group import BridgeGroup
+    from .bridge.options import BridgeOptionError, BridgeOptions
 
 __version__ = "0.1.0"
 
 # public name -> the submodule defining it
 _LAZY = {
     **dict.fromkeys(["Adapter", "ArrayDescriptor", "EndOfStreamError", "StepNotAvailableError"],
-                    "adapter"),
-    **dict.fromkeys(["Bridge", "BridgeError", "PublishTiming"], "bridge"),
-    "BridgeGroup": "bridge_group",
-    **dict.fromkeys(["ArraySpec", "Decomposition", "DecompositionError"], "decomposition"),
-    **dict.fromkeys(["BridgeOptionError", "BridgeOptions"], "options"),
-    "IncrementalPCA": "pca",
+                    "analysis.adapter"),
+    **dict.fromkeys(["Bridge", "BridgeError", "PublishTiming"], "bridge.bridge"),
+    "BridgeGroup": "bridge.group",
+    **dict.fromkeys(["ArraySpec", "Decomposition", "DecompositionError"], "bridge.decomposition"),
+    **dict.fromkeys(["BridgeOptionError", "BridgeOptions"], "bridge.options"),
+    "IncrementalPCA": "analysis.pca",
     **dict.fromkeys(["Factoring", "OverDecomposition", "Partition", "PartitionPolicy", "Split",
                      "Static", "TransferMeasurement", "measure_incoming_transfers", "split"],
-                    "splitter"),
+                    "analysis.splitter"),
 }  # fmt: skip
 
 __all__ = [

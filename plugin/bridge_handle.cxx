@@ -150,7 +150,7 @@ void Bridge_handle::validate(Context& ctx, PC_tree_t config, double interpreter_
 	try {
 		m_module = py::module_::import("deisa");
 		// numpy, distributed, deisa.bridge: seconds, overlapped with the simulation's first steps
-		m_preload = py::module_::import("deisa._preload").attr("start")();
+		m_preload = py::module_::import("deisa.bridge._preload").attr("start")();
 		// no option key to check: PDI_init waits for no import at all
 		if (m_options.empty()) return;
 		m_preload.attr("wait")("options");

@@ -78,7 +78,7 @@ class Bridge_handle
 	/// the deisa Python module
 	pybind11::object m_module;
 
-	/// the imports running in a Python thread while the simulation computes (deisa._preload.Preload)
+	/// the imports running in a Python thread while the simulation computes (deisa.bridge._preload.Preload)
 	pybind11::object m_preload;
 
 	/// wall time of the embedded interpreter's start, for the start-up report
@@ -149,7 +149,7 @@ public:
 	/** Checks the required keys, starts the imports and checks the options (those that can be evaluated now)
 	 *
 	 * The imports the bridge needs (numpy, distributed, deisa.bridge) run in a Python thread
-	 * (deisa._preload) while the simulation computes; this waits for the options' part only.
+	 * (deisa.bridge._preload) while the simulation computes; this waits for the options' part only.
 	 * \param ctx the PDI context
 	 * \param config the plugin's configuration node, for error messages
 	 * \param interpreter_seconds the embedded interpreter's start time, for the start-up report

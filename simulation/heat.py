@@ -29,8 +29,8 @@ from typing import Any
 import numpy as np
 import yaml
 
-from deisa.decomposition import ArraySpec, even_split
-from deisa.options import BridgeOptionError, BridgeOptions
+from deisa.bridge.decomposition import ArraySpec, even_split
+from deisa.bridge.options import BridgeOptionError, BridgeOptions
 
 logger = logging.getLogger("deisa_simulation.heat")
 

@@ -15,7 +15,7 @@ from conftest import STARTUP, DaskProcesses, mpirun, run_heat, start_heat, test_
 from deisa_simulation.heat import HeatConfig, block_checksum, reference_field
 
 from deisa import Adapter, EndOfStreamError, IncrementalPCA
-from deisa.splitter import measure_incoming_transfers, split
+from deisa.analysis.splitter import measure_incoming_transfers, split
 
 
 def scheduler_keys(client) -> list:

@@ -1,4 +1,4 @@
-"""deisa.bridge_group in-process, on this process's one-rank communicators.
+"""deisa.bridge.group in-process, on this process's one-rank communicators.
 
 Its real run (4 ranks, an array on 2 of them, bitwise on the analytics side) is in
 test_partial_arrays.py; the PDI plugin's per-entry communicators in test_pdi_plugin.py.
@@ -12,8 +12,8 @@ import pytest
 from mpi4py import MPI
 
 from deisa import ArraySpec, BridgeError, BridgeGroup
-from deisa.bridge_group import _groups, _members_disagree, _ranks_in
-from deisa.decomposition import Decomposition, DecompositionError
+from deisa.bridge.decomposition import Decomposition, DecompositionError
+from deisa.bridge.group import _groups, _members_disagree, _ranks_in
 
 SPEC = ArraySpec("float64", (4, 4), (0, 0), (4, 4))
 

@@ -25,7 +25,7 @@ from conftest import REPO, STARTUP, left_behind, test_env, write_config
 
 from deisa.launcher import cli, config, local, processes, report, solver
 from deisa.launcher.config import RUN, UsageError
-from deisa.pipeline import PipelineError, StepAnalytics
+from deisa.launcher.pipeline import PipelineError, StepAnalytics
 
 LONG = ["--workers", "1", "--size", "64", "64", "--steps", "100000", "-o"]
 SMALL = ["--size", "64", "64", "--steps", "4", "--output-period", "2", "--n-components", "3"]
@@ -336,8 +336,9 @@ def test_library_imports_no_launcher() -> None:
     code = (
         "import sys, deisa\n"
         "from deisa import Adapter, Bridge, BridgeOptions, IncrementalPCA, split\n"
-        "import deisa.adapter, deisa.bridge, deisa.extension, deisa.options, deisa.pca\n"
-        "import deisa.splitter, deisa.pipeline\n"
+        "import deisa.analysis.adapter, deisa.bridge, deisa.scheduler.extension\n"
+        "import deisa.bridge.options, deisa.analysis.pca\n"
+        "import deisa.analysis.splitter, deisa.launcher.pipeline\n"
         "bad = ('deisa.launcher', 'deisa.cli', 'deisa.slurm', 'matplotlib', 'tqdm')\n"
         "print(sorted(m for m in sys.modules if m.startswith(bad)))\n"
     )

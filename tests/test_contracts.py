@@ -1,4 +1,5 @@
-"""Contracts (deisa.contracts), in process: the value object, the geometry, the scheduler routes.
+"""Contracts (deisa.contract and its three sides), in process: the value object, the
+geometry, the scheduler routes.
 
 The scheduler side runs on a real scheduler with two workers (``gen_cluster``); a one-rank
 Bridge (``MPI.COMM_SELF``, in a thread) and an Adapter check the whole path in both modes. The
@@ -19,17 +20,10 @@ from distributed import Client
 from distributed.utils_test import gen_cluster
 
 from deisa import Adapter, ArraySpec, Bridge
-from deisa.contracts import (
-    FULL,
-    Contract,
-    ContractBook,
-    ContractError,
-    block_box,
-    local_slices,
-    plan,
-    sub_chunks,
-)
-from deisa.extension import PLUGIN_NAME, StreamExtension
+from deisa.bridge.contracts import ContractBook
+from deisa.contract import FULL, Contract, ContractError, block_box, local_slices, plan, sub_chunks
+from deisa.scheduler.extension import StreamExtension
+from deisa.wire import PLUGIN_NAME
 
 META = {"dtype": "<f8", "shape": [8, 6], "chunks": [[4, 4], [3, 3]], "run": "r1"}
 # 2 x 2 blocks of 4 x 3, rank r at grid position (r // 2, r % 2)
@@ -269,7 +263,7 @@ def test_one_rank_bridge_follows_the_contract_and_the_adapter_gets_the_region(
 
 
 def test_ledger_counts_ranks_outside_the_region_as_sent_with_no_bytes() -> None:
-    from deisa._publisher import Ledger, RankReport, RootReport
+    from deisa.bridge._publisher import Ledger, RankReport, RootReport
 
     ledger = Ledger(3)
     entry = ledger.add("u", 4, 0, senders=(1,), plan="p")

@@ -31,7 +31,7 @@ from conftest import REPO, STARTUP, DaskProcesses, mpirun, test_env
 
 from bench.contract_ranks import value
 from deisa import Adapter
-from deisa.contracts import Contract, ContractError, plan
+from deisa.contract import Contract, ContractError, plan
 
 RANKS = REPO / "bench" / "contract_ranks.py"
 

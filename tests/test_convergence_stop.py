@@ -14,7 +14,7 @@ import pytest
 
 from deisa.launcher import cli, config, report, slurm, solver
 from deisa.launcher.config import ANALYTICS, RUN, UsageError
-from deisa.pipeline import StepAnalytics, _relative_change, stop_summary
+from deisa.launcher.pipeline import StepAnalytics, _relative_change, stop_summary
 
 
 def step(n: int, ratio: list[float], **fields: object) -> StepAnalytics:

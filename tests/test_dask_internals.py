@@ -15,8 +15,8 @@ from distributed import Client
 from distributed.utils_test import gen_cluster
 
 from deisa import _dask_internals
-from deisa._loop import LoopThread
-from deisa.bridge import _open_pool
+from deisa.bridge._loop import LoopThread
+from deisa.bridge.bridge import _open_pool
 
 # a release travels on the client's batched stream: wait for it, generously (a loaded machine)
 RELEASE = 60.0

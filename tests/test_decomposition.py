@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from deisa.decomposition import ArraySpec, Decomposition, DecompositionError, even_split
+from deisa.bridge.decomposition import ArraySpec, Decomposition, DecompositionError, even_split
 
 
 def grid_specs(shape: tuple[int, int], grid: tuple[int, int]) -> list[ArraySpec]:

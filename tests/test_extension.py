@@ -22,8 +22,8 @@ from distributed import Client
 from distributed.utils_test import captured_logger, gen_cluster
 
 from deisa import _dask_internals
-from deisa.bridge import step_key_name
-from deisa.extension import PLUGIN_NAME, StreamExtension
+from deisa.scheduler.extension import PLUGIN_NAME, StreamExtension
+from deisa.wire import step_key_name
 
 # deadlines for things that must happen: generous, a loaded machine still meets them
 WAIT = 30.0
@@ -407,7 +407,7 @@ async def test_drop_oldest_keeps_the_newest_buffer_nb_steps_and_frees_the_rest(
     ext = await install(c, s)
     rank0 = Rank0(c, [a, b], "t", "r1")
     await rank0.open(buffer_nb=2, on_full="drop_oldest")
-    with captured_logger("deisa.extension", level=logging.WARNING) as log:
+    with captured_logger("deisa.scheduler.extension", level=logging.WARNING) as log:
         for step in range(5):
             assert await rank0.publish(step, timeout=None) == {"status": "OK"}  # never waits
     assert "dropped step 0 of 't': buffer_nb=2 steps were waiting" in log.getvalue()
@@ -603,7 +603,7 @@ async def test_step_published_again_before_it_is_taken_replaces_it(
     await rank0.open(buffer_nb=2)
     for step in (0, 1):
         assert await rank0.publish(step) == {"status": "OK"}
-    with captured_logger("deisa.extension", level=logging.INFO) as log:
+    with captured_logger("deisa.scheduler.extension", level=logging.INFO) as log:
         # buffer_nb steps are queued: a replacement takes no room, so it does not wait
         assert await rank0.publish(1, timeout=EXPIRE) == {"status": "OK", "replaced": True}
     assert "step 1 of 't' published again before the analytics took it" in log.getvalue()
@@ -636,7 +636,7 @@ async def test_step_published_after_the_reader_passed_it_is_dropped_with_a_warni
         await rank0.publish(step)
     first = [await get(c, "t", run="r1") for _ in range(2)]  # the reader takes 0 and 1
     assert [r["step"] for r in first] == [0, 1]
-    with captured_logger("deisa.extension", level=logging.WARNING) as log:
+    with captured_logger("deisa.scheduler.extension", level=logging.WARNING) as log:
         again = await rank0.publish(1)  # the step itself was taken
         backwards = await rank0.publish(0)  # an index that goes back past taken steps
     for step, reply in ((1, again), (0, backwards)):

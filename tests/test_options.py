@@ -1,4 +1,4 @@
-"""deisa.options: one owner for the Bridge's options (defaults, checks, messages, spellings)."""
+"""deisa.bridge.options: one owner for the Bridge's options (defaults, checks, messages)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tests of deisa.pca.IncrementalPCA against scikit-learn's exact PCA, on a 2-process cluster."""
+"""Tests of deisa.IncrementalPCA against scikit-learn's exact PCA, on a 2-process cluster."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from conftest import scatter_blocks
 from distributed import Client
 from sklearn.decomposition import PCA
 
-import deisa.pca
-from deisa.pca import IncrementalPCA
+import deisa.analysis.pca
+from deisa.analysis.pca import IncrementalPCA
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -103,8 +103,11 @@ def test_fit_equals_chained_partial_fit(client: Client) -> None:
 def test_merge_of_many_uneven_states_is_exact() -> None:
     data = make_data()
     bounds = [0, 3, 40, 41, 120, 200]  # a 1-row state has no spread, only a mean
-    states = [deisa.pca._reduce_rows(data[a:b], None, 0, 2) for a, b in itertools.pairwise(bounds)]
-    merged = deisa.pca._merge([None, *states], None)
+    states = [
+        deisa.analysis.pca._reduce_rows(data[a:b], None, 0, 2)
+        for a, b in itertools.pairwise(bounds)
+    ]
+    merged = deisa.analysis.pca._merge([None, *states], None)
     assert merged is not None and merged.n_samples == len(data)
     centred = data - data.mean(axis=0)
     _, singular_values, components = np.linalg.svd(centred, full_matrices=False)
@@ -121,7 +124,7 @@ def test_merge_tree_wider_than_its_fan_in(monkeypatch: pytest.MonkeyPatch) -> No
     from conftest import THREAD_PINS
     from distributed import LocalCluster
 
-    monkeypatch.setattr(deisa.pca, "_MERGE_FAN_IN", 2)
+    monkeypatch.setattr(deisa.analysis.pca, "_MERGE_FAN_IN", 2)
     blas = {k: v for k, v in THREAD_PINS.items() if k.endswith("_NUM_THREADS")}
     data = make_data()
     with (

@@ -29,15 +29,15 @@ PLUGIN_DIR = BUILD / "plugin"
 CONFIGS = REPO / "configs"
 
 # A stand-in for the deisa package: records what the plugin hands to the Bridge, no Dask. The
-# options and the block positions are checked by the real deisa.options and deisa.decomposition,
+# options and the block positions are checked by the real deisa.bridge.options and .decomposition,
 # found through __path__, as the plugin relies on them.
 STUB_DEISA = """
 import json, os
 import numpy as np
 
 __path__.append(DEISA_DIR)
-from deisa.decomposition import ArraySpec
-from deisa.options import BridgeOptionError, BridgeOptions
+from deisa.bridge.decomposition import ArraySpec
+from deisa.bridge.options import BridgeOptionError, BridgeOptions
 
 class Bridge:
     def __init__(self, scheduler_file, arrays, *, comm, options):

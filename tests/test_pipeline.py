@@ -1,4 +1,5 @@
-"""deisa.pipeline.analyze_stream on steps published by real MPI ranks (tests/publish_blocks.py)."""
+"""deisa.launcher.pipeline.analyze_stream on steps published by real MPI ranks
+(tests/publish_blocks.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from conftest import REPO, DaskProcesses, mpirun, start_dask, test_env
 from distributed import Event
 from sklearn.decomposition import PCA
 
-from deisa.pipeline import PipelineError, StepAnalytics, analyze_stream
+from deisa.launcher.pipeline import PipelineError, StepAnalytics, analyze_stream
 
 PUBLISHER = REPO / "tests" / "publish_blocks.py"
 sys.path.insert(0, str(PUBLISHER.parent))
@@ -122,7 +123,7 @@ def test_streamed_arrays_carry_their_block_locations_to_the_splitter(
 ) -> None:
     """The splitter takes the holders the Bridge reported; it asks the scheduler for none."""
     from deisa import Adapter, _block_locations
-    from deisa.splitter import split
+    from deisa.analysis.splitter import split
 
     publish(one_worker, "located", (8, 6), nsteps=1)
     with one_worker.client() as client:

@@ -9,8 +9,8 @@ from conftest import DaskProcesses, run_heat, write_config
 from test_decomposition import grid_specs
 
 from deisa import Adapter, IncrementalPCA, measure_incoming_transfers
-from deisa.decomposition import Decomposition
-from deisa.placement import (
+from deisa.bridge.decomposition import Decomposition
+from deisa.bridge.placement import (
     Host,
     get_placement,
     locality,

@@ -1,4 +1,4 @@
-"""deisa._preload (the PDI plugin's background imports) and the light import of deisa.bridge."""
+"""deisa.bridge._preload (the PDI plugin's background imports), the light import of deisa.bridge."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 import pytest
 from conftest import test_env
 
-from deisa import _preload
+from deisa.bridge import _preload
 
 
 def test_stages_are_imported_in_order_and_timed() -> None:
@@ -41,11 +41,12 @@ def test_a_simulation_rank_imports_nothing_of_the_analytics() -> None:
     dask.array, pandas, scipy, scikit-learn and deisa's analytics modules."""
     code = (
         "import sys\n"
-        "from deisa import _preload\n"
+        "from deisa.bridge import _preload\n"
         "_preload.start().join()\n"
         "import deisa\n"
         "deisa.Bridge, deisa.BridgeOptions, deisa.BridgeOptionError, deisa.ArraySpec\n"
-        "heavy = {'dask.array', 'deisa.adapter', 'deisa.pca', 'deisa.splitter'}\n"
+        "heavy = {'dask.array', 'deisa.analysis.adapter', 'deisa.analysis.pca',\n"
+        "         'deisa.analysis.splitter'}\n"
         "print(sorted(m for m in sys.modules\n"
         "             if m in heavy or m.split('.')[0] in {'pandas', 'scipy', 'sklearn'}))\n"
     )
@@ -60,7 +61,7 @@ def test_lazy_names_are_the_public_api() -> None:
     import deisa
 
     assert sorted(deisa.__all__) == sorted(deisa._LAZY)
-    assert deisa.IncrementalPCA.__module__ == "deisa.pca"
+    assert deisa.IncrementalPCA.__module__ == "deisa.analysis.pca"
     assert "split" in dir(deisa)
     with pytest.raises(AttributeError, match="no attribute 'nosuch'"):
         deisa.nosuch  # noqa: B018

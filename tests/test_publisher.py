@@ -1,9 +1,9 @@
-"""deisa._publisher: the exchange's bookkeeping, fed by hand with what the ranks would gather."""
+"""deisa.bridge._publisher: the exchange's bookkeeping, fed by hand with what ranks would gather."""
 
 from __future__ import annotations
 
-from deisa._notices import EarlyRegistration
-from deisa._publisher import Connection, Entry, Ledger, RankReport, RootReport
+from deisa.bridge._notices import EarlyRegistration
+from deisa.bridge._publisher import Connection, Entry, Ledger, RankReport, RootReport
 
 CONNECTION = Connection("tcp://127.0.0.1:8786", "run0", ("tcp://w0", "tcp://w1"))
 
@@ -108,7 +108,7 @@ def test_ledger_in_flight_counts_each_array_and_root_fields_reach_every_rank() -
 
 
 def test_early_registration_hands_each_publication_once_in_order() -> None:
-    """deisa._notices: notices (any order, any rank) and the exchange's ``ready`` both feed it;
+    """bridge._notices: notices (any order, any rank) and the exchange's ``ready`` both feed it;
     each publication reaches the registrar once, in sequence, only once it is active."""
 
     handed: list[tuple[int, list[int]]] = []

@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 
 from deisa.launcher import report
-from deisa.pipeline import StepAnalytics
+from deisa.launcher.pipeline import StepAnalytics
 
 
 def _steps() -> list[StepAnalytics]:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from deisa.scheduler_file import SchedulerFileError, read_scheduler_address
+from deisa.bridge.scheduler_file import SchedulerFileError, read_scheduler_address
 
 
 def test_scheduler_file_address(tmp_path: Path) -> None:

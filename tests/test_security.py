@@ -14,8 +14,8 @@ import pytest
 from conftest import REPO, mpirun, test_env
 
 from deisa import Adapter
+from deisa.bridge.scheduler_file import read_scheduler_address
 from deisa.launcher.local import scheduler_command, worker_command
-from deisa.scheduler_file import read_scheduler_address
 
 PUBLISHER = REPO / "tests" / "publish_blocks.py"
 # start-up deadlines: generous, so a loaded machine meets them (a failure path never waits them)

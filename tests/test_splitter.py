@@ -1,4 +1,4 @@
-"""Tests of deisa.splitter on a real 2-process LocalCluster."""
+"""Tests of deisa.analysis.splitter on a real 2-process LocalCluster."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from conftest import scatter_blocks
 from distributed import Client, wait
 
-from deisa.splitter import (
+from deisa.analysis.splitter import (
     Factoring,
     OverDecomposition,
     Static,

@@ -1,4 +1,5 @@
-"""Steering values (deisa.steering), in process: a real scheduler, two workers, one client.
+"""Steering values (deisa.analysis.steering, deisa.scheduler.steering), in process: a real
+scheduler, two workers, one client.
 
 The routes are driven as :meth:`deisa.Adapter.set` and rank 0 of :meth:`deisa.Bridge.get` drive
 them; the real-process test (every rank of an mpirun sees the same value at the same step) is
@@ -14,17 +15,18 @@ import pytest
 from distributed import Client
 from distributed.utils_test import gen_cluster
 
-from deisa import steering
-from deisa.extension import PLUGIN_NAME, StreamExtension
+from deisa import wire
+from deisa.analysis import steering
+from deisa.scheduler.extension import PLUGIN_NAME, StreamExtension
 
 
 async def _set(c: Client, name: Any, value: Any) -> dict[str, Any]:
-    payload = value if isinstance(value, bytes) or value is None else steering.encode(name, value)
+    payload = value if isinstance(value, bytes) or value is None else wire.encode_value(name, value)
     return await c.scheduler.deisa_set_value(name=name, value=payload)
 
 
 async def _get(c: Client, name: str, default: Any = None) -> Any:
-    return steering.decode(await c.scheduler.deisa_get_value(name=name), default)
+    return wire.decode_value(await c.scheduler.deisa_get_value(name=name), default)
 
 
 @gen_cluster(client=True)
@@ -63,24 +65,24 @@ async def test_steering_routes_refuse_bad_names_and_payloads(c, s, a, b) -> None
     assert reply["status"] == "error" and "non-empty string" in reply["message"]
     reply = await c.scheduler.deisa_set_value(name="stop", value=3)
     assert reply["status"] == "error" and "pickled (bytes)" in reply["message"]
-    big = b"x" * (steering.MAX_VALUE_BYTES + 1)
+    big = b"x" * (wire.MAX_VALUE_BYTES + 1)
     reply = await c.scheduler.deisa_set_value(name="stop", value=big)
     assert reply["status"] == "error" and "'stop' is 1048577 bytes pickled" in reply["message"]
     reply = await c.scheduler.deisa_get_value(name=None)
     assert reply["status"] == "error"
-    with pytest.raises(steering.SteeringError, match="non-empty string"):
-        steering.decode(reply, None)
+    with pytest.raises(wire.SteeringError, match="non-empty string"):
+        wire.decode_value(reply, None)
     assert await _get(c, "stop", "unset") == "unset"  # nothing was stored
 
 
 def test_steering_encode_checks_on_the_client_side() -> None:
-    with pytest.raises(steering.SteeringError, match="non-empty string, got 3"):
-        steering.encode(3, True)  # type: ignore[arg-type]
-    with pytest.raises(steering.SteeringError, match="'f' cannot be pickled"):
-        steering.encode("f", _Unpicklable())
-    with pytest.raises(steering.SteeringError, match=r"'big' is .* bytes pickled, more than"):
-        steering.encode("big", np.zeros(steering.MAX_VALUE_BYTES))
-    assert steering.encode("stop", None) is None
+    with pytest.raises(wire.SteeringError, match="non-empty string, got 3"):
+        wire.encode_value(3, True)  # type: ignore[arg-type]
+    with pytest.raises(wire.SteeringError, match="'f' cannot be pickled"):
+        wire.encode_value("f", _Unpicklable())
+    with pytest.raises(wire.SteeringError, match=r"'big' is .* bytes pickled, more than"):
+        wire.encode_value("big", np.zeros(wire.MAX_VALUE_BYTES))
+    assert wire.encode_value("stop", None) is None
 
 
 class _Unpicklable:
@@ -100,7 +102,7 @@ async def test_adapter_set_reaches_the_scheduler(c, s, a, b) -> None:
             adapter = Adapter(client)
             adapter.set("stop", False)
             version = adapter.set("stop", True)
-            with pytest.raises(steering.SteeringError, match="non-empty string"):
+            with pytest.raises(wire.SteeringError, match="non-empty string"):
                 adapter.set("", 1)
             return version, steering.get_value(client, "stop")
 

@@ -2,7 +2,8 @@
 
 - every rank of an mpirun reads the same steering value at the same step (tests/steered_ranks.py);
 - the Python heat solver (simulation/heat.py) and the C heat solver through PDI (configs/
-  heat_deisa.yml's ``read: [stop]``) are stopped by :func:`deisa.pipeline.analyze_stream` once
+  heat_deisa.yml's ``read: [stop]``) are stopped by :func:`~deisa.launcher.pipeline.analyze_stream`
+  once
   the PCA has converged: they exit 0, every step they published reaches the analytics, and the
   stream ends normally.
 
@@ -20,7 +21,7 @@ import pytest
 from conftest import BUILD, REPO, STARTUP, DaskProcesses, mpirun, start_heat, test_env, write_config
 
 from deisa import Adapter
-from deisa.pipeline import StepAnalytics, analyze_stream, stop_summary
+from deisa.launcher.pipeline import StepAnalytics, analyze_stream, stop_summary
 
 STEERED = REPO / "tests" / "steered_ranks.py"
 # 32x32 heat field, 2 iterations per output: the explained variance ratio changes by less than

@@ -222,8 +222,8 @@ def test_killed_consumer_unblocks_the_simulation_and_leaves_no_key(
 
 
 def test_deisa_run_publishes_only_the_analysed_array_of_the_c_solver_yaml() -> None:
+    from deisa.bridge.options import BridgeOptions
     from deisa.launcher.solver import deisa_pdi_config
-    from deisa.options import BridgeOptions
 
     yml = REPO / "configs" / "heat_deisa.yml"
     for array, data in (("gtemp", "temp"), ("gdtemp", "dtemp")):

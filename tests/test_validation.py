@@ -25,11 +25,11 @@ from conftest import REPO, STARTUP, left_behind, mpirun, test_env, write_config
 from deisa_simulation.heat import HeatConfig
 
 from deisa import ArraySpec
-from deisa.bridge import Bridge, BridgeError, _check_arrays
-from deisa.decomposition import Decomposition, DecompositionError
-from deisa.options import BridgeOptionError, BridgeOptions
-from deisa.placement import get_placement
-from deisa.scheduler_file import SchedulerFileError, read_scheduler_address
+from deisa.bridge.bridge import Bridge, BridgeError, _check_arrays
+from deisa.bridge.decomposition import Decomposition, DecompositionError
+from deisa.bridge.options import BridgeOptionError, BridgeOptions
+from deisa.bridge.placement import get_placement
+from deisa.bridge.scheduler_file import SchedulerFileError, read_scheduler_address
 
 PUBLISHER = REPO / "tests" / "publish_blocks.py"
 SPEC = ArraySpec("float64", (8, 6), (0, 0), (8, 6))

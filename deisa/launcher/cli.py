@@ -27,7 +27,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..pipeline import PipelineError
 from .config import (
     ANALYTICS,
     RUN,
@@ -39,6 +38,7 @@ from .config import (
     parse_eps,
     pick,
 )
+from .pipeline import PipelineError
 from .processes import THREAD_PINS, Interrupted, Signals
 
 logger = logging.getLogger(__name__)
@@ -213,8 +213,8 @@ def analytics_main(argv: Sequence[str]) -> int:
 def _analytics(args: argparse.Namespace, signals: Signals) -> int:
     from distributed import Client
 
-    from ..pipeline import analyze_stream
-    from ..scheduler_file import read_scheduler_address
+    from ..bridge.scheduler_file import read_scheduler_address
+    from .pipeline import analyze_stream
     from .report import report
 
     output = Path(args.output).resolve()

@@ -6,7 +6,7 @@ the comment after its key in ``deisa/templates/defaults.yml``, followed by the v
 (the packaged one, or that of ``--defaults FILE``). :func:`resolve_settings` turns the parsed
 options into :class:`RunSettings` and checks all of them, the simulation's settings with the
 Python solver's own :class:`~deisa_simulation.heat.HeatConfig` and the Bridge's with
-:class:`~deisa.options.BridgeOptions`, before anything starts: a mistake is one
+:class:`~deisa.bridge.options.BridgeOptions`, before anything starts: a mistake is one
 :class:`UsageError` naming the option or the file it came from.
 """
 
@@ -23,8 +23,8 @@ from typing import Any
 
 import yaml
 
-from ..options import MODES, BridgeOptionError, BridgeOptions
-from ..placement import PLACEMENTS
+from ..bridge.options import MODES, BridgeOptionError, BridgeOptions
+from ..bridge.placement import PLACEMENTS
 
 DEFAULTS_FILE = Path(__file__).resolve().parents[1] / "templates" / "defaults.yml"
 REPO = Path(__file__).resolve().parents[2]

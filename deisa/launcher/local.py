@@ -21,8 +21,8 @@ from typing import IO, Any
 
 import yaml
 
-from ..pipeline import PipelineError, StepAnalytics, analyze_stream
 from .config import RunSettings
+from .pipeline import PipelineError, StepAnalytics, analyze_stream
 from .processes import ProcessSet, Signals, child_env, tail, wait_until
 from .report import report
 from .solver import simulation_command

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..pipeline import PipelineError
+from .pipeline import PipelineError
 
 logger = logging.getLogger(__name__)
 

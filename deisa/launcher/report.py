@@ -1,10 +1,10 @@
 """The report of a run: the per-step table, the explained-variance plot and ``results.json``.
 
 :func:`step_table`, :func:`format_table`, :func:`plot_explained_variance` and
-:func:`write_results` turn what :func:`deisa.pipeline.analyze_stream` measured, plus the
+:func:`write_results` turn what :func:`deisa.launcher.pipeline.analyze_stream` measured, plus the
 simulation's own per-step timings (:func:`read_timings`), into the table, the PNG and the JSON
 that ``deisa-run`` leaves in its output directory. matplotlib is imported here only, when a
-plot is drawn. They read the fields of :class:`~deisa.pipeline.StepAnalytics` by name, so
+plot is drawn. They read the fields of :class:`~deisa.launcher.pipeline.StepAnalytics` by name, so
 fields added to it later reach ``results.json`` and leave the table as it is.
 
 Examples
@@ -24,7 +24,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from ..pipeline import StepAnalytics, stop_summary
+from .pipeline import StepAnalytics, stop_summary
 
 
 def read_timings(path: str | Path) -> list[list[dict[str, Any]]]:

@@ -36,7 +36,7 @@ from typing import Any
 
 import yaml
 
-from ..options import BridgeOptionError, BridgeOptions
+from ..bridge.options import BridgeOptionError, BridgeOptions
 from .config import find_path, squarest_grid
 from .processes import THREAD_PINS
 from .solver import resolve_solver, simulation_command
@@ -196,7 +196,7 @@ def job_script(
         for the job, to ``output/<job>/pdi.yml``.
     stop_when_converged
         The client's ``--stop-when-converged EPS``: it stops the simulation once the PCA has
-        converged (:func:`deisa.pipeline.analyze_stream`); ``None``: never.
+        converged (:func:`deisa.launcher.pipeline.analyze_stream`); ``None``: never.
 
     Returns
     -------
@@ -209,7 +209,7 @@ def job_script(
         Counts, layout or process grid that cannot work; ``solver="c"`` when the C solver or
         its plugin is not built, PDI does not load, or ``pdi_config`` does not publish
         ``array`` (:class:`deisa.launcher.config.UsageError`, a ``ValueError``); Bridge
-        options that :class:`deisa.options.BridgeOptions` refuses.
+        options that :class:`deisa.bridge.options.BridgeOptions` refuses.
 
     Examples
     --------

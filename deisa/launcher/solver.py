@@ -4,7 +4,7 @@
 solver (``--solver auto | c | python``: the C solver through PDI and the deisa plugin when it
 is built and PDI loads, else the Python solver). :func:`simulation_command` turns settings into
 the solver's command line, for ``mpirun`` (local run) as for ``srun`` (Slurm job): the Python
-solver gets the Bridge options as flags (:meth:`deisa.options.BridgeOptions.to_argv`), the C
+solver gets the Bridge options as flags (:meth:`deisa.bridge.options.BridgeOptions.to_argv`), the C
 solver a copy of its PDI YAML with the deisa block completed (:func:`deisa_pdi_config`).
 """
 
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..options import BridgeOptions
+from ..bridge.options import BridgeOptions
 from .config import (
     LAUNCHER_BRIDGE_OPTIONS,
     RUN,

@@ -1,8 +1,8 @@
 """Where the blocks of streamed arrays live, as the stream reported it.
 
 The Bridge tells the scheduler which worker holds each block it publishes; the scheduler
-extension hands that record to the :class:`~deisa.adapter.Adapter` with the step's keys. The
-Adapter files it here, and :func:`deisa.splitter.split` reads it instead of asking the scheduler
+extension hands that record to the :class:`~deisa.Adapter` with the step's keys. The
+Adapter files it here, and :func:`deisa.split` reads it instead of asking the scheduler
 again (``who_has``, ``nthreads``). An entry lives exactly as long as the future of its block in
 this process: when the step's array is dropped, its entries go with it. Arrays that did not come
 from a stream have no entry, and the splitter asks the scheduler as before.

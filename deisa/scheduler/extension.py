@@ -8,7 +8,7 @@ per step and array, and each consumer one ``deisa_get`` per step, whatever the n
 
 Consumers and groups
 --------------------
-A *consumer* is one :class:`~deisa.adapter.Adapter` (its ``consumer`` id; the client it runs on
+A *consumer* is one :class:`~deisa.Adapter` (its ``consumer`` id; the client it runs on
 owns the keys it takes). Every consumer attached to an array receives every step (fan-out),
 except that consumers opened with the same ``group`` name share one position in the stream: each
 step goes to one member of the group, whichever asks first (a work queue), and the end of the
@@ -67,9 +67,9 @@ Routes (RPC handlers on the scheduler):
 - ``deisa_detach(consumer, names=None)``: the consumer leaves those arrays (default: all).
 - ``deisa_stats()``: message counts per route and per stream, with each stream's readers.
 - ``deisa_set_value(name, value)``, ``deisa_get_value(name)``: steering values, the analytics'
-  answers to the simulation (:mod:`deisa.steering`).
+  answers to the simulation (:mod:`deisa.analysis.steering`).
 - ``deisa_set_contract``, ``deisa_get_contract``, ``deisa_watch_contracts``: what the analytics
-  needs of an array (:mod:`deisa.contracts`); ``deisa_open`` replies with the array's contract,
+  needs of an array (:mod:`deisa.contract`); ``deisa_open`` replies with the array's contract,
   a step's record carries the one it was sent under (``contract``, from ``deisa_publish``).
 
 A run is *finished* when it is closed and no reader has a step of it left to take, even if
@@ -100,11 +100,12 @@ from typing import Any
 
 from distributed.diagnostics.plugin import SchedulerPlugin
 
-from . import _dask_internals, contracts, steering
+from .. import _dask_internals
+from ..wire import PLUGIN_NAME
+from . import contracts, steering
 
 logger = logging.getLogger(__name__)
 
-PLUGIN_NAME = "deisa"
 # the reader that holds the steps published while no consumer is attached (start-order
 # independence): the first reader to attach takes its place
 _UNCLAIMED = ""
@@ -120,7 +121,7 @@ class _Step:
     run: str
     pending: int = 0  # readers that have not taken it yet; the stream holds its keys until 0
     clients: set[str] = field(default_factory=set)  # the clients that took it
-    contract: dict[str, Any] | None = None  # the contract it was sent under (deisa.contracts)
+    contract: dict[str, Any] | None = None  # the contract it was sent under (deisa.contract)
 
 
 _Entry = _Step | dict[str, Any]  # a step, or the end-of-stream marker

@@ -46,7 +46,7 @@ import numpy as np
 from dask.core import flatten
 from distributed import Client, Future, futures_of, get_client, wait
 
-from deisa import _block_locations
+from . import _block_locations
 
 __all__ = [
     "Factoring",
@@ -328,7 +328,7 @@ def split(
         Defaults to the current client.
     nthreads : dict, optional
         Threads per worker address; defaults to what the stream reported for arrays from an
-        :class:`~deisa.adapter.Adapter`, else ``client.nthreads()``.
+        :class:`~deisa.Adapter`, else ``client.nthreads()``.
     persist : bool
         Persist ``x`` first when some of its blocks are not held by futures (a lazy array),
         instead of raising.

@@ -26,7 +26,7 @@ class Connection:
     address: str
     run: str
     workers: tuple[str, ...]
-    notices: str | None = None  # rank 0's listener for "block sent" notices (deisa._notices)
+    notices: str | None = None  # rank 0's listener for "block sent" notices (deisa.bridge._notices)
     token: str = ""  # what a notice must carry
 
 
@@ -61,7 +61,7 @@ class Entry:
     step: int
     revision: int
     senders: tuple[int, ...] | None = None  # the ranks sending a block (None: all; contracts)
-    plan: Any = None  # the Bridge's deisa.contracts.Plan of the step
+    plan: Any = None  # the Bridge's deisa.contract.Plan of the step
 
 
 @dataclass

@@ -3,7 +3,7 @@
 The PDI plugin calls :func:`start` right after it has started the embedded interpreter, then
 releases the GIL: while the C code computes, this thread imports what the rank needs, in
 stages. The plugin waits for a stage only when it needs it (:meth:`Preload.wait`): the
-options at ``PDI_init`` (``deisa.options``: numpy, the placements), the Bridge at the first
+options at ``PDI_init`` (``deisa.bridge.options``: numpy, the placements), the Bridge at the first
 publication (``deisa.bridge``: distributed).
 
 No MPI call happens here: ``mpi4py.MPI`` initializes MPI (or queries it) when imported, and a
@@ -13,7 +13,7 @@ on the simulation's thread. No signal handler is installed either.
 Examples
 --------
 >>> preload = start()
->>> preload.wait("options")  # returns once deisa.options is imported; raises its ImportError
+>>> preload.wait("options")  # returns once deisa.bridge.options is imported; raises its ImportError
 >>> preload.join()
 >>> sorted(preload.seconds)  # doctest: +SKIP
 ['bridge', 'options']
@@ -31,8 +31,8 @@ logger = logging.getLogger(__name__)
 
 #: The stages, in import order: the name the plugin waits for, and its modules.
 STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("options", ("numpy", "deisa.options", "deisa.decomposition")),
-    ("bridge", ("distributed", "deisa.bridge", "mpi4py")),
+    ("options", ("numpy", "deisa.bridge.options", "deisa.bridge.decomposition")),
+    ("bridge", ("distributed", "deisa.bridge.bridge", "mpi4py")),
 )
 
 

@@ -1,7 +1,7 @@
 """Early registration of asynchronous publications: "block sent" notices to rank 0.
 
 In ``mode="async"`` rank 0 learns that every rank has sent its block of a step from the
-exchange of the next :meth:`~deisa.Bridge.publish` (:mod:`deisa._publisher`), which would
+exchange of the next :meth:`~deisa.Bridge.publish` (:mod:`deisa.bridge._publisher`), which would
 leave the analytics one output period behind. To register a step as soon as its blocks are on
 their workers, each rank's loop thread also sends rank 0 a small notice when one of its sends
 completes, over a TCP listener that rank 0 opens beside its scheduler connection. This is not

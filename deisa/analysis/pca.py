@@ -1,6 +1,6 @@
 """Incremental PCA over distributed dask arrays, reduced partition by partition where the data is.
 
-Each worker-local partition (see :mod:`deisa.splitter`) is reduced by one task on its own
+Each worker-local partition (see :mod:`deisa.analysis.splitter`) is reduced by one task on its own
 worker to a small partial state: sample count ``n``, ``mean``, per-feature sum of squared
 deviations, and the leading singular values and right singular vectors ``S, V`` of its centred
 rows. Any number of partial states merge by the SVD of their stacked matrix::
@@ -57,7 +57,7 @@ from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.utils import check_random_state
 from sklearn.utils.extmath import svd_flip
 
-from deisa.splitter import PartitionPolicy, split
+from .splitter import PartitionPolicy, split
 
 __all__ = ["IncrementalPCA", "PendingFit"]
 
@@ -399,7 +399,7 @@ class IncrementalPCA(TransformerMixin, BaseEstimator):
     """Incremental principal component analysis of dask or numpy arrays (rows are samples).
 
     Scikit-learn API, and a drop-in for dask-ml's ``IncrementalPCA``: ``fit`` on a dask array
-    runs one task per worker-local partition (:func:`deisa.splitter.split` with whole row
+    runs one task per worker-local partition (:func:`deisa.analysis.splitter.split` with whole row
     bands), each reducing its blocks where they are, then merges the partial states in a tree.
     ``partial_fit`` keeps the state across calls, e.g. one call per simulation time step.
 
@@ -429,7 +429,7 @@ class IncrementalPCA(TransformerMixin, BaseEstimator):
     random_state : int, RandomState or None
         Seeds the randomized solver.
     partition_policy : str or PartitionPolicy
-        Partition sizing passed to :func:`deisa.splitter.split` (default one per worker thread).
+        Partition sizing passed to :func:`deisa.split` (default one per worker thread).
     client : Client, optional
         Client for dask arrays; defaults to the current one.
 

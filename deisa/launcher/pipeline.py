@@ -1,8 +1,8 @@
 """The analytics of ``deisa-run``: a PCA of every published step.
 
 :func:`analyze_stream` is the in situ client of the paper's experiments: it takes the steps of
-one array from an :class:`~deisa.adapter.Adapter` as they are published, fits a
-:class:`~deisa.pca.IncrementalPCA` on each (rows are samples, columns features) and records
+one array from an :class:`~deisa.Adapter` as they are published, fits a
+:class:`~deisa.IncrementalPCA` on each (rows are samples, columns features) and records
 the explained variance. With ``stop_when_converged`` it stops the simulation once the PCA has
 converged, through the steering value ``"stop"`` (:meth:`deisa.Adapter.set`), and keeps reading
 until the end of the stream. The run's report (table, plot, ``results.json``) is
@@ -25,8 +25,8 @@ from dataclasses import dataclass, replace
 
 from distributed import Client
 
-from .adapter import Adapter, EndOfStreamError, StepNotAvailableError
-from .pca import IncrementalPCA, PendingFit
+from ..analysis.adapter import Adapter, EndOfStreamError, StepNotAvailableError
+from ..analysis.pca import IncrementalPCA, PendingFit
 
 logger = logging.getLogger(__name__)
 
@@ -119,7 +119,7 @@ def analyze_stream(
     """Fit a PCA on every step of ``array`` until the simulation closes the stream.
 
     Steps are pipelined: the fit of a step is submitted to the workers
-    (:meth:`~deisa.pca.IncrementalPCA.submit_fit`) and the next step is taken while it runs,
+    (:meth:`~deisa.IncrementalPCA.submit_fit`) and the next step is taken while it runs,
     up to ``max_in_flight`` fits at once; results are reported in step order.
 
     Parameters

@@ -127,7 +127,7 @@ def node_local(
 
     Examples
     --------
-    >>> from deisa.decomposition import ArraySpec
+    >>> from deisa.bridge.decomposition import ArraySpec
     >>> specs = [ArraySpec("f8", (4, 4), (2 * i, 2 * j), (2, 2)) for i in (0, 1) for j in (0, 1)]
     >>> dec = Decomposition.from_specs("t", specs)
     >>> a, b = Host("a", frozenset({"10.0.0.1"})), Host("b", frozenset({"10.0.0.2"}))

@@ -64,7 +64,7 @@ class BridgeOptions:
     placement
         ``"round_robin"`` (rank ``r`` sends to worker ``r % W``), ``"locality"`` (the blocks
         of a row band share a worker) or ``"node_local"`` (each rank sends to a worker on its
-        own node). See :mod:`deisa.placement`.
+        own node). See :mod:`deisa.bridge.placement`.
     buffer_nb
         At most this many steps of an array wait on the scheduler for the analytics; the next
         publication blocks until the analytics takes one. ``None``: unbounded. ``0`` is refused.
@@ -110,7 +110,7 @@ class BridgeOptions:
     >>> BridgeOptions(buffer_nb=0)
     Traceback (most recent call last):
     ...
-    deisa.options.BridgeOptionError: buffer_nb=0 must be a positive integer or None \
+    deisa.bridge.options.BridgeOptionError: buffer_nb=0 must be a positive integer or None \
 (None means unbounded; 0 is refused)
     """
 

@@ -11,7 +11,7 @@ Per step and array, :meth:`Bridge.publish` (collective over the Bridge's communi
 3. every rank returns, or raises the same error, together.
 
 In ``mode="async"`` (the default) ``publish`` only copies the block into a buffer the Bridge
-owns and does one small ``allgather`` (the *exchange*, :mod:`deisa._publisher`): steps 1 and 2
+owns and does one small ``allgather`` (the *exchange*, :mod:`._publisher`): steps 1 and 2
 run in the background, on the Bridge's event-loop thread, which never calls MPI. Each exchange
 carries which sends finished, and rank 0's news (the connection, the steps registered, a
 failure), so every rank decides the same thing at the same call: wait for room (at most
@@ -42,14 +42,16 @@ from distributed import Security
 from distributed.core import ConnectionPool
 from distributed.protocol.pickle import dumps
 
-from . import _dask_internals
+from .. import _dask_internals
+from ..contract import FULL as FULL_PLAN
+from ..contract import Plan
+from ..scheduler import StreamExtension
+from ..wire import PLUGIN_NAME, decode_value, step_key_name
 from ._loop import LoopThread
 from ._notices import EarlyRegistration, notify
 from ._publisher import Connection, Entry, Exchanged, Ledger, RankReport, RootReport
-from .contracts import FULL as FULL_PLAN
-from .contracts import ContractBook, Plan
+from .contracts import ContractBook
 from .decomposition import ArraySpec, Decomposition
-from .extension import PLUGIN_NAME, StreamExtension
 from .options import BridgeOptionError, BridgeOptions
 from .placement import Host, needs_hosts, place, this_host
 from .scheduler_file import read_scheduler_address
@@ -84,16 +86,6 @@ class PublishTiming:
     copy_s: float = 0.0
     wait_s: float = 0.0
     mode: str = "sync"
-
-
-def step_key_name(run: str, name: str, step: int, revision: int = 0) -> str:
-    """The dask name of one step of an array; block keys are ``(name, i, j, ...)``.
-
-    ``revision`` counts the earlier publications of the same step in the run (a step
-    published again gets new keys: the earlier ones may still be held); 0 has no suffix.
-    """
-    suffix = f"-r{revision}" if revision else ""
-    return f"deisa-{run}-{name}-{step}{suffix}"
 
 
 @dataclass
@@ -231,7 +223,7 @@ class Bridge:
         self._raised: str | None = None  # the background failure already raised here
         self._progress = threading.Event()  # set by the loop thread: a send, a registration...
         self._fields: dict[str, tuple[Callable[[], Any] | None, Callable[[Any], None]]] = {}
-        # contracts (deisa.contracts): rank 0 learns them, the exchange puts them in force
+        # contracts (deisa.contract): rank 0 learns them, the exchange puts them in force
         self._contracts = ContractBook()
         self._add_exchange_field(
             "contracts", self._contracts.to_spread if self.rank == 0 else None,
@@ -328,7 +320,7 @@ class Bridge:
                 self._background.append(self._spawn(self._registrar()))
                 if self._early is not None:
                     self._loop.loop.call_soon_threadsafe(self._early.activate)
-            self._background.append(  # a contract set during the run (deisa.contracts)
+            self._background.append(  # a contract set during the run (deisa.contract)
                 self._spawn(
                     self._contracts.watch(
                         self._rpc(self._address).deisa_watch_contracts,
@@ -599,7 +591,7 @@ class Bridge:
         if problem:
             reply = problem
         elif plan is not None and not plan.sends(self.rank):
-            reply = None  # not wanted by the contract in force (deisa.contracts)
+            reply = None  # not wanted by the contract in force (deisa.contract)
         else:
             assert plan is not None
             key = (
@@ -735,7 +727,7 @@ class Bridge:
         send.future.add_done_callback(lambda future: self._sent(entry.seq, future))
 
     def _sent(self, seq: int, future: concurrent.futures.Future[Any]) -> None:
-        """A send finished: wake the main thread, and tell rank 0 at once (deisa._notices)."""
+        """A send finished: wake the main thread, and tell rank 0 at once (._notices)."""
         self._progress.set()
         if future.cancelled() or future.exception() is not None:
             return  # the exchange reports the failure
@@ -892,14 +884,14 @@ class Bridge:
             return f"block of {name!r} has dtype {block.dtype}, declared {spec.dtype}"
         return None
 
-    # -- steering values (deisa.steering) -----------------------------------------------------
+    # -- steering values (deisa.analysis.steering) ----------------------------------------
 
     def get(self, name: str, default: Any = None) -> Any:
         """The steering value ``name`` that the analytics set, or ``default``; collective.
 
         Rank 0 asks the scheduler (one message) and broadcasts the answer, so every rank gets
         the same value at the same call. The latest value set wins and reading does not consume
-        it (see :mod:`deisa.steering`).
+        it (see :mod:`deisa.analysis.steering`).
 
         Parameters
         ----------
@@ -922,8 +914,6 @@ class Bridge:
         ...     if bridge.get("stop", False):
         ...         break
         """
-        from . import steering
-
         if self._closed:
             raise BridgeError(f"get({name!r}) after close()")
         if not self._connected_now():  # mode="async", still connecting: nothing set yet
@@ -938,7 +928,7 @@ class Bridge:
                 self._rpc(self._address).deisa_get_value(name=name),
                 timeout=self.options.connect_timeout,
             )
-            return steering.decode(reply, default)
+            return decode_value(reply, default)
 
         return self._on_root(ask)
 

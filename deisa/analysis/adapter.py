@@ -4,7 +4,7 @@
 >>> field = gtemp[3, :, :]                     # dask Array (NX, NY) of step 3  # doctest: +SKIP
 >>> for step, field in gtemp.items(): ...      # every step until the end  # doctest: +SKIP
 
-Steps arrive in order, one scheduler message per step (see :mod:`deisa.extension`). Taking a
+Steps arrive in order, one scheduler message per step (:mod:`deisa.scheduler.extension`). Taking a
 step out of the scheduler's queue hands its keys to this client and frees room for bridges
 blocked by ``buffer_nb``. An array for one step is built straight from the blocks' own keys: it
 holds the futures and adds no task, and the data lives as long as the array (or anything
@@ -30,8 +30,10 @@ import dask.array as da
 import numpy as np
 from distributed import Client, Future
 
-from . import _block_locations, _dask_internals, contracts
-from .extension import StreamExtension
+from .. import _dask_internals
+from ..contract import Contract
+from ..scheduler import StreamExtension
+from . import _block_locations, contracts
 
 logger = logging.getLogger(__name__)
 
@@ -218,12 +220,12 @@ class Adapter:
 
         Raises
         ------
-        deisa.steering.SteeringError
+        deisa.wire.SteeringError
             A bad name, or a value that cannot be pickled or is too large.
 
         See Also
         --------
-        deisa.steering : the semantics of steering values.
+        deisa.analysis.steering : the semantics of steering values.
 
         Examples
         --------
@@ -482,9 +484,9 @@ class ArrayDescriptor:
             shape=tuple(meta["shape"]),
         )
 
-    # -- contracts (deisa.contracts) ---------------------------------------------------------
+    # -- contracts (deisa.contract) ---------------------------------------------------------
 
-    def require(self, region: Any = None, steps: Any = None) -> contracts.Contract:
+    def require(self, region: Any = None, steps: Any = None) -> Contract:
         """Ask the simulation to send only ``region`` of this array, on ``steps`` only.
 
         The contract replaces any earlier one of the array (whoever set it: it applies to
@@ -511,7 +513,7 @@ class ArrayDescriptor:
 
         Raises
         ------
-        deisa.contracts.ContractError
+        deisa.contract.ContractError
             A malformed region or steps, a region outside the array or empty, a stride below
             1; or no simulation opened the array within the Adapter's timeout (the contract
             is then withdrawn). If the array is not open yet, waits for it to be (so that the
@@ -524,7 +526,7 @@ class ArrayDescriptor:
         >>> gtemp.require(region=(slice(0, 512), slice(0, 512)), steps=5)  # doctest: +SKIP
         >>> for step, corner in gtemp.items(): ...  # steps 0, 5, 10...: 512 x 512  # doctest: +SKIP
         """
-        contract = contracts.Contract.build(region, steps)
+        contract = Contract.build(region, steps)
         adapter = self.adapter
         stored = contracts.set_contract(adapter.client, self.name, contract, adapter.timeout)
         assert stored is not None
@@ -536,12 +538,12 @@ class ArrayDescriptor:
         contracts.set_contract(self.adapter.client, self.name, None, self.adapter.timeout)
 
     @property
-    def contract(self) -> contracts.Contract | None:
+    def contract(self) -> Contract | None:
         """The array's contract as the scheduler holds it now (``None``: everything is sent)."""
         wire = self.adapter._request("deisa_get_contract", name=self.name)["contract"]
-        return None if wire is None else contracts.Contract.from_wire(wire)
+        return None if wire is None else Contract.from_wire(wire)
 
-    def contract_of(self, step: int) -> contracts.Contract | None:
+    def contract_of(self, step: int) -> Contract | None:
         """The contract ``step`` was sent under, as its record says (``None``: whole array).
 
         Raises
@@ -550,7 +552,7 @@ class ArrayDescriptor:
             ``step`` was not received by this descriptor.
         """
         wire = self._contract_of[step]
-        return None if wire is None else contracts.Contract.from_wire(wire)
+        return None if wire is None else Contract.from_wire(wire)
 
     # -- iteration ---------------------------------------------------------------------------
 

@@ -1,0 +1,45 @@
+"""The analytics side: the :class:`Adapter` rebuilds global dask arrays, :func:`split` groups
+their blocks by worker, :class:`IncrementalPCA` reduces them where they are.
+
+Names are imported on first use (PEP 562). Nothing here imports :mod:`deisa.bridge`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .adapter import Adapter, ArrayDescriptor, EndOfStreamError, StepNotAvailableError
+    from .pca import IncrementalPCA
+    from .splitter import split
+
+_LAZY = {
+    **dict.fromkeys(
+        ["Adapter", "ArrayDescriptor", "EndOfStreamError", "StepNotAvailableError"], "adapter"
+    ),
+    "IncrementalPCA": "pca",
+    "split": "splitter",
+}
+
+__all__ = [
+    "Adapter",
+    "ArrayDescriptor",
+    "EndOfStreamError",
+    "IncrementalPCA",
+    "StepNotAvailableError",
+    "split",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])

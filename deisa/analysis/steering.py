@@ -1,0 +1,69 @@
+"""Steering values: small named values the analytics sets and the simulation reads.
+
+The analytics answers the simulation through named values held by the scheduler: it sets them
+with :meth:`deisa.Adapter.set` (or set_value), the simulation reads them collectively
+with :meth:`deisa.Bridge.get` (rank 0 asks the scheduler, one message, and broadcasts, so every
+rank sees the same value at the same step), or from a C code through the PDI plugin's ``read``
+section (see ``docs/steering.md``).
+
+Semantics:
+
+- **Latest value wins**, per name: a value set twice before the simulation reads it is read
+  once, with its second value; reading does not consume it, so every later read sees it too,
+  until the analytics sets it again. A stop flag or a parameter is a state, not a message.
+- Setting ``None`` clears the name: readers get their default again.
+- Values are pickled by the analytics and unpickled by the simulation's rank 0; the scheduler
+  only stores the bytes (at most :data:`MAX_VALUE_BYTES` pickled per value). Use scalars,
+  strings, small numpy arrays.
+- Values live on the scheduler until set again, whatever the simulation run: a new run on the
+  same scheduler sees the values set for the previous one unless they were cleared.
+
+Routes (RPC handlers on the scheduler, registered with the :class:`~deisa.scheduler.extension.
+StreamExtension`):
+
+- ``deisa_set_value(name, value)``: store ``value`` (pickled bytes, or ``None`` to clear).
+- ``deisa_get_value(name)``: ``{"status": "OK", "value": bytes | None, "version": int}``;
+  ``version`` counts the times ``name`` was set (0: never).
+
+Examples
+--------
+>>> adapter = Adapter(client)  # doctest: +SKIP
+>>> adapter.set("stop", True)  # analytics side  # doctest: +SKIP
+>>> if bridge.get("stop", False):  # simulation side, collective  # doctest: +SKIP
+...     break
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..wire import Route, SteeringError, decode_value, encode_value, is_ok
+
+
+def set_value(client: Any, name: str, value: Any) -> int:
+    """Set steering value ``name`` to ``value`` from a synchronous Dask ``client``.
+
+    The latest value wins; ``None`` clears the name. See the module docstring.
+
+    Returns
+    -------
+    int
+        The name's version: how many times it was set (cleared included).
+
+    Raises
+    ------
+    SteeringError
+        A bad name, or a value that cannot be pickled or is too large.
+    """
+    reply: dict[str, Any] = client.sync(
+        getattr(client.scheduler, Route.SET_VALUE), name=name, value=encode_value(name, value)
+    )
+    if not is_ok(reply):
+        raise SteeringError(reply["message"])
+    version: int = reply["version"]
+    return version
+
+
+def get_value(client: Any, name: str, default: Any = None) -> Any:
+    """The current steering value ``name`` as a Dask ``client`` sees it, or ``default``."""
+    return decode_value(client.sync(getattr(client.scheduler, Route.GET_VALUE), name=name), default)

@@ -1,0 +1,56 @@
+"""The simulation side: one :class:`Bridge` per MPI rank publishes its blocks to Dask workers.
+
+Importing this package is cheap (PEP 562): the PDI plugin imports :mod:`deisa.bridge._preload`
+on the simulation's main thread and loads the rest in the background. Nothing here imports
+:mod:`deisa.analysis` (no dask.array, scipy or scikit-learn on a rank) nor :mod:`deisa.launcher`.
+
+Modules: :mod:`~deisa.bridge.bridge` (the Bridge), :mod:`~deisa.bridge.group` (BridgeGroup),
+:mod:`~deisa.bridge.options` (its options, declared once), :mod:`~deisa.bridge.decomposition`
+(ArraySpec, the global grid), :mod:`~deisa.bridge.placement` (rank to worker),
+:mod:`~deisa.bridge.scheduler_file`, :mod:`~deisa.bridge.contracts` (the contracts in force);
+private: the exchange's decisions (``_publisher``), the event-loop thread (``_loop``), early
+registration (``_notices``), the plugin's background imports (``_preload``).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .bridge import Bridge, BridgeError, PublishTiming
+    from .decomposition import ArraySpec, Decomposition, DecompositionError
+    from .group import BridgeGroup
+    from .options import BridgeOptionError, BridgeOptions
+
+_LAZY = {
+    **dict.fromkeys(["Bridge", "BridgeError", "PublishTiming"], "bridge"),
+    "BridgeGroup": "group",
+    **dict.fromkeys(["ArraySpec", "Decomposition", "DecompositionError"], "decomposition"),
+    **dict.fromkeys(["BridgeOptionError", "BridgeOptions"], "options"),
+}
+
+__all__ = [
+    "ArraySpec",
+    "Bridge",
+    "BridgeError",
+    "BridgeGroup",
+    "BridgeOptionError",
+    "BridgeOptions",
+    "Decomposition",
+    "DecompositionError",
+    "PublishTiming",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])

@@ -1,0 +1,181 @@
+"""The scheduler's side of contracts: one slot per array name, and the contract routes.
+
+See :mod:`deisa.contract` for what a contract is; the routes are listed there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..contract import Contract, ContractError
+from ..wire import WATCH_SECONDS
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class _Slot:
+    contract: Contract | None = None
+    version: int = 0
+    checked: bool = True  # False: waits for the array to open
+    error: str | None = None  # why the last contract was refused when the array opened
+
+
+@dataclass
+class ContractStore:
+    """The scheduler-side contracts, one slot per array name; see the module docstring.
+
+    ``meta_of(name)`` gives an array's metadata (``{"shape": ...}``) while a run has it open,
+    else ``None``.
+    """
+
+    meta_of: Callable[[str], dict[str, Any] | None]
+    slots: dict[str, _Slot] = field(default_factory=dict)
+    calls: Counter[str] = field(default_factory=Counter)
+    _changed: asyncio.Event | None = None
+
+    def handlers(self) -> dict[str, Callable[..., Any]]:
+        return {
+            "deisa_set_contract": self.set_contract,
+            "deisa_get_contract": self.get_contract,
+            "deisa_watch_contracts": self.watch_contracts,
+        }
+
+    def _event(self) -> asyncio.Event:
+        if self._changed is None:
+            self._changed = asyncio.Event()
+        return self._changed
+
+    def _notify(self) -> None:
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None
+
+    def served(self, name: str) -> dict[str, Any]:
+        """``{"version", "contract"}`` as a Bridge receives it (a contract not checked yet:
+        none)."""
+        slot = self.slots.get(name, _Slot())
+        wire = slot.contract.to_wire() if slot.contract is not None and slot.checked else None
+        return {"version": slot.version, "contract": wire}
+
+    def opened(self, name: str, meta: dict[str, Any]) -> dict[str, Any]:
+        """A run opened ``name``: check its contract against it. Returns what ``deisa_open``
+        adds to its reply: ``{"contract": {"version", "contract"}}``, or nothing if the array
+        never had a contract."""
+        slot = self.slots.get(name)
+        if slot is not None and slot.contract is not None:
+            try:
+                contract = slot.contract.resolved(meta["shape"], name)
+            except ContractError as exc:
+                logger.error("deisa: contract of %r dropped: %s", name, exc)
+                self.slots[name] = _Slot(None, slot.version + 1, True, str(exc))
+            else:
+                slot.contract, slot.checked, slot.error = contract, True, None
+            self._notify()
+        return {"contract": self.served(name)} if name in self.slots else {}
+
+    async def set_contract(
+        self, name: str, contract: dict[str, Any] | None, timeout: float | None = None
+    ) -> dict[str, Any]:
+        self.calls["set"] += 1
+        if not isinstance(name, str) or not name:
+            return {"status": "error", "message": f"array name {name!r} must be a string"}
+        try:
+            parsed = None if contract is None else Contract.from_wire(contract)
+        except ContractError as exc:
+            return {"status": "error", "message": str(exc)}
+        slot = self.slots.setdefault(name, _Slot())
+        meta = self.meta_of(name)
+        if parsed is not None and meta is not None:
+            try:
+                parsed = parsed.resolved(meta["shape"], name)
+            except ContractError as exc:
+                return {"status": "error", "message": str(exc)}
+        version = slot.version + 1
+        checked = parsed is None or meta is not None
+        self.slots[name] = slot = _Slot(
+            None if parsed is None else parsed.with_version(version), version, checked
+        )
+        self._notify()
+        logger.info(
+            "deisa: contract of %r version %d: %s%s",
+            name,
+            version,
+            "dropped" if parsed is None else parsed.describe(),
+            "" if checked else " (checked when a simulation opens the array)",
+        )
+        if not checked:
+            done = await self._wait(lambda: self.slots[name].version != version
+                                    or self.slots[name].checked, timeout)  # fmt: skip
+            slot = self.slots[name]
+            if slot.version == version + 1 and slot.error is not None:
+                return {"status": "error", "message": slot.error}
+            if not done and slot.version == version:
+                self.slots[name] = _Slot(None, version + 1)  # withdrawn: never served
+                self._notify()
+                return {
+                    "status": "error",
+                    "message": f"unknown array {name!r}: no simulation opened it within "
+                    f"{timeout} s, so its contract could not be checked and was withdrawn",
+                }
+        return {"status": "OK", **self.served(name)}
+
+    async def _wait(self, ready: Callable[[], bool], timeout: float | None) -> bool:
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while not ready():
+            left = None if deadline is None else deadline - loop.time()
+            if left is not None and left <= 0:
+                return False
+            try:
+                await asyncio.wait_for(self._event().wait(), left)
+            except asyncio.TimeoutError:
+                return ready()
+        return True
+
+    def get_contract(self, name: str) -> dict[str, Any]:
+        self.calls["get"] += 1
+        slot = self.slots.get(name, _Slot())
+        return {"status": "OK", **self.served(name), "error": slot.error}
+
+    async def watch_contracts(
+        self, names: list[str], versions: dict[str, int], timeout: float | None = WATCH_SECONDS
+    ) -> dict[str, Any]:
+        self.calls["watch"] += 1
+
+        def changed() -> dict[str, Any]:
+            return {
+                name: self.served(name)
+                for name in names
+                if self.slots.get(name, _Slot()).version != versions.get(name, 0)
+                and self.slots.get(name, _Slot()).checked
+            }
+
+        await self._wait(lambda: bool(changed()), timeout)
+        return {"status": "OK", "contracts": changed()}
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "calls": dict(self.calls),
+            "contracts": {
+                name: {
+                    "version": s.version,
+                    "contract": None if s.contract is None else s.contract.describe(),
+                    "checked": s.checked,
+                    "error": s.error,
+                }
+                for name, s in self.slots.items()
+            },
+        }
+
+
+def install(scheduler: Any, meta_of: Callable[[str], dict[str, Any] | None]) -> ContractStore:
+    """Register the contract routes on ``scheduler``; returns their (empty) store."""
+    store = ContractStore(meta_of)
+    scheduler.handlers.update(store.handlers())
+    return store

@@ -1,0 +1,164 @@
+"""The wire protocol between the three sides: route names, replies, key names, value encoding.
+
+The simulation side (:mod:`deisa.bridge`), the scheduler side (:mod:`deisa.scheduler`) and the
+analytics side (:mod:`deisa.analysis`) never import each other's code (except to install the
+scheduler extension): what they share is here. Routes are RPC handlers that the
+:class:`~deisa.scheduler.StreamExtension` registers on the Dask scheduler; a caller reaches one
+as ``rpc.<name>(**kwargs)`` (``getattr(rpc, Route.PUBLISH)``) and gets a :data:`Reply` back.
+
+Every reply is a dict with a ``"status"`` (a :class:`Status` value, sent as its string) and,
+unless it is ``OK``, a ``"message"`` for a person. Build replies with :func:`ok` and
+:func:`error` and read them with :func:`check`, so that the status values live here only.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+from distributed.protocol.pickle import dumps, loads
+
+PLUGIN_NAME = "deisa"
+"""Name of the scheduler plugin (:class:`~deisa.scheduler.StreamExtension`)."""
+
+
+class Route(str, enum.Enum):
+    """Names of the scheduler routes; see :mod:`deisa.scheduler.extension` for each one."""
+
+    WORKERS = "deisa_workers"
+    OPEN = "deisa_open"
+    PUBLISH = "deisa_publish"
+    CLOSE = "deisa_close"
+    META = "deisa_meta"
+    GET = "deisa_get"
+    ATTACH = "deisa_attach"
+    DETACH = "deisa_detach"
+    STATS = "deisa_stats"
+    SET_VALUE = "deisa_set_value"
+    GET_VALUE = "deisa_get_value"
+    SET_CONTRACT = "deisa_set_contract"
+    GET_CONTRACT = "deisa_get_contract"
+    WATCH_CONTRACTS = "deisa_watch_contracts"
+    STEP_TAKEN = "deisa_step_taken"
+    """A batched-stream message (``client.scheduler_comm``), not an RPC: no reply."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Status(str, enum.Enum):
+    """The ``"status"`` of a reply."""
+
+    OK = "OK"
+    ERROR = "error"
+    TIMEOUT = "timeout"
+    DROPPED = "dropped"
+    """``deisa_publish``: a repeated step the analytics has passed; not a failure."""
+    END = "end"
+    """``deisa_get``: the end of the stream (``nsteps``, ``run``)."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+Reply = dict[str, Any]
+"""What a route returns: ``{"status": Status, "message"?: str, ...fields}``."""
+
+
+def ok(**fields: Any) -> Reply:
+    """A successful reply carrying ``fields``."""
+    return {"status": Status.OK.value, **fields}
+
+
+def error(message: str, status: Status = Status.ERROR, **fields: Any) -> Reply:
+    """A reply saying what went wrong (``status`` another than ``OK``)."""
+    return {"status": status.value, "message": message, **fields}
+
+
+def status(reply: Reply) -> Status:
+    """The status of ``reply``, raising :class:`ProtocolError` for anything else."""
+    try:
+        return Status(reply["status"])
+    except (TypeError, KeyError, ValueError):
+        raise ProtocolError(f"the scheduler answered {reply!r}, not a deisa reply") from None
+
+
+def is_ok(reply: Reply) -> bool:
+    """Whether ``reply`` says ``OK``."""
+    return status(reply) is Status.OK
+
+
+class ProtocolError(RuntimeError):
+    """A reply that is not one of this protocol's (another extension, or another version)."""
+
+
+def step_key_name(run: str, name: str, step: int, revision: int = 0) -> str:
+    """The dask name of one step of an array; block keys are ``(name, i, j, ...)``.
+
+    ``revision`` counts the earlier publications of the same step in the run (a step
+    published again gets new keys: the earlier ones may still be held); 0 has no suffix.
+    """
+    suffix = f"-r{revision}" if revision else ""
+    return f"deisa-{run}-{name}-{step}{suffix}"
+
+
+WATCH_SECONDS = 10.0
+"""Longest a ``deisa_watch_contracts`` call waits on the scheduler before answering "no change"."""
+
+
+# -- steering values ------------------------------------------------------------------------
+
+MAX_VALUE_BYTES = 1 << 20
+"""Largest pickled steering value accepted (1 MiB): values are control data, not arrays to ship."""
+
+
+class SteeringError(ValueError):
+    """A steering value that cannot be stored: bad name, unpicklable or too large."""
+
+
+def encode_value(name: str, value: Any) -> bytes | None:
+    """``value`` pickled for ``deisa_set_value`` (``None`` stays ``None``: it clears ``name``).
+
+    Raises
+    ------
+    SteeringError
+        ``name`` is not a non-empty string, or ``value`` cannot be pickled or is larger than
+        :data:`MAX_VALUE_BYTES` pickled.
+    """
+    problem = value_name_problem(name)
+    if problem is not None:
+        raise SteeringError(problem)
+    if value is None:
+        return None
+    try:
+        payload: bytes = dumps(value)
+    except Exception as exc:
+        raise SteeringError(
+            f"steering value {name!r} cannot be pickled: {type(exc).__name__}: {exc}"
+        ) from exc
+    if len(payload) > MAX_VALUE_BYTES:
+        raise SteeringError(too_large_value(name, len(payload)))
+    return payload
+
+
+def decode_value(reply: Reply, default: Any) -> Any:
+    """The value of a ``deisa_get_value`` reply, or ``default`` if the name holds none."""
+    if not is_ok(reply):
+        raise SteeringError(reply["message"])
+    return default if reply["value"] is None else loads(reply["value"])
+
+
+def value_name_problem(name: Any) -> str | None:
+    """Why ``name`` cannot name a steering value, or ``None``."""
+    if not isinstance(name, str) or not name:
+        return f"a steering value's name must be a non-empty string, got {name!r}"
+    return None
+
+
+def too_large_value(name: str, nbytes: int) -> str:
+    """The message for a steering value over :data:`MAX_VALUE_BYTES`."""
+    return (
+        f"steering value {name!r} is {nbytes} bytes pickled, more than the "
+        f"{MAX_VALUE_BYTES} allowed: steering values are small control data; publish arrays "
+        "through the Bridge"
+    )
