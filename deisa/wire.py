@@ -39,6 +39,7 @@ class Route(str, enum.Enum):
     SET_CONTRACT = "deisa_set_contract"
     GET_CONTRACT = "deisa_get_contract"
     WATCH_CONTRACTS = "deisa_watch_contracts"
+    WATCH_WORKERS = "deisa_watch_workers"
     STEP_TAKEN = "deisa_step_taken"
     """A batched-stream message (``client.scheduler_comm``), not an RPC: no reply."""
 
@@ -56,6 +57,9 @@ class Status(str, enum.Enum):
     """``deisa_publish``: a repeated step the analytics has passed; not a failure."""
     END = "end"
     """``deisa_get``: the end of the stream (``nsteps``, ``run``)."""
+    LOST = "lost"
+    """A step whose blocks died with a worker (``step``, ``workers``): ``deisa_publish`` refused
+    it, or ``deisa_get`` hands its place in the stream to the analytics."""
 
     def __str__(self) -> str:
         return self.value
