@@ -19,6 +19,8 @@ DEFAULTS = {
     "on_full": "block",
     "mode": "async",
     "max_in_flight": 2,
+    "on_worker_loss": "continue",
+    "on_scheduler_loss": "continue",
 }
 
 
@@ -57,6 +59,8 @@ BAD: list[tuple[dict[str, Any], str, str]] = [
     ({"max_in_flight": 0}, "max_in_flight", r"max_in_flight=0 must be a positive integer"),
     ({"max_in_flight": None}, "max_in_flight", r"max_in_flight=None must be a positive integer"),
     ({"max_in_flight": 2.0}, "max_in_flight", r"max_in_flight=2.0 must be a positive integer"),
+    ({"on_worker_loss": "retry"}, "on_worker_loss", r"on_worker_loss='retry' is not a loss policy"),
+    ({"on_scheduler_loss": None}, "on_scheduler_loss", r"on_scheduler_loss=None is not a loss"),
 ]
 
 
@@ -110,7 +114,7 @@ def test_options_from_mapping_rejects_unknown_keys_naming_them() -> None:
     assert str(info.value) == (
         "run.yml: unknown Bridge option(s) ['bufer_nb', 'zz']; valid options are "
         "['buffer_nb', 'connect_timeout', 'max_in_flight', 'min_workers', 'mode', 'on_full', "
-        "'placement', 'timeout']"
+        "'on_scheduler_loss', 'on_worker_loss', 'placement', 'timeout']"
     )
 
 
@@ -128,8 +132,9 @@ def test_options_from_mapping_prefixes_the_source() -> None:
         BridgeOptions(timeout=None, connect_timeout=0.25),
         BridgeOptions(timeout=float("inf")),
         BridgeOptions(mode="sync", max_in_flight=5),
+        BridgeOptions(on_worker_loss="fail", on_scheduler_loss="fail"),
     ],
-    ids=["defaults", "set", "none", "inf", "sync"],
+    ids=["defaults", "set", "none", "inf", "sync", "fail"],
 )
 def test_options_argv_round_trip(options: BridgeOptions) -> None:
     argv = options.to_argv()
@@ -142,6 +147,8 @@ def test_options_argv_round_trip(options: BridgeOptions) -> None:
         "--on-full",
         "--mode",
         "--max-in-flight",
+        "--on-worker-loss",
+        "--on-scheduler-loss",
     ]
     assert BridgeOptions.from_namespace(parser().parse_args(argv)) == options
 

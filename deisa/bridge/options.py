@@ -23,13 +23,17 @@ import numpy as np
 
 from .placement import PLACEMENTS, get_placement
 
-__all__ = ["MODES", "ON_FULL", "BridgeOptionError", "BridgeOptions"]
+__all__ = ["MODES", "ON_FULL", "ON_LOSS", "BridgeOptionError", "BridgeOptions"]
 
 ON_FULL = ("block", "drop_oldest")
 """The flow-control policies of ``on_full``."""
 
 MODES = ("async", "sync")
 """The publication modes of ``mode``."""
+
+ON_LOSS = ("continue", "fail")
+"""What the Bridge does on losing a worker (``on_worker_loss``) or the scheduler
+(``on_scheduler_loss``)."""
 
 # command-line spelling of "no value" for the options that accept None
 _NONE = "none"
@@ -89,6 +93,12 @@ class BridgeOptions:
         ``mode="async"`` only: blocks of an array this rank has published that are not yet
         known to be registered on the scheduler, at most; the next ``publish`` of the array
         waits. The Bridge holds at most this many copies of a block per array.
+    on_worker_loss
+        When a Dask worker dies mid-run: ``"continue"`` on the remaining workers, or ``"fail"``
+        (raise :class:`~deisa.bridge.BridgeError` on every rank).
+    on_scheduler_loss
+        When the scheduler is unreachable for ``connect_timeout``: ``"continue"`` the
+        simulation without in situ output (one error line is logged), or ``"fail"`` (raise).
 
     Raises
     ------
@@ -106,7 +116,8 @@ class BridgeOptions:
     >>> options.to_argv()
     ['--placement', 'round_robin', '--buffer-nb', '2', '--timeout', '600.0', \
 '--connect-timeout', '30.0', '--min-workers', '1', '--on-full', 'drop_oldest', '--mode', \
-'async', '--max-in-flight', '2']
+'async', '--max-in-flight', '2', '--on-worker-loss', 'continue', '--on-scheduler-loss', \
+'continue']
     >>> BridgeOptions(buffer_nb=0)
     Traceback (most recent call last):
     ...
@@ -122,6 +133,8 @@ class BridgeOptions:
     on_full: str = "block"
     mode: str = "async"
     max_in_flight: int = 2
+    on_worker_loss: str = "continue"
+    on_scheduler_loss: str = "continue"
 
     def __post_init__(self) -> None:
         try:
@@ -180,6 +193,12 @@ class BridgeOptions:
                 "array a rank may have in flight)",
             )
         object.__setattr__(self, "max_in_flight", max_in_flight)
+        for name in ("on_worker_loss", "on_scheduler_loss"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or value not in ON_LOSS:
+                raise BridgeOptionError(
+                    name, f"{name}={value!r} is not a loss policy; choose one of {list(ON_LOSS)}"
+                )
 
     # -- mappings (YAML keys, keyword arguments) ---------------------------------------------
 
@@ -258,6 +277,8 @@ class BridgeOptions:
             "placement": sorted(PLACEMENTS),
             "on_full": list(ON_FULL),
             "mode": list(MODES),
+            "on_worker_loss": list(ON_LOSS),
+            "on_scheduler_loss": list(ON_LOSS),
         }
         for name, kind, metavar, help_text in _ARGUMENTS:
             default = getattr(defaults, name)
@@ -331,4 +352,6 @@ _ARGUMENTS: tuple[tuple[str, Any, str | None, str], ...] = (
     ("on_full", str, None, "when buffer-nb steps wait: block or drop_oldest"),
     ("mode", str, None, "async: publish returns once the block is copied; sync: once registered"),
     ("max_in_flight", int, "N", "async: blocks per array in flight at most, then publish waits"),
+    ("on_worker_loss", str, None, "a worker dies: continue on the others, or fail"),
+    ("on_scheduler_loss", str, None, "the scheduler is lost: continue without output, or fail"),
 )
