@@ -283,6 +283,7 @@ PROCESS_TESTS: dict[str, frozenset[str] | None] = {
     "test_bench": None,
     "test_bench_contracts": None,
     "test_cli": None,
+    "test_fortran": None,
     "test_pdi_plugin": None,
     "test_bridge": frozenset({"test_bridge_rejects_a_missing_scheduler_file"}),
     "test_pca": frozenset({"test_merge_tree_wider_than_its_fan_in"}),  # its own LocalCluster

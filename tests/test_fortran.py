@@ -1,0 +1,139 @@
+"""The Fortran heat solver (simulation/heat.f90) through PDI and the deisa plugin, under mpirun.
+
+heat.f90 exposes the same data as heat.c under the same names, with the same bytes (it stores
+its blocks column index first), so configs/heat_hdf5.yml and configs/heat_deisa.yml serve it
+unchanged. Skips, saying why, when CMake did not build it (no Fortran compiler, or a PDI built
+without -DBUILD_FORTRAN=ON).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+from conftest import BUILD, REPO, DaskProcesses, mpirun, test_env, write_config
+from deisa_simulation.heat import HeatConfig, reference_field
+
+pytestmark = pytest.mark.pdi
+
+HEAT_F90 = BUILD / "simulation" / "heat_f90"
+HEAT_C = BUILD / "simulation" / "heat"
+CONFIGS = REPO / "configs"
+
+
+@pytest.fixture(scope="module")
+def heat_f90(built: Path) -> Path:
+    """build/simulation/heat_f90, or a skip naming what CMake lacked."""
+    if not HEAT_F90.exists():
+        cache = (BUILD / "CMakeCache.txt").read_text(errors="replace")
+        compiler = re.search(r"^CMAKE_Fortran_COMPILER:\w+=(.*)$", cache, re.MULTILINE)
+        pytest.skip(
+            "build/simulation/heat_f90 was not built: it needs a Fortran compiler (CMake found "
+            f"{compiler.group(1) if compiler else 'none'!r}), MPI's Fortran bindings and PDI's "
+            "Fortran API (PDI built with -DBUILD_FORTRAN=ON; `cmake -S . -B build` says which "
+            "is missing)"
+        )
+    return HEAT_F90
+
+
+def run(binary: Path, nranks: int, simulation: Path, pdi: Path, cwd: Path) -> str:
+    """``mpirun -np N binary simulation.yml pdi.yml`` in ``cwd``, the deisa plugin on the path;
+    its stdout and stderr."""
+    env = test_env()
+    env["PDI_PLUGIN_PATH"] = str(BUILD / "plugin")
+    cmd = mpirun(nranks, str(binary), str(simulation), str(pdi))
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr}"
+    return proc.stdout + proc.stderr
+
+
+def written(binary: Path, nranks: int, simulation: Path, cwd: Path) -> dict[str, np.ndarray]:
+    """Every dataset ``binary`` writes with configs/heat_hdf5.yml."""
+    import h5py
+
+    cwd.mkdir(exist_ok=True)
+    run(binary, nranks, simulation, CONFIGS / "heat_hdf5.yml", cwd)
+    with h5py.File(cwd / "heat.h5", "r") as f:
+        return {name: f[name][...] for name in ("gtemp", "gdtemp")}
+
+
+def deisa_config(tmp_path: Path, *, steering: bool) -> Path:
+    """configs/heat_deisa.yml as it is (scheduler.json in the run's directory), ``read: [stop]``
+    kept only with ``steering``."""
+    tree: dict[str, Any] = yaml.safe_load((CONFIGS / "heat_deisa.yml").read_text())
+    if not steering:
+        tree["plugins"]["deisa"].pop("read")
+    path = tmp_path / "pdi.yml"
+    path.write_text(yaml.safe_dump(tree))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("nranks", "settings"),
+    [
+        (4, {"global_size": [32, 32], "process_grid": [2, 2]}),
+        (3, {"global_size": [30, 27], "process_grid": [3, 1]}),  # uneven split, not square
+        (2, {"global_size": [17, 40], "process_grid": [1, 2]}),  # split along the columns
+    ],
+    ids=["even-2x2", "uneven-3x1", "uneven-1x2"],
+)
+def test_fortran_heat_hdf5_equals_c_and_reference_bitwise(
+    heat_f90: Path, tmp_path: Path, nranks: int, settings: dict[str, Any]
+) -> None:
+    simulation = write_config(tmp_path / "simulation.yml", **settings)
+    config = HeatConfig.from_yaml(simulation)
+    fortran = written(heat_f90, nranks, simulation, tmp_path / "f90")
+    c = written(HEAT_C, nranks, simulation, tmp_path / "c")
+    assert fortran["gtemp"].shape == (config.steps, *config.global_size)
+    for name in ("gtemp", "gdtemp"):  # same decomposition, same steps: the same bytes as C
+        assert np.array_equal(fortran[name], c[name]), name
+    for step in range(config.steps):
+        assert np.array_equal(fortran["gtemp"][step], reference_field(config, step)), step
+    assert fortran["gtemp"][-1].sum() > 0  # not trivially equal
+
+
+def test_fortran_heat_through_deisa_reaches_dask_bitwise(
+    heat_f90: Path, tmp_path: Path, dask_processes: DaskProcesses
+) -> None:
+    """Both arrays of configs/heat_deisa.yml reach real Dask workers through the plugin, equal
+    bitwise to the Fortran solver's own decl_hdf5 file and to the C solver's."""
+    from deisa import Adapter
+
+    simulation = write_config(tmp_path / "simulation.yml", global_size=[30, 27],
+                              process_grid=[3, 1], steps=5)  # fmt: skip
+    config = HeatConfig.from_yaml(simulation)
+    own = written(heat_f90, 3, simulation, tmp_path / "f90")
+    c = written(HEAT_C, 3, simulation, tmp_path / "c")
+    # the analytics connects after the run: every step waits on the workers (buffer_nb: none)
+    output = run(heat_f90, 3, simulation, deisa_config(tmp_path, steering=False), tmp_path)
+    assert "deisa.Bridge created" in output
+    with dask_processes.client() as client:
+        adapter = Adapter(client)
+        for name in ("gtemp", "gdtemp"):
+            received = {step: field.compute() for step, field in adapter[name].items()}
+            assert sorted(received) == list(range(config.steps)), name
+            for step, field in received.items():
+                assert field.dtype == np.float64
+                assert np.array_equal(field, own[name][step]), (name, step)
+                assert np.array_equal(field, c[name][step]), (name, step)
+
+
+def test_fortran_heat_reads_the_steering_stop(
+    heat_f90: Path, tmp_path: Path, dask_processes: DaskProcesses
+) -> None:
+    """`stop', exposed PDI_INOUT inside a PDI transaction, is filled by the plugin's `read'
+    section from the analytics' steering value: every rank leaves after step 0."""
+    from deisa import Adapter
+
+    simulation = write_config(tmp_path / "simulation.yml", steps=6)
+    with dask_processes.client() as client:
+        adapter = Adapter(client)
+        adapter.set("stop", 1)  # set before the run: its first read sees it
+        output = run(heat_f90, 4, simulation, deisa_config(tmp_path, steering=True), tmp_path)
+        assert "heat_f90: stopped after step 0 of 6" in output
+        assert [step for step, _ in adapter["gtemp"].items()] == [0]
