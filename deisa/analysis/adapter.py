@@ -21,7 +21,6 @@ from __future__ import annotations
 import logging
 import uuid
 import weakref
-from collections import deque
 from collections.abc import Iterator
 from types import TracebackType
 from typing import Any, Literal
@@ -34,19 +33,11 @@ from .. import _dask_internals
 from ..contract import Contract
 from ..scheduler import StreamExtension
 from . import _block_locations, contracts
+from ._reading import EndOfStreamError, StepArray, StepNotAvailableError, check_zip, zip_steps
+
+__all__ = ["Adapter", "ArrayDescriptor", "EndOfStreamError", "StepNotAvailableError"]
 
 logger = logging.getLogger(__name__)
-
-
-class EndOfStreamError(IndexError):
-    """A selection asks for steps past the end of a closed stream."""
-
-
-class StepNotAvailableError(KeyError):
-    """A step was never published (filtered out) or was already released."""
-
-    def __str__(self) -> str:  # KeyError quotes its message otherwise
-        return str(self.args[0])
 
 
 class Adapter:
@@ -149,45 +140,18 @@ class Adapter:
         -----
         A step is yielded once each array has published it or a later step (or ended), so the
         iteration reads one step ahead on the arrays that are ahead. Each array's steps are
-        taken as :meth:`ArrayDescriptor.items` takes them, by this Adapter.
+        taken as :meth:`ArrayDescriptor.items` takes them, by this Adapter. A
+        :class:`~deisa.analysis.replay.Replay` zips saved steps the same way.
 
         Examples
         --------
         >>> for step, (temp, dtemp) in adapter.zip("gtemp", "gdtemp"):  # doctest: +SKIP
         ...     print(step, float((dtemp / temp.max()).max()))
         """
-        if len(names) < 2 or len(set(names)) != len(names):
-            raise ValueError(f"zip needs at least two distinct array names, got {names!r}")
-        if how not in ("all", "any"):
-            raise ValueError(f"how={how!r} must be 'all' or 'any'")
+        check_zip(names, how)
         for name in names:  # before waiting for any: each receives the steps from now on
             self[name]._attach()
-        iterators = [self[name].items() for name in names]
-        heads = [next(it, None) for it in iterators]
-        while True:
-            live = [head for head in heads if head is not None]
-            if not live or (how == "all" and len(live) < len(heads)):
-                return
-            step = min(head[0] for head in live)
-            here = [head is not None and head[0] == step for head in heads]
-            if how == "any" or all(here):
-                arrays = [
-                    h[1] if h is not None and at else None
-                    for h, at in zip(heads, here, strict=True)
-                ]
-                yield step, tuple(arrays)
-                del arrays
-            else:
-                logger.debug(
-                    "deisa adapter: step %d of %s skipped by zip(how='all'): not published by %s",
-                    step,
-                    ", ".join(n for n, at in zip(names, here, strict=True) if at),
-                    ", ".join(n for n, at in zip(names, here, strict=True) if not at),
-                )
-            heads = [
-                next(it, None) if at else head
-                for it, head, at in zip(iterators, heads, here, strict=True)
-            ]
+        yield from zip_steps([self[name] for name in names], how)
 
     def __getitem__(self, name: str) -> ArrayDescriptor:
         """The descriptor of array ``name``; cheap, it contacts nobody until subscripted."""
@@ -243,27 +207,27 @@ class Adapter:
         return reply
 
 
-class ArrayDescriptor:
+class ArrayDescriptor(StepArray):
     """One published array, indexed as ``descriptor[t, x, y]`` with a leading time axis.
 
-    The time index selects published step numbers: an integer, a slice or ``range`` of
-    steps (open-ended and negative bounds wait for the end of the stream), a list of steps,
-    or ``...``. The remaining indices are ordinary numpy/dask indices on the spatial axes.
-    An integer step gives a spatial array with no tasks in its graph; several steps are
-    stacked along a new leading axis by :func:`dask.array.stack`.
+    The reading interface (time selection, :meth:`~StepArray.items`,
+    :meth:`~StepArray.windows`, :attr:`~StepArray.steps`) is :class:`StepArray`'s, shared with
+    the arrays of a :class:`~deisa.analysis.replay.Replay`. The time index selects published
+    step numbers: an integer, a slice or ``range`` of steps (open-ended and negative bounds wait
+    for the end of the stream), a list of steps, or ``...``. An integer step gives a spatial
+    array with no tasks in its graph; several steps are stacked along a new leading axis by
+    :func:`dask.array.stack`.
 
-    Steps are taken out of the scheduler in order. Steps taken to reach a later one but not
-    asked for yet stay cached here (holding their data) until asked for.
+    Steps are taken out of the scheduler in order, each handed out once. Steps taken to reach
+    a later one but not asked for yet stay cached here (holding their data) until asked for.
     """
 
     def __init__(self, adapter: Adapter, name: str) -> None:
+        super().__init__(name)
         self.adapter = adapter
-        self.name = name
         self._meta: dict[str, Any] | None = None
         self._cached: dict[int, dict[Any, Future]] = {}
         self._handed: dict[int, dict[Any, weakref.ref[Future]]] = {}
-        self._seen: list[int] = []
-        self._ended = False
         self._run: str | None = None  # the simulation run whose steps this reads
         self._contract_of: dict[int, dict[str, Any] | None] = {}  # the contract of each step
 
@@ -300,11 +264,6 @@ class ArrayDescriptor:
     @property
     def chunks(self) -> tuple[tuple[int, ...], ...]:
         return tuple(tuple(c) for c in self.meta["chunks"])
-
-    @property
-    def ended(self) -> bool:
-        """Whether the end of the stream has been reached."""
-        return self._ended
 
     def __repr__(self) -> str:
         state = "ended" if self._ended else "open"
@@ -375,89 +334,14 @@ class ArrayDescriptor:
             if not self._pull():
                 return
 
-    # -- selection ---------------------------------------------------------------------------
+    # -- the StepArray hooks -----------------------------------------------------------------
 
-    def __getitem__(self, index: Any) -> da.Array:
-        time_index, spatial = self._split_index(index)
-        if isinstance(time_index, (int, np.integer)):
-            array = self._step_array(self._resolve_int(int(time_index)))
-        else:
-            steps = self._resolve_many(time_index)
-            if not steps:
-                raise EndOfStreamError(
-                    f"time selection {time_index!r} of {self.name!r} holds no published step "
-                    f"(steps received: {_summary(self._seen)})"
-                )
-            array = da.stack([self._step_array(s) for s in steps])
-            spatial = (slice(None), *spatial)
-        if all(s == slice(None) for s in spatial):
-            return array
-        return array[spatial]
+    def _has(self, step: int) -> bool:
+        return step in self._cached or step in self._handed
 
-    def _split_index(self, index: Any) -> tuple[Any, tuple[Any, ...]]:
-        index = index if isinstance(index, tuple) else (index,)
-        ndim = 1 + len(self.shape)
-        if sum(i is Ellipsis for i in index) > 1:
-            raise IndexError("an index can only have a single ellipsis ('...')")
-        if Ellipsis in index:
-            at = index.index(Ellipsis)
-            fill = (slice(None),) * (ndim - len(index) + 1)
-            index = index[:at] + fill + index[at + 1 :]
-        if len(index) > ndim:
-            raise IndexError(
-                f"too many indices for {self.name!r}: it has {ndim} axes (time + {ndim - 1} "
-                f"spatial), {len(index)} were given"
-            )
-        spatial = index[1:] + (slice(None),) * (ndim - len(index))
-        for axis, (i, size) in enumerate(zip(spatial, self.shape, strict=True), start=1):
-            if isinstance(i, (int, np.integer)) and not -size <= i < size:
-                raise IndexError(
-                    f"index {i} is out of bounds for axis {axis} of {self.name!r} with size {size}"
-                )
-        return index[0], spatial
-
-    def _resolve_int(self, step: int) -> int:
-        if step < 0:
-            self._pull_until(None)
-            if -step > len(self._seen):
-                raise EndOfStreamError(
-                    f"step {step} is before the first of the {len(self._seen)} steps of "
-                    f"{self.name!r}"
-                )
-            return self._seen[step]
-        self._pull_until(step)
-        if step in self._cached or step in self._handed:
-            return step
-        if self._ended and (not self._seen or step > self._seen[-1]):
-            raise EndOfStreamError(
-                f"step {step} is past the end of the stream of {self.name!r} "
-                f"(steps received: {_summary(self._seen)})"
-            )
-        raise StepNotAvailableError(
-            f"step {step} of {self.name!r} was not published (steps received: "
-            f"{_summary(self._seen)})"
-        )
-
-    def _resolve_many(self, selection: Any) -> list[int]:
-        if isinstance(selection, range):
-            selection = slice(selection.start, selection.stop, selection.step)
-        if isinstance(selection, slice):
-            start, stop, stride = selection.start, selection.stop, selection.step or 1
-            if stride <= 0:
-                raise IndexError(f"time slices of {self.name!r} need a positive step")
-            if any(v is not None and v < 0 for v in (start, stop)):
-                # negative bounds count from the end, over the steps actually published
-                self._pull_until(None)
-                return self._seen[selection]
-            self._pull_until(None if stop is None else stop - 1)
-            lo, hi = start or 0, np.inf if stop is None else stop
-            return [s for s in self._seen if lo <= s < hi and (s - lo) % stride == 0]
-        if isinstance(selection, (list, np.ndarray)):
-            return [self._resolve_int(int(s)) for s in selection]
-        raise TypeError(
-            f"cannot select steps of {self.name!r} with {selection!r}: use an integer, a slice, "
-            "a range, a list of integers or ..."
-        )
+    def _next_steps(self) -> Iterator[int]:
+        while self._cached or self._pull():
+            yield min(self._cached)
 
     def _step_array(self, step: int) -> da.Array:
         if step in self._cached:
@@ -553,69 +437,3 @@ class ArrayDescriptor:
         """
         wire = self._contract_of[step]
         return None if wire is None else Contract.from_wire(wire)
-
-    # -- iteration ---------------------------------------------------------------------------
-
-    def items(self) -> Iterator[tuple[int, da.Array]]:
-        """Yield ``(step, array)`` for every step not handed out yet, until the end."""
-        while True:
-            if not self._cached and not self._pull():
-                return
-            step = min(self._cached)
-            yield step, self._step_array(step)
-
-    def __iter__(self) -> Iterator[da.Array]:
-        """Yield the array of every step not handed out yet, until the end of the stream."""
-        for _, array in self.items():
-            yield array
-
-    def windows(self, size: int, *, partial: bool = False) -> Iterator[tuple[list[int], da.Array]]:
-        """Iterate sliding windows of ``size`` consecutive received steps, until the end.
-
-        Parameters
-        ----------
-        size
-            Steps per window (``>= 1``).
-        partial
-            ``False`` (default): the first window comes once ``size`` steps have arrived, then
-            one per new step; a stream of fewer than ``size`` steps yields nothing. ``True``:
-            the windows at the start grow from 1 to ``size`` steps, so each step is the newest of
-            exactly one window. At the end of the stream no shorter window is yielded either way.
-
-        Yields
-        ------
-        steps, window
-            The step numbers (oldest first) and a dask array of shape ``(len(steps), *shape)``,
-            the steps stacked on a new leading time axis.
-
-        Notes
-        -----
-        Steps are taken as :meth:`items` takes them; the window holds the last ``size`` step
-        arrays, so a step's data lives while a window yielded with it is alive (at most
-        ``size`` steps past ``buffer_nb`` for this consumer, plus what the caller keeps). The
-        window is :func:`dask.array.stack` of the step arrays: no copy, but one task per block
-        and step (a view adding the time axis, run with whatever computes the window), e.g. 12
-        tasks for a window of 3 steps of 4 blocks: the scheduler's usual per-task overhead,
-        nothing on the data.
-
-        Examples
-        --------
-        >>> for steps, window in adapter["gtemp"].windows(3):  # doctest: +SKIP
-        ...     rate = (window[-1] - window[0]) / (steps[-1] - steps[0])
-        """
-        if not isinstance(size, int) or isinstance(size, bool) or size < 1:
-            raise ValueError(f"size={size!r} must be a positive integer")
-        window: deque[tuple[int, da.Array]] = deque(maxlen=size)
-        for step, array in self.items():
-            window.append((step, array))
-            del array
-            if partial or len(window) == size:
-                yield [s for s, _ in window], da.stack([a for _, a in window])
-
-
-def _summary(steps: list[int]) -> str:
-    if not steps:
-        return "none"
-    if len(steps) <= 6:
-        return ", ".join(map(str, steps))
-    return f"{steps[0]}, {steps[1]}, ..., {steps[-1]} ({len(steps)} in all)"

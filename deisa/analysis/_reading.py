@@ -1,0 +1,306 @@
+"""The reading interface shared by a live stream and by saved output.
+
+A :class:`StepArray` is one array with a leading time axis of *step numbers*: ``array[t, x, y]``,
+:meth:`~StepArray.items`, :meth:`~StepArray.windows`, :attr:`~StepArray.steps`, ``len``,
+``dtype``, ``shape``; :func:`zip_steps` pairs the steps of several arrays. Two kinds implement
+it, and an analysis written against this interface runs on either unchanged:
+
+- :class:`deisa.analysis.adapter.ArrayDescriptor`: the steps a simulation publishes, taken from
+  the scheduler as they arrive (each step is handed out once);
+- :class:`deisa.analysis.replay.ReplayArray`: the steps a run saved to files (HDF5, Zarr), all
+  known from the start, read lazily and as often as asked.
+
+A subclass provides the array's ``shape``, ``dtype`` and ``chunks`` and four hooks:
+``_pull_until`` (learn the steps up to one, or to the end), ``_has`` (whether a known step can
+be read), ``_next_steps`` (the steps :meth:`~StepArray.items` yields) and ``_step_array`` (the
+lazy dask array of one step); the steps known so far are ``_seen`` (in order) and ``_ended``
+says whether there will be no more.
+"""
+
+from __future__ import annotations
+
+import logging
+from abc import ABC, abstractmethod
+from collections import deque
+from collections.abc import Iterator, Sequence
+from typing import Any, Literal
+
+import dask.array as da
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+
+class EndOfStreamError(IndexError):
+    """A selection asks for steps past the end of a closed stream (or of the saved steps)."""
+
+
+class StepNotAvailableError(KeyError):
+    """A step was never published (filtered out), never saved, or was already released."""
+
+    def __str__(self) -> str:  # KeyError quotes its message otherwise
+        return str(self.args[0])
+
+
+class StepArray(ABC):
+    """One array read step by step, indexed as ``array[t, x, y]`` with a leading time axis.
+
+    The time index selects step numbers: an integer, a slice or ``range`` of steps
+    (open-ended and negative bounds wait for the end of a live stream), a list of steps, or
+    ``...``. The remaining indices are ordinary numpy/dask indices on the spatial axes. An
+    integer step gives a spatial array; several steps are stacked along a new leading axis by
+    :func:`dask.array.stack`.
+    """
+
+    name: str
+    # words of the messages: a step missing from the sequence was not "published" (live) or
+    # "saved" (replay); the steps known were "received" or "saved"; a step past the last is
+    # past the end of "the stream of" or "the saved steps of" the array
+    _missing_word = "published"
+    _steps_word = "received"
+    _sequence_word = "the stream of"
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._seen: list[int] = []
+        self._ended = False
+
+    # -- what a subclass provides ------------------------------------------------------------
+
+    @property
+    @abstractmethod
+    def shape(self) -> tuple[int, ...]:
+        """Spatial shape (the time axis is not included)."""
+
+    @property
+    @abstractmethod
+    def dtype(self) -> np.dtype: ...
+
+    @property
+    @abstractmethod
+    def chunks(self) -> tuple[tuple[int, ...], ...]:
+        """Spatial chunks of a step's dask array."""
+
+    @abstractmethod
+    def _pull_until(self, step: int | None) -> None:
+        """Learn the steps up to ``step`` (or a later one), or to the end if ``None``."""
+
+    @abstractmethod
+    def _has(self, step: int) -> bool:
+        """Whether ``step``, already in ``_seen``, can be read."""
+
+    @abstractmethod
+    def _next_steps(self) -> Iterator[int]:
+        """The steps :meth:`items` yields, in order."""
+
+    @abstractmethod
+    def _step_array(self, step: int) -> da.Array:
+        """The lazy dask array of ``step`` (one that :meth:`_has`)."""
+
+    # -- the shared interface ----------------------------------------------------------------
+
+    @property
+    def steps(self) -> list[int]:
+        """The step numbers known so far, in order: every saved step of a replay, the steps
+        received so far of a live stream (all of them once it :attr:`ended`)."""
+        return list(self._seen)
+
+    def __len__(self) -> int:
+        """How many steps :attr:`steps` holds."""
+        return len(self._seen)
+
+    @property
+    def ended(self) -> bool:
+        """Whether no more steps will come (always true for a replay)."""
+        return self._ended
+
+    def __getitem__(self, index: Any) -> da.Array:
+        time_index, spatial = self._split_index(index)
+        if isinstance(time_index, (int, np.integer)):
+            array = self._step_array(self._resolve_int(int(time_index)))
+        else:
+            steps = self._resolve_many(time_index)
+            if not steps:
+                raise EndOfStreamError(
+                    f"time selection {time_index!r} of {self.name!r} holds no "
+                    f"{self._missing_word} step (steps {self._steps_word}: {summary(self._seen)})"
+                )
+            array = da.stack([self._step_array(s) for s in steps])
+            spatial = (slice(None), *spatial)
+        if all(s == slice(None) for s in spatial):
+            return array
+        return array[spatial]
+
+    def _split_index(self, index: Any) -> tuple[Any, tuple[Any, ...]]:
+        index = index if isinstance(index, tuple) else (index,)
+        ndim = 1 + len(self.shape)
+        if sum(i is Ellipsis for i in index) > 1:
+            raise IndexError("an index can only have a single ellipsis ('...')")
+        if Ellipsis in index:
+            at = index.index(Ellipsis)
+            fill = (slice(None),) * (ndim - len(index) + 1)
+            index = index[:at] + fill + index[at + 1 :]
+        if len(index) > ndim:
+            raise IndexError(
+                f"too many indices for {self.name!r}: it has {ndim} axes (time + {ndim - 1} "
+                f"spatial), {len(index)} were given"
+            )
+        spatial = index[1:] + (slice(None),) * (ndim - len(index))
+        for axis, (i, size) in enumerate(zip(spatial, self.shape, strict=True), start=1):
+            if isinstance(i, (int, np.integer)) and not -size <= i < size:
+                raise IndexError(
+                    f"index {i} is out of bounds for axis {axis} of {self.name!r} with size {size}"
+                )
+        return index[0], spatial
+
+    def _resolve_int(self, step: int) -> int:
+        if step < 0:
+            self._pull_until(None)
+            if -step > len(self._seen):
+                raise EndOfStreamError(
+                    f"step {step} is before the first of the {len(self._seen)} steps of "
+                    f"{self.name!r}"
+                )
+            return self._seen[step]
+        self._pull_until(step)
+        if self._has(step):
+            return step
+        if self._ended and (not self._seen or step > self._seen[-1]):
+            raise EndOfStreamError(
+                f"step {step} is past the end of {self._sequence_word} {self.name!r} "
+                f"(steps {self._steps_word}: {summary(self._seen)})"
+            )
+        raise StepNotAvailableError(
+            f"step {step} of {self.name!r} was not {self._missing_word} (steps "
+            f"{self._steps_word}: {summary(self._seen)})"
+        )
+
+    def _resolve_many(self, selection: Any) -> list[int]:
+        if isinstance(selection, range):
+            selection = slice(selection.start, selection.stop, selection.step)
+        if isinstance(selection, slice):
+            start, stop, stride = selection.start, selection.stop, selection.step or 1
+            if stride <= 0:
+                raise IndexError(f"time slices of {self.name!r} need a positive step")
+            if any(v is not None and v < 0 for v in (start, stop)):
+                # negative bounds count from the end, over the steps actually there
+                self._pull_until(None)
+                return self._seen[selection]
+            self._pull_until(None if stop is None else stop - 1)
+            lo, hi = start or 0, np.inf if stop is None else stop
+            return [s for s in self._seen if lo <= s < hi and (s - lo) % stride == 0]
+        if isinstance(selection, (list, np.ndarray)):
+            return [self._resolve_int(int(s)) for s in selection]
+        raise TypeError(
+            f"cannot select steps of {self.name!r} with {selection!r}: use an integer, a slice, "
+            "a range, a list of integers or ..."
+        )
+
+    def items(self) -> Iterator[tuple[int, da.Array]]:
+        """Yield ``(step, array)`` in step order, until the end.
+
+        A live stream yields every step not handed out yet (each step once, whoever asked for
+        it); a replay yields every saved step at each call.
+        """
+        for step in self._next_steps():
+            yield step, self._step_array(step)
+
+    def __iter__(self) -> Iterator[da.Array]:
+        """Yield the array of every step :meth:`items` yields."""
+        for _, array in self.items():
+            yield array
+
+    def windows(self, size: int, *, partial: bool = False) -> Iterator[tuple[list[int], da.Array]]:
+        """Iterate sliding windows of ``size`` consecutive steps, until the end.
+
+        Parameters
+        ----------
+        size
+            Steps per window (``>= 1``).
+        partial
+            ``False`` (default): the first window comes once ``size`` steps have arrived, then
+            one per new step; fewer than ``size`` steps yield nothing. ``True``: the windows at
+            the start grow from 1 to ``size`` steps, so each step is the newest of exactly one
+            window. At the end no shorter window is yielded either way.
+
+        Yields
+        ------
+        steps, window
+            The step numbers (oldest first) and a dask array of shape ``(len(steps), *shape)``,
+            the steps stacked on a new leading time axis.
+
+        Notes
+        -----
+        Steps are taken as :meth:`items` takes them; the window holds the last ``size`` step
+        arrays, so a live step's data lives while a window yielded with it is alive (at most
+        ``size`` steps past ``buffer_nb`` for this consumer, plus what the caller keeps). The
+        window is :func:`dask.array.stack` of the step arrays: no copy, but one task per block
+        and step (a view adding the time axis, run with whatever computes the window).
+
+        Examples
+        --------
+        >>> for steps, window in adapter["gtemp"].windows(3):  # doctest: +SKIP
+        ...     rate = (window[-1] - window[0]) / (steps[-1] - steps[0])
+        """
+        if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+            raise ValueError(f"size={size!r} must be a positive integer")
+        window: deque[tuple[int, da.Array]] = deque(maxlen=size)
+        for step, array in self.items():
+            window.append((step, array))
+            del array
+            if partial or len(window) == size:
+                yield [s for s, _ in window], da.stack([a for _, a in window])
+
+
+def check_zip(names: Sequence[str], how: str) -> None:
+    """The arguments of a ``zip``: at least two distinct names, ``how`` "all" or "any"."""
+    if len(names) < 2 or len(set(names)) != len(names):
+        raise ValueError(f"zip needs at least two distinct array names, got {tuple(names)!r}")
+    if how not in ("all", "any"):
+        raise ValueError(f"how={how!r} must be 'all' or 'any'")
+
+
+def zip_steps(
+    arrays: Sequence[StepArray], how: Literal["all", "any"] = "all"
+) -> Iterator[tuple[int, tuple[da.Array | None, ...]]]:
+    """Iterate the steps of several arrays together, in step order (see ``Adapter.zip``).
+
+    ``how="all"`` yields the steps every array has, and ends when any array ends;
+    ``how="any"`` yields every step some array has, ``None`` for the others, until all ended.
+    A step is yielded once each array has it or a later step (or ended).
+    """
+    check_zip([a.name for a in arrays], how)
+    iterators = [array.items() for array in arrays]
+    heads = [next(it, None) for it in iterators]
+    while True:
+        live = [head for head in heads if head is not None]
+        if not live or (how == "all" and len(live) < len(heads)):
+            return
+        step = min(head[0] for head in live)
+        here = [head is not None and head[0] == step for head in heads]
+        if how == "any" or all(here):
+            chosen = [
+                h[1] if h is not None and at else None for h, at in zip(heads, here, strict=True)
+            ]
+            yield step, tuple(chosen)
+            del chosen
+        else:
+            logger.debug(
+                "deisa: step %d of %s skipped by zip(how='all'): not in %s",
+                step,
+                ", ".join(a.name for a, at in zip(arrays, here, strict=True) if at),
+                ", ".join(a.name for a, at in zip(arrays, here, strict=True) if not at),
+            )
+        heads = [
+            next(it, None) if at else head
+            for it, head, at in zip(iterators, heads, here, strict=True)
+        ]
+
+
+def summary(steps: list[int]) -> str:
+    """A short list of step numbers for messages."""
+    if not steps:
+        return "none"
+    if len(steps) <= 6:
+        return ", ".join(map(str, steps))
+    return f"{steps[0]}, {steps[1]}, ..., {steps[-1]} ({len(steps)} in all)"
