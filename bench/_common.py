@@ -68,3 +68,60 @@ def print_targets(targets: Sequence[tuple[str, bool | None, str]]) -> None:
 
 def targets_json(targets: Sequence[tuple[str, bool | None, str]]) -> list[dict[str, Any]]:
     return [{"target": d, "passed": p, "measured": m} for d, p, m in targets]
+
+
+def page_cache_fraction(path: Path) -> float:
+    """The fraction of ``path``'s pages resident in the page cache (``mincore`` of a mapping).
+
+    NaN where the C library or the system call is not available (not Linux).
+    """
+    import ctypes
+    import ctypes.util
+    import mmap
+
+    size = path.stat().st_size
+    if size == 0:
+        return 0.0
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                              ctypes.c_int, ctypes.c_long]  # fmt: skip
+        libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    except (OSError, AttributeError):
+        return float("nan")
+    pages = -(-size // mmap.PAGESIZE)
+    resident = (ctypes.c_ubyte * pages)()
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        if addr in (None, ctypes.c_void_p(-1).value):
+            return float("nan")
+        try:
+            if libc.mincore(addr, size, resident) != 0:
+                return float("nan")
+        finally:
+            libc.munmap(addr, size)
+    finally:
+        os.close(fd)
+    return sum(b & 1 for b in resident) / pages
+
+
+def fsync(path: Path) -> None:
+    """Flush ``path``'s data to the device (what a job that ends must do before another reads)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def drop_from_page_cache(path: Path) -> None:
+    """Evict ``path``'s clean pages (``posix_fadvise(DONTNEED)``): a reader on another node, or
+    a later job, finds none of it in memory. Call :func:`fsync` first: dirty pages stay."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)

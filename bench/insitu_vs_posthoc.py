@@ -11,7 +11,13 @@ grid, ``--steps`` outputs of ``--period`` solver iterations:
 ``no output``       the simulation alone (C: PDI with no output plugin; Python: no Bridge);
 ``post hoc``        the C solver writing every step with ``decl_hdf5`` (configs/heat_hdf5.yml),
                     then a Dask read of the file (one row band per worker) and the PCA of every
-                    step; time to analysis = simulation + analytics (C solver only);
+                    step (C solver only), read two ways from the same run, each by a fresh
+                    cluster: *warm*, the file as the simulation left it in the page cache (time
+                    to analysis = simulation + analytics); then *cold*, what a later job or
+                    another node sees: the file is ``fsync``'ed before the simulation counts as
+                    done and dropped from the page cache (``posix_fadvise(DONTNEED)``, checked
+                    with ``mincore``) before the read (time to analysis = simulation + fsync +
+                    analytics);
 ``in situ sync``    the deisa plugin (or the Python solver's Bridge) with ``mode: sync``, while
                     this process takes every step from the Adapter and fits the same PCA;
 ``in situ async``   the same with ``mode: async`` (the default), ``max_in_flight`` 2.
@@ -29,9 +35,11 @@ medians over ranks and steps 1..n (step 0 carries the start-up, reported apart: 
 size in this process for reference; the time from the simulation's start (its ranks'
 ``MPI_Init``, C; the launch, Python) to the first step reaching the analytics.
 
-Cores: when the machine has at least ``ranks + workers + 1`` cores, the ranks are pinned to the
-first ``ranks`` and this process (analytics, scheduler, workers) to the others; otherwise
-everything shares every core, and the output says so.
+Cores (``cores_plan``): with at least ``ranks + workers + 1`` cores, the ranks are pinned to the
+first ``ranks`` and this process (analytics, scheduler, workers) to the others; with at least
+``ranks + 1`` (``--ranks 1 --workers 1`` on 2 cores), the same split, the analytics' processes
+sharing their cores; otherwise everything shares every core. The output and the JSON
+(``cores_separate``) say which.
 
 Writes ``insitu_vs_posthoc.json`` (every run) and ``insitu_vs_posthoc.png``.
 """
@@ -57,8 +65,11 @@ from bench._common import (
     PINS,
     REPO,
     child_env,
+    drop_from_page_cache,
+    fsync,
     machine,
     median,
+    page_cache_fraction,
     print_targets,
     table,
     targets_json,
@@ -72,6 +83,11 @@ import yaml
 BUILD = REPO / "build"
 MODES = ("no output", "post hoc", "in situ sync", "in situ async")
 BUFFER_NB = 2
+# the medians kept per mode (NaN where a mode has no such figure)
+MEDIANS = (
+    "simulation_s", "time_to_analysis_s", "analytics_s", "analytics_graph_s", "fsync_s",
+    "analytics_cold_s", "time_to_analysis_cold_s", "page_cache_warm", "page_cache_cold",
+)  # fmt: skip
 
 
 def process_grid(ranks: int) -> tuple[int, int]:
@@ -95,21 +111,29 @@ def c_problem() -> str | None:
     return c_solver_problem(BUILD, REPO / "configs" / "heat_deisa.yml")
 
 
-def cores_plan(ranks: int, workers: int) -> dict[str, Any]:
-    """Which cores the ranks and the analytics get (``None``: every core, shared)."""
-    try:
-        available = sorted(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        available = list(range(os.cpu_count() or 1))
-    if len(available) >= ranks + workers + 1:
+def cores_plan(ranks: int, workers: int, available: list[int] | None = None) -> dict[str, Any]:
+    """Which cores the ranks and the analytics get (``None``: every core, shared).
+
+    ``separate`` is whether the ranks and the analytics run on different cores: with at least
+    ``ranks + 1`` cores (``ranks + workers + 1`` gives every worker a core of its own too).
+    """
+    if available is None:
+        try:
+            available = sorted(os.sched_getaffinity(0))
+        except AttributeError:  # not Linux
+            available = list(range(os.cpu_count() or 1))
+    if len(available) >= ranks + 1:
         sim, analytics = available[:ranks], available[ranks:]
-        return {"simulation": sim, "analytics": analytics,
-                "description": f"{len(available)} cores: ranks pinned to {sim}, analytics "
-                               f"(scheduler, workers, PCA) to {analytics}"}  # fmt: skip
-    return {"simulation": None, "analytics": None,
-            "description": f"{len(available)} cores shared by {ranks} ranks, {workers} "
-                           "workers, the scheduler and the analytics (fewer than ranks + "
-                           "workers + 1)"}  # fmt: skip
+        shared = "" if len(analytics) >= workers + 1 else (
+            f", which its {workers} worker(s), the scheduler and the PCA share")  # fmt: skip
+        description = (f"separate cores ({len(available)}): ranks pinned to {sim}, analytics "
+                       f"(scheduler, workers, PCA) to {analytics}{shared}")  # fmt: skip
+        return {"simulation": sim, "analytics": analytics, "separate": True,
+                "description": description}  # fmt: skip
+    return {"simulation": None, "analytics": None, "separate": False,
+            "description": f"shared cores: {len(available)} cores shared by {ranks} ranks, "
+                           f"{workers} workers, the scheduler and the analytics (fewer than "
+                           "ranks + 1)"}  # fmt: skip
 
 
 def pdi_config(mode: str, workdir: Path, scheduler_file: Path) -> Path:
@@ -297,22 +321,38 @@ class Runner:
 
         h5 = self.workdir / "heat.h5"
         h5.unlink(missing_ok=True)
-        t0 = time.perf_counter()
         sim_s = run_mpi(self.command("post hoc", sim, scheduler_file, timings), env, self.workdir,
                         self.cores["simulation"])  # fmt: skip
-        with dask_cluster(self.args.workers):  # the default client of the reads
-            t1 = time.perf_counter()
-            with h5py.File(h5, "r") as f:
-                gtemp = da.from_array(f["gtemp"], chunks=(1, -(-rows // self.args.workers), -1))
-                ev = [float(pca().fit(gtemp[step, :, :]).explained_variance_[0])
-                      for step in range(self.args.steps)]  # fmt: skip
-            t2 = time.perf_counter()
+        t0 = time.perf_counter()
+        fsync(h5)  # a job's output is on the device before the job counts as done
+        fsync_s = time.perf_counter() - t0
+
+        def analyse() -> tuple[float, list[float]]:
+            # a fresh cluster: its start is not the analytics' cost (it would be up before the
+            # run ends), and the cold read inherits nothing from the warm one
+            with dask_cluster(self.args.workers):  # the default client of the reads
+                t1 = time.perf_counter()
+                with h5py.File(h5, "r") as f:
+                    chunks = (1, -(-rows // self.args.workers), -1)
+                    gtemp = da.from_array(f["gtemp"], chunks=chunks)
+                    ev = [float(pca().fit(gtemp[step, :, :]).explained_variance_[0])
+                          for step in range(self.args.steps)]  # fmt: skip
+                return time.perf_counter() - t1, ev
+
+        cached_warm = page_cache_fraction(h5)
+        warm_s, ev = analyse()
+        drop_from_page_cache(h5)
+        cached_cold = page_cache_fraction(h5)
+        cold_s, ev_cold = analyse()
         size = h5.stat().st_size
         h5.unlink()
-        # the cluster's start is not the analytics' cost: it would be up before the run ends
-        return {"simulation_s": sim_s, "analytics_s": t2 - t1,
-                "time_to_analysis_s": sim_s + (t2 - t1), "file_bytes": size, "ev0": ev,
-                "launch_to_analysis_end_s": t2 - t0}  # fmt: skip
+        if not np.allclose(ev, ev_cold, rtol=1e-6):
+            raise RuntimeError(f"post hoc: the cold read's PCA differs: {ev} vs {ev_cold}")
+        return {"simulation_s": sim_s, "analytics_s": warm_s,
+                "time_to_analysis_s": sim_s + warm_s, "fsync_s": fsync_s,
+                "analytics_cold_s": cold_s, "time_to_analysis_cold_s": sim_s + fsync_s + cold_s,
+                "page_cache_warm": cached_warm, "page_cache_cold": cached_cold,
+                "file_bytes": size, "ev0": ev}  # fmt: skip
 
     def in_situ(
         self, mode: str, sim: Path, scheduler_file: Path, timings: Path, env: dict[str, str]
@@ -370,8 +410,11 @@ def median_of(runs: list[dict[str, Any]], key: str) -> float:
     return median([r[key] for r in runs if isinstance(r.get(key), (int, float))])
 
 
-def evaluate(sizes: list[dict[str, Any]], ranks: int, use_c: bool) -> list[tuple[str, Any, str]]:
+def evaluate(
+    sizes: list[dict[str, Any]], ranks: int, use_c: bool, separate: bool = False
+) -> list[tuple[str, Any, str]]:
     """The issue's targets, each at the sizes it names when they were run (N/A otherwise)."""
+    cores = "separate cores" if separate else "shared cores"
     targets: list[tuple[str, Any, str]] = []
     by_mib = {round(s["mib_per_rank"]): s for s in sizes}
 
@@ -424,13 +467,15 @@ def evaluate(sizes: list[dict[str, Any]], ranks: int, use_c: bool) -> list[tuple
     ))  # fmt: skip
     for mib in (16, 64):
         s = at(mib)
-        ratio = None if s is None else s.get("posthoc_over_async")
-        targets.append((
-            f"in situ (async) time to analysis >= 1.5x faster than post hoc at {mib} MiB/rank",
-            None if ratio is None else ratio >= 1.5,
-            "size not run" if s is None else "post hoc skipped" if ratio is None
-            else f"{ratio:.2f}x",
-        ))  # fmt: skip
+        for variant, key in (("cold", "posthoc_cold_over_async"), ("warm", "posthoc_over_async")):
+            ratio = None if s is None else s.get(key)
+            targets.append((
+                f"in situ (async) time to analysis >= 1.5x faster than {variant} post hoc at "
+                f"{mib} MiB/rank ({ranks} ranks, {cores})",
+                None if ratio is None else ratio >= 1.5,
+                "size not run" if s is None else "post hoc skipped" if ratio is None
+                else f"{ratio:.2f}x",
+            ))  # fmt: skip
     return targets
 
 
@@ -442,10 +487,12 @@ def plot(sizes: list[dict[str, Any]], path: Path) -> None:
 
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
     x = np.arange(len(sizes))
-    width = 0.8 / len(MODES)
-    for k, mode in enumerate(MODES):
-        vals = [s["median"].get(mode, {}).get("time_to_analysis_s", 0) for s in sizes]
-        a.bar(x + (k - 1.5) * width, vals, width, label=mode)
+    bars = [(m, m, "time_to_analysis_s") for m in MODES]
+    bars.insert(2, ("post hoc cold", "post hoc", "time_to_analysis_cold_s"))
+    width = 0.8 / len(bars)
+    for k, (label, mode, key) in enumerate(bars):
+        vals = [s["median"].get(mode, {}).get(key, 0) for s in sizes]
+        a.bar(x + (k - (len(bars) - 1) / 2) * width, vals, width, label=label)
     labels = [f"{s['mib_per_rank']:.0f} MiB/rank" for s in sizes]
     a.set_xticks(x, labels)
     a.set_ylabel("time to analysis (s)")
@@ -512,9 +559,7 @@ def main(argv: list[str] | None = None) -> int:
             memcpy = memcpy_s(rows * cols * 8 / args.ranks / 2**20)
             summary = {m: {k: median_of([summarize(r, memcpy) for r in runs[m]], k)
                            for k in summarize(runs[m][0], memcpy)} for m in modes}  # fmt: skip
-            med = {m: {k: median_of(runs[m], k) for k in ("simulation_s", "time_to_analysis_s",
-                                                           "analytics_s", "analytics_graph_s")}
-                   for m in modes}  # fmt: skip
+            med = {m: {k: median_of(runs[m], k) for k in MEDIANS} for m in modes}
             entry: dict[str, Any] = {
                 "mib_per_rank": rows * cols * 8 / args.ranks / 2**20,
                 "global_size": [rows, cols],
@@ -531,8 +576,11 @@ def main(argv: list[str] | None = None) -> int:
             entry["analytics_keeps_up"] = med["in situ async"]["analytics_graph_s"] <= compute
             if use_c:
                 post = med["post hoc"]["time_to_analysis_s"]
+                cold = med["post hoc"]["time_to_analysis_cold_s"]
                 entry["posthoc_over_async"] = post / med["in situ async"]["time_to_analysis_s"]
                 entry["posthoc_over_sync"] = post / med["in situ sync"]["time_to_analysis_s"]
+                entry["posthoc_cold_over_async"] = cold / med["in situ async"]["time_to_analysis_s"]
+                entry["posthoc_cold_over_sync"] = cold / med["in situ sync"]["time_to_analysis_s"]
                 evs = [runs[m][0]["ev0"] for m in ("post hoc", "in situ sync", "in situ async")]
                 entry["same_result"] = all(bool(np.allclose(evs[0], e, rtol=1e-6)) for e in evs)
             sizes.append(entry)
@@ -550,6 +598,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{s['mib_per_rank']:.1f}", f"{med['no output']['simulation_s']:.2f}",
             f"{ph.get('simulation_s', math.nan):.2f}",
             f"{ph.get('time_to_analysis_s', math.nan):.2f}",
+            f"{ph.get('time_to_analysis_cold_s', math.nan):.2f}",
             f"{med['in situ sync']['simulation_s']:.2f}",
             f"{med['in situ sync']['time_to_analysis_s']:.2f}",
             f"{med['in situ async']['simulation_s']:.2f}",
@@ -557,11 +606,18 @@ def main(argv: list[str] | None = None) -> int:
             f"{s['summary']['in situ async'].get('first_step_s', math.nan):.2f}",
             f"{s['async_over_no_output']:.2f}x",
             f"{s['posthoc_over_async']:.2f}x" if "posthoc_over_async" in s else "-",
+            f"{s['posthoc_cold_over_async']:.2f}x" if "posthoc_cold_over_async" in s else "-",
         ])  # fmt: skip
-    print(table(["MiB/rank", "no output sim s", "post hoc sim s", "post hoc total s",
-                 "sync sim s", "sync total s", "async sim s", "async total s",
-                 "async first step s", "async sim / no output", "post hoc / async"],
-                rows_out))  # fmt: skip
+    print(table(["MiB/rank", "no output sim s", "post hoc sim s", "post hoc warm total s",
+                 "post hoc cold total s", "sync sim s", "sync total s", "async sim s",
+                 "async total s", "async first step s", "async sim / no output",
+                 "post hoc warm / async", "post hoc cold / async"], rows_out))  # fmt: skip
+    if use_c:
+        print("post hoc cold: fsync " + ", ".join(
+            f"{s['median']['post hoc']['fsync_s']:.3f} s" for s in sizes) + "; file pages in the "
+            "page cache before the warm / cold read: " + ", ".join(
+            f"{s['median']['post hoc']['page_cache_warm']:.0%} / "
+            f"{s['median']['post hoc']['page_cache_cold']:.0%}" for s in sizes))  # fmt: skip
     if args.timings:
         print("\nPer publish: medians over ranks and steps 1..n; start-up from PDI_init's call")
         rows_out = []
@@ -581,10 +637,11 @@ def main(argv: list[str] | None = None) -> int:
         print(table(["MiB/rank", "mode", "compute ms", "publish ms", "memcpy ms",
                      "publish/iteration", "PDI_init s", "init->1st publish s",
                      "1st step at analytics s", "sim / no output"], rows_out))  # fmt: skip
-    targets = evaluate(sizes, args.ranks, use_c)
+    targets = evaluate(sizes, args.ranks, use_c, runner.cores["separate"])
     print_targets(targets)
     (args.out / "insitu_vs_posthoc.json").write_text(json.dumps(
-        {"machine": machine(), "cores": runner.cores["description"], "load_before": load_before,
+        {"machine": machine(), "cores": runner.cores["description"],
+         "cores_separate": runner.cores["separate"], "load_before": load_before,
          "load_after": load_after, "solver": "C" if use_c else "Python", "c_problem": problem,
          "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
          "sizes": sizes, "targets": targets_json(targets)}, indent=1,

@@ -4,6 +4,7 @@ performance targets live in the benchmark's own output, never in timed tests).""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -159,8 +160,63 @@ def test_insitu_vs_posthoc_runs_every_mode_and_writes_json(tmp_path: Path) -> No
         assert size["same_result"]
         assert size["summary"]["in situ async"]["first_publish_s"] > 0
     assert set(size["runs"]) == modes
+    assert result["cores_separate"] == (len(os.sched_getaffinity(0)) >= 3)  # 2 ranks + 1
+    if result["solver"] == "C":
+        (post,) = size["runs"]["post hoc"]
+        assert post["time_to_analysis_cold_s"] >= post["simulation_s"] + post["fsync_s"]
+        assert size["posthoc_cold_over_async"] > 0 and size["posthoc_over_async"] > 0
     for mode in modes:
         (run,) = size["runs"][mode]
         assert [len(rank) for rank in run["timings"]["steps"]] == [2, 2], mode
     assert size["summary"]["in situ async"]["first_step_s"] > 0
     assert (tmp_path / "insitu_vs_posthoc.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize(
+    ("ranks", "workers", "cores", "separate", "simulation"),
+    [
+        (1, 1, [0, 1], True, [0]),  # the layout on 2 cores: the workers share core 1
+        (4, 2, [0, 1], False, None),
+        (2, 1, [0, 1], False, None),
+        (8, 4, list(range(16)), True, list(range(8))),
+    ],
+)
+def test_insitu_cores_plan_pins_ranks_apart_when_a_core_is_left(
+    ranks: int, workers: int, cores: list[int], separate: bool, simulation: list[int] | None
+) -> None:
+    from bench.insitu_vs_posthoc import cores_plan
+
+    plan = cores_plan(ranks, workers, cores)
+    assert plan["separate"] is separate
+    assert plan["simulation"] == simulation
+    if separate:
+        assert plan["analytics"] == [c for c in cores if c not in simulation]
+        assert plan["description"].startswith("separate cores")
+    else:
+        assert plan["analytics"] is None and plan["description"].startswith("shared cores")
+
+
+def test_drop_from_page_cache_evicts_a_synced_file(tmp_path: Path) -> None:
+    import math
+
+    import psutil
+
+    from bench._common import drop_from_page_cache, fsync, page_cache_fraction
+
+    path = tmp_path / "data.bin"
+    path.write_bytes(os.urandom(4 << 20))
+    path.read_bytes()
+    cached = page_cache_fraction(path)
+    if math.isnan(cached):
+        pytest.skip("mincore is not available here")
+    assert cached == 1.0
+    fsync(path)
+    drop_from_page_cache(path)
+    mount = max((p for p in psutil.disk_partitions(all=True) if str(path).startswith(p.mountpoint)),
+                key=lambda p: len(p.mountpoint))  # fmt: skip
+    if mount.fstype == "tmpfs":  # its pages are the file: nothing to drop
+        assert page_cache_fraction(path) == 1.0
+    else:
+        assert page_cache_fraction(path) < 0.5
+    path.read_bytes()
+    assert page_cache_fraction(path) == 1.0
