@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .analysis.adapter import Adapter, ArrayDescriptor, EndOfStreamError, StepNotAvailableError
     from .analysis.pca import IncrementalPCA
+    from .analysis.replay import Replay, ReplayArray, ReplayError
     from .analysis.splitter import (
         Factoring,
         OverDecomposition,
@@ -49,6 +50,7 @@ _LAZY = {
     **dict.fromkeys(["ArraySpec", "Decomposition", "DecompositionError"], "bridge.decomposition"),
     **dict.fromkeys(["BridgeOptionError", "BridgeOptions"], "bridge.options"),
     "IncrementalPCA": "analysis.pca",
+    **dict.fromkeys(["Replay", "ReplayArray", "ReplayError"], "analysis.replay"),
     **dict.fromkeys(["Factoring", "OverDecomposition", "Partition", "PartitionPolicy", "Split",
                      "Static", "TransferMeasurement", "measure_incoming_transfers", "split"],
                     "analysis.splitter"),
@@ -72,6 +74,9 @@ __all__ = [
     "Partition",
     "PartitionPolicy",
     "PublishTiming",
+    "Replay",
+    "ReplayArray",
+    "ReplayError",
     "Split",
     "Static",
     "StepNotAvailableError",

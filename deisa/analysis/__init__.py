@@ -1,5 +1,6 @@
-"""The analytics side: the :class:`Adapter` rebuilds global dask arrays, :func:`split` groups
-their blocks by worker, :class:`IncrementalPCA` reduces them where they are.
+"""The analytics side: the :class:`Adapter` rebuilds global dask arrays (a :class:`Replay` the
+same from saved files), :func:`split` groups their blocks by worker, :class:`IncrementalPCA`
+reduces them where they are.
 
 Names are imported on first use (PEP 562). Nothing here imports :mod:`deisa.bridge`.
 """
@@ -12,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .adapter import Adapter, ArrayDescriptor, EndOfStreamError, StepNotAvailableError
     from .pca import IncrementalPCA
+    from .replay import Replay, ReplayArray, ReplayError
     from .splitter import split
 
 _LAZY = {
@@ -19,6 +21,7 @@ _LAZY = {
         ["Adapter", "ArrayDescriptor", "EndOfStreamError", "StepNotAvailableError"], "adapter"
     ),
     "IncrementalPCA": "pca",
+    **dict.fromkeys(["Replay", "ReplayArray", "ReplayError"], "replay"),
     "split": "splitter",
 }
 
@@ -27,6 +30,9 @@ __all__ = [
     "ArrayDescriptor",
     "EndOfStreamError",
     "IncrementalPCA",
+    "Replay",
+    "ReplayArray",
+    "ReplayError",
     "StepNotAvailableError",
     "split",
 ]

@@ -1,0 +1,556 @@
+"""Replay saved output through the Adapter's reading interface: develop on files, run in situ.
+
+>>> gtemp = Replay("heat.h5")["gtemp"]                # doctest: +SKIP
+>>> field = gtemp[10, :, :]                           # lazy dask Array of step 10  # doctest: +SKIP
+>>> for step, field in gtemp.items(): ...             # every saved step  # doctest: +SKIP
+
+A :class:`Replay` reads what a run saved (decl_hdf5's files, or any HDF5 or Zarr data laid out
+the same way) and hands out :class:`ReplayArray` objects with the interface of the live arrays
+of :class:`deisa.Adapter` (:class:`deisa.analysis._reading.StepArray`): ``[t, ...]`` on step
+numbers, :meth:`~ReplayArray.items`, :meth:`~ReplayArray.windows`, :attr:`~ReplayArray.steps`,
+``len``, ``dtype``, ``shape``, and :meth:`Replay.zip`. An analysis written against them runs on
+a live stream unchanged.
+
+Sources
+-------
+- **One file, time axis first** (``"heat.h5"``; a Zarr store: ``"heat.zarr"``): every dataset
+  of shape ``(T, *shape)`` is an array of ``T`` steps. Their step numbers are those of a 1-D
+  integer dataset ``step`` of length ``T`` when the file has one (``configs/heat_both.yml``
+  writes it beside every 10th step: steps 0, 10, 20...), else ``0 .. T-1``. Rows after the
+  ``step`` values stop increasing were never written (a run stopped early: decl_hdf5 declares
+  the whole time axis up front) and are left out.
+- **One file per step**, a pattern (``"data_{step}.h5"``, decl_hdf5's ``data_${step}.h5`` or a
+  ``{step:05d}`` field; the step numbers are read from the names), a glob (``"data_*.h5"``: the
+  last number of each name) or a list of paths (steps ``0 .. n-1`` in the list's order). Each
+  file holds the step's datasets with the spatial shape, or with a leading axis of length 1.
+
+``steps=`` gives the step numbers explicitly, for any source.
+
+Everything is lazy: ``Replay(...)`` and ``replay[name]`` read the files' metadata only (all
+of it, so a bad input fails there, before any step is read), and a step's dask array reads its
+blocks when computed, on whatever runs the computation: dask's local scheduler, or the
+cluster of a :class:`distributed.Client` if one exists (the files must then be readable from
+the workers at the same path). Blocks are the file's chunks (HDF5 chunks, Zarr chunks: the
+decomposition of the run when its YAML sets ``chunking``), else dask's automatic chunks.
+"""
+
+from __future__ import annotations
+
+import glob as globbing
+import logging
+import os
+import re
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Literal
+
+import dask.array as da
+import numpy as np
+from dask.base import tokenize
+
+from ._reading import StepArray, check_zip, summary, zip_steps
+
+__all__ = ["Replay", "ReplayArray", "ReplayError", "UnknownArrayError"]
+
+logger = logging.getLogger(__name__)
+
+#: the name of the dataset holding the step numbers of a file with a time axis
+STEP_DATASET = "step"
+_STEP_FIELD = re.compile(r"\$?\{step(?::[^}]*)?\}")
+_GLOB_CHARS = re.compile(r"[*?\[]")
+
+
+class ReplayError(ValueError):
+    """Saved output that cannot be replayed: no time axis, files that disagree, bad steps."""
+
+
+class UnknownArrayError(ReplayError, KeyError):
+    """An array name the source does not hold (the message lists those it holds)."""
+
+    def __str__(self) -> str:  # KeyError quotes its message otherwise
+        return str(self.args[0])
+
+
+@dataclass(frozen=True)
+class _Dataset:
+    """What the metadata says of one dataset of one file: enough to read it lazily."""
+
+    path: str
+    name: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    chunks: tuple[int, ...] | None
+
+
+class _HDF5Block:
+    """One dataset of one HDF5 file, sliced like an array; pickled as its path and name, so
+    that a worker opens the file itself when it computes a block.
+
+    ``leading``: the index of the step on the dataset's first axis (a file with a time axis,
+    or a per-step file whose dataset keeps a leading axis of length 1), else ``None``.
+    """
+
+    def __init__(self, dataset: _Dataset, leading: int | None, shape: tuple[int, ...]) -> None:
+        self.path, self.dataset, self.leading = dataset.path, dataset.name, leading
+        self.shape, self.dtype, self.ndim = shape, dataset.dtype, len(shape)
+
+    def __getitem__(self, index: Any) -> np.ndarray:
+        import h5py
+
+        index = index if isinstance(index, tuple) else (index,)
+        if self.leading is not None:
+            index = (self.leading, *index)
+        with h5py.File(self.path, "r") as f:
+            return np.asarray(f[self.dataset][index])
+
+
+class ReplayArray(StepArray):
+    """One saved array, indexed as ``array[t, x, y]`` with a leading time axis of step numbers.
+
+    The interface of a live :class:`~deisa.analysis.adapter.ArrayDescriptor` (see
+    :class:`~deisa.analysis._reading.StepArray`), over saved steps: all of them are known from
+    the start, and :meth:`items` (so :meth:`windows` and :meth:`Replay.zip`) yields every one of
+    them at each call, where a live stream hands each step out once.
+
+    Attributes
+    ----------
+    name : str
+    source : str
+        Where the steps are read from (a file, or the first of the per-step files).
+    """
+
+    _missing_word = "saved"
+    _steps_word = "saved"
+    _sequence_word = "the saved steps of"
+
+    def __init__(
+        self,
+        name: str,
+        steps: Sequence[int],
+        shape: tuple[int, ...],
+        dtype: np.dtype,
+        chunks: tuple[tuple[int, ...], ...],
+        build: Callable[[int], da.Array],
+        source: str,
+    ) -> None:
+        super().__init__(name)
+        self._seen = [int(s) for s in steps]
+        self._ended = True
+        self._index = {step: i for i, step in enumerate(self._seen)}
+        self._shape, self._dtype, self._chunks = shape, dtype, chunks
+        self._build = build
+        self.source = source
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """Spatial shape (the time axis is not included)."""
+        return self._shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self._dtype
+
+    @property
+    def chunks(self) -> tuple[tuple[int, ...], ...]:
+        return self._chunks
+
+    def __repr__(self) -> str:
+        return (
+            f"<ReplayArray {self.name!r}: {len(self._seen)} steps saved "
+            f"({summary(self._seen)}), shape {self._shape}, from {self.source}>"
+        )
+
+    def _pull_until(self, step: int | None) -> None:
+        pass  # every step is known from the start
+
+    def _has(self, step: int) -> bool:
+        return step in self._index
+
+    def _next_steps(self) -> Iterator[int]:
+        return iter(list(self._seen))
+
+    def _step_array(self, step: int) -> da.Array:
+        return self._build(self._index[step])
+
+
+class Replay:
+    """The reading side of :class:`deisa.Adapter`, over saved output instead of a live stream.
+
+    Parameters
+    ----------
+    source
+        An HDF5 file or a Zarr store whose datasets have the time axis first; a pattern of one
+        file per step (``"data_{step}.h5"``, ``"data_${step}.h5"``), a glob (``"data_*.h5"``)
+        or a list of per-step files. See the module's documentation.
+    client
+        Optional :class:`distributed.Client`. Without one, computations run on dask's local
+        scheduler; with one, on its cluster (it is the default scheduler of the process while
+        it runs), and ``Replay`` first checks that its workers see the files.
+    steps
+        The step numbers of the saved steps, in order, overriding those the source gives.
+    chunks
+        Spatial chunks of a step's array (anything :func:`dask.array.from_array` takes);
+        default: the file's chunks, else ``"auto"``.
+
+    Raises
+    ------
+    FileNotFoundError
+        A file (or every file of a pattern) is missing; the message names it.
+    ReplayError
+        ``steps`` that do not fit the source, or a Zarr store without the ``zarr`` package.
+
+    Examples
+    --------
+    >>> replay = Replay("heat.h5")  # doctest: +SKIP
+    >>> replay["gtemp"].steps  # doctest: +SKIP
+    [0, 10, 20, 30]
+    >>> for step, (temp, change) in replay.zip("gtemp", "gdtemp"): ...  # doctest: +SKIP
+    >>> Replay("data_{step}.h5")["gtemp"][-1].mean().compute()  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        source: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+        client: Any = None,
+        *,
+        steps: Sequence[int] | None = None,
+        chunks: Any = None,
+    ) -> None:
+        self.client = client
+        self._chunks = chunks
+        self._arrays: dict[str, ReplayArray] = {}
+        self._explicit_steps = None if steps is None else [int(s) for s in steps]
+        if self._explicit_steps is not None and sorted(set(self._explicit_steps)) != list(
+            self._explicit_steps
+        ):
+            raise ReplayError(f"steps={list(steps or [])!r} must be increasing step numbers")
+        self._files: list[str] = []  # per-step files, in step order
+        self._file_steps: list[int] = []
+        self._datasets: dict[str, _Dataset] = {}  # a file with a time axis: its datasets
+        self._zarr = False
+        self._path = ""
+        self._time_steps: list[int] | None = None
+        if isinstance(source, (str, os.PathLike)):
+            text = os.fspath(source)
+            if _STEP_FIELD.search(text):
+                self._per_step_pattern(text)
+            elif _GLOB_CHARS.search(text):
+                self._per_step_glob(text)
+            else:
+                self._one_file(text)
+        else:
+            paths = [os.path.abspath(os.fspath(p)) for p in source]
+            if not paths:
+                raise FileNotFoundError("Replay was given an empty list of files")
+            for path in paths:
+                if not os.path.isfile(path):
+                    raise FileNotFoundError(f"{path}: no such file (a per-step file of Replay)")
+            self._files, self._file_steps = paths, list(range(len(paths)))
+        if self._files:
+            self._source = (
+                self._files[0]
+                if len(self._files) == 1
+                else (f"{len(self._files)} files ({self._files[0]}, ...)")
+            )
+            self._datasets = {d.name: d for d in _list_datasets(self._files[0])}
+            if self._explicit_steps is not None:
+                self._check_count(len(self._files), "per-step files")
+                self._file_steps = self._explicit_steps
+        if client is not None:
+            self._check_workers_see_the_files()
+
+    # -- sources -------------------------------------------------------------------------------
+
+    def _one_file(self, path: str) -> None:
+        path = os.path.abspath(path)
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"{path}: no such file or Zarr store (the Replay source)")
+        self._path = self._source = path
+        if os.path.isdir(path):
+            self._zarr = True
+            self._datasets = {d.name: d for d in _zarr_datasets(path)}
+        else:
+            self._datasets = {d.name: d for d in _list_datasets(path)}
+        self._time_steps = self._steps_of_the_file()
+
+    def _per_step_pattern(self, pattern: str) -> None:
+        pattern = os.path.abspath(pattern)
+        fields = _STEP_FIELD.findall(pattern)
+        pieces = _STEP_FIELD.split(pattern)
+        regex = re.compile("(\\d+)".join(re.escape(p) for p in pieces))
+        found: dict[int, str] = {}
+        for path in globbing.glob("*".join(globbing.escape(p) for p in pieces)):
+            match = regex.fullmatch(path)
+            if match is None or len(set(match.groups())) != 1:
+                continue
+            found.setdefault(int(match.group(1)), path)
+        if not found:
+            raise FileNotFoundError(
+                f"no file matches the per-step pattern {pattern!r} ({len(fields)} step field(s) "
+                "read as the step number)"
+            )
+        self._file_steps = sorted(found)
+        self._files = [found[s] for s in self._file_steps]
+
+    def _per_step_glob(self, pattern: str) -> None:
+        paths = sorted(globbing.glob(os.path.abspath(pattern)))
+        if not paths:
+            raise FileNotFoundError(f"no file matches {os.path.abspath(pattern)!r}")
+        numbers = [re.findall(r"\d+", os.path.basename(p)) for p in paths]
+        steps = [int(n[-1]) if n else None for n in numbers]
+        if self._explicit_steps is None and (None in steps or len(set(steps)) != len(steps)):
+            raise ReplayError(
+                f"the files matching {pattern!r} do not each hold a distinct step number in "
+                "their names (the last number of the name): give steps=[...], or a pattern "
+                "with a {step} field"
+            )
+        order = sorted(range(len(paths)), key=lambda i: steps[i] or 0)
+        self._files = [paths[i] for i in order]
+        self._file_steps = [steps[i] or 0 for i in order]
+
+    def _steps_of_the_file(self) -> list[int] | None:
+        """The step numbers of a file with a time axis, from its ``step`` dataset (None: none)."""
+        if self._explicit_steps is not None:
+            return self._explicit_steps
+        info = self._datasets.get(STEP_DATASET)
+        if info is None or len(info.shape) != 1 or info.dtype.kind not in "iu":
+            return None
+        values = [int(v) for v in self._read_small(info)]
+        written = 1
+        while written < len(values) and values[written] > values[written - 1]:
+            written += 1
+        if written < len(values):
+            logger.info(
+                "deisa replay: %s: the %r dataset increases over its first %d of %d entries; "
+                "the rest were never written (a run that stopped early)",
+                self._path,
+                STEP_DATASET,
+                written,
+                len(values),
+            )
+        return values[:written]
+
+    def _read_small(self, info: _Dataset) -> np.ndarray:
+        if self._zarr:
+            import zarr
+
+            return np.asarray(zarr.open_array(info.path, mode="r", path=info.name)[...])
+        import h5py
+
+        with h5py.File(info.path, "r") as f:
+            return np.asarray(f[info.name][...])
+
+    def _check_count(self, count: int, what: str) -> None:
+        assert self._explicit_steps is not None
+        if len(self._explicit_steps) != count:
+            raise ReplayError(
+                f"steps= gives {len(self._explicit_steps)} step numbers for {count} {what}"
+            )
+
+    def _check_workers_see_the_files(self) -> None:
+        paths = self._files or [self._path]
+        seen = self.client.run(lambda: [os.path.exists(p) for p in paths])
+        for worker, exists in seen.items():
+            missing = [p for p, ok in zip(paths, exists, strict=True) if not ok]
+            if missing:
+                raise FileNotFoundError(
+                    f"worker {worker} cannot see {missing[0]}"
+                    + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
+                    + ": the workers read the files themselves, at the same path"
+                )
+
+    # -- arrays ----------------------------------------------------------------------------------
+
+    @property
+    def names(self) -> list[str]:
+        """The arrays this source holds (datasets with a time axis, or those of the first
+        per-step file)."""
+        if self._files:
+            return sorted(self._datasets)
+        return sorted(n for n, d in self._datasets.items() if self._time_axis_problem(d) is None)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.names
+
+    def __getitem__(self, name: str) -> ReplayArray:
+        """The saved array ``name``; reads the files' metadata only.
+
+        Raises
+        ------
+        UnknownArrayError
+            No dataset ``name``; the message lists those present.
+        ReplayError
+            ``name`` has no time axis, or per-step files disagree on its shape or dtype (or
+            some lack it).
+        """
+        if name not in self._arrays:
+            self._arrays[name] = self._make(name)
+        return self._arrays[name]
+
+    def zip(
+        self, *names: str, how: Literal["all", "any"] = "all"
+    ) -> Iterator[tuple[int, tuple[da.Array | None, ...]]]:
+        """Iterate the steps of several arrays together, in step order, as
+        :meth:`deisa.Adapter.zip` does on a live stream (``how``: "all" or "any")."""
+        check_zip(names, how)
+        yield from zip_steps([self[name] for name in names], how)
+
+    def close(self) -> None:
+        """Nothing to release (no file is kept open); for ``with`` blocks, as an Adapter's."""
+
+    def __enter__(self) -> Replay:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<Replay of {self._source}: {', '.join(self.names) or 'no array'}>"
+
+    def _unknown(self, name: str) -> UnknownArrayError:
+        present = ", ".join(repr(n) for n in self.names) or "none"
+        return UnknownArrayError(
+            f"no array {name!r} in {self._source}; the arrays there are: {present}"
+        )
+
+    def _time_axis_problem(self, info: _Dataset) -> str | None:
+        if len(info.shape) < 2:
+            return (
+                f"it has shape {info.shape}: an array needs a leading time axis and at least "
+                "one spatial axis"
+            )
+        if self._explicit_steps is not None and info.shape[0] < len(self._explicit_steps):
+            return (
+                f"its first axis has {info.shape[0]} entries for the "
+                f"{len(self._explicit_steps)} steps of steps="
+            )
+        if self._explicit_steps is None and self._time_steps is not None:
+            declared = self._datasets[STEP_DATASET].shape[0]
+            if info.shape[0] != declared:
+                return (
+                    f"its first axis has {info.shape[0]} entries, the {STEP_DATASET!r} dataset "
+                    f"of the step numbers {declared}"
+                )
+        return None
+
+    def _make(self, name: str) -> ReplayArray:
+        if self._files:
+            return self._make_per_step(name)
+        info = self._datasets.get(name)
+        if info is None:
+            raise self._unknown(name)
+        problem = self._time_axis_problem(info)
+        if problem is not None:
+            raise ReplayError(f"{name!r} in {self._source} has no time axis: {problem}")
+        steps = self._time_steps if self._time_steps is not None else range(info.shape[0])
+        shape = info.shape[1:]
+        chunks = self._spatial_chunks(info, shape)
+        token = tokenize(info.path, name, os.stat(info.path).st_mtime_ns, chunks)
+        if self._zarr:
+            full = da.from_zarr(info.path, component=name, chunks=(1, *chunks))
+
+            def build(i: int) -> da.Array:
+                return full[i]
+
+        else:
+
+            def build(i: int) -> da.Array:
+                return da.from_array(
+                    _HDF5Block(info, i, shape),
+                    chunks=chunks,
+                    name=f"replay-{name}-{token}-{i}",
+                    meta=np.empty((0,) * len(shape), info.dtype),
+                )
+
+        return ReplayArray(name, list(steps), shape, info.dtype, chunks, build, self._source)
+
+    def _make_per_step(self, name: str) -> ReplayArray:
+        infos: list[_Dataset] = []
+        for path in self._files:  # metadata only, every file: a bad one fails here
+            found = {d.name: d for d in _list_datasets(path)}
+            if name not in found:
+                if path == self._files[0]:
+                    raise self._unknown(name)
+                raise ReplayError(
+                    f"{path} has no dataset {name!r}, which {self._files[0]} has; the "
+                    f"per-step files must hold the same arrays"
+                )
+            infos.append(found[name])
+        first = infos[0]
+        shape = first.shape[1:] if first.shape[:1] == (1,) and len(first.shape) > 1 else first.shape
+        for path, info in zip(self._files, infos, strict=True):
+            if info.shape != first.shape or info.dtype != first.dtype:
+                raise ReplayError(
+                    f"the per-step files disagree on {name!r}: {first.path} holds "
+                    f"{first.shape} {first.dtype}, {path} {info.shape} {info.dtype}"
+                )
+        if not shape:
+            raise ReplayError(f"{name!r} in {first.path} is a scalar: it has no spatial axis")
+        leading = 0 if len(first.shape) > len(shape) else None
+        chunks = self._spatial_chunks(first, shape)
+        stamps = [os.stat(p).st_mtime_ns for p in self._files]
+        token = tokenize(self._files, name, stamps, chunks)
+
+        def build(i: int) -> da.Array:
+            return da.from_array(
+                _HDF5Block(infos[i], leading, shape),
+                chunks=chunks,
+                name=f"replay-{name}-{token}-{i}",
+                meta=np.empty((0,) * len(shape), first.dtype),
+            )
+
+        return ReplayArray(name, self._file_steps, shape, first.dtype, chunks, build, self._source)
+
+    def _spatial_chunks(
+        self, info: _Dataset, shape: tuple[int, ...]
+    ) -> tuple[tuple[int, ...], ...]:
+        spec: Any = self._chunks
+        if spec is None:
+            file_chunks = info.chunks[-len(shape) :] if info.chunks else None
+            spec = file_chunks if file_chunks is not None else "auto"
+        return da.core.normalize_chunks(spec, shape, dtype=info.dtype)
+
+
+def _list_datasets(path: str) -> list[_Dataset]:
+    """Every dataset of the HDF5 file ``path`` (in groups too: ``"group/name"``), metadata only."""
+    import h5py
+
+    try:
+        f = h5py.File(path, "r")
+    except OSError as exc:
+        raise ReplayError(f"{path}: not a readable HDF5 file ({exc})") from exc
+    found: list[_Dataset] = []
+    with f:
+
+        def visit(name: str, item: Any) -> None:
+            if isinstance(item, h5py.Dataset):
+                found.append(_Dataset(path, name, item.shape, item.dtype, item.chunks))
+
+        f.visititems(visit)
+    return found
+
+
+def _zarr_datasets(path: str) -> list[_Dataset]:
+    """Every array of the Zarr store ``path`` (in groups too), metadata only."""
+    try:
+        import zarr
+    except ImportError as exc:
+        raise ReplayError(
+            f"{path} is a Zarr store (a directory): reading it needs the zarr package "
+            "(pip install 'deisa-insitu[zarr]')"
+        ) from exc
+    try:
+        group = zarr.open_group(path, mode="r")
+    except Exception as exc:
+        raise ReplayError(f"{path}: not a readable Zarr store ({exc})") from exc
+    return [
+        _Dataset(path, name, tuple(item.shape), np.dtype(item.dtype), tuple(item.chunks))
+        for name, item in group.members(max_depth=None)
+        if isinstance(item, zarr.Array)
+    ]
