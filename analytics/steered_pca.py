@@ -1,6 +1,6 @@
 """In situ PCA that stops the simulation once it has converged (steering values, issue #14).
 
-``insitu_pca.py`` with the analytics answering back: after each step it compares the explained
+``pca.py`` (in situ) with the analytics answering back: after each step it compares the explained
 variance ratio with the previous step's, and once the relative change falls below
 ``--stop-when-converged EPS`` it sets the steering value ``stop``. The C solver reads it through
 the ``read: [stop]`` section of configs/heat_deisa.yml, the Python solver with

@@ -49,6 +49,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import dask
 import dask.array as da
 import numpy as np
 import scipy.linalg
@@ -295,6 +296,13 @@ def _merge(states: list[_PartialPCA | None], rank: int | None) -> _PartialPCA | 
     return _PartialPCA(n, mean, squared_deviations, singular_values, components)
 
 
+def _current_client() -> Client | None:
+    try:
+        return get_client()
+    except ValueError:  # no client in this process
+        return None
+
+
 class PendingFit:
     """A fit submitted to the cluster by :meth:`IncrementalPCA.submit_fit`, not finished yet.
 
@@ -431,7 +439,10 @@ class IncrementalPCA(TransformerMixin, BaseEstimator):
     partition_policy : str or PartitionPolicy
         Partition sizing passed to :func:`deisa.split` (default one per worker thread).
     client : Client, optional
-        Client for dask arrays; defaults to the current one.
+        Client for dask arrays; defaults to the current one. With none (no client in the
+        process, e.g. on a :class:`~deisa.Replay` of files), ``fit`` and ``partial_fit`` of a
+        dask array compute its blocks with dask's local scheduler and reduce them in this
+        process, as one partition: the result is the same as on one worker of one thread.
 
     Attributes
     ----------
@@ -546,6 +557,8 @@ class IncrementalPCA(TransformerMixin, BaseEstimator):
                     previous, state.mean, state.components[:n_components]
                 )
             return self._finish(state, n_components, variance)
+        if self.client is None and _current_client() is None:
+            return self._fit_here(X)
         return self._submit(X).result()
 
     def submit_fit(self, X: da.Array) -> PendingFit:
@@ -631,6 +644,23 @@ class IncrementalPCA(TransformerMixin, BaseEstimator):
             part = _reduce_rows(X[start : start + batch], rank, int(seeds.randint(2**31)), n_iter)
             state = _merge([state, part], rank)
         return state
+
+    def _fit_here(self, X: da.Array) -> IncrementalPCA:
+        """``partial_fit`` of a dask array with no client: its blocks computed by dask's local
+        scheduler and reduced here as one partition, as one worker of one thread would."""
+        n_components, rank, seeds, n_iter = self._prepare(X)
+        blocks = list(dask.compute(*X.to_delayed().ravel()))
+        indexes = list(np.ndindex(*X.numblocks))
+        previous = self._previous
+        local = _reduce_partition(blocks, indexes, rank, int(seeds.randint(2**31)), n_iter)
+        state = _merge([previous, local], rank)
+        assert state is not None
+        self.bytes_moved_ = 0
+        variance = None
+        if rank is not None:
+            variance = _variance_along(blocks, indexes, state, n_components)
+            variance += _state_variance_along(previous, state.mean, state.components[:n_components])
+        return self._finish(state, n_components, variance)
 
     def _submit(self, X: da.Array) -> PendingFit:
         n_components, rank, seeds, n_iter = self._prepare(X)
