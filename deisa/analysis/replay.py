@@ -297,13 +297,13 @@ class Replay:
         paths = sorted(globbing.glob(os.path.abspath(pattern)))
         if not paths:
             raise FileNotFoundError(f"no file matches {os.path.abspath(pattern)!r}")
-        numbers = [re.findall(r"\d+", os.path.basename(p)) for p in paths]
+        numbers = [re.findall(r"\d+", os.path.splitext(os.path.basename(p))[0]) for p in paths]
         steps = [int(n[-1]) if n else None for n in numbers]
         if self._explicit_steps is None and (None in steps or len(set(steps)) != len(steps)):
             raise ReplayError(
                 f"the files matching {pattern!r} do not each hold a distinct step number in "
-                "their names (the last number of the name): give steps=[...], or a pattern "
-                "with a {step} field"
+                "their names (the last number of the name, extension excluded): give "
+                "steps=[...], or a pattern with a {step} field"
             )
         order = sorted(range(len(paths)), key=lambda i: steps[i] or 0)
         self._files = [paths[i] for i in order]
