@@ -1,5 +1,5 @@
 """Several consumers, groups, windows and zip on real runs (mpirun simulations, ``dask``
-processes); the scheduler side of each is tested in process in ``test_extension.py``.
+processes); the scheduler side of each is tested in process in ``scheduler/test_extension.py``.
 
 The checks are on what the analytics receives, not on when ``publish`` returns, so they hold
 whether the Bridge publishes synchronously or asynchronously. Consumers run in threads of this

@@ -1,56 +1,62 @@
-"""Where the blocks of streamed arrays live, as the stream reported it.
+"""Where the blocks of a streamed step live, carried by the step's array itself.
 
 The Bridge tells the scheduler which worker holds each block it publishes; the scheduler
-extension hands that record to the :class:`~deisa.Adapter` with the step's keys. The
-Adapter files it here, and :func:`deisa.split` reads it instead of asking the scheduler
-again (``who_has``, ``nthreads``). An entry lives exactly as long as the future of its block in
-this process: when the step's array is dropped, its entries go with it. Arrays that did not come
-from a stream have no entry, and the splitter asks the scheduler as before.
+extension hands that record to the :class:`~deisa.Adapter` with the step's keys, and the
+Adapter returns the step as a :class:`LocatedArray`: a dask array that also holds those
+locations. :func:`deisa.split` reads them from the array it is given (:func:`of`) instead of
+asking the scheduler again (``who_has``, ``nthreads``). The locations live exactly as long as
+the array. Dask's full slices (``x[:, :]``, ``x[...]``) return the array itself and keep
+them; any other operation builds a plain dask array under new keys, which the splitter locates
+by asking the scheduler, as it does for every array that did not come from a stream.
 """
 
 from __future__ import annotations
 
-import threading
-import weakref
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-_lock = threading.Lock()
-_workers: dict[Hashable, str] = {}
-_nthreads: dict[str, int] = {}
+import dask.array as da
+from dask.core import flatten
 
 
 @dataclass(frozen=True)
 class Locations:
-    """Holder of every block asked for, and the threads of those holders."""
+    """Holder of every block of a step, and the threads of those holders."""
 
     workers: dict[Hashable, str]
     nthreads: dict[str, int]
 
 
-def record(
-    futures: Mapping[Hashable, Any], workers: Iterable[str], nthreads: Mapping[str, int]
-) -> None:
-    """File the holder of each future's key; the entry is dropped with the future."""
-    with _lock:
-        _nthreads.update(nthreads)
-        for (key, future), worker in zip(futures.items(), workers, strict=True):
-            _workers[key] = worker
-            weakref.finalize(future, _forget, key)
+class LocatedArray(da.Array):
+    """A dask array of one streamed step that knows which worker holds each of its blocks.
+
+    Everything else is :class:`dask.array.Array`; :func:`deisa.split` reads
+    :attr:`locations`.
+    """
+
+    locations: Locations
 
 
-def _forget(key: Hashable) -> None:
-    with _lock:
-        _workers.pop(key, None)
+def located(
+    array: da.Array, keys: Iterable[Hashable], workers: Iterable[str], nthreads: Mapping[str, int]
+) -> da.Array:
+    """``array`` as a :class:`LocatedArray` whose block ``keys`` are held by ``workers`` (one per
+    key, in order); ``array`` itself if its keys are not the step's (a region sliced out of
+    the blocks)."""
+    holders = dict(zip(keys, workers, strict=True))
+    own = list(flatten(array.__dask_keys__()))
+    if not set(own) <= holders.keys():
+        return array
+    step = LocatedArray(array.dask, array.name, array.chunks, meta=array._meta)
+    threads = {worker: nthreads.get(worker, 1) for worker in set(holders.values())}
+    step.locations = Locations({key: holders[key] for key in own}, threads)
+    return step
 
 
-def lookup(keys: Iterable[Hashable]) -> Locations | None:
-    """Holders of all ``keys``, or ``None`` if any of them was not filed by a stream."""
-    with _lock:
-        try:
-            workers = {key: _workers[key] for key in keys}
-        except KeyError:
-            return None
-        threads = {w: _nthreads.get(w, 1) for w in set(workers.values())}
-    return Locations(workers, threads)
+def of(array: Any) -> Locations | None:
+    """The locations ``array`` carries, or ``None`` if it did not come from a stream."""
+    known: Locations | None = getattr(array, "locations", None)
+    if known is None or not set(flatten(array.__dask_keys__())) <= known.workers.keys():
+        return None  # a dask operation that kept the class but not the keys
+    return known

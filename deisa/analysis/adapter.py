@@ -32,6 +32,7 @@ from distributed import Client, Future
 from .. import _dask_internals
 from ..contract import Contract
 from ..scheduler import StreamExtension
+from ..wire import Reply, Route, Status, is_ok, status
 from . import _block_locations, contracts
 from ._reading import EndOfStreamError, StepArray, StepNotAvailableError, check_zip, zip_steps
 
@@ -101,7 +102,7 @@ class Adapter:
             return
         self._closed = True
         if self.client.status == "running":
-            self._request("deisa_detach", consumer=self.consumer)
+            self._request(Route.DETACH, consumer=self.consumer)
 
     def __enter__(self) -> Adapter:
         return self
@@ -161,7 +162,7 @@ class Adapter:
 
     def stats(self) -> dict[str, Any]:
         """Scheduler-side counters: calls per route, steps published, taken and queued."""
-        return self._request("deisa_stats")
+        return self._request(Route.STATS)
 
     def set(self, name: str, value: Any) -> int:
         """Set the steering value ``name`` that the simulation reads with :meth:`Bridge.get`.
@@ -200,10 +201,11 @@ class Adapter:
 
         return steering.set_value(self.client, name, value)
 
-    def _request(self, route: str, **kwargs: Any) -> dict[str, Any]:
-        if self._closed and route not in ("deisa_detach", "deisa_stats"):
+    def _request(self, route: Route, **kwargs: Any) -> Reply:
+        """Call ``route`` on the scheduler (:mod:`deisa.wire`) and return its reply."""
+        if self._closed and route not in (Route.DETACH, Route.STATS):
             raise RuntimeError(f"this Adapter was closed: it cannot read any more ({route})")
-        reply: dict[str, Any] = self.client.sync(getattr(self.client.scheduler, route), **kwargs)
+        reply: Reply = self.client.sync(getattr(self.client.scheduler, route.value), **kwargs)
         return reply
 
 
@@ -230,6 +232,8 @@ class ArrayDescriptor(StepArray):
         self._handed: dict[int, dict[Any, weakref.ref[Future]]] = {}
         self._run: str | None = None  # the simulation run whose steps this reads
         self._contract_of: dict[int, dict[str, Any] | None] = {}  # the contract of each step
+        # the worker of each block of a step, and their threads, as the stream reported them
+        self._holders: dict[int, tuple[list[str], dict[str, int]]] = {}
 
     # -- metadata ----------------------------------------------------------------------------
 
@@ -238,14 +242,14 @@ class ArrayDescriptor(StepArray):
         if self._meta is None:
             adapter = self.adapter
             reply = adapter._request(
-                "deisa_meta",
+                Route.META,
                 name=self.name,
                 timeout=adapter.timeout,
                 client=adapter.client.id,
                 consumer=adapter.consumer,
                 group=adapter.group,
             )
-            if reply["status"] != "OK":
+            if not is_ok(reply):
                 raise TimeoutError(
                     f"no simulation has opened array {self.name!r} within {self.adapter.timeout} s"
                 )
@@ -276,7 +280,7 @@ class ArrayDescriptor(StepArray):
         if self._run is None and not self._ended:
             adapter = self.adapter
             adapter._request(
-                "deisa_attach",
+                Route.ATTACH,
                 name=self.name,
                 client=adapter.client.id,
                 consumer=adapter.consumer,
@@ -289,7 +293,7 @@ class ArrayDescriptor(StepArray):
             return False
         client = self.adapter.client
         reply = self.adapter._request(
-            "deisa_get",
+            Route.GET,
             name=self.name,
             client=client.id,
             timeout=self.adapter.timeout,
@@ -297,14 +301,14 @@ class ArrayDescriptor(StepArray):
             consumer=self.adapter.consumer,
             group=self.adapter.group,
         )
-        status = reply["status"]
-        if status == "error":
+        answer = status(reply)
+        if answer is Status.ERROR:
             raise RuntimeError(f"deisa_get of {self.name!r} refused: {reply['message']}")
-        if status == "end":
+        if answer is Status.END:
             self._ended = True
             logger.info("deisa adapter: end of %r after %d steps", self.name, len(self._seen))
             return False
-        if status == "timeout":
+        if answer is Status.TIMEOUT:
             last = self._seen[-1] if self._seen else None
             state = (
                 f"the simulation has published {reply['published']} step(s) so far, the last "
@@ -318,10 +322,10 @@ class ArrayDescriptor(StepArray):
         self._meta, self._run = reply["meta"], reply["run"]
         step = int(reply["step"])
         futures = {key: _dask_internals.future_in_memory(key, client) for key in reply["keys"]}
-        _block_locations.record(futures, reply["workers"], reply["nthreads"])
+        self._holders[step] = (reply["workers"], reply["nthreads"])
         if reply.get("confirm"):  # this client took the step before, through another consumer
             _dask_internals.send_batched(
-                client, "deisa_step_taken", name=self.name, run=self._run, step=step
+                client, Route.STEP_TAKEN.value, name=self.name, run=self._run, step=step
             )
         self._cached[step] = futures
         self._contract_of[step] = reply.get("contract")
@@ -358,15 +362,17 @@ class ArrayDescriptor(StepArray):
             futures = alive  # type: ignore[assignment]
         meta = self.meta
         if self._contract_of.get(step) is not None:  # sent under a contract: its region
-            return contracts.region_array(futures, meta, self._contract_of[step])  # type: ignore[arg-type]
-        name = next(iter(futures))[0]
-        return da.Array(
-            dict(futures),
-            name,
-            chunks=self.chunks,
-            dtype=np.dtype(meta["dtype"]),
-            shape=tuple(meta["shape"]),
-        )
+            array = contracts.region_array(futures, meta, self._contract_of[step])  # type: ignore[arg-type]
+        else:
+            array = da.Array(
+                dict(futures),
+                next(iter(futures))[0],
+                chunks=self.chunks,
+                dtype=np.dtype(meta["dtype"]),
+                shape=tuple(meta["shape"]),
+            )
+        workers, nthreads = self._holders[step]
+        return _block_locations.located(array, futures, workers, nthreads)
 
     # -- contracts (deisa.contract) ---------------------------------------------------------
 
@@ -424,7 +430,7 @@ class ArrayDescriptor(StepArray):
     @property
     def contract(self) -> Contract | None:
         """The array's contract as the scheduler holds it now (``None``: everything is sent)."""
-        wire = self.adapter._request("deisa_get_contract", name=self.name)["contract"]
+        wire = self.adapter._request(Route.GET_CONTRACT, name=self.name)["contract"]
         return None if wire is None else Contract.from_wire(wire)
 
     def contract_of(self, step: int) -> Contract | None:

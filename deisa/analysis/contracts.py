@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..contract import Contract, ContractError, block_box, local_slices, sub_chunks
+from ..wire import Route, is_ok
 
 
 def set_contract(
@@ -24,14 +25,12 @@ def set_contract(
     """
     wire = None if contract is None else contract.to_wire()
     reply = client.sync(
-        client.scheduler.deisa_set_contract, name=name, contract=wire, timeout=timeout
+        getattr(client.scheduler, Route.SET_CONTRACT.value),
+        name=name,
+        contract=wire,
+        timeout=timeout,
     )
-    if not isinstance(reply, dict):
-        raise ContractError(
-            f"the scheduler answered {reply!r}: its deisa extension has no contract routes; "
-            "is it running an older deisa?"
-        )
-    if reply["status"] != "OK":
+    if not is_ok(reply):
         raise ContractError(f"contract of {name!r} refused: {reply['message']}")
     return None if reply["contract"] is None else Contract.from_wire(reply["contract"])
 

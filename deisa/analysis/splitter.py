@@ -327,8 +327,9 @@ def split(
     client : Client, optional
         Defaults to the current client.
     nthreads : dict, optional
-        Threads per worker address; defaults to what the stream reported for arrays from an
-        :class:`~deisa.Adapter`, else ``client.nthreads()``.
+        Threads per worker address; defaults to what the stream reported for a step's array
+        from an :class:`~deisa.Adapter` (with the blocks' holders, so that ``split`` asks the
+        scheduler nothing), else ``client.nthreads()``.
     persist : bool
         Persist ``x`` first when some of its blocks are not held by futures (a lazy array),
         instead of raising.
@@ -362,7 +363,7 @@ def split(
             f"(first: {missing[0]!r}); persist the array first: x = client.persist(x)"
         )
     futures = [futures_by_key[k] for k in keys]
-    known = _block_locations.lookup(keys)  # carried by the stream: no query needed
+    known = _block_locations.of(x)  # carried by a streamed step's array: no query needed
     if known is None:
         wait(futures)
         holders = client.who_has(futures)  # the one location query for the whole array

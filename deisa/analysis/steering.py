@@ -22,7 +22,7 @@ Routes (RPC handlers on the scheduler, registered with the :class:`~deisa.schedu
 StreamExtension`):
 
 - ``deisa_set_value(name, value)``: store ``value`` (pickled bytes, or ``None`` to clear).
-- ``deisa_get_value(name)``: ``{"status": "OK", "value": bytes | None, "version": int}``;
+- ``deisa_get_value(name)``: ``ok(value=bytes | None, version=int)``;
   ``version`` counts the times ``name`` was set (0: never).
 
 Examples

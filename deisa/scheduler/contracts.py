@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..contract import Contract, ContractError
-from ..wire import WATCH_SECONDS
+from ..wire import WATCH_SECONDS, Reply, Route, error, ok
 
 logger = logging.getLogger(__name__)
 
@@ -41,9 +41,9 @@ class ContractStore:
 
     def handlers(self) -> dict[str, Callable[..., Any]]:
         return {
-            "deisa_set_contract": self.set_contract,
-            "deisa_get_contract": self.get_contract,
-            "deisa_watch_contracts": self.watch_contracts,
+            Route.SET_CONTRACT.value: self.set_contract,
+            Route.GET_CONTRACT.value: self.get_contract,
+            Route.WATCH_CONTRACTS.value: self.watch_contracts,
         }
 
     def _event(self) -> asyncio.Event:
@@ -81,21 +81,21 @@ class ContractStore:
 
     async def set_contract(
         self, name: str, contract: dict[str, Any] | None, timeout: float | None = None
-    ) -> dict[str, Any]:
+    ) -> Reply:
         self.calls["set"] += 1
         if not isinstance(name, str) or not name:
-            return {"status": "error", "message": f"array name {name!r} must be a string"}
+            return error(f"array name {name!r} must be a string")
         try:
             parsed = None if contract is None else Contract.from_wire(contract)
         except ContractError as exc:
-            return {"status": "error", "message": str(exc)}
+            return error(str(exc))
         slot = self.slots.setdefault(name, _Slot())
         meta = self.meta_of(name)
         if parsed is not None and meta is not None:
             try:
                 parsed = parsed.resolved(meta["shape"], name)
             except ContractError as exc:
-                return {"status": "error", "message": str(exc)}
+                return error(str(exc))
         version = slot.version + 1
         checked = parsed is None or meta is not None
         self.slots[name] = slot = _Slot(
@@ -114,16 +114,15 @@ class ContractStore:
                                     or self.slots[name].checked, timeout)  # fmt: skip
             slot = self.slots[name]
             if slot.version == version + 1 and slot.error is not None:
-                return {"status": "error", "message": slot.error}
+                return error(slot.error)
             if not done and slot.version == version:
                 self.slots[name] = _Slot(None, version + 1)  # withdrawn: never served
                 self._notify()
-                return {
-                    "status": "error",
-                    "message": f"unknown array {name!r}: no simulation opened it within "
-                    f"{timeout} s, so its contract could not be checked and was withdrawn",
-                }
-        return {"status": "OK", **self.served(name)}
+                return error(
+                    f"unknown array {name!r}: no simulation opened it within {timeout} s, so "
+                    "its contract could not be checked and was withdrawn"
+                )
+        return ok(**self.served(name))
 
     async def _wait(self, ready: Callable[[], bool], timeout: float | None) -> bool:
         loop = asyncio.get_running_loop()
@@ -138,14 +137,14 @@ class ContractStore:
                 return ready()
         return True
 
-    def get_contract(self, name: str) -> dict[str, Any]:
+    def get_contract(self, name: str) -> Reply:
         self.calls["get"] += 1
         slot = self.slots.get(name, _Slot())
-        return {"status": "OK", **self.served(name), "error": slot.error}
+        return ok(**self.served(name), error=slot.error)
 
     async def watch_contracts(
         self, names: list[str], versions: dict[str, int], timeout: float | None = WATCH_SECONDS
-    ) -> dict[str, Any]:
+    ) -> Reply:
         self.calls["watch"] += 1
 
         def changed() -> dict[str, Any]:
@@ -157,7 +156,7 @@ class ContractStore:
             }
 
         await self._wait(lambda: bool(changed()), timeout)
-        return {"status": "OK", "contracts": changed()}
+        return ok(contracts=changed())
 
     def stats(self) -> dict[str, Any]:
         return {

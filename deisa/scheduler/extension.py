@@ -6,52 +6,26 @@ It plays the role of the DEISA paper's Queue, but carries a whole step per messa
 Bridge's rank 0 aggregates the keys of all ranks over MPI and makes one ``deisa_publish`` call
 per step and array, and each consumer one ``deisa_get`` per step, whatever the number of ranks.
 
-Consumers and groups
---------------------
-A *consumer* is one :class:`~deisa.Adapter` (its ``consumer`` id; the client it runs on
-owns the keys it takes). Every consumer attached to an array receives every step (fan-out),
-except that consumers opened with the same ``group`` name share one position in the stream: each
-step goes to one member of the group, whichever asks first (a work queue), and the end of the
-stream to every member. Below, a *reader* is a consumer that is in no group, or a group (which
-counts as one).
-
-- A consumer *attaches* to an array at its first ``deisa_attach``, ``deisa_meta`` or
-  ``deisa_get`` of it. It receives the steps published after that; the first reader of a run
-  (or the first after every reader left) also takes the steps that waited for a reader: before
-  any reader is attached, steps are held for the first one (within ``buffer_nb``), so either
-  side may start first.
-- Two consumers on one client that take the same step: the second ``deisa_get`` answers
-  ``confirm: True`` and the stream keeps its claim on the keys until the client's
-  ``deisa_step_taken`` arrives on its batched stream, after any release the client sent for the
-  first consumer's futures (which could otherwise arrive late and free the keys).
-- Until every reader attached when a step was published has taken it, the step's keys are held
-  by a pseudo-client named after the stream (as distributed's Queue does), so the data stays
-  alive even if every simulation process has exited. ``deisa_get`` adds the taker's client to
-  the keys' wanters in the same scheduler call, and the stream lets go of them once the last
-  reader took the step: they are never unreferenced in between, and they are freed once every
-  reader is done with them.
-- Flow control counts the slowest reader: ``buffer_nb`` is reached when some reader has
-  ``buffer_nb`` steps to take.
-- A consumer *detaches* on ``deisa_detach`` (``Adapter.close()``, the Adapter's ``with``
-  block) or when its client leaves the scheduler (the :meth:`remove_client` hook: at once when
-  the client closes or its process dies, since the operating system closes its connection;
-  for a client whose host vanishes, when the scheduler's TCP connection times out,
-  ``distributed.comm.timeouts.tcp``, 30 s by default). A group detaches with its last member.
-  A detached reader stops counting for flow control at once, and the steps it had not taken
-  are released unless another reader still has to take them. If it was the last reader
-  attached, the steps it had not taken wait for the next reader, as before the first one came.
+How a stream serves its consumers and groups (fan-out, work queues, attach and detach, flow
+control, runs, repeated and lost steps) is told in :mod:`._streams`, beside its records.
 
 Routes (RPC handlers on the scheduler):
 
-- ``deisa_workers()``: worker addresses and thread counts, sorted by address.
+- ``deisa_workers()``: ``[[address, nthreads], ...]`` of the workers, sorted by address (a
+  plain list, not a reply: it cannot fail).
+- ``deisa_watch_workers(known, timeout)``: ``ok(workers=[[address, nthreads], ...])`` as soon
+  as the workers' addresses differ from ``known``, else after ``timeout`` seconds; how a
+  Bridge learns that a worker left or joined without waiting on a connection timeout.
 - ``deisa_open(name, run, meta, buffer_nb, on_full)``: a Bridge announces an array.
 - ``deisa_publish(name, run, step, blocks, timeout, contract=None)``: register one step's blocks
   (``[key, worker, nbytes]`` triples) and queue it for every reader; while a reader has
   ``buffer_nb`` steps to take it waits (``on_full="block"``, up to ``timeout``) or releases the
   oldest step some reader has not taken (``on_full="drop_oldest"``, with a warning naming the
   step; readers that took it keep it). A step index published again does what a file's slice
-  would (see "Repeated steps" below): ``{"status": "OK", "replaced": True}`` or
-  ``{"status": "dropped", "message": ...}``.
+  would (see "Repeated steps" in :mod:`._streams`): ``ok(replaced=True)`` or
+  ``Status.DROPPED``. A step with a block on a worker that has left is refused with
+  ``Status.LOST`` and ``workers`` (those that left): its keys are released and the readers
+  find a lost marker in its place.
 - ``deisa_close(name, run, nsteps)``: end of stream.
 - ``deisa_meta(name, timeout, client=None, consumer=None, group=None)``: the array's metadata,
   once a Bridge has opened it (a *consumed* run's metadata is not served: it waits for the next
@@ -61,145 +35,36 @@ Routes (RPC handlers on the scheduler):
   ``client``; ``run=None`` (a consumer that has taken nothing yet) means the current run, or the
   next one if the current one is consumed. A step's record carries its block keys, the worker
   holding each block (``workers``, as the Bridge reported it) and those workers' thread counts
-  (``nthreads``), so the analytics' splitter need not ask again.
+  (``nthreads``), so the analytics' splitter need not ask again. A step lost with a worker
+  answers ``Status.LOST`` with ``step`` and ``workers``; the end answers ``Status.END``.
 - ``deisa_attach(name, client, consumer, group=None)``: attach the consumer now (``zip``
   attaches to all its arrays before waiting for the first).
 - ``deisa_detach(consumer, names=None)``: the consumer leaves those arrays (default: all).
-- ``deisa_stats()``: message counts per route and per stream, with each stream's readers.
+- ``deisa_stats()``: message counts per route and per stream, with each stream's readers and
+  its lost steps (``[step, worker]``); a plain dict, not a reply.
 - ``deisa_set_value(name, value)``, ``deisa_get_value(name)``: steering values, the analytics'
   answers to the simulation (:mod:`deisa.analysis.steering`).
 - ``deisa_set_contract``, ``deisa_get_contract``, ``deisa_watch_contracts``: what the analytics
   needs of an array (:mod:`deisa.contract`); ``deisa_open`` replies with the array's contract,
   a step's record carries the one it was sent under (``contract``, from ``deisa_publish``).
 
-A run is *finished* when it is closed and no reader has a step of it left to take, even if
-nobody read the end-of-stream marker (an analytics loop over a known number of steps never
-does), and *consumed* if, on top of that, a reader took some of its steps. A new run of the same
-array name replaces a finished one; a consumer still reading the old run then receives its end
-of stream. A fresh consumer waits for the next run rather than receive a consumed run's end
-(but it does receive the end of a run that published no step).
-
-Repeated steps: each reader's queue is kept in step order and readers take steps in increasing
-order, as a reader of a file would find its slices. A step index published again, or a step
-published after a later one (a time index that goes backwards), is placed as follows:
-
-- no reader has taken that step, nor any later one: the step is queued in its place; if an
-  earlier publication of it is waiting, the new one replaces it (its keys are released, the
-  new ones queued in its place, with no flow-control wait), as a file's slice is overwritten;
-- otherwise (a reader took that step or a later one): the new publication is dropped (its keys
-  released) with a warning naming the step; the Bridge does not fail.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections import Counter, deque
-from dataclasses import dataclass, field
+from collections import Counter
 from typing import Any
 
 from distributed.diagnostics.plugin import SchedulerPlugin
 
 from .. import _dask_internals
-from ..wire import PLUGIN_NAME
-from . import contracts, steering
+from ..wire import PLUGIN_NAME, WATCH_SECONDS, Reply, Route, Status, error, ok
+from . import _streams, contracts, steering
+from ._streams import UNCLAIMED, End, Lost, Reader, Step, Stream, end_reply, insert
 
 logger = logging.getLogger(__name__)
-
-# the reader that holds the steps published while no consumer is attached (start-order
-# independence): the first reader to attach takes its place
-_UNCLAIMED = ""
-
-
-@dataclass(eq=False)
-class _Step:
-    """One published step, shared by the queues of the readers that have to take it."""
-
-    step: int
-    keys: list[Any]
-    workers: list[str]
-    run: str
-    pending: int = 0  # readers that have not taken it yet; the stream holds its keys until 0
-    clients: set[str] = field(default_factory=set)  # the clients that took it
-    contract: dict[str, Any] | None = None  # the contract it was sent under (deisa.contract)
-
-
-_Entry = _Step | dict[str, Any]  # a step, or the end-of-stream marker
-
-
-@dataclass(eq=False)
-class _Reader:
-    """A consumer's, or a group's, position in a stream: the steps it still has to take."""
-
-    name: str  # consumer id, ``group:<name>``, or _UNCLAIMED
-    members: set[str] = field(default_factory=set)  # consumer ids
-    queue: deque[_Entry] = field(default_factory=deque)
-    run: str | None = None  # the run it reads; None: the next one to open
-    taken: int = 0
-
-    def queued_steps(self) -> int:
-        return sum(1 for entry in self.queue if isinstance(entry, _Step))
-
-
-@dataclass
-class _Stream:
-    """State of one array's stream on the scheduler."""
-
-    name: str
-    run: str | None = None
-    meta: dict[str, Any] | None = None
-    buffer_nb: int | None = None
-    on_full: str = "block"
-    dropped: list[int] = field(default_factory=list)
-    readers: dict[str, _Reader] = field(default_factory=dict)
-    pending: dict[int, _Step] = field(default_factory=dict)  # steps some reader has to take
-    # (client, run, step) -> takes by a client that had taken the step before, through another
-    # consumer: the stream keeps its claim until the client confirms (see get_step)
-    deferred: dict[tuple[str, str, int], list[_Step]] = field(default_factory=dict)
-    changed: asyncio.Condition = field(default_factory=asyncio.Condition)
-    closed: bool = False
-    published: int = 0
-    taken: int = 0  # steps taken, summed over the readers
-    last_taken: int | None = None  # the latest step any reader took: later ones only queue
-
-    @property
-    def holder(self) -> str:
-        return f"deisa-stream-{self.name}-{self.run}"
-
-    def queued_steps(self) -> int:
-        """Steps the slowest reader (or the unclaimed queue) has to take."""
-        return max((r.queued_steps() for r in self.readers.values()), default=0)
-
-    @property
-    def finished(self) -> bool:
-        """Closed with no step left to take (only end markers may be left)."""
-        return self.closed and not self.pending
-
-    @property
-    def consumed(self) -> bool:
-        """Finished, and readers took its steps: its end is stale for a new consumer."""
-        return self.finished and self.taken > 0
-
-    async def notify(self) -> None:
-        async with self.changed:
-            self.changed.notify_all()
-
-    async def wait_for(self, predicate: Any, timeout: float | None) -> bool:
-        async with self.changed:
-            try:
-                await asyncio.wait_for(self.changed.wait_for(predicate), timeout)
-            except asyncio.TimeoutError:
-                return False
-        return True
-
-
-def _insert(queue: deque[_Entry], step: _Step) -> None:
-    """Queue ``step`` in step order (before the later steps and the end marker)."""
-    for i, entry in enumerate(queue):
-        if not isinstance(entry, _Step) or entry.step > step.step:
-            queue.insert(i, step)
-            return
-    queue.append(step)
 
 
 class StreamExtension(SchedulerPlugin):
@@ -209,27 +74,29 @@ class StreamExtension(SchedulerPlugin):
     idempotent = True
 
     def __init__(self) -> None:
-        self.streams: dict[str, _Stream] = {}
+        self.streams: dict[str, Stream] = {}
         self.calls: Counter[str] = Counter()
         self.scheduler: Any = None
         self.consumers: dict[str, str] = {}  # consumer id -> the client that owns its keys
         self._tasks: set[asyncio.Future[None]] = set()
+        self._workers_changed: asyncio.Condition = asyncio.Condition()
 
     async def start(self, scheduler: Any) -> None:
         self.scheduler = scheduler
         handlers = {
-            "deisa_workers": self.workers,
-            "deisa_open": self.open_stream,
-            "deisa_publish": self.publish_step,
-            "deisa_close": self.close_stream,
-            "deisa_meta": self.array_meta,
-            "deisa_get": self.get_step,
-            "deisa_attach": self.attach,
-            "deisa_detach": self.detach,
-            "deisa_stats": self.stats,
+            Route.WORKERS: self.workers,
+            Route.OPEN: self.open_stream,
+            Route.PUBLISH: self.publish_step,
+            Route.CLOSE: self.close_stream,
+            Route.META: self.array_meta,
+            Route.GET: self.get_step,
+            Route.ATTACH: self.attach,
+            Route.DETACH: self.detach,
+            Route.STATS: self.stats,
+            Route.WATCH_WORKERS: self.watch_workers,
         }
-        scheduler.handlers.update(handlers)
-        scheduler.stream_handlers["deisa_step_taken"] = self.step_taken
+        scheduler.handlers.update({route.value: handler for route, handler in handlers.items()})
+        scheduler.stream_handlers[Route.STEP_TAKEN.value] = self.step_taken
         self.steering = steering.install(scheduler)  # deisa_set_value, deisa_get_value
         self.contracts = contracts.install(scheduler, self._open_meta)  # deisa_*_contract(s)
         logger.info("deisa stream extension installed on %s", scheduler.address)
@@ -239,18 +106,74 @@ class StreamExtension(SchedulerPlugin):
         stream = self.streams.get(name)
         return None if stream is None else stream.meta
 
-    def _stream(self, name: str) -> _Stream:
+    def _stream(self, name: str) -> Stream:
         if name not in self.streams:
-            self.streams[name] = _Stream(name)
+            self.streams[name] = Stream(name)
         return self.streams[name]
+
+    def _soon(self, coroutine: Any) -> None:
+        """Run ``coroutine`` on the loop (from a sync hook), keeping it referenced until done."""
+        task = asyncio.ensure_future(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # -- workers -----------------------------------------------------------------------------
+
+    def _worker_list(self) -> list[tuple[str, int]]:
+        return sorted((ws.address, ws.nthreads) for ws in self.scheduler.workers.values())
 
     def workers(self) -> list[tuple[str, int]]:
         self.calls["workers"] += 1
-        return sorted((ws.address, ws.nthreads) for ws in self.scheduler.workers.values())
+        return self._worker_list()
+
+    async def watch_workers(self, known: list[str], timeout: float | None = WATCH_SECONDS) -> Reply:
+        self.calls["watch_workers"] += 1
+        changed = self._workers_changed
+        await _streams.wait_for(changed, lambda: set(self.scheduler.workers) != set(known), timeout)
+        return ok(workers=self._worker_list())
+
+    def add_worker(self, scheduler: Any, worker: str) -> None:
+        """A worker joined: wake the ``deisa_watch_workers`` callers."""
+        self._soon(_streams.notify(self._workers_changed))
+
+    def remove_worker(self, scheduler: Any, worker: str, **kwargs: Any) -> None:
+        """A worker left: every queued step with a block on it is lost for the readers that
+        had not taken it (the readers that took it hold the keys; dask reports them lost)."""
+        for stream in self.streams.values():
+            hit = sorted(
+                (step for step in stream.pending.values() if worker in step.workers),
+                key=lambda step: step.step,
+            )
+            for step in hit:
+                readers = [r for r in stream.readers.values() if step in r.queue]
+                self._lose(stream, Lost(step.step, (worker,), step.run), readers, step)
+            if hit:
+                self._soon(stream.notify())
+        self._soon(_streams.notify(self._workers_changed))
+
+    def _lose(self, stream: Stream, marker: Lost, readers: Any, step: Step | None = None) -> None:
+        """``marker`` takes the place of ``step`` (or its step's place, for a step never
+        queued) in the queues of ``readers``; the stream lets go of the step's keys."""
+        for reader in readers:
+            if step is None:
+                insert(reader.queue, marker)
+            else:
+                reader.queue[reader.queue.index(step)] = marker
+        if step is not None:
+            stream.pending.pop(step.step, None)
+            step.pending = 0
+            _dask_internals.release_keys(self.scheduler, step.keys, stream.holder)
+        stream.lost.extend((marker.step, worker) for worker in marker.workers)
+        logger.warning(
+            "deisa: step %d of %r lost: worker(s) %s holding its blocks left the cluster",
+            marker.step,
+            stream.name,
+            ", ".join(marker.workers),
+        )
 
     # -- consumers ---------------------------------------------------------------------------
 
-    def _attach(self, stream: _Stream, consumer: str, client: str, group: str | None) -> _Reader:
+    def _attach(self, stream: Stream, consumer: str, client: str, group: str | None) -> Reader:
         """The reader of ``consumer`` in ``stream``, attaching it (or its group) if new."""
         self.consumers[consumer] = client
         name = consumer if group is None else f"group:{group}"
@@ -259,41 +182,39 @@ class StreamExtension(SchedulerPlugin):
             reader.members.add(consumer)
             return reader
         if stream.run is None or stream.consumed:
-            reader = _Reader(name, {consumer})  # waits for the next run
-        elif _UNCLAIMED in stream.readers:  # the first reader takes the steps that waited
-            unclaimed = stream.readers.pop(_UNCLAIMED)
-            reader = _Reader(name, {consumer}, unclaimed.queue, unclaimed.run)
+            reader = Reader(name, {consumer})  # waits for the next run
+        elif UNCLAIMED in stream.readers:  # the first reader takes the steps that waited
+            unclaimed = stream.readers.pop(UNCLAIMED)
+            reader = Reader(name, {consumer}, unclaimed.queue, unclaimed.run)
         else:  # joins mid-run: starts at the next step
-            reader = _Reader(name, {consumer}, run=stream.run)
+            reader = Reader(name, {consumer}, run=stream.run)
             if stream.closed:
-                reader.queue.append(
-                    {"status": "end", "nsteps": stream.published, "run": stream.run}
-                )
+                reader.queue.append(End(stream.published, stream.run))
         stream.readers[name] = reader
         logger.info(
             "deisa: %s attached to %r (%d reader(s))", name, stream.name, len(stream.readers)
         )
         return reader
 
-    def _detach_reader(self, stream: _Stream, reader: _Reader) -> None:
+    def _detach_reader(self, stream: Stream, reader: Reader) -> None:
         """``reader`` leaves: its steps are released unless another reader has to take them."""
         del stream.readers[reader.name]
-        steps = [entry for entry in reader.queue if isinstance(entry, _Step)]
+        steps = [entry for entry in reader.queue if isinstance(entry, Step)]
         if not stream.readers and stream.run is not None and (steps or not stream.closed):
             # the last reader left mid-run: what it had not taken waits for the next one
-            stream.readers[_UNCLAIMED] = _Reader(_UNCLAIMED, set(), reader.queue, reader.run)
+            stream.readers[UNCLAIMED] = Reader(UNCLAIMED, set(), reader.queue, reader.run)
             return
         for step in steps:
             self._untake(stream, step)
 
-    def _untake(self, stream: _Stream, step: _Step) -> None:
+    def _untake(self, stream: Stream, step: Step) -> None:
         """One reader fewer has to take ``step``; the last one lets the stream's keys go."""
         step.pending -= 1
         if step.pending == 0:
             stream.pending.pop(step.step, None)
             _dask_internals.release_keys(self.scheduler, step.keys, stream.holder)
 
-    def _leave(self, consumer: str, names: list[str] | None = None) -> list[_Stream]:
+    def _leave(self, consumer: str, names: list[str] | None = None) -> list[Stream]:
         """Detach ``consumer`` from the streams ``names`` (default: all); the streams touched."""
         touched = []
         for stream in list(self.streams.values()):
@@ -312,16 +233,16 @@ class StreamExtension(SchedulerPlugin):
 
     async def attach(
         self, name: str, client: str, consumer: str, group: str | None = None
-    ) -> dict[str, Any]:
+    ) -> Reply:
         self.calls["attach"] += 1
         self._attach(self._stream(name), consumer, client, group)
-        return {"status": "OK"}
+        return ok()
 
-    async def detach(self, consumer: str, names: list[str] | None = None) -> dict[str, Any]:
+    async def detach(self, consumer: str, names: list[str] | None = None) -> Reply:
         self.calls["detach"] += 1
         for stream in self._leave(consumer, names):
             await stream.notify()
-        return {"status": "OK"}
+        return ok()
 
     def remove_client(self, scheduler: Any, client: str) -> None:
         """A client left the scheduler (closed, died, timed out): its consumers detach."""
@@ -332,9 +253,7 @@ class StreamExtension(SchedulerPlugin):
                 for entry in stream.deferred.pop(deferred):
                     self._untake(stream, entry)
         for stream in touched.values():  # a sync hook: wake the waiters from the loop
-            task = asyncio.ensure_future(stream.notify())
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._soon(stream.notify())
 
     # -- the simulation's side ---------------------------------------------------------------
 
@@ -345,15 +264,14 @@ class StreamExtension(SchedulerPlugin):
         meta: dict[str, Any],
         buffer_nb: int | None,
         on_full: str = "block",
-    ) -> dict[str, Any]:
+    ) -> Reply:
         self.calls["open"] += 1
         stream = self._stream(name)
         if stream.run not in (None, run) and not stream.finished:
-            return {
-                "status": "error",
-                "message": f"array {name!r} is already published by run {stream.run}, "
-                "which has not finished (or whose steps the analytics has not all taken)",
-            }
+            return error(
+                f"array {name!r} is already published by run {stream.run}, which has not "
+                "finished (or whose steps the analytics has not all taken)"
+            )
         if stream.run != run:  # a new run replaces a finished one, in place: getters may wait on it
             self._retire(stream)
         stream.run, stream.meta, stream.buffer_nb = run, meta, buffer_nb
@@ -362,7 +280,7 @@ class StreamExtension(SchedulerPlugin):
             reader.run = run  # those waiting for the next run
         await stream.notify()
         # the array's contract, checked against it, applies from the run's first step
-        return {"status": "OK", **self.contracts.opened(name, meta)}
+        return ok(**self.contracts.opened(name, meta))
 
     async def publish_step(
         self,
@@ -372,35 +290,23 @@ class StreamExtension(SchedulerPlugin):
         blocks: list[tuple[Any, str, int]],
         timeout: float | None = None,
         contract: dict[str, Any] | None = None,
-    ) -> dict[str, Any]:
+    ) -> Reply:
         self.calls["publish"] += 1
         stream = self.streams.get(name)
         if stream is None or stream.run != run:
-            return {"status": "error", "message": f"array {name!r} was not opened by run {run}"}
+            return error(f"array {name!r} was not opened by run {run}")
         keys = [key for key, _, _ in blocks]
         departed = sorted({w for _, w, _ in blocks if w not in self.scheduler.workers})
-        if departed:  # gone between the ranks' sends and this call: free what the others hold
-            present = [(k, w, n) for k, w, n in blocks if w not in departed]
-            _dask_internals.register_keys(
-                self.scheduler,
-                who_has={key: [worker] for key, worker, _ in present},
-                nbytes={key: nbytes for key, _, nbytes in present},
-                holder=stream.holder,
-            )
-            _dask_internals.release_keys(self.scheduler, [k for k, _, _ in present], stream.holder)
-            return {
-                "status": "error",
-                "message": f"worker(s) {', '.join(departed)} holding blocks of step {step} of "
-                f"{name!r} left the cluster before the step was registered; step {step} was "
-                "not delivered",
-            }
+        present = [(k, w, n) for k, w, n in blocks if w not in departed]
         _dask_internals.register_keys(
             self.scheduler,
-            who_has={key: [worker] for key, worker, _ in blocks},
-            nbytes={key: nbytes for key, _, nbytes in blocks},
+            who_has={key: [worker] for key, worker, _ in present},
+            nbytes={key: nbytes for key, _, nbytes in present},
             holder=stream.holder,
         )
-        record = _Step(step, keys, [worker for _, worker, _ in blocks], run, contract=contract)
+        record = Step(step, keys, [worker for _, worker, _ in blocks], run, contract=contract)
+        if departed:  # gone between the ranks' sends and this call: free what the others hold
+            return await self._lost_on_arrival(stream, record, departed)
         if stream.last_taken is not None and step <= stream.last_taken:
             return self._drop_late(stream, record)
         if step in stream.pending:
@@ -413,31 +319,50 @@ class StreamExtension(SchedulerPlugin):
             has_room = await stream.wait_for(lambda: stream.queued_steps() < limit, timeout)
             if not has_room:
                 _dask_internals.release_keys(self.scheduler, keys, stream.holder)
-                slowest = max(stream.readers.values(), key=_Reader.queued_steps)
+                slowest = max(stream.readers.values(), key=Reader.queued_steps)
                 who = (
                     "no consumer is attached"
-                    if slowest.name == _UNCLAIMED
+                    if slowest.name == UNCLAIMED
                     else f"slowest reader: {slowest.name}"
                 )
-                return {
-                    "status": "timeout",
-                    "message": f"the analytics took no step of {name!r} for {timeout} s while "
+                return error(
+                    f"the analytics took no step of {name!r} for {timeout} s while "
                     f"buffer_nb={limit} steps were waiting (taken so far: {stream.taken}); "
                     f"step {step} was not delivered ({who})",
-                }
+                    Status.TIMEOUT,
+                )
             if stream.last_taken is not None and step <= stream.last_taken:
                 return self._drop_late(stream, record)  # taken past it while waiting
-        if not stream.readers:
-            stream.readers[_UNCLAIMED] = _Reader(_UNCLAIMED, set(), run=run)
+            departed = sorted({w for w in record.workers if w not in self.scheduler.workers})
+            if departed:  # left while it waited for room
+                return await self._lost_on_arrival(stream, record, departed)
+        stream.some_reader(run)
         for reader in stream.readers.values():
-            _insert(reader.queue, record)
+            insert(reader.queue, record)
         record.pending = len(stream.readers)
         stream.pending[step] = record
         stream.published += 1
         await stream.notify()
-        return {"status": "OK"}
+        return ok()
 
-    async def _replace(self, stream: _Stream, old: _Step, new: _Step) -> dict[str, Any]:
+    async def _lost_on_arrival(self, stream: Stream, record: Step, departed: list[str]) -> Reply:
+        """A step with blocks on workers that left: released, and lost for every reader."""
+        _dask_internals.release_keys(self.scheduler, record.keys, stream.holder)
+        passed = stream.last_taken is not None and record.step <= stream.last_taken
+        if not passed:  # the readers have not passed it: they learn it was lost
+            stream.some_reader(record.run)
+        readers = [] if passed else list(stream.readers.values())
+        self._lose(stream, Lost(record.step, tuple(departed), record.run), readers)
+        await stream.notify()
+        return error(
+            f"worker(s) {', '.join(departed)} holding blocks of step {record.step} of "
+            f"{stream.name!r} left the cluster before the step was registered; step "
+            f"{record.step} was lost",
+            Status.LOST,
+            workers=departed,
+        )
+
+    async def _replace(self, stream: Stream, old: Step, new: Step) -> Reply:
         """A step published again before any reader took it: the new data takes its place."""
         released = [key for key in old.keys if key not in new.keys]
         old.keys, old.workers = new.keys, new.workers  # in place: in every reader's queue
@@ -450,9 +375,9 @@ class StreamExtension(SchedulerPlugin):
             stream.name,
         )
         await stream.notify()
-        return {"status": "OK", "replaced": True}
+        return ok(replaced=True)
 
-    def _drop_late(self, stream: _Stream, record: _Step) -> dict[str, Any]:
+    def _drop_late(self, stream: Stream, record: Step) -> Reply:
         """A step the analytics has already passed (taken it, or a later one): drop the new one."""
         _dask_internals.release_keys(self.scheduler, record.keys, stream.holder)
         message = (
@@ -461,9 +386,9 @@ class StreamExtension(SchedulerPlugin):
             "analytics has passed cannot be replaced)"
         )
         logger.warning("deisa: %s", message)
-        return {"status": "dropped", "message": message}
+        return error(message, Status.DROPPED)
 
-    def _drop_oldest(self, stream: _Stream) -> None:
+    def _drop_oldest(self, stream: Stream) -> None:
         """Release the oldest step a reader has to take (``on_full="drop_oldest"``); readers
         that took it keep it."""
         oldest = stream.pending.pop(min(stream.pending))
@@ -481,18 +406,17 @@ class StreamExtension(SchedulerPlugin):
             len(stream.dropped),
         )
 
-    async def close_stream(self, name: str, run: str, nsteps: int) -> dict[str, Any]:
+    async def close_stream(self, name: str, run: str, nsteps: int) -> Reply:
         self.calls["close"] += 1
         stream = self.streams.get(name)
         if stream is None or stream.run != run:
-            return {"status": "error", "message": f"array {name!r} was not opened by run {run}"}
-        if not stream.readers:
-            stream.readers[_UNCLAIMED] = _Reader(_UNCLAIMED, set(), run=run)
+            return error(f"array {name!r} was not opened by run {run}")
+        stream.some_reader(run)
         for reader in stream.readers.values():
-            reader.queue.append({"status": "end", "nsteps": nsteps, "run": run})
+            reader.queue.append(End(nsteps, run))
         stream.closed = True
         await stream.notify()
-        return {"status": "OK"}
+        return ok()
 
     # -- the analytics' side -----------------------------------------------------------------
 
@@ -503,7 +427,7 @@ class StreamExtension(SchedulerPlugin):
         client: str | None = None,
         consumer: str | None = None,
         group: str | None = None,
-    ) -> dict[str, Any]:
+    ) -> Reply:
         self.calls["meta"] += 1
         stream = self._stream(name)
         if consumer is not None and client is not None:
@@ -511,8 +435,8 @@ class StreamExtension(SchedulerPlugin):
         if not await stream.wait_for(
             lambda: stream.meta is not None and not stream.consumed, timeout
         ):
-            return {"status": "timeout"}
-        return {"status": "OK", "meta": stream.meta, "run": stream.run}
+            return error(f"no simulation opened array {name!r} within {timeout} s", Status.TIMEOUT)
+        return ok(meta=stream.meta, run=stream.run)
 
     async def get_step(
         self,
@@ -522,7 +446,7 @@ class StreamExtension(SchedulerPlugin):
         run: str | None = None,
         consumer: str | None = None,
         group: str | None = None,
-    ) -> dict[str, Any]:
+    ) -> Reply:
         self.calls["get"] += 1
         stream = self._stream(name)
         consumer = client if consumer is None else consumer
@@ -531,10 +455,10 @@ class StreamExtension(SchedulerPlugin):
             return run is not None and stream.run != run
 
         if replaced():  # its end marker went with the run it finished
-            return {"status": "end", "nsteps": None, "run": run}
+            return end_reply(name, None, run)  # type: ignore[arg-type]
         reader = self._attach(stream, consumer, client, group)
 
-        def current() -> _Reader | None:
+        def current() -> Reader | None:
             # the reader may be replaced meanwhile (detached, then attached again)
             return stream.readers.get(reader.name)
 
@@ -543,29 +467,34 @@ class StreamExtension(SchedulerPlugin):
             return replaced() or mine is None or bool(mine.queue)
 
         if not await stream.wait_for(ready, timeout):
-            return {
-                "status": "timeout",
-                "open": stream.run is not None and not stream.consumed,
-                "published": 0 if stream.consumed else stream.published,
-            }
+            return error(
+                f"no step of {name!r} came within {timeout} s",
+                Status.TIMEOUT,
+                open=stream.run is not None and not stream.consumed,
+                published=0 if stream.consumed else stream.published,
+            )
         if replaced():  # its end marker went with the run it finished
-            return {"status": "end", "nsteps": None, "run": run}
+            return end_reply(name, None, run)  # type: ignore[arg-type]
         if client not in self.scheduler.clients:  # left while waiting: the step stays queued
-            return {"status": "error", "message": f"client {client} is not connected"}
+            return error(f"client {client} is not connected")
         mine = current()
         if mine is None:
-            return {"status": "error", "message": f"consumer {consumer} was detached from {name!r}"}
+            return error(f"consumer {consumer} was detached from {name!r}")
         entry = mine.queue[0]
-        if not isinstance(entry, _Step):  # the end: this consumer is done with the run
+        if isinstance(entry, Lost):  # its place: the reader learns it was lost
+            mine.queue.popleft()
+            await stream.notify()
+            return entry.reply(name)
+        if isinstance(entry, End):  # this consumer is done with the run
             mine.members.discard(consumer)
             if mine.members:  # a group: its other members read the end too
                 await stream.notify()
-                return entry
+                return entry.reply(name)
             del stream.readers[mine.name]
             if not any(r.run == stream.run for r in stream.readers.values()):
                 self._retire(stream)  # in place: readers of the next run may already wait on it
             await stream.notify()
-            return entry
+            return entry.reply(name)
         mine.queue.popleft()
         _dask_internals.share_keys(self.scheduler, entry.keys, client)
         again = client in entry.clients
@@ -582,17 +511,16 @@ class StreamExtension(SchedulerPlugin):
         stream.taken += 1
         stream.last_taken = max(entry.step, stream.last_taken or entry.step)
         await stream.notify()
-        return {
-            "status": "OK",
-            "step": entry.step,
-            "keys": entry.keys,
-            "workers": entry.workers,
-            "run": entry.run,
-            "meta": stream.meta,
-            "nthreads": self._nthreads(entry.workers),
-            "confirm": again,
-            "contract": entry.contract,
-        }
+        return ok(
+            step=entry.step,
+            keys=entry.keys,
+            workers=entry.workers,
+            run=entry.run,
+            meta=stream.meta,
+            nthreads=self._nthreads(entry.workers),
+            confirm=again,
+            contract=entry.contract,
+        )
 
     def step_taken(self, client: str, name: str, run: str, step: int) -> None:
         """Batched-stream message of a client confirming a step it took again (see get_step)."""
@@ -608,13 +536,13 @@ class StreamExtension(SchedulerPlugin):
             _dask_internals.share_keys(self.scheduler, entry.keys, client)
         self._untake(stream, entry)
 
-    def _retire(self, stream: _Stream) -> None:
+    def _retire(self, stream: Stream) -> None:
         """Forget a finished run: its holder, records and readers go, the stream object and
         the consumers waiting for the next run stay."""
         if stream.run is not None:
             _dask_internals.forget_holder(self.scheduler, stream.holder)
         for name, reader in list(stream.readers.items()):
-            if (reader.run is not None and reader.run == stream.run) or name == _UNCLAIMED:
+            if (reader.run is not None and reader.run == stream.run) or name == UNCLAIMED:
                 del stream.readers[name]
             else:
                 reader.queue.clear()
@@ -622,7 +550,7 @@ class StreamExtension(SchedulerPlugin):
         stream.pending.clear()
         stream.deferred.clear()
         stream.closed, stream.published, stream.taken = False, 0, 0
-        stream.dropped, stream.last_taken = [], None
+        stream.dropped, stream.lost, stream.last_taken = [], [], None
 
     def _nthreads(self, holders: list[str]) -> dict[str, int]:
         """Threads of the workers holding a step's blocks (the splitter sizes partitions by it)."""
@@ -642,6 +570,7 @@ class StreamExtension(SchedulerPlugin):
                     "queued": s.queued_steps(),
                     "closed": s.closed,
                     "dropped": list(s.dropped),
+                    "lost": [list(lost) for lost in s.lost],
                     "consumers": {
                         r.name: {
                             "members": sorted(r.members),
@@ -649,7 +578,7 @@ class StreamExtension(SchedulerPlugin):
                             "queued": r.queued_steps(),
                         }
                         for r in s.readers.values()
-                        if r.name != _UNCLAIMED
+                        if r.name != UNCLAIMED
                     },
                 }
                 for name, s in self.streams.items()

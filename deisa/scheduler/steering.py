@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..wire import MAX_VALUE_BYTES, Route, error, ok, too_large_value, value_name_problem
+from ..wire import MAX_VALUE_BYTES, Reply, Route, error, ok, too_large_value, value_name_problem
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ class SteeringValues:
         """The routes, by name, for ``scheduler.handlers``."""
         return {Route.SET_VALUE.value: self.set_value, Route.GET_VALUE.value: self.get_value}
 
-    def set_value(self, name: str, value: bytes | None) -> dict[str, Any]:
+    def set_value(self, name: str, value: bytes | None) -> Reply:
         self.calls["set"] += 1
         problem = value_name_problem(name)
         if problem is None and value is not None and not isinstance(value, bytes):
@@ -59,7 +59,7 @@ class SteeringValues:
         )
         return ok(version=entry.version)
 
-    def get_value(self, name: str) -> dict[str, Any]:
+    def get_value(self, name: str) -> Reply:
         self.calls["get"] += 1
         problem = value_name_problem(name)
         if problem is not None:

@@ -1,9 +1,10 @@
-"""Steering values (deisa.analysis.steering, deisa.scheduler.steering), in process: a real
-scheduler, two workers, one client.
+"""The scheduler's steering routes (deisa.scheduler.steering), in process: a real scheduler,
+two workers, one client.
 
 The routes are driven as :meth:`deisa.Adapter.set` and rank 0 of :meth:`deisa.Bridge.get` drive
-them; the real-process test (every rank of an mpirun sees the same value at the same step) is
-``test_steering_mpi.py``.
+them; the Adapter's side is in ``analysis/test_analysis_steering.py``, the encoding in
+``test_wire.py``, and the real-process test (every rank of an mpirun sees the same value at the
+same step) is ``test_steering_mpi.py``.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from distributed import Client
 from distributed.utils_test import gen_cluster
 
 from deisa import wire
-from deisa.analysis import steering
 from deisa.scheduler.extension import PLUGIN_NAME, StreamExtension
 
 
@@ -53,7 +53,7 @@ async def test_steering_none_clears_the_value(c, s, a, b) -> None:
     await c.register_plugin(StreamExtension())
     await _set(c, "stop", True)
     reply = await _set(c, "stop", None)
-    assert reply == {"status": "OK", "version": 2}
+    assert reply == wire.ok(version=2)
     assert await _get(c, "stop", False) is False
     assert s.plugins[PLUGIN_NAME].steering.stats()["values"]["stop"] == {"version": 2, "set": False}
 
@@ -62,50 +62,17 @@ async def test_steering_none_clears_the_value(c, s, a, b) -> None:
 async def test_steering_routes_refuse_bad_names_and_payloads(c, s, a, b) -> None:
     await c.register_plugin(StreamExtension())
     reply = await c.scheduler.deisa_set_value(name="", value=b"x")
-    assert reply["status"] == "error" and "non-empty string" in reply["message"]
+    assert wire.status(reply) is wire.Status.ERROR and "non-empty string" in reply["message"]
     reply = await c.scheduler.deisa_set_value(name="stop", value=3)
-    assert reply["status"] == "error" and "pickled (bytes)" in reply["message"]
+    assert wire.status(reply) is wire.Status.ERROR and "pickled (bytes)" in reply["message"]
     big = b"x" * (wire.MAX_VALUE_BYTES + 1)
     reply = await c.scheduler.deisa_set_value(name="stop", value=big)
-    assert reply["status"] == "error" and "'stop' is 1048577 bytes pickled" in reply["message"]
+    assert (
+        wire.status(reply) is wire.Status.ERROR
+        and "'stop' is 1048577 bytes pickled" in reply["message"]
+    )
     reply = await c.scheduler.deisa_get_value(name=None)
-    assert reply["status"] == "error"
+    assert wire.status(reply) is wire.Status.ERROR
     with pytest.raises(wire.SteeringError, match="non-empty string"):
         wire.decode_value(reply, None)
     assert await _get(c, "stop", "unset") == "unset"  # nothing was stored
-
-
-def test_steering_encode_checks_on_the_client_side() -> None:
-    with pytest.raises(wire.SteeringError, match="non-empty string, got 3"):
-        wire.encode_value(3, True)  # type: ignore[arg-type]
-    with pytest.raises(wire.SteeringError, match="'f' cannot be pickled"):
-        wire.encode_value("f", _Unpicklable())
-    with pytest.raises(wire.SteeringError, match=r"'big' is .* bytes pickled, more than"):
-        wire.encode_value("big", np.zeros(wire.MAX_VALUE_BYTES))
-    assert wire.encode_value("stop", None) is None
-
-
-class _Unpicklable:
-    def __reduce__(self) -> Any:
-        raise TypeError("no pickling here")
-
-
-@gen_cluster(client=True)
-async def test_adapter_set_reaches_the_scheduler(c, s, a, b) -> None:
-    # Adapter.set is synchronous: drive it from a synchronous client in a thread
-    import asyncio
-
-    def analytics() -> tuple[int, Any]:
-        from deisa import Adapter
-
-        with Client(s.address, timeout=30) as client:
-            adapter = Adapter(client)
-            adapter.set("stop", False)
-            version = adapter.set("stop", True)
-            with pytest.raises(wire.SteeringError, match="non-empty string"):
-                adapter.set("", 1)
-            return version, steering.get_value(client, "stop")
-
-    version, value = await asyncio.get_running_loop().run_in_executor(None, analytics)
-    assert (version, value) == (2, True)
-    assert await _get(c, "stop") is True

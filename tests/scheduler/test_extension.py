@@ -7,7 +7,7 @@ the scheduler holds: the tasks, who wants them (the stream's pseudo-client or th
 client) and the workers' memory, so that a key left behind by a transition fails here.
 
 The real-process tests of the same behaviour (mpirun publishers, ``dask`` processes) are in
-``test_adapter.py``, ``test_faults.py`` and ``test_bridge.py``.
+``analysis/test_adapter.py``, ``test_faults.py`` and ``test_bridge.py``.
 """
 
 from __future__ import annotations
@@ -20,135 +20,27 @@ import numpy as np
 import pytest
 from distributed import Client
 from distributed.utils_test import captured_logger, gen_cluster
+from stream_driver import (
+    EXPIRE,
+    META,
+    WAIT,
+    Rank0,
+    block,
+    fields,
+    get,
+    held,
+    holder,
+    install,
+    lists,
+    queue,
+    take,
+    until_released,
+    wanted_by,
+)
 
 from deisa import _dask_internals
 from deisa.scheduler.extension import PLUGIN_NAME, StreamExtension
-from deisa.wire import step_key_name
-
-# deadlines for things that must happen: generous, a loaded machine still meets them
-WAIT = 30.0
-# deadlines that are meant to expire (a reader or a publisher that must be told "timeout")
-EXPIRE = 0.3
-
-META = {"dtype": "<f8", "shape": [4, 3], "chunks": [[2, 2], [3]]}
-
-
-class Rank0:
-    """Publishes one array of one run as rank 0 of a two-rank Bridge does: each block is sent
-    straight to its worker (rank ``i`` to worker ``i``), then one call per step."""
-
-    def __init__(self, c: Client, workers: list[Any], name: str, run: str) -> None:
-        self.c, self.workers, self.name, self.run = c, workers, name, run
-
-    async def open(self, buffer_nb: int | None = None, on_full: str = "block") -> dict[str, Any]:
-        return await self.c.scheduler.deisa_open(
-            name=self.name,
-            run=self.run,
-            meta={**META, "run": self.run},
-            buffer_nb=buffer_nb,
-            on_full=on_full,
-        )
-
-    def keys(self, step: int) -> list[tuple[str, int, int]]:
-        return [(step_key_name(self.run, self.name, step), i, 0) for i in range(2)]
-
-    async def send(self, step: int) -> list[tuple[Any, str, int]]:
-        """Put the step's blocks on the workers; the scheduler does not know them yet."""
-        blocks = []
-        for i, (key, worker) in enumerate(zip(self.keys(step), self.workers, strict=True)):
-            nbytes = await _dask_internals.send_blocks_to_worker(
-                self.c.rpc, worker.address, {key: block(step, i)}
-            )
-            blocks.append((key, worker.address, nbytes[key]))
-        return blocks
-
-    async def publish(self, step: int, timeout: float | None = WAIT) -> dict[str, Any]:
-        blocks = await self.send(step)
-        return await self.c.scheduler.deisa_publish(
-            name=self.name, run=self.run, step=step, blocks=blocks, timeout=timeout
-        )
-
-    async def close(self, nsteps: int) -> dict[str, Any]:
-        return await self.c.scheduler.deisa_close(name=self.name, run=self.run, nsteps=nsteps)
-
-
-def lists(value: Any) -> Any:
-    """``value`` with the tuples that msgpack made of its lists turned back into lists."""
-    return [lists(v) for v in value] if isinstance(value, (list, tuple)) else value
-
-
-def block(step: int, i: int) -> np.ndarray:
-    return np.full((2, 3), 10.0 * step + i)
-
-
-async def install(c: Client, s: Any) -> StreamExtension:
-    await c.register_plugin(StreamExtension())
-    return s.plugins[PLUGIN_NAME]
-
-
-async def get(
-    c: Client,
-    name: str,
-    run: str | None = None,
-    timeout: float | None = WAIT,
-    consumer: str | None = None,
-    group: str | None = None,
-) -> dict[str, Any]:
-    """One ``deisa_get``, as the descriptor of an Adapter makes it (the consumer: by default
-    one named after the client)."""
-    return await c.scheduler.deisa_get(
-        name=name, client=c.id, timeout=timeout, run=run, consumer=consumer, group=group
-    )
-
-
-def queue(ext: StreamExtension, name: str, reader: str | None = None) -> list[Any]:
-    """What ``reader`` (by default the only one, attached or not) has to take: step numbers,
-    then ``"end"``."""
-    readers = ext.streams[name].readers
-    if reader is None:
-        if not readers:
-            return []
-        assert len(readers) == 1, list(readers)
-        reader = next(iter(readers))
-    return [getattr(e, "step", "end") for e in readers[reader].queue]
-
-
-def holder(name: str, run: str) -> str:
-    return f"deisa-stream-{name}-{run}"
-
-
-def wanted_by(s: Any, key: Any) -> set[str]:
-    """The clients (real or pseudo) that keep ``key`` alive on the scheduler."""
-    return {cs.client_key for cs in s.tasks[key].who_wants or ()}
-
-
-def held(s: Any, client: str) -> set[Any]:
-    """The keys that ``client`` (real or pseudo) keeps alive."""
-    cs = s.clients.get(client)
-    return {ts.key for ts in cs.wants_what} if cs is not None else set()
-
-
-def run_keys(s: Any, workers: list[Any], run: str) -> set[Any]:
-    """Every key of ``run`` the scheduler tracks or a worker stores."""
-    prefix = f"deisa-{run}-"
-    stored = {key for w in workers for key in w.data}
-    return {key for key in set(s.tasks) | stored if str(key[0]).startswith(prefix)}
-
-
-async def take(c: Client, reply: dict[str, Any]) -> list[np.ndarray]:
-    """What the Adapter does with a step record: futures on the keys, then the data."""
-    futures = [_dask_internals.future_in_memory(key, c) for key in reply["keys"]]
-    return await c.gather(futures)
-
-
-async def until_released(s: Any, workers: list[Any], run: str) -> None:
-    """Wait until nothing of ``run`` is left on the scheduler or the workers (the release of
-    a dropped future travels on the client's batched stream)."""
-    deadline = asyncio.get_running_loop().time() + WAIT
-    while run_keys(s, workers, run):
-        assert asyncio.get_running_loop().time() < deadline, run_keys(s, workers, run)
-        await asyncio.sleep(0.01)
-
+from deisa.wire import Status, error, is_ok, ok, status, step_key_name
 
 # -- one step, end to end --------------------------------------------------------------------
 
@@ -159,12 +51,12 @@ async def test_publish_holds_the_blocks_for_the_stream_then_hands_them_to_the_re
 ) -> None:
     ext = await install(c, s)
     rank0 = Rank0(c, [a, b], "t", "r1")
-    assert await rank0.open() == {"status": "OK"}
+    assert await rank0.open() == ok()
     blocks = await rank0.send(0)
     assert not set(rank0.keys(0)) & set(s.tasks)  # on the workers, unknown to the scheduler
     assert set(rank0.keys(0)) <= set(a.data) | set(b.data)
     reply = await c.scheduler.deisa_publish(name="t", run="r1", step=0, blocks=blocks, timeout=WAIT)
-    assert reply == {"status": "OK"}
+    assert reply == ok()
 
     for key, worker in zip(rank0.keys(0), (a, b), strict=True):
         ts = s.tasks[key]
@@ -173,11 +65,11 @@ async def test_publish_holds_the_blocks_for_the_stream_then_hands_them_to_the_re
         assert wanted_by(s, key) == {holder("t", "r1")}  # alive with no client connected
     assert ext.stats()["streams"]["t"] == {
         "run": "r1", "published": 1, "taken": 0, "queued": 1, "closed": False, "dropped": [],
-        "consumers": {},  # the step waits for the first consumer
+        "lost": [], "consumers": {},  # the step waits for the first consumer
     }  # fmt: skip
 
     record = await get(c, "t")
-    assert record["status"] == "OK"
+    assert status(record) is Status.OK
     assert (record["step"], record["run"]) == (0, "r1")
     assert [tuple(k) for k in record["keys"]] == rank0.keys(0)
     assert {k: lists(record["meta"][k]) for k in META} == META  # extra fields are fine
@@ -203,23 +95,24 @@ async def test_reader_waiting_before_the_run_opens_gets_its_first_step(
     rank0 = Rank0(c, [a, b], "t", "r1")
     await rank0.open()
     assert (await meta)["run"] == "r1"
-    assert await rank0.publish(0) == {"status": "OK"}
+    assert await rank0.publish(0) == ok()
     record = await waiting
-    assert (record["status"], record["step"], record["run"]) == ("OK", 0, "r1")
+    assert (status(record), record["step"], record["run"]) == (Status.OK, 0, "r1")
     assert all(wanted_by(s, key) == {c.id} for key in rank0.keys(0))
 
 
 @gen_cluster(client=True)
 async def test_get_and_meta_timeouts_say_what_is_missing(c: Client, s: Any, a: Any, b: Any) -> None:
     await install(c, s)
-    assert await get(c, "t", timeout=EXPIRE) == {"status": "timeout", "open": False, "published": 0}
-    assert await c.scheduler.deisa_meta(name="t", timeout=EXPIRE) == {"status": "timeout"}
+    reply = await get(c, "t", timeout=EXPIRE)
+    assert fields(reply, "open", "published") == (Status.TIMEOUT, False, 0)
+    assert status(await c.scheduler.deisa_meta(name="t", timeout=EXPIRE)) is Status.TIMEOUT
     rank0 = Rank0(c, [a, b], "t", "r1")
     await rank0.open()
     await rank0.publish(0)
     assert (await get(c, "t"))["step"] == 0
     reply = await get(c, "t", run="r1", timeout=EXPIRE)
-    assert reply == {"status": "timeout", "open": True, "published": 1}
+    assert fields(reply, "open", "published") == (Status.TIMEOUT, True, 1)
 
 
 # -- end of stream -----------------------------------------------------------------------------
@@ -234,18 +127,16 @@ async def test_end_of_stream_follows_the_last_step_and_clears_the_stream(
     await rank0.open()
     for step in (0, 1):
         await rank0.publish(step)
-    assert await rank0.close(2) == {"status": "OK"}
+    assert await rank0.close(2) == ok()
     assert ext.streams["t"].finished is False  # two steps still to take
 
     steps = []
-    while (record := await get(c, "t", run="r1"))["status"] == "OK":
+    while is_ok(record := await get(c, "t", run="r1")):
         steps.append(record["step"])
         assert [k for k in map(tuple, record["keys"]) if wanted_by(s, k) != {c.id}] == []
         await take(c, record)  # the reader's futures are dropped at once
     assert steps == [0, 1]
-    assert {k: record[k] for k in ("status", "nsteps", "run")} == {
-        "status": "end", "nsteps": 2, "run": "r1",
-    }  # fmt: skip
+    assert fields(record, "nsteps", "run") == (Status.END, 2, "r1")
     # the stream object stays (readers of a next run may wait on it), its run is forgotten
     assert ext.streams["t"].run is None and ext.stats()["streams"]["t"]["run"] is None
     assert held(s, holder("t", "r1")) == set()
@@ -262,7 +153,7 @@ async def test_run_that_published_no_step_ends_for_a_fresh_reader(
     await rank0.close(0)
     assert ext.streams["t"].finished and not ext.streams["t"].consumed
     record = await get(c, "t")
-    assert (record["status"], record["nsteps"], record["run"]) == ("end", 0, "r1")
+    assert (status(record), record["nsteps"], record["run"]) == (Status.END, 0, "r1")
 
 
 # -- finished, consumed, replaced ------------------------------------------------------------
@@ -280,7 +171,7 @@ async def test_unfinished_run_refuses_a_new_run_and_stays_intact(
         if closed:
             await rank0.close(1)
         reply = await Rank0(c, [a, b], "t", "r2").open()
-        assert reply["status"] == "error"
+        assert status(reply) is Status.ERROR
         assert (
             "array 't' is already published by run r1, which has not finished" in (reply["message"])
         )
@@ -303,14 +194,14 @@ async def test_new_run_replaces_a_finished_run_whose_end_was_never_read(
     assert ext.streams["t"].finished and ext.streams["t"].consumed
 
     new = Rank0(c, [a, b], "t", "r2")
-    assert await new.open() == {"status": "OK"}
+    assert await new.open() == ok()
     assert ext.streams["t"].queued_steps() == 0 and not ext.streams["t"].closed
-    assert await new.publish(0) == {"status": "OK"}
+    assert await new.publish(0) == ok()
     assert queue(ext, "t") == [0]  # r1's end went with r1
 
-    assert await get(c, "t", run="r1") == {"status": "end", "nsteps": None, "run": "r1"}
+    assert fields(await get(c, "t", run="r1"), "nsteps", "run") == (Status.END, None, "r1")
     record = await get(c, "t")
-    assert (record["status"], record["step"], record["run"]) == ("OK", 0, "r2")
+    assert (status(record), record["step"], record["run"]) == (Status.OK, 0, "r2")
     assert record["meta"]["run"] == "r2"
     assert held(s, holder("t", "r1")) == held(s, holder("t", "r2")) == set()
     assert all(wanted_by(s, key) == {c.id} for key in new.keys(0))
@@ -330,8 +221,8 @@ async def test_fresh_reader_waits_for_the_next_run_not_a_consumed_end(
     await old.close(1)
     assert ext.streams["t"].consumed
     reply = await get(c, "t", timeout=EXPIRE, consumer="late")  # another Adapter
-    assert reply == {"status": "timeout", "open": False, "published": 0}
-    assert await c.scheduler.deisa_meta(name="t", timeout=EXPIRE) == {"status": "timeout"}
+    assert fields(reply, "open", "published") == (Status.TIMEOUT, False, 0)
+    assert status(await c.scheduler.deisa_meta(name="t", timeout=EXPIRE)) is Status.TIMEOUT
 
     fresh = asyncio.ensure_future(get(c, "t", consumer="fresh"))
     meta = asyncio.ensure_future(c.scheduler.deisa_meta(name="t", timeout=WAIT))
@@ -340,7 +231,7 @@ async def test_fresh_reader_waits_for_the_next_run_not_a_consumed_end(
     assert (await meta)["run"] == "r2"
     await new.publish(0)
     record = await fresh
-    assert (record["status"], record["step"], record["run"]) == ("OK", 0, "r2")
+    assert (status(record), record["step"], record["run"]) == (Status.OK, 0, "r2")
 
 
 # -- flow control ------------------------------------------------------------------------------
@@ -361,7 +252,7 @@ async def test_publish_waits_while_buffer_nb_steps_are_queued(
     rank0 = Rank0(c, [a, b], "t", "r1")
     await rank0.open(buffer_nb=2)
     for step in (0, 1):
-        assert await rank0.publish(step) == {"status": "OK"}
+        assert await rank0.publish(step) == ok()
     third = asyncio.ensure_future(rank0.publish(2))
     await asyncio.wait_for(until_called(ext, "publish", 3), WAIT)
     assert not third.done()
@@ -369,7 +260,7 @@ async def test_publish_waits_while_buffer_nb_steps_are_queued(
     assert all(wanted_by(s, key) == {holder("t", "r1")} for key in rank0.keys(2))  # ... but held
 
     assert (await get(c, "t"))["step"] == 0  # taking a step makes room
-    assert await third == {"status": "OK"}
+    assert await third == ok()
     assert queue(ext, "t") == [1, 2]
     assert ext.stats()["streams"]["t"]["published"] == 3
 
@@ -383,7 +274,7 @@ async def test_publish_times_out_and_drops_the_step_when_nobody_takes_one(
     await rank0.open(buffer_nb=1)
     await rank0.publish(0)
     reply = await rank0.publish(1, timeout=EXPIRE)
-    assert reply["status"] == "timeout"
+    assert status(reply) is Status.TIMEOUT
     assert reply["message"] == (
         f"the analytics took no step of 't' for {EXPIRE} s while buffer_nb=1 steps were "
         "waiting (taken so far: 0); step 1 was not delivered (no consumer is attached)"
@@ -409,7 +300,7 @@ async def test_drop_oldest_keeps_the_newest_buffer_nb_steps_and_frees_the_rest(
     await rank0.open(buffer_nb=2, on_full="drop_oldest")
     with captured_logger("deisa.scheduler.extension", level=logging.WARNING) as log:
         for step in range(5):
-            assert await rank0.publish(step, timeout=None) == {"status": "OK"}  # never waits
+            assert await rank0.publish(step, timeout=None) == ok()  # never waits
     assert "dropped step 0 of 't': buffer_nb=2 steps were waiting" in log.getvalue()
     assert "(on_full='drop_oldest'; 3 step(s) dropped so far)" in log.getvalue()
     assert ext.stats()["streams"]["t"]["dropped"] == [0, 1, 2]
@@ -422,7 +313,7 @@ async def test_drop_oldest_keeps_the_newest_buffer_nb_steps_and_frees_the_rest(
 
     await rank0.close(5)
     steps = []
-    while (record := await get(c, "t", run="r1"))["status"] == "OK":
+    while is_ok(record := await get(c, "t", run="r1")):
         steps.append(record["step"])
         np.testing.assert_array_equal((await take(c, record))[0], block(record["step"], 0))
     assert steps == [3, 4]
@@ -438,7 +329,7 @@ async def test_drop_oldest_spares_the_end_marker(c: Client, s: Any, a: Any, b: A
     await rank0.close(1)
     assert queue(ext, "t") == [0, "end"]
     assert (await get(c, "t"))["step"] == 0
-    assert (await get(c, "t", run="r1"))["status"] == "end"
+    assert status(await get(c, "t", run="r1")) is Status.END
 
 
 # -- errors --------------------------------------------------------------------------------------
@@ -451,10 +342,10 @@ async def test_routes_refuse_a_run_that_did_not_open_the_array(
     ext = await install(c, s)
     stranger = Rank0(c, [a, b], "t", "r0")
     for reply in (await stranger.publish(0), await stranger.close(0)):
-        assert reply == {"status": "error", "message": "array 't' was not opened by run r0"}
+        assert reply == error("array 't' was not opened by run r0")
     await Rank0(c, [a, b], "t", "r1").open()
     reply = await stranger.publish(1)
-    assert reply == {"status": "error", "message": "array 't' was not opened by run r0"}
+    assert reply == error("array 't' was not opened by run r0")
     assert queue(ext, "t") == []
     assert not set(stranger.keys(1)) & set(s.tasks)  # refused blocks are not registered
     assert ext.stats()["calls"] == {"publish": 2, "close": 1, "open": 1}
@@ -494,29 +385,37 @@ async def test_reader_waiting_on_a_consumed_run_gets_the_next_run_after_its_end_
     fresh = asyncio.ensure_future(get(c, "t", timeout=5, consumer="fresh"))
     meta = asyncio.ensure_future(c.scheduler.deisa_meta(name="t", timeout=5))
     await asyncio.wait_for(until_called(ext, "meta", 1), WAIT)
-    assert (await get(c, "t", run="r1"))["status"] == "end"  # the old Adapter reads the end
+    assert status(await get(c, "t", run="r1")) is Status.END  # the old Adapter reads the end
     new = Rank0(c, [a, b], "t", "r2")
     await new.open()
     await new.publish(0)
-    assert (await meta)["status"] == "OK"
+    assert is_ok(await meta)
     record = await fresh
-    assert (record["status"], record["step"], record["run"]) == ("OK", 0, "r2")
+    assert (status(record), record["step"], record["run"]) == (Status.OK, 0, "r2")
 
 
 @gen_cluster(client=True)
-async def test_publish_naming_a_departed_worker_is_refused_and_leaves_no_key(
+async def test_publish_naming_a_departed_worker_is_lost_for_the_readers_and_leaves_no_key(
     c: Client, s: Any, a: Any, b: Any
 ) -> None:
     ext = await install(c, s)
     rank0 = Rank0(c, [a, b], "t", "r1")
     await rank0.open()
-    blocks = await rank0.send(0)
+    await rank0.publish(0)
+    blocks = await rank0.send(1)
     departed = b.address
     await b.close()
-    reply = await c.scheduler.deisa_publish(name="t", run="r1", step=0, blocks=blocks, timeout=1)
-    assert reply["status"] == "error" and departed in reply["message"]
-    assert queue(ext, "t") == []
+    reply = await c.scheduler.deisa_publish(name="t", run="r1", step=1, blocks=blocks, timeout=1)
+    assert status(reply) is Status.LOST and departed in reply["message"]
+    assert lists(reply["workers"]) == [departed]
+    # step 0 had a block on b too: lost in the queue; step 1 never queued but lost in its place
+    assert queue(ext, "t") == [("lost", 0), ("lost", 1)]
+    assert ext.stats()["streams"]["t"]["lost"] == [[0, departed], [1, departed]]
     await until_released(s, [a], "r1")
+    for step in (0, 1):  # the reader learns, in step order, that both were lost
+        lost = await get(c, "t")
+        assert fields(lost, "step", "run") == (Status.LOST, step, "r1")
+        assert lists(lost["workers"]) == [departed] and f"step {step} of 't'" in lost["message"]
 
 
 @gen_cluster(client=True)
@@ -536,7 +435,7 @@ async def test_reader_that_disconnects_while_waiting_does_not_swallow_the_next_s
     await rank0.open()
     await rank0.publish(0)  # queued before the next reader asks: no deadline to meet
     record = await get(c, "t", timeout=EXPIRE)
-    assert record["status"] == "OK" and record["step"] == 0
+    assert status(record) is Status.OK and record["step"] == 0
     assert gone.id not in s.clients
 
 
@@ -548,7 +447,7 @@ async def test_finished_run_leaves_no_pseudo_client(c: Client, s: Any, a: Any, b
     await rank0.publish(0)
     await take(c, await get(c, "t"))
     await rank0.close(1)
-    assert (await get(c, "t", run="r1"))["status"] == "end"
+    assert status(await get(c, "t", run="r1")) is Status.END
     await until_released(s, [a, b], "r1")
     assert holder("t", "r1") not in s.clients
 
@@ -602,10 +501,10 @@ async def test_step_published_again_before_it_is_taken_replaces_it(
     rank0 = Republisher(c, [a, b], "t", "r1")
     await rank0.open(buffer_nb=2)
     for step in (0, 1):
-        assert await rank0.publish(step) == {"status": "OK"}
+        assert await rank0.publish(step) == ok()
     with captured_logger("deisa.scheduler.extension", level=logging.INFO) as log:
         # buffer_nb steps are queued: a replacement takes no room, so it does not wait
-        assert await rank0.publish(1, timeout=EXPIRE) == {"status": "OK", "replaced": True}
+        assert await rank0.publish(1, timeout=EXPIRE) == ok(replaced=True)
     assert "step 1 of 't' published again before the analytics took it" in log.getvalue()
     assert queue(ext, "t") == [0, 1]
     assert held(s, holder("t", "r1")) == set(rank0.keys(0, 0) + rank0.keys(1, 1))
@@ -614,7 +513,7 @@ async def test_step_published_again_before_it_is_taken_replaces_it(
 
     await rank0.close(2)
     steps = []
-    while (record := await get(c, "t", run="r1"))["status"] == "OK":
+    while is_ok(record := await get(c, "t", run="r1")):
         steps.append(record["step"])
         values = await take(c, record)
         rev = 1 if record["step"] == 1 else 0
@@ -640,7 +539,7 @@ async def test_step_published_after_the_reader_passed_it_is_dropped_with_a_warni
         again = await rank0.publish(1)  # the step itself was taken
         backwards = await rank0.publish(0)  # an index that goes back past taken steps
     for step, reply in ((1, again), (0, backwards)):
-        assert reply["status"] == "dropped"
+        assert status(reply) is Status.DROPPED
         assert reply["message"] == (
             f"step {step} of 't' was published after the analytics had taken step 1: this "
             "publication was dropped (a step the analytics has passed cannot be replaced)"
@@ -652,7 +551,7 @@ async def test_step_published_after_the_reader_passed_it_is_dropped_with_a_warni
     values = await take(c, first[1])  # what the reader took is untouched
     np.testing.assert_array_equal(values[0], block(1, 0))
 
-    assert await rank0.publish(3) == {"status": "OK"}  # the run goes on
+    assert await rank0.publish(3) == ok()  # the run goes on
     assert [(await get(c, "t", run="r1"))["step"] for _ in range(2)] == [2, 3]
     assert ext.stats()["streams"]["t"]["published"] == 4
 
@@ -665,7 +564,7 @@ async def test_index_going_backwards_before_the_reader_is_queued_in_step_order(
     rank0 = Republisher(c, [a, b], "t", "r1")
     await rank0.open()
     for step in (0, 2, 1):
-        assert await rank0.publish(step) == {"status": "OK"}
+        assert await rank0.publish(step) == ok()
     assert queue(ext, "t") == [0, 1, 2]
     await rank0.close(3)
     assert [(await get(c, "t", run="r1"))["step"] for _ in range(3)] == [0, 1, 2]
@@ -684,7 +583,7 @@ async def test_step_waiting_for_room_is_dropped_if_the_reader_passes_it_meanwhil
     assert not earlier.done()
     assert (await get(c, "t"))["step"] == 1  # room, but the reader is past step 0 now
     reply = await earlier
-    assert reply["status"] == "dropped" and "step 0 of 't'" in reply["message"]
+    assert status(reply) is Status.DROPPED and "step 0 of 't'" in reply["message"]
     assert queue(ext, "t") == []
     await until_gone(s, [a, b], rank0.keys(0, 0))
 
@@ -734,8 +633,8 @@ async def test_every_consumer_receives_every_step_and_the_stream_lets_go_after_t
             "B": {"members": ["B"], "taken": 2, "queued": 0},
         }
         assert (await take(c, await get(c, "t", consumer="A")))[0][0, 0] == 10.0
-        assert (await get(c2, "t", run="r1", consumer="B"))["status"] == "end"
-        assert (await get(c, "t", run="r1", consumer="A"))["status"] == "end"
+        assert status(await get(c2, "t", run="r1", consumer="B")) is Status.END
+        assert status(await get(c, "t", run="r1", consumer="A")) is Status.END
         assert ext.streams["t"].run is None  # both read the end: the run retired
         np.testing.assert_array_equal(values[1][1], block(1, 1))
         del values, other
@@ -775,7 +674,7 @@ async def test_group_members_share_the_steps_beside_a_consumer_of_its_own(
         await rank0.close(4)
         for member, client in (("g1", c), ("g2", c2)):  # the end goes to every member
             end = await get(client, "t", run="r1", consumer=member, group="pool")
-            assert end["status"] == "end"
+            assert status(end) is Status.END
         assert set(consumers(ext, "t")) == {"alone"}
     await until_released(s, [a, b], "r1")
 
@@ -798,8 +697,8 @@ async def test_flow_control_waits_for_the_slowest_and_a_detached_one_stops_count
     assert not third.done()  # the slow consumer has buffer_nb steps to take
     assert ext.stats()["streams"]["t"]["queued"] == 2
 
-    assert await c.scheduler.deisa_detach(consumer="slow") == {"status": "OK"}
-    assert await third == {"status": "OK"}
+    assert await c.scheduler.deisa_detach(consumer="slow") == ok()
+    assert await third == ok()
     assert set(consumers(ext, "t")) == {"fast"}
     # steps 0 and 1: the slow consumer's claim went with it, the fast one's futures hold them
     assert held(s, holder("t", "r1")) == set(rank0.keys(2))
@@ -825,7 +724,7 @@ async def test_consumer_whose_client_dies_is_detached_and_its_steps_released(
     await asyncio.wait_for(until_called(ext, "publish", 2), WAIT)
     assert not blocked.done()
     await c2.close()  # the scheduler's remove_client: at once for a closed connection
-    assert await blocked == {"status": "OK"}
+    assert await blocked == ok()
     assert set(consumers(ext, "t")) == {"alive"}
     assert ext.consumers == {"alive": c.id}
     await until_gone(s, [a, b], rank0.keys(0))  # nobody holds step 0 any more
@@ -848,7 +747,7 @@ async def test_consumer_joining_mid_run_starts_at_the_next_step(
     assert queue(ext, "t", "late") == [2]
     assert (await get(c, "t", consumer="late"))["step"] == 2
     await rank0.close(3)
-    assert (await get(c, "t", run="r1", consumer="late"))["status"] == "end"
+    assert status(await get(c, "t", run="r1", consumer="late")) is Status.END
     assert [(await get(c, "t", consumer="first"))["step"] for _ in range(3)] == [0, 1, 2]
 
 

@@ -1,0 +1,115 @@
+"""The scheduler's contract routes (deisa.scheduler.contracts), in process: a real scheduler
+with two workers (``gen_cluster``)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import numpy as np
+from distributed import Client
+from distributed.utils_test import gen_cluster
+
+from deisa.contract import Contract
+from deisa.scheduler.extension import StreamExtension
+from deisa.wire import PLUGIN_NAME, Status, is_ok, ok, status
+
+META = {"dtype": "<f8", "shape": [8, 6], "chunks": [[4, 4], [3, 3]], "run": "r1"}
+
+
+# -- the scheduler's routes -------------------------------------------------------------------
+
+
+def _region(wire: Any) -> Any:
+    return Contract.from_wire(wire).region
+
+
+async def _require(c: Client, name: str, contract: Contract | None, timeout: float = 5) -> Any:
+    wire = None if contract is None else contract.to_wire()
+    return await c.scheduler.deisa_set_contract(name=name, contract=wire, timeout=timeout)
+
+
+async def _open(c: Client, name: str = "u", run: str = "r1", shape: Any = (8, 6)) -> Any:
+    meta = {**META, "shape": list(shape), "run": run}
+    return await c.scheduler.deisa_open(name=name, run=run, meta=meta, buffer_nb=None)
+
+
+@gen_cluster(client=True)
+async def test_contract_set_before_the_array_opens_is_checked_and_served_at_opening(
+    c, s, a, b
+) -> None:
+    await c.register_plugin(StreamExtension())
+    wanted = Contract.build((slice(4, None), slice(0, 3)), 5)
+    pending = asyncio.ensure_future(_require(c, "u", wanted, timeout=30))
+    await asyncio.sleep(0.05)
+    assert not pending.done()  # waits for the array to be checked
+    opened = await _open(c)
+    assert opened["contract"]["version"] == 1
+    assert Contract.from_wire(opened["contract"]["contract"]).region == ((4, 8), (0, 3))
+    reply = await pending
+    assert is_ok(reply) and _region(reply["contract"]) == ((4, 8), (0, 3))
+    stats = s.plugins[PLUGIN_NAME].stats()["contracts"]
+    assert stats["contracts"]["u"]["version"] == 1 and stats["contracts"]["u"]["checked"]
+
+
+@gen_cluster(client=True)
+async def test_contract_that_does_not_fit_the_array_opened_is_refused_and_never_served(
+    c, s, a, b
+) -> None:
+    await c.register_plugin(StreamExtension())
+    pending = asyncio.ensure_future(
+        _require(c, "u", Contract.build((slice(0, 20), slice(0, 2))), timeout=30)
+    )
+    await asyncio.sleep(0.05)
+    opened = await _open(c)
+    assert opened["contract"]["contract"] is None  # the simulation sends everything
+    reply = await pending
+    assert status(reply) is Status.ERROR
+    assert "region [0:20] on axis 0 is outside array 'u'" in reply["message"]
+    got = await c.scheduler.deisa_get_contract(name="u")
+    assert got["contract"] is None and "outside array" in got["error"]
+    # the array is open now: a bad contract is refused at once, a good one checked at once
+    bad = await _require(c, "u", Contract.build((slice(0, 2), slice(6, 7))))
+    assert status(bad) is Status.ERROR and "axis 1 is outside array 'u'" in bad["message"]
+    good = await _require(c, "u", Contract.build((slice(0, 2), slice(5, None))))
+    assert is_ok(good) and _region(good["contract"]) == ((0, 2), (5, 6))
+
+
+@gen_cluster(client=True)
+async def test_contract_of_an_array_nobody_opens_is_an_unknown_array_error(c, s, a, b) -> None:
+    await c.register_plugin(StreamExtension())
+    reply = await _require(c, "nosuch", Contract.build(None, 2), timeout=0.2)
+    assert status(reply) is Status.ERROR
+    assert "unknown array 'nosuch': no simulation opened it within 0.2 s" in reply["message"]
+    opened = await _open(c, "nosuch")  # withdrawn: never served
+    assert opened["contract"]["contract"] is None
+    malformed = await c.scheduler.deisa_set_contract(name="u", contract={"x": 1}, timeout=1)
+    assert status(malformed) is Status.ERROR and "must be a dict" in malformed["message"]
+
+
+@gen_cluster(client=True)
+async def test_watch_returns_when_a_contract_changes_and_the_record_carries_it(c, s, a, b) -> None:
+    await c.register_plugin(StreamExtension())
+    assert await _open(c) == ok()  # never a contract: the reply is as before
+    idle = await c.scheduler.deisa_watch_contracts(names=["u"], versions={}, timeout=0.05)
+    assert idle == ok(contracts={})
+    watch = asyncio.ensure_future(
+        c.scheduler.deisa_watch_contracts(names=["u"], versions={}, timeout=30)
+    )
+    await asyncio.sleep(0.05)
+    assert not watch.done()
+    await _require(c, "u", Contract.build((slice(0, 4), slice(0, 6)), 2))
+    changed = (await watch)["contracts"]["u"]
+    assert changed["version"] == 1 and _region(changed["contract"]) == ((0, 4), (0, 6))
+    again = await c.scheduler.deisa_watch_contracts(names=["u"], versions={"u": 1}, timeout=0.05)
+    assert again["contracts"] == {}
+    # a step registered with the contract it followed hands it to the reader
+    [future] = await c.scatter([np.zeros((4, 3))], workers=[a.address])
+    followed = Contract.build((slice(0, 4), slice(0, 3))).resolved((8, 6)).to_wire()
+    published = await c.scheduler.deisa_publish(
+        name="u", run="r1", step=0, blocks=[(future.key, a.address, 96)], contract=followed
+    )
+    assert is_ok(published)
+    reply = await c.scheduler.deisa_get(name="u", client=c.id, timeout=5)
+    assert is_ok(reply)
+    assert Contract.from_wire(reply["contract"]) == Contract.from_wire(followed)

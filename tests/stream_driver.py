@@ -1,0 +1,149 @@
+"""Drive the scheduler extension in process as the other two sides do: rank 0 of a Bridge
+(:class:`Rank0`) and the descriptor of an Adapter (:func:`get`, :func:`take`), on a
+``gen_cluster`` (a real scheduler, two real workers, the test's client); and check what is left
+(:func:`until_released`)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import numpy as np
+from distributed import Client
+
+from deisa import _dask_internals
+from deisa.scheduler._streams import Lost, Step
+from deisa.scheduler.extension import PLUGIN_NAME, StreamExtension
+from deisa.wire import status, step_key_name
+
+# deadlines for things that must happen: generous, a loaded machine still meets them
+WAIT = 30.0
+# deadlines that are meant to expire (a reader or a publisher that must be told "timeout")
+EXPIRE = 0.3
+
+META = {"dtype": "<f8", "shape": [4, 3], "chunks": [[2, 2], [3]]}
+
+
+class Rank0:
+    """Publishes one array of one run as rank 0 of a two-rank Bridge does: each block is sent
+    straight to its worker (rank ``i`` to worker ``i``), then one call per step."""
+
+    def __init__(self, c: Client, workers: list[Any], name: str, run: str) -> None:
+        self.c, self.workers, self.name, self.run = c, workers, name, run
+
+    async def open(self, buffer_nb: int | None = None, on_full: str = "block") -> dict[str, Any]:
+        return await self.c.scheduler.deisa_open(
+            name=self.name,
+            run=self.run,
+            meta={**META, "run": self.run},
+            buffer_nb=buffer_nb,
+            on_full=on_full,
+        )
+
+    def keys(self, step: int) -> list[tuple[str, int, int]]:
+        return [(step_key_name(self.run, self.name, step), i, 0) for i in range(2)]
+
+    async def send(self, step: int) -> list[tuple[Any, str, int]]:
+        """Put the step's blocks on the workers; the scheduler does not know them yet."""
+        blocks = []
+        for i, (key, worker) in enumerate(zip(self.keys(step), self.workers, strict=True)):
+            nbytes = await _dask_internals.send_blocks_to_worker(
+                self.c.rpc, worker.address, {key: block(step, i)}
+            )
+            blocks.append((key, worker.address, nbytes[key]))
+        return blocks
+
+    async def publish(self, step: int, timeout: float | None = WAIT) -> dict[str, Any]:
+        blocks = await self.send(step)
+        return await self.c.scheduler.deisa_publish(
+            name=self.name, run=self.run, step=step, blocks=blocks, timeout=timeout
+        )
+
+    async def close(self, nsteps: int) -> dict[str, Any]:
+        return await self.c.scheduler.deisa_close(name=self.name, run=self.run, nsteps=nsteps)
+
+
+def fields(reply: dict[str, Any], *names: str) -> tuple[Any, ...]:
+    """The status of ``reply`` and its fields ``names`` (its message is for a person)."""
+    return (status(reply), *(reply[name] for name in names))
+
+
+def lists(value: Any) -> Any:
+    """``value`` with the tuples that msgpack made of its lists turned back into lists."""
+    return [lists(v) for v in value] if isinstance(value, (list, tuple)) else value
+
+
+def block(step: int, i: int) -> np.ndarray:
+    return np.full((2, 3), 10.0 * step + i)
+
+
+async def install(c: Client, s: Any) -> StreamExtension:
+    await c.register_plugin(StreamExtension())
+    return s.plugins[PLUGIN_NAME]
+
+
+async def get(
+    c: Client,
+    name: str,
+    run: str | None = None,
+    timeout: float | None = WAIT,
+    consumer: str | None = None,
+    group: str | None = None,
+) -> dict[str, Any]:
+    """One ``deisa_get``, as the descriptor of an Adapter makes it (the consumer: by default
+    one named after the client)."""
+    return await c.scheduler.deisa_get(
+        name=name, client=c.id, timeout=timeout, run=run, consumer=consumer, group=group
+    )
+
+
+def queue(ext: StreamExtension, name: str, reader: str | None = None) -> list[Any]:
+    """What ``reader`` (by default the only one, attached or not) has to take: step numbers,
+    ``("lost", step)`` for the lost ones, then ``"end"``."""
+    readers = ext.streams[name].readers
+    if reader is None:
+        if not readers:
+            return []
+        assert len(readers) == 1, list(readers)
+        reader = next(iter(readers))
+    return [
+        e.step if isinstance(e, Step) else ("lost", e.step) if isinstance(e, Lost) else "end"
+        for e in readers[reader].queue
+    ]
+
+
+def holder(name: str, run: str) -> str:
+    return f"deisa-stream-{name}-{run}"
+
+
+def wanted_by(s: Any, key: Any) -> set[str]:
+    """The clients (real or pseudo) that keep ``key`` alive on the scheduler."""
+    return {cs.client_key for cs in s.tasks[key].who_wants or ()}
+
+
+def held(s: Any, client: str) -> set[Any]:
+    """The keys that ``client`` (real or pseudo) keeps alive."""
+    cs = s.clients.get(client)
+    return {ts.key for ts in cs.wants_what} if cs is not None else set()
+
+
+def run_keys(s: Any, workers: list[Any], run: str) -> set[Any]:
+    """Every key of ``run`` the scheduler tracks or a worker stores."""
+    prefix = f"deisa-{run}-"
+    stored = {key for w in workers for key in w.data}
+    return {key for key in set(s.tasks) | stored if str(key[0]).startswith(prefix)}
+
+
+async def take(c: Client, reply: dict[str, Any]) -> list[np.ndarray]:
+    """What the Adapter does with a step record: futures on the keys, then the data."""
+    futures = [_dask_internals.future_in_memory(key, c) for key in reply["keys"]]
+    return await c.gather(futures)
+
+
+async def until_released(s: Any, workers: list[Any], run: str) -> None:
+    """Wait until nothing of ``run`` is left on the scheduler or the workers (the release of
+    a dropped future travels on the client's batched stream)."""
+    deadline = asyncio.get_running_loop().time() + WAIT
+    while run_keys(s, workers, run):
+        assert asyncio.get_running_loop().time() < deadline, run_keys(s, workers, run)
+        await asyncio.sleep(0.01)
