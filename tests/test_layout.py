@@ -1,0 +1,119 @@
+"""The package's layout holds: three sides that import one way, small modules.
+
+``deisa.bridge`` (simulation side), ``deisa.scheduler`` and ``deisa.analysis`` share only
+``deisa.wire``, ``deisa.contract`` and ``deisa._dask_internals`` (the Bridge and the Adapter may
+install the scheduler extension); ``deisa.launcher`` imports anything and nothing imports it.
+Each check imports in a fresh interpreter, so what one test loaded does not hide another's.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "deisa"
+SIDES = ("bridge", "scheduler", "analysis", "launcher")
+SHARED = {"wire", "contract", "_dask_internals"}
+# who may import whom, besides the shared modules
+ALLOWED = {
+    "bridge": {"bridge", "scheduler"},
+    "scheduler": {"scheduler"},
+    "analysis": {"analysis", "scheduler"},
+    "launcher": {"bridge", "scheduler", "analysis", "launcher"},
+    "": set(),  # deisa/wire.py, contract.py, _dask_internals.py
+}
+
+
+def _modules_loaded(code: str) -> list[str]:
+    probe = f"import sys, json\n{code}\nprint(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=300
+    ).stdout
+    loaded: list[str] = json.loads(out.splitlines()[-1])
+    return loaded
+
+
+def _heavy(loaded: list[str], prefixes: tuple[str, ...]) -> list[str]:
+    return [m for m in loaded if m.startswith(prefixes)]
+
+
+def test_bridge_loads_no_analytics_stack() -> None:
+    loaded = _modules_loaded(
+        "from deisa import Bridge, BridgeGroup, BridgeOptions, ArraySpec\n"
+        "import deisa.bridge.bridge"
+    )
+    assert "deisa.bridge.bridge" in loaded
+    assert _heavy(loaded, ("deisa.analysis", "deisa.launcher", "scipy", "sklearn")) == []
+    assert "dask.array" not in loaded
+
+
+def test_adapter_loads_no_bridge_module() -> None:
+    loaded = _modules_loaded("from deisa import Adapter, Replay, IncrementalPCA, split")
+    assert "deisa.analysis.adapter" in loaded
+    assert _heavy(loaded, ("deisa.bridge", "deisa.launcher", "mpi4py")) == []
+
+
+def _imports_of(path: Path) -> set[str]:
+    """The deisa modules ``path`` imports, resolved to dotted names."""
+    module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    package = module.rpartition(".")[0] if path.name != "__init__.py" else module
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("deisa"))
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                target = ".".join([*base, node.module] if node.module else base)
+            else:
+                target = node.module or ""
+            if target.startswith("deisa"):
+                found.add(target)
+                found.update(f"{target}.{a.name}" for a in node.names)
+    return found
+
+
+def _side(module: str) -> str | None:
+    """The side (``bridge``...) a deisa module belongs to, ``""`` for a shared module."""
+    parts = module.split(".")
+    if len(parts) < 2:
+        return None  # the top package itself
+    if parts[1] in SIDES:
+        return parts[1]
+    return "" if parts[1] in SHARED else None
+
+
+@pytest.mark.parametrize(
+    "path",
+    sorted(p for p in PACKAGE.rglob("*.py") if p.parent != PACKAGE or p.stem in SHARED),
+    ids=lambda p: str(p.relative_to(PACKAGE)),
+)
+def test_imports_run_one_way(path: Path) -> None:
+    side = _side(".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts))
+    assert side is not None
+    wrong = sorted(
+        target
+        for target in _imports_of(path)
+        if (other := _side(target)) not in (None, "") and other not in ALLOWED[side]
+    )
+    assert wrong == [], f"{path.relative_to(PACKAGE)} ({side or 'shared'}) imports {wrong}"
+
+
+@pytest.mark.parametrize(
+    "path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE))
+)
+def test_modules_stay_under_600_lines(path: Path) -> None:
+    lines = len(path.read_text().splitlines())
+    assert lines <= 600, f"{path.relative_to(PACKAGE)} has {lines} lines: split it by concept"
+
+
+def test_no_deprecated_module() -> None:
+    for path in PACKAGE.rglob("*.py"):
+        text = path.read_text()
+        assert "DeprecationWarning" not in text and "deprecated" not in text.lower(), path
