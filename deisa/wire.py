@@ -21,6 +21,10 @@ from distributed.protocol.pickle import dumps, loads
 PLUGIN_NAME = "deisa"
 """Name of the scheduler plugin (:class:`~deisa.scheduler.StreamExtension`)."""
 
+SCHEDULER_FILE_ENV = "DEISA_SCHEDULER_FILE"
+"""The environment variable naming the scheduler file (``deisa-run`` sets it) for every side:
+the Bridge and the plugin when no ``scheduler_file`` is given, ``Adapter.from_env()``."""
+
 
 class Route(str, enum.Enum):
     """Names of the scheduler routes; see :mod:`deisa.scheduler.extension` for each one."""

@@ -19,6 +19,7 @@ steps with :meth:`ArrayDescriptor.windows`. See ``docs/streams.md``.
 from __future__ import annotations
 
 import logging
+import os
 import uuid
 import weakref
 from collections.abc import Iterator
@@ -32,7 +33,7 @@ from distributed import Client, Future
 from .. import _dask_internals
 from ..contract import Contract
 from ..scheduler import StreamExtension
-from ..wire import Reply, Route, Status, is_ok, status
+from ..wire import SCHEDULER_FILE_ENV, Reply, Route, Status, is_ok, status
 from . import _block_locations, contracts
 from ._reading import EndOfStreamError, StepArray, StepNotAvailableError, check_zip, zip_steps
 
@@ -68,6 +69,9 @@ class Adapter:
     killed process, within ``distributed.comm.timeouts.tcp`` (30 s by default) for a host that
     vanished. Steps it has taken stay alive as long as its arrays do.
 
+    An analytics started by ``deisa-run`` (or by hand with ``DEISA_SCHEDULER_FILE`` set)
+    connects with :meth:`from_env`, which also owns and closes its client.
+
     Examples
     --------
     >>> client = Client(scheduler_file="scheduler.json")  # doctest: +SKIP
@@ -79,6 +83,11 @@ class Adapter:
     >>> with Adapter(client) as pca, Adapter(client) as plot:  # doctest: +SKIP
     ...     ...
     >>> pool = Adapter(client, group="histograms")  # in two processes  # doctest: +SKIP
+
+    Under ``deisa-run --analytics my.py -- ...``:
+
+    >>> with Adapter.from_env() as adapter:  # doctest: +SKIP
+    ...     for step, field in adapter["gtemp"].items(): ...
     """
 
     def __init__(
@@ -93,16 +102,68 @@ class Adapter:
         client.register_plugin(StreamExtension())
         self._descriptors: dict[str, ArrayDescriptor] = {}
         self._closed = False
+        self._owns_client = False
+
+    @classmethod
+    def from_env(cls, **kwargs: Any) -> Adapter:
+        """An Adapter on a client of its own, connected to the scheduler file named by the
+        environment variable ``DEISA_SCHEDULER_FILE`` (which ``deisa-run`` sets).
+
+        The Adapter owns that client: :meth:`close` (or the end of its ``with`` block) closes
+        it after detaching.
+
+        Parameters
+        ----------
+        **kwargs
+            The Adapter's keyword arguments (``timeout``, ``group``...).
+
+        Raises
+        ------
+        RuntimeError
+            ``DEISA_SCHEDULER_FILE`` is not set.
+        FileNotFoundError
+            The file it names does not exist.
+
+        Examples
+        --------
+        >>> with Adapter.from_env(timeout=120) as adapter:  # doctest: +SKIP
+        ...     print(adapter["gtemp"][0].mean().compute())
+        """
+        path = os.environ.get(SCHEDULER_FILE_ENV, "")
+        if not path:
+            raise RuntimeError(
+                f"Adapter.from_env(): the environment variable {SCHEDULER_FILE_ENV} is not set; "
+                "set it to the file written by `dask scheduler --scheduler-file FILE' (deisa-run "
+                "sets it), or connect a Client yourself: Adapter(Client(scheduler_file=...))"
+            )
+        if not os.path.isfile(path):
+            raise FileNotFoundError(
+                f"Adapter.from_env(): {SCHEDULER_FILE_ENV}={path!r} names no file; is the "
+                "scheduler started (`dask scheduler --scheduler-file FILE')?"
+            )
+        client = Client(scheduler_file=path)
+        try:
+            adapter = cls(client, **kwargs)
+        except BaseException:
+            client.close()
+            raise
+        adapter._owns_client = True
+        return adapter
 
     def close(self) -> None:
         """Detach from every array: the stream stops waiting for this consumer and releases the
         steps it had not taken (unless another consumer still has to take them). Arrays it
-        handed out stay valid. Idempotent; the Adapter cannot read afterwards."""
+        handed out stay valid, unless the Adapter owns its client (:meth:`from_env`): it closes
+        it then. Idempotent; the Adapter cannot read afterwards."""
         if self._closed:
             return
         self._closed = True
-        if self.client.status == "running":
-            self._request(Route.DETACH, consumer=self.consumer)
+        try:
+            if self.client.status == "running":
+                self._request(Route.DETACH, consumer=self.consumer)
+        finally:
+            if self._owns_client:
+                self.client.close()
 
     def __enter__(self) -> Adapter:
         return self

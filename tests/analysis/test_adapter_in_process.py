@@ -1,0 +1,73 @@
+"""The Adapter against a real scheduler and two workers in process (``gen_cluster``): the steps
+are published as rank 0 of a Bridge does (``stream_driver.Rank0``) and read by a synchronous
+Adapter in a thread. The Adapter's selections on real MPI runs are in ``test_adapter.py``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from distributed.utils_test import gen_cluster
+from stream_driver import WAIT, Rank0, block, install
+
+from deisa import Adapter
+from deisa.wire import SCHEDULER_FILE_ENV
+
+
+def in_thread(fn: Any) -> Any:
+    """Run the synchronous analytics ``fn`` beside the cluster's loop."""
+    return asyncio.get_running_loop().run_in_executor(None, fn)
+
+
+async def until(condition: Any) -> None:
+    deadline = asyncio.get_running_loop().time() + WAIT
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline
+        await asyncio.sleep(0.01)
+
+
+# -- Adapter.from_env -------------------------------------------------------------------------
+
+
+def test_from_env_names_the_variable_when_unset_or_the_file_missing(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv(SCHEDULER_FILE_ENV, raising=False)
+    with pytest.raises(RuntimeError, match="DEISA_SCHEDULER_FILE is not set"):
+        Adapter.from_env()
+    missing = tmp_path / "nowhere.json"
+    monkeypatch.setenv(SCHEDULER_FILE_ENV, str(missing))
+    with pytest.raises(FileNotFoundError, match=f"DEISA_SCHEDULER_FILE='{missing}' names no file"):
+        Adapter.from_env()
+
+
+def test_from_env_reads_the_stream_and_closes_the_client_it_owns(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    @gen_cluster(client=True)
+    async def run(c, s, a, b) -> None:
+        await install(c, s)
+        scheduler_file = tmp_path / "scheduler.json"
+        scheduler_file.write_text(json.dumps({"address": s.address}))
+        monkeypatch.setenv(SCHEDULER_FILE_ENV, str(scheduler_file))
+        rank0 = Rank0(c, [a, b], "t", "r1")
+        await rank0.open()
+        await rank0.publish(0)
+        await rank0.close(1)
+
+        def analytics() -> tuple[list[int], Any, str, str]:
+            with Adapter.from_env(timeout=WAIT) as adapter:
+                got = [(step, x.compute()) for step, x in adapter["t"].items()]
+                assert adapter.client.status == "running"
+            return [step for step, _ in got], got[0][1], adapter.client.status, adapter.client.id
+
+        steps, field, status, client_id = await in_thread(analytics)
+        assert steps == [0] and status == "closed"
+        np.testing.assert_array_equal(field, np.vstack([block(0, 0), block(0, 1)]))
+        await until(lambda: client_id not in s.clients)  # it left the scheduler too
+
+    run()
