@@ -20,7 +20,13 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .analysis.adapter import Adapter, ArrayDescriptor, EndOfStreamError, StepNotAvailableError
+    from .analysis.adapter import (
+        Adapter,
+        ArrayDescriptor,
+        EndOfStreamError,
+        StepLostError,
+        StepNotAvailableError,
+    )
     from .analysis.pca import IncrementalPCA
     from .analysis.replay import Replay, ReplayArray, ReplayError
     from .analysis.splitter import (
@@ -43,8 +49,8 @@ __version__ = "0.1.0"
 
 # public name -> the submodule defining it
 _LAZY = {
-    **dict.fromkeys(["Adapter", "ArrayDescriptor", "EndOfStreamError", "StepNotAvailableError"],
-                    "analysis.adapter"),
+    **dict.fromkeys(["Adapter", "ArrayDescriptor", "EndOfStreamError", "StepLostError",
+                     "StepNotAvailableError"], "analysis.adapter"),
     **dict.fromkeys(["Bridge", "BridgeError", "PublishTiming"], "bridge.bridge"),
     "BridgeGroup": "bridge.group",
     **dict.fromkeys(["ArraySpec", "Decomposition", "DecompositionError"], "bridge.decomposition"),
@@ -79,6 +85,7 @@ __all__ = [
     "ReplayError",
     "Split",
     "Static",
+    "StepLostError",
     "StepNotAvailableError",
     "TransferMeasurement",
     "measure_incoming_transfers",

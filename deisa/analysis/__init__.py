@@ -11,14 +11,27 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .adapter import Adapter, ArrayDescriptor, EndOfStreamError, StepNotAvailableError
+    from .adapter import (
+        Adapter,
+        ArrayDescriptor,
+        EndOfStreamError,
+        StepLostError,
+        StepNotAvailableError,
+    )
     from .pca import IncrementalPCA
     from .replay import Replay, ReplayArray, ReplayError
     from .splitter import split
 
 _LAZY = {
     **dict.fromkeys(
-        ["Adapter", "ArrayDescriptor", "EndOfStreamError", "StepNotAvailableError"], "adapter"
+        [
+            "Adapter",
+            "ArrayDescriptor",
+            "EndOfStreamError",
+            "StepLostError",
+            "StepNotAvailableError",
+        ],
+        "adapter",
     ),
     "IncrementalPCA": "pca",
     **dict.fromkeys(["Replay", "ReplayArray", "ReplayError"], "replay"),
@@ -33,6 +46,7 @@ __all__ = [
     "Replay",
     "ReplayArray",
     "ReplayError",
+    "StepLostError",
     "StepNotAvailableError",
     "split",
 ]

@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import uuid
+import warnings
 import weakref
 from collections.abc import Iterator
 from types import TracebackType
@@ -37,9 +38,19 @@ from ..wire import SCHEDULER_FILE_ENV, Reply, Route, Status, is_ok, status
 from . import _block_locations, contracts
 from ._reading import EndOfStreamError, StepArray, StepNotAvailableError, check_zip, zip_steps
 
-__all__ = ["Adapter", "ArrayDescriptor", "EndOfStreamError", "StepNotAvailableError"]
+__all__ = [
+    "Adapter",
+    "ArrayDescriptor",
+    "EndOfStreamError",
+    "StepLostError",
+    "StepNotAvailableError",
+]
 
 logger = logging.getLogger(__name__)
+
+
+class StepLostError(StepNotAvailableError):
+    """A step whose blocks died with a worker that left the cluster: it will never be read."""
 
 
 class Adapter:
@@ -57,6 +68,12 @@ class Adapter:
         the arrays it reads, whatever other Adapters read (fan-out). A name: the Adapters of
         that group (on any client) share the steps, each step going to the member that asks
         first; the group counts as one consumer.
+    on_lost
+        What iterating (:meth:`ArrayDescriptor.items`, ``windows``, :meth:`zip`) does at a step
+        lost with a worker (its blocks died before this Adapter took it): ``"warn"`` (default)
+        skips it with one :class:`RuntimeWarning` naming the step and the worker; ``"raise"``
+        raises :class:`StepLostError` (iterating again goes on after it). Selecting a lost step
+        (``descriptor[t]``) always raises :class:`StepLostError`; :meth:`stats` lists them.
 
     Notes
     -----
@@ -91,13 +108,21 @@ class Adapter:
     """
 
     def __init__(
-        self, client: Client, *, timeout: float | None = 60.0, group: str | None = None
+        self,
+        client: Client,
+        *,
+        timeout: float | None = 60.0,
+        group: str | None = None,
+        on_lost: Literal["warn", "raise"] = "warn",
     ) -> None:
         if group is not None and (not isinstance(group, str) or not group):
             raise ValueError(f"group={group!r} must be a non-empty string or None")
+        if on_lost not in ("warn", "raise"):
+            raise ValueError(f"on_lost={on_lost!r} must be 'warn' or 'raise'")
         self.client = client
         self.timeout = timeout
         self.group = group
+        self.on_lost = on_lost
         self.consumer = f"{client.id}/{uuid.uuid4().hex[:12]}"
         client.register_plugin(StreamExtension())
         self._descriptors: dict[str, ArrayDescriptor] = {}
@@ -222,8 +247,16 @@ class Adapter:
         return self._descriptors[name]
 
     def stats(self) -> dict[str, Any]:
-        """Scheduler-side counters: calls per route, steps published, taken and queued."""
-        return self._request(Route.STATS)
+        """Scheduler-side counters: calls per route, steps published, taken and queued; and
+        ``"lost"``: per array this Adapter reads, the ``(step, worker)`` of each step it found
+        lost with a worker (the scheduler's ``streams`` list them too, until the run ends)."""
+        stats = self._request(Route.STATS)
+        stats["lost"] = {
+            name: [(step, worker) for step, workers in d._lost.items() for worker in workers]
+            for name, d in self._descriptors.items()
+            if d._lost
+        }
+        return stats
 
     def set(self, name: str, value: Any) -> int:
         """Set the steering value ``name`` that the simulation reads with :meth:`Bridge.get`.
@@ -295,6 +328,9 @@ class ArrayDescriptor(StepArray):
         self._contract_of: dict[int, dict[str, Any] | None] = {}  # the contract of each step
         # the worker of each block of a step, and their threads, as the stream reported them
         self._holders: dict[int, tuple[list[str], dict[str, int]]] = {}
+        self._lost: dict[int, list[str]] = {}  # steps lost with a worker: the workers
+        self._unreported: set[int] = set()  # lost steps the iteration has not passed yet
+        self._reached: int | None = None  # the latest step received, lost ones included
 
     # -- metadata ----------------------------------------------------------------------------
 
@@ -369,6 +405,14 @@ class ArrayDescriptor(StepArray):
             self._ended = True
             logger.info("deisa adapter: end of %r after %d steps", self.name, len(self._seen))
             return False
+        if answer is Status.LOST:
+            step = int(reply["step"])
+            self._run = reply["run"]
+            self._lost[step] = list(reply["workers"])
+            self._unreported.add(step)
+            self._reached = max(step, self._reached if self._reached is not None else step)
+            logger.info("deisa adapter: %s", reply["message"])
+            return True
         if answer is Status.TIMEOUT:
             last = self._seen[-1] if self._seen else None
             state = (
@@ -391,22 +435,40 @@ class ArrayDescriptor(StepArray):
         self._cached[step] = futures
         self._contract_of[step] = reply.get("contract")
         self._seen.append(step)
+        self._reached = max(step, self._reached if self._reached is not None else step)
         return True
 
     def _pull_until(self, step: int | None) -> None:
         """Pull until ``step`` (or a later one) was received, or to the end if ``None``."""
-        while step is None or not self._seen or self._seen[-1] < step:
+        while step is None or self._reached is None or self._reached < step:
             if not self._pull():
                 return
 
     # -- the StepArray hooks -----------------------------------------------------------------
 
     def _has(self, step: int) -> bool:
+        if step in self._lost:
+            self._unreported.discard(step)
+            raise StepLostError(self._lost_message(step))
         return step in self._cached or step in self._handed
 
     def _next_steps(self) -> Iterator[int]:
-        while self._cached or self._pull():
-            yield min(self._cached)
+        while self._cached or self._unreported or self._pull():
+            lost = min(self._unreported, default=None)
+            if lost is None or (self._cached and min(self._cached) < lost):
+                if self._cached:
+                    yield min(self._cached)
+                continue
+            self._unreported.discard(lost)  # in step order: the iteration passes it
+            if self.adapter.on_lost == "raise":
+                raise StepLostError(self._lost_message(lost))
+            warnings.warn(self._lost_message(lost) + "; skipped", RuntimeWarning, stacklevel=3)
+
+    def _lost_message(self, step: int) -> str:
+        return (
+            f"step {step} of {self.name!r} was lost: worker(s) {', '.join(self._lost[step])} "
+            "holding its blocks left the cluster before this Adapter took it"
+        )
 
     def _step_array(self, step: int) -> da.Array:
         if step in self._cached:

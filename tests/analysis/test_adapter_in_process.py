@@ -11,10 +11,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+from distributed import Client
 from distributed.utils_test import gen_cluster
-from stream_driver import WAIT, Rank0, block, install
+from stream_driver import WAIT, Rank0, block, install, until_released
 
-from deisa import Adapter
+from deisa import Adapter, StepLostError, StepNotAvailableError
 from deisa.wire import SCHEDULER_FILE_ENV
 
 
@@ -69,5 +70,50 @@ def test_from_env_reads_the_stream_and_closes_the_client_it_owns(
         assert steps == [0] and status == "closed"
         np.testing.assert_array_equal(field, np.vstack([block(0, 0), block(0, 1)]))
         await until(lambda: client_id not in s.clients)  # it left the scheduler too
+
+    run()
+
+
+# -- steps lost with a worker (issue 25) --------------------------------------------------------
+
+
+def test_lost_steps_are_named_skipped_or_raised_and_leave_no_key() -> None:
+    @gen_cluster(client=True)
+    async def run(c, s, a, b) -> None:
+        await install(c, s)
+        for name in ("t", "u"):  # steps 0 and 1 on both workers, queued for the first reader
+            rank0 = Rank0(c, [a, b], name, "r1")
+            await rank0.open()
+            await rank0.publish(0)
+            await rank0.publish(1)
+        departed = b.address
+        await b.close()
+        for name in ("t", "u"):  # the simulation goes on, on the worker left
+            rank0 = Rank0(c, [a, a], name, "r1")
+            await rank0.publish(2)
+            await rank0.close(3)
+
+        def analytics() -> None:
+            with Client(s.address, timeout=WAIT) as client:
+                with Adapter(client, timeout=WAIT) as warned:
+                    with pytest.raises(StepLostError, match=f"step 0 of 't' was lost.*{departed}"):
+                        warned["t"][0]
+                    with pytest.warns(RuntimeWarning, match=f"step 1 of 't' was lost.*{departed}"):
+                        got = [(step, x.compute()) for step, x in warned["t"].items()]
+                    assert [step for step, _ in got] == [2]
+                    np.testing.assert_array_equal(got[0][1], np.vstack([block(2, 0), block(2, 1)]))
+                    assert warned.stats()["lost"] == {"t": [(0, departed), (1, departed)]}
+                    del got
+                with Adapter(client, timeout=WAIT, on_lost="raise") as raising:
+                    steps = iter(raising["u"].items())
+                    with pytest.raises(StepLostError, match="step 0 of 'u'") as caught:
+                        next(steps)
+                    assert isinstance(caught.value, StepNotAvailableError)
+                    with pytest.raises(StepLostError, match="step 1 of 'u'"):
+                        next(iter(raising["u"].items()))  # iterating again goes on after it
+                    assert [step for step, _ in raising["u"].items()] == [2]
+
+        await in_thread(analytics)
+        await until_released(s, [a], "r1")  # no key of either array is left
 
     run()

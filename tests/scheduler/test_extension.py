@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from distributed import Client
+from distributed import Client, Worker
 from distributed.utils_test import captured_logger, gen_cluster
 from stream_driver import (
     EXPIRE,
@@ -791,3 +791,91 @@ async def test_two_consumers_of_one_client_keep_the_step_until_the_client_confir
     assert held(s, holder("t", "r1")) == set()
     assert all(wanted_by(s, k) == {c.id} for k in rank0.keys(0))  # the claim is back
     np.testing.assert_array_equal(await futures[1], block(0, 1))
+
+
+# -- workers leaving and joining (issue 25) -----------------------------------------------------
+
+
+@gen_cluster(client=True)
+async def test_watch_workers_answers_when_the_workers_change_or_at_its_timeout(
+    c: Client, s: Any, a: Any, b: Any
+) -> None:
+    await install(c, s)
+    both = sorted([[a.address, a.state.nthreads], [b.address, b.state.nthreads]])
+    idle = await c.scheduler.deisa_watch_workers(known=[a.address, b.address], timeout=EXPIRE)
+    assert fields(idle) == (Status.OK,) and lists(idle["workers"]) == both  # no change
+    stale = await c.scheduler.deisa_watch_workers(known=[a.address], timeout=WAIT)
+    assert lists(stale["workers"]) == both  # differs already: at once
+    watching = asyncio.ensure_future(
+        c.scheduler.deisa_watch_workers(known=[a.address, b.address], timeout=WAIT)
+    )
+    await until_called(s.plugins[PLUGIN_NAME], "watch_workers", 3)
+    await b.close()
+    left = await watching
+    assert lists(left["workers"]) == [[a.address, a.state.nthreads]]
+    watching = asyncio.ensure_future(
+        c.scheduler.deisa_watch_workers(known=[a.address], timeout=WAIT)
+    )
+    await until_called(s.plugins[PLUGIN_NAME], "watch_workers", 4)
+    async with Worker(s.address, nthreads=3) as w:
+        joined = await watching
+        assert lists(joined["workers"]) == sorted([[a.address, a.state.nthreads], [w.address, 3]])
+
+
+@gen_cluster(client=True)
+async def test_worker_leaving_loses_the_queued_steps_of_the_readers_that_had_not_taken_them(
+    c: Client, s: Any, a: Any, b: Any
+) -> None:
+    ext = await install(c, s)
+    rank0 = Rank0(c, [a, b], "t", "r1")
+    await rank0.open()
+    for consumer in ("A", "B"):
+        await c.scheduler.deisa_attach(name="t", client=c.id, consumer=consumer)
+    for step in (0, 1):
+        await rank0.publish(step)
+    record = await get(c, "t", consumer="A")  # A takes step 0: its client holds the keys
+    futures = [_dask_internals.future_in_memory(key, c) for key in record["keys"]]
+    departed = b.address
+    await b.close()
+    # A had taken step 0: it keeps it (dask reports the block on b lost), B had not
+    assert queue(ext, "t", "A") == [("lost", 1)]
+    assert queue(ext, "t", "B") == [("lost", 0), ("lost", 1)]
+    assert ext.stats()["streams"]["t"]["lost"] == [[0, departed], [1, departed]]
+    assert ext.stats()["streams"]["t"]["queued"] == 0  # lost steps do not count
+    assert held(s, holder("t", "r1")) == set()  # the stream let go of every lost key
+    assert wanted_by(s, rank0.keys(0)[0]) == {c.id}  # step 0's block on a: A's
+    rank1 = Rank0(c, [a, a], "t", "r1")  # the simulation goes on, on the worker left
+    assert await rank1.publish(2) == ok()
+    await rank1.close(3)
+    for consumer, steps in (("A", [1]), ("B", [0, 1])):
+        for step in steps:
+            lost = await get(c, "t", consumer=consumer)
+            assert fields(lost, "step") == (Status.LOST, step)
+            assert lists(lost["workers"]) == [departed]
+        record = await get(c, "t", consumer=consumer)
+        assert record["step"] == 2
+        await take(c, record)
+        if record["confirm"]:  # B took step 2 on the client that took it for A
+            _dask_internals.send_batched(c, "deisa_step_taken", name="t", run="r1", step=2)
+        assert status(await get(c, "t", run="r1", consumer=consumer)) is Status.END
+    del futures, record
+    await until_released(s, [a], "r1")
+
+
+@gen_cluster(client=True)
+async def test_a_publish_waiting_for_room_is_freed_by_a_lost_step_and_lost_itself(
+    c: Client, s: Any, a: Any, b: Any
+) -> None:
+    ext = await install(c, s)
+    rank0 = Rank0(c, [a, b], "t", "r1")
+    await rank0.open(buffer_nb=1)
+    await rank0.publish(0)
+    waiting = asyncio.ensure_future(rank0.publish(1))  # buffer_nb=1: waits for room
+    await until_called(ext, "publish", 2)
+    departed = b.address
+    await b.close()
+    reply = await waiting  # step 0 lost: room again, but step 1 has a block on b too
+    assert status(reply) is Status.LOST and lists(reply["workers"]) == [departed]
+    assert "step 1 of 't'" in reply["message"] and departed in reply["message"]
+    assert queue(ext, "t") == [("lost", 0), ("lost", 1)]
+    await until_released(s, [a], "r1")
