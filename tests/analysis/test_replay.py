@@ -7,15 +7,24 @@ tests/test_replay_live.py.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import dask.array as da
 import h5py
 import numpy as np
 import pytest
+from distributed import Client, LocalCluster
 from sklearn.decomposition import PCA
 
-from deisa import EndOfStreamError, IncrementalPCA, Replay, ReplayError, StepNotAvailableError
+from deisa import (
+    EndOfStreamError,
+    IncrementalPCA,
+    Replay,
+    ReplayError,
+    StepNotAvailableError,
+    split,
+)
 from deisa.analysis.pca import _current_client
 from deisa.analysis.replay import UnknownArrayError
 
@@ -242,3 +251,31 @@ def test_pca_of_a_replay_without_client_is_exact_pca(tmp_path: Path) -> None:
             model.explained_variance_, reference.explained_variance_, rtol=1e-10
         )
     assert isinstance(field, da.Array)
+
+
+@pytest.fixture
+def cluster() -> Iterator[Client]:
+    """A LocalCluster of two one-thread worker processes, closed after the test."""
+    from conftest import STARTUP, THREAD_PINS
+
+    blas = {k: v for k, v in THREAD_PINS.items() if k.endswith("_NUM_THREADS")}
+    with (
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0", env=blas
+        ) as local,
+        Client(local, timeout=STARTUP) as client,
+    ):
+        yield client
+
+
+def test_split_and_pca_of_a_replay_on_a_cluster(tmp_path: Path, cluster: Client) -> None:
+    """The workers read the blocks themselves; split() persists them and partitions them by
+    worker, and the PCA reduces them where they are."""
+    replay = Replay(write_run(tmp_path / "run.h5"), cluster)
+    field = replay["gtemp"][20]
+    partitions = split(field, client=cluster, persist=True)
+    assert sum(len(p.block_indexes) for p in partitions) == 4  # 2 x 2 chunks
+    model = IncrementalPCA(n_components=3, svd_solver="full", client=cluster).fit(field)
+    reference = PCA(n_components=3, svd_solver="full").fit(fields(0)[2])
+    np.testing.assert_allclose(model.explained_variance_, reference.explained_variance_, rtol=1e-10)
+    assert np.array_equal(replay["gdtemp"][30].compute(), fields(1)[3])  # on the cluster
