@@ -16,6 +16,8 @@ where ``mean`` is the pooled mean. The merges form a tree: first the partitions 
 on that worker (nothing moves); then groups of up to ``_MERGE_FAN_IN`` worker states; the client
 merges the last few. ``partial_fit`` merges the new data's state into the one kept from earlier
 calls (time steps), so the model follows a stream of arrays.
+The states and their merges are :mod:`deisa.analysis._pca_kernels`'s; this module builds the
+task graph and holds the estimator.
 
 Two regimes, chosen by ``svd_solver`` (``"auto"`` picks by the problem's size, as scikit-learn's
 PCA does):
@@ -46,18 +48,24 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import dask
 import dask.array as da
 import numpy as np
-import scipy.linalg
 from distributed import Client, Future, get_client, wait
 from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.utils import check_random_state
 from sklearn.utils.extmath import svd_flip
 
+from ._pca_kernels import (
+    PartialPCA,
+    merge,
+    reduce_partition,
+    reduce_rows,
+    state_variance_along,
+    variance_along,
+)
 from .splitter import PartitionPolicy, split
 
 __all__ = ["IncrementalPCA", "PendingFit"]
@@ -79,221 +87,6 @@ _AUTO_POWER_ITERATIONS = 2
 # States merged by one task. A wider tree means fewer task round trips, each merge an SVD of
 # fan-in times a state's rows; the root runs on the client, where no task is needed.
 _MERGE_FAN_IN = 16
-# Bytes of float64 scratch per chunk when a pass over a block needs a temporary.
-_CHUNK_BYTES = 1 << 21
-
-
-@dataclass
-class _PartialPCA:
-    """PCA state of a set of rows: enough to merge with another set (exactly when untruncated)."""
-
-    n_samples: int
-    mean: np.ndarray  # (n_features,)
-    squared_deviations: np.ndarray  # (n_features,), sum over rows of (x - mean) ** 2
-    singular_values: np.ndarray  # (rank,)
-    components: np.ndarray  # (rank, n_features)
-
-    def __sizeof__(self) -> int:  # dask's memory and transfer accounting reads this
-        arrays = (self.mean, self.squared_deviations, self.singular_values, self.components)
-        return object.__sizeof__(self) + sum(a.nbytes for a in arrays)
-
-
-class _Bands:
-    """Rows of a partition as a grid of blocks, read in place: ``bands[i][j]`` is the block of
-    row band ``i`` and column block ``j``. Products with the centred matrix ``A = X - 1 mean``
-    are computed block by block, so the partition is never copied."""
-
-    def __init__(self, bands: Sequence[Sequence[np.ndarray]]) -> None:
-        self.bands = [
-            [b if b.dtype == np.float64 else b.astype(np.float64) for b in band] for band in bands
-        ]
-        widths = [b.shape[1] for b in self.bands[0]]
-        self.columns = np.concatenate([[0], np.cumsum(widths)]).astype(int)
-        self.heights = [band[0].shape[0] for band in self.bands]
-        self.rows = np.concatenate([[0], np.cumsum(self.heights)]).astype(int)
-        self.shape = (int(self.rows[-1]), int(self.columns[-1]))
-        self.mean = np.zeros(self.shape[1])
-
-    def _cols(self, j: int) -> slice:
-        return slice(self.columns[j], self.columns[j + 1])
-
-    def column_stats(
-        self, right: np.ndarray | None = None
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-        """Mean and sum of squared deviations per column, and ``A @ right``, in one pass.
-
-        Deviations are accumulated from the first row (a shift close to the data), so a large
-        offset does not cancel the variance out as ``sum(x**2) - n mean**2`` would. The
-        product (when ``right`` is given) is taken on the same chunks while they are in cache,
-        and centred once the mean is known.
-        """
-        n, f = self.shape
-        shift = np.concatenate(self.bands[0], axis=1)[0].astype(np.float64)
-        total, squares = np.zeros(f), np.zeros(f)
-        product = None if right is None else np.zeros((n, right.shape[1]))
-        scratch = np.empty(max(_CHUNK_BYTES // 8, f))  # reused: fresh buffers cost page faults
-        for i, band in enumerate(self.bands):
-            for j, block in enumerate(band):
-                cols = self._cols(j)
-                step = max(1, _CHUNK_BYTES // (8 * max(1, block.shape[1])))
-                for r in range(0, block.shape[0], step):
-                    rows = block[r : r + step]
-                    if product is not None and right is not None:
-                        start = self.rows[i] + r
-                        product[start : start + len(rows)] += rows @ right[cols]
-                    d = scratch[: rows.size].reshape(rows.shape)
-                    np.subtract(rows, shift[cols], out=d)
-                    total[cols] += d.sum(axis=0)
-                    squares[cols] += np.einsum("ij,ij->j", d, d)
-        offset = total / n
-        self.mean = shift + offset
-        if product is not None and right is not None:
-            product -= self.mean @ right
-        return self.mean, np.maximum(squares - n * offset**2, 0.0), product
-
-    def matmul(self, right: np.ndarray) -> np.ndarray:
-        """``A @ right`` for ``right`` of shape (n_features, r)."""
-        out = np.empty((self.shape[0], right.shape[1]))
-        shifted = self.mean @ right
-        for i, band in enumerate(self.bands):
-            rows = out[self.rows[i] : self.rows[i + 1]]
-            np.matmul(band[0], right[self._cols(0)], out=rows)
-            for j in range(1, len(band)):
-                rows += band[j] @ right[self._cols(j)]
-            rows -= shifted
-        return out
-
-    def rmatmul(self, left: np.ndarray) -> np.ndarray:
-        """``A.T @ left`` for ``left`` of shape (n_samples, r)."""
-        out = np.zeros((self.shape[1], left.shape[1]))
-        for i, band in enumerate(self.bands):
-            rows = left[self.rows[i] : self.rows[i + 1]]
-            for j, block in enumerate(band):
-                out[self._cols(j)] += block.T @ rows
-        out -= np.outer(self.mean, left.sum(axis=0))
-        return out
-
-    def centred_copy(self) -> np.ndarray:
-        """The centred rows as one array (the exact solver's input), in one copy."""
-        rows = np.block([list(band) for band in self.bands]).astype(np.float64, copy=False)
-        rows -= self.mean
-        return rows
-
-
-def _randomized_svd(
-    matrix: _Bands, first_sketch: np.ndarray, n_iter: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """Leading singular values and right vectors of the centred ``matrix``, as many as the
-    columns of ``first_sketch`` (the matrix times a Gaussian random matrix).
-
-    scikit-learn's ``randomized_svd`` needs the matrix itself; this is the same algorithm
-    (Halko et al. 2011, with scikit-learn's LU normalisation between power iterations) on
-    the implicit, centred block matrix.
-    """
-    sketch = first_sketch
-    for _ in range(n_iter):  # LU keeps the power iterations well scaled, at a third of QR's cost
-        basis, _ = scipy.linalg.lu(sketch, permute_l=True, check_finite=False)
-        back, _ = scipy.linalg.lu(matrix.rmatmul(basis), permute_l=True, check_finite=False)
-        sketch = matrix.matmul(back)
-    basis, _ = scipy.linalg.qr(sketch, mode="economic", check_finite=False)
-    _, singular_values, components = np.linalg.svd(matrix.rmatmul(basis).T, full_matrices=False)
-    return singular_values, components
-
-
-def _reduce_bands(
-    bands: Sequence[Sequence[np.ndarray]], rank: int | None, seed: int, n_iter: int
-) -> _PartialPCA:
-    """Partial state of the rows held by ``bands`` (see :class:`_Bands`)."""
-    matrix = _Bands(bands)
-    if rank is None or rank >= min(matrix.shape):
-        mean, squared_deviations, _ = matrix.column_stats()
-        _, singular_values, components = np.linalg.svd(matrix.centred_copy(), full_matrices=False)
-        if rank is not None:
-            singular_values, components = singular_values[:rank], components[:rank]
-    else:
-        gaussian = np.random.default_rng(seed).standard_normal((matrix.shape[1], rank))
-        mean, squared_deviations, sketch = matrix.column_stats(gaussian)
-        assert sketch is not None
-        singular_values, components = _randomized_svd(matrix, sketch, n_iter)
-    return _PartialPCA(matrix.shape[0], mean, squared_deviations, singular_values, components)
-
-
-def _reduce_rows(rows: np.ndarray, rank: int | None, seed: int, n_iter: int) -> _PartialPCA:
-    """Partial state of a numpy array of rows (left untouched)."""
-    return _reduce_bands([[np.asarray(rows)]], rank, seed, n_iter)
-
-
-def _ordered_bands(
-    blocks: list[np.ndarray], block_indexes: list[tuple[int, int]]
-) -> list[list[np.ndarray]]:
-    # The splitter keeps every row band in one partition: the bands are read where they lie.
-    bands: dict[int, list[tuple[int, np.ndarray]]] = defaultdict(list)
-    for (row, column), block in zip(block_indexes, blocks, strict=True):
-        bands[row].append((column, block))
-    return [[b for _, b in sorted(bands[r], key=lambda cb: cb[0])] for r in sorted(bands)]
-
-
-def _reduce_partition(
-    blocks: list[np.ndarray],
-    block_indexes: list[tuple[int, int]],
-    rank: int | None,
-    seed: int,
-    n_iter: int,
-) -> _PartialPCA:
-    return _reduce_bands(_ordered_bands(blocks, block_indexes), rank, seed, n_iter)
-
-
-def _variance_along(
-    blocks: list[np.ndarray],
-    block_indexes: list[tuple[int, int]],
-    state: _PartialPCA,
-    n_components: int,
-) -> np.ndarray:
-    """Sum over a partition's rows of ``((x - state.mean) . v)**2`` for the leading components.
-
-    With the final components known, this one extra pass gives the variance along each of them
-    exactly, removing the bias that truncating the partial states leaves in the singular
-    values (the noise each partition's discarded components held along the leading ones).
-    """
-    matrix = _Bands(_ordered_bands(blocks, block_indexes))
-    matrix.mean = state.mean
-    projected = matrix.matmul(state.components[:n_components].T)
-    return np.einsum("ij,ij->j", projected, projected)
-
-
-def _state_variance_along(
-    state: _PartialPCA | None, mean: np.ndarray, components: np.ndarray
-) -> np.ndarray:
-    """:func:`_variance_along` for rows known only by their (earlier, truncated) state."""
-    if state is None or state.n_samples == 0:
-        return np.zeros(len(components))
-    projected = (state.singular_values[:, None] * state.components) @ components.T
-    shift = (state.mean - mean) @ components.T
-    return np.einsum("ij,ij->j", projected, projected) + state.n_samples * shift**2
-
-
-def _merge(states: list[_PartialPCA | None], rank: int | None) -> _PartialPCA | None:
-    """Merge any number of partial states (``None`` and empty states are skipped).
-
-    Exact for untruncated states; ``rank`` truncates the result to that many components.
-    """
-    present = [s for s in states if s is not None and s.n_samples > 0]
-    if len(present) <= 1:
-        return present[0] if present else None
-    counts = np.array([s.n_samples for s in present], dtype=np.float64)
-    n = int(counts.sum())
-    means = np.stack([s.mean for s in present])
-    mean = counts @ means / n
-    deltas = means - mean
-    stacked = np.vstack(
-        [s.singular_values[:, None] * s.components for s in present]
-        + [np.sqrt(counts)[:, None] * deltas]
-    )
-    _, singular_values, components = np.linalg.svd(stacked, full_matrices=False)
-    if rank is not None:
-        singular_values, components = singular_values[:rank], components[:rank]
-    squared_deviations = sum(s.squared_deviations for s in present) + counts @ deltas**2
-    return _PartialPCA(n, mean, squared_deviations, singular_values, components)
 
 
 def _current_client() -> Client | None:
@@ -321,7 +114,7 @@ class PendingFit:
         merges: list[Future],
         level: list[Future],
         refinements: Sequence[Future] = (),
-        previous: _PartialPCA | None = None,
+        previous: PartialPCA | None = None,
     ) -> None:
         self.estimator = estimator
         self.submitted = time.perf_counter()
@@ -392,11 +185,9 @@ class PendingFit:
             (state,) = states
             k = self._n_components
             sums = sum(client.gather(self._refinements))
-            variance = sums + _state_variance_along(
-                self._previous, state.mean, state.components[:k]
-            )
+            variance = sums + state_variance_along(self._previous, state.mean, state.components[:k])
         else:
-            state = _merge([self._previous, *states], self._rank)
+            state = merge([self._previous, *states], self._rank)
         assert state is not None
         fitted = self.estimator._finish(state, self._n_components, variance)
         self.client_merge_s = time.perf_counter() - start
@@ -526,7 +317,7 @@ class IncrementalPCA(TransformerMixin, BaseEstimator):
         -------
         self
         """
-        self._state: _PartialPCA | None = None
+        self._state: PartialPCA | None = None
         return self.partial_fit(X)
 
     def partial_fit(self, X: Any, y: Any = None, check_input: bool = True) -> IncrementalPCA:
@@ -547,13 +338,13 @@ class IncrementalPCA(TransformerMixin, BaseEstimator):
             X = np.asarray(X, dtype=np.float64)
             n_components, rank, seeds, n_iter = self._prepare(X)
             previous = self._previous
-            state = _merge([previous, self._reduce_numpy(X, rank, seeds, n_iter)], rank)
+            state = merge([previous, self._reduce_numpy(X, rank, seeds, n_iter)], rank)
             assert state is not None
             self.bytes_moved_ = 0
             variance = None
             if rank is not None:
-                variance = _variance_along([X], [(0, 0)], state, n_components)
-                variance += _state_variance_along(
+                variance = variance_along([X], [(0, 0)], state, n_components)
+                variance += state_variance_along(
                     previous, state.mean, state.components[:n_components]
                 )
             return self._finish(state, n_components, variance)
@@ -580,7 +371,7 @@ class IncrementalPCA(TransformerMixin, BaseEstimator):
         return self._submit(X)
 
     @property
-    def _previous(self) -> _PartialPCA | None:
+    def _previous(self) -> PartialPCA | None:
         return getattr(self, "_state", None)
 
     def _client(self) -> Client:
@@ -637,12 +428,12 @@ class IncrementalPCA(TransformerMixin, BaseEstimator):
 
     def _reduce_numpy(
         self, X: np.ndarray, rank: int | None, seeds: np.random.RandomState, n_iter: int
-    ) -> _PartialPCA | None:
+    ) -> PartialPCA | None:
         batch = self.batch_size or len(X)
         state = None
         for start in range(0, len(X), batch):
-            part = _reduce_rows(X[start : start + batch], rank, int(seeds.randint(2**31)), n_iter)
-            state = _merge([state, part], rank)
+            part = reduce_rows(X[start : start + batch], rank, int(seeds.randint(2**31)), n_iter)
+            state = merge([state, part], rank)
         return state
 
     def _fit_here(self, X: da.Array) -> IncrementalPCA:
@@ -652,14 +443,14 @@ class IncrementalPCA(TransformerMixin, BaseEstimator):
         blocks = list(dask.compute(*X.to_delayed().ravel()))
         indexes = list(np.ndindex(*X.numblocks))
         previous = self._previous
-        local = _reduce_partition(blocks, indexes, rank, int(seeds.randint(2**31)), n_iter)
-        state = _merge([previous, local], rank)
+        local = reduce_partition(blocks, indexes, rank, int(seeds.randint(2**31)), n_iter)
+        state = merge([previous, local], rank)
         assert state is not None
         self.bytes_moved_ = 0
         variance = None
         if rank is not None:
-            variance = _variance_along(blocks, indexes, state, n_components)
-            variance += _state_variance_along(previous, state.mean, state.components[:n_components])
+            variance = variance_along(blocks, indexes, state, n_components)
+            variance += state_variance_along(previous, state.mean, state.components[:n_components])
         return self._finish(state, n_components, variance)
 
     def _submit(self, X: da.Array) -> PendingFit:
@@ -679,7 +470,7 @@ class IncrementalPCA(TransformerMixin, BaseEstimator):
             (
                 part.worker,
                 part.submit(
-                    _reduce_partition, part.get_indexes(), rank, int(seeds.randint(2**31)), n_iter
+                    reduce_partition, part.get_indexes(), rank, int(seeds.randint(2**31)), n_iter
                 ),
             )
             for part in partitions
@@ -687,7 +478,7 @@ class IncrementalPCA(TransformerMixin, BaseEstimator):
         merges: list[Future] = []
 
         def merge_task(states: list[Future], **pin: Any) -> Future:
-            merges.append(client.submit(_merge, states, rank, pure=False, **pin))
+            merges.append(client.submit(merge, states, rank, pure=False, **pin))
             return merges[-1]
 
         # A worker's partitions merge on that worker, so the first level moves nothing.
@@ -706,10 +497,10 @@ class IncrementalPCA(TransformerMixin, BaseEstimator):
         if rank is not None:
             # Bounded rank: merge the root on a worker, then measure the variance along its
             # components on every partition (one more pass, where the blocks are).
-            root = client.submit(_merge, [previous, *level], rank, pure=False)
+            root = client.submit(merge, [previous, *level], rank, pure=False)
             level = [root]
             refinements = [
-                part.submit(_variance_along, part.get_indexes(), root, n_components)
+                part.submit(variance_along, part.get_indexes(), root, n_components)
                 for part in partitions
             ]
         return PendingFit(
@@ -724,14 +515,14 @@ class IncrementalPCA(TransformerMixin, BaseEstimator):
         )
 
     def _finish(
-        self, state: _PartialPCA, n_components: int, variance: np.ndarray | None = None
+        self, state: PartialPCA, n_components: int, variance: np.ndarray | None = None
     ) -> IncrementalPCA:
         self._state = state
         self._set_attributes(state, n_components, variance)
         return self
 
     def _set_attributes(
-        self, state: _PartialPCA, n_components: int, variance: np.ndarray | None
+        self, state: PartialPCA, n_components: int, variance: np.ndarray | None
     ) -> None:
         """``variance``: sums of squares along the components, measured on the data (bounded
         rank), which then give the explained variance instead of the state's singular values."""

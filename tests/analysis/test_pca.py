@@ -11,6 +11,7 @@ from conftest import scatter_blocks
 from distributed import Client
 from sklearn.decomposition import PCA
 
+import deisa.analysis._pca_kernels
 import deisa.analysis.pca
 from deisa.analysis.pca import IncrementalPCA
 
@@ -104,10 +105,10 @@ def test_merge_of_many_uneven_states_is_exact() -> None:
     data = make_data()
     bounds = [0, 3, 40, 41, 120, 200]  # a 1-row state has no spread, only a mean
     states = [
-        deisa.analysis.pca._reduce_rows(data[a:b], None, 0, 2)
+        deisa.analysis._pca_kernels.reduce_rows(data[a:b], None, 0, 2)
         for a, b in itertools.pairwise(bounds)
     ]
-    merged = deisa.analysis.pca._merge([None, *states], None)
+    merged = deisa.analysis._pca_kernels.merge([None, *states], None)
     assert merged is not None and merged.n_samples == len(data)
     centred = data - data.mean(axis=0)
     _, singular_values, components = np.linalg.svd(centred, full_matrices=False)

@@ -1,0 +1,236 @@
+"""The numerical kernels of :mod:`deisa.analysis.pca`: partial PCA states and their merges.
+
+A :class:`PartialPCA` is the state of a set of rows (count, mean, squared deviations, singular
+values and right singular vectors of the centred rows); :func:`reduce_partition` computes it for
+the blocks of one partition where they lie (:class:`Bands`: products with the centred matrix
+block by block, no copy), :func:`merge` merges any number of them (exactly when untruncated),
+:func:`variance_along` measures the variance along final components (the bounded-rank regime's
+refinement pass). The estimator, the task graph and the regimes are in :mod:`deisa.analysis.pca`.
+"""
+
+# scikit-learn's API names the data ``X``; keep it for drop-in compatibility.
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.linalg
+
+# Bytes of float64 scratch per chunk when a pass over a block needs a temporary.
+CHUNK_BYTES = 1 << 21
+
+
+@dataclass
+class PartialPCA:
+    """PCA state of a set of rows: enough to merge with another set (exactly when untruncated)."""
+
+    n_samples: int
+    mean: np.ndarray  # (n_features,)
+    squared_deviations: np.ndarray  # (n_features,), sum over rows of (x - mean) ** 2
+    singular_values: np.ndarray  # (rank,)
+    components: np.ndarray  # (rank, n_features)
+
+    def __sizeof__(self) -> int:  # dask's memory and transfer accounting reads this
+        arrays = (self.mean, self.squared_deviations, self.singular_values, self.components)
+        return object.__sizeof__(self) + sum(a.nbytes for a in arrays)
+
+
+class Bands:
+    """Rows of a partition as a grid of blocks, read in place: ``bands[i][j]`` is the block of
+    row band ``i`` and column block ``j``. Products with the centred matrix ``A = X - 1 mean``
+    are computed block by block, so the partition is never copied."""
+
+    def __init__(self, bands: Sequence[Sequence[np.ndarray]]) -> None:
+        self.bands = [
+            [b if b.dtype == np.float64 else b.astype(np.float64) for b in band] for band in bands
+        ]
+        widths = [b.shape[1] for b in self.bands[0]]
+        self.columns = np.concatenate([[0], np.cumsum(widths)]).astype(int)
+        self.heights = [band[0].shape[0] for band in self.bands]
+        self.rows = np.concatenate([[0], np.cumsum(self.heights)]).astype(int)
+        self.shape = (int(self.rows[-1]), int(self.columns[-1]))
+        self.mean = np.zeros(self.shape[1])
+
+    def _cols(self, j: int) -> slice:
+        return slice(self.columns[j], self.columns[j + 1])
+
+    def column_stats(
+        self, right: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """Mean and sum of squared deviations per column, and ``A @ right``, in one pass.
+
+        Deviations are accumulated from the first row (a shift close to the data), so a large
+        offset does not cancel the variance out as ``sum(x**2) - n mean**2`` would. The
+        product (when ``right`` is given) is taken on the same chunks while they are in cache,
+        and centred once the mean is known.
+        """
+        n, f = self.shape
+        shift = np.concatenate(self.bands[0], axis=1)[0].astype(np.float64)
+        total, squares = np.zeros(f), np.zeros(f)
+        product = None if right is None else np.zeros((n, right.shape[1]))
+        scratch = np.empty(max(CHUNK_BYTES // 8, f))  # reused: fresh buffers cost page faults
+        for i, band in enumerate(self.bands):
+            for j, block in enumerate(band):
+                cols = self._cols(j)
+                step = max(1, CHUNK_BYTES // (8 * max(1, block.shape[1])))
+                for r in range(0, block.shape[0], step):
+                    rows = block[r : r + step]
+                    if product is not None and right is not None:
+                        start = self.rows[i] + r
+                        product[start : start + len(rows)] += rows @ right[cols]
+                    d = scratch[: rows.size].reshape(rows.shape)
+                    np.subtract(rows, shift[cols], out=d)
+                    total[cols] += d.sum(axis=0)
+                    squares[cols] += np.einsum("ij,ij->j", d, d)
+        offset = total / n
+        self.mean = shift + offset
+        if product is not None and right is not None:
+            product -= self.mean @ right
+        return self.mean, np.maximum(squares - n * offset**2, 0.0), product
+
+    def matmul(self, right: np.ndarray) -> np.ndarray:
+        """``A @ right`` for ``right`` of shape (n_features, r)."""
+        out = np.empty((self.shape[0], right.shape[1]))
+        shifted = self.mean @ right
+        for i, band in enumerate(self.bands):
+            rows = out[self.rows[i] : self.rows[i + 1]]
+            np.matmul(band[0], right[self._cols(0)], out=rows)
+            for j in range(1, len(band)):
+                rows += band[j] @ right[self._cols(j)]
+            rows -= shifted
+        return out
+
+    def rmatmul(self, left: np.ndarray) -> np.ndarray:
+        """``A.T @ left`` for ``left`` of shape (n_samples, r)."""
+        out = np.zeros((self.shape[1], left.shape[1]))
+        for i, band in enumerate(self.bands):
+            rows = left[self.rows[i] : self.rows[i + 1]]
+            for j, block in enumerate(band):
+                out[self._cols(j)] += block.T @ rows
+        out -= np.outer(self.mean, left.sum(axis=0))
+        return out
+
+    def centred_copy(self) -> np.ndarray:
+        """The centred rows as one array (the exact solver's input), in one copy."""
+        rows = np.block([list(band) for band in self.bands]).astype(np.float64, copy=False)
+        rows -= self.mean
+        return rows
+
+
+def randomized_svd(
+    matrix: Bands, first_sketch: np.ndarray, n_iter: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Leading singular values and right vectors of the centred ``matrix``, as many as the
+    columns of ``first_sketch`` (the matrix times a Gaussian random matrix).
+
+    scikit-learn's ``randomized_svd`` needs the matrix itself; this is the same algorithm
+    (Halko et al. 2011, with scikit-learn's LU normalisation between power iterations) on
+    the implicit, centred block matrix.
+    """
+    sketch = first_sketch
+    for _ in range(n_iter):  # LU keeps the power iterations well scaled, at a third of QR's cost
+        basis, _ = scipy.linalg.lu(sketch, permute_l=True, check_finite=False)
+        back, _ = scipy.linalg.lu(matrix.rmatmul(basis), permute_l=True, check_finite=False)
+        sketch = matrix.matmul(back)
+    basis, _ = scipy.linalg.qr(sketch, mode="economic", check_finite=False)
+    _, singular_values, components = np.linalg.svd(matrix.rmatmul(basis).T, full_matrices=False)
+    return singular_values, components
+
+
+def reduce_bands(
+    bands: Sequence[Sequence[np.ndarray]], rank: int | None, seed: int, n_iter: int
+) -> PartialPCA:
+    """Partial state of the rows held by ``bands`` (see :class:`Bands`)."""
+    matrix = Bands(bands)
+    if rank is None or rank >= min(matrix.shape):
+        mean, squared_deviations, _ = matrix.column_stats()
+        _, singular_values, components = np.linalg.svd(matrix.centred_copy(), full_matrices=False)
+        if rank is not None:
+            singular_values, components = singular_values[:rank], components[:rank]
+    else:
+        gaussian = np.random.default_rng(seed).standard_normal((matrix.shape[1], rank))
+        mean, squared_deviations, sketch = matrix.column_stats(gaussian)
+        assert sketch is not None
+        singular_values, components = randomized_svd(matrix, sketch, n_iter)
+    return PartialPCA(matrix.shape[0], mean, squared_deviations, singular_values, components)
+
+
+def reduce_rows(rows: np.ndarray, rank: int | None, seed: int, n_iter: int) -> PartialPCA:
+    """Partial state of a numpy array of rows (left untouched)."""
+    return reduce_bands([[np.asarray(rows)]], rank, seed, n_iter)
+
+
+def ordered_bands(
+    blocks: list[np.ndarray], block_indexes: list[tuple[int, int]]
+) -> list[list[np.ndarray]]:
+    # The splitter keeps every row band in one partition: the bands are read where they lie.
+    bands: dict[int, list[tuple[int, np.ndarray]]] = defaultdict(list)
+    for (row, column), block in zip(block_indexes, blocks, strict=True):
+        bands[row].append((column, block))
+    return [[b for _, b in sorted(bands[r], key=lambda cb: cb[0])] for r in sorted(bands)]
+
+
+def reduce_partition(
+    blocks: list[np.ndarray],
+    block_indexes: list[tuple[int, int]],
+    rank: int | None,
+    seed: int,
+    n_iter: int,
+) -> PartialPCA:
+    return reduce_bands(ordered_bands(blocks, block_indexes), rank, seed, n_iter)
+
+
+def variance_along(
+    blocks: list[np.ndarray],
+    block_indexes: list[tuple[int, int]],
+    state: PartialPCA,
+    n_components: int,
+) -> np.ndarray:
+    """Sum over a partition's rows of ``((x - state.mean) . v)**2`` for the leading components.
+
+    With the final components known, this one extra pass gives the variance along each of them
+    exactly, removing the bias that truncating the partial states leaves in the singular
+    values (the noise each partition's discarded components held along the leading ones).
+    """
+    matrix = Bands(ordered_bands(blocks, block_indexes))
+    matrix.mean = state.mean
+    projected = matrix.matmul(state.components[:n_components].T)
+    return np.einsum("ij,ij->j", projected, projected)
+
+
+def state_variance_along(
+    state: PartialPCA | None, mean: np.ndarray, components: np.ndarray
+) -> np.ndarray:
+    """:func:`variance_along` for rows known only by their (earlier, truncated) state."""
+    if state is None or state.n_samples == 0:
+        return np.zeros(len(components))
+    projected = (state.singular_values[:, None] * state.components) @ components.T
+    shift = (state.mean - mean) @ components.T
+    return np.einsum("ij,ij->j", projected, projected) + state.n_samples * shift**2
+
+
+def merge(states: list[PartialPCA | None], rank: int | None) -> PartialPCA | None:
+    """Merge any number of partial states (``None`` and empty states are skipped).
+
+    Exact for untruncated states; ``rank`` truncates the result to that many components.
+    """
+    present = [s for s in states if s is not None and s.n_samples > 0]
+    if len(present) <= 1:
+        return present[0] if present else None
+    counts = np.array([s.n_samples for s in present], dtype=np.float64)
+    n = int(counts.sum())
+    means = np.stack([s.mean for s in present])
+    mean = counts @ means / n
+    deltas = means - mean
+    stacked = np.vstack(
+        [s.singular_values[:, None] * s.components for s in present]
+        + [np.sqrt(counts)[:, None] * deltas]
+    )
+    _, singular_values, components = np.linalg.svd(stacked, full_matrices=False)
+    if rank is not None:
+        singular_values, components = singular_values[:rank], components[:rank]
+    squared_deviations = sum(s.squared_deviations for s in present) + counts @ deltas**2
+    return PartialPCA(n, mean, squared_deviations, singular_values, components)
