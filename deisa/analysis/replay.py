@@ -519,7 +519,12 @@ class Replay:
 
 def _list_datasets(path: str) -> list[_Dataset]:
     """Every dataset of the HDF5 file ``path`` (in groups too: ``"group/name"``), metadata only."""
-    import h5py
+    try:
+        import h5py
+    except ImportError as exc:
+        raise ReplayError(
+            f"reading {path} needs the h5py package (pip install 'deisa-insitu[posthoc]')"
+        ) from exc
 
     try:
         f = h5py.File(path, "r")
