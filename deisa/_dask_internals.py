@@ -7,7 +7,7 @@ file and one test, not the whole package.
 - :func:`send_blocks_to_worker`: a worker's ``update_data`` RPC, what
   ``Client.scatter(direct=True)`` does internally, without the scheduler round trips
   scatter adds (a cores query and a registration per call).
-- :func:`register_keys`, :func:`transfer_keys`, :func:`share_keys`, :func:`forget_holder`: the
+- :func:`register_keys`, :func:`share_keys`, :func:`release_keys`, :func:`forget_holder`: the
   scheduler's own ``update_data``, ``client_desires_keys``/``client_releases_keys`` and
   ``remove_client``, called from inside our scheduler extension (the same calls distributed's
   Queue and Variable extensions make).
@@ -53,18 +53,8 @@ def register_keys(
     scheduler: Any, who_has: Mapping[Key, list[str]], nbytes: Mapping[Key, int], holder: str
 ) -> None:
     """Tell the scheduler that ``who_has`` keys are in memory, wanted by the pseudo-client
-    ``holder`` (which keeps them alive until :func:`transfer_keys`)."""
+    ``holder`` (which keeps them alive until :func:`release_keys`)."""
     scheduler.update_data(who_has=dict(who_has), nbytes=dict(nbytes), client=holder)
-
-
-def transfer_keys(scheduler: Any, keys: list[Key], source: str, target: str) -> None:
-    """Hand the ownership of ``keys`` from client ``source`` to client ``target``.
-
-    The target is added before the source lets go, in one synchronous scheduler call, so the
-    data is never unreferenced in between.
-    """
-    scheduler.client_desires_keys(keys=keys, client=target)
-    release_keys(scheduler, keys, source)
 
 
 def share_keys(scheduler: Any, keys: list[Key], target: str) -> None:
@@ -93,11 +83,6 @@ def forget_holder(scheduler: Any, holder: str) -> None:
     """Remove the pseudo-client ``holder`` (releasing whatever it still wants)."""
     if holder in scheduler.clients:
         scheduler.remove_client(client=holder, stimulus_id=f"deisa-forget-{holder}")
-
-
-def known_keys(scheduler: Any) -> set[Key]:
-    """Every key the scheduler currently tracks."""
-    return set(scheduler.tasks)
 
 
 def future_in_memory(key: Key, client: Any) -> Future:

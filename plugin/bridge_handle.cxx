@@ -140,15 +140,18 @@ void Bridge_handle::communicator(PC_tree_t value)
 void Bridge_handle::validate(Context& ctx, PC_tree_t config, double interpreter_seconds)
 {
 	m_interpreter_seconds = interpreter_seconds;
-	if (!m_scheduler_file) {
-		throw Spectree_error{
-			config,
-			"Missing key in deisa configuration: `scheduler_file' (the JSON file written by `dask scheduler --scheduler-file FILE')"};
-	}
 	m_options.config(config);
 	py::gil_scoped_acquire gil;
 	try {
 		m_module = py::module_::import("deisa");
+		if (!m_scheduler_file) {
+			// no `scheduler_file' key: $DEISA_SCHEDULER_FILE, by the rule the Python Bridge follows
+			try {
+				m_scheduler_path = py::module_::import("deisa.bridge.scheduler_file").attr("resolve_scheduler_file")(py::none()).cast<string>();
+			} catch (const py::error_already_set& e) {
+				throw Spectree_error{config, "deisa configuration: {}", py::str(e.value()).cast<string>()};
+			}
+		}
 		// numpy, distributed, deisa.bridge: seconds, overlapped with the simulation's first steps
 		m_preload = py::module_::import("deisa.bridge._preload").attr("start")();
 		// no option key to check: PDI_init waits for no import at all
@@ -220,13 +223,14 @@ void Bridge_handle::open(Context& ctx, const vector<Array_transfer>& transfers)
 		}
 		m_arrays.emplace_back(geometry.dataset, std::move(geometry));
 	}
-	string scheduler_file;
-	try {
-		scheduler_file = m_scheduler_file->expression.to_string(ctx);
-		m_scheduler_path = scheduler_file;
-	} catch (const PDI::Error& e) {
-		throw Spectree_error{m_scheduler_file->tree, "Cannot evaluate `scheduler_file' in deisa configuration: {}", e.what()};
+	if (m_scheduler_file) {
+		try {
+			m_scheduler_path = m_scheduler_file->expression.to_string(ctx);
+		} catch (const PDI::Error& e) {
+			throw Spectree_error{m_scheduler_file->tree, "Cannot evaluate `scheduler_file' in deisa configuration: {}", e.what()};
+		}
 	}
+	const string scheduler_file = m_scheduler_path;
 	py::gil_scoped_acquire gil;
 	if (!m_module) {
 		m_disabled = true;

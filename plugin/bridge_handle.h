@@ -54,10 +54,10 @@ struct Config_expression {
  */
 class Bridge_handle
 {
-	/// path of the Dask scheduler file (required)
+	/// path of the Dask scheduler file; $DEISA_SCHEDULER_FILE if absent
 	std::optional<Config_expression> m_scheduler_file;
 
-	/// its value, once evaluated at the first publication: failures name it (the connection runs in the background)
+	/// its value (evaluated at the first publication, or the environment's at init): failures name it
 	std::string m_scheduler_path;
 
 	/// the MPI communicator of the simulation (an MPI_Comm or a Fortran handle); MPI_COMM_WORLD if absent

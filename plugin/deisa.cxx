@@ -135,20 +135,40 @@ public:
 		context().logger().info("Closing plugin");
 	}
 
-	/** Publishes `ref' for every matching `write' entry
+	/** Publishes exposed data `name' for every matching `write' entry, then fills it from every matching `read' entry
 	 * \param name the name of the exposed data
 	 * \param ref a reference to it
 	 */
-	void data(const string& name, Ref ref)
+	void data(const string& name, Ref ref) { transfer(&name, &ref); }
+
+	/** Publishes every `write' entry, then reads every `read' entry, whose condition holds, at an `on_event' event (as decl_hdf5 does)
+	 * \param event the name of the event
+	 */
+	void event(const string& event)
 	{
+		if (m_events.count(event)) transfer(nullptr, nullptr);
+	}
+
+	/** Publishes the `write' entries, then reads the `read' entries, of exposed data `name' (every entry if null) whose condition holds
+	 * \param name the exposed data just shared, or null at an event
+	 * \param ref a reference to it, or null to take each entry's data from the store
+	 */
+	void transfer(const string* name, const Ref* ref)
+	{
+		auto matches = [&](const string& data) {
+			return !name || data == *name;
+		};
+		auto ref_of = [&](const string& data) {
+			return ref ? *ref : context().desc(data).ref();
+		};
 		for (auto&& transfer: m_transfers) {
-			if (transfer.data() != name || !transfer.when(context())) continue;
+			if (!matches(transfer.data()) || !transfer.when(context())) continue;
 			m_bridge.open(context(), m_transfers);
 			if (m_bridge.outside(transfer)) continue; // this rank is outside the entry's `communicator'
-			m_bridge.publish(context(), transfer.dataset(context()), transfer.block(context(), ref));
+			m_bridge.publish(context(), transfer.dataset(context()), transfer.block(context(), ref_of(transfer.data())));
 		}
 		for (auto&& read: m_reads) {
-			if (read.data() == name && read.when(context())) this->read(read, ref);
+			if (matches(read.data()) && read.when(context())) this->read(read, ref_of(read.data()));
 		}
 	}
 
@@ -159,23 +179,6 @@ public:
 	void read(const Steering_read& read, Ref ref)
 	{
 		m_bridge.get(context(), read.value_name(), [&](pybind11::handle value) { read.fill(ref, value); });
-	}
-
-	/** Publishes every `write' entry, then reads every `read' entry, whose condition holds, at an `on_event' event (as decl_hdf5 does)
-	 * \param event the name of the event
-	 */
-	void event(const string& event)
-	{
-		if (!m_events.count(event)) return;
-		for (auto&& transfer: m_transfers) {
-			if (!transfer.when(context())) continue;
-			m_bridge.open(context(), m_transfers);
-			if (m_bridge.outside(transfer)) continue;
-			m_bridge.publish(context(), transfer.dataset(context()), transfer.block(context(), context().desc(transfer.data()).ref()));
-		}
-		for (auto&& read: m_reads) {
-			if (read.when(context())) this->read(read, context().desc(read.data()).ref());
-		}
 	}
 
 	/** Pretty name for the plugin that will be shown in the logger

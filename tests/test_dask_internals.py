@@ -15,8 +15,8 @@ from distributed import Client
 from distributed.utils_test import gen_cluster
 
 from deisa import _dask_internals
+from deisa.bridge._connect import open_pool
 from deisa.bridge._loop import LoopThread
-from deisa.bridge.bridge import _open_pool
 
 # a release travels on the client's batched stream: wait for it, generously (a loaded machine)
 RELEASE = 60.0
@@ -26,7 +26,7 @@ def send_from_a_bridge_thread(worker: str, blocks: dict[Any, np.ndarray]) -> dic
     """Send ``blocks`` from a private loop thread and pool, as :class:`deisa.Bridge` does."""
     loop = LoopThread()
     try:
-        pool = loop.run(_open_pool())
+        pool = loop.run(open_pool())
         try:
             return loop.run(_dask_internals.send_blocks_to_worker(pool, worker, blocks))
         finally:
@@ -36,19 +36,20 @@ def send_from_a_bridge_thread(worker: str, blocks: dict[Any, np.ndarray]) -> dic
 
 
 @gen_cluster(client=True)
-async def test_send_register_transfer_release(c: Client, s: Any, a: Any, b: Any) -> None:
+async def test_send_register_share_release(c: Client, s: Any, a: Any, b: Any) -> None:
     block = np.arange(12.0).reshape(3, 4)[:, ::2]  # strided view
     key = ("deisa-test-x-0", 0, 0)
     nbytes = await asyncio.to_thread(send_from_a_bridge_thread, a.address, {key: block})
     assert nbytes[key] >= block.nbytes
-    assert key in a.data and key not in _dask_internals.known_keys(s)  # no scheduler message
+    assert key in a.data and key not in s.tasks  # no scheduler message
 
     _dask_internals.register_keys(s, {key: [a.address]}, nbytes, "holder")
-    assert key in _dask_internals.known_keys(s)
+    assert key in s.tasks
     assert {cs.client_key for cs in s.tasks[key].who_wants} == {"holder"}
     assert {ws.address for ws in s.tasks[key].who_has} == {a.address}
 
-    _dask_internals.transfer_keys(s, [key], "holder", c.id)
+    _dask_internals.share_keys(s, [key], c.id)  # the taker first: never unreferenced
+    _dask_internals.release_keys(s, [key], "holder")
     assert {cs.client_key for cs in s.tasks[key].who_wants} == {c.id}
     future = _dask_internals.future_in_memory(key, c)
     assert future.status == "finished"
@@ -56,7 +57,7 @@ async def test_send_register_transfer_release(c: Client, s: Any, a: Any, b: Any)
 
     del future
     deadline = asyncio.get_running_loop().time() + RELEASE
-    while key in _dask_internals.known_keys(s) or key in a.data:
+    while key in s.tasks or key in a.data:
         assert asyncio.get_running_loop().time() < deadline, f"{key} was never released"
         await asyncio.sleep(0.01)
 
@@ -71,7 +72,7 @@ async def test_release_keys_of_an_unknown_holder_is_a_no_op(
     _dask_internals.release_keys(s, [key], "nobody")
     assert {cs.client_key for cs in s.tasks[key].who_wants} == {"holder"}
     _dask_internals.release_keys(s, [key], "holder")
-    assert key not in _dask_internals.known_keys(s)
+    assert key not in s.tasks
 
 
 @gen_cluster(client=True)

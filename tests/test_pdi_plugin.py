@@ -261,6 +261,18 @@ def test_on_error_warn_survives_a_failed_bridge(built: Path, tmp_path: Path) -> 
     assert not list(tmp_path.glob("gtemp_*.npy"))
 
 
+def test_plugin_takes_the_scheduler_file_from_the_environment(built: Path, tmp_path: Path) -> None:
+    """A YAML without `scheduler_file': the plugin hands $DEISA_SCHEDULER_FILE to the Bridge
+    (without either, the CTest case missing_scheduler_file names both)."""
+    simulation = write_config(tmp_path / "simulation.yml", process_grid=[1, 1], steps=2)
+    pdi = deisa_config(tmp_path, lambda deisa: deisa.pop("scheduler_file"))
+    env = stub_env(tmp_path, DEISA_SCHEDULER_FILE=str(tmp_path / "from-env.json"))
+    run_c_heat(1, simulation, pdi, tmp_path, env=env)
+    log = bridge_log(tmp_path, 0)
+    assert log["scheduler_file"] == str(tmp_path / "from-env.json")
+    assert [p["step"] for p in log["publish"]] == [0, 1]
+
+
 def options(**given: Any) -> dict[str, Any]:
     """Every Bridge option, as the stub logs them: ``given`` over the defaults."""
     from deisa import BridgeOptions

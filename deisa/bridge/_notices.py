@@ -25,7 +25,7 @@ from distributed.comm import parse_address, parse_host_port
 from distributed.core import Server
 from distributed.utils import get_ip
 
-from ._publisher import Entry
+from ._publisher import Entry, Sent
 
 logger = logging.getLogger(__name__)
 
@@ -43,17 +43,18 @@ class EarlyRegistration:
     nranks
         Ranks of the Bridge's communicator.
     queue
-        ``queue(entry, nbytes_per_rank)``: hand a publication to the registrar.
+        ``queue(entry, sent)``: hand a publication to the registrar, with ``(nbytes, worker)``
+        of each rank's block.
     """
 
-    def __init__(self, nranks: int, queue: Callable[[Entry, list[int]], None]) -> None:
+    def __init__(self, nranks: int, queue: Callable[[Entry, list[Sent]], None]) -> None:
         self.nranks = nranks
         self._queue = queue
         self.token = uuid.uuid4().hex
         self.next_seq = 0  # publications below were handed to the registrar
         self.early = 0  # of which handed on notices, before their exchange
         self._entries: dict[int, Entry] = {}
-        self._sent: dict[int, dict[int, int]] = {}
+        self._sent: dict[int, dict[int, Sent]] = {}
         self._server: Server | None = None
         self.address: str | None = None
         self.active = False  # the registrar exists (the connection is known)
@@ -88,16 +89,16 @@ class EarlyRegistration:
         self.active = True
         self._drain()
 
-    def notice(self, token: str, seq: int, rank: int, nbytes: int) -> str:
+    def notice(self, token: str, seq: int, rank: int, nbytes: int, worker: str) -> str:
         """The ``deisa_sent`` route: ``rank`` has sent its block of publication ``seq``."""
         if token != self.token:  # another job's rank, or a stale one
             return "refused"
-        self.sent(seq, rank, nbytes)
+        self.sent(seq, rank, nbytes, worker)
         return "OK"
 
-    def sent(self, seq: int, rank: int, nbytes: int) -> None:
+    def sent(self, seq: int, rank: int, nbytes: int, worker: str) -> None:
         if seq >= self.next_seq:
-            self._sent.setdefault(seq, {})[rank] = nbytes
+            self._sent.setdefault(seq, {})[rank] = (nbytes, worker)
             self._drain()
 
     def known(self, entry: Entry) -> None:
@@ -106,11 +107,11 @@ class EarlyRegistration:
             self._entries[entry.seq] = entry
             self._drain()
 
-    def ready(self, entry: Entry, nbytes: list[int]) -> None:
+    def ready(self, entry: Entry, sent: list[Sent]) -> None:
         """The exchange found ``entry`` sent by every rank (the way without notices)."""
         if entry.seq < self.next_seq:
             return  # handed on its notices already
-        self._hand(entry, nbytes)
+        self._hand(entry, sent)
         self._drain()
 
     def _drain(self) -> None:
@@ -120,18 +121,22 @@ class EarlyRegistration:
             if any(rank not in got for rank in senders):
                 return
             self.early += 1
-            self._hand(entry, [got.get(rank, 0) for rank in range(self.nranks)])
+            self._hand(entry, [got.get(rank, (0, "")) for rank in range(self.nranks)])
 
-    def _hand(self, entry: Entry, nbytes: list[int]) -> None:
-        self._queue(entry, nbytes)
+    def _hand(self, entry: Entry, sent: list[Sent]) -> None:
+        self._queue(entry, sent)
         self._entries.pop(entry.seq, None)
         self._sent.pop(entry.seq, None)
         self.next_seq = entry.seq + 1
 
 
-async def notify(pool: Any, address: str, token: str, seq: int, rank: int, nbytes: int) -> None:
-    """A rank's loop thread: tell rank 0 that its block of ``seq`` is on its worker."""
+async def notify(
+    pool: Any, address: str, token: str, seq: int, rank: int, nbytes: int, worker: str
+) -> None:
+    """A rank's loop thread: tell rank 0 that its block of ``seq`` is on ``worker``."""
     try:
-        await pool(address).deisa_sent(token=token, seq=seq, rank=rank, nbytes=nbytes)
+        await pool(address).deisa_sent(
+            token=token, seq=seq, rank=rank, nbytes=nbytes, worker=worker
+        )
     except Exception:  # the exchange carries the same fact, later
         logger.debug("deisa bridge: notice of publication %d to %s failed", seq, address)

@@ -1,4 +1,6 @@
-"""Bookkeeping of the asynchronous publish, identical on every rank (no MPI, no Dask here).
+"""Bookkeeping of the publish, identical on every rank (no MPI, no Dask here).
+
+:class:`PublishTiming` records what one publish cost, in either mode.
 
 In ``mode="async"`` every :meth:`~deisa.Bridge.publish` (and :meth:`~deisa.Bridge.close`) does
 one small ``allgather`` of a :class:`RankReport` per rank, the *exchange*. Each rank feeds the
@@ -17,6 +19,29 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+
+
+@dataclass(frozen=True)
+class PublishTiming:
+    """Cost of one :meth:`Bridge.publish` on this rank.
+
+    ``mode="sync"``: ``send_s`` is the transfer of the block to its worker; ``sync_s`` the MPI
+    gather, the scheduler call of rank 0 (including any flow-control wait) and the broadcast.
+
+    ``mode="async"``: ``send_s`` is what ``publish`` spent on the block itself, the copy into
+    the Bridge's buffer (also ``copy_s``; the transfer overlaps the caller's next compute);
+    ``sync_s`` the exchanges, of which ``wait_s`` waiting for room (``max_in_flight`` blocks
+    in flight: the transfers, the registrations and flow control show up there).
+    """
+
+    name: str
+    step: int
+    nbytes: int
+    send_s: float
+    sync_s: float
+    copy_s: float = 0.0
+    wait_s: float = 0.0
+    mode: str = "sync"
 
 
 @dataclass(frozen=True)
@@ -47,7 +72,9 @@ class RankReport:
 
     call: tuple[Any, Any] | None = None  # (name, step) of the publish making it; None: a wait
     problem: str | None = None  # this rank's block or call is wrong
-    sent: tuple[tuple[int, int], ...] = ()  # (seq, nbytes) of sends done since the last one
+    # (seq, nbytes, worker) of sends done since the last exchange; a block whose worker left
+    # with no other to take it comes with that worker, so that the scheduler reports it lost
+    sent: tuple[tuple[int, int, str], ...] = ()
     failed: tuple[tuple[int, str], ...] = ()  # (seq, message) of sends failed since then
     root: RootReport | None = None
 
@@ -64,13 +91,18 @@ class Entry:
     plan: Any = None  # the Bridge's deisa.contract.Plan of the step
 
 
+Sent = tuple[int, str]
+"""Where a rank's block of a publication went: ``(nbytes, worker)``; ``(0, "")`` for a rank
+that sends none (contracts)."""
+
+
 @dataclass
 class Exchanged:
     """What an exchange decided, the same on every rank."""
 
     problem: str | None = None  # the call is refused on every rank; nothing was queued
     connection: Connection | None = None  # known from this exchange on
-    ready: list[tuple[Entry, list[int]]] = field(default_factory=list)  # (entry, nbytes per rank)
+    ready: list[tuple[Entry, list[Sent]]] = field(default_factory=list)  # (entry, per rank)
     fields: dict[str, Any] = field(default_factory=dict)
 
 
@@ -101,7 +133,7 @@ class Ledger:
         self.failure: str | None = None
         self.entries: dict[int, Entry] = {}  # not known registered, by seq
         self._ready = 0  # publications below were handed to rank 0 for registration
-        self._nbytes: dict[int, list[int | None]] = {}
+        self._sent: dict[int, list[Sent | None]] = {}
 
     def add(
         self,
@@ -118,8 +150,8 @@ class Ledger:
         """
         entry = Entry(self.next_seq, name, step, revision, senders, plan)
         self.entries[entry.seq] = entry
-        self._nbytes[entry.seq] = [
-            None if senders is None or rank in senders else 0 for rank in range(self.nranks)
+        self._sent[entry.seq] = [
+            None if senders is None or rank in senders else (0, "") for rank in range(self.nranks)
         ]
         self.next_seq += 1
         return entry
@@ -147,9 +179,9 @@ class Ledger:
             self.connection = out.connection = root.connection
         send_failures: list[tuple[int, int, str]] = []
         for rank, report in enumerate(reports):
-            for seq, nbytes in report.sent:
-                if seq in self._nbytes:
-                    self._nbytes[seq][rank] = nbytes
+            for seq, nbytes, worker in report.sent:
+                if seq in self._sent:
+                    self._sent[seq][rank] = (nbytes, worker)
             send_failures += [(seq, rank, message) for seq, message in report.failed]
         failures += [f"rank {rank}: {message}" for _, rank, message in sorted(send_failures)]
         if root.error:
@@ -159,14 +191,14 @@ class Ledger:
         if root.registered > self.registered:
             for seq in range(self.registered, root.registered):
                 self.entries.pop(seq, None)
-                self._nbytes.pop(seq, None)
+                self._sent.pop(seq, None)
             self.registered = root.registered
             self._ready = max(self._ready, self.registered)
         while self.failure is None and self._ready < self.next_seq:
-            sizes = self._nbytes[self._ready]
-            if any(n is None for n in sizes):
+            sent = self._sent[self._ready]
+            if any(s is None for s in sent):
                 break
-            out.ready.append((self.entries[self._ready], [int(n or 0) for n in sizes]))
+            out.ready.append((self.entries[self._ready], [s or (0, "") for s in sent]))
             self._ready += 1
         out.problem = _call_problem(reports)
         return out

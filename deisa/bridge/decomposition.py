@@ -86,15 +86,6 @@ class ArraySpec:
         for field, value in values.items():
             object.__setattr__(self, field, value)
 
-    def as_message(self) -> dict[str, object]:
-        """A msgpack/pickle-friendly form, for MPI and the scheduler."""
-        return {
-            "dtype": self.dtype.str,
-            "global_shape": list(self.global_shape),
-            "start": list(self.start),
-            "shape": list(self.shape),
-        }
-
 
 @dataclass(frozen=True)
 class Decomposition:

@@ -19,7 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from .bridge import Bridge, BridgeError, _build_options
+from ._collective import BridgeError, build_options
+from .bridge import Bridge
 from .decomposition import ArraySpec
 from .options import BridgeOptions
 
@@ -91,7 +92,7 @@ class BridgeGroup:
         self.comm = MPI.COMM_WORLD if comm is None else comm
         self.rank: int = self.comm.Get_rank()
         # the same on every Bridge; a bad value is raised by the Bridges, collectively
-        self.options: BridgeOptions = _build_options(options, kwargs)[0]
+        self.options: BridgeOptions = build_options(options, kwargs)[0]
         self.bridges: dict[tuple[str, ...], Bridge] = {}
         self._bridge_of: dict[str, Bridge] = {}
         self._whole: Bridge | None = None  # the Bridge over comm

@@ -47,7 +47,7 @@ field = np.empty((6, 5))  # with ghost cells: the published block is a strided v
 t0 = time.monotonic()
 bridge = Bridge(
     scheduler_file, {"field": spec}, mode="async", max_in_flight=max_in_flight,
-    connect_timeout=240,
+    connect_timeout=240, on_worker_loss=os.environ.get("ON_WORKER_LOSS", "continue"),
 )
 report = {"rank": rank, "construct_s": time.monotonic() - t0,
           "scheduler_existed": os.path.exists(scheduler_file)}
@@ -90,6 +90,7 @@ def start_publisher(
     max_in_flight: int,
     sleep: float = 0.0,
     hold: Path | None = None,
+    on_worker_loss: str = "continue",
 ) -> subprocess.Popen[str]:
     script = tmp / "publisher.py"
     script.write_text(PUBLISHER)
@@ -99,9 +100,8 @@ def start_publisher(
         4, sys.executable, str(script), str(scheduler_file), str(out), str(nsteps),
         str(max_in_flight), str(sleep), *([str(hold)] if hold else []),
     )  # fmt: skip
-    return subprocess.Popen(
-        cmd, env=test_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+    env = {**test_env(), "ON_WORKER_LOSS": on_worker_loss}
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def finish(proc: subprocess.Popen[str]) -> tuple[int, str]:
@@ -179,9 +179,12 @@ def test_async_burst_before_the_scheduler_delivers_every_block_once_in_order(
 def test_async_worker_killed_mid_run_raises_the_same_error_on_every_rank(
     tmp_path: Path,
 ) -> None:
+    """``on_worker_loss="fail"``: a worker's loss is a BridgeError on every rank, naming it."""
     cluster = start_dask(tmp_path)
     try:
-        sim = start_publisher(tmp_path, cluster.scheduler_file, 2000, 2, sleep=0.02)
+        sim = start_publisher(
+            tmp_path, cluster.scheduler_file, 2000, 2, sleep=0.02, on_worker_loss="fail"
+        )
         try:
             with cluster.client() as client:
                 field = Adapter(client, timeout=STARTUP)["field"]

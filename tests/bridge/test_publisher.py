@@ -5,6 +5,7 @@ from __future__ import annotations
 from deisa.bridge._notices import EarlyRegistration
 from deisa.bridge._publisher import Connection, Entry, Ledger, RankReport, RootReport
 
+W = "tcp://w0"
 CONNECTION = Connection("tcp://127.0.0.1:8786", "run0", ("tcp://w0", "tcp://w1"))
 
 
@@ -20,16 +21,17 @@ def test_ledger_hands_a_step_to_rank_0_once_every_rank_sent_it_in_order() -> Non
     # step 1 complete everywhere, step 0 not yet on rank 2: nothing is ready (order kept)
     out = ledger.absorb(
         [
-            RankReport(sent=((0, 10), (1, 10)), root=root(connection=CONNECTION)),
-            RankReport(sent=((0, 11), (1, 11))),
-            RankReport(sent=((1, 12),)),
+            RankReport(sent=((0, 10, W), (1, 10, W)), root=root(connection=CONNECTION)),
+            RankReport(sent=((0, 11, W), (1, 11, W))),
+            RankReport(sent=((1, 12, W),)),
         ]
     )
     assert out.connection == CONNECTION and ledger.connection == CONNECTION
     assert out.ready == [] and out.problem is None
-    out = ledger.absorb([RankReport(root=root()), RankReport(), RankReport(sent=((0, 12),))])
+    out = ledger.absorb([RankReport(root=root()), RankReport(), RankReport(sent=((0, 12, W),))])
     assert out.connection is None  # announced once
-    assert out.ready == [(first, [10, 11, 12]), (second, [10, 11, 12])]
+    sent = [(10, W), (11, W), (12, W)]
+    assert out.ready == [(first, sent), (second, sent)]
     assert not ledger.flushed
     # rank 0 registered both: they leave the ledger
     out = ledger.absorb([RankReport(root=root(registered=2)), RankReport(), RankReport()])
@@ -43,7 +45,7 @@ def test_ledger_first_failure_is_the_same_on_every_rank_and_stays() -> None:
     reports = [
         RankReport(root=root(connection=CONNECTION, error="step 7 was not delivered")),
         RankReport(failed=((1, "sending step 1 failed"),)),
-        RankReport(failed=((0, "sending step 0 failed"),), sent=((1, 4),)),
+        RankReport(failed=((0, "sending step 0 failed"),), sent=((1, 4, W),)),
     ]
     out = ledger.absorb(reports)
     assert ledger.failure == "rank 2: sending step 0 failed"  # the earliest step, then rank
@@ -97,7 +99,7 @@ def test_ledger_in_flight_counts_each_array_and_root_fields_reach_every_rank() -
     out = ledger.absorb(
         [
             RankReport(
-                sent=((0, 1), (1, 1), (2, 1), (3, 1)),
+                sent=((0, 1, W), (1, 1, W), (2, 1, W), (3, 1, W)),
                 root=root(connection=CONNECTION, registered=2, fields={"contract": {"x": 1}}),
             )
         ]
@@ -112,36 +114,40 @@ def test_early_registration_hands_each_publication_once_in_order() -> None:
     each publication reaches the registrar once, in sequence, only once it is active."""
 
     handed: list[tuple[int, list[int]]] = []
-    early = EarlyRegistration(3, lambda entry, nbytes: handed.append((entry.seq, nbytes)))
+    early = EarlyRegistration(
+        3, lambda entry, sent: handed.append((entry.seq, [n for n, _ in sent]))
+    )
     entries = [Entry(seq, "a", seq, 0) for seq in range(3)]
     for entry in entries:
         early.known(entry)
     for rank in range(3):  # publication 1 is complete first, but waits for 0
-        early.sent(1, rank, 10 + rank)
-    assert early.notice("another job", 0, 0, 1) == "refused"
-    early.sent(0, 0, 5)
-    early.sent(0, 2, 5)
+        early.sent(1, rank, 10 + rank, W)
+    assert early.notice("another job", 0, 0, 1, W) == "refused"
+    early.sent(0, 0, 5, W)
+    early.sent(0, 2, 5, W)
     assert handed == []  # rank 1's block of 0 is missing (and the registrar is not running)
     early.activate()
     assert handed == []
-    assert early.notice(early.token, 0, 1, 5) == "OK"
+    assert early.notice(early.token, 0, 1, 5, W) == "OK"
     assert handed == [(0, [5, 5, 5]), (1, [10, 11, 12])]
-    early.ready(entries[0], [5, 5, 5])  # the exchange comes later: already handed
-    early.ready(entries[1], [10, 11, 12])
-    early.ready(entries[2], [7, 7, 7])  # no notice came for 2: the exchange hands it
+    early.ready(entries[0], [(5, W), (5, W), (5, W)])  # the exchange comes later: already handed
+    early.ready(entries[1], [(10, W), (11, W), (12, W)])
+    early.ready(entries[2], [(7, W), (7, W), (7, W)])  # no notice came for 2: the exchange hands it
     assert handed == [(0, [5, 5, 5]), (1, [10, 11, 12]), (2, [7, 7, 7])]
     assert early.early == 2 and early.next_seq == 3
-    early.sent(2, 0, 7)  # a late notice is ignored
+    early.sent(2, 0, 7, W)  # a late notice is ignored
     assert len(handed) == 3
 
 
 def test_early_registration_counts_only_the_senders_of_a_contract() -> None:
 
     handed: list[tuple[int, list[int]]] = []
-    early = EarlyRegistration(4, lambda entry, nbytes: handed.append((entry.seq, nbytes)))
+    early = EarlyRegistration(
+        4, lambda entry, sent: handed.append((entry.seq, [n for n, _ in sent]))
+    )
     early.activate()
     early.known(Entry(0, "a", 0, 0, senders=(1, 3)))
-    early.sent(0, 3, 8)
+    early.sent(0, 3, 8, W)
     assert handed == []
-    early.sent(0, 1, 8)
+    early.sent(0, 1, 8, W)
     assert handed == [(0, [0, 8, 0, 8])]

@@ -25,7 +25,8 @@ from conftest import REPO, STARTUP, left_behind, mpirun, test_env, write_config
 from deisa_simulation.heat import HeatConfig
 
 from deisa import ArraySpec
-from deisa.bridge.bridge import Bridge, BridgeError, _check_arrays
+from deisa.bridge._collective import check_arrays
+from deisa.bridge.bridge import Bridge, BridgeError
 from deisa.bridge.decomposition import Decomposition, DecompositionError
 from deisa.bridge.options import BridgeOptionError, BridgeOptions
 from deisa.bridge.placement import get_placement
@@ -40,7 +41,7 @@ def spec(dtype: str = "float64", g: tuple = (8, 6), s: tuple = (0, 0), b: tuple 
 
 
 def check(arrays: dict[str, Any]) -> None:
-    problem = _check_arrays(arrays)
+    problem = check_arrays(arrays)
     if problem:
         raise BridgeError(problem)
 

@@ -1,0 +1,486 @@
+"""The asynchronous publish (``mode="async"``): block copies, background sends, the exchange,
+the registrar.
+
+:meth:`~deisa.Bridge.publish` copies the block into a buffer the Bridge owns (:class:`Buffers`),
+starts its send to the worker on the event-loop thread and returns. Every publish (and every
+wait) makes one *exchange*, a small ``allgather`` of each rank's :class:`RankReport`, which
+the :class:`~deisa.bridge._publisher.Ledger` turns into the same decisions on every rank.
+
+Who owns what:
+
+- the caller's (main) thread: MPI, the ledger, :attr:`AsyncPublisher.sends`, the buffers,
+  the counters; it is the only thread that calls MPI;
+- the loop thread: the sends' coroutines, rank 0's connection, its registrar (the steps'
+  ``deisa_publish`` calls, in publication order) and early registration
+  (:mod:`._notices`); it writes rank 0's :class:`RootNews`, which the main thread reads at
+  each exchange, and wakes the main thread through :attr:`AsyncPublisher.progress`.
+
+A send that fails because its worker left (``on_worker_loss="continue"``) is not reported:
+it waits for the exchange that spreads the new worker list, and is then sent again to the
+worker the new placement gives, from its buffer (kept until the send succeeds).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .. import _dask_internals
+from ..contract import FULL as FULL_PLAN
+from ..contract import Plan
+from ..wire import Route, Status, status, step_key_name
+from ._collective import BridgeError
+from ._connect import connect, route
+from ._notices import EarlyRegistration, notify
+from ._publisher import (
+    Connection,
+    Entry,
+    Exchanged,
+    Ledger,
+    PublishTiming,
+    RankReport,
+    RootReport,
+    Sent,
+)
+
+if TYPE_CHECKING:
+    from .bridge import Bridge
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class _Send:
+    """One of this rank's blocks on its way to its worker."""
+
+    entry: Entry
+    buffer: np.ndarray | None  # None once given back (the send succeeded, or failed reported)
+    future: concurrent.futures.Future[dict[Any, int]] | None = None
+    worker: str = ""
+    reported: bool = False
+    failed_at: float | None = None  # when a failure was first held back (its worker may leave)
+    lost: bool = False  # its worker left and none is left to take it
+
+
+class Buffers:
+    """This rank's block copies, per array; main thread only.
+
+    Attributes
+    ----------
+    peak : dict of str to int
+        The most copies held at once, per array.
+    """
+
+    def __init__(self) -> None:
+        self._free: dict[str, list[np.ndarray]] = {}
+        self._allocated: dict[str, int] = {}
+        self.peak: dict[str, int] = {}
+
+    def take(self, name: str, shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray:
+        """A free buffer for a block of ``name`` (a new one if none is free)."""
+        free = self._free.setdefault(name, [])
+        if free:
+            return free.pop()
+        self._allocated[name] = self._allocated.get(name, 0) + 1
+        self.peak[name] = max(self.peak.get(name, 0), self._allocated[name])
+        return np.empty(shape, dtype=dtype)
+
+    def give_back(self, name: str, buffer: np.ndarray) -> None:
+        self._free.setdefault(name, []).append(buffer)
+
+
+@dataclass
+class RootNews:
+    """Rank 0's news for the next exchange: written by the loop thread, read by the main thread
+    (each field is one assignment of an immutable value)."""
+
+    connection: Connection | None = None
+    connect_error: str | None = None
+    registered: int = 0  # publications below this are registered (or reported lost)
+    error: str | None = None  # a registration failed; names the step
+
+
+class AsyncPublisher:
+    """The async machinery of one :class:`~deisa.Bridge` (see the module docstring)."""
+
+    def __init__(self, bridge: Bridge) -> None:
+        self.bridge = bridge
+        self.ledger = Ledger(bridge.comm.Get_size())
+        self.sends: dict[int, _Send] = {}
+        self.buffers = Buffers()
+        self.peak_in_flight: dict[str, int] = {}
+        self.exchanges = 0
+        self.raised: str | None = None  # the background failure already raised here
+        self.progress = threading.Event()  # set by the loop thread: a send, a registration...
+        self.news = RootNews()
+        self._announced = False  # rank 0, main thread: the connection went in an exchange
+        self._register_queue: asyncio.Queue[tuple[Entry, list[Any]] | None] | None = None
+        self.early: EarlyRegistration | None = None  # rank 0: registration on sent notices
+        self.notices: tuple[str, str] | None = None  # (rank 0's listener, token), if any
+
+    # -- rank 0's background connection and registrar ------------------------------------------
+
+    def start_connecting(self, scheduler_file: str) -> concurrent.futures.Future[Any]:
+        """Rank 0: connect in the background; the exchanges carry the outcome."""
+        bridge = self.bridge
+        self.early = EarlyRegistration(bridge.comm.Get_size(), self._queue_now)
+
+        async def run() -> None:
+            try:
+                self.news.connection = await connect(
+                    bridge._rpc, scheduler_file, bridge.options, bridge.decompositions,
+                    bridge._contracts, self.early,
+                )  # fmt: skip
+            except Exception as exc:
+                logger.error("deisa bridge: connecting failed: %s", exc)
+                self.news.connect_error = f"{type(exc).__name__}: {exc}"
+            finally:
+                self.progress.set()
+
+        return bridge._spawn(run())
+
+    def start_registrar(self) -> concurrent.futures.Future[Any]:
+        """Rank 0, once connected: start the registrar (and early registration)."""
+        self._register_queue = asyncio.Queue()
+        if self.early is not None:
+            self.bridge._loop.loop.call_soon_threadsafe(self.early.activate)
+        return self.bridge._spawn(self._registrar())
+
+    def _queue_now(self, entry: Entry, sent: list[Sent]) -> None:
+        """Rank 0, loop thread: hand ``entry`` (every block on its worker) to the registrar."""
+        bridge = self.bridge
+        dec = bridge.decompositions[entry.name]
+        name = step_key_name(bridge.run or "", entry.name, entry.step, entry.revision)
+        plan = _plan_of(entry)
+        blocks = [
+            ((name, *plan.key_index(dec.block_index[rank])), worker, nbytes)
+            for rank, (nbytes, worker) in enumerate(sent)
+            if entry.senders is None or rank in entry.senders
+        ]
+        queue = self._register_queue
+        assert queue is not None
+        queue.put_nowait((entry, blocks))
+
+    async def _registrar(self) -> None:
+        """Rank 0: register the steps on the scheduler, in publication order, one at a time."""
+        bridge = self.bridge
+        queue = self._register_queue
+        assert queue is not None
+        while (item := await queue.get()) is not None:
+            entry, blocks = item
+            outcome = await self._register(entry, blocks)
+            kind = status(outcome)
+            if kind is Status.DROPPED:  # a step the analytics has passed: no failure
+                logger.warning("deisa bridge: %s", outcome["message"])
+            elif kind is Status.LOST and bridge.options.on_worker_loss == "continue":
+                logger.warning(
+                    "deisa bridge: step %d of %r lost with worker(s) %s: %s",
+                    entry.step, entry.name, ", ".join(outcome.get("workers") or ()),
+                    outcome["message"],
+                )  # fmt: skip
+            elif kind is not Status.OK:
+                logger.error("deisa bridge: %s", outcome["message"])
+                self.news.error = outcome["message"]
+                self.progress.set()
+                return
+            elif not outcome.get("replaced"):
+                bridge._nsteps[entry.name] = bridge._nsteps.get(entry.name, 0) + 1
+            self.news.registered = entry.seq + 1
+            self.progress.set()
+
+    async def _register(self, entry: Entry, blocks: list[Any]) -> dict[str, Any]:
+        """``deisa_publish`` of ``entry``; a scheduler that does not answer is retried (until
+        the Bridge detaches) with ``on_scheduler_loss="continue"``."""
+        bridge = self.bridge
+        while True:
+            try:
+                return await route(bridge._rpc, bridge._address, Route.PUBLISH)(
+                    name=entry.name,
+                    run=bridge.run,
+                    step=entry.step,
+                    blocks=blocks,
+                    timeout=bridge.options.timeout,
+                    contract=_plan_of(entry).wire(),
+                )
+            except Exception as exc:
+                message = (
+                    f"registering step {entry.step} of {entry.name!r} on the scheduler at "
+                    f"{bridge.scheduler_address} failed: {type(exc).__name__}: {exc}"
+                )
+                if bridge.options.on_scheduler_loss == "fail" or not isinstance(exc, OSError):
+                    return {"status": Status.ERROR.value, "message": message}
+                bridge._workers.failing(exc)  # the exchange detaches once it counts as lost
+                self.progress.set()
+                await asyncio.sleep(0.5)
+
+    # -- the main thread -------------------------------------------------------------------------
+
+    def publish(
+        self, name: str, block: np.ndarray, step: int, revision: int, problem: str | None, t0: float
+    ) -> None:
+        """The async :meth:`~deisa.Bridge.publish` (see there)."""
+        bridge = self.bridge
+        exchanged = self.exchange(call=(name, step), problem=problem)
+        self.raise_failure()
+        if exchanged.problem:
+            raise BridgeError(exchanged.problem)
+        if bridge.detached is not None:
+            return
+        t1 = time.perf_counter()
+        plan = bridge._plan(name, int(step))
+        if not plan.send:  # not wanted by the contract in force: the exchange was all
+            bridge.timings.append(PublishTiming(name, int(step), 0, 0.0, t1 - t0, mode="async"))
+            return
+        limit = bridge.options.max_in_flight
+        self.wait_until(lambda: self.ledger.in_flight(name) < limit)
+        if bridge.detached is not None:
+            return
+        t2 = time.perf_counter()
+        entry = self.ledger.add(name, int(step), revision, plan.ranks, plan)
+        if self.early is not None:
+            bridge._loop.loop.call_soon_threadsafe(self.early.known, entry)
+        self.reclaim()
+        if not plan.sends(bridge.rank):  # its block is outside the contract's region
+            bridge.timings.append(
+                PublishTiming(name, int(step), 0, 0.0, t2 - t0, wait_s=t2 - t1, mode="async")
+            )
+            return
+        spec = bridge.specs[name]
+        buffer = self.buffers.take(name, spec.shape, spec.dtype)
+        np.copyto(buffer, block)
+        t3 = time.perf_counter()
+        send = _Send(entry, buffer)
+        self.sends[entry.seq] = send
+        if self.ledger.connection is not None:
+            self.start_send(send)
+        in_flight = self.ledger.in_flight(name)
+        self.peak_in_flight[name] = max(self.peak_in_flight.get(name, 0), in_flight)
+        bridge.timings.append(
+            PublishTiming(
+                name, int(step), buffer.nbytes, t3 - t2, (t1 - t0) + (t2 - t1), t3 - t2, t2 - t1,
+                "async",
+            )
+        )  # fmt: skip
+        logger.debug(
+            "deisa bridge: %s step %d: copy %.4f s, exchange %.4f s, wait %.4f s, %d in flight",
+            name, step, t3 - t2, t1 - t0, t2 - t1, in_flight,
+        )  # fmt: skip
+
+    def start_send(self, send: _Send) -> None:
+        """Send ``send``'s buffer to this rank's worker under the current placement."""
+        bridge = self.bridge
+        name, entry = send.entry.name, send.entry
+        key = (
+            step_key_name(bridge.run or "", name, entry.step, entry.revision),
+            *_plan_of(entry).key_index(bridge.decompositions[name].block_index[bridge.rank]),
+        )
+        send.worker = bridge._routing.worker_of[name]
+        send.failed_at = None
+        assert send.buffer is not None
+        future = bridge._spawn(
+            _dask_internals.send_blocks_to_worker(bridge._rpc, send.worker, {key: send.buffer})
+        )
+        send.future = future
+        worker = send.worker
+        future.add_done_callback(lambda done: self._sent(entry.seq, worker, done))
+
+    def _sent(self, seq: int, worker: str, future: concurrent.futures.Future[Any]) -> None:
+        """Loop thread, a send finished: wake the main thread, and tell rank 0 (._notices)."""
+        self.progress.set()
+        if future.cancelled() or future.exception() is not None:
+            return  # the exchange reports the failure
+        bridge = self.bridge
+        nbytes = int(next(iter(future.result().values())))
+        if self.early is not None:
+            bridge._loop.loop.call_soon_threadsafe(
+                self.early.sent, seq, bridge.rank, nbytes, worker
+            )
+        elif self.notices is not None and bridge._pool is not None:
+            address, token = self.notices
+            bridge._spawn(notify(bridge._pool, address, token, seq, bridge.rank, nbytes, worker))
+
+    def reroute(self, departed: list[str]) -> None:
+        """The workers ``departed`` left: send again what was on its way to them (same call
+        on every rank, right after the exchange that spread the new list)."""
+        gone = set(departed)
+        for send in self.sends.values():
+            if send.reported or send.buffer is None or send.worker not in gone:
+                continue
+            future = send.future
+            if future is not None and future.done() and _succeeded(future):
+                continue  # on the worker that left: the scheduler reports the step lost
+            if future is not None:
+                future.cancel()
+            self._resend(send)
+
+    def _resend(self, send: _Send) -> None:
+        if self.bridge._routing.workers:
+            logger.info(
+                "deisa bridge: step %d of %r: worker %s left, sending to %s",
+                send.entry.step, send.entry.name, send.worker,
+                self.bridge._routing.worker_of[send.entry.name],
+            )  # fmt: skip
+            self.start_send(send)
+        else:
+            send.lost = True
+
+    def report(self, call: tuple[Any, Any] | None, problem: str | None) -> RankReport:
+        """This rank's part of the next exchange."""
+        bridge = self.bridge
+        sent: list[tuple[int, int, str]] = []
+        failed: list[tuple[int, str]] = []
+        hold = 2 * bridge.options.connect_timeout
+        for seq, send in self.sends.items():
+            if send.reported:
+                continue
+            if send.lost:  # named with its departed worker: the scheduler reports it lost
+                send.reported = True
+                sent.append((seq, 0, send.worker))
+                continue
+            future = send.future
+            if future is None or not future.done() or future.cancelled():
+                continue
+            exc = future.exception()
+            if exc is None:
+                send.reported = True
+                sent.append((seq, int(next(iter(future.result().values()))), send.worker))
+                continue
+            if bridge.options.on_worker_loss == "continue" and isinstance(exc, OSError):
+                if send.worker not in bridge._routing.workers:  # left already: send again
+                    self._resend(send)
+                    continue
+                now = time.monotonic()
+                send.failed_at = send.failed_at or now
+                if now - send.failed_at < hold:  # until the scheduler says the worker left
+                    continue
+            send.reported = True
+            failed.append(
+                (
+                    seq,
+                    f"sending step {send.entry.step} of {send.entry.name!r} to worker "
+                    f"{send.worker} failed: {exc!r}",
+                )
+            )
+        report = RankReport(call, problem, tuple(sent), tuple(failed))
+        if bridge.rank == 0:
+            news = self.news
+            connection = None
+            if news.connection is not None and not self._announced:
+                connection, self._announced = news.connection, True
+            report.root = RootReport(
+                connection=connection,
+                connect_error=news.connect_error,
+                registered=news.registered,
+                error=news.error,
+                fields=bridge._fields.collect(),
+            )
+        return report
+
+    def exchange(
+        self, call: tuple[Any, Any] | None = None, problem: str | None = None
+    ) -> Exchanged:
+        """One exchange: every rank's report to every rank, and the same decisions on all."""
+        bridge = self.bridge
+        reports = bridge.comm.allgather(self.report(call, problem))
+        self.exchanges += 1
+        exchanged = self.ledger.absorb(reports)
+        if exchanged.connection is not None:
+            failure = bridge._connected(exchanged.connection)
+            if failure and self.ledger.failure is None:
+                self.ledger.failure = failure
+            if self.ledger.failure is None:
+                for send in self.sends.values():
+                    if send.future is None:
+                        self.start_send(send)
+        if bridge.rank == 0 and self._register_queue is not None:
+            for entry, sent in exchanged.ready:
+                self._queue_registration(entry, sent)
+        self.reclaim()
+        bridge._fields.deliver(exchanged.fields)
+        return exchanged
+
+    def _queue_registration(self, entry: Entry, sent: list[Sent]) -> None:
+        """Rank 0, main thread: the exchange found ``entry`` sent by every rank."""
+        loop = self.bridge._loop.loop
+        if self.early is not None:  # unless its notices got it registered already
+            loop.call_soon_threadsafe(self.early.ready, entry, sent)
+        else:
+            loop.call_soon_threadsafe(self._queue_now, entry, sent)
+
+    def reclaim(self) -> None:
+        """Give back the buffers of sends done; forget the sends reported and registered."""
+        registered = self.ledger.registered
+        for seq, send in list(self.sends.items()):
+            future = send.future
+            done = future is not None and future.done() and (send.reported or _succeeded(future))
+            if not done and not send.lost:
+                continue
+            if send.buffer is not None:
+                self.buffers.give_back(send.entry.name, send.buffer)
+                send.buffer = None
+            if send.reported and seq < registered:
+                del self.sends[seq]
+
+    def wait_until(self, done: Callable[[], bool]) -> None:
+        """Exchange until ``done()`` (decided from exchanged data: the same on every rank), or
+        until the Bridge detaches from a lost scheduler."""
+        self.raise_failure()
+        rounds = 0
+        while not done() and self.bridge.detached is None:
+            # wake on this rank's progress (a send, rank 0's registration or connection), or
+            # after a short wait growing to 50 ms: the other ranks' progress only shows up in an
+            # exchange
+            self.progress.wait(0.001 * 2 ** min(rounds, 5.6))  # 1 ms growing to ~50 ms
+            self.progress.clear()
+            exchanged = self.exchange()
+            self.raise_failure()
+            if exchanged.problem:
+                raise BridgeError(exchanged.problem)
+            rounds += 1
+
+    def connected_now(self) -> bool:
+        """Collective: whether every rank knows the connection (always in ``mode="sync"``).
+
+        ``mode="async"``: one exchange (which raises a background failure, the connection's
+        included, on every rank), then the same answer on every rank, without waiting for the
+        connection. For callers that need ``scheduler_address`` on rank 0 (``Bridge.get``).
+        """
+        if not self.bridge.asynchronous:
+            return True
+        exchanged = self.exchange()
+        self.raise_failure()
+        if exchanged.problem:
+            raise BridgeError(exchanged.problem)
+        return self.ledger.connection is not None
+
+    def raise_failure(self) -> None:
+        failure = self.ledger.failure
+        if failure is not None:
+            self.raised = failure
+            raise BridgeError(failure)
+
+    def shutdown(self) -> None:
+        """Stop the registrar and cancel the sends left (after a failure, or detached)."""
+        loop = self.bridge._loop.loop
+        if self._register_queue is not None:
+            loop.call_soon_threadsafe(self._register_queue.put_nowait, None)
+        for send in self.sends.values():
+            if send.future is not None:
+                send.future.cancel()
+
+
+def _succeeded(future: concurrent.futures.Future[Any]) -> bool:
+    return not future.cancelled() and future.exception() is None
+
+
+def _plan_of(entry: Entry) -> Plan:
+    plan: Plan = entry.plan if entry.plan is not None else FULL_PLAN
+    return plan

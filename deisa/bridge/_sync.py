@@ -1,0 +1,177 @@
+"""The synchronous publish (``mode="sync"``): every rank returns once the step is registered.
+
+Each rank sends its block to its worker from the caller's thread (through the Bridge's event
+loop), the ranks gather what they sent on rank 0, which registers the step on the scheduler in
+one ``deisa_publish`` (waiting on flow control), and a broadcast carries the outcome, and rank
+0's fields (contracts, the worker list, the scheduler's loss), back to every rank.
+
+A send that fails with a communication error (``on_worker_loss="continue"``) may be to a
+worker that has left: rank 0 waits (up to ``connect_timeout``) for the scheduler to drop it,
+spreads the new worker list, and the ranks whose send failed send again, once, to the worker
+of the new placement; a block that fails again is registered with its departed worker, which
+the scheduler answers with ``lost`` (the step is lost, with a warning).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import numpy as np
+
+from .. import _dask_internals
+from ..contract import Plan
+from ..wire import Route, Status, status, step_key_name
+from ._collective import BridgeError, on_root, raise_first, reply_problem
+from ._connect import route
+from ._publisher import PublishTiming
+
+if TYPE_CHECKING:
+    from .bridge import Bridge
+
+logger = logging.getLogger(__name__)
+
+
+class _Sent(NamedTuple):
+    """A rank's block of a sync publish, on its worker."""
+
+    key: tuple[Any, ...]
+    worker: str
+    nbytes: int
+
+
+class _SendFailure(NamedTuple):
+    """A rank's block of a sync publish whose worker did not answer (it may have left)."""
+
+    key: tuple[Any, ...]
+    worker: str
+    message: str
+
+
+class SyncPublisher:
+    """The sync publish of one :class:`~deisa.Bridge`; the caller's thread only."""
+
+    def __init__(self, bridge: Bridge) -> None:
+        self.bridge = bridge
+
+    def publish(
+        self, name: str, block: np.ndarray, step: int, revision: int, problem: str | None, t0: float
+    ) -> None:
+        reply: _Sent | _SendFailure | str | None
+        plan = None if problem else self.bridge._plan(name, step)
+        key: tuple[Any, ...] | None = None
+        if problem:
+            reply = problem
+        elif plan is not None and not plan.sends(self.bridge.rank):
+            reply = None  # not wanted by the contract in force (deisa.contract)
+        else:
+            assert plan is not None
+            key = (
+                step_key_name(self.bridge.run or "", name, step, revision),
+                *plan.key_index(self.bridge.decompositions[name].block_index[self.bridge.rank]),
+            )
+            reply = self._send(name, step, key, block)
+        t1 = time.perf_counter()
+        replies = self.bridge.comm.gather((name, step, reply), root=0)
+        placed, fields = on_root(self.bridge.comm, lambda: self._queue(name, step, plan, replies))
+        if placed == "retry":  # a worker left: place again, send again what failed, once
+            self.bridge._fields.deliver(fields)
+            if isinstance(reply, _SendFailure) and key is not None:
+                reply = self._send(name, step, key, block)
+            replies = self.bridge.comm.gather((name, step, reply), root=0)
+            placed, fields = on_root(
+                self.bridge.comm, lambda: self._queue(name, step, plan, replies, retried=True)
+            )
+        if placed == "queued":
+            self.bridge._nsteps[name] = self.bridge._nsteps.get(name, 0) + 1
+        self.bridge._fields.deliver(fields)
+        t2 = time.perf_counter()
+        nbytes_sent = reply.nbytes if isinstance(reply, _Sent) else 0
+        self.bridge.timings.append(PublishTiming(name, step, nbytes_sent, t1 - t0, t2 - t1))
+        logger.debug(
+            "deisa bridge: %s step %d: send %.4f s, sync %.4f s", name, step, t1 - t0, t2 - t1
+        )
+
+    def _send(
+        self, name: str, step: int, key: tuple[Any, ...], block: np.ndarray
+    ) -> _Sent | _SendFailure | str:
+        worker = self.bridge._routing.worker_of[name]
+        try:
+            nbytes = self.bridge._loop.run(
+                _dask_internals.send_blocks_to_worker(self.bridge._rpc, worker, {key: block})
+            )
+            return _Sent(key, worker, int(nbytes[key]))
+        except Exception as exc:
+            message = f"sending step {step} of {name!r} to worker {worker} failed: {exc!r}"
+            if isinstance(exc, OSError) and self.bridge.options.on_worker_loss == "continue":
+                return _SendFailure(key, worker, message)  # its worker may have left
+            return message
+
+    def _queue(
+        self,
+        name: str,
+        step: int,
+        plan: Plan | None,
+        replies: list[tuple[str, int, Any]],
+        retried: bool = False,
+    ) -> tuple[str, dict[str, Any]]:
+        """Rank 0 of a sync publish: register the step; what happened and the fields to spread."""
+        raise_first([reply_problem(r, name, step) for r in replies])
+        assert plan is not None
+        if not plan.send:  # no rank sent anything: nothing to register
+            return "skipped", self.bridge._fields.collect()
+        failed = [(rank, r[2]) for rank, r in enumerate(replies) if isinstance(r[2], _SendFailure)]
+        if failed and not retried:
+            departed = self._await_departure({failure.worker for _, failure in failed})
+            if not departed:
+                rank, failure = failed[0]
+                raise BridgeError(f"rank {rank}: {failure.message}")
+            return "retry", self.bridge._fields.collect()  # with the new worker list
+        blocks = [
+            (r.key, r.worker, r.nbytes if isinstance(r, _Sent) else 0)
+            for _, _, r in replies
+            if isinstance(r, (_Sent, _SendFailure))
+        ]  # a block that failed twice names its departed worker: the scheduler says "lost"
+        try:
+            outcome = self.bridge._loop.run(
+                route(self.bridge._rpc, self.bridge._address, Route.PUBLISH)(
+                    name=name,
+                    run=self.bridge.run,
+                    step=step,
+                    blocks=blocks,
+                    timeout=self.bridge.options.timeout,
+                    contract=plan.wire(),
+                )
+            )
+        except OSError as exc:
+            if self.bridge.options.on_scheduler_loss == "fail":
+                raise
+            self.bridge._workers.failing(exc)
+            lost = (
+                f"registering step {step} of {name!r} on the scheduler at "
+                f"{self.bridge.scheduler_address} failed: {type(exc).__name__}: {exc}"
+            )
+            return "detached", {**self.bridge._fields.collect(), "scheduler_lost": lost}
+        kind = status(outcome)
+        if kind is Status.DROPPED:  # a step the analytics has passed: no failure
+            logger.warning("deisa bridge: %s", outcome["message"])
+            return "dropped", self.bridge._fields.collect()
+        if kind is Status.LOST and self.bridge.options.on_worker_loss == "continue":
+            logger.warning(
+                "deisa bridge: step %d of %r lost with worker(s) %s: %s",
+                step, name, ", ".join(outcome.get("workers") or ()), outcome["message"],
+            )  # fmt: skip
+            return "lost", self.bridge._fields.collect()
+        if kind is not Status.OK:
+            raise BridgeError(outcome["message"])
+        return ("replaced" if outcome.get("replaced") else "queued"), self.bridge._fields.collect()
+
+    def _await_departure(self, workers: set[str]) -> bool:
+        """Rank 0: whether the scheduler drops ``workers`` within ``connect_timeout``."""
+        deadline = time.monotonic() + self.bridge.options.connect_timeout
+        while workers & set(self.bridge._workers.latest()):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+        return True
