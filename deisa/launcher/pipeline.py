@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import time
 import uuid
 from collections import deque
@@ -28,6 +29,10 @@ from distributed import Client, Future
 
 from ..analysis.adapter import Adapter, EndOfStreamError, StepNotAvailableError
 from ..analysis.pca import IncrementalPCA, PendingFit
+from ..analysis.replay import Replay
+
+#: what :class:`deisa.Replay` reads: a file, a Zarr store, a per-step pattern or a list of files
+ReplaySource = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
 
 logger = logging.getLogger(__name__)
 
@@ -116,6 +121,7 @@ def analyze_stream(
     on_step: Callable[[StepAnalytics], None] | None = None,
     stop_when_converged: float | None = None,
     stop_value: str = "stop",
+    replay: ReplaySource | None = None,
 ) -> list[StepAnalytics]:
     """Fit a PCA on every step of ``array`` until the simulation closes the stream.
 
@@ -159,6 +165,10 @@ def analyze_stream(
         converges as the components settle.
     stop_value
         Name of the steering value that ``stop_when_converged`` sets.
+    replay
+        Saved output to read instead of the live stream (a :class:`deisa.Replay` source: an
+        HDF5 file, a Zarr store, a per-step pattern): the same fits on the client's cluster,
+        one per saved step. Not with ``stop_when_converged`` (nothing to steer).
 
     Returns
     -------
@@ -174,12 +184,15 @@ def analyze_stream(
         raise ValueError(f"max_in_flight={max_in_flight} must be ≥ 1")
     if stop_when_converged is not None and not stop_when_converged > 0:
         raise ValueError(f"stop_when_converged={stop_when_converged} must be > 0")
+    if replay is not None and stop_when_converged is not None:
+        raise ValueError("stop_when_converged steers a running simulation: not with replay")
     _warming = warm_up(client)  # held: a released warm-up task not yet started is cancelled
     # closed at the end: a consumer left attached would hold back the array's next run
-    with Adapter(client, timeout=poll_s) as adapter:
+    source = Adapter(client, timeout=poll_s) if replay is None else Replay(replay, client)
+    with source as adapter:
         stream = adapter[array]
-        if stop_when_converged is not None:
-            adapter.set(stop_value, None)  # a value left by an earlier run would stop this one
+        if stop_when_converged is not None:  # a value left by an earlier run would stop this one
+            _steered(adapter).set(stop_value, None)
         stop_sent = False
         results: list[StepAnalytics] = []
         in_flight: deque[_InFlight] = deque()
@@ -216,7 +229,7 @@ def analyze_stream(
                         f"{done.relative_change:.3g} < {stop_when_converged:g} since step "
                         f"{results[-1].step}"
                     )
-                    adapter.set(stop_value, True)
+                    _steered(adapter).set(stop_value, True)
                     stop_sent = True
                     done = replace(done, stop_reason=reason)
                     logger.info("deisa pipeline: stop asked after step %d: %s", done.step, reason)
@@ -298,6 +311,12 @@ def _import_analysis_stack() -> None:
     import scipy.linalg
 
     scipy.linalg.svd(np.eye(3))
+
+
+def _steered(source: Adapter | Replay) -> Adapter:
+    if not isinstance(source, Adapter):  # analyze_stream refuses stop_when_converged then
+        raise TypeError("a replay of saved steps cannot be steered")
+    return source
 
 
 def stop_summary(analytics: Sequence[StepAnalytics], steps: int | None = None) -> str | None:
