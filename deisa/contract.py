@@ -39,17 +39,17 @@ Semantics:
   simulation opens in that time is an unknown array, and its contract is withdrawn). A bad
   contract never reaches the simulation.
 
-Routes (RPC handlers on the scheduler, registered by :func:`install`):
+Routes (RPC handlers on the scheduler, registered by :mod:`deisa.scheduler.contracts`;
+replies built with :func:`deisa.wire.ok` and :func:`deisa.wire.error`):
 
 - ``deisa_set_contract(name, contract, timeout)``: set (``contract`` a wire dict) or drop
   (``None``) the contract of ``name``; with the array open, checked at once; otherwise waits up
-  to ``timeout`` for the array to open and be checked. ``{"status": "OK", "version": int,
-  "contract": wire}`` or ``{"status": "error", "message": str}``.
-- ``deisa_get_contract(name)``: ``{"status": "OK", "version": int, "contract": wire | None,
-  "error": str | None}``.
-- ``deisa_watch_contracts(names, versions, timeout)``: returns ``{"status": "OK", "contracts":
-  {name: {"version": int, "contract": wire | None}}}`` for the names whose version differs from
-  ``versions`` (at once if some does, else when one changes, else empty after ``timeout``).
+  to ``timeout`` for the array to open and be checked. ``ok(version=int, contract=wire)`` or
+  ``error(message)``.
+- ``deisa_get_contract(name)``: ``ok(version=int, contract=wire | None, error=str | None)``.
+- ``deisa_watch_contracts(names, versions, timeout)``: ``ok(contracts={name: {"version": int,
+  "contract": wire | None}})`` for the names whose version differs from ``versions`` (at once
+  if some does, else when one changes, else empty after ``timeout``).
 """
 
 from __future__ import annotations
