@@ -8,7 +8,9 @@ as ``rpc.<name>(**kwargs)`` (``getattr(rpc, Route.PUBLISH)``) and gets a :data:`
 
 Every reply is a dict with a ``"status"`` (a :class:`Status` value, sent as its string) and,
 unless it is ``OK``, a ``"message"`` for a person. Build replies with :func:`ok` and
-:func:`error` and read them with :func:`check`, so that the status values live here only.
+:func:`error` and read them with :func:`status` and :func:`is_ok`, so that the status values
+live here only. Two routes answer plain data, not a reply, as they cannot fail:
+``deisa_workers`` (``[[address, nthreads], ...]``) and ``deisa_stats``.
 """
 
 from __future__ import annotations
@@ -111,7 +113,8 @@ def step_key_name(run: str, name: str, step: int, revision: int = 0) -> str:
 
 
 WATCH_SECONDS = 10.0
-"""Longest a ``deisa_watch_contracts`` call waits on the scheduler before answering "no change"."""
+"""Longest a ``deisa_watch_contracts`` (or, by default, ``deisa_watch_workers``) call waits on
+the scheduler before answering "no change"."""
 
 
 # -- steering values ------------------------------------------------------------------------
