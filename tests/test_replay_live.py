@@ -174,3 +174,40 @@ def check_replay(replay: Replay, live_zip: list[Any], live_windows: list[Any]) -
     assert [steps for steps, _ in live_windows][:3] == [[0], [0, 1], [0, 1, 2]]
     for (_, window), (_, data) in zip(windows, live_windows, strict=True):
         assert np.array_equal(window.compute(), data)
+
+
+def test_deisa_run_analytics_replays_a_file_into_the_table_and_plot(tmp_path: Path) -> None:
+    """``deisa-run analytics --replay FILE``: the run's table, results.json and plot from a file,
+    on a cluster of its own (none given)."""
+    from sklearn.decomposition import PCA
+
+    field = np.random.default_rng(0).standard_normal((3, 40, 12)) * np.linspace(3, 0.5, 12)
+    with h5py.File(tmp_path / "run.h5", "w") as f:
+        f.create_dataset("gtemp", data=field, chunks=(1, 20, 12))
+        f.create_dataset("step", data=np.array([0, 10, 20], dtype=np.int32))
+    command = [sys.executable, "-m", "deisa.launcher", "analytics"]
+    options = ["--replay", "run.h5", "--output", "out", "--n-components", "2", "--workers", "2"]
+    proc = subprocess.run(
+        [*command, *options], cwd=tmp_path, env=test_env(), capture_output=True, text=True,
+        timeout=STARTUP,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    table = [line.split()[0] for line in proc.stdout.splitlines() if line.split()[:1]]
+    assert {"0", "10", "20", "total"} <= set(table), proc.stdout
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    steps = results["steps"]
+    assert [s["step"] for s in steps] == [0, 10, 20]
+    for entry, data in zip(steps, field, strict=True):
+        expected = PCA(n_components=2).fit(data).explained_variance_
+        np.testing.assert_allclose(entry["explained_variance"], expected, rtol=1e-10)
+    assert (tmp_path / "out" / "explained_variance.png").stat().st_size > 0
+
+    for bad, message in (
+        ([], "give --scheduler-file (the live stream) or --replay FILES"),
+        (["--replay", "run.h5", "--stop-when-converged", "0.1"], "not with --replay"),
+    ):
+        proc = subprocess.run(
+            [*command, *bad], cwd=tmp_path, env=test_env(), capture_output=True, text=True,
+            timeout=STARTUP,
+        )  # fmt: skip
+        assert proc.returncode == 2 and message in proc.stderr, proc.stderr
