@@ -28,8 +28,11 @@ class Rank0:
     """Publishes one array of one run as rank 0 of a two-rank Bridge does: each block is sent
     straight to its worker (rank ``i`` to worker ``i``), then one call per step."""
 
-    def __init__(self, c: Client, workers: list[Any], name: str, run: str) -> None:
+    def __init__(
+        self, c: Client, workers: list[Any], name: str, run: str, revision: int = 0
+    ) -> None:
         self.c, self.workers, self.name, self.run = c, workers, name, run
+        self.revision = revision  # > 0: a step published again, under new keys
 
     async def open(self, buffer_nb: int | None = None, on_full: str = "block") -> dict[str, Any]:
         return await self.c.scheduler.deisa_open(
@@ -41,7 +44,8 @@ class Rank0:
         )
 
     def keys(self, step: int) -> list[tuple[str, int, int]]:
-        return [(step_key_name(self.run, self.name, step), i, 0) for i in range(2)]
+        name = step_key_name(self.run, self.name, step, self.revision)
+        return [(name, i, 0) for i in range(2)]
 
     async def send(self, step: int) -> list[tuple[Any, str, int]]:
         """Put the step's blocks on the workers; the scheduler does not know them yet."""

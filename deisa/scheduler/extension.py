@@ -338,7 +338,8 @@ class StreamExtension(SchedulerPlugin):
                 return await self._lost_on_arrival(stream, record, departed)
         stream.some_reader(run)
         for reader in stream.readers.values():
-            insert(reader.queue, record)
+            insert(reader.queue, record)  # in place of its lost marker, if it was lost before
+        stream.lost = [(lost, worker) for lost, worker in stream.lost if lost != step]
         record.pending = len(stream.readers)
         stream.pending[step] = record
         stream.published += 1

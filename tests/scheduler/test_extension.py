@@ -879,3 +879,26 @@ async def test_a_publish_waiting_for_room_is_freed_by_a_lost_step_and_lost_itsel
     assert "step 1 of 't'" in reply["message"] and departed in reply["message"]
     assert queue(ext, "t") == [("lost", 0), ("lost", 1)]
     await until_released(s, [a], "r1")
+
+
+@gen_cluster(client=True)
+async def test_a_lost_step_published_again_takes_the_place_of_its_lost_marker(
+    c: Client, s: Any, a: Any, b: Any
+) -> None:
+    ext = await install(c, s)
+    rank0 = Rank0(c, [a, b], "t", "r1")
+    await rank0.open()
+    blocks = await rank0.send(0)
+    await b.close()
+    reply = await c.scheduler.deisa_publish(name="t", run="r1", step=0, blocks=blocks, timeout=1)
+    assert status(reply) is Status.LOST and queue(ext, "t") == [("lost", 0)]
+    again = Rank0(c, [a, a], "t", "r1", revision=1)  # sent again, to the worker left
+    assert await again.publish(0) == ok()
+    assert queue(ext, "t") == [0] and ext.stats()["streams"]["t"]["lost"] == []
+    record = await get(c, "t")
+    assert record["step"] == 0
+    assert [block.tolist() for block in await take(c, record)] == [
+        block(0, 0).tolist(),
+        block(0, 1).tolist(),
+    ]
+    await until_released(s, [a], "r1")
