@@ -283,6 +283,7 @@ PROCESS_TESTS: dict[str, frozenset[str] | None] = {
     "test_bench": None,
     "test_bench_contracts": None,
     "test_cli": None,
+    "test_local": None,
     "test_fortran": None,
     "test_pdi_plugin": None,
     "test_replay_live": None,

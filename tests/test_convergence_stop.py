@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from deisa.launcher import cli, config, report, slurm, solver
-from deisa.launcher.config import ANALYTICS, RUN, UsageError
+from deisa.launcher import cli, defaults, report, slurm, solver
+from deisa.launcher.defaults import UsageError
+from deisa.launcher.options import ANALYTICS, RUN
 from deisa.launcher.pipeline import StepAnalytics, _relative_change, stop_summary
 
 
@@ -83,13 +84,17 @@ def test_stop_when_converged_option_of_the_three_commands(tmp_path: Path) -> Non
         cli.parse_args(ANALYTICS, ["--scheduler-file", "s.json", "--stop-when-converged", "0.5"])
     )
     assert analytics.stop_when_converged == 0.5
-    help_text = cli.build_parser(RUN, config.load_defaults()).format_help().replace("\n", " ")
+    help_text = cli.build_parser(RUN, defaults.load_defaults()).format_help().replace("\n", " ")
     assert "--stop-when-converged EPS" in help_text
     assert "stop the simulation once the explained variance ratio" in " ".join(help_text.split())
 
 
 def test_slurm_job_passes_stop_when_converged_to_the_client() -> None:
-    with_stop = slurm.job_script(stop_when_converged=0.01)
+    def script(*argv: str) -> str:
+        args = cli.parse_args("slurm", ["--solver", "python", *argv])
+        return slurm.job_script(solver.resolve_settings(args, "slurm"))
+
+    with_stop = script("--stop-when-converged", "0.01")
     client = next(line for line in with_stop.splitlines() if "--timeout" in line)
     assert "--stop-when-converged 0.01 --shutdown" in client
-    assert "--stop-when-converged" not in slurm.job_script()
+    assert "--stop-when-converged" not in script()

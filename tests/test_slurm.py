@@ -24,11 +24,32 @@ import multinode
 import pytest
 import yaml
 from conftest import REPO, STARTUP
+from user_code import write_user_code
 
 from deisa.launcher import solver
-from deisa.launcher.cli import slurm_main
+from deisa.launcher.cli import parse_args, slurm_main
 from deisa.launcher.processes import THREAD_PINS
 from deisa.launcher.slurm import JOB_ID, job_script, layout
+
+_FLAGS = {"output": "-o", "srun_args": "--srun-arg", "build_dir": "--build-dir"}
+
+
+def slurm_script(*command: str, **options: Any) -> str:
+    """The script of ``deisa-run slurm --solver python [options] [-- command]``, each option
+    given as a keyword (``worker_nodes=0``: ``--worker-nodes 0``; ``simulation={"steps": 3}``:
+    ``--steps 3``)."""
+    argv = ["--solver", "python"]
+    for key, value in {**options.pop("simulation", {}), **options}.items():
+        flag = _FLAGS.get(key, "--" + key.replace("_", "-").replace("global-size", "size"))
+        if key == "srun_args":  # values that start with a dash
+            argv += [f"{flag}={item}" for item in value]
+            continue
+        words = value if isinstance(value, list) else ["none" if value is None else value]
+        argv += [flag, *map(str, words)]
+    if command:
+        argv += ["--", *command]
+    return job_script(solver.resolve_settings(parse_args("slurm", argv), "slurm"))
+
 
 # -- the script's text ----------------------------------------------------------------------------
 
@@ -53,7 +74,7 @@ def simulation_step(script: str) -> str:
 
 
 def test_header_has_counts_time_and_partition(tmp_path: Path) -> None:
-    script = job_script(
+    script = slurm_script(
         ranks=4, workers=2, threads=3, time="00:05:00", partition="debug", output=tmp_path
     )
     header = sbatch_lines(script)
@@ -68,18 +89,18 @@ def test_header_has_counts_time_and_partition(tmp_path: Path) -> None:
 
 
 def test_header_without_partition_leaves_the_default() -> None:
-    assert "partition" not in sbatch_lines(job_script())
+    assert "partition" not in sbatch_lines(slurm_script())
 
 
 def test_every_srun_step_is_exact() -> None:
-    steps = srun_steps(job_script(ranks=4, workers=2))
+    steps = srun_steps(slurm_script(ranks=4, workers=2))
     assert len(steps) == 4
     assert all("--exact" in step for step in steps)
     assert not any("--overlap" in step for step in steps)
 
 
 def test_steps_have_the_requested_counts() -> None:
-    script = job_script(ranks=6, workers=3, threads=2, mpi="pmi2")
+    script = slurm_script(ranks=6, workers=3, threads=2, mpi="pmi2")
     scheduler, workers, client, simulation = srun_steps(script)
     assert "--ntasks=1" in scheduler and "--relative=0" in scheduler
     assert "--ntasks=3 --cpus-per-task=2" in workers
@@ -91,7 +112,7 @@ def test_steps_have_the_requested_counts() -> None:
 
 
 def test_multi_node_layout_follows_the_paper() -> None:
-    script = job_script(ranks=8, workers=4, nodes=5, worker_nodes=2)
+    script = slurm_script(ranks=8, workers=4, nodes=5, worker_nodes=2)
     scheduler, workers, client, simulation = srun_steps(script)
     assert sbatch_lines(script)["nodes"] == "5"
     assert "exclusive" in sbatch_lines(script)
@@ -167,7 +188,7 @@ def placed(script: str) -> dict[str, tuple[str, str]]:
 def test_layouts_place_every_step(
     options: dict[str, Any], expected: dict[str, tuple[str, str]], picture: list[str]
 ) -> None:
-    script = job_script(ranks=4, workers=2, **options)
+    script = slurm_script(ranks=4, workers=2, **options)
     header = sbatch_lines(script)
     assert header["nodes"] == str(options["nodes"])
     assert header["ntasks"] == "8"
@@ -179,7 +200,7 @@ def test_layouts_place_every_step(
 
 
 def test_one_node_runs_everything() -> None:
-    script = job_script(ranks=4, workers=2)
+    script = slurm_script(ranks=4, workers=2)
     assert set(placed(script).values()) == {("1", "0")}
     assert "exclusive" not in sbatch_lines(script) and "mincpus" not in sbatch_lines(script)
     assert "#   node 0: scheduler + client, 2 workers x 1 thread, 4 ranks (8 CPUs)" in script
@@ -193,30 +214,30 @@ def full_steps(script: str) -> list[str]:
 
 
 def test_interface_binds_dask_and_mpi() -> None:
-    script = job_script(nodes=2, worker_nodes=0, interface="ib0")
+    script = slurm_script(nodes=2, worker_nodes=0, interface="ib0")
     scheduler, workers, client, simulation = full_steps(script)
     assert "dask scheduler" in scheduler and scheduler.endswith(" --interface ib0 &")
     assert "dask worker" in workers and workers.endswith(" --interface ib0 &")
     assert "--interface" not in client + simulation
     assert "export OMPI_MCA_btl_tcp_if_include=ib0 OMPI_MCA_oob_tcp_if_include=ib0\n" in script
-    assert "OMPI_MCA_btl_tcp_if_include" not in job_script(nodes=2, worker_nodes=0)
+    assert "OMPI_MCA_btl_tcp_if_include" not in slurm_script(nodes=2, worker_nodes=0)
 
 
 def test_scheduler_takes_a_free_port() -> None:
-    script = job_script()
+    script = slurm_script()
     assert '--scheduler-file "$SCHEDULER_FILE" --port 0 ' in script
     assert "8786" not in script
 
 
 def test_the_placement_waits_for_every_worker() -> None:
-    command = simulation_step(job_script(workers=3, timeout=200, placement="node_local"))
+    command = simulation_step(slurm_script(workers=3, timeout=200, placement="node_local"))
     assert "--placement node_local" in command
     assert "--connect-timeout 200.0 --min-workers 3" in command
 
 
 def test_jobs_sharing_an_output_directory_write_apart(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    script = job_script(output=out, simulation={"steps": 3})
+    script = slurm_script(output=out, simulation={"steps": 3})
     for job in ("41", "42"):
         env = {"PATH": os.environ["PATH"], "SLURM_JOB_ID": job}
         shell = preamble(script) + 'echo "$OUT $SCHEDULER_FILE $LOGS"'
@@ -260,12 +281,12 @@ def test_layout_needs_a_simulation_node() -> None:
 
 
 def test_grid_must_match_ranks() -> None:
-    with pytest.raises(ValueError, match="process_grid"):
-        job_script(ranks=4, simulation={"process_grid": [3, 1]})
+    with pytest.raises(ValueError, match="--process-grid 3 1 has 3 ranks, --ranks is 4"):
+        slurm_script(ranks=4, simulation={"process_grid": [3, 1]})
 
 
 def test_srun_args_reach_every_step() -> None:
-    steps = srun_steps(job_script(srun_args=["--mem-per-cpu=1G"]))
+    steps = srun_steps(slurm_script(srun_args=["--mem-per-cpu=1G"]))
     assert all("--mem-per-cpu=1G" in step for step in steps)
 
 
@@ -289,19 +310,19 @@ def test_cli_prints_the_script(tmp_path: Path, capsys: pytest.CaptureFixture[str
 
 def test_thread_pins_are_the_launchers() -> None:
     pins = " ".join(f"{k}={v}" for k, v in THREAD_PINS.items())
-    assert f"export {pins}\n" in job_script()
+    assert f"export {pins}\n" in slurm_script()
 
 
 def test_bridge_options_are_checked() -> None:
     with pytest.raises(ValueError, match="buffer_nb=0 must be a positive integer or None"):
-        job_script(buffer_nb=0)
-    with pytest.raises(ValueError, match="placement='nearest' is not a placement policy"):
-        job_script(placement="nearest")
+        slurm_script(buffer_nb=0)
+    with pytest.raises(SystemExit):  # argparse refuses the choice, from the options' table
+        slurm_script(placement="nearest")
 
 
 def test_script_is_valid_bash(tmp_path: Path) -> None:
     path = tmp_path / "job.sh"
-    path.write_text(job_script(nodes=3))
+    path.write_text(slurm_script(nodes=3))
     subprocess.run(["bash", "-n", str(path)], check=True, timeout=30)
 
 
@@ -321,7 +342,7 @@ def preamble(script: str) -> str:
 
 
 def test_python_solver_by_default() -> None:
-    script = job_script(placement="locality", buffer_nb=3)
+    script = slurm_script(placement="locality", buffer_nb=3)
     assert "# Simulation: the Python solver" in script
     command = simulation_step(script)
     assert '"$PYTHON" -m deisa_simulation.heat "$OUT/simulation.yml"' in command
@@ -333,7 +354,7 @@ def test_python_solver_by_default() -> None:
 
 def test_c_solver_step(fake_build: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
-    script = job_script(
+    script = slurm_script(
         ranks=2, solver="c", build_dir=fake_build, output=out, placement="locality", buffer_nb=None
     )
     heat = fake_build / "simulation" / "heat"
@@ -350,7 +371,7 @@ def test_c_solver_step(fake_build: Path, tmp_path: Path) -> None:
 
 def test_c_solver_pdi_yaml_names_the_job_scheduler_file(fake_build: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
-    script = job_script(solver="c", build_dir=fake_build, output=out, buffer_nb=5, array="gtemp")
+    script = slurm_script(solver="c", build_dir=fake_build, output=out, buffer_nb=5, array="gtemp")
     env = {"PATH": os.environ["PATH"], "SLURM_JOB_ID": "42", "PDI_PLUGIN_PATH": "/opt/pdi"}
     shell = subprocess.run(
         ["bash", "-c", preamble(script) + 'echo "$PDI_PLUGIN_PATH"'],
@@ -377,7 +398,7 @@ def test_c_solver_without_a_build_is_a_clear_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with pytest.raises(ValueError, match=r"--solver c: C solver not built \(.*simulation/heat"):
-        job_script(solver="c", build_dir=tmp_path)
+        slurm_script(solver="c", build_dir=tmp_path)
     out = tmp_path / "out"
     assert slurm_main(["--solver", "c", "--build-dir", str(tmp_path), "-o", str(out)]) == 2
     captured = capsys.readouterr()
@@ -398,7 +419,7 @@ def test_auto_solver_falls_back_to_python(
 
 def test_c_solver_needs_the_array_it_publishes(fake_build: Path) -> None:
     with pytest.raises(ValueError, match="--array temp: the C solver publishes gtemp"):
-        job_script(solver="c", build_dir=fake_build, array="temp")
+        slurm_script(solver="c", build_dir=fake_build, array="temp")
 
 
 def test_cli_passes_the_c_solver_settings(
@@ -415,6 +436,41 @@ def test_cli_passes_the_c_solver_settings(
     assert str(fake_build / "simulation" / "heat") in simulation_step(captured.out)
     assert "field:" in captured.out and "--array field" in captured.out
     assert "c solver" in captured.err
+
+
+# -- the user's own code ---------------------------------------------------------------------------
+
+
+def test_user_simulation_and_analytics_steps(tmp_path: Path) -> None:
+    analytics = tmp_path / "my analytics.py"
+    script = slurm_script(
+        "./my_code", "my.yml", "--flag=x y", analytics=f"'{analytics}' --steps 3", nodes=2,
+        worker_nodes=1, output=tmp_path / "out", build_dir=tmp_path / "no-build",
+    )  # fmt: skip
+    client, simulation = full_steps(script)[2:]
+    assert simulation.endswith(" ./my_code my.yml '--flag=x y' &")
+    assert "--mpi=pmix" in simulation and "--ntasks=4" in simulation
+    assert placed(script)["simulation"] == ("1", "1")  # the layouts hold for user commands
+    assert client.endswith(f" \"$PYTHON\" '{analytics}' --steps 3 &")
+    assert "deisa.launcher analytics" not in script and "deisa_simulation" not in script
+    assert "# Simulation: your command (./my_code my.yml '--flag=x y')" in script
+    env = {"PATH": os.environ["PATH"], "SLURM_JOB_ID": "7"}
+    shell = preamble(script) + 'echo "$DEISA_SCHEDULER_FILE"'
+    done = subprocess.run(["bash", "-c", shell], env=env, capture_output=True, text=True,
+                          timeout=30, check=True)  # fmt: skip
+    assert done.stdout.strip() == f"{tmp_path / 'out'}/7/scheduler.json"
+    path = tmp_path / "job.sh"
+    path.write_text(script)
+    subprocess.run(["bash", "-n", str(path)], check=True, timeout=30)
+
+
+def test_user_simulation_gets_the_built_plugin(fake_build: Path, tmp_path: Path) -> None:
+    (fake_build / "plugin").mkdir(parents=True)
+    (fake_build / "plugin" / solver.PLUGIN_FILE).touch()
+    script = slurm_script("./my_code", build_dir=fake_build, output=tmp_path / "out")
+    assert f"export PDI_PLUGIN_PATH={fake_build / 'plugin'}" in script
+    client = full_steps(script)[2]
+    assert "deisa.launcher analytics" in client  # without --analytics: the built-in PCA
 
 
 # -- options shared with deisa-run ----------------------------------------------------------------
@@ -619,9 +675,15 @@ class Job:
 
 
 def run_job(
-    slurm: SlurmCluster, tmp_path: Path, steps: int, *, size: int = 64, **options: Any
+    slurm: SlurmCluster,
+    tmp_path: Path,
+    steps: int,
+    *command: str,
+    size: int = 64,
+    **options: Any,
 ) -> Job:
-    """Submit ``job_script(**options)`` (default: 4 ranks, 2 workers) and wait for its end."""
+    """Submit ``slurm_script(*command, **options)`` (default: 4 ranks, 2 workers) and wait for
+    its end."""
     out = tmp_path / "out"
     out.mkdir(exist_ok=True)
     script = tmp_path / "job.sh"
@@ -637,7 +699,7 @@ def run_job(
         "n_components": 3,
         "timeout": 120,
     }
-    script.write_text(job_script(**(settings | options)))
+    script.write_text(slurm_script(*command, **(settings | options)))
     submitted = slurm.run("sbatch", "--parsable", str(script))
     assert submitted.returncode == 0, submitted.stderr
     job = submitted.stdout.strip().split(";")[0]
@@ -692,6 +754,19 @@ def test_job_runs_the_pipeline(slurm: Slurm, tmp_path: Path) -> None:
         f"workers-{host}-0.log",
         f"workers-{host}-1.log",
     ]
+
+
+@pytest.mark.slurm
+@pytest.mark.timeout(420)
+def test_job_runs_user_code(slurm: Slurm, tmp_path: Path) -> None:
+    simulation, analytics = write_user_code(tmp_path / "code")
+    job = run_job(slurm, tmp_path, 3, str(simulation), "3", "-1", "2",
+                  analytics=f"{analytics} 3 4")  # fmt: skip
+    assert job.state == "COMPLETED", job.diagnostics()
+    host = socket.gethostname().split(".")[0]
+    log = (job.dir / "logs" / f"analytics-{host}.log").read_text()
+    assert "my analytics: every step is right" in log, job.diagnostics()
+    assert "published 3 steps" in (job.dir / "logs" / f"simulation-{host}-0.log").read_text()
 
 
 @pytest.mark.slurm

@@ -7,6 +7,12 @@ the Python solver (from its command line, through :meth:`BridgeOptions.add_argum
 :meth:`BridgeOptions.to_mapping` or as solver flags with :meth:`BridgeOptions.to_argv`). So each
 option has one default, one check and one error message, whoever sets it.
 
+The options are declared once, as the fields of :class:`BridgeOptions`: each field holds its
+name, type, default, constraint (:class:`Count`, :class:`Positive` or :class:`Choice`, as
+scikit-learn's ``_parameter_constraints``) and help. The checks, the error messages, the
+command-line flags and their help all read that table; the launcher checks its own counts and
+durations with the same constraints.
+
 ``buffer_nb`` is ``None`` for "unbounded"; ``0`` is refused everywhere (it is not a synonym of
 unbounded), with a message saying so.
 """
@@ -15,15 +21,25 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from .placement import PLACEMENTS, get_placement
+from .placement import PLACEMENTS
 
-__all__ = ["MODES", "ON_FULL", "ON_LOSS", "BridgeOptionError", "BridgeOptions"]
+__all__ = [
+    "MODES",
+    "ON_FULL",
+    "ON_LOSS",
+    "BridgeOptionError",
+    "BridgeOptions",
+    "Choice",
+    "Constraint",
+    "Count",
+    "Positive",
+]
 
 ON_FULL = ("block", "drop_oldest")
 """The flow-control policies of ``on_full``."""
@@ -34,9 +50,6 @@ MODES = ("async", "sync")
 ON_LOSS = ("continue", "fail")
 """What the Bridge does on losing a worker (``on_worker_loss``) or the scheduler
 (``on_scheduler_loss``)."""
-
-# command-line spelling of "no value" for the options that accept None
-_NONE = "none"
 
 
 class BridgeOptionError(ValueError):
@@ -54,6 +67,116 @@ class BridgeOptionError(ValueError):
     def __init__(self, option: str, message: str) -> None:
         super().__init__(message)
         self.option = option
+
+
+# -- the constraints of the table ---------------------------------------------------------------
+
+NONE_WORDS = ("none", "null", "~")
+"""How a command line or a defaults file spells ``None`` (the first is written)."""
+
+
+def _integer(value: object) -> int | None:
+    """``value`` as an int if it is an integer (numpy's included) and not a bool."""
+    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
+        return int(value)
+    return None
+
+
+def _or_none(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    def parse_or_none(text: str) -> Any:
+        return None if text.strip().lower() in NONE_WORDS else parse(text)
+
+    parse_or_none.__name__ = parse.__name__  # argparse names the type in its messages
+    return parse_or_none
+
+
+@dataclass(frozen=True)
+class Count:
+    """A positive integer, or ``None`` where :attr:`none` says what ``None`` means.
+
+    :meth:`check` returns the value as an int (numpy integers included, bools refused).
+    """
+
+    none: str | None = None
+    refuse_zero: str = ""  # appended to the message of 0, e.g. why it is not "unbounded"
+
+    @property
+    def metavar(self) -> str:
+        return "N|none" if self.none else "N"
+
+    @property
+    def parse(self) -> Callable[[str], Any]:
+        return _or_none(int) if self.none else int
+
+    def check(self, name: str, value: Any) -> int | None:
+        if value is None and self.none:
+            return None
+        count = _integer(value)
+        if count is None or count < 1:
+            or_none = " or None" if self.none else ""
+            zero = self.refuse_zero if count == 0 else ""
+            raise BridgeOptionError(
+                name, f"{name}={value!r} must be a positive integer{or_none}{zero}"
+            )
+        return count
+
+
+@dataclass(frozen=True)
+class Positive:
+    """A positive number (infinity allowed) of :attr:`unit`, or ``None`` where :attr:`none`
+    says what ``None`` means. :meth:`check` returns it as a float."""
+
+    unit: str = ""
+    none: str | None = None
+
+    @property
+    def metavar(self) -> str:
+        word = self.unit.upper() or "X"
+        return f"{word}|none" if self.none else word
+
+    @property
+    def parse(self) -> Callable[[str], Any]:
+        return _or_none(float) if self.none else float
+
+    def check(self, name: str, value: Any) -> float | None:
+        if value is None and self.none:
+            return None
+        number = value if _integer(value) is not None else None
+        if isinstance(value, (float, np.floating)):
+            number = value
+        if number is None or not float(number) > 0:  # NaN fails too
+            unit = f" of {self.unit}" if self.unit else ""
+            or_none = " or None" if self.none else ""
+            raise BridgeOptionError(
+                name, f"{name}={value!r} must be a positive number{unit}{or_none}"
+            )
+        return float(number)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One of :attr:`values`, a :attr:`what` (``"publication mode"``)."""
+
+    values: tuple[str, ...]
+    what: str
+
+    metavar = None
+    parse = str
+
+    def check(self, name: str, value: Any) -> str:
+        if not isinstance(value, str) or value not in self.values:
+            raise BridgeOptionError(
+                name, f"{name}={value!r} is not a {self.what}; choose one of {list(self.values)}"
+            )
+        return value
+
+
+Constraint = Count | Positive | Choice
+
+
+def _option(default: Any, constraint: Constraint, help: str) -> Any:
+    """A field of :class:`BridgeOptions`: its default, its constraint, its help."""
+    return field(default=default, metadata={"constraint": constraint, "help": help})
 
 
 @dataclass(frozen=True)
@@ -125,80 +248,48 @@ class BridgeOptions:
 (None means unbounded; 0 is refused)
     """
 
-    placement: str = "round_robin"
-    buffer_nb: int | None = None
-    timeout: float | None = 600.0
-    connect_timeout: float = 30.0
-    min_workers: int = 1
-    on_full: str = "block"
-    mode: str = "async"
-    max_in_flight: int = 2
-    on_worker_loss: str = "continue"
-    on_scheduler_loss: str = "continue"
+    placement: str = _option(
+        "round_robin", Choice(tuple(sorted(PLACEMENTS)), "placement policy"),
+        "block-to-worker placement",
+    )  # fmt: skip
+    buffer_nb: int | None = _option(
+        None, Count(none="unbounded", refuse_zero=" (None means unbounded; 0 is refused)"),
+        "steps in flight per array at most; none: unbounded",
+    )  # fmt: skip
+    timeout: float | None = _option(
+        600.0, Positive("seconds", none="forever"), "wait on flow control at most; none: forever"
+    )
+    connect_timeout: float = _option(
+        30.0, Positive("seconds"), "wait for the scheduler file, scheduler and workers"
+    )
+    min_workers: int = _option(1, Count(), "workers needed before the placement is fixed")
+    on_full: str = _option(
+        "block", Choice(ON_FULL, "flow-control policy"),
+        "when buffer-nb steps wait: block or drop_oldest",
+    )  # fmt: skip
+    mode: str = _option(
+        "async", Choice(MODES, "publication mode"),
+        "async: publish returns once the block is copied; sync: once registered",
+    )  # fmt: skip
+    max_in_flight: int = _option(
+        2, Count(), "async: blocks per array in flight at most, then publish waits"
+    )
+    on_worker_loss: str = _option(
+        "continue", Choice(ON_LOSS, "loss policy"), "a worker dies: continue on the others, or fail"
+    )
+    on_scheduler_loss: str = _option(
+        "continue", Choice(ON_LOSS, "loss policy"),
+        "the scheduler is lost: continue without output, or fail",
+    )  # fmt: skip
 
     def __post_init__(self) -> None:
-        try:
-            get_placement(self.placement)
-        except ValueError as exc:
-            raise BridgeOptionError("placement", str(exc)) from None
-        if self.buffer_nb is not None:
-            buffer_nb = _integer(self.buffer_nb)
-            if buffer_nb is None or buffer_nb < 1:
-                zero = " (None means unbounded; 0 is refused)" if buffer_nb == 0 else ""
-                raise BridgeOptionError(
-                    "buffer_nb",
-                    f"buffer_nb={self.buffer_nb!r} must be a positive integer or None{zero}",
-                )
-            object.__setattr__(self, "buffer_nb", buffer_nb)
-        if not isinstance(self.on_full, str) or self.on_full not in ON_FULL:
-            raise BridgeOptionError(
-                "on_full",
-                f"on_full={self.on_full!r} is not a flow-control policy; choose one of "
-                f"{list(ON_FULL)}",
-            )
+        for option in dataclasses.fields(self):
+            value = option.metadata["constraint"].check(option.name, getattr(self, option.name))
+            object.__setattr__(self, option.name, value)
         if self.on_full == "drop_oldest" and self.buffer_nb is None:
             raise BridgeOptionError(
                 "on_full", "on_full='drop_oldest' needs a buffer_nb (the number of steps kept)"
             )
-        if self.timeout is not None:
-            timeout = _seconds(self.timeout)
-            if timeout is None:
-                raise BridgeOptionError(
-                    "timeout",
-                    f"timeout={self.timeout!r} must be a positive number of seconds or None",
-                )
-            object.__setattr__(self, "timeout", timeout)
-        connect_timeout = _seconds(self.connect_timeout)
-        if connect_timeout is None:
-            raise BridgeOptionError(
-                "connect_timeout",
-                f"connect_timeout={self.connect_timeout!r} must be a positive number of seconds",
-            )
-        object.__setattr__(self, "connect_timeout", connect_timeout)
-        min_workers = _integer(self.min_workers)
-        if min_workers is None or min_workers < 1:
-            raise BridgeOptionError(
-                "min_workers", f"min_workers={self.min_workers!r} must be a positive integer"
-            )
-        object.__setattr__(self, "min_workers", min_workers)
-        if not isinstance(self.mode, str) or self.mode not in MODES:
-            raise BridgeOptionError(
-                "mode", f"mode={self.mode!r} is not a publication mode; choose one of {list(MODES)}"
-            )
-        max_in_flight = _integer(self.max_in_flight)
-        if max_in_flight is None or max_in_flight < 1:
-            raise BridgeOptionError(
-                "max_in_flight",
-                f"max_in_flight={self.max_in_flight!r} must be a positive integer (blocks per "
-                "array a rank may have in flight)",
-            )
-        object.__setattr__(self, "max_in_flight", max_in_flight)
-        for name in ("on_worker_loss", "on_scheduler_loss"):
-            value = getattr(self, name)
-            if not isinstance(value, str) or value not in ON_LOSS:
-                raise BridgeOptionError(
-                    name, f"{name}={value!r} is not a loss policy; choose one of {list(ON_LOSS)}"
-                )
 
     # -- mappings (YAML keys, keyword arguments) ---------------------------------------------
 
@@ -206,6 +297,13 @@ class BridgeOptions:
     def names(cls) -> tuple[str, ...]:
         """The option names, in declaration order (also the YAML keys and keyword arguments)."""
         return tuple(f.name for f in dataclasses.fields(cls))
+
+    @classmethod
+    def constraint(cls, name: str) -> Constraint:
+        """The constraint of option ``name`` (its type and range)."""
+        option = next(f for f in dataclasses.fields(cls) if f.name == name)
+        constraint: Constraint = option.metadata["constraint"]
+        return constraint
 
     @classmethod
     def from_mapping(cls, mapping: Mapping[str, Any], *, source: str = "") -> BridgeOptions:
@@ -259,38 +357,29 @@ class BridgeOptions:
         argv: list[str] = []
         for name in self.names():
             value = getattr(self, name)
-            argv += [_flag(name), _NONE if value is None else str(value)]
+            argv += [_flag(name), NONE_WORDS[0] if value is None else str(value)]
         return argv
 
     @classmethod
     def add_arguments(cls, parser: argparse.ArgumentParser | Any) -> None:
-        """Declare ``--placement``, ``--buffer-nb``, ``--timeout``, ``--connect-timeout``,
-        ``--min-workers``, ``--on-full``, ``--mode`` and ``--max-in-flight`` on ``parser`` (or
-        an argument group).
+        """Declare one flag per option (``--buffer-nb`` for ``buffer_nb``) on ``parser`` (or an
+        argument group), with the type, choices and help of the table.
 
         An absent flag leaves no attribute on the namespace, so :meth:`from_namespace` falls
-        back to the default of :class:`BridgeOptions`. The parser checks the choices of
-        ``placement``, ``on_full`` and ``mode``; :meth:`from_namespace` checks the values.
+        back to the default of :class:`BridgeOptions`. The parser checks the choices;
+        :meth:`from_namespace` checks the values.
         """
-        defaults = cls()
-        choices: dict[str, Any] = {
-            "placement": sorted(PLACEMENTS),
-            "on_full": list(ON_FULL),
-            "mode": list(MODES),
-            "on_worker_loss": list(ON_LOSS),
-            "on_scheduler_loss": list(ON_LOSS),
-        }
-        for name, kind, metavar, help_text in _ARGUMENTS:
-            default = getattr(defaults, name)
-            shown = _NONE if default is None else default
+        for option in dataclasses.fields(cls):
+            constraint: Constraint = option.metadata["constraint"]
+            shown = NONE_WORDS[0] if option.default is None else option.default
             parser.add_argument(
-                _flag(name),
-                dest=name,
-                type=kind,
-                choices=choices.get(name),
-                metavar=metavar,
+                _flag(option.name),
+                dest=option.name,
+                type=constraint.parse,
+                choices=list(constraint.values) if isinstance(constraint, Choice) else None,
+                metavar=constraint.metavar,
                 default=argparse.SUPPRESS,
-                help=f"{help_text} (default: {shown})",
+                help=f"{option.metadata['help']} (default: {shown})",
             )
 
     @classmethod
@@ -313,45 +402,5 @@ class BridgeOptions:
             raise BridgeOptionError(option, message) from None
 
 
-def _integer(value: object) -> int | None:
-    """``value`` as an int if it is an integer (numpy's included) and not a bool."""
-    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
-        return int(value)
-    return None
-
-
-def _seconds(value: object) -> float | None:
-    """``value`` as a positive float (infinity allowed), or None if it is not one."""
-    if _integer(value) is None and not isinstance(value, (float, np.floating)):
-        return None
-    seconds = float(value)  # type: ignore[arg-type]
-    return seconds if seconds > 0 else None  # False for NaN too
-
-
 def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
-
-
-def _optional(parse: Any) -> Any:
-    def parse_or_none(text: str) -> Any:
-        if text.strip().lower() in (_NONE, "null", "~"):
-            return None
-        return parse(text)
-
-    parse_or_none.__name__ = parse.__name__  # argparse names the type in its messages
-    return parse_or_none
-
-
-# (option, argparse type, metavar, help), in the order of the fields
-_ARGUMENTS: tuple[tuple[str, Any, str | None, str], ...] = (
-    ("placement", str, None, "block-to-worker placement"),
-    ("buffer_nb", _optional(int), "N|none", "steps in flight per array at most; none: unbounded"),
-    ("timeout", _optional(float), "SECONDS|none", "wait on flow control at most; none: forever"),
-    ("connect_timeout", float, "SECONDS", "wait for the scheduler file, scheduler and workers"),
-    ("min_workers", int, "N", "workers needed before the placement is fixed"),
-    ("on_full", str, None, "when buffer-nb steps wait: block or drop_oldest"),
-    ("mode", str, None, "async: publish returns once the block is copied; sync: once registered"),
-    ("max_in_flight", int, "N", "async: blocks per array in flight at most, then publish waits"),
-    ("on_worker_loss", str, None, "a worker dies: continue on the others, or fail"),
-    ("on_scheduler_loss", str, None, "the scheduler is lost: continue without output, or fail"),
-)

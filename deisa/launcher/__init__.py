@@ -2,9 +2,15 @@
 
 Modules, each importing only those before it:
 
-- :mod:`~deisa.launcher.config`: the defaults file, the one declaration of every option (its
-  help taken from ``deisa/templates/defaults.yml``), settings and their checks;
-- :mod:`~deisa.launcher.solver`: which solver runs, and the one command line that runs it;
+- :mod:`~deisa.launcher.defaults`: the defaults file ``deisa/templates/defaults.yml``, its
+  overrides and its comments (the options' help);
+- :mod:`~deisa.launcher.options`: the one declaration of every option, and argparse;
+- :mod:`~deisa.launcher.settings`: :class:`~deisa.launcher.settings.RunSettings`, resolved and
+  checked (the Bridge's options and the launcher's counts with the constraints of
+  :mod:`deisa.bridge.options`);
+- :mod:`~deisa.launcher.pipeline`: the built-in analytics (a PCA of every step);
+- :mod:`~deisa.launcher.solver`: which solver runs and the one command line that runs it, the
+  deisa PDI plugin for a user's code, the user's analytics command;
 - :mod:`~deisa.launcher.processes`: child processes, their environment, signals;
 - :mod:`~deisa.launcher.report`: the per-step table, the plot and ``results.json``;
 - :mod:`~deisa.launcher.local`: the whole pipeline on this machine;

@@ -9,6 +9,10 @@ batch script doing the same in one Slurm allocation (:mod:`deisa.launcher.slurm`
 ``deisa-run analytics`` runs only the client against an existing scheduler (what that job
 runs next to the scheduler).
 
+``deisa-run [options] [--analytics COMMAND] [-- SIMULATION COMMAND ...]`` (and the same after
+``slurm``) runs the user's MPI program instead of the heat solver and the user's analytics
+instead of the PCA (:mod:`deisa.launcher.local`).
+
 Every option is checked before anything starts. Exit status: 0 on success, 1 when the
 simulation or the analytics failed (the reason is printed), 2 for bad options (one line naming
 the option or file), 128 + signal number when interrupted by SIGINT or SIGTERM (every process
@@ -21,37 +25,32 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shlex
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .config import (
-    ANALYTICS,
-    RUN,
-    SLURM,
-    UsageError,
-    add_options,
-    load_defaults,
-    parse_buffer_nb,
-    parse_eps,
-    pick,
-)
+from .defaults import UsageError, load_defaults
+from .options import ANALYTICS, RUN, SLURM, add_options, pick
 from .pipeline import PipelineError
-from .processes import THREAD_PINS, Interrupted, Signals
+from .processes import THREAD_PINS, Interrupted, Signals, wait_until
+from .settings import parse_buffer_nb, parse_eps
 
 logger = logging.getLogger(__name__)
 
 _DESCRIPTIONS = {
-    RUN: "Run a heat simulation with in situ PCA on Dask, all on this machine. Sub-commands: "
+    RUN: "Run a simulation with in situ analytics on Dask, all on this machine: the heat demo "
+    "and a PCA, or `deisa-run [options] [--analytics COMMAND] -- SIMULATION COMMAND` for your "
+    "own MPI program and analytics. Sub-commands: "
     "`deisa-run slurm --help` (batch script), `deisa-run analytics --help` (the client alone). "
     "Defaults: deisa/templates/defaults.yml (or --defaults FILE).",
     SLURM: "Print a Slurm batch script that runs the scheduler, the workers, the analytics "
     "client and the MPI simulation in one allocation (see docs/slurm.md). The options shared "
     "with deisa-run mean the same. Defaults: deisa/templates/defaults.yml (or --defaults FILE).",
     ANALYTICS: "Only the analytics client: PCA of every step published to an existing "
-    "scheduler, then the table, results.json and the plot. Run by the Slurm job.",
+    "scheduler, then the table, results.json and the plot. Run by the Slurm job. With --replay "
+    "FILES, the same of saved steps (deisa.Replay), on a local cluster unless --scheduler-file.",
 }
 _PROGS = {RUN: "deisa-run", SLURM: "deisa-run slurm", ANALYTICS: "deisa-run analytics"}
 
@@ -67,6 +66,9 @@ def build_parser(command: str, defaults: dict[str, dict[str, Any]]) -> argparse.
 def parse_args(command: str, argv: Sequence[str]) -> argparse.Namespace:
     """``argv`` parsed for ``command``, the help's defaults those of ``--defaults`` if given.
 
+    For ``run`` and ``slurm``, the words after the first ``--`` are the user's simulation
+    command, in ``command`` (empty: the heat demo).
+
     Raises
     ------
     UsageError
@@ -74,10 +76,18 @@ def parse_args(command: str, argv: Sequence[str]) -> argparse.Namespace:
     SystemExit
         argparse's: ``--help``, or options it refuses (status 2).
     """
+    argv = list(argv)
+    simulation: list[str] = []
+    if command != ANALYTICS and "--" in argv:
+        at = argv.index("--")
+        argv, simulation = argv[:at], argv[at + 1 :]
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--defaults")
     known, _ = pre.parse_known_args(argv)
-    return build_parser(command, load_defaults(known.defaults)).parse_args(argv)
+    args = build_parser(command, load_defaults(known.defaults)).parse_args(argv)
+    if command != ANALYTICS:
+        args.command = simulation
+    return args
 
 
 def _setup_logging(verbose: int) -> None:
@@ -126,52 +136,26 @@ def slurm_main(argv: Sequence[str]) -> int:
     from .solver import resolve_settings
 
     try:
-        args = parse_args(SLURM, argv)
-        defaults = load_defaults(args.defaults)
-
-        def get(key: str) -> Any:
-            return pick(args, defaults, SLURM, key)
-
-        settings = resolve_settings(args, SLURM)
-        script = job_script(
-            ranks=settings.ranks,
-            workers=settings.workers,
-            threads=settings.threads,
-            nodes=get("nodes"),
-            worker_nodes=get("worker_nodes"),
-            scheduler_node=get("scheduler_node"),
-            time=get("time"),
-            partition=get("partition"),
-            output=settings.output,
-            workdir=get("workdir"),
-            python=get("python"),
-            simulation=settings.simulation,
-            job_name=get("job_name"),
-            mpi=get("mpi"),
-            placement=settings.placement,
-            buffer_nb=settings.buffer_nb,
-            array=settings.array,
-            n_components=settings.n_components,
-            timeout=settings.timeout,
-            interface=get("interface"),
-            srun_args=get("srun_args") or [],
-            solver=settings.solver,
-            build_dir=settings.build_dir,
-            pdi_config=settings.pdi_config,
-            stop_when_converged=settings.stop_when_converged,
-        )
+        settings = resolve_settings(parse_args(SLURM, argv), SLURM)
+        script = job_script(settings)
     except ValueError as exc:  # UsageError included
         print(f"deisa-run slurm: error: {exc}", file=sys.stderr)
         return 2
     settings.output.mkdir(parents=True, exist_ok=True)  # sbatch --output needs it
     print(
-        f"deisa-run slurm: {settings.ranks} ranks of the {settings.solver} solver "
-        f"({settings.solver_reason}), {settings.workers} workers x {settings.threads} threads, "
-        f"{get('nodes')} node(s); output in {settings.output}",
+        f"deisa-run slurm: {settings.ranks} ranks of {_simulation_name(settings)}"
+        f" ({settings.solver_reason}), {settings.workers} workers x {settings.threads} threads, "
+        f"{settings.slurm.nodes if settings.slurm else 1} node(s); output in {settings.output}",
         file=sys.stderr,
     )
     sys.stdout.write(script)
     return 0
+
+
+def _simulation_name(settings: Any) -> str:
+    if settings.command:
+        return f"your command `{shlex.join(settings.command)}`"
+    return f"the {settings.solver} solver"
 
 
 def resolve_analytics_args(args: argparse.Namespace) -> argparse.Namespace:
@@ -187,6 +171,10 @@ def resolve_analytics_args(args: argparse.Namespace) -> argparse.Namespace:
         setattr(args, key, pick(args, defaults, ANALYTICS, key))
     args.buffer_nb = parse_buffer_nb(args.buffer_nb)
     args.stop_when_converged = parse_eps(args.stop_when_converged)
+    if args.scheduler_file is None and args.replay is None:
+        raise UsageError("give --scheduler-file (the live stream) or --replay FILES (saved steps)")
+    if args.replay is not None and args.stop_when_converged is not None:
+        raise UsageError("--stop-when-converged steers a running simulation: not with --replay")
     return args
 
 
@@ -214,27 +202,30 @@ def _analytics(args: argparse.Namespace, signals: Signals) -> int:
     from distributed import Client
 
     from ..bridge.scheduler_file import read_scheduler_address
+    from .local import workers_connected
     from .pipeline import analyze_stream
     from .report import report
 
     output = Path(args.output).resolve()
     output.mkdir(parents=True, exist_ok=True)
+    if args.scheduler_file is None:  # --replay alone: a cluster of --workers workers, here
+        return _with_local_cluster(args, signals)
     scheduler_file = Path(args.scheduler_file)
-    deadline = time.monotonic() + args.timeout
-    while not scheduler_file.exists() and time.monotonic() < deadline:
-        signals.check()
-        time.sleep(0.1)
+    wait_until(
+        scheduler_file.exists,
+        f"the scheduler file {scheduler_file}",
+        args.timeout,
+        check=signals.check,
+    )
     address = read_scheduler_address(scheduler_file)
     with Client(address, timeout=args.timeout) as client:
-        deadline = time.monotonic() + args.timeout
-        while True:
-            signals.check()
-            try:
-                client.wait_for_workers(args.workers, timeout=1)
-                break
-            except TimeoutError:
-                if time.monotonic() > deadline:
-                    raise
+        wait_until(
+            workers_connected(client, args.workers),
+            f"{args.workers} worker(s) to connect",
+            args.timeout,
+            interval=0,
+            check=signals.check,
+        )
         print(f"deisa-run analytics: connected to {address}", file=sys.stderr)
         analytics = analyze_stream(
             client,
@@ -245,15 +236,20 @@ def _analytics(args: argparse.Namespace, signals: Signals) -> int:
             check=signals.check,
             on_step=lambda _: signals.check(),
             stop_when_converged=args.stop_when_converged,
+            replay=args.replay,
         )
         timings = Path(args.timings) if args.timings else None
-        deadline = time.monotonic() + 60
-        while timings is not None and not timings.exists():
-            signals.check()
-            if time.monotonic() > deadline:
-                logger.warning("no simulation timings in %s", timings)
-                break
-            time.sleep(0.2)
+        if timings is not None:
+            try:
+                wait_until(
+                    timings.exists,
+                    f"the simulation timings {timings}",
+                    60,
+                    interval=0.2,
+                    check=signals.check,
+                )
+            except PipelineError as exc:
+                logger.warning("%s", exc)
         settings = {
             "array": args.array,
             "n_components": args.n_components,
@@ -263,6 +259,21 @@ def _analytics(args: argparse.Namespace, signals: Signals) -> int:
         if args.shutdown:
             client.shutdown()
     return 0
+
+
+def _with_local_cluster(args: argparse.Namespace, signals: Signals) -> int:
+    """``deisa-run analytics --replay FILES`` without a scheduler: one on loopback, for the run."""
+    from distributed import LocalCluster
+
+    args.scheduler_file = Path(args.output).resolve() / "scheduler.json"
+    with LocalCluster(
+        n_workers=args.workers,
+        threads_per_worker=1,
+        host="127.0.0.1",
+        dashboard_address="127.0.0.1:0",
+        scheduler_kwargs={"scheduler_file": str(args.scheduler_file)},
+    ):
+        return _analytics(args, signals)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

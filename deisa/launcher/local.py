@@ -1,10 +1,19 @@
 """The local run of ``deisa-run``: the whole pipeline on this machine, on loopback only.
 
 :func:`run_pipeline` starts a Dask scheduler (with a dashboard when bokeh is installed) and
-``workers`` workers, all listening on 127.0.0.1 only (dashboards included), then the simulation
-under ``mpirun`` with Open MPI kept on shared memory and loopback (``mpi.env`` of the defaults),
-analyses every step in this process with a progress bar, writes the report and stops every
-process it started, on success, failure or signal.
+``workers`` workers, all listening on 127.0.0.1 only (dashboards included), then the analytics
+and the simulation under ``mpirun`` with Open MPI kept on shared memory and loopback
+(``mpi.env`` of the defaults), and stops every process it started, on success, failure or
+signal.
+
+The simulation is the heat demo (the C or the Python solver), or the user's command after
+``--``; the analytics is the built-in PCA of ``--array`` (in this process, with a progress bar
+and a report), or the user's ``--analytics`` command (a process of its own). The user's
+processes get the scheduler file in ``DEISA_SCHEDULER_FILE`` and the deisa PDI plugin in
+``PDI_PLUGIN_PATH``. Each process logs to ``<output>/logs/<part>.log``; the user's analytics
+also prints to the terminal. The first part that fails (the simulation, the analytics, a
+worker, the scheduler) is named, with the tail of its log, and everything else is stopped: a
+failing analytics stops the simulation, which would otherwise wait on flow control.
 """
 
 from __future__ import annotations
@@ -16,16 +25,18 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 import yaml
 
-from .config import RunSettings
+from ..wire import Route
 from .pipeline import PipelineError, StepAnalytics, analyze_stream
-from .processes import ProcessSet, Signals, child_env, tail, wait_until
+from .processes import Child, ProcessSet, Signals, child_env, tail, wait_until
 from .report import report
-from .solver import simulation_command
+from .settings import RunSettings
+from .solver import analytics_argv, find_plugin, python_script, simulation_command
 
 logger = logging.getLogger(__name__)
 
@@ -60,10 +71,13 @@ def worker_command(scheduler_file: Path, index: int, threads: int, local_dir: Pa
     ]  # fmt: skip
 
 
-def _workers_connected(client: Any, n: int) -> Callable[[], bool]:
+def workers_connected(client: Any, n: int) -> Callable[[], bool]:
+    """A condition for :func:`~deisa.launcher.processes.wait_until`: ``n`` workers are there
+    (it waits 1 s per call: use ``interval=0``)."""
+
     def ready() -> bool:
         try:
-            client.wait_for_workers(n, timeout=1)  # the 1 s wait is the polling interval
+            client.wait_for_workers(n, timeout=1)
         except TimeoutError:
             return False
         return True
@@ -71,8 +85,19 @@ def _workers_connected(client: Any, n: int) -> Callable[[], bool]:
     return ready
 
 
+@dataclass(frozen=True)
+class _Simulation:
+    """What runs under ``mpirun``: its command, its environment, and the timings it writes
+    (``None``: none, a user's command)."""
+
+    argv: list[str]
+    env: dict[str, str]
+    timings: Path | None
+    description: str
+
+
 def run_pipeline(settings: RunSettings, signals: Signals, out: IO[str] = sys.stdout) -> None:
-    """Start scheduler, workers and simulation, analyse every step, report, stop everything.
+    """Start scheduler, workers, analytics and simulation, wait for them, stop everything.
 
     Parameters
     ----------
@@ -82,30 +107,98 @@ def run_pipeline(settings: RunSettings, signals: Signals, out: IO[str] = sys.std
         Installed by the caller; every wait checks it, and its second signal kills the
         children started here.
     out
-        Where the table goes.
+        Where the table (built-in analytics), the user's analytics output and the closing
+        summary go.
 
     Raises
     ------
     PipelineError
-        The simulation, a Dask process or the analytics failed.
+        The simulation, the analytics, a worker or the scheduler failed; the message names it
+        first, with the tail of its log.
     Interrupted
         A signal came; every process was stopped.
     """
-    from distributed import Client
-    from tqdm import tqdm
-
     output = settings.output
-    logs = output / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    scheduler_file = output / "scheduler.json"
-    timings = output / "timings.json"
-    heat_timings = output / "heat-timings"  # the C solver's HEAT_TIMINGS prefix
-    for stale in (scheduler_file, timings, output / "results.json",
-                  *output.glob(f"{heat_timings.name}.*.json")):  # fmt: skip
-        stale.unlink(missing_ok=True)
+    scheduler_file = _prepare_output(output)
+    procs = ProcessSet(output / "logs", child_env(), settings.stop_timeout)
+    signals.on_second = procs.kill
+    simulation = _simulation(settings, scheduler_file)
+    print(
+        f"deisa-run: {settings.ranks} ranks of {simulation.description}, {settings.workers} "
+        f"workers x {settings.threads} threads; output in {output}",
+        file=sys.stderr,
+    )
+    client = None
+    started = time.perf_counter()
+    try:
+        client = _start_dask(settings, procs, scheduler_file, signals)
+        analytics = None
+        if settings.analytics is not None:
+            analytics = procs.start(
+                "analytics",
+                analytics_argv(settings.analytics, sys.executable),
+                _user_env(settings, scheduler_file),
+                echo=out,
+            )
+        signals.check()
+        sim = procs.start(
+            "simulation",
+            [*settings.mpirun, "-np", str(settings.ranks), *simulation.argv],
+            simulation.env,
+        )
+        if analytics is None:
+            _builtin_analytics(settings, client, procs, sim, signals, simulation.timings, out)
+        else:
+            _wait_for_user_analytics(settings, procs, sim, analytics, signals)
+            analytics.join_echo()
+        print(_summary(client, time.perf_counter() - started), file=out)
+    finally:
+        if client is not None:
+            with contextlib.suppress(Exception):
+                client.close(timeout=5)
+        procs.stop()
+        signals.on_second = None
+
+
+def _prepare_output(output: Path) -> Path:
+    """Make ``output/logs``, remove a previous run's files; the scheduler file's path."""
+    (output / "logs").mkdir(parents=True, exist_ok=True)
+    stale = ["scheduler.json", "timings.json", "results.json"]
+    for path in [*map(output.joinpath, stale), *output.glob("heat-timings.*.json")]:
+        path.unlink(missing_ok=True)
+    return output / "scheduler.json"
+
+
+def _user_env(settings: RunSettings, scheduler_file: Path) -> dict[str, str]:
+    """The environment of the user's processes: the scheduler file, the plugin, the thread
+    pins and the loopback settings of Open MPI."""
+    extra = {"DEISA_SCHEDULER_FILE": str(scheduler_file.absolute())}
+    plugin = find_plugin(settings.build_dir)
+    if plugin.directory is not None:
+        extra["PDI_PLUGIN_PATH"] = _plugin_path(plugin.directory)
+    return child_env(extra, keep=settings.mpi_env)
+
+
+def _plugin_path(directory: Path) -> str:
+    return os.pathsep.join(filter(None, [str(directory), os.environ.get("PDI_PLUGIN_PATH")]))
+
+
+def _simulation(settings: RunSettings, scheduler_file: Path) -> _Simulation:
+    """The user's command, or the heat solver with its configuration files written."""
+    output = settings.output
+    if settings.command:
+        plugin = find_plugin(settings.build_dir)
+        print(f"deisa-run: the deisa PDI plugin: {plugin.origin}", file=sys.stderr)
+        return _Simulation(
+            python_script(settings.command, sys.executable),
+            _user_env(settings, scheduler_file),
+            None,
+            f"`{' '.join(settings.command)}`",
+        )
     sim_config = output / "simulation.yml"
     sim_config.write_text(yaml.safe_dump(settings.simulation, sort_keys=False))
     pdi_file = output / "pdi.yml"
+    timings = output / "timings.json"
     sim = simulation_command(
         settings,
         python=sys.executable,
@@ -118,125 +211,195 @@ def run_pipeline(settings: RunSettings, signals: Signals, out: IO[str] = sys.std
     if sim.pdi is not None:
         pdi_file.write_text(yaml.safe_dump(sim.pdi, sort_keys=False))
     if sim.plugin_dir is not None:
-        extra["PDI_PLUGIN_PATH"] = os.pathsep.join(
-            filter(None, [str(sim.plugin_dir), os.environ.get("PDI_PLUGIN_PATH")])
-        )
+        extra["PDI_PLUGIN_PATH"] = _plugin_path(sim.plugin_dir)
+    heat_timings = output / "heat-timings"  # the C solver's HEAT_TIMINGS prefix
     if not sim.timings:  # the C solver: per-rank files, read by the report
         extra["HEAT_TIMINGS"] = str(heat_timings)
-    sim_cmd = [*settings.mpirun, "-np", str(settings.ranks), *sim.argv]
-    sim_env = child_env(extra, keep=settings.mpi_env)
-    procs = ProcessSet(logs, child_env(), settings.stop_timeout)
-    signals.on_second = procs.kill
-    client = None
-    print(
-        f"deisa-run: {settings.ranks} ranks ({settings.solver} solver: {settings.solver_reason}),"
-        f" {settings.workers} workers x {settings.threads} threads, field "
-        f"{settings.simulation['global_size']}, {settings.simulation['steps']} steps; "
-        f"output in {output}",
-        file=sys.stderr,
+    return _Simulation(
+        sim.argv,
+        child_env(extra, keep=settings.mpi_env),
+        timings if sim.timings else heat_timings,
+        f"the {settings.solver} solver ({settings.solver_reason}), field "
+        f"{settings.simulation['global_size']}, {settings.simulation['steps']} steps",
     )
-    try:
-        dashboard = dashboard_available()
-        procs.start("scheduler", scheduler_command(scheduler_file, dashboard))
-        wait_until(
-            scheduler_file.exists,
-            f"the scheduler file {scheduler_file}",
-            procs,
-            settings.timeout,
-            check=signals.check,
-        )
-        for i in range(settings.workers):
-            procs.start(
-                f"worker-{i}",
-                worker_command(scheduler_file, i, settings.threads, output / "dask-scratch"),
-            )
-        client = Client(scheduler_file=str(scheduler_file), timeout=settings.timeout)
-        wait_until(
-            _workers_connected(client, settings.workers),
-            f"{settings.workers} worker(s) to connect",
-            procs,
-            settings.timeout,
-            interval=0,
-            check=signals.check,
-        )
-        if dashboard:
-            print(f"Dashboard: {client.dashboard_link}", file=sys.stderr)
-        else:
-            print(
-                "Dashboard: unavailable (bokeh is not installed; pip install bokeh)",
-                file=sys.stderr,
-            )
-        signals.check()
-        simulation = procs.start("simulation", sim_cmd, sim_env)
-        launched = time.perf_counter()
-        first_step_s: list[float] = []  # time to first step, for the report
 
-        def check() -> None:
+
+def _start_dask(
+    settings: RunSettings, procs: ProcessSet, scheduler_file: Path, signals: Signals
+) -> Any:
+    """Start the scheduler and the workers; a client once every worker is connected."""
+    from distributed import Client
+
+    dashboard = dashboard_available()
+    procs.start("scheduler", scheduler_command(scheduler_file, dashboard))
+    wait_until(
+        scheduler_file.exists,
+        f"the scheduler file {scheduler_file}",
+        settings.timeout,
+        procs=procs,
+        check=signals.check,
+    )
+    for i in range(settings.workers):
+        local_dir = settings.output / "dask-scratch"
+        procs.start(f"worker-{i}", worker_command(scheduler_file, i, settings.threads, local_dir))
+    client = Client(scheduler_file=str(scheduler_file), timeout=settings.timeout)
+    wait_until(
+        workers_connected(client, settings.workers),
+        f"{settings.workers} worker(s) to connect",
+        settings.timeout,
+        procs=procs,
+        interval=0,
+        check=signals.check,
+    )
+    if dashboard:
+        print(f"Dashboard: {client.dashboard_link}", file=sys.stderr)
+    else:
+        print("Dashboard: unavailable (bokeh is not installed; pip install bokeh)", file=sys.stderr)
+    return client
+
+
+def _failure(child: Child) -> PipelineError:
+    """The error naming ``child``, the first part that failed, with its log's tail."""
+    child.join_echo()
+    return PipelineError(
+        f"{child.name} failed (exit status {child.popen.returncode}), log {child.log}:\n"
+        f"{tail(child.log)}"
+    )
+
+
+def _check_parts(procs: ProcessSet, finished: tuple[Child, ...], signals: Signals) -> None:
+    """Raise on a signal or for the first process that exited, but ``finished`` ones that
+    exited 0 (they are done)."""
+    signals.check()
+    for child in sorted(procs.children, key=_blame_order):
+        code = child.popen.poll()
+        if code is None or (child in finished and code == 0):
+            continue
+        raise _failure(child)
+
+
+def _blame_order(child: Child) -> int:
+    """Of parts found dead in the same poll, the likeliest cause first: the scheduler, a
+    worker, the simulation (a dead simulation ends the analytics' stream), the analytics."""
+    order = {"scheduler": 0, "simulation": 2, "analytics": 3}
+    return order.get(child.name, 1)
+
+
+def _wait_for_simulation(
+    settings: RunSettings,
+    procs: ProcessSet,
+    sim: Child,
+    others: tuple[Child, ...],
+    signals: Signals,
+) -> None:
+    """Once the stream has ended: the simulation's exit, within ``--timeout``."""
+    wait_until(
+        lambda: sim.popen.poll() is not None,
+        "the simulation to exit",
+        settings.timeout,
+        check=lambda: _check_parts(procs, (sim, *others), signals),
+    )
+    _check_parts(procs, (sim, *others), signals)
+
+
+def _wait_for_user_analytics(
+    settings: RunSettings, procs: ProcessSet, sim: Child, analytics: Child, signals: Signals
+) -> None:
+    """Wait until the simulation and the analytics have both exited 0; the first part to fail
+    (the analytics included: the simulation is then stopped) raises."""
+    done = (sim, analytics)
+    while sim.popen.poll() is None and analytics.popen.poll() is None:
+        _check_parts(procs, done, signals)
+        time.sleep(0.1)
+    _check_parts(procs, done, signals)
+    # one is done: the other has --timeout to follow (an analytics that ends early leaves
+    # the simulation that time to finish, since nobody takes its steps any more)
+    last = analytics if sim.popen.poll() is not None else sim
+    wait_until(
+        lambda: last.popen.poll() is not None,
+        f"the {last.name} to exit",
+        settings.timeout,
+        check=lambda: _check_parts(procs, done, signals),
+    )
+    _check_parts(procs, done, signals)
+
+
+def _builtin_analytics(
+    settings: RunSettings,
+    client: Any,
+    procs: ProcessSet,
+    sim: Child,
+    signals: Signals,
+    timings: Path | None,
+    out: IO[str],
+) -> None:
+    """The built-in PCA of every step, with a progress bar; then the report."""
+    from tqdm import tqdm
+
+    launched = time.perf_counter()
+    first_step_s: list[float] = []  # time to first step, for the report
+    steps = None if settings.command else settings.simulation["steps"]
+    with tqdm(total=steps, desc="in situ PCA", unit="step", file=sys.stderr) as bar:
+        analysing: list[int] = []
+
+        def on_start(step: int) -> None:
+            if not first_step_s:
+                first_step_s.append(time.perf_counter() - launched)
+            analysing.append(step)
+            bar.set_postfix_str(f"analysing step {', '.join(map(str, analysing))}")
+
+        def on_step(done: StepAnalytics) -> None:
+            analysing.remove(done.step)
+            bar.set_postfix_str(
+                f"analysing step {', '.join(map(str, analysing))}" if analysing else ""
+            )
+            bar.update()
             signals.check()
-            dead = procs.failed()
-            if dead is None:
-                return
-            if dead is simulation and simulation.popen.returncode == 0:
-                return  # finished; the end of the stream is on its way
-            raise PipelineError(
-                f"{dead.name} failed (exit status {dead.popen.returncode}), log "
-                f"{dead.log}:\n{tail(dead.log)}"
-            )
 
-        steps = settings.simulation["steps"]
-        with tqdm(total=steps, desc="in situ PCA", unit="step", file=sys.stderr) as bar:
-            analysing: list[int] = []
-
-            def on_start(step: int) -> None:
-                if not first_step_s:
-                    first_step_s.append(time.perf_counter() - launched)
-                analysing.append(step)
-                bar.set_postfix_str(f"analysing step {', '.join(map(str, analysing))}")
-
-            def on_step(done: StepAnalytics) -> None:
-                analysing.remove(done.step)
-                bar.set_postfix_str(
-                    f"analysing step {', '.join(map(str, analysing))}" if analysing else ""
-                )
-                bar.update()
-                signals.check()
-
-            analytics = analyze_stream(
-                client,
-                settings.array,
-                n_components=settings.n_components,
-                stall_timeout=settings.timeout,
-                # as many fits at once as the stream may queue steps: the simulation is held by
-                # flow control only when the analytics really is slower
-                max_in_flight=settings.buffer_nb or 2,
-                check=check,
-                on_start=on_start,
-                on_step=on_step,
-                stop_when_converged=settings.stop_when_converged,
-            )
-        deadline = time.monotonic() + settings.timeout
-        while simulation.popen.poll() is None:
-            signals.check()
-            if time.monotonic() > deadline:
-                raise PipelineError(
-                    f"the simulation ended its stream but did not exit within {settings.timeout} s"
-                )
-            time.sleep(0.1)
-        check()
-        if len(analytics) != steps and not any(a.stop_reason for a in analytics):
-            logger.warning("analysed %d steps of %d", len(analytics), steps)
-        report(
-            analytics,
-            timings if sim.timings else heat_timings,
-            output,
-            settings.summary(),
+        analytics = analyze_stream(
+            client,
             settings.array,
-            out,
-            first_step_s=first_step_s[0] if first_step_s else None,
+            n_components=settings.n_components,
+            stall_timeout=settings.timeout,
+            # as many fits at once as the stream may queue steps: the simulation is held by
+            # flow control only when the analytics really is slower
+            max_in_flight=settings.buffer_nb or 2,
+            check=lambda: _check_parts(procs, (sim,), signals),
+            on_start=on_start,
+            on_step=on_step,
+            stop_when_converged=settings.stop_when_converged,
         )
-    finally:
-        if client is not None:
-            with contextlib.suppress(Exception):
-                client.close(timeout=5)
-        procs.stop()
-        signals.on_second = None
+    _wait_for_simulation(settings, procs, sim, (), signals)
+    if steps is not None and len(analytics) != steps and not any(a.stop_reason for a in analytics):
+        logger.warning("analysed %d steps of %d", len(analytics), steps)
+    report(
+        analytics,
+        timings,
+        settings.output,
+        settings.summary(),
+        settings.array,
+        out,
+        first_step_s=first_step_s[0] if first_step_s else None,
+    )
+
+
+def stream_stats(client: Any) -> dict[str, Any]:
+    """The scheduler extension's ``deisa_stats`` (:data:`deisa.wire.Route.STATS`)."""
+    stats: dict[str, Any] = client.sync(getattr(client.scheduler, Route.STATS))
+    return stats
+
+
+def _summary(client: Any, wall_s: float) -> str:
+    """The closing line: wall time, then per array the steps published and taken and the
+    bytes published (the ``totals`` of the extension's ``deisa_stats``)."""
+    try:
+        totals = stream_stats(client)["totals"]
+    except Exception as exc:  # the summary must not turn a run into a failure
+        logger.debug("no deisa_stats", exc_info=True)
+        return f"deisa-run: done in {wall_s:.1f} s (no stream statistics: {exc})"
+    parts = [
+        f"{name}: {t.get('published', 0)} steps published, {t.get('taken', 0)} taken, "
+        f"{t.get('bytes', 0):,} bytes"
+        for name, t in totals.items()
+    ]
+    return f"deisa-run: done in {wall_s:.1f} s; " + ("; ".join(parts) or "no array published")

@@ -17,11 +17,12 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from .pipeline import PipelineError
 
@@ -68,10 +69,30 @@ class Interrupted(BaseException):
 
 
 @dataclass
-class _Child:
+class Child:
+    """A started process: its name (the part it plays), its ``Popen`` and its log file."""
+
     name: str
     popen: subprocess.Popen[bytes]
     log: Path
+    echo: threading.Thread | None = None
+
+    def join_echo(self) -> None:
+        """Wait until the copy of its output to the terminal is complete (after its exit)."""
+        if self.echo is not None:
+            self.echo.join(timeout=5)
+
+
+def _tee(source: IO[bytes], log: Path, echo: IO[str]) -> None:
+    """Copy ``source``'s lines to ``log`` and to ``echo`` until it closes."""
+    with open(log, "wb") as out:
+        for line in iter(source.readline, b""):
+            out.write(line)
+            out.flush()
+            with contextlib.suppress(Exception):
+                echo.write(line.decode(errors="replace"))
+                echo.flush()
+    source.close()
 
 
 @dataclass
@@ -86,28 +107,50 @@ class ProcessSet:
     log_dir: Path
     env: dict[str, str]
     stop_timeout: float = 10.0
-    children: list[_Child] = field(default_factory=list)
+    children: list[Child] = field(default_factory=list)
     # descendants seen by stop(): MPI ranks may outlive mpirun (and leave its group), and a
     # second signal must still reach them
     _seen: list[Any] = field(default_factory=list)
 
-    def start(self, name: str, cmd: Sequence[str], env: dict[str, str] | None = None) -> _Child:
+    def start(
+        self,
+        name: str,
+        cmd: Sequence[str],
+        env: dict[str, str] | None = None,
+        echo: IO[str] | None = None,
+    ) -> Child:
+        """Start ``cmd`` as ``name``, its output (stderr included) in ``<log_dir>/<name>.log``
+        and, with ``echo``, also copied there (the user's analytics, to the terminal)."""
         log = self.log_dir / f"{name}.log"
-        with open(log, "wb") as out:
+        if echo is None:
+            with open(log, "wb") as out:
+                popen = subprocess.Popen(
+                    list(cmd),
+                    env=env or self.env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            child = Child(name, popen, log)
+        else:
             popen = subprocess.Popen(
                 list(cmd),
                 env=env or self.env,
                 stdin=subprocess.DEVNULL,
-                stdout=out,
+                stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-        child = _Child(name, popen, log)
+            assert popen.stdout is not None
+            copy = threading.Thread(target=_tee, args=(popen.stdout, log, echo), daemon=True)
+            copy.start()
+            child = Child(name, popen, log, copy)
         self.children.append(child)
         logger.info("started %s (pid %d): %s", name, popen.pid, " ".join(cmd))
         return child
 
-    def failed(self, names: Sequence[str] | None = None) -> _Child | None:
+    def failed(self, names: Sequence[str] | None = None) -> Child | None:
         """The first of ``names`` (all by default) that exited, if any."""
         for child in self.children:
             if (names is None or child.name in names) and child.popen.poll() is not None:
@@ -134,7 +177,7 @@ class ProcessSet:
                 os.killpg(child.popen.pid, signal.SIGKILL)
 
     @staticmethod
-    def _descendants(children: Sequence[_Child]) -> list[Any]:
+    def _descendants(children: Sequence[Child]) -> list[Any]:
         import psutil
 
         tree: list[psutil.Process] = []
@@ -143,7 +186,7 @@ class ProcessSet:
                 tree += psutil.Process(child.popen.pid).children(recursive=True)
         return tree
 
-    def _stop(self, children: Sequence[_Child]) -> None:
+    def _stop(self, children: Sequence[Child]) -> None:
         import psutil
 
         tree = self._descendants(children)
@@ -163,6 +206,7 @@ class ProcessSet:
             if child.popen.poll() is None:
                 child.popen.kill()
             child.popen.wait()
+            child.join_echo()
         _, alive = psutil.wait_procs(tree, timeout=max(0.5, deadline - time.monotonic()))
         for proc in alive:
             with contextlib.suppress(psutil.Error):
@@ -231,29 +275,44 @@ class Signals:
 def wait_until(
     ready: Callable[[], bool],
     what: str,
-    procs: ProcessSet,
     timeout: float,
+    *,
+    procs: ProcessSet | None = None,
     interval: float = 0.1,
     check: Callable[[], None] | None = None,
 ) -> None:
-    """Poll ``ready`` every ``interval`` s until it is true; ``check`` runs between polls.
+    """Poll ``ready`` every ``interval`` s until it is true: the launcher's one timeout loop.
+
+    Parameters
+    ----------
+    ready
+        The condition; a slow one (e.g. ``wait_for_workers(n, timeout=1)``) can be its own
+        polling interval, with ``interval=0``.
+    what
+        What is awaited, for the messages.
+    timeout
+        Seconds before giving up.
+    procs
+        Processes that must not exit meanwhile.
+    check
+        Runs between polls (e.g. :meth:`Signals.check`, which raises on a signal).
 
     Raises
     ------
     PipelineError
         A process of ``procs`` exited first (with its log's tail), or ``timeout`` s passed;
-        the message names ``what`` was awaited.
+        the message names what was awaited.
     """
     deadline = time.monotonic() + timeout
     while not ready():
         if check is not None:
             check()
-        dead = procs.failed()
+        dead = procs.failed() if procs is not None else None
         if dead is not None:
             raise PipelineError(
-                f"{dead.name} exited ({dead.popen.returncode}) at start-up, while waiting for "
-                f"{what}:\n{tail(dead.log)}"
+                f"{dead.name} exited ({dead.popen.returncode}) while waiting for {what}:\n"
+                f"{tail(dead.log)}"
             )
         if time.monotonic() > deadline:
-            raise PipelineError(f"timed out after {timeout:.0f} s (--timeout) waiting for {what}")
+            raise PipelineError(f"timed out after {timeout:.0f} s waiting for {what}")
         time.sleep(interval)

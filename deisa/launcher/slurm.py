@@ -26,20 +26,19 @@ See ``docs/slurm.md``.
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 import string
 import sys
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import yaml
 
-from ..bridge.options import BridgeOptionError, BridgeOptions
-from .config import find_path, squarest_grid
+from ..bridge.options import BridgeOptions
 from .processes import THREAD_PINS
-from .solver import resolve_solver, simulation_command
+from .settings import RunSettings, SlurmSettings
+from .solver import analytics_argv, find_plugin, python_script, simulation_command
 
 TEMPLATE = Path(__file__).resolve().parents[1] / "templates" / "slurm_job.sh"
 # In the C solver's PDI YAML, replaced by $SLURM_JOB_ID when the job starts: the scheduler file
@@ -117,86 +116,22 @@ def layout(
     return (first, worker_nodes), (first + worker_nodes, nodes - first - worker_nodes)
 
 
-def job_script(
-    *,
-    ranks: int = 4,
-    workers: int = 2,
-    threads: int = 1,
-    nodes: int = 1,
-    worker_nodes: int | None = None,
-    scheduler_node: str = "auto",
-    time: str = "00:10:00",
-    partition: str | None = None,
-    output: str | Path = "deisa-output",
-    workdir: str | Path = ".",
-    python: str | None = None,
-    simulation: dict[str, Any] | None = None,
-    job_name: str = "deisa",
-    mpi: str = "pmix",
-    placement: str = "round_robin",
-    buffer_nb: int | None = 2,
-    array: str = "gtemp",
-    n_components: int = 4,
-    timeout: float = 300.0,
-    interface: str | None = None,
-    srun_args: Sequence[str] = (),
-    solver: str = "python",
-    build_dir: str | Path = "build",
-    pdi_config: str | Path = "configs/heat_deisa.yml",
-    stop_when_converged: float | None = None,
-) -> str:
+def job_script(settings: RunSettings) -> str:
     """The text of a batch script running scheduler, workers, client and simulation together.
 
     Parameters
     ----------
-    ranks
-        MPI ranks of the simulation; must equal the product of ``simulation["process_grid"]``
-        when that is given.
-    workers, threads
-        Dask workers, and threads (CPUs) per worker.
-    nodes, worker_nodes, scheduler_node
-        Nodes of the allocation, how many run the workers alone (``0``: the workers run
-        beside the ranks), and whether the scheduler and the client get a node of their own
-        (see :func:`layout`). The script's comments draw the layout, node by node.
-    time, partition, job_name
-        ``#SBATCH --time``, ``--partition`` (``None``: the cluster's default) and ``--job-name``.
-    output, workdir
-        Output directory (made absolute) and the job's working directory. The job writes
-        ``slurm-<job>.out`` there and everything else into its own directory ``<job>/``
-        (``results.json``, ``simulation.yml``, the scheduler file, ``logs/``...), so jobs
-        sharing ``output`` do not overwrite each other.
-    python
-        Interpreter on the compute nodes, with deisa installed; default: this one.
-    simulation
-        Settings of ``configs/simulation.yml`` (``global_size``, ``process_grid``, ``steps``,
-        ``output_period``); ``process_grid`` defaults to the squarest grid of ``ranks``.
-    mpi
-        ``srun --mpi`` plugin of the simulation step (``pmix`` for OpenMPI 4/5).
-    placement, buffer_nb, array
-        Bridge settings of the simulation (``buffer_nb=None``: unbounded; ``0`` is refused;
-        ``placement="node_local"`` sends each block to a worker on its rank's node). The
-        Bridge fixes its placement once all ``workers`` have connected (``min_workers``),
-        waiting up to ``timeout``.
-    n_components, timeout
-        PCA components of the client, and seconds it waits without progress before failing.
-    interface
-        Network interface of the scheduler and workers (``--interface``) and of Open MPI's
-        TCP traffic (``OMPI_MCA_btl_tcp_if_include``), e.g. ``ib0``.
-    srun_args
-        Extra options for every ``srun`` step, e.g. ``["--mem-per-cpu=2G"]`` where memory
-        is a consumable resource.
-    solver
-        ``"python"`` (``deisa_simulation.heat``), ``"c"`` (``build_dir/simulation/heat``
-        through PDI and the deisa plugin) or ``"auto"`` (C when it can run here, see
-        :func:`deisa.launcher.solver.c_solver_problem`). The nodes must see the same build
-        and PDI.
-    build_dir, pdi_config
-        CMake build directory and PDI YAML of the C solver (relative: from the current
-        directory, else from the repository); the script writes the YAML, its deisa block set
-        for the job, to ``output/<job>/pdi.yml``.
-    stop_when_converged
-        The client's ``--stop-when-converged EPS``: it stops the simulation once the PCA has
-        converged (:func:`deisa.launcher.pipeline.analyze_stream`); ``None``: never.
+    settings
+        From :func:`deisa.launcher.solver.resolve_settings` for ``deisa-run slurm``: the
+        counts, the simulation, the solver, the Bridge options and the analytics are those of a
+        local run; ``settings.slurm`` holds the allocation (nodes, layout, time, partition, job
+        name, working directory, interpreter, ``srun --mpi`` plugin, network interface, extra
+        ``srun`` options; ``None``: :class:`~deisa.launcher.settings.SlurmSettings`'s
+        defaults). The job writes ``slurm-<job>.out`` into ``settings.output`` and everything
+        else into its own directory ``<job>/`` (``results.json``, ``simulation.yml``, the
+        scheduler file, ``logs/``...), so jobs sharing an output directory do not overwrite each
+        other. The Bridge fixes its placement once every worker has connected
+        (``min_workers``), waiting up to ``settings.timeout``.
 
     Returns
     -------
@@ -206,99 +141,66 @@ def job_script(
     Raises
     ------
     ValueError
-        Counts, layout or process grid that cannot work; ``solver="c"`` when the C solver or
-        its plugin is not built, PDI does not load, or ``pdi_config`` does not publish
-        ``array`` (:class:`deisa.launcher.config.UsageError`, a ``ValueError``); Bridge
-        options that :class:`deisa.bridge.options.BridgeOptions` refuses.
+        A layout that cannot work (see :func:`layout`), or a node left without a task.
 
     Examples
     --------
-    >>> script = job_script(ranks=4, workers=2, time="00:05:00")
-    >>> "#SBATCH --ntasks=8" in script
+    >>> from deisa.launcher.cli import parse_args
+    >>> from deisa.launcher.solver import resolve_settings
+    >>> args = parse_args("slurm", ["--ranks", "4", "--workers", "2", "--solver", "python"])
+    >>> "#SBATCH --ntasks=8" in job_script(resolve_settings(args, "slurm"))
     True
     """
-    for name, value in (("ranks", ranks), ("workers", workers), ("threads", threads)):
-        if not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name}={value!r} must be a positive integer")
+    slurm = settings.slurm or SlurmSettings()
     (worker_first, n_worker_nodes), (sim_first, sim_nodes) = layout(
-        nodes, worker_nodes, scheduler_node
+        slurm.nodes, slurm.worker_nodes, slurm.scheduler_node
     )
+    workers, threads, ranks = settings.workers, settings.threads, settings.ranks
     if workers < n_worker_nodes or ranks < sim_nodes:
         raise ValueError(
             f"{workers} workers on {n_worker_nodes} nodes and {ranks} ranks on {sim_nodes} "
             "nodes: every node needs at least one task"
         )
-    settings: dict[str, Any] = {"global_size": [256, 256], "steps": 10, "output_period": 10}
-    settings.update(simulation or {})
-    grid = settings.setdefault("process_grid", list(squarest_grid(ranks)))
-    if grid[0] * grid[1] != ranks:
-        raise ValueError(f"process_grid {grid} has {grid[0] * grid[1]} ranks, ranks={ranks}")
-    output = Path(output).absolute()
     plan = _plan(
-        nodes, (worker_first, n_worker_nodes), (sim_first, sim_nodes), workers, threads, ranks
+        slurm.nodes, (worker_first, n_worker_nodes), (sim_first, sim_nodes), workers, threads, ranks
     )
-    extra = [f"#SBATCH --partition={partition}"] if partition else []
-    if nodes > 1:
+    extra = [f"#SBATCH --partition={slurm.partition}"] if slurm.partition else []
+    if slurm.nodes > 1:
         # whole nodes, each with the CPUs its busiest node needs (steps split evenly)
         extra += ["#SBATCH --exclusive", f"#SBATCH --mincpus={max(n.cpus for n in plan)}"]
-    quoted_interface = f" --interface {shlex.quote(interface)}" if interface else ""
-    try:
-        # the placement is fixed once every worker is there, however slowly they start
-        bridge = BridgeOptions(
-            placement=placement,
-            buffer_nb=buffer_nb,
-            min_workers=workers,
-            connect_timeout=timeout,
-        )
-    except BridgeOptionError as exc:
-        raise ValueError(str(exc)) from None
-    build, pdi_path = find_path(build_dir), find_path(pdi_config)
-    solver, _ = resolve_solver(solver, build, pdi_path)
-    simulation_fields = _simulation_step(
-        _Solver(solver, build, pdi_path, array, bridge), output=output
-    )
+    interface = f" --interface {shlex.quote(slurm.interface)}" if slurm.interface else ""
+    # the placement is fixed once every worker is there, however slowly they start
+    bridge = settings.bridge.replace(min_workers=workers, connect_timeout=settings.timeout)
+    output = settings.output.absolute()
     fields = {
-        "job_name": job_name,
-        "nodes": nodes,
+        "job_name": slurm.job_name,
+        "nodes": slurm.nodes,
         "ntasks": sum(node.cpus for node in plan),
-        "time": time,
-        "workdir": shlex.quote(str(Path(workdir).absolute())),
+        "time": slurm.time,
+        "workdir": shlex.quote(str(Path(slurm.workdir).absolute())),
         "output": shlex.quote(str(output)),
         "extra_sbatch": "".join(line + "\n" for line in extra),
         "layout": _describe(plan, threads),
         "workers": workers,
         "threads": threads,
         "ranks": ranks,
-        "python": shlex.quote(python or sys.executable),
-        "simulation_yaml": yaml.safe_dump(settings, sort_keys=False, default_flow_style=None),
-        "start_timeout": int(timeout),
-        "srun_args": "".join(f" {shlex.quote(a)}" for a in srun_args),
-        "interface": quoted_interface,
-        "mpi_interface": _mpi_interface(interface),
+        "python": shlex.quote(slurm.python or sys.executable),
+        "simulation_yaml": yaml.safe_dump(
+            settings.simulation, sort_keys=False, default_flow_style=None
+        ),
+        "start_timeout": int(settings.timeout),
+        "srun_args": "".join(f" {shlex.quote(a)}" for a in slurm.srun_args),
+        "interface": interface,
+        "mpi_interface": _mpi_interface(slurm.interface),
         "worker_nodes": n_worker_nodes,
         "worker_first": worker_first,
         "simulation_nodes": sim_nodes,
         "simulation_first": sim_first,
-        "array": shlex.quote(array),
-        "n_components": n_components,
-        "timeout": timeout,
-        "stop_when_converged": (
-            "" if stop_when_converged is None else f" --stop-when-converged {stop_when_converged}"
-        ),
-        "mpi": shlex.quote(mpi),
+        "mpi": shlex.quote(slurm.mpi),
         "thread_pins": " ".join(f"{k}={v}" for k, v in THREAD_PINS.items()),
-        **simulation_fields,
+        **_simulation_step(settings, bridge, output=output),
     }
     return _ScriptTemplate(TEMPLATE.read_text()).substitute(fields)
-
-
-@dataclass(frozen=True)
-class _Solver:
-    solver: str
-    build_dir: Path
-    pdi_config: Path
-    array: str
-    bridge: BridgeOptions
 
 
 def _shell_word(word: str) -> str:
@@ -307,16 +209,70 @@ def _shell_word(word: str) -> str:
     return f'"{word}"' if word.startswith("$") else shlex.quote(word)
 
 
-def _simulation_step(solver: _Solver, *, output: Path) -> dict[str, str]:
-    """Template fields of the simulation step: ``solver`` (words), ``solver_setup``,
-    ``simulation_command`` and ``timings`` (the client's ``--timings``, Python solver only)."""
+def _simulation_step(
+    settings: RunSettings, bridge: BridgeOptions, *, output: Path
+) -> dict[str, str]:
+    """Template fields of the simulation and client steps: ``solver`` (words),
+    ``solver_setup``, ``simulation_command`` and ``analytics_command``."""
+    timings = False
+    if settings.command:  # the user's simulation: the scheduler file comes from the environment
+        command = _user_words(python_script(settings.command, "$PYTHON"))
+        description = f"your command ({shlex.join(settings.command)})"
+        plugin = find_plugin(settings.build_dir)
+        setup = ""
+        if plugin.directory is not None:
+            setup = f"\n# the deisa PDI plugin, {plugin.origin}\n" + _plugin_path(plugin.directory)
+    else:
+        command, description, setup, timings = _solver_step(settings, bridge, output)
+    return {
+        "solver": description,
+        "solver_setup": setup,
+        "simulation_command": command,
+        "analytics_command": _analytics_step(settings, timings),
+    }
+
+
+def _user_words(words: list[str]) -> str:
+    """The user's command for bash: every word quoted as it is, but ``$PYTHON`` (the job's
+    interpreter, put before a ``.py`` script)."""
+    return " ".join('"$PYTHON"' if w == "$PYTHON" else shlex.quote(w) for w in words)
+
+
+def _analytics_step(settings: RunSettings, timings: bool) -> str:
+    """The client step's command: the user's analytics, else ``deisa-run analytics``."""
+    if settings.analytics is not None:
+        return _user_words(analytics_argv(settings.analytics, "$PYTHON"))
+    # the C solver writes no timings.json: the client must not wait for one
+    stop = settings.stop_when_converged
+    timings_option = ' --timings "$OUT/timings.json"' if timings else ""
+    stop_option = "" if stop is None else f" --stop-when-converged {stop}"
+    return (
+        f'"$PYTHON" -m deisa.launcher analytics --scheduler-file "$SCHEDULER_FILE" '
+        f"--workers {settings.workers} \\\n"
+        f"    --array {shlex.quote(settings.array)} --n-components {settings.n_components} "
+        f'--output "$OUT"{timings_option} \\\n'
+        f"    --timeout {settings.timeout}{stop_option} --shutdown"
+    )
+
+
+def _plugin_path(directory: Path) -> str:
+    return (
+        f"export PDI_PLUGIN_PATH={shlex.quote(str(directory))}"
+        '"${PDI_PLUGIN_PATH:+:$PDI_PLUGIN_PATH}"\n'
+    )
+
+
+def _solver_step(
+    settings: RunSettings, bridge: BridgeOptions, output: Path
+) -> tuple[str, str, str, bool]:
+    """The heat solver's command, description, setup lines, and whether it writes timings."""
     # The Python solver reads the job's scheduler file from the script's variable; the C
     # solver's PDI YAML is written by a quoted heredoc, where `sed` puts the job ID in.
     scheduler_file = (
-        "$SCHEDULER_FILE" if solver.solver == "python" else f"{output}/{JOB_ID}/scheduler.json"
+        "$SCHEDULER_FILE" if settings.solver == "python" else f"{output}/{JOB_ID}/scheduler.json"
     )
     sim = simulation_command(
-        solver,
+        dataclasses.replace(settings, bridge=bridge),
         python="$PYTHON",
         sim_config="$OUT/simulation.yml",
         scheduler_file=scheduler_file,
@@ -333,23 +289,16 @@ def _simulation_step(solver: _Solver, *, output: Path) -> dict[str, str]:
     if sim.pdi is not None and sim.plugin_dir is not None:
         # as the Python solver's flags: wait for every worker, as long as the job waits
         sim.pdi["plugins"]["deisa"].update(
-            min_workers=solver.bridge.min_workers, connect_timeout=solver.bridge.connect_timeout
+            min_workers=bridge.min_workers, connect_timeout=bridge.connect_timeout
         )
         setup = (
-            f"\n# PDI configuration of the C solver: {solver.pdi_config}, its deisa block set "
+            f"\n# PDI configuration of the C solver: {settings.pdi_config}, its deisa block set "
             "for this job\n"
             f'sed "s/{JOB_ID}/$SLURM_JOB_ID/g" > "$OUT/pdi.yml" <<\'DEISA_PDI_YML\'\n'
             f"{yaml.safe_dump(sim.pdi, sort_keys=False, default_flow_style=None)}DEISA_PDI_YML\n"
-            f"export PDI_PLUGIN_PATH={shlex.quote(str(sim.plugin_dir))}"
-            '"${PDI_PLUGIN_PATH:+:$PDI_PLUGIN_PATH}"\n'
+            + _plugin_path(sim.plugin_dir)
         )
-    return {
-        "solver": sim.description,
-        "solver_setup": setup,
-        "simulation_command": command,
-        # the C solver writes no timings.json: the client must not wait for one
-        "timings": ' --timings "$OUT/timings.json"' if sim.timings else "",
-    }
+    return command, sim.description, setup, sim.timings
 
 
 @dataclass(frozen=True)

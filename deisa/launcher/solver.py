@@ -1,6 +1,6 @@
 """The simulation: which solver runs, and the one command line that runs it.
 
-:func:`resolve_settings` completes :func:`~deisa.launcher.config.resolve_options` with the
+:func:`resolve_settings` completes :func:`~deisa.launcher.settings.resolve_options` with the
 solver (``--solver auto | c | python``: the C solver through PDI and the deisa plugin when it
 is built and PDI loads, else the Python solver). :func:`simulation_command` turns settings into
 the solver's command line, for ``mpirun`` (local run) as for ``srun`` (Slurm job): the Python
@@ -12,21 +12,21 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import os
+import shlex
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from ..bridge.options import BridgeOptions
-from .config import (
-    LAUNCHER_BRIDGE_OPTIONS,
-    RUN,
-    RunSettings,
-    UsageError,
-    read_yaml,
-    resolve_options,
-)
+from .defaults import UsageError, read_yaml
+from .options import RUN
+from .settings import LAUNCHER_BRIDGE_OPTIONS, RunSettings, resolve_options
+
+PLUGIN_FILE = "libpdi_deisa_plugin.so"
 
 
 def resolve_settings(args: argparse.Namespace, command: str = RUN) -> RunSettings:
@@ -35,11 +35,14 @@ def resolve_settings(args: argparse.Namespace, command: str = RUN) -> RunSetting
     Raises
     ------
     UsageError
-        An option or file that cannot work (see :func:`~deisa.launcher.config.resolve_options`),
+        An option or file that cannot work (see :func:`~deisa.launcher.settings.resolve_options`),
         ``--solver c`` where the C solver cannot run, or a PDI YAML that does not publish
         ``--array``.
     """
     settings = resolve_options(args, command)
+    if settings.command:  # the user's simulation: no solver to pick
+        settings.solver, settings.solver_reason = "user", "the command after --"
+        return settings
     settings.solver, settings.solver_reason = resolve_solver(
         settings.solver, settings.build_dir, settings.pdi_config
     )
@@ -72,7 +75,7 @@ def resolve_solver(solver: str, build_dir: Path, pdi_config: Path) -> tuple[str,
 def c_solver_problem(build_dir: Path, pdi_config: Path) -> str | None:
     """Why the C solver cannot run (``None`` if it can): binary, plugin, PDI YAML, libpdi."""
     heat = build_dir / "simulation" / "heat"
-    plugin = build_dir / "plugin" / "libpdi_deisa_plugin.so"
+    plugin = build_dir / "plugin" / PLUGIN_FILE
     for path, what in ((heat, "C solver"), (plugin, "deisa PDI plugin")):
         if not path.exists():
             return (
@@ -229,3 +232,53 @@ def simulation_command(
     argv += ["--scheduler-file", scheduler_file, "--array", settings.array]
     argv += [*settings.bridge.to_argv(), "--timings", timings]
     return SimulationCommand(argv=argv, timings=True)
+
+
+@dataclass(frozen=True)
+class Plugin:
+    """Where the deisa PDI plugin is: :attr:`directory` (``None``: not found, PDI's own
+    search applies) and :attr:`origin`, in words, for the user."""
+
+    directory: Path | None
+    origin: str
+
+
+def find_plugin(build_dir: Path) -> Plugin:
+    """The deisa PDI plugin for a user's simulation: built in ``build_dir/plugin``, else
+    installed (in a ``PDI_PLUGIN_PATH`` directory, or in PDI's plugin directory under this
+    Python's prefix, ``/usr/local`` or ``/usr``)."""
+    built = build_dir / "plugin"
+    if (built / PLUGIN_FILE).exists():
+        return Plugin(built, f"built in {built}")
+    for entry in filter(None, os.environ.get("PDI_PLUGIN_PATH", "").split(os.pathsep)):
+        if (Path(entry) / PLUGIN_FILE).exists():
+            return Plugin(Path(entry), f"installed in {entry} (PDI_PLUGIN_PATH)")
+    for prefix in dict.fromkeys((sys.prefix, "/usr/local", "/usr")):
+        for found in sorted(Path(prefix).glob(f"lib*/pdi/plugins_*/{PLUGIN_FILE}")):
+            return Plugin(found.parent, f"installed in {found.parent}")
+    return Plugin(None, f"not found ({built} has no {PLUGIN_FILE}; PDI searches its own paths)")
+
+
+def analytics_argv(command: str, python: str) -> list[str]:
+    """``command`` split as a shell would (no shell runs it); a first word ending in ``.py``
+    runs with ``python``, its path made absolute.
+
+    Raises
+    ------
+    UsageError
+        An empty command, or one that shlex cannot split (an open quote).
+    """
+    try:
+        words = shlex.split(command)
+    except ValueError as exc:
+        raise UsageError(f"--analytics {command!r}: {exc}") from None
+    if not words:
+        raise UsageError("--analytics: an empty command")
+    return python_script(words, python)
+
+
+def python_script(words: list[str], python: str) -> list[str]:
+    """``words``, with ``python`` before a first word ending in ``.py`` (made absolute)."""
+    if words[0].endswith(".py"):
+        return [python, str(Path(words[0]).absolute()), *words[1:]]
+    return list(words)

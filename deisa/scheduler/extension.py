@@ -76,6 +76,8 @@ class StreamExtension(SchedulerPlugin):
     def __init__(self) -> None:
         self.streams: dict[str, Stream] = {}
         self.calls: Counter[str] = Counter()
+        # per array, never reset by a new run: steps published and taken, bytes published
+        self.totals: dict[str, Counter[str]] = {}
         self.scheduler: Any = None
         self.consumers: dict[str, str] = {}  # consumer id -> the client that owns its keys
         self._tasks: set[asyncio.Future[None]] = set()
@@ -343,6 +345,8 @@ class StreamExtension(SchedulerPlugin):
         record.pending = len(stream.readers)
         stream.pending[step] = record
         stream.published += 1
+        nbytes = sum(n for *_, n in present)
+        self.totals.setdefault(name, Counter()).update(published=1, bytes=nbytes)
         await stream.notify()
         return ok()
 
@@ -510,6 +514,7 @@ class StreamExtension(SchedulerPlugin):
             self._untake(stream, entry)
         mine.taken += 1
         stream.taken += 1
+        self.totals.setdefault(name, Counter())["taken"] += 1
         stream.last_taken = max(entry.step, stream.last_taken or entry.step)
         await stream.notify()
         return ok(
@@ -561,6 +566,7 @@ class StreamExtension(SchedulerPlugin):
     def stats(self) -> dict[str, Any]:
         return {
             "calls": dict(self.calls),
+            "totals": {name: dict(counts) for name, counts in self.totals.items()},
             "steering": self.steering.stats(),
             "contracts": self.contracts.stats(),
             "streams": {

@@ -25,6 +25,7 @@ export DASK_DISTRIBUTED__SCHEDULER__WORK_STEALING=False
 @@{mpi_interface}PYTHON=@@{python}
 OUT=@@{output}/"$SLURM_JOB_ID"
 SCHEDULER_FILE="$OUT/scheduler.json"
+export DEISA_SCHEDULER_FILE="$SCHEDULER_FILE"  # read by the Bridge, the plugin and the Adapter
 LOGS="$OUT/logs"
 mkdir -p "$LOGS"
 rm -f "$SCHEDULER_FILE" "$OUT/timings.json" "$OUT/results.json"  # a requeued job's
@@ -62,11 +63,10 @@ srun --exact --nodes=@@{worker_nodes} --relative=@@{worker_first} --ntasks=@@{wo
     --no-nanny --no-dashboard --local-directory "${TMPDIR:-/tmp}"@@{interface} &
 background+=("$!")
 
-# 3. Analytics client, next to the scheduler: PCA of every step, then results.json and the plot
+# 3. Analytics, next to the scheduler (the built-in client: PCA of every step, then results.json
+# and the plot)
 srun --exact --nodes=1 --ntasks=1 --cpus-per-task=1 --relative=0 --output="$LOGS/analytics-%N.log"@@{srun_args} \
-    "$PYTHON" -m deisa.launcher analytics --scheduler-file "$SCHEDULER_FILE" --workers @@{workers} \
-    --array @@{array} --n-components @@{n_components} --output "$OUT"@@{timings} \
-    --timeout @@{timeout}@@{stop_when_converged} --shutdown &
+    @@{analytics_command} &
 client=$!
 background+=("$client")
 

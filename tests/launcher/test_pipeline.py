@@ -116,31 +116,3 @@ def test_deisa_run_analytics_exits_non_zero_naming_a_stalled_fit(
     assert "the PCA of step 0 of 'stalled-run' made no progress" in proc.stderr
     assert "phase: local reductions" in proc.stderr
     assert "Traceback" not in proc.stderr
-
-
-def test_streamed_arrays_carry_their_block_locations_to_the_splitter(
-    one_worker: DaskProcesses, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The splitter takes the holders the Bridge reported; it asks the scheduler for none."""
-    from deisa import Adapter, _block_locations
-    from deisa.analysis.splitter import split
-
-    publish(one_worker, "located", (8, 6), nsteps=1)
-    with one_worker.client() as client:
-        field = Adapter(client, timeout=120)["located"][0]
-        keys = [k for row in field.__dask_keys__() for k in row]
-        known = _block_locations.lookup(keys)
-        assert known is not None
-        assert {k: (w,) for k, w in known.workers.items()} == client.who_has(field)
-        assert known.nthreads == client.nthreads()
-
-        def no_query(*args: object, **kwargs: object) -> None:
-            raise AssertionError("the splitter asked the scheduler again")
-
-        monkeypatch.setattr(client, "who_has", no_query)
-        monkeypatch.setattr(client, "nthreads", no_query)
-        partitions = split(field, keep_rows_whole=True, client=client)
-        assert {p.worker for p in partitions} == set(known.workers.values())
-        assert sorted(i for p in partitions for i in p.get_indexes()) == sorted(k[1:] for k in keys)
-        del field, partitions
-    assert _block_locations.lookup(keys) is None  # gone with the step's futures

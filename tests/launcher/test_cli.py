@@ -23,8 +23,9 @@ import pytest
 import yaml
 from conftest import REPO, STARTUP, left_behind, test_env, write_config
 
-from deisa.launcher import cli, config, local, processes, report, solver
-from deisa.launcher.config import RUN, UsageError
+from deisa.launcher import cli, defaults, local, options, processes, report, settings, solver
+from deisa.launcher.defaults import UsageError
+from deisa.launcher.options import RUN
 from deisa.launcher.pipeline import PipelineError, StepAnalytics
 
 LONG = ["--workers", "1", "--size", "64", "64", "--steps", "100000", "-o"]
@@ -338,7 +339,7 @@ def test_library_imports_no_launcher() -> None:
         "from deisa import Adapter, Bridge, BridgeOptions, IncrementalPCA, split\n"
         "import deisa.analysis.adapter, deisa.bridge, deisa.scheduler.extension\n"
         "import deisa.bridge.options, deisa.analysis.pca\n"
-        "import deisa.analysis.splitter, deisa.launcher.pipeline\n"
+        "import deisa.analysis.splitter\n"
         "bad = ('deisa.launcher', 'deisa.cli', 'deisa.slurm', 'matplotlib', 'tqdm')\n"
         "print(sorted(m for m in sys.modules if m.startswith(bad)))\n"
     )
@@ -349,27 +350,12 @@ def test_library_imports_no_launcher() -> None:
     assert proc.stdout.strip() == "[]"
 
 
-@pytest.mark.parametrize(("module", "prog"), [("deisa.cli", "deisa-run"), ("deisa.slurm", "slurm")])
-def test_old_module_names_still_work_and_warn(module: str, prog: str) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", module, "--help"],
-        env=test_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 0 and f"usage: {prog}" in proc.stdout.replace(
-        "deisa-run slurm", "slurm"
-    )
-    assert f"FutureWarning: {module} is deprecated" in proc.stderr
-
-
 def test_every_option_has_its_help_from_the_defaults_file() -> None:
-    defaults = config.load_defaults()
-    comments = config.default_comments()
+    loaded = defaults.load_defaults()
+    comments = defaults.default_comments()
     for command in (RUN, "slurm", "analytics"):
-        text = " ".join(cli.build_parser(command, defaults).format_help().split())
-        for opt in config.OPTIONS:
+        text = " ".join(cli.build_parser(command, loaded).format_help().split())
+        for opt in options.OPTIONS:
             if command not in opt.sections:
                 continue
             section = opt.sections[command]
@@ -377,7 +363,7 @@ def test_every_option_has_its_help_from_the_defaults_file() -> None:
             assert expected, f"{opt.key} has no comment in section {section}"
             # argparse wraps lines at hyphens too: compare without any whitespace
             assert "".join(expected.split()) in "".join(text.split()), (command, opt.key)
-    run_help = " ".join(cli.build_parser(RUN, defaults).format_help().split())
+    run_help = " ".join(cli.build_parser(RUN, loaded).format_help().split())
     assert "MPI ranks of the simulation (default: 4)" in run_help
     assert "--nodes" not in run_help
 
@@ -413,7 +399,7 @@ def parse(*argv: str) -> argparse.Namespace:
 
 
 def test_squarest_grid() -> None:
-    assert [config.squarest_grid(n) for n in (1, 2, 4, 6, 7, 12)] == [
+    assert [settings.squarest_grid(n) for n in (1, 2, 4, 6, 7, 12)] == [
         (1, 1),
         (2, 1),
         (2, 2),
@@ -425,7 +411,7 @@ def test_squarest_grid() -> None:
 
 def test_defaults_come_from_the_yaml_file() -> None:
     settings = solver.resolve_settings(parse("--solver", "python"))
-    run = yaml.safe_load(config.DEFAULTS_FILE.read_text())["run"]
+    run = yaml.safe_load(defaults.DEFAULTS_FILE.read_text())["run"]
     assert settings.ranks == run["ranks"] and settings.workers == run["workers"]
     assert settings.simulation["global_size"] == run["global_size"]
     assert settings.simulation["steps"] == run["steps"]
@@ -450,11 +436,11 @@ def test_user_defaults_file_is_checked(tmp_path: Path) -> None:
     settings = solver.resolve_settings(parse("--solver", "python", "--defaults", str(user)))
     assert settings.workers == 3
     assert "`dask worker` processes (default: 3)" in cli.build_parser(
-        RUN, config.load_defaults(user)
+        RUN, defaults.load_defaults(user)
     ).format_help().replace("\n", " ")
     user.write_text("run: {wokers: 3}\n")
     with pytest.raises(UsageError, match="unknown key"):
-        config.load_defaults(user)
+        defaults.load_defaults(user)
 
 
 def test_c_solver_falls_back_to_python_when_not_built(tmp_path: Path) -> None:
@@ -483,18 +469,18 @@ def test_unknown_solver_in_a_defaults_file(tmp_path: Path) -> None:
     ("value", "expected"), [("3", 3), (3, 3), ("none", None), ("null", None), (None, None)]
 )
 def test_buffer_nb(value: int | str | None, expected: int | None) -> None:
-    assert config.parse_buffer_nb(value) == expected
+    assert settings.parse_buffer_nb(value) == expected
 
 
 @pytest.mark.parametrize("value", ["two", "-1", -1, "0", 0])
 def test_bad_buffer_nb(value: int | str) -> None:
     with pytest.raises(UsageError, match="--buffer-nb"):
-        config.parse_buffer_nb(value)
+        settings.parse_buffer_nb(value)
 
 
 def test_buffer_nb_zero_is_refused_with_the_way_out() -> None:
     with pytest.raises(UsageError, match=r"0 is refused.*write 'none' for unbounded"):
-        config.parse_buffer_nb("0")
+        settings.parse_buffer_nb("0")
 
 
 def test_python_solver_gets_the_bridge_options_as_flags(tmp_path: Path) -> None:
@@ -529,16 +515,14 @@ def test_wait_until_returns_once_ready(tmp_path: Path) -> None:
         return marker.exists()
 
     procs = processes.ProcessSet(tmp_path, {})
-    processes.wait_until(ready, "the marker", procs, timeout=STARTUP, interval=0.01)
+    processes.wait_until(ready, "the marker", STARTUP, procs=procs, interval=0.01)
     assert len(polls) == 3
 
 
 def test_wait_until_names_what_it_awaited_on_timeout(tmp_path: Path) -> None:
     procs = processes.ProcessSet(tmp_path, {})
-    with pytest.raises(
-        PipelineError, match=r"timed out after 0 s \(--timeout\) waiting for the marker"
-    ):
-        processes.wait_until(lambda: False, "the marker", procs, timeout=0.2, interval=0.01)
+    with pytest.raises(PipelineError, match=r"timed out after 0 s waiting for the marker"):
+        processes.wait_until(lambda: False, "the marker", 0.2, procs=procs, interval=0.01)
 
 
 def test_wait_until_raises_when_a_signal_came(tmp_path: Path) -> None:
@@ -548,8 +532,8 @@ def test_wait_until_raises_when_a_signal_came(tmp_path: Path) -> None:
         processes.wait_until(
             lambda: False,
             "the marker",
-            processes.ProcessSet(tmp_path, {}),
-            timeout=60,
+            60,
+            procs=processes.ProcessSet(tmp_path, {}),
             check=signals.check,
         )
     assert interrupted.value.signum == signal.SIGTERM
@@ -560,11 +544,11 @@ def test_wait_until_stops_when_a_process_exits(tmp_path: Path) -> None:
     try:
         procs.start("scheduler", ["sh", "-c", "echo 'ValueError: no port'; exit 3"])
         with pytest.raises(PipelineError) as failure:
-            processes.wait_until(lambda: False, "the marker", procs, timeout=STARTUP)
+            processes.wait_until(lambda: False, "the marker", STARTUP, procs=procs)
     finally:
         procs.stop()
     message = str(failure.value)
-    assert message.startswith("scheduler exited (3) at start-up, while waiting for the marker:")
+    assert message.startswith("scheduler exited (3) while waiting for the marker:")
     assert "ValueError: no port" in message
 
 

@@ -1,0 +1,324 @@
+"""The settings of a run: options > simulation config file > defaults file, all checked.
+
+:func:`resolve_options` turns the parsed options into :class:`RunSettings` and checks all of
+them before anything starts, the simulation's settings with the Python solver's own
+:class:`~deisa_simulation.heat.HeatConfig`, the Bridge's with
+:class:`~deisa.bridge.options.BridgeOptions` and the launcher's counts and durations with the
+same constraints: a mistake is one :class:`~deisa.launcher.defaults.UsageError` naming the
+option or the file it came from.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..bridge.options import BridgeOptionError, BridgeOptions, Constraint, Count, Positive
+from .defaults import UsageError, load_defaults, read_yaml
+from .options import RUN, SLURM, option, pick
+
+REPO = Path(__file__).resolve().parents[2]
+
+# The Bridge options that deisa-run sets; the others keep the Python solver's defaults, or the
+# values of the C solver's PDI YAML.
+LAUNCHER_BRIDGE_OPTIONS = ("placement", "buffer_nb", "mode", "max_in_flight")
+
+SECONDS = Positive("seconds")
+
+_SLURM_KEYS = (
+    *("nodes", "worker_nodes", "scheduler_node", "time", "partition", "job_name"),
+    *("workdir", "python", "mpi", "interface"),
+)
+
+
+def find_path(path: str | Path) -> Path:
+    """``path``, absolute: a relative one from the current directory if it exists there, else
+    from the repository (so ``configs/...`` and ``build`` work from anywhere)."""
+    path = Path(path)
+    if path.is_absolute() or path.exists() or not (REPO / path).exists():
+        return path.resolve()
+    return REPO / path
+
+
+def squarest_grid(ranks: int) -> tuple[int, int]:
+    """Rows and columns of ranks, as square as possible, rows >= columns (as MPI_Dims_create)."""
+    cols = max(c for c in range(1, int(ranks**0.5) + 1) if ranks % c == 0)
+    return ranks // cols, cols
+
+
+@dataclass(frozen=True)
+class SlurmSettings:
+    """The options of ``deisa-run slurm`` alone (the ``slurm`` section of the defaults file);
+    :func:`deisa.launcher.slurm.job_script` checks the layout."""
+
+    nodes: int = 1
+    worker_nodes: int | None = None
+    scheduler_node: str = "auto"
+    time: str = "00:10:00"
+    partition: str | None = None
+    job_name: str = "deisa"
+    workdir: str = "."
+    python: str | None = None
+    mpi: str = "pmix"
+    interface: str | None = None
+    srun_args: tuple[str, ...] = ()
+
+
+@dataclass
+class RunSettings:
+    """Everything a run needs, resolved from options, config files and defaults, checked.
+
+    ``slurm`` is set for ``deisa-run slurm`` only.
+    """
+
+    ranks: int
+    process_grid: tuple[int, int]
+    workers: int
+    threads: int
+    simulation: dict[str, Any]
+    solver: str
+    pdi_config: Path
+    build_dir: Path
+    array: str
+    bridge: BridgeOptions
+    n_components: int
+    output: Path
+    timeout: float
+    stop_timeout: float
+    mpirun: list[str]
+    mpi_env: dict[str, str] = field(default_factory=dict)
+    solver_reason: str = ""
+    stop_when_converged: float | None = None
+    slurm: SlurmSettings | None = None
+    command: list[str] = field(default_factory=list)
+    analytics: str | None = None
+
+    @property
+    def placement(self) -> str:
+        return self.bridge.placement
+
+    @property
+    def buffer_nb(self) -> int | None:
+        return self.bridge.buffer_nb
+
+    def summary(self) -> dict[str, Any]:
+        """The settings recorded in ``results.json``."""
+        return {
+            "ranks": self.ranks,
+            "workers": self.workers,
+            "threads": self.threads,
+            "solver": self.solver,
+            "placement": self.placement,
+            "buffer_nb": self.buffer_nb,
+            "array": self.array,
+            "n_components": self.n_components,
+            "stop_when_converged": self.stop_when_converged,
+            "simulation": self.simulation,
+        }
+
+
+def checked(constraint: Constraint, name: str, value: Any) -> Any:
+    """``value`` checked by ``constraint`` (one of the Bridge options' constraints), named
+    ``name`` in the :class:`UsageError`."""
+    try:
+        return constraint.check(name, value)
+    except BridgeOptionError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def positive(name: str, value: Any) -> int:
+    """``value`` if it is a positive integer; ``name`` in the error."""
+    count: int = checked(Count(), name, value)
+    return count
+
+
+def _pair(name: str, value: Any) -> tuple[int, int]:
+    if not isinstance(value, (list, tuple)) or len(value) != 2:
+        raise UsageError(f"{name}={value!r} must be two positive integers")
+    return (positive(name, value[0]), positive(name, value[1]))
+
+
+def parse_buffer_nb(value: int | str | None, name: str = "--buffer-nb") -> int | None:
+    """``--buffer-nb``: a positive integer, or ``None`` (unbounded) for ``none`` or ``null``.
+
+    ``0`` is refused, as by :class:`deisa.Bridge` (it meant "unbounded" for ``deisa-run``
+    before 0.1.0; write ``none``).
+
+    Raises
+    ------
+    UsageError
+        Neither.
+    """
+    if isinstance(value, str):
+        try:
+            value = BridgeOptions.constraint("buffer_nb").parse(value)  # int or None
+        except ValueError:
+            raise UsageError(f"{name} {value!r}: a positive integer or 'none'") from None
+    try:
+        return BridgeOptions(buffer_nb=value).buffer_nb  # type: ignore[arg-type]
+    except BridgeOptionError as exc:
+        raise UsageError(f"{name} {value!r}: {exc}; write 'none' for unbounded") from None
+
+
+def _simulation_settings(
+    args: argparse.Namespace, run: Mapping[str, Any], defaults_name: str
+) -> tuple[dict[str, Any], dict[str, str], str | None]:
+    """The simulation's settings (config file, then options, then defaults), where each came
+    from (for error messages), and the config file's name."""
+    from deisa_simulation.heat import HeatConfig
+
+    config = args.config if args.config is not None else run["config"]
+    simulation: dict[str, Any] = {}
+    origin: dict[str, str] = {}
+    if config is not None:
+        simulation = read_yaml(find_path(config), f"--config {config}") or {}
+        if not isinstance(simulation, dict):
+            raise UsageError(f"--config {config}: expected a mapping of settings")
+        known = set(HeatConfig.__dataclass_fields__)
+        unknown = sorted(set(simulation) - known)
+        if unknown:
+            raise UsageError(
+                f"--config {config}: unknown key(s) {unknown}; valid keys are {sorted(known)}"
+            )
+        origin = dict.fromkeys(simulation, f"--config {config}")
+    for key in ("global_size", "steps", "output_period"):
+        value = getattr(args, key, None)
+        flag = option(key).flag
+        if value is not None:
+            if isinstance(value, (list, tuple)):
+                simulation[key] = list(value)
+                origin[key] = f"{flag} {' '.join(map(str, value))}"
+            else:
+                simulation[key] = value
+                origin[key] = f"{flag} {value}"
+        elif key not in simulation:
+            simulation[key] = run[key]
+            origin[key] = f"run.{key} of {defaults_name}"
+    return simulation, origin, config
+
+
+def resolve_options(args: argparse.Namespace, command: str = RUN) -> RunSettings:
+    """Options > simulation config file > defaults file, all checked, nothing started.
+
+    The solver is left as asked (``auto``, ``c`` or ``python``):
+    :func:`deisa.launcher.solver.resolve_settings` picks it and checks that it can run.
+
+    Parameters
+    ----------
+    args
+        Parsed by a parser that :func:`add_options` filled for ``command``.
+    command
+        ``"run"`` or ``"slurm"``: which defaults section ``--timeout`` falls back to, and
+        whether ``mpirun`` must be here.
+
+    Raises
+    ------
+    UsageError
+        One line naming the option or the file at fault.
+    """
+    from deisa_simulation.heat import HeatConfig
+
+    defaults = load_defaults(args.defaults)
+    defaults_name = args.defaults or "deisa/templates/defaults.yml"
+    run, mpi = defaults["run"], defaults["mpi"]
+
+    def get(key: str) -> Any:
+        return pick(args, defaults, command, key)
+
+    def name(key: str) -> str:
+        """How errors name ``key``: its flag if given, else its key in the defaults file."""
+        if getattr(args, key, None) is not None:
+            return option(key).flag
+        return f"{defaults_name}: {option(key).sections[command]}.{key}"
+
+    def counted(key: str) -> int:
+        count: int = positive(name(key), get(key))
+        return count
+
+    simulation, origin, config = _simulation_settings(args, run, defaults_name)
+    ranks = get("ranks") if args.ranks is not None else None
+    if args.process_grid is not None:
+        grid = _pair("--process-grid", args.process_grid)
+        origin["process_grid"] = f"--process-grid {grid[0]} {grid[1]}"
+    elif args.ranks is None and "process_grid" in simulation:
+        grid = _pair(f"process_grid of {config}", simulation["process_grid"])
+    elif args.ranks is None and run["process_grid"] is not None:
+        grid = _pair("process_grid", run["process_grid"])
+        origin["process_grid"] = f"run.process_grid of {defaults_name}"
+    else:
+        grid = squarest_grid(counted("ranks"))
+        origin["process_grid"] = f"--ranks {get('ranks')}"
+    ranks = positive("--ranks", ranks if ranks is not None else grid[0] * grid[1])
+    if grid[0] * grid[1] != ranks:
+        raise UsageError(
+            f"--process-grid {grid[0]} {grid[1]} has {grid[0] * grid[1]} ranks, --ranks is {ranks}"
+        )
+    simulation["process_grid"] = list(grid)
+    try:  # the Python solver's own checks, before any rank starts
+        HeatConfig(**simulation)
+    except (TypeError, ValueError) as exc:
+        key = str(exc).split(":", 1)[0]
+        raise UsageError(f"{origin.get(key, 'simulation settings')}: {exc}") from None
+    placement = get("placement")
+    buffer_nb = parse_buffer_nb(get("buffer_nb"), name("buffer_nb"))
+    given = {"mode": get("mode"), "max_in_flight": get("max_in_flight")}
+    try:
+        bridge = BridgeOptions(placement=placement, buffer_nb=buffer_nb, **given)
+    except BridgeOptionError as exc:
+        if exc.option in given:
+            label = f"{name(exc.option)} {given[exc.option]}"
+        elif args.placement is not None:
+            label = f"--placement {placement}"
+        else:
+            label = name("placement")
+        raise UsageError(f"{label}: {exc}") from None
+    settings = RunSettings(
+        ranks=ranks,
+        process_grid=grid,
+        workers=counted("workers"),
+        threads=counted("threads"),
+        simulation=simulation,
+        solver=get("solver"),
+        pdi_config=find_path(get("pdi_config")),
+        build_dir=find_path(get("build_dir")),
+        array=_array(name("array"), get("array")),
+        bridge=bridge,
+        n_components=counted("n_components"),
+        output=Path(get("output")).resolve(),
+        timeout=checked(SECONDS, name("timeout"), get("timeout")),
+        stop_timeout=checked(SECONDS, "run.stop_timeout", run["stop_timeout"]),
+        mpirun=[str(mpi["mpirun"]), *map(str, mpi["args"] or [])],
+        mpi_env={str(k): str(v) for k, v in (mpi.get("env") or {}).items()},
+        stop_when_converged=parse_eps(get("stop_when_converged"), name("stop_when_converged")),
+    )
+    settings.command = list(getattr(args, "command", None) or [])
+    settings.analytics = getattr(args, "analytics", None)
+    if command == SLURM:
+        settings.slurm = SlurmSettings(
+            **{key: get(key) for key in _SLURM_KEYS}, srun_args=tuple(get("srun_args") or ())
+        )
+    if command == RUN and shutil.which(settings.mpirun[0]) is None:
+        raise UsageError(f"mpi.mpirun of {defaults_name}: {settings.mpirun[0]!r} not found")
+    return settings
+
+
+def parse_eps(value: Any, name: str = "--stop-when-converged") -> float | None:
+    """``--stop-when-converged``: a positive number, or ``None`` (never stop the simulation).
+
+    Raises
+    ------
+    UsageError
+        Anything else, naming ``name``.
+    """
+    eps: float | None = checked(Positive(none="never"), name, value)
+    return eps
+
+
+def _array(label: str, name: Any) -> str:
+    if not isinstance(name, str) or not name:
+        raise UsageError(f"{label}={name!r} must be a non-empty name")
+    return name

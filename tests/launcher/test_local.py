@@ -1,0 +1,145 @@
+"""deisa-run with the user's own code: ``deisa-run [options] [--analytics CMD] -- SIMULATION``.
+
+Real processes: a Python mpi4py simulation and an analytics script written to ``tmp_path``
+(outside the repository), each finding the scheduler through ``DEISA_SCHEDULER_FILE``; the C
+solver through PDI with a YAML that has no ``scheduler_file``; the failure of either part.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import REPO, left_behind, test_env
+from user_code import write_user_code
+
+
+def deisa_run(*args: str, timeout: float = 400) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "deisa.launcher", *args],
+        env=test_env(),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.fixture
+def user_code(tmp_path: Path) -> tuple[Path, Path]:
+    """The simulation and the analytics, in ``tmp_path/code``."""
+    return write_user_code(tmp_path / "code")
+
+
+COMMON = ["--ranks", "2", "--workers", "1", "--timeout", "240"]
+
+
+@pytest.mark.timeout(500)
+def test_user_simulation_and_analytics(user_code: tuple[Path, Path], tmp_path: Path) -> None:
+    simulation, analytics = user_code
+    out = tmp_path / "out"
+    proc = deisa_run(
+        *COMMON,
+        "-o",
+        str(out),
+        "--analytics",
+        f"{analytics} 3 2",
+        "--",
+        str(simulation),
+        "3",
+        "-1",
+        "2",
+    )
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    # the analytics' output reaches the terminal, and its log
+    assert "my analytics: every step is right" in proc.stdout
+    assert "my analytics: every step is right" in (out / "logs" / "analytics.log").read_text()
+    assert "published 3 steps" in (out / "logs" / "simulation.log").read_text()
+    summary = proc.stdout.strip().splitlines()[-1]
+    assert summary.startswith("deisa-run: done in ")
+    assert "field: 3 steps published, 3 taken, 1,152 bytes" in summary  # 3 x 8 x 6 float64
+    assert left_behind(tmp_path) == []
+
+
+@pytest.mark.timeout(500)
+def test_failing_simulation_is_named(user_code: tuple[Path, Path], tmp_path: Path) -> None:
+    simulation, analytics = user_code
+    out = tmp_path / "out"
+    proc = deisa_run(
+        *COMMON,
+        "-o",
+        str(out),
+        "--analytics",
+        f"{analytics} 3 2",
+        "--",
+        str(simulation),
+        "5",
+        "1",
+        "2",
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert "deisa-run: failed: simulation failed (exit status" in proc.stderr, proc.stderr
+    assert "my simulation: giving up at step 1" in proc.stderr  # the tail of its log
+    assert left_behind(tmp_path) == []
+
+
+@pytest.mark.timeout(500)
+def test_failing_analytics_stops_the_simulation(
+    user_code: tuple[Path, Path], tmp_path: Path
+) -> None:
+    simulation, analytics = user_code
+    out = tmp_path / "out"
+    # 100000 steps, at most 1 queued: the simulation waits on flow control once the analytics
+    # is gone; deisa-run must stop it
+    proc = deisa_run(
+        *COMMON,
+        "-o",
+        str(out),
+        "--analytics",
+        f"{analytics} 3 2 fail",
+        "--",
+        str(simulation),
+        "100000",
+        "-1",
+        "1",
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert "deisa-run: failed: analytics failed (exit status 1)" in proc.stderr, proc.stderr
+    assert "RuntimeError: my analytics: failing on purpose" in proc.stderr
+    assert left_behind(tmp_path) == []
+
+
+@pytest.mark.timeout(500)
+def test_c_solver_as_a_user_command_with_the_builtin_pca(built: Path, tmp_path: Path) -> None:
+    heat = built / "simulation" / "heat"
+    if not heat.exists():
+        pytest.skip(f"{heat} not built")
+    pdi = yaml.safe_load((REPO / "configs" / "heat_deisa.yml").read_text())
+    del pdi["plugins"]["deisa"]["scheduler_file"]  # DEISA_SCHEDULER_FILE instead
+    (tmp_path / "pdi.yml").write_text(yaml.safe_dump(pdi))
+    sim = {"global_size": [32, 32], "process_grid": [2, 1], "steps": 3, "output_period": 2}
+    (tmp_path / "sim.yml").write_text(yaml.safe_dump(sim))
+    out = tmp_path / "out"
+    proc = deisa_run(
+        *COMMON,
+        "--n-components",
+        "2",
+        "--build-dir",
+        str(built),
+        "-o",
+        str(out),
+        "--",
+        str(heat),
+        str(tmp_path / "sim.yml"),
+        str(tmp_path / "pdi.yml"),
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert f"the deisa PDI plugin: built in {built / 'plugin'}" in proc.stderr
+    results = json.loads((out / "results.json").read_text())
+    assert [s["step"] for s in results["steps"]] == [0, 1, 2]
+    assert "gtemp: 3 steps published, 3 taken" in proc.stdout
+    assert left_behind(tmp_path) == []

@@ -1,0 +1,59 @@
+"""A user's own simulation and analytics, for the tests of ``deisa-run -- COMMAND``.
+
+``my_simulation.py STEPS FAIL_AT BUFFER_NB`` (mpi4py): every rank publishes a 4 x 6 block of
+``field`` (rank r holds rows 4r..4r+3) worth ``1000 * step + rank``, through ``deisa.Bridge()``
+with no scheduler file (``DEISA_SCHEDULER_FILE``); it exits 7 at step ``FAIL_AT`` (-1: never);
+``BUFFER_NB`` 0 is unbounded. ``my_analytics.py STEPS RANKS [fail]`` reads every step through
+``deisa.Adapter.from_env()`` and checks it, or raises at the first with ``fail``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+SIMULATION = """\
+import os, sys
+import numpy as np
+from mpi4py import MPI
+from deisa import ArraySpec, Bridge
+
+steps, fail_at, buffer_nb = (int(a) for a in sys.argv[1:4])
+comm = MPI.COMM_WORLD
+rank, size = comm.Get_rank(), comm.Get_size()
+spec = ArraySpec("float64", (4 * size, 6), (4 * rank, 0), (4, 6))
+# no scheduler file: deisa-run's DEISA_SCHEDULER_FILE
+with Bridge(arrays={"field": spec}, buffer_nb=buffer_nb or None, connect_timeout=300) as bridge:
+    for step in range(steps):
+        if step == fail_at:
+            print(f"my simulation: giving up at step {step}", flush=True)
+            os._exit(7)
+        bridge.publish("field", np.full((4, 6), 1000.0 * step + rank), step)
+print(f"my simulation: rank {rank} published {steps} steps", flush=True)
+"""
+
+ANALYTICS = """\
+import sys
+import numpy as np
+from deisa import Adapter
+
+steps, ranks, fail = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3:] == ["fail"]
+seen = []
+with Adapter.from_env() as adapter:
+    for step, field in adapter["field"].items():
+        if fail:
+            raise RuntimeError(f"my analytics: failing on purpose at step {step}")
+        expected = 1000.0 * step + np.repeat(np.arange(ranks), 4)[:, None] + np.zeros((1, 6))
+        assert np.array_equal(field.compute(), expected), step
+        seen.append(step)
+        print(f"my analytics: step {step} is right", flush=True)
+assert seen == list(range(steps)), seen
+print("my analytics: every step is right", flush=True)
+"""
+
+
+def write_user_code(directory: Path) -> tuple[Path, Path]:
+    """Write both scripts into ``directory``; their paths (simulation, analytics)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "my_simulation.py").write_text(SIMULATION)
+    (directory / "my_analytics.py").write_text(ANALYTICS)
+    return directory / "my_simulation.py", directory / "my_analytics.py"
