@@ -284,6 +284,7 @@ PROCESS_TESTS: dict[str, frozenset[str] | None] = {
     "test_bench_contracts": None,
     "test_cli": None,
     "test_local": None,
+    "test_processes": None,
     "test_fortran": None,
     "test_pdi_plugin": None,
     "test_replay_live": None,

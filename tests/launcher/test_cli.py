@@ -26,7 +26,7 @@ from conftest import REPO, STARTUP, left_behind, test_env, write_config
 from deisa.launcher import cli, defaults, local, options, processes, report, settings, solver
 from deisa.launcher.defaults import UsageError
 from deisa.launcher.options import RUN
-from deisa.launcher.pipeline import PipelineError, StepAnalytics
+from deisa.launcher.pipeline import StepAnalytics
 
 LONG = ["--workers", "1", "--size", "64", "64", "--steps", "100000", "-o"]
 SMALL = ["--size", "64", "64", "--steps", "4", "--output-period", "2", "--n-components", "3"]
@@ -499,57 +499,6 @@ def test_python_solver_gets_the_bridge_options_as_flags(tmp_path: Path) -> None:
     assert " ".join(settings.bridge.to_argv()) in " ".join(sim.argv)
     assert "--placement locality --buffer-nb none" in " ".join(sim.argv)
     assert sim.timings and sim.pdi is None
-
-
-# -- waiting at start-up --------------------------------------------------------------------------
-
-
-def test_wait_until_returns_once_ready(tmp_path: Path) -> None:
-    marker = tmp_path / "ready"
-    polls = []
-
-    def ready() -> bool:
-        polls.append(1)
-        if len(polls) == 3:
-            marker.touch()
-        return marker.exists()
-
-    procs = processes.ProcessSet(tmp_path, {})
-    processes.wait_until(ready, "the marker", STARTUP, procs=procs, interval=0.01)
-    assert len(polls) == 3
-
-
-def test_wait_until_names_what_it_awaited_on_timeout(tmp_path: Path) -> None:
-    procs = processes.ProcessSet(tmp_path, {})
-    with pytest.raises(PipelineError, match=r"timed out after 0 s waiting for the marker"):
-        processes.wait_until(lambda: False, "the marker", 0.2, procs=procs, interval=0.01)
-
-
-def test_wait_until_raises_when_a_signal_came(tmp_path: Path) -> None:
-    signals = processes.Signals("test")
-    signals.received = signal.SIGTERM
-    with pytest.raises(processes.Interrupted) as interrupted:
-        processes.wait_until(
-            lambda: False,
-            "the marker",
-            60,
-            procs=processes.ProcessSet(tmp_path, {}),
-            check=signals.check,
-        )
-    assert interrupted.value.signum == signal.SIGTERM
-
-
-def test_wait_until_stops_when_a_process_exits(tmp_path: Path) -> None:
-    procs = processes.ProcessSet(tmp_path, processes.child_env())
-    try:
-        procs.start("scheduler", ["sh", "-c", "echo 'ValueError: no port'; exit 3"])
-        with pytest.raises(PipelineError) as failure:
-            processes.wait_until(lambda: False, "the marker", STARTUP, procs=procs)
-    finally:
-        procs.stop()
-    message = str(failure.value)
-    assert message.startswith("scheduler exited (3) while waiting for the marker:")
-    assert "ValueError: no port" in message
 
 
 def test_analytics_options_fall_back_to_the_launch_defaults(tmp_path: Path) -> None:

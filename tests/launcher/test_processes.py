@@ -1,0 +1,79 @@
+"""deisa.launcher.processes: the one wait helper, and the children's logs."""
+
+from __future__ import annotations
+
+import io
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import STARTUP
+
+from deisa.launcher import processes
+from deisa.launcher.pipeline import PipelineError
+
+# -- waiting at start-up --------------------------------------------------------------------------
+
+
+def test_wait_until_returns_once_ready(tmp_path: Path) -> None:
+    marker = tmp_path / "ready"
+    polls = []
+
+    def ready() -> bool:
+        polls.append(1)
+        if len(polls) == 3:
+            marker.touch()
+        return marker.exists()
+
+    procs = processes.ProcessSet(tmp_path, {})
+    processes.wait_until(ready, "the marker", STARTUP, procs=procs, interval=0.01)
+    assert len(polls) == 3
+
+
+def test_wait_until_names_what_it_awaited_on_timeout(tmp_path: Path) -> None:
+    procs = processes.ProcessSet(tmp_path, {})
+    with pytest.raises(PipelineError, match=r"timed out after 0 s waiting for the marker"):
+        processes.wait_until(lambda: False, "the marker", 0.2, procs=procs, interval=0.01)
+
+
+def test_wait_until_raises_when_a_signal_came(tmp_path: Path) -> None:
+    signals = processes.Signals("test")
+    signals.received = signal.SIGTERM
+    with pytest.raises(processes.Interrupted) as interrupted:
+        processes.wait_until(
+            lambda: False,
+            "the marker",
+            60,
+            procs=processes.ProcessSet(tmp_path, {}),
+            check=signals.check,
+        )
+    assert interrupted.value.signum == signal.SIGTERM
+
+
+def test_wait_until_stops_when_a_process_exits(tmp_path: Path) -> None:
+    procs = processes.ProcessSet(tmp_path, processes.child_env())
+    try:
+        procs.start("scheduler", ["sh", "-c", "echo 'ValueError: no port'; exit 3"])
+        with pytest.raises(PipelineError) as failure:
+            processes.wait_until(lambda: False, "the marker", STARTUP, procs=procs)
+    finally:
+        procs.stop()
+    message = str(failure.value)
+    assert message.startswith("scheduler exited (3) while waiting for the marker:")
+    assert "ValueError: no port" in message
+
+
+def test_echoed_output_reaches_the_log_and_the_terminal(tmp_path: Path) -> None:
+    terminal = io.StringIO()
+    procs = processes.ProcessSet(tmp_path, processes.child_env())
+    try:
+        code = "import sys; print('to stdout'); print('to stderr', file=sys.stderr)"
+        child = procs.start("analytics", [sys.executable, "-c", code], echo=terminal)
+        processes.wait_until(lambda: child.popen.poll() is not None, "the exit", STARTUP)
+        child.join_echo()
+    finally:
+        procs.stop()
+    assert child.popen.returncode == 0
+    for text in (terminal.getvalue(), (tmp_path / "analytics.log").read_text()):
+        assert "to stdout" in text and "to stderr" in text
