@@ -6,12 +6,15 @@ Value at (step, x, y) is ``step * 1e6 + x * 1e3 + y``, so any misplaced block is
 
 Fault injection for the reliability tests: ``--die-rank R --die-at-step K`` makes rank R exit
 abruptly (``os._exit``) before publishing step K; ``--bad-dtype-rank R`` declares float32 on
-rank R; ``--overlap-rank R`` declares rank R's block one row too tall.
+rank R; ``--overlap-rank R`` declares rank R's block one row too tall. ``--done DIR``: each rank
+writes ``DIR/rank-R.json`` (steps published, seconds each ``publish`` took, the Bridge's
+``detached`` reason) once the Bridge is closed, as a simulation writes its own output files.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -48,6 +51,9 @@ def main() -> None:
     parser.add_argument("--die-at-step", type=int, default=None)
     parser.add_argument("--bad-dtype-rank", type=int, default=None)
     parser.add_argument("--overlap-rank", type=int, default=None)
+    parser.add_argument("--on-worker-loss", default="continue")
+    parser.add_argument("--on-scheduler-loss", default="continue")
+    parser.add_argument("--done", default=None, help="directory of the per-rank reports")
     args = parser.parse_args()
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
@@ -71,7 +77,10 @@ def main() -> None:
         connect_timeout=args.connect_timeout,
         on_full=args.on_full,
         mode=args.mode,
+        on_worker_loss=args.on_worker_loss,
+        on_scheduler_loss=args.on_scheduler_loss,
     ) as bridge:
+        returned: list[tuple[int, float]] = []  # (step, time.time() when publish returned)
         for step in steps:
             if rank == args.die_rank and step == args.die_at_step:
                 sys.stderr.write(f"publish_blocks: rank {rank} dies before step {step}\n")
@@ -79,8 +88,13 @@ def main() -> None:
                 os._exit(3)
             block = expected(step, tuple(args.shape))[x0 : x0 + h, y0 : y0 + w]
             bridge.publish(args.name, block, step)
+            returned.append((step, time.time()))
             if args.sleep:
                 time.sleep(args.sleep)
+    if args.done:
+        report = {"published": len(steps), "returned": returned, "detached": bridge.detached}
+        with open(os.path.join(args.done, f"rank-{rank}.json"), "w") as f:
+            json.dump(report, f)
 
 
 if __name__ == "__main__":

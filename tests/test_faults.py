@@ -8,17 +8,22 @@ armed only once the run has reached the state where nothing else can happen.
 
 from __future__ import annotations
 
+import json
 import re
+import shutil
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 from conftest import REPO, DaskProcesses, mpirun, start_dask, test_env
+from dask.core import flatten
 
 from deisa import Adapter
 
@@ -213,9 +218,11 @@ def own_cluster(tmp_path: Path) -> Iterator[DaskProcesses]:
 
 
 def test_dead_worker_fails_the_publish_naming_worker_and_step(own_cluster: DaskProcesses) -> None:
+    """``on_worker_loss="fail"``: the run stops with a BridgeError naming the worker and a step
+    (tests/bridge/test_async_publish.py checks that every rank raises the same one)."""
     sim = start_publisher(
         own_cluster, "--name", "wdies", "--nsteps", "200", "--sleep", "0.1", "--timeout", "5",
-        env={"DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "10"},
+        "--on-worker-loss", "fail", env={"DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "10"},
     )  # fmt: skip
     with own_cluster.client() as client:
         field = Adapter(client, timeout=STARTUP)["wdies"]
@@ -229,6 +236,178 @@ def test_dead_worker_fails_the_publish_naming_worker_and_step(own_cluster: DaskP
     # registration of the step finds the worker gone; either names the step and the worker
     assert re.search(
         r"BridgeError: (rank \d: sending step \d+ of 'wdies' to worker tcp://127\.0\.0\.1:"
-        r"|worker\(s\) tcp://127\.0\.0\.1:\d+ holding blocks of step \d+ of 'wdies' left)",
+        r"|worker\(s\) tcp://127\.0\.0\.1:\d+ holding blocks of step \d+ of 'wdies' left"
+        r"|worker\(s\) tcp://127\.0\.0\.1:\d+ holding blocks of this Bridge left the cluster "
+        r"at step \d+ of 'wdies')",
         err,
     ), err[-4000:]
+
+
+def reports(done: Path) -> list[dict[str, object]]:
+    """The per-rank reports of ``publish_blocks.py --done``."""
+    return [json.loads(path.read_text()) for path in sorted(done.glob("rank-*.json"))]
+
+
+def wait_for(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + STARTUP
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} never happened"
+        time.sleep(0.1)
+
+
+def queued(adapter: Adapter, name: str) -> int:
+    """Steps of ``name`` queued on the scheduler, not taken yet."""
+    stream = adapter.stats()["streams"].get(name) or {}
+    return int(stream.get("queued", 0))
+
+
+@pytest.mark.parametrize("mode", ["async", "sync"])
+def test_lost_worker_the_simulation_goes_on_and_every_other_step_arrives(
+    tmp_path: Path, mode: str
+) -> None:
+    """Issue 25: a worker SIGKILLed mid-run (4 ranks, 3 workers). The simulation exits 0; the
+    analytics receives every step not lost, in order and bitwise; the lost steps are named (they
+    had blocks on the dead worker); no key is left on the scheduler afterwards."""
+    cluster = start_dask(tmp_path, n_workers=3)
+    done = tmp_path / "done"
+    done.mkdir()
+    nsteps = 40
+    try:
+        victim = cluster.procs[2]  # worker-1
+        sim = start_publisher(
+            cluster, "--name", "wloss", "--nsteps", str(nsteps), "--sleep", "0.05",
+            "--buffer-nb", "2", "--done", str(done), "--mode", mode,
+        )  # fmt: skip
+        received: list[int] = []
+        values: dict[int, np.ndarray] = {}
+        with cluster.client() as client:
+            adapter = Adapter(client, timeout=STARTUP)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                for step, array in adapter["wloss"].items():
+                    values[step] = array.compute()  # before the next: a taken step is ours
+                    received.append(step)
+                    if step == 10:  # once steps 11 and 12 wait (buffer_nb): they will be lost
+                        wait_for(lambda: queued(adapter, "wloss") == 2, "two queued steps")
+                        victim.kill()
+                        victim.wait(timeout=STARTUP)
+            del array
+            lost = adapter.stats()["lost"].get("wloss", [])
+            adapter.close()
+            rc, err = finish(sim)
+            wait_for(lambda: scheduler_memory(client, "wloss") == (0, 0), "the keys' release")
+    finally:
+        if sim.poll() is None:
+            sim.kill()
+        cluster.stop()
+    assert rc == 0, err[-4000:]
+    assert received == sorted(set(received)), received  # in order, each once
+    lost_steps = sorted(step for step, _ in lost)
+    assert lost_steps[:2] == [11, 12], lost  # they had a block on the dead worker
+    assert sorted(received + lost_steps) == list(range(nsteps)), (received, lost)
+    for step in received:
+        np.testing.assert_array_equal(values[step], expected(step, SHAPE))
+    workers = {worker for _, worker in lost}
+    assert len(workers) <= 1 and all(w.startswith("tcp://127.0.0.1:") for w in workers), lost
+    skipped = [str(w.message) for w in caught if "was lost" in str(w.message)]
+    assert len(skipped) == len(lost_steps), skipped  # each lost step named once, in a warning
+    assert [r["published"] for r in reports(done)] == [nsteps] * 4
+
+
+def test_worker_joining_mid_run_receives_blocks_from_then_on(tmp_path: Path) -> None:
+    """Issue 25: a worker added mid-run is placed on from the next publish (round_robin over
+    the 3 workers then gives it a block of every step)."""
+    cluster = start_dask(tmp_path, n_workers=2)
+    nsteps = 30
+    try:
+        sim = start_publisher(
+            cluster, "--name", "wjoin", "--nsteps", str(nsteps), "--sleep", "0.05",
+            "--buffer-nb", "2",
+        )  # fmt: skip
+        held: dict[int, set[str]] = {}
+        with cluster.client() as client:
+            for step, array in Adapter(client, timeout=STARTUP)["wjoin"].items():
+                held[step] = holders(client, array)
+                np.testing.assert_array_equal(array.compute(), expected(step, SHAPE))
+                if step == 5:
+                    joined = add_worker(cluster, tmp_path, "worker-late")
+                    client.wait_for_workers(3, timeout=STARTUP)
+                    address = next(
+                        a
+                        for a, w in client.scheduler_info()["workers"].items()
+                        if w["name"] == "worker-late"
+                    )
+            rc, err = finish(sim)
+    finally:
+        if sim.poll() is None:
+            sim.kill()
+        cluster.stop()
+    assert joined.poll() is not None  # stopped with the cluster
+    assert rc == 0, err[-4000:]
+    assert sorted(held) == list(range(nsteps))
+    first = min(step for step, workers in held.items() if address in workers)
+    assert first > 5
+    assert all(address in held[step] for step in range(first, nsteps)), held
+
+
+def holders(client: Any, array: Any) -> set[str]:
+    """The workers holding the blocks of a step's ``array``, as the scheduler knows them."""
+    keys = list(flatten(array.__dask_keys__()))
+
+    def where(dask_scheduler: Any) -> list[str]:
+        return sorted({ws.address for key in keys for ws in dask_scheduler.tasks[key].who_has})
+
+    return set(client.run_on_scheduler(where))
+
+
+def add_worker(cluster: DaskProcesses, tmp: Path, name: str) -> subprocess.Popen[bytes]:
+    """One more one-thread worker for ``cluster`` (stopped with it)."""
+    dask = shutil.which("dask") or f"{sys.executable} -m distributed.cli.dask"
+    log = open(tmp / f"{name}.log", "wb")  # noqa: SIM115 - lives as long as the process
+    worker = subprocess.Popen(
+        [dask, "worker", "--scheduler-file", str(cluster.scheduler_file), "--nthreads", "1",
+         "--host", "127.0.0.1", "--no-nanny", "--no-dashboard", "--name", name],
+        env=test_env(), stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    cluster.procs.append(worker)
+    return worker
+
+
+@pytest.mark.parametrize("policy", ["continue", "fail"])
+def test_lost_scheduler_detaches_or_fails_within_connect_timeout(
+    tmp_path: Path, policy: str
+) -> None:
+    """Issue 25: the scheduler SIGKILLed mid-run. ``on_scheduler_loss="continue"``: after
+    ``connect_timeout`` one error line, then the Bridge sends nothing and the simulation runs to
+    its end, exit 0, writing its own files; ``"fail"``: a BridgeError naming the scheduler."""
+    cluster = start_dask(tmp_path)
+    done = tmp_path / "done"
+    done.mkdir()
+    nsteps = 60
+    try:
+        sim = start_publisher(
+            cluster, "--name", "sloss", "--nsteps", str(nsteps), "--sleep", "0.05",
+            "--buffer-nb", "2", "--done", str(done), "--on-scheduler-loss", policy,
+            "--connect-timeout", "20",  # the bound after the scheduler's death
+        )  # fmt: skip
+        with cluster.client() as client:
+            for step, _ in Adapter(client, timeout=STARTUP)["sloss"].items():
+                if step == 3:
+                    break
+            cluster.procs[0].kill()
+            cluster.procs[0].wait(timeout=STARTUP)
+        rc, err = finish(sim)
+    finally:
+        if sim.poll() is None:
+            sim.kill()
+        cluster.stop()
+    if policy == "fail":
+        assert rc != 0
+        assert "BridgeError" in err and "the scheduler has not answered" in err, err[-4000:]
+        return
+    assert rc == 0, err[-4000:]
+    lines = [line for line in err.splitlines() if "publish() sends nothing from now on" in line]
+    assert len(lines) == 1 and "connect_timeout=20 s" in lines[0], err[-4000:]
+    ranks = reports(done)
+    assert [r["published"] for r in ranks] == [nsteps] * 4  # the simulation ran to its end
+    assert len({r["detached"] for r in ranks}) == 1 and ranks[0]["detached"]  # same on all
