@@ -542,6 +542,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"C solver unavailable ({problem}): Python solver, post hoc skipped")
     modes = [m for m in MODES if use_c or m != "post hoc"]
     args.out.mkdir(parents=True, exist_ok=True)
+    if use_c:  # imported now, not in the first post hoc read's time
+        import dask.array  # noqa: F401
+        import h5py  # noqa: F401
+
+        pca()
     load_before = load()
     sizes: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
