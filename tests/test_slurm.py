@@ -926,3 +926,21 @@ def test_multinode_job_keeps_blocks_on_their_node(
             ]
             assert record["checksum"] == block_checksum(block), (step, i, j)
     assert sum(1 for r in records if r.get("checksum")) >= len(arrivals)
+
+
+@pytest.mark.integration
+@pytest.mark.slurm
+@pytest.mark.timeout(420)
+def test_multinode_job_runs_user_code(slurm_nodes: multinode.Cluster, tmp_path: Path) -> None:
+    """Your own simulation and analytics on 2 nodes: the ranks spread by srun, the analytics
+    beside the scheduler, both finding the scheduler through DEISA_SCHEDULER_FILE."""
+    simulation, analytics = write_user_code(tmp_path / "code")
+    job = run_job(
+        slurm_nodes, tmp_path, 3, str(simulation), "3", "-1", "2",
+        analytics=f"{analytics} 3 4", nodes=2, worker_nodes=0, interface=slurm_nodes.interface,
+    )  # fmt: skip
+    assert job.state == "COMPLETED", job.diagnostics()
+    assert job_tasks(job, "simulation") == {"node0": [0, 1], "node1": [2, 3]}
+    assert job_tasks(job, "analytics") == {"node0": [0]}
+    log = next((job.dir / "logs").glob("analytics-*.log")).read_text()
+    assert "my analytics: every step is right" in log, job.diagnostics()

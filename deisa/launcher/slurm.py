@@ -27,6 +27,7 @@ See ``docs/slurm.md``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import shlex
 import string
 import sys
@@ -164,42 +165,59 @@ def job_script(settings: RunSettings) -> str:
     plan = _plan(
         slurm.nodes, (worker_first, n_worker_nodes), (sim_first, sim_nodes), workers, threads, ranks
     )
-    extra = [f"#SBATCH --partition={slurm.partition}"] if slurm.partition else []
+    cpus = sum(node.cpus for node in plan)
+    output = settings.output.absolute()
+    header = [
+        f"--job-name={slurm.job_name}", f"--nodes={slurm.nodes}", f"--ntasks={cpus}",
+        "--cpus-per-task=1", f"--time={slurm.time}",
+        f"--chdir={shlex.quote(str(Path(slurm.workdir).absolute()))}",
+        f"--output={shlex.quote(str(output))}/slurm-%j.out",
+    ]  # fmt: skip
+    if slurm.partition:
+        header.append(f"--partition={slurm.partition}")
     if slurm.nodes > 1:
         # whole nodes, each with the CPUs its busiest node needs (steps split evenly)
-        extra += ["#SBATCH --exclusive", f"#SBATCH --mincpus={max(n.cpus for n in plan)}"]
-    interface = f" --interface {shlex.quote(slurm.interface)}" if slurm.interface else ""
+        header += ["--exclusive", f"--mincpus={max(n.cpus for n in plan)}"]
     # the placement is fixed once every worker is there, however slowly they start
     bridge = settings.bridge.replace(min_workers=workers, connect_timeout=settings.timeout)
-    output = settings.output.absolute()
+    steps = _simulation_step(settings, bridge, output=output)
+    environment = [
+        "export " + " ".join(f"{k}={v}" for k, v in THREAD_PINS.items()),
+        "export DASK_DISTRIBUTED__SCHEDULER__WORK_STEALING=False",
+        *([_mpi_interface(slurm.interface)] if slurm.interface else []),
+        f"PYTHON={shlex.quote(slurm.python or sys.executable)}",
+    ]
+    srun = functools.partial(_srun, "".join(f" {shlex.quote(a)}" for a in slurm.srun_args))
+    interface = f" --interface {shlex.quote(slurm.interface)}" if slurm.interface else ""
     fields = {
-        "job_name": slurm.job_name,
-        "nodes": slurm.nodes,
-        "ntasks": sum(node.cpus for node in plan),
-        "time": slurm.time,
-        "workdir": shlex.quote(str(Path(slurm.workdir).absolute())),
-        "output": shlex.quote(str(output)),
-        "extra_sbatch": "".join(line + "\n" for line in extra),
+        "header": "\n".join(f"#SBATCH {line}" for line in header),
         "layout": _describe(plan, threads),
-        "workers": workers,
-        "threads": threads,
-        "ranks": ranks,
-        "python": shlex.quote(slurm.python or sys.executable),
+        "solver": steps["solver"],
+        "tasks": f"1 scheduler + 1 analytics client + {workers} workers x {threads} threads + "
+        f"{ranks} MPI ranks = {cpus}",
+        "environment": "\n".join(environment),
+        "output": shlex.quote(str(output)),
         "simulation_yaml": yaml.safe_dump(
             settings.simulation, sort_keys=False, default_flow_style=None
         ),
+        "solver_setup": steps["solver_setup"],
         "start_timeout": int(settings.timeout),
-        "srun_args": "".join(f" {shlex.quote(a)}" for a in slurm.srun_args),
-        "interface": interface,
-        "mpi_interface": _mpi_interface(slurm.interface),
-        "worker_nodes": n_worker_nodes,
-        "worker_first": worker_first,
-        "simulation_nodes": sim_nodes,
-        "simulation_first": sim_first,
-        "mpi": shlex.quote(slurm.mpi),
-        "thread_pins": " ".join(f"{k}={v}" for k, v in THREAD_PINS.items()),
-        **_simulation_step(settings, bridge, output=output),
-    }
+        "scheduler": srun(
+            (0, 1), 1, 1, "scheduler-%N",
+            '"$PYTHON" -m dask scheduler --scheduler-file "$SCHEDULER_FILE" --port 0 '
+            f"--no-dashboard{interface}",
+        ),
+        "workers": srun(
+            (worker_first, n_worker_nodes), workers, threads, "workers-%N-%t",
+            f'"$PYTHON" -m dask worker --scheduler-file "$SCHEDULER_FILE" --nthreads {threads} '
+            f'\\\n    --no-nanny --no-dashboard --local-directory "${{TMPDIR:-/tmp}}"{interface}',
+        ),
+        "analytics": srun((0, 1), 1, 1, "analytics-%N", steps["analytics_command"]),
+        "simulation": srun(
+            (sim_first, sim_nodes), ranks, 1, "simulation-%N-%t", steps["simulation_command"],
+            mpi=slurm.mpi,
+        ),
+    }  # fmt: skip
     return _ScriptTemplate(TEMPLATE.read_text()).substitute(fields)
 
 
@@ -230,6 +248,25 @@ def _simulation_step(
         "simulation_command": command,
         "analytics_command": _analytics_step(settings, timings),
     }
+
+
+def _srun(
+    srun_args: str,
+    nodes: tuple[int, int],
+    ntasks: int,
+    cpus: int,
+    log: str,
+    command: str,
+    *,
+    mpi: str | None = None,
+) -> str:
+    """One ``srun --exact`` step: on ``nodes`` (first, count), ``ntasks`` tasks of ``cpus``
+    CPUs, logging to ``$LOGS/<log>.log``, running ``command`` (bash words)."""
+    first, count = nodes
+    options = f"--exact --nodes={count} --relative={first} --ntasks={ntasks} --cpus-per-task={cpus}"
+    if mpi is not None:
+        options += f" --mpi={shlex.quote(mpi)}"
+    return f'srun {options} --output="$LOGS/{log}.log"{srun_args} \\\n    {command}'
 
 
 def _user_words(words: list[str]) -> str:
@@ -361,7 +398,7 @@ def _mpi_interface(interface: str | None) -> str:
     if not interface:
         return ""
     quoted = shlex.quote(interface)
-    return f"export OMPI_MCA_btl_tcp_if_include={quoted} OMPI_MCA_oob_tcp_if_include={quoted}\n"
+    return f"export OMPI_MCA_btl_tcp_if_include={quoted} OMPI_MCA_oob_tcp_if_include={quoted}"
 
 
 def _nodes(first: int, count: int) -> str:
