@@ -46,7 +46,8 @@ _DESCRIPTIONS = {
     "`deisa-run slurm --help` (batch script), `deisa-run analytics --help` (the client alone). "
     "Defaults: deisa/templates/defaults.yml (or --defaults FILE).",
     SLURM: "Print a Slurm batch script that runs the scheduler, the workers, the analytics "
-    "client and the MPI simulation in one allocation (see docs/slurm.md). The options shared "
+    "client (or your --analytics) and the MPI simulation (the heat demo, or your command after "
+    "`--`) in one allocation (see docs/slurm.md). The options shared "
     "with deisa-run mean the same. Defaults: deisa/templates/defaults.yml (or --defaults FILE).",
     ANALYTICS: "Only the analytics client: PCA of every step published to an existing "
     "scheduler, then the table, results.json and the plot. Run by the Slurm job. With --replay "
@@ -58,7 +59,12 @@ _PROGS = {RUN: "deisa-run", SLURM: "deisa-run slurm", ANALYTICS: "deisa-run anal
 def build_parser(command: str, defaults: dict[str, dict[str, Any]]) -> argparse.ArgumentParser:
     """The parser of ``command`` (``"run"``, ``"slurm"`` or ``"analytics"``), its help showing
     the defaults in force."""
-    parser = argparse.ArgumentParser(prog=_PROGS[command], description=_DESCRIPTIONS[command])
+    usage = None
+    if command != ANALYTICS:
+        usage = "%(prog)s [options] [--analytics COMMAND] [-- SIMULATION COMMAND ...]"
+    parser = argparse.ArgumentParser(
+        prog=_PROGS[command], usage=usage, description=_DESCRIPTIONS[command]
+    )
     add_options(parser, command, defaults)
     return parser
 

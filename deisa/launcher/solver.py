@@ -40,6 +40,8 @@ def resolve_settings(args: argparse.Namespace, command: str = RUN) -> RunSetting
         ``--array``.
     """
     settings = resolve_options(args, command)
+    if settings.analytics is not None:  # an empty or unsplittable command, before any start
+        analytics_argv(settings.analytics, sys.executable)
     if settings.command:  # the user's simulation: no solver to pick
         settings.solver, settings.solver_reason = "user", "the command after --"
         return settings

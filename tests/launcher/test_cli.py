@@ -522,3 +522,26 @@ def test_analytics_options_fall_back_to_the_launch_defaults(tmp_path: Path) -> N
     bad = tmp_path / "bad.yml"
     bad.write_text("run: {arrays: temp}\n")
     assert cli.analytics_main(["--scheduler-file", "s.json", "--defaults", str(bad)]) == 2
+
+
+def test_user_command_and_analytics_are_parsed_apart() -> None:
+    args = cli.parse_args(RUN, ["-n", "2", "--analytics", "a.py --x 1", "--", "./sim", "-n", "2"])
+    settings = solver.resolve_settings(args)
+    assert settings.command == ["./sim", "-n", "2"] and settings.ranks == 2
+    assert settings.analytics == "a.py --x 1" and settings.solver == "user"
+    assert solver.analytics_argv(settings.analytics, "py") == [
+        "py",
+        str(Path("a.py").absolute()),
+        "--x",
+        "1",
+    ]
+    assert solver.analytics_argv("my-tool 'a b'", "py") == ["my-tool", "a b"]  # no shell
+    assert cli.parse_args(RUN, ["-n", "2"]).command == []  # the heat demo
+
+
+@pytest.mark.parametrize(
+    ("analytics", "message"), [("'open", "No closing quotation"), ("", "empty")]
+)
+def test_bad_analytics_command_is_a_usage_error(analytics: str, message: str) -> None:
+    with pytest.raises(UsageError, match=f"--analytics.*{message}"):
+        solver.resolve_settings(cli.parse_args(RUN, ["--analytics", analytics, "--", "./sim"]))
