@@ -13,7 +13,11 @@ processes get the scheduler file in ``DEISA_SCHEDULER_FILE`` and the deisa PDI p
 ``PDI_PLUGIN_PATH``. Each process logs to ``<output>/logs/<part>.log``; the user's analytics
 also prints to the terminal. The first part that fails (the simulation, the analytics, a
 worker, the scheduler) is named, with the tail of its log, and everything else is stopped: a
-failing analytics stops the simulation, which would otherwise wait on flow control.
+failing analytics stops the simulation, which would otherwise wait on flow control. Once one
+of the simulation and the user's analytics has exited 0, the other has ``--timeout`` seconds to
+exit too (an analytics that stops reading early leaves the simulation that long to finish).
+A closing line gives the wall time and, per array, the steps published and taken and the
+bytes published (the ``totals`` of the scheduler extension's ``deisa_stats``).
 """
 
 from __future__ import annotations
@@ -286,20 +290,16 @@ def _blame_order(child: Child) -> int:
 
 
 def _wait_for_simulation(
-    settings: RunSettings,
-    procs: ProcessSet,
-    sim: Child,
-    others: tuple[Child, ...],
-    signals: Signals,
+    settings: RunSettings, procs: ProcessSet, sim: Child, signals: Signals
 ) -> None:
     """Once the stream has ended: the simulation's exit, within ``--timeout``."""
     wait_until(
         lambda: sim.popen.poll() is not None,
         "the simulation to exit",
         settings.timeout,
-        check=lambda: _check_parts(procs, (sim, *others), signals),
+        check=lambda: _check_parts(procs, (sim,), signals),
     )
-    _check_parts(procs, (sim, *others), signals)
+    _check_parts(procs, (sim,), signals)
 
 
 def _wait_for_user_analytics(
@@ -369,7 +369,7 @@ def _builtin_analytics(
             on_step=on_step,
             stop_when_converged=settings.stop_when_converged,
         )
-    _wait_for_simulation(settings, procs, sim, (), signals)
+    _wait_for_simulation(settings, procs, sim, signals)
     if steps is not None and len(analytics) != steps and not any(a.stop_reason for a in analytics):
         logger.warning("analysed %d steps of %d", len(analytics), steps)
     report(
