@@ -20,6 +20,7 @@ import argparse
 import hashlib
 import json
 import logging
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -31,6 +32,7 @@ import yaml
 
 from deisa.bridge.decomposition import ArraySpec, even_split
 from deisa.bridge.options import BridgeOptionError, BridgeOptions
+from deisa.wire import SCHEDULER_FILE_ENV
 
 logger = logging.getLogger("deisa_simulation.heat")
 
@@ -302,7 +304,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m deisa_simulation.heat", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("config", help="simulation YAML (configs/simulation.yml)")
-    parser.add_argument("--scheduler-file", help="Dask scheduler file; omit to publish nothing")
+    parser.add_argument(
+        "--scheduler-file",
+        default=os.environ.get(SCHEDULER_FILE_ENV) or None,
+        help=f"Dask scheduler file (default: ${SCHEDULER_FILE_ENV}, which deisa-run sets); "
+        "without either, publish nothing",
+    )
     parser.add_argument("--array", default="gtemp", help="name of the published array")
     parser.add_argument(
         "--change-array",

@@ -143,3 +143,22 @@ def test_c_solver_as_a_user_command_with_the_builtin_pca(built: Path, tmp_path: 
     assert [s["step"] for s in results["steps"]] == [0, 1, 2]
     assert "gtemp: 3 steps published, 3 taken" in proc.stdout
     assert left_behind(tmp_path) == []
+
+
+@pytest.mark.timeout(500)
+def test_python_solver_as_a_user_command(tmp_path: Path) -> None:
+    """``-- python -m deisa_simulation.heat CONFIG``: the solver takes the scheduler file from
+    ``DEISA_SCHEDULER_FILE``; the built-in PCA analyses every step."""
+    sim = {"global_size": [32, 32], "process_grid": [2, 1], "steps": 3, "output_period": 2}
+    (tmp_path / "sim.yml").write_text(yaml.safe_dump(sim))
+    out = tmp_path / "out"
+    proc = deisa_run(
+        *COMMON, "--n-components", "2", "-o", str(out), "--",
+        sys.executable, "-m", "deisa_simulation.heat", str(tmp_path / "sim.yml"),
+        "--connect-timeout", "240",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads((out / "results.json").read_text())
+    assert [s["step"] for s in results["steps"]] == [0, 1, 2]
+    assert "gtemp: 3 steps published, 3 taken, 24,576 bytes" in proc.stdout  # 3 x 32 x 32 x 8
+    assert left_behind(tmp_path) == []
