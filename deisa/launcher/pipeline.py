@@ -20,12 +20,11 @@ import logging
 import math
 import os
 import time
-import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from distributed import Client, Future
+from distributed import Client
 
 from ..analysis.adapter import Adapter, EndOfStreamError, StepNotAvailableError
 from ..analysis.pca import IncrementalPCA, PendingFit
@@ -186,7 +185,6 @@ def analyze_stream(
         raise ValueError(f"stop_when_converged={stop_when_converged} must be > 0")
     if replay is not None and stop_when_converged is not None:
         raise ValueError("stop_when_converged steers a running simulation: not with replay")
-    _warming = warm_up(client)  # held: a released warm-up task not yet started is cancelled
     # closed at the end: a consumer left attached would hold back the array's next run
     source = Adapter(client, timeout=poll_s) if replay is None else Replay(replay, client)
     with source as adapter:
@@ -274,43 +272,6 @@ def analyze_stream(
             waiting_since = time.perf_counter()
         logger.info("deisa pipeline: end of %r after %d steps", array, len(results))
         return results
-
-
-def warm_up(client: Client) -> list[Future]:
-    """Import the PCA's stack on every worker now, so that the first step's fit does not.
-
-    A worker imports scikit-learn, SciPy and dask.array (2-3 s of CPU here) when it
-    unpickles its first PCA task; :func:`analyze_stream` calls this as it starts, so the
-    imports overlap the simulation's start-up instead of the first steps' analytics. One task
-    per connected worker, pinned to it: it holds one of the worker's threads until the imports
-    end, and a fit queued behind it finds them done.
-
-    Returns
-    -------
-    list of distributed.Future
-        The warm-up tasks (results ``None``); their keys start with ``deisa-warm-up-``.
-    """
-    workers = list(client.scheduler_info()["workers"])
-    run = uuid.uuid4().hex[:8]  # a call per analysis: keys never met before
-    return [
-        client.submit(
-            _import_analysis_stack,
-            key=f"deisa-warm-up-{run}-{i}",
-            workers=[address],
-            allow_other_workers=False,
-            pure=False,
-        )
-        for i, address in enumerate(workers)
-    ]
-
-
-def _import_analysis_stack() -> None:
-    # unpickling this function imported this module, hence deisa.analysis.pca and its stack;
-    # one small SVD loads LAPACK's code too
-    import numpy as np
-    import scipy.linalg
-
-    scipy.linalg.svd(np.eye(3))
 
 
 def _steered(source: Adapter | Replay) -> Adapter:
