@@ -28,6 +28,7 @@ BENCHMARKS = (
     "fragmentation",
     "analytics",
     "contracts",
+    "worker_loss",
 )
 
 

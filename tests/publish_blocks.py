@@ -7,8 +7,8 @@ Value at (step, x, y) is ``step * 1e6 + x * 1e3 + y``, so any misplaced block is
 Fault injection for the reliability tests: ``--die-rank R --die-at-step K`` makes rank R exit
 abruptly (``os._exit``) before publishing step K; ``--bad-dtype-rank R`` declares float32 on
 rank R; ``--overlap-rank R`` declares rank R's block one row too tall. ``--done DIR``: each rank
-writes ``DIR/rank-R.json`` (steps published, seconds each ``publish`` took, the Bridge's
-``detached`` reason) once the Bridge is closed, as a simulation writes its own output files.
+writes ``DIR/rank-R.json`` (steps published, when each ``publish`` was called and returned, the
+Bridge's ``detached`` reason) once the Bridge is closed, as a simulation writes its own files.
 """
 
 from __future__ import annotations
@@ -80,15 +80,16 @@ def main() -> None:
         on_worker_loss=args.on_worker_loss,
         on_scheduler_loss=args.on_scheduler_loss,
     ) as bridge:
-        returned: list[tuple[int, float]] = []  # (step, time.time() when publish returned)
+        returned: list[tuple[int, float, float]] = []  # (step, publish called, returned)
         for step in steps:
             if rank == args.die_rank and step == args.die_at_step:
                 sys.stderr.write(f"publish_blocks: rank {rank} dies before step {step}\n")
                 sys.stderr.flush()
                 os._exit(3)
             block = expected(step, tuple(args.shape))[x0 : x0 + h, y0 : y0 + w]
+            called = time.time()
             bridge.publish(args.name, block, step)
-            returned.append((step, time.time()))
+            returned.append((step, called, time.time()))
             if args.sleep:
                 time.sleep(args.sleep)
     if args.done:
