@@ -120,6 +120,12 @@ class Bridge:
         ``max_in_flight``); ``peak_in_flight`` the most blocks not known registered.
     exchanges : int
         ``mode="async"``: exchanges (small ``allgather`` calls) made so far.
+    workers : list of str
+        The workers blocks are placed on now (the same on every rank; changes when a worker
+        joins or leaves).
+    detached : str or None
+        Why the Bridge stopped sending (the scheduler lost, ``on_scheduler_loss="continue"``),
+        the same on every rank; ``None`` while it sends.
 
     Raises
     ------
