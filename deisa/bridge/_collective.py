@@ -78,11 +78,12 @@ class ExchangeFields:
                 self._fields[name][1](value)
 
 
-def raise_first(problems: list[str | None], extra: str | None = None) -> None:
-    """Raise the first rank's problem (``problems[rank]``), naming the rank, else ``extra``."""
+def raise_first(problems: list[str | None], extra: str | None = None, sep: str = ": ") -> None:
+    """Raise the first rank's problem (``problems[rank]``) as ``rank R<sep><problem>``, else
+    ``extra``."""
     for rank, problem in enumerate(problems):
         if problem:
-            raise BridgeError(f"rank {rank}: {problem}")
+            raise BridgeError(f"rank {rank}{sep}{problem}")
     if extra:
         raise BridgeError(extra)
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ._collective import BridgeError, build_options
+from ._collective import BridgeError, build_options, raise_first
 from .bridge import Bridge
 from .decomposition import ArraySpec
 from .options import BridgeOptions
@@ -104,10 +104,11 @@ class BridgeGroup:
             name: _ranks_in(c, self.comm) for name, c in array_comms.items() if c != MPI.COMM_NULL
         }
         everyone = self.comm.allgather((problem, sorted(array_comms), whole, members))
-        _raise_first(
+        raise_first(
             [p for p, _, _, _ in everyone],
             _disagree([k for _, k, _, _ in everyone], [w for _, _, w, _ in everyone])
             or _members_disagree([m for _, _, _, m in everyone]),
+            sep=" ",
         )
         failure: str | None = None
         for names, group_comm in groups:
@@ -259,14 +260,6 @@ def _members_disagree(per_rank: list[dict[str, list[int]]]) -> str | None:
                     "(comm.Split(color), MPI.UNDEFINED elsewhere)"
                 )
     return None
-
-
-def _raise_first(problems: list[str | None], extra: str | None = None) -> None:
-    for rank, problem in enumerate(problems):
-        if problem:
-            raise BridgeError(f"rank {rank} {problem}")
-    if extra:
-        raise BridgeError(extra)
 
 
 def _disagree(keys: list[list[str]], whole: list[tuple[str, ...]]) -> str | None:
