@@ -165,8 +165,10 @@ def time_scatter(client: Any, worker: str, blocks: dict[int, np.ndarray], repeat
 def time_deisa_publish(
     client: Any, address: str, blocks: dict[int, np.ndarray], repeat: int, workdir: Path
 ) -> Any:
-    """Full ``Bridge.publish`` (1 rank, COMM_SELF); the Adapter takes every step so the
-    worker's memory is freed as it goes."""
+    """Full ``Bridge.publish`` (1 rank, COMM_SELF, ``mode="sync"``: a publish returns once its
+    step is registered, which this loop waits for; in async mode the first step is registered
+    only at the next publish); the Adapter takes every step so the worker's memory is freed as
+    it goes."""
     from mpi4py import MPI
 
     from deisa import Adapter, ArraySpec, Bridge
@@ -179,7 +181,7 @@ def time_deisa_publish(
         name = f"b{size}"
         field = block.reshape(1, -1)
         spec = ArraySpec("float64", global_shape=field.shape, start=(0, 0), shape=field.shape)
-        with Bridge(str(scheduler_file), {name: spec}, comm=MPI.COMM_SELF) as bridge:
+        with Bridge(str(scheduler_file), {name: spec}, comm=MPI.COMM_SELF, mode="sync") as bridge:
             descriptor = adapter[name]
             for step in range(repeat + 1):
                 bridge.publish(name, field, step)
