@@ -1,8 +1,9 @@
 """The package's layout holds: three sides that import one way, small modules.
 
 ``deisa.bridge`` (simulation side), ``deisa.scheduler`` and ``deisa.analysis`` share only
-``deisa.wire``, ``deisa.contract`` and ``deisa._dask_internals`` (the Bridge and the Adapter may
-install the scheduler extension); ``deisa.launcher`` imports anything and nothing imports it.
+``deisa.wire``, ``deisa.contract``, ``deisa._dask_internals`` and ``deisa._lazy`` (the Bridge and
+the Adapter may install the scheduler extension); ``deisa.launcher`` imports anything and nothing
+imports it.
 Each check imports in a fresh interpreter, so what one test loaded does not hide another's.
 """
 
@@ -18,14 +19,14 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "deisa"
 SIDES = ("bridge", "scheduler", "analysis", "launcher")
-SHARED = {"wire", "contract", "_dask_internals"}
+SHARED = {"wire", "contract", "_dask_internals", "_lazy"}
 # who may import whom, besides the shared modules
 ALLOWED = {
     "bridge": {"bridge", "scheduler"},
     "scheduler": {"scheduler"},
     "analysis": {"analysis", "scheduler"},
     "launcher": {"bridge", "scheduler", "analysis", "launcher"},
-    "": set(),  # deisa/wire.py, contract.py, _dask_internals.py
+    "": set(),  # deisa/wire.py, contract.py, _dask_internals.py, _lazy.py
 }
 
 
