@@ -13,8 +13,11 @@ it, and an analysis written against this interface runs on either unchanged:
 A subclass provides the array's ``shape``, ``dtype`` and ``chunks`` and four hooks:
 ``_pull_until`` (learn the steps up to one, or to the end), ``_has`` (whether a known step can
 be read), ``_next_steps`` (the steps :meth:`~StepArray.items` yields) and ``_step_array`` (the
-lazy dask array of one step); the steps known so far are ``_seen`` (in order) and ``_ended``
-says whether there will be no more.
+lazy dask array of one step), and may override ``_attach`` (start receiving steps now); the
+steps known so far are ``_seen`` (in order) and ``_ended`` says whether there will be no more.
+
+A :class:`StepReader` hands out its arrays by name, zips them (:meth:`StepReader.zip`) and is a
+context manager: :class:`deisa.analysis.adapter.Adapter` and :class:`deisa.analysis.replay.Replay`.
 """
 
 from __future__ import annotations
@@ -23,12 +26,15 @@ import logging
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Iterator, Sequence
-from typing import Any, Literal
+from types import TracebackType
+from typing import Any, Literal, TypeVar
 
 import dask.array as da
 import numpy as np
 
 logger = logging.getLogger(__name__)
+
+_Reader = TypeVar("_Reader", bound="StepReader")
 
 
 class EndOfStreamError(IndexError):
@@ -96,6 +102,9 @@ class StepArray(ABC):
     @abstractmethod
     def _step_array(self, step: int) -> da.Array:
         """The lazy dask array of ``step`` (one that :meth:`_has`)."""
+
+    def _attach(self) -> None:  # noqa: B027 (a hook that does nothing unless overridden)
+        """Start receiving the steps from now on; nothing to do by default (saved steps)."""
 
     # -- the shared interface ----------------------------------------------------------------
 
@@ -250,6 +259,72 @@ class StepArray(ABC):
             del array
             if partial or len(window) == size:
                 yield [s for s, _ in window], da.stack([a for _, a in window])
+
+
+class StepReader(ABC):
+    """What hands out :class:`StepArray` objects by name: a live stream's
+    :class:`~deisa.analysis.adapter.Adapter` or saved output's
+    :class:`~deisa.analysis.replay.Replay`; a context manager that :meth:`close` ends."""
+
+    @abstractmethod
+    def __getitem__(self, name: str) -> StepArray:
+        """The array ``name``."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release what this reader holds."""
+
+    def __enter__(self: _Reader) -> _Reader:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def zip(
+        self, *names: str, how: Literal["all", "any"] = "all"
+    ) -> Iterator[tuple[int, tuple[da.Array | None, ...]]]:
+        """Iterate the steps of several arrays together, in step order.
+
+        Parameters
+        ----------
+        *names
+            The arrays, at least two, each once.
+        how
+            ``"all"`` (AND): yield only the steps that every array published (or saved), as
+            ``(step, (array_1, array_2, ...))``; a step published by some of the arrays only is
+            skipped (logged at debug level) and its data released as soon as every array has
+            passed it; the iteration ends when any of the arrays ends. ``"any"`` (OR): yield
+            every step that some array published, with ``None`` for the arrays that did not
+            publish it, once every array has passed that step; it ends when all arrays ended.
+
+        Yields
+        ------
+        step, arrays
+            The step number and one array per name (see :meth:`StepArray.items`).
+
+        Notes
+        -----
+        A step is yielded once each array has published it or a later step (or ended), so the
+        iteration reads one step ahead on the arrays that are ahead. Each array's steps are
+        taken as its :meth:`~StepArray.items` takes them: on a live stream, by this Adapter,
+        which attaches to every array before waiting for any (each receives the steps from
+        now on); a :class:`~deisa.analysis.replay.Replay` zips its saved steps the same way.
+
+        Examples
+        --------
+        >>> for step, (temp, dtemp) in adapter.zip("gtemp", "gdtemp"):  # doctest: +SKIP
+        ...     print(step, float((dtemp / temp.max()).max()))
+        """
+        check_zip(names, how)
+        arrays = [self[name] for name in names]
+        for array in arrays:  # before waiting for any
+            array._attach()
+        yield from zip_steps(arrays, how)
 
 
 def check_zip(names: Sequence[str], how: str) -> None:

@@ -24,7 +24,6 @@ import uuid
 import warnings
 import weakref
 from collections.abc import Iterator
-from types import TracebackType
 from typing import Any, Literal
 
 import dask.array as da
@@ -36,7 +35,7 @@ from ..contract import Contract
 from ..scheduler import StreamExtension
 from ..wire import SCHEDULER_FILE_ENV, Reply, Route, Status, is_ok, status
 from . import _block_locations, contracts
-from ._reading import EndOfStreamError, StepArray, StepNotAvailableError, check_zip, zip_steps
+from ._reading import EndOfStreamError, StepArray, StepNotAvailableError, StepReader
 
 __all__ = [
     "Adapter",
@@ -53,7 +52,7 @@ class StepLostError(StepNotAvailableError):
     """A step whose blocks died with a worker that left the cluster: it will never be read."""
 
 
-class Adapter:
+class Adapter(StepReader):
     """Access, from a Dask client, the arrays that simulation Bridges publish.
 
     Parameters
@@ -189,56 +188,6 @@ class Adapter:
         finally:
             if self._owns_client:
                 self.client.close()
-
-    def __enter__(self) -> Adapter:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    def zip(
-        self, *names: str, how: Literal["all", "any"] = "all"
-    ) -> Iterator[tuple[int, tuple[da.Array | None, ...]]]:
-        """Iterate the steps of several arrays together, in step order.
-
-        Parameters
-        ----------
-        *names
-            The arrays, at least two, each once.
-        how
-            ``"all"`` (AND): yield only the steps that every array published, as
-            ``(step, (array_1, array_2, ...))``; a step published by some of the arrays only is
-            skipped (logged at debug level) and its data released as soon as every array has
-            passed it; the iteration ends when any of the arrays ends. ``"any"`` (OR): yield
-            every step that some array published, with ``None`` for the arrays that did not
-            publish it, once every array has passed that step; it ends when all arrays ended.
-
-        Yields
-        ------
-        step, arrays
-            The step number and one array per name (see :meth:`ArrayDescriptor.items`).
-
-        Notes
-        -----
-        A step is yielded once each array has published it or a later step (or ended), so the
-        iteration reads one step ahead on the arrays that are ahead. Each array's steps are
-        taken as :meth:`ArrayDescriptor.items` takes them, by this Adapter. A
-        :class:`~deisa.analysis.replay.Replay` zips saved steps the same way.
-
-        Examples
-        --------
-        >>> for step, (temp, dtemp) in adapter.zip("gtemp", "gdtemp"):  # doctest: +SKIP
-        ...     print(step, float((dtemp / temp.max()).max()))
-        """
-        check_zip(names, how)
-        for name in names:  # before waiting for any: each receives the steps from now on
-            self[name]._attach()
-        yield from zip_steps([self[name] for name in names], how)
 
     def __getitem__(self, name: str) -> ArrayDescriptor:
         """The descriptor of array ``name``; cheap, it contacts nobody until subscripted."""

@@ -42,14 +42,13 @@ import os
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from types import TracebackType
-from typing import Any, Literal
+from typing import Any
 
 import dask.array as da
 import numpy as np
 from dask.base import tokenize
 
-from ._reading import StepArray, check_zip, summary, zip_steps
+from ._reading import StepArray, StepReader, summary
 
 __all__ = ["Replay", "ReplayArray", "ReplayError", "UnknownArrayError"]
 
@@ -174,7 +173,7 @@ class ReplayArray(StepArray):
         return self._build(self._index[step])
 
 
-class Replay:
+class Replay(StepReader):
     """The reading side of :class:`deisa.Adapter`, over saved output instead of a live stream.
 
     Parameters
@@ -388,27 +387,8 @@ class Replay:
             self._arrays[name] = self._make(name)
         return self._arrays[name]
 
-    def zip(
-        self, *names: str, how: Literal["all", "any"] = "all"
-    ) -> Iterator[tuple[int, tuple[da.Array | None, ...]]]:
-        """Iterate the steps of several arrays together, in step order, as
-        :meth:`deisa.Adapter.zip` does on a live stream (``how``: "all" or "any")."""
-        check_zip(names, how)
-        yield from zip_steps([self[name] for name in names], how)
-
     def close(self) -> None:
         """Nothing to release (no file is kept open); for ``with`` blocks, as an Adapter's."""
-
-    def __enter__(self) -> Replay:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"<Replay of {self._source}: {', '.join(self.names) or 'no array'}>"
