@@ -38,26 +38,12 @@ namespace deisa {
 
 namespace {
 
-/// Dimensions of a (possibly partially filled) array of scalars
-struct Array_layout {
-	vector<long> size;
-	vector<long> start;
-	vector<long> subsize;
-	std::shared_ptr<const Scalar_datatype> scalar;
-};
-
-Array_layout layout_of(Datatype_sptr type, const string& what)
+/// The layout of an array of scalars that deisa publishes
+Array_layout layout_of(const Datatype_sptr& type, const string& what)
 {
-	Array_layout layout;
-	while (auto&& array_type = dynamic_pointer_cast<const Array_datatype>(type)) {
-		layout.size.emplace_back(array_type->size());
-		layout.start.emplace_back(array_type->start());
-		layout.subsize.emplace_back(array_type->subsize());
-		type = array_type->subtype();
-	}
-	layout.scalar = dynamic_pointer_cast<const Scalar_datatype>(type);
+	Array_layout layout = array_layout(type);
 	if (layout.size.empty() || !layout.scalar) {
-		throw Value_error{"deisa can only publish arrays of scalars, `{}' is a {}", what, type->debug_string()};
+		throw Value_error{"deisa can only publish arrays of scalars, `{}' is a {}", what, layout.element->debug_string()};
 	}
 	return layout;
 }
@@ -84,6 +70,38 @@ std::optional<string> numpy_dtype(const Scalar_datatype& scalar)
 	default:
 		return std::nullopt;
 	}
+}
+
+Array_layout array_layout(Datatype_sptr type)
+{
+	Array_layout layout;
+	while (auto&& array_type = dynamic_pointer_cast<const Array_datatype>(type)) {
+		layout.size.emplace_back(array_type->size());
+		layout.start.emplace_back(array_type->start());
+		layout.subsize.emplace_back(array_type->subsize());
+		type = array_type->subtype();
+	}
+	layout.element = type;
+	layout.scalar = dynamic_pointer_cast<const Scalar_datatype>(type);
+	return layout;
+}
+
+vector<long> Array_layout::strides() const
+{
+	vector<long> result(size.size(), static_cast<long>(scalar->buffersize()));
+	for (size_t dim = size.size(); dim-- > 1;) {
+		result[dim - 1] = result[dim] * size[dim];
+	}
+	return result;
+}
+
+long Array_layout::filled_offset(const vector<long>& strides) const
+{
+	long offset = 0;
+	for (size_t dim = 0; dim < start.size(); ++dim) {
+		offset += start[dim] * strides[dim];
+	}
+	return offset;
 }
 
 Array_transfer::Array_transfer(
@@ -291,11 +309,8 @@ Block Array_transfer::block(Context& ctx, Ref ref) const
 	vector<long> start = m_memory_selection.start(ctx, rank);
 
 	// PDI::Ref cannot be assigned, hence the Block is built in one go at the end
-	vector<long> strides(rank, static_cast<long>(layout.scalar->buffersize()));
-	for (size_t dim = rank - 1; dim > 0; --dim) {
-		strides[dim - 1] = strides[dim] * layout.size[dim];
-	}
-	long offset = 0;
+	vector<long> strides = layout.strides();
+	long offset = layout.filled_offset(strides);
 	for (size_t dim = 0; dim < rank; ++dim) {
 		if (start[dim] < 0 || size[dim] < 0 || start[dim] + size[dim] > layout.subsize[dim]) {
 			throw Spectree_error{
@@ -307,7 +322,7 @@ Block Array_transfer::block(Context& ctx, Ref ref) const
 				layout.subsize[dim],
 				dim};
 		}
-		offset += (layout.start[dim] + start[dim]) * strides[dim];
+		offset += start[dim] * strides[dim];
 	}
 	const void* data = static_cast<const char*>(readable.get()) + offset;
 	const long step = m_dataset_selection.start(ctx, rank + 1)[0];

@@ -8,7 +8,6 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
-#include <pdi/array_datatype.h>
 #include <pdi/error.h>
 #include <pdi/paraconf_wrapper.h>
 #include <pdi/ref_any.h>
@@ -18,15 +17,11 @@
 #include "steering_read.h"
 
 namespace py = pybind11;
-using PDI::Array_datatype;
-using PDI::Datatype_sptr;
 using PDI::Ref;
 using PDI::Ref_w;
-using PDI::Scalar_datatype;
 using PDI::Spectree_error;
 using PDI::to_string;
 using PDI::Value_error;
-using std::dynamic_pointer_cast;
 using std::string;
 using std::vector;
 
@@ -92,31 +87,21 @@ void Steering_read::fill(Ref ref, py::handle value) const
 	if (!writable) {
 		throw PDI::Permission_error{"deisa cannot read steering value `{}' into `{}': expose it with PDI_IN or PDI_INOUT", m_value, m_data};
 	}
-	Datatype_sptr type = writable.type();
-	vector<long> size, start, subsize;
-	while (auto&& array_type = dynamic_pointer_cast<const Array_datatype>(type)) {
-		size.emplace_back(array_type->size());
-		start.emplace_back(array_type->start());
-		subsize.emplace_back(array_type->subsize());
-		type = array_type->subtype();
+	const Array_layout layout = array_layout(writable.type());
+	if (!layout.scalar) {
+		throw Value_error{
+			"deisa can only read steering values into scalars or arrays of scalars, `{}' is a {}",
+			m_data,
+			layout.element->debug_string()};
 	}
-	auto&& scalar = dynamic_pointer_cast<const Scalar_datatype>(type);
-	if (!scalar) {
-		throw Value_error{"deisa can only read steering values into scalars or arrays of scalars, `{}' is a {}", m_data, type->debug_string()};
-	}
-	const std::optional<string> numpy = numpy_dtype(*scalar);
+	const std::optional<string> numpy = numpy_dtype(*layout.scalar);
 	if (!numpy) {
-		throw Value_error{"deisa cannot read a steering value into `{}': elements of type {} are not numbers", m_data, scalar->debug_string()};
+		throw Value_error{"deisa cannot read a steering value into `{}': elements of type {} are not numbers", m_data, layout.scalar->debug_string()};
 	}
 	const string& dtype = *numpy;
-	vector<long> strides(size.size(), static_cast<long>(scalar->buffersize()));
-	long offset = 0;
-	for (size_t dim = size.size(); dim-- > 0;) {
-		if (dim + 1 < size.size()) strides[dim] = strides[dim + 1] * size[dim + 1];
-	}
-	for (size_t dim = 0; dim < size.size(); ++dim) {
-		offset += start[dim] * strides[dim];
-	}
+	const vector<long>& subsize = layout.subsize;
+	const vector<long> strides = layout.strides();
+	const long offset = layout.filled_offset(strides);
 
 	py::module_ np = py::module_::import("numpy");
 	py::object given = np.attr("asarray")(value);
