@@ -117,17 +117,21 @@ def run_main(argv: Sequence[str]) -> int:
         except UsageError as exc:
             print(f"deisa-run: error: {exc}", file=sys.stderr)
             return 2
-        except Interrupted as exc:
-            print(f"deisa-run: interrupted by {exc}; every process stopped", file=sys.stderr)
-            return 128 + exc.signum
-        except PipelineError as exc:
-            print(f"deisa-run: failed: {exc}", file=sys.stderr)
-            return 1
-        except Exception as exc:
-            logger.debug("deisa-run failed", exc_info=True)
-            print(f"deisa-run: failed: {type(exc).__name__}: {exc}", file=sys.stderr)
-            return 1
+        except (Interrupted, Exception) as exc:
+            return _exit_status("deisa-run", exc, stopped="; every process stopped")
     return 0
+
+
+def _exit_status(prog: str, exc: BaseException, *, stopped: str = "") -> int:
+    """The exit status of a command that ``exc`` ended (see the module's documentation), the
+    reason printed on stderr; ``stopped`` follows the signal's name when interrupted."""
+    if isinstance(exc, Interrupted):
+        print(f"{prog}: interrupted by {exc}{stopped}", file=sys.stderr)
+        return 128 + exc.signum
+    logger.debug("%s failed", prog, exc_info=exc)
+    reason = str(exc) if isinstance(exc, PipelineError) else f"{type(exc).__name__}: {exc}"
+    print(f"{prog}: failed: {reason}", file=sys.stderr)
+    return 1
 
 
 def slurm_main(argv: Sequence[str]) -> int:
@@ -196,12 +200,8 @@ def analytics_main(argv: Sequence[str]) -> int:
         os.environ.update(THREAD_PINS)
         try:
             return _analytics(args, signals)
-        except Interrupted as exc:
-            print(f"deisa-run analytics: interrupted by {exc}", file=sys.stderr)
-            return 128 + exc.signum
-        except Exception as exc:
-            print(f"deisa-run analytics: failed: {type(exc).__name__}: {exc}", file=sys.stderr)
-            return 1
+        except (Interrupted, Exception) as exc:
+            return _exit_status("deisa-run analytics", exc)
 
 
 def _analytics(args: argparse.Namespace, signals: Signals) -> int:
