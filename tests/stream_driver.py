@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -65,6 +66,19 @@ class Rank0:
 
     async def close(self, nsteps: int) -> dict[str, Any]:
         return await self.c.scheduler.deisa_close(name=self.name, run=self.run, nsteps=nsteps)
+
+
+async def opened(
+    c: Client, s: Any, workers: list[Any], *, publish: Sequence[int] = (), **open_kwargs: Any
+) -> tuple[StreamExtension, Rank0]:
+    """The extension installed and array ``"t"`` opened by run ``"r1"`` (``open_kwargs``: those
+    of :meth:`Rank0.open`), its steps ``publish`` published; the extension and the publisher."""
+    ext = await install(c, s)
+    rank0 = Rank0(c, workers, "t", "r1")
+    await rank0.open(**open_kwargs)
+    for step in publish:
+        await rank0.publish(step)
+    return ext, rank0
 
 
 def fields(reply: dict[str, Any], *names: str) -> tuple[Any, ...]:

@@ -32,6 +32,7 @@ from stream_driver import (
     holder,
     install,
     lists,
+    opened,
     queue,
     take,
     until_released,
@@ -122,9 +123,7 @@ async def test_get_and_meta_timeouts_say_what_is_missing(c: Client, s: Any, a: A
 async def test_end_of_stream_follows_the_last_step_and_clears_the_stream(
     c: Client, s: Any, a: Any, b: Any
 ) -> None:
-    ext = await install(c, s)
-    rank0 = Rank0(c, [a, b], "t", "r1")
-    await rank0.open()
+    ext, rank0 = await opened(c, s, [a, b])
     for step in (0, 1):
         await rank0.publish(step)
     assert await rank0.close(2) == ok()
@@ -147,9 +146,7 @@ async def test_end_of_stream_follows_the_last_step_and_clears_the_stream(
 async def test_run_that_published_no_step_ends_for_a_fresh_reader(
     c: Client, s: Any, a: Any, b: Any
 ) -> None:
-    ext = await install(c, s)
-    rank0 = Rank0(c, [a, b], "t", "r1")
-    await rank0.open()
+    ext, rank0 = await opened(c, s, [a, b])
     await rank0.close(0)
     assert ext.streams["t"].finished and not ext.streams["t"].consumed
     record = await get(c, "t")
@@ -163,10 +160,7 @@ async def test_run_that_published_no_step_ends_for_a_fresh_reader(
 async def test_unfinished_run_refuses_a_new_run_and_stays_intact(
     c: Client, s: Any, a: Any, b: Any
 ) -> None:
-    ext = await install(c, s)
-    rank0 = Rank0(c, [a, b], "t", "r1")
-    await rank0.open()
-    await rank0.publish(0)
+    ext, rank0 = await opened(c, s, [a, b], publish=[0])
     for closed in (False, True):  # open, then closed with a step not taken: not finished
         if closed:
             await rank0.close(1)
@@ -185,10 +179,7 @@ async def test_unfinished_run_refuses_a_new_run_and_stays_intact(
 async def test_new_run_replaces_a_finished_run_whose_end_was_never_read(
     c: Client, s: Any, a: Any, b: Any
 ) -> None:
-    ext = await install(c, s)
-    old = Rank0(c, [a, b], "t", "r1")
-    await old.open()
-    await old.publish(0)
+    ext, old = await opened(c, s, [a, b], publish=[0])
     values = await take(c, await get(c, "t"))  # a loop over a known number of steps ...
     await old.close(1)  # ... never reads the end marker
     assert ext.streams["t"].finished and ext.streams["t"].consumed
@@ -213,10 +204,7 @@ async def test_new_run_replaces_a_finished_run_whose_end_was_never_read(
 async def test_fresh_reader_waits_for_the_next_run_not_a_consumed_end(
     c: Client, s: Any, a: Any, b: Any
 ) -> None:
-    ext = await install(c, s)
-    old = Rank0(c, [a, b], "t", "r1")
-    await old.open()
-    await old.publish(0)
+    ext, old = await opened(c, s, [a, b], publish=[0])
     await get(c, "t")
     await old.close(1)
     assert ext.streams["t"].consumed
@@ -248,9 +236,7 @@ async def until_called(ext: StreamExtension, route: str, count: int) -> None:
 async def test_publish_waits_while_buffer_nb_steps_are_queued(
     c: Client, s: Any, a: Any, b: Any
 ) -> None:
-    ext = await install(c, s)
-    rank0 = Rank0(c, [a, b], "t", "r1")
-    await rank0.open(buffer_nb=2)
+    ext, rank0 = await opened(c, s, [a, b], buffer_nb=2)
     for step in (0, 1):
         assert await rank0.publish(step) == ok()
     third = asyncio.ensure_future(rank0.publish(2))
@@ -269,10 +255,7 @@ async def test_publish_waits_while_buffer_nb_steps_are_queued(
 async def test_publish_times_out_and_drops_the_step_when_nobody_takes_one(
     c: Client, s: Any, a: Any, b: Any
 ) -> None:
-    ext = await install(c, s)
-    rank0 = Rank0(c, [a, b], "t", "r1")
-    await rank0.open(buffer_nb=1)
-    await rank0.publish(0)
+    ext, rank0 = await opened(c, s, [a, b], publish=[0], buffer_nb=1)
     reply = await rank0.publish(1, timeout=EXPIRE)
     assert status(reply) is Status.TIMEOUT
     assert reply["message"] == (
@@ -295,9 +278,7 @@ async def test_publish_times_out_and_drops_the_step_when_nobody_takes_one(
 async def test_drop_oldest_keeps_the_newest_buffer_nb_steps_and_frees_the_rest(
     c: Client, s: Any, a: Any, b: Any
 ) -> None:
-    ext = await install(c, s)
-    rank0 = Rank0(c, [a, b], "t", "r1")
-    await rank0.open(buffer_nb=2, on_full="drop_oldest")
+    ext, rank0 = await opened(c, s, [a, b], buffer_nb=2, on_full="drop_oldest")
     with captured_logger("deisa.scheduler.extension", level=logging.WARNING) as log:
         for step in range(5):
             assert await rank0.publish(step, timeout=None) == ok()  # never waits
@@ -322,10 +303,7 @@ async def test_drop_oldest_keeps_the_newest_buffer_nb_steps_and_frees_the_rest(
 
 @gen_cluster(client=True)
 async def test_drop_oldest_spares_the_end_marker(c: Client, s: Any, a: Any, b: Any) -> None:
-    ext = await install(c, s)
-    rank0 = Rank0(c, [a, b], "t", "r1")
-    await rank0.open(buffer_nb=1, on_full="drop_oldest")
-    await rank0.publish(0)
+    ext, rank0 = await opened(c, s, [a, b], publish=[0], buffer_nb=1, on_full="drop_oldest")
     await rank0.close(1)
     assert queue(ext, "t") == [0, "end"]
     assert (await get(c, "t"))["step"] == 0
@@ -375,10 +353,7 @@ async def test_installing_twice_keeps_the_streams(c: Client, s: Any, a: Any, b: 
 async def test_reader_waiting_on_a_consumed_run_gets_the_next_run_after_its_end_is_read(
     c: Client, s: Any, a: Any, b: Any
 ) -> None:
-    ext = await install(c, s)
-    old = Rank0(c, [a, b], "t", "r1")
-    await old.open()
-    await old.publish(0)
+    ext, old = await opened(c, s, [a, b], publish=[0])
     await take(c, await get(c, "t"))
     await old.close(1)  # consumed, its end not read yet
     # a new Adapter starts while the old one is still reading (it expires only if never woken)
@@ -398,10 +373,7 @@ async def test_reader_waiting_on_a_consumed_run_gets_the_next_run_after_its_end_
 async def test_publish_naming_a_departed_worker_is_lost_for_the_readers_and_leaves_no_key(
     c: Client, s: Any, a: Any, b: Any
 ) -> None:
-    ext = await install(c, s)
-    rank0 = Rank0(c, [a, b], "t", "r1")
-    await rank0.open()
-    await rank0.publish(0)
+    ext, rank0 = await opened(c, s, [a, b], publish=[0])
     blocks = await rank0.send(1)
     departed = b.address
     await b.close()
@@ -735,9 +707,7 @@ async def test_consumer_whose_client_dies_is_detached_and_its_steps_released(
 async def test_consumer_joining_mid_run_starts_at_the_next_step(
     c: Client, s: Any, a: Any, b: Any
 ) -> None:
-    ext = await install(c, s)
-    rank0 = Rank0(c, [a, b], "t", "r1")
-    await rank0.open()
+    ext, rank0 = await opened(c, s, [a, b])
     await rank0.publish(0)  # waits for the first consumer
     await attach(c, "t", "first")
     await rank0.publish(1)
@@ -826,9 +796,7 @@ async def test_watch_workers_answers_when_the_workers_change_or_at_its_timeout(
 async def test_worker_leaving_loses_the_queued_steps_of_the_readers_that_had_not_taken_them(
     c: Client, s: Any, a: Any, b: Any
 ) -> None:
-    ext = await install(c, s)
-    rank0 = Rank0(c, [a, b], "t", "r1")
-    await rank0.open()
+    ext, rank0 = await opened(c, s, [a, b])
     for consumer in ("A", "B"):
         await c.scheduler.deisa_attach(name="t", client=c.id, consumer=consumer)
     for step in (0, 1):
@@ -866,10 +834,7 @@ async def test_worker_leaving_loses_the_queued_steps_of_the_readers_that_had_not
 async def test_a_publish_waiting_for_room_is_freed_by_a_lost_step_and_lost_itself(
     c: Client, s: Any, a: Any, b: Any
 ) -> None:
-    ext = await install(c, s)
-    rank0 = Rank0(c, [a, b], "t", "r1")
-    await rank0.open(buffer_nb=1)
-    await rank0.publish(0)
+    ext, rank0 = await opened(c, s, [a, b], publish=[0], buffer_nb=1)
     waiting = asyncio.ensure_future(rank0.publish(1))  # buffer_nb=1: waits for room
     await until_called(ext, "publish", 2)
     departed = b.address
@@ -885,9 +850,7 @@ async def test_a_publish_waiting_for_room_is_freed_by_a_lost_step_and_lost_itsel
 async def test_a_lost_step_published_again_takes_the_place_of_its_lost_marker(
     c: Client, s: Any, a: Any, b: Any
 ) -> None:
-    ext = await install(c, s)
-    rank0 = Rank0(c, [a, b], "t", "r1")
-    await rank0.open()
+    ext, rank0 = await opened(c, s, [a, b])
     blocks = await rank0.send(0)
     await b.close()
     reply = await c.scheduler.deisa_publish(name="t", run="r1", step=0, blocks=blocks, timeout=1)
