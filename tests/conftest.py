@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +45,29 @@ def test_env() -> dict[str, str]:
 
 
 test_env.__test__ = False  # type: ignore[attr-defined]
+
+
+def modules_loaded(code: str) -> list[str]:
+    """The modules loaded once ``code`` ran in a fresh interpreter, which must succeed."""
+    probe = f"import sys, json\n{code}\nprint(json.dumps(sorted(sys.modules)))"
+    proc = subprocess.run(
+        [sys.executable, "-c", probe], env=test_env(), capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr
+    loaded: list[str] = json.loads(proc.stdout.splitlines()[-1])
+    return loaded
+
+
+def deisa_run(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    """``python -m deisa.launcher ARGS`` (``deisa-run``) to its end, its output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "deisa.launcher", *args],
+        env=test_env(),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 @dataclass
@@ -200,9 +225,10 @@ def write_config(path: Path, **settings: object) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
-def local_client() -> Iterator[Any]:
-    """A LocalCluster of two one-thread worker processes (BLAS pinned), for one test module."""
+@contextmanager
+def two_worker_client() -> Iterator[Any]:
+    """A client of a LocalCluster of two one-thread worker processes (BLAS pinned), both
+    closed at the end of the block."""
     from distributed import Client, LocalCluster
 
     blas = {k: v for k, v in THREAD_PINS.items() if k.endswith("_NUM_THREADS")}
@@ -212,6 +238,13 @@ def local_client() -> Iterator[Any]:
         ) as cluster,
         Client(cluster, timeout=STARTUP) as client,
     ):
+        yield client
+
+
+@pytest.fixture(scope="module")
+def local_client() -> Iterator[Any]:
+    """A :func:`two_worker_client`, for one test module."""
+    with two_worker_client() as client:
         yield client
 
 

@@ -10,12 +10,10 @@ Each check imports in a fresh interpreter, so what one test loaded does not hide
 from __future__ import annotations
 
 import ast
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import modules_loaded
 
 PACKAGE = Path(__file__).resolve().parents[1] / "deisa"
 SIDES = ("bridge", "scheduler", "analysis", "launcher")
@@ -30,21 +28,12 @@ ALLOWED = {
 }
 
 
-def _modules_loaded(code: str) -> list[str]:
-    probe = f"import sys, json\n{code}\nprint(json.dumps(sorted(sys.modules)))"
-    out = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=300
-    ).stdout
-    loaded: list[str] = json.loads(out.splitlines()[-1])
-    return loaded
-
-
 def _heavy(loaded: list[str], prefixes: tuple[str, ...]) -> list[str]:
     return [m for m in loaded if m.startswith(prefixes)]
 
 
 def test_bridge_loads_no_analytics_stack() -> None:
-    loaded = _modules_loaded(
+    loaded = modules_loaded(
         "from deisa import Bridge, BridgeGroup, BridgeOptions, ArraySpec\n"
         "import deisa.bridge.bridge"
     )
@@ -54,7 +43,7 @@ def test_bridge_loads_no_analytics_stack() -> None:
 
 
 def test_adapter_loads_no_bridge_module() -> None:
-    loaded = _modules_loaded("from deisa import Adapter, Replay, IncrementalPCA, split")
+    loaded = modules_loaded("from deisa import Adapter, Replay, IncrementalPCA, split")
     assert "deisa.analysis.adapter" in loaded
     assert _heavy(loaded, ("deisa.bridge", "deisa.launcher", "mpi4py")) == []
 

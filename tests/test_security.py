@@ -11,15 +11,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import REPO, mpirun, test_env
+from conftest import REPO, STARTUP, DaskProcesses, mpirun, test_env
 
 from deisa import Adapter
 from deisa.bridge.scheduler_file import read_scheduler_address
 from deisa.launcher.local import scheduler_command, worker_command
 
 PUBLISHER = REPO / "tests" / "publish_blocks.py"
-# start-up deadlines: generous, so a loaded machine meets them (a failure path never waits them)
-STARTUP = 120
 sys.path.insert(0, str(PUBLISHER.parent))
 from publish_blocks import expected  # noqa: E402
 
@@ -79,13 +77,7 @@ def tls_cluster(tmp_path: Path) -> Iterator[tuple[Path, dict[str, str]]]:
         }
         yield sched_file, client_env
     finally:
-        for p in reversed(procs):
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        DaskProcesses(sched_file, procs).stop()
 
 
 def test_tls_passes_through_bridge_and_adapter(tls_cluster: tuple[Path, dict[str, str]]) -> None:

@@ -15,7 +15,8 @@ import dask.array as da
 import h5py
 import numpy as np
 import pytest
-from distributed import Client, LocalCluster
+from conftest import two_worker_client
+from distributed import Client
 from sklearn.decomposition import PCA
 
 from deisa import (
@@ -267,15 +268,7 @@ def test_pca_of_a_replay_without_client_is_exact_pca(tmp_path: Path) -> None:
 @pytest.fixture
 def cluster() -> Iterator[Client]:
     """A LocalCluster of two one-thread worker processes, closed after the test."""
-    from conftest import STARTUP, THREAD_PINS
-
-    blas = {k: v for k, v in THREAD_PINS.items() if k.endswith("_NUM_THREADS")}
-    with (
-        LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0", env=blas
-        ) as local,
-        Client(local, timeout=STARTUP) as client,
-    ):
+    with two_worker_client() as client:
         yield client
 
 

@@ -21,7 +21,15 @@ from pathlib import Path
 import psutil
 import pytest
 import yaml
-from conftest import REPO, STARTUP, left_behind, test_env, write_config
+from conftest import (
+    REPO,
+    STARTUP,
+    deisa_run,
+    left_behind,
+    modules_loaded,
+    test_env,
+    write_config,
+)
 
 from deisa.launcher import cli, defaults, local, options, processes, report, settings, solver
 from deisa.launcher.defaults import UsageError
@@ -34,17 +42,6 @@ LOOPBACK = ("127.0.0.1", "::1")
 # Open MPI 4's mpirun binds its out-of-band listener to every interface, and no MCA parameter
 # restricts it (orte/mca/oob/tcp: INADDR_ANY); the ranks, which we can restrict, must not.
 MPI_LAUNCHERS = ("mpirun", "mpiexec", "orterun", "prterun")
-
-
-def deisa_run(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "deisa.launcher", *args],
-        env=test_env(),
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 def check_report(out: Path, stdout: str, steps: int, n_components: int) -> None:
@@ -334,20 +331,15 @@ def test_mpi_environment_keeps_open_mpi_local_unless_the_user_says(
 
 
 def test_library_imports_no_launcher() -> None:
-    code = (
-        "import sys, deisa\n"
+    loaded = modules_loaded(
+        "import deisa\n"
         "from deisa import Adapter, Bridge, BridgeOptions, IncrementalPCA, split\n"
         "import deisa.analysis.adapter, deisa.bridge, deisa.scheduler.extension\n"
         "import deisa.bridge.options, deisa.analysis.pca\n"
         "import deisa.analysis.splitter\n"
-        "bad = ('deisa.launcher', 'deisa.cli', 'deisa.slurm', 'matplotlib', 'tqdm')\n"
-        "print(sorted(m for m in sys.modules if m.startswith(bad)))\n"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", code], env=test_env(), capture_output=True, text=True, timeout=120
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "[]"
+    bad = ("deisa.launcher", "deisa.cli", "deisa.slurm", "matplotlib", "tqdm")
+    assert [m for m in loaded if m.startswith(bad)] == []
 
 
 def test_every_option_has_its_help_from_the_defaults_file() -> None:

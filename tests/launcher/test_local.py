@@ -14,19 +14,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, left_behind, test_env
+from conftest import REPO, deisa_run, left_behind
 from user_code import write_user_code
-
-
-def deisa_run(*args: str, timeout: float = 400) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "deisa.launcher", *args],
-        env=test_env(),
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 @pytest.fixture
@@ -36,24 +25,24 @@ def user_code(tmp_path: Path) -> tuple[Path, Path]:
 
 
 COMMON = ["--ranks", "2", "--workers", "1", "--timeout", "240"]
+RUN_S = 400  # deisa-run's own limit: a whole run on a loaded machine
+
+
+def run_user_code(
+    user_code: tuple[Path, Path], out: Path, analytics: str, *simulation: str
+) -> subprocess.CompletedProcess[str]:
+    """deisa-run of the user's simulation and analytics, with these arguments, into ``out``."""
+    simulation_path, analytics_path = user_code
+    return deisa_run(
+        *COMMON, "-o", str(out), "--analytics", f"{analytics_path} {analytics}",
+        "--", str(simulation_path), *simulation, timeout=RUN_S,
+    )  # fmt: skip
 
 
 @pytest.mark.timeout(500)
 def test_user_simulation_and_analytics(user_code: tuple[Path, Path], tmp_path: Path) -> None:
-    simulation, analytics = user_code
     out = tmp_path / "out"
-    proc = deisa_run(
-        *COMMON,
-        "-o",
-        str(out),
-        "--analytics",
-        f"{analytics} 3 2",
-        "--",
-        str(simulation),
-        "3",
-        "-1",
-        "2",
-    )
+    proc = run_user_code(user_code, out, "3 2", "3", "-1", "2")
     assert proc.returncode == 0, proc.stderr + proc.stdout
     # the analytics' output reaches the terminal, and its log
     assert "my analytics: every step is right" in proc.stdout
@@ -67,20 +56,8 @@ def test_user_simulation_and_analytics(user_code: tuple[Path, Path], tmp_path: P
 
 @pytest.mark.timeout(500)
 def test_failing_simulation_is_named(user_code: tuple[Path, Path], tmp_path: Path) -> None:
-    simulation, analytics = user_code
     out = tmp_path / "out"
-    proc = deisa_run(
-        *COMMON,
-        "-o",
-        str(out),
-        "--analytics",
-        f"{analytics} 3 2",
-        "--",
-        str(simulation),
-        "5",
-        "1",
-        "2",
-    )
+    proc = run_user_code(user_code, out, "3 2", "5", "1", "2")
     assert proc.returncode == 1, proc.stderr
     assert "deisa-run: failed: simulation failed (exit status" in proc.stderr, proc.stderr
     assert "my simulation: giving up at step 1" in proc.stderr  # the tail of its log
@@ -91,22 +68,10 @@ def test_failing_simulation_is_named(user_code: tuple[Path, Path], tmp_path: Pat
 def test_failing_analytics_stops_the_simulation(
     user_code: tuple[Path, Path], tmp_path: Path
 ) -> None:
-    simulation, analytics = user_code
     out = tmp_path / "out"
     # 100000 steps, at most 1 queued: the simulation waits on flow control once the analytics
     # is gone; deisa-run must stop it
-    proc = deisa_run(
-        *COMMON,
-        "-o",
-        str(out),
-        "--analytics",
-        f"{analytics} 3 2 fail",
-        "--",
-        str(simulation),
-        "100000",
-        "-1",
-        "1",
-    )
+    proc = run_user_code(user_code, out, "3 2 fail", "100000", "-1", "1")
     assert proc.returncode == 1, proc.stderr
     assert "deisa-run: failed: analytics failed (exit status 1)" in proc.stderr, proc.stderr
     assert "RuntimeError: my analytics: failing on purpose" in proc.stderr
@@ -136,6 +101,7 @@ def test_c_solver_as_a_user_command_with_the_builtin_pca(built: Path, tmp_path: 
         str(heat),
         str(tmp_path / "sim.yml"),
         str(tmp_path / "pdi.yml"),
+        timeout=RUN_S,
     )
     assert proc.returncode == 0, proc.stderr
     assert f"the deisa PDI plugin: built in {built / 'plugin'}" in proc.stderr
@@ -155,7 +121,7 @@ def test_python_solver_as_a_user_command(tmp_path: Path) -> None:
     proc = deisa_run(
         *COMMON, "--n-components", "2", "-o", str(out), "--",
         sys.executable, "-m", "deisa_simulation.heat", str(tmp_path / "sim.yml"),
-        "--connect-timeout", "240",
+        "--connect-timeout", "240", timeout=RUN_S,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     results = json.loads((out / "results.json").read_text())
