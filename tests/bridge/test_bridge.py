@@ -153,13 +153,15 @@ def test_simulation_first_then_adapter(dask_processes: DaskProcesses, tmp_path: 
         assert wait_until_no_keys(client) == []
 
 
+# every rank and worker on this machine: one node, so node_local places as locality
+@pytest.mark.parametrize("placement", ["locality", "node_local"])
 def test_bridge_locality_placement_keeps_row_bands_together(
-    dask_processes: DaskProcesses, tmp_path: Path
+    dask_processes: DaskProcesses, tmp_path: Path, placement: str
 ) -> None:
     config = write_config(tmp_path / "sim.yml", process_grid=[2, 2], steps=1)
     run_heat(
         4, config, "--scheduler-file", str(dask_processes.scheduler_file),
-        "--placement", "locality",
+        "--placement", placement,
     )  # fmt: skip
     with dask_processes.client() as client:
         field = Adapter(client, timeout=30)["gtemp"][0]

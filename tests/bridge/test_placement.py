@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-from conftest import DaskProcesses, run_heat, write_config
 from test_decomposition import grid_specs
 
-from deisa import Adapter, IncrementalPCA, measure_incoming_transfers
 from deisa.bridge.decomposition import Decomposition
 from deisa.bridge.placement import (
     Host,
@@ -162,22 +158,3 @@ def test_only_node_local_needs_hosts() -> None:
 )
 def test_worker_host(address: str, host: str) -> None:
     assert worker_host(address) == host
-
-
-def test_bridge_node_local_on_one_machine_keeps_row_bands_together(
-    dask_processes: DaskProcesses, tmp_path: Path
-) -> None:
-    # every rank and worker on this machine: one node, so node_local places as locality
-    config = write_config(tmp_path / "sim.yml", process_grid=[2, 2], steps=1)
-    run_heat(
-        4, config, "--scheduler-file", str(dask_processes.scheduler_file),
-        "--placement", "node_local",
-    )  # fmt: skip
-    with dask_processes.client() as client:
-        field = Adapter(client, timeout=30)["gtemp"][0]
-        who_has = client.who_has(list(field.dask.values()))
-        bands = [{who_has[key][0] for key in row} for row in field.__dask_keys__()]
-        assert all(len(band) == 1 for band in bands) and bands[0] != bands[1]
-        with measure_incoming_transfers(client) as moved:
-            IncrementalPCA(n_components=2).fit(field)
-        assert (moved.count, moved.nbytes) == (0, 0)
