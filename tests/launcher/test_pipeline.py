@@ -6,12 +6,13 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import REPO, DaskProcesses, mpirun, start_dask, test_env
-from distributed import Event
+from conftest import REPO, DaskProcesses, deisa_run, mpirun, start_dask, test_env
+from distributed import Client, Event
 from sklearn.decomposition import PCA
 
 from deisa.launcher.pipeline import PipelineError, StepAnalytics, analyze_stream
@@ -31,6 +32,18 @@ def publish(cluster: DaskProcesses, name: str, shape: tuple[int, int], nsteps: i
     )
     proc = subprocess.run(cmd, env=test_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
+
+
+@contextmanager
+def worker_busy(client: Client, name: str) -> Iterator[None]:
+    """The only worker thread busy with a task until the end of the block."""
+    release = Event(name, client=client)
+    busy = client.submit(lambda: release.wait(), pure=False)
+    try:
+        yield
+    finally:
+        release.set()
+        busy.result()
 
 
 @pytest.fixture(scope="module")
@@ -74,16 +87,10 @@ def test_analyze_stream_names_the_step_and_phase_of_a_stalled_fit(
 ) -> None:
     """The only worker thread is busy: the fit of step 0 cannot start its local reduction."""
     publish(one_worker, "stalled", (8, 6), nsteps=2)
-    with one_worker.client() as client:
-        release = Event("release-the-worker", client=client)
-        busy = client.submit(lambda: release.wait(), pure=False)
-        try:
-            with pytest.raises(PipelineError) as failure:
-                analyze_stream(client, "stalled", stall_timeout=3, poll_s=0.5)
-            stats = client.sync(client.scheduler.deisa_stats)["streams"]["stalled"]
-        finally:
-            release.set()
-            busy.result()
+    with one_worker.client() as client, worker_busy(client, "release-the-worker"):
+        with pytest.raises(PipelineError) as failure:
+            analyze_stream(client, "stalled", stall_timeout=3, poll_s=0.5)
+        stats = client.sync(client.scheduler.deisa_stats)["streams"]["stalled"]
     # the failed analytics detached: flow control no longer waits for it
     assert not stats["consumers"], stats
     message = str(failure.value)
@@ -101,17 +108,11 @@ def test_deisa_run_analytics_exits_non_zero_naming_a_stalled_fit(
 ) -> None:
     """The launcher turns a fit without progress into exit status 1 and one clear line."""
     publish(one_worker, "stalled-run", (8, 6), nsteps=1)
-    with one_worker.client() as client:
-        release = Event("release-the-worker-again", client=client)
-        busy = client.submit(lambda: release.wait(), pure=False)
-        try:
-            cmd = [sys.executable, "-m", "deisa.launcher", "analytics"]
-            cmd += ["--scheduler-file", str(one_worker.scheduler_file), "--array", "stalled-run"]
-            cmd += ["--timeout", "20", "--output", str(tmp_path)]
-            proc = subprocess.run(cmd, env=test_env(), capture_output=True, text=True, timeout=600)
-        finally:
-            release.set()
-            busy.result()
+    with one_worker.client() as client, worker_busy(client, "release-the-worker-again"):
+        proc = deisa_run(
+            "analytics", "--scheduler-file", str(one_worker.scheduler_file),
+            "--array", "stalled-run", "--timeout", "20", "--output", str(tmp_path), timeout=600,
+        )  # fmt: skip
     assert proc.returncode == 1, proc.stderr
     assert "the PCA of step 0 of 'stalled-run' made no progress" in proc.stderr
     assert "phase: local reductions" in proc.stderr
