@@ -35,6 +35,14 @@ def send_from_a_bridge_thread(worker: str, blocks: dict[Any, np.ndarray]) -> dic
         loop.stop()
 
 
+async def held_block(c: Client, s: Any, worker: Any, name: str) -> tuple[str, int, int]:
+    """The key of a block of three ones sent to ``worker`` and registered for "holder"."""
+    key = (name, 0, 0)
+    await _dask_internals.send_blocks_to_worker(c.rpc, worker.address, {key: np.ones(3)})
+    _dask_internals.register_keys(s, {key: [worker.address]}, {key: 24}, "holder")
+    return key
+
+
 @gen_cluster(client=True)
 async def test_send_register_share_release(c: Client, s: Any, a: Any, b: Any) -> None:
     block = np.arange(12.0).reshape(3, 4)[:, ::2]  # strided view
@@ -66,9 +74,7 @@ async def test_send_register_share_release(c: Client, s: Any, a: Any, b: Any) ->
 async def test_release_keys_of_an_unknown_holder_is_a_no_op(
     c: Client, s: Any, a: Any, b: Any
 ) -> None:
-    key = ("deisa-test-y-0", 0, 0)
-    await _dask_internals.send_blocks_to_worker(c.rpc, a.address, {key: np.ones(3)})
-    _dask_internals.register_keys(s, {key: [a.address]}, {key: 24}, "holder")
+    key = await held_block(c, s, a, "deisa-test-y-0")
     _dask_internals.release_keys(s, [key], "nobody")
     assert {cs.client_key for cs in s.tasks[key].who_wants} == {"holder"}
     _dask_internals.release_keys(s, [key], "holder")
@@ -79,9 +85,7 @@ async def test_release_keys_of_an_unknown_holder_is_a_no_op(
 async def test_share_keys_then_send_batched_after_a_release(
     c: Client, s: Any, a: Any, b: Any
 ) -> None:
-    key = ("deisa-test-z-0", 0, 0)
-    await _dask_internals.send_blocks_to_worker(c.rpc, a.address, {key: np.ones(3)})
-    _dask_internals.register_keys(s, {key: [a.address]}, {key: 24}, "holder")
+    key = await held_block(c, s, a, "deisa-test-z-0")
     _dask_internals.share_keys(s, [key], c.id)
     assert {cs.client_key for cs in s.tasks[key].who_wants} == {"holder", c.id}
 
