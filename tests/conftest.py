@@ -195,6 +195,14 @@ def start_heat(nranks: int, config: Path, *extra: str) -> subprocess.Popen[str]:
     )
 
 
+def kill_if_running(proc: subprocess.Popen[Any]) -> None:
+    """Kill ``proc`` if it still runs, and reap it: what a test's ``finally`` does with the
+    process it started, so that a failed test leaves nothing running."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.communicate()
+
+
 def left_behind(marker: Path, grace: float = STARTUP) -> list[str]:
     """Command lines of live processes mentioning ``marker``, waiting up to ``grace`` s for them.
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import REPO, DaskProcesses, mpirun, start_dask, test_env
+from conftest import REPO, DaskProcesses, kill_if_running, mpirun, start_dask, test_env
 from dask.core import flatten
 
 from deisa import Adapter
@@ -308,8 +308,7 @@ def test_lost_worker_the_simulation_goes_on_and_every_other_step_arrives(
             rc, err = finish(sim)
             wait_for(lambda: scheduler_memory(client, "wloss") == (0, 0), "the keys' release")
     finally:
-        if sim.poll() is None:
-            sim.kill()
+        kill_if_running(sim)
         cluster.stop()
     assert rc == 0, err[-4000:]
     assert received == sorted(set(received)), received  # in order, each once
@@ -350,8 +349,7 @@ def test_worker_joining_mid_run_receives_blocks_from_then_on(tmp_path: Path) -> 
                     )
             rc, err = finish(sim)
     finally:
-        if sim.poll() is None:
-            sim.kill()
+        kill_if_running(sim)
         cluster.stop()
     assert joined.poll() is not None  # stopped with the cluster
     assert rc == 0, err[-4000:]
@@ -409,8 +407,7 @@ def test_lost_scheduler_detaches_or_fails_within_connect_timeout(
             cluster.procs[0].wait(timeout=STARTUP)
         rc, err = finish(sim)
     finally:
-        if sim.poll() is None:
-            sim.kill()
+        kill_if_running(sim)
         cluster.stop()
     if policy == "fail":
         assert rc != 0

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import REPO, DaskProcesses, mpirun, start_dask, test_env
+from conftest import REPO, DaskProcesses, kill_if_running, mpirun, start_dask, test_env
 
 from deisa import Adapter
 
@@ -79,9 +79,7 @@ def test_long_run_delivers_every_block_exactly_once_and_leaves_nothing(
                 del field, values
             _, err = sim.communicate(timeout=STARTUP)
         finally:
-            if sim.poll() is None:
-                sim.kill()
-                sim.communicate()
+            kill_if_running(sim)
         assert sim.returncode == 0, err[-3000:]
         assert steps == list(range(NSTEPS))
         assert len(received) == NSTEPS * GRID[0] * GRID[1] >= 1000

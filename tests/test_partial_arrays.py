@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import STARTUP, DaskProcesses, mpirun, test_env
+from conftest import STARTUP, DaskProcesses, kill_if_running, mpirun, test_env
 
 from deisa import Adapter
 
@@ -104,9 +104,7 @@ def test_array_on_two_of_four_ranks_assembles_bitwise_beside_a_whole_domain_arra
             geometry = adapter["boundary"].shape, adapter["boundary"].chunks
         _, err = sim.communicate(timeout=2 * STARTUP)
     finally:
-        if sim.poll() is None:
-            sim.kill()
-            sim.communicate()
+        kill_if_running(sim)
     assert sim.returncode == 0, err[-3000:]
     assert [step for step, _, _ in pairs] == list(range(nsteps))
     for step, field, boundary in pairs:
@@ -180,9 +178,7 @@ def test_pdi_entry_communicator_publishes_an_array_of_two_of_four_ranks(
             stats = adapter.stats()
         out, err = sim.communicate(timeout=2 * STARTUP)
     finally:
-        if sim.poll() is None:
-            sim.kill()
-            sim.communicate()
+        kill_if_running(sim)
     assert sim.returncode == 0, (out + err)[-3000:]
     assert [step for step, _, _ in pairs] == list(range(nsteps))
     for step, field, top in pairs:

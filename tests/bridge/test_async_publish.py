@@ -22,7 +22,7 @@ from pathlib import Path
 import dask.array as da
 import numpy as np
 import pytest
-from conftest import STARTUP, DaskProcesses, mpirun, start_dask, test_env
+from conftest import STARTUP, DaskProcesses, kill_if_running, mpirun, start_dask, test_env
 
 from deisa import Adapter
 
@@ -163,8 +163,7 @@ def test_async_burst_before_the_scheduler_delivers_every_block_once_in_order(
             stats = adapter.stats()
         rc, err = finish(sim)
     finally:
-        if sim.poll() is None:
-            sim.kill()
+        kill_if_running(sim)
     assert rc == 0, err[-3000:]
     np.testing.assert_array_equal(received, np.stack([expected(s) for s in range(nsteps)]))
     assert stats["calls"]["publish"] == nsteps  # one scheduler message per step, not per rank
@@ -194,8 +193,7 @@ def test_async_worker_killed_mid_run_raises_the_same_error_on_every_rank(
                 victim.wait(timeout=STARTUP)
                 rc, err = finish(sim)
         finally:
-            if sim.poll() is None:
-                sim.kill()
+            kill_if_running(sim)
     finally:
         cluster.stop()
     assert rc == 0, err[-3000:]  # every rank caught the BridgeError and wrote its report
@@ -223,8 +221,7 @@ def test_async_step_reaches_the_analytics_before_the_next_publish(tmp_path: Path
                 np.testing.assert_array_equal(field[2].compute(), expected(2))
             rc, err = finish(sim)
         finally:
-            if sim.poll() is None:
-                sim.kill()
+            kill_if_running(sim)
     finally:
         cluster.stop()
     assert rc == 0, err[-3000:]

@@ -11,7 +11,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import STARTUP, DaskProcesses, mpirun, run_heat, start_heat, test_env, write_config
+from conftest import (
+    STARTUP,
+    DaskProcesses,
+    kill_if_running,
+    mpirun,
+    run_heat,
+    start_heat,
+    test_env,
+    write_config,
+)
 from deisa_simulation.heat import HeatConfig, block_checksum, reference_field
 
 from deisa import Adapter, EndOfStreamError, IncrementalPCA
@@ -284,8 +293,7 @@ def test_step_published_again_replaces_or_is_dropped_and_the_run_finishes(
             last = rest[2].compute()
             stats = Adapter(client).stats()["streams"]
     finally:
-        if sim.poll() is None:
-            sim.kill()
+        kill_if_running(sim)
     rows = np.repeat([0, 1], 2)[:, None]  # the rank that published each row
     np.testing.assert_array_equal(first[0], 0.0 + rows + np.zeros((4, 3)))  # publication 0
     np.testing.assert_array_equal(first[1], 120.0 + rows + np.zeros((4, 3)))  # 2nd of step 1
