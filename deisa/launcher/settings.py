@@ -201,6 +201,11 @@ def _simulation_settings(
     return simulation, origin, config
 
 
+DEMO_ONLY = ("process_grid", "global_size", "steps", "output_period", "solver", "config",
+             "pdi_config")  # fmt: skip
+"""Options of the heat demo's simulation: refused beside a user's simulation command."""
+
+
 def resolve_options(args: argparse.Namespace, command: str = RUN) -> RunSettings:
     """Options > simulation config file > defaults file, all checked, nothing started.
 
@@ -296,6 +301,13 @@ def resolve_options(args: argparse.Namespace, command: str = RUN) -> RunSettings
         stop_when_converged=parse_eps(get("stop_when_converged"), name("stop_when_converged")),
     )
     settings.command = list(getattr(args, "command", None) or [])
+    if settings.command:
+        demo = [option(key).flag for key in DEMO_ONLY if getattr(args, key, None) is not None]
+        if demo:
+            raise UsageError(
+                f"{', '.join(demo)} set the heat demo's simulation, not a command given after "
+                "--: pass your program its own settings"
+            )
     settings.analytics = getattr(args, "analytics", None)
     if command == SLURM:
         settings.slurm = SlurmSettings(

@@ -537,3 +537,11 @@ def test_user_command_and_analytics_are_parsed_apart() -> None:
 def test_bad_analytics_command_is_a_usage_error(analytics: str, message: str) -> None:
     with pytest.raises(UsageError, match=f"--analytics.*{message}"):
         solver.resolve_settings(cli.parse_args(RUN, ["--analytics", analytics, "--", "./sim"]))
+
+
+@pytest.mark.parametrize("flags", [["--size", "64", "64"], ["--steps", "3", "--solver", "python"]])
+def test_demo_options_beside_a_user_command_are_a_usage_error(flags: list[str]) -> None:
+    args = cli.parse_args(RUN, [*flags, "--", "./sim"])
+    with pytest.raises(UsageError, match=f"{flags[0]}.* set the heat demo's simulation"):
+        solver.resolve_settings(args)
+    solver.resolve_settings(cli.parse_args(RUN, flags))  # the demo itself takes them
