@@ -35,10 +35,10 @@ _FLAGS = {"output": "-o", "srun_args": "--srun-arg", "build_dir": "--build-dir"}
 
 
 def slurm_script(*command: str, **options: Any) -> str:
-    """The script of ``deisa-run slurm --solver python [options] [-- command]``, each option
-    given as a keyword (``worker_nodes=0``: ``--worker-nodes 0``; ``simulation={"steps": 3}``:
-    ``--steps 3``)."""
-    argv = ["--solver", "python"]
+    """The script of ``deisa-run slurm [--solver python] [options] [-- command]`` (the demo's
+    Python solver without a command), each option given as a keyword (``worker_nodes=0``:
+    ``--worker-nodes 0``; ``simulation={"steps": 3}``: ``--steps 3``)."""
+    argv = [] if command else ["--solver", "python"]
     for key, value in {**options.pop("simulation", {}), **options}.items():
         flag = _FLAGS.get(key, "--" + key.replace("_", "-").replace("global-size", "size"))
         if key == "srun_args":  # values that start with a dash
@@ -699,6 +699,8 @@ def run_job(
         "n_components": 3,
         "timeout": 120,
     }
+    if command:  # the heat demo's settings are refused beside a command of one's own
+        del settings["simulation"]
     script.write_text(slurm_script(*command, **(settings | options)))
     submitted = slurm.run("sbatch", "--parsable", str(script))
     assert submitted.returncode == 0, submitted.stderr
