@@ -29,6 +29,7 @@ BENCHMARKS = (
     "analytics",
     "contracts",
     "worker_loss",
+    "first_step",
 )
 
 
