@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import statistics
@@ -68,6 +69,20 @@ def print_targets(targets: Sequence[tuple[str, bool | None, str]]) -> None:
 
 def targets_json(targets: Sequence[tuple[str, bool | None, str]]) -> list[dict[str, Any]]:
     return [{"target": d, "passed": p, "measured": m} for d, p, m in targets]
+
+
+def finish(
+    out: Path, name: str, targets: Sequence[tuple[str, bool | None, str]], **fields: Any
+) -> int:
+    """Print ``targets``, write ``out/<name>.json`` (the machine, ``fields``, the targets) and
+    return the benchmark's exit status: 0 unless a target failed."""
+    print_targets(targets)
+    path = out / f"{name}.json"
+    path.write_text(
+        json.dumps({"machine": machine(), **fields, "targets": targets_json(targets)}, indent=1)
+    )
+    print(f"wrote {path}")
+    return 0 if all(passed is not False for _, passed, _ in targets) else 1
 
 
 def page_cache_fraction(path: Path) -> float:

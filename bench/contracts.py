@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench._common import PINS, REPO, MiB, child_env, machine, print_targets, table, targets_json
+from bench._common import PINS, REPO, MiB, child_env, finish, table
 
 os.environ.update(PINS)  # before numpy is imported, here and in the LocalCluster's workers
 
@@ -170,12 +170,7 @@ def main(argv: list[str] | None = None) -> int:
           f"workers, {args.steps} steps, mode={args.mode}")  # fmt: skip
     print(table(headers, rows))
     targets = check_targets(records)
-    print_targets(targets)
-    result = {"machine": machine(), "records": records, "targets": targets_json(targets)}
-    path = args.out / "contracts.json"
-    path.write_text(json.dumps(result, indent=1))
-    print(f"wrote {path}")
-    return 0 if all(passed is not False for _, passed, _ in targets) else 1
+    return finish(args.out, "contracts", targets, records=records)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from bench._common import child_env, machine, median, print_targets, table, targets_json
+from bench._common import child_env, finish, median, table
 from deisa.launcher.settings import squarest_grid
 
 VARIANTS = ("demo", "user command")
@@ -101,17 +101,10 @@ def main(argv: list[str] | None = None) -> int:
             f"{first['user command']:.2f} s vs {first['demo']:.2f} s ({ratio:.2f}x)",
         )
     ]
-    print_targets(targets)
-    result = {
-        "machine": machine(),
-        "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-        "runs": runs,
-        "median_first_step_s": first,
-        "targets": targets_json(targets),
-    }
-    (args.out / "first_step.json").write_text(json.dumps(result, indent=1))
-    print(f"wrote {args.out / 'first_step.json'}")
-    return 0 if all(ok is not False for _, ok, _ in targets) else 1
+    settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+    return finish(
+        args.out, "first_step", targets, settings=settings, runs=runs, median_first_step_s=first
+    )
 
 
 if __name__ == "__main__":

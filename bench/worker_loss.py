@@ -32,7 +32,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from bench._common import PINS, REPO, child_env, machine, median, print_targets, table, targets_json
+from bench._common import PINS, REPO, child_env, finish, median, table
 
 os.environ.update(PINS)  # before numpy is imported
 
@@ -213,12 +213,7 @@ def main(argv: list[str] | None = None) -> int:
             ", ".join(f"{r['received']} + {len(r['lost'])} of {r['steps']}" for r in records),
         ),
     ]
-    print_targets(targets)
-    result = {"machine": machine(), "records": records, "targets": targets_json(targets)}
-    path = args.out / "worker_loss.json"
-    path.write_text(json.dumps(result, indent=1))
-    print(f"wrote {path}")
-    return 0 if all(passed is not False for _, passed, _ in targets) else 1
+    return finish(args.out, "worker_loss", targets, records=records)
 
 
 if __name__ == "__main__":
