@@ -2,9 +2,11 @@
 the registrar.
 
 :meth:`~deisa.Bridge.publish` copies the block into a buffer the Bridge owns (:class:`Buffers`),
-starts its send to the worker on the event-loop thread and returns. Every publish (and every
-wait) makes one *exchange*, a small ``allgather`` of each rank's :class:`RankReport`, which
-the :class:`~deisa.bridge._publisher.Ledger` turns into the same decisions on every rank.
+starts its send to the worker on the event-loop thread and returns. Every publish posts one
+*exchange*, a small non-blocking ``allgather`` of each rank's :class:`RankReport`
+(:mod:`._exchange`), which the next call of the Bridge completes, and which the
+:class:`~deisa.bridge._publisher.Ledger` turns into the same decisions on every rank (waits for
+room exchange again, blocking, until there is room).
 
 Who owns what:
 
@@ -12,8 +14,8 @@ Who owns what:
   the counters; it is the only thread that calls MPI;
 - the loop thread: the sends' coroutines, rank 0's connection, its registrar (the steps'
   ``deisa_publish`` calls, in publication order) and early registration
-  (:mod:`._notices`); it writes rank 0's :class:`RootNews`, which the main thread reads at
-  each exchange, and wakes the main thread through :attr:`AsyncPublisher.progress`.
+  (:mod:`._notices`); it writes rank 0's :class:`RootNews`, which the main thread reads when
+  it posts an exchange, and wakes the main thread through :attr:`AsyncPublisher.progress`.
 
 A send that fails because its worker left (``on_worker_loss="continue"``) is not reported:
 it waits for the exchange that spreads the new worker list, and is then sent again to the
@@ -39,6 +41,7 @@ from ..contract import Plan
 from ..wire import Route, Status, status, step_key_name
 from ._collective import BridgeError
 from ._connect import connect, route
+from ._exchange import Exchanger
 from ._notices import EarlyRegistration, notify
 from ._publisher import (
     Connection,
@@ -117,7 +120,7 @@ class AsyncPublisher:
         self.sends: dict[int, _Send] = {}
         self.buffers = Buffers()
         self.peak_in_flight: dict[str, int] = {}
-        self.exchanges = 0
+        self.exchanger = Exchanger(bridge.comm)
         self.raised: str | None = None  # the background failure already raised here
         self.progress = threading.Event()  # set by the loop thread: a send, a registration...
         self.news = RootNews()
@@ -223,24 +226,41 @@ class AsyncPublisher:
 
     # -- the main thread -------------------------------------------------------------------------
 
+    @property
+    def exchanges(self) -> int:
+        """Exchanges completed so far."""
+        return self.exchanger.completed
+
     def publish(
         self, name: str, block: np.ndarray, step: int, revision: int, problem: str | None, t0: float
     ) -> None:
-        """The async :meth:`~deisa.Bridge.publish` (see there)."""
+        """The async :meth:`~deisa.Bridge.publish` (see there).
+
+        Completes the exchange the previous call posted (its decisions: a failure, or the
+        previous call's problem, raised here on every rank), waits for room if the ledger says
+        so (exchanging, blocking), copies and sends the block, and posts this call's exchange.
+        A rank whose call is wrong (``problem``) sends nothing: every rank raises it at the
+        next call.
+        """
         bridge = self.bridge
-        exchanged = self.exchange(call=(name, step), problem=problem)
+        self.complete()
         self.raise_failure()
-        if exchanged.problem:
-            raise BridgeError(exchanged.problem)
         if bridge.detached is not None:
             return
+        valid = isinstance(step, (int, np.integer)) and name in bridge.decompositions
+        call = (name, int(step) if valid else step)
         t1 = time.perf_counter()
-        plan = bridge._plan(name, int(step))
-        if not plan.send:  # not wanted by the contract in force: the exchange was all
-            bridge.timings.append(PublishTiming(name, int(step), 0, 0.0, t1 - t0, mode="async"))
+        plan = bridge._plan(name, int(step)) if valid and int(step) >= 0 else None
+        if plan is None or not plan.send:  # wrong, or not wanted by the contract in force
+            self.post(call, problem)
+            bridge.timings.append(
+                PublishTiming(name, int(step) if valid else -1, 0, 0.0, time.perf_counter() - t0,
+                              mode="async")
+            )  # fmt: skip
             return
         limit = bridge.options.max_in_flight
-        self.wait_until(lambda: self.ledger.in_flight(name) < limit)
+        if not self.wait_until(lambda: self.ledger.in_flight(name) < limit, call, problem):
+            return  # this call is wrong: the next call raises it on every rank
         if bridge.detached is not None:
             return
         t2 = time.perf_counter()
@@ -248,30 +268,30 @@ class AsyncPublisher:
         if self.early is not None:
             bridge._loop.loop.call_soon_threadsafe(self.early.known, entry)
         self.reclaim()
-        if not plan.sends(bridge.rank):  # its block is outside the contract's region
-            bridge.timings.append(
-                PublishTiming(name, int(step), 0, 0.0, t2 - t0, wait_s=t2 - t1, mode="async")
-            )
-            return
-        spec = bridge.specs[name]
-        buffer = self.buffers.take(name, spec.shape, spec.dtype)
-        np.copyto(buffer, block)
+        nbytes = 0
+        if problem is None and plan.sends(bridge.rank):  # else outside the contract's region
+            spec = bridge.specs[name]
+            buffer = self.buffers.take(name, spec.shape, spec.dtype)
+            np.copyto(buffer, block)
+            nbytes = buffer.nbytes
+            send = _Send(entry, buffer)
+            self.sends[entry.seq] = send
+            if self.ledger.connection is not None:
+                self.start_send(send)
         t3 = time.perf_counter()
-        send = _Send(entry, buffer)
-        self.sends[entry.seq] = send
-        if self.ledger.connection is not None:
-            self.start_send(send)
+        self.post(call, problem)
+        t4 = time.perf_counter()
         in_flight = self.ledger.in_flight(name)
         self.peak_in_flight[name] = max(self.peak_in_flight.get(name, 0), in_flight)
         bridge.timings.append(
             PublishTiming(
-                name, int(step), buffer.nbytes, t3 - t2, (t1 - t0) + (t2 - t1), t3 - t2, t2 - t1,
-                "async",
+                name, int(step), nbytes, t3 - t2, (t1 - t0) + (t2 - t1) + (t4 - t3), t3 - t2,
+                t2 - t1, "async",
             )
         )  # fmt: skip
         logger.debug(
-            "deisa bridge: %s step %d: copy %.4f s, exchange %.4f s, wait %.4f s, %d in flight",
-            name, step, t3 - t2, t1 - t0, t2 - t1, in_flight,
+            "deisa bridge: %s step %d: copy %.4f s, exchanges %.4f s, wait %.4f s, %d in flight",
+            name, step, t3 - t2, (t1 - t0) + (t4 - t3), t2 - t1, in_flight,
         )  # fmt: skip
 
     def start_send(self, send: _Send) -> None:
@@ -384,13 +404,30 @@ class AsyncPublisher:
             )
         return report
 
+    def post(self, call: tuple[Any, Any] | None = None, problem: str | None = None) -> None:
+        """Post this rank's report for the next exchange (the next call completes it)."""
+        if problem is not None and len(problem) > _PROBLEM_CHARS:
+            # the whole message stays here; the exchange carries a short one, so that it fits
+            # its slot and needs no second, blocking, collective
+            logger.error("deisa bridge: rank %d: %s", self.bridge.rank, problem)
+            problem = problem[: _PROBLEM_CHARS - 1] + "…"
+        self.exchanger.post(self.report(call, problem), self.bridge._routing.workers)
+
+    def complete(self) -> Exchanged:
+        """Complete the exchange in flight, if any, and take in its decisions (every rank)."""
+        reports = self.exchanger.complete()
+        return Exchanged() if reports is None else self._absorb(reports)
+
     def exchange(
         self, call: tuple[Any, Any] | None = None, problem: str | None = None
     ) -> Exchanged:
-        """One exchange: every rank's report to every rank, and the same decisions on all."""
+        """One blocking exchange: every rank's report to every rank, the same decisions on all."""
+        self.complete()
+        self.post(call, problem)
+        return self.complete()
+
+    def _absorb(self, reports: list[Any]) -> Exchanged:
         bridge = self.bridge
-        reports = bridge.comm.allgather(self.report(call, problem))
-        self.exchanges += 1
         exchanged = self.ledger.absorb(reports)
         if exchanged.connection is not None:
             failure = bridge._connected(exchanged.connection)
@@ -429,9 +466,20 @@ class AsyncPublisher:
             if send.reported and seq < registered:
                 del self.sends[seq]
 
-    def wait_until(self, done: Callable[[], bool]) -> None:
+    def wait_until(
+        self,
+        done: Callable[[], bool],
+        call: tuple[Any, Any] | None = None,
+        problem: str | None = None,
+    ) -> bool:
         """Exchange until ``done()`` (decided from exchanged data: the same on every rank), or
-        until the Bridge detaches from a lost scheduler."""
+        until the Bridge detaches from a lost scheduler.
+
+        Completes the exchange in flight first. ``call``: the publish waiting for room, whose
+        ``problem`` the exchanges carry; returns ``False`` when an exchange shows that call
+        wrong on some rank (the next call raises it on every rank), ``True`` otherwise.
+        """
+        self.complete()
         self.raise_failure()
         rounds = 0
         while not done() and self.bridge.detached is None:
@@ -440,11 +488,12 @@ class AsyncPublisher:
             # exchange
             self.progress.wait(0.001 * 2 ** min(rounds, 5.6))  # 1 ms growing to ~50 ms
             self.progress.clear()
-            exchanged = self.exchange()
+            exchanged = self.exchange(call, problem)
+            if exchanged.problem and call is not None:
+                return False  # some ranks may have posted this call's exchange and returned
             self.raise_failure()
-            if exchanged.problem:
-                raise BridgeError(exchanged.problem)
             rounds += 1
+        return True
 
     def connected_now(self) -> bool:
         """Collective: whether every rank knows the connection (always in ``mode="sync"``).
@@ -455,10 +504,8 @@ class AsyncPublisher:
         """
         if not self.bridge.asynchronous:
             return True
-        exchanged = self.exchange()
+        self.exchange()
         self.raise_failure()
-        if exchanged.problem:
-            raise BridgeError(exchanged.problem)
         return self.ledger.connection is not None
 
     def raise_failure(self) -> None:
@@ -469,12 +516,22 @@ class AsyncPublisher:
 
     def shutdown(self) -> None:
         """Stop the registrar and cancel the sends left (after a failure, or detached)."""
+        if self.exchanger.pending:  # only after an exception outside the Bridge's own calls
+            logger.warning(
+                "deisa bridge: rank %d: shut down with an exchange in flight (not completed: "
+                "the other ranks may not have posted it)", self.bridge.rank,
+            )  # fmt: skip
+            _ABANDONED.append(self.exchanger)  # MPI may still write its buffers
         loop = self.bridge._loop.loop
         if self._register_queue is not None:
             loop.call_soon_threadsafe(self._register_queue.put_nowait, None)
         for send in self.sends.values():
             if send.future is not None:
                 send.future.cancel()
+
+
+_PROBLEM_CHARS = 96  # a wrong call's message, as the exchange carries it
+_ABANDONED: list[Exchanger] = []
 
 
 def _succeeded(future: concurrent.futures.Future[Any]) -> bool:

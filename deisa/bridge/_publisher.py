@@ -2,12 +2,17 @@
 
 :class:`PublishTiming` records what one publish cost, in either mode.
 
-In ``mode="async"`` every :meth:`~deisa.Bridge.publish` (and :meth:`~deisa.Bridge.close`) does
-one small ``allgather`` of a :class:`RankReport` per rank, the *exchange*. Each rank feeds the
-gathered list to its :class:`Ledger`; since every rank feeds the same list in the same order,
-every rank takes the same decisions (wait for room, raise which error, which steps rank 0
-registers next) and so makes the same number of collective calls. That is the whole trick
-that keeps MPI on the main thread and the ranks in step without a second round of messages.
+In ``mode="async"`` every :meth:`~deisa.Bridge.publish` posts one small non-blocking
+``allgather`` of a :class:`RankReport` per rank, the *exchange* (:mod:`._exchange`), and the
+next call of the Bridge (``publish``, ``flush``, ``close``, ``get``) completes it before doing
+anything else. Each rank feeds the gathered list to its :class:`Ledger`; since every rank feeds
+the same list in the same order, at the same call, every rank takes the same decisions (wait
+for room, raise which error, which steps rank 0 registers next) and so makes the same number of
+collective calls. That is the whole trick that keeps MPI on the main thread and the ranks in
+step without a second round of messages. The decisions of a publish rest on the exchange of the
+previous call: they lag one publish behind the ranks' news (a step registered since shows up
+one publish later), and a wrong call (a bad block, ranks calling with different arrays or
+steps) is raised on every rank by the next call.
 
 A rank reports what its background sends did since the last exchange; rank 0 adds a
 :class:`RootReport`: the connection once it is made, the steps registered so far on the
@@ -100,7 +105,7 @@ that sends none (contracts)."""
 class Exchanged:
     """What an exchange decided, the same on every rank."""
 
-    problem: str | None = None  # the call is refused on every rank; nothing was queued
+    problem: str | None = None  # a rank's call was wrong: the Ledger's failure from now on
     connection: Connection | None = None  # known from this exchange on
     ready: list[tuple[Entry, list[Sent]]] = field(default_factory=list)  # (entry, per rank)
     fields: dict[str, Any] = field(default_factory=dict)
@@ -117,8 +122,8 @@ class Ledger:
     Attributes
     ----------
     failure : str or None
-        The first background failure seen (a send, the connection, a registration); once set
-        it stays, and the Bridge raises it on every rank.
+        The first failure seen (a send, the connection, a registration, a wrong call); once
+        set it stays, and the Bridge raises it on every rank.
     registered : int
         Publications numbered below this are registered on the scheduler.
     connection : Connection or None
@@ -186,6 +191,9 @@ class Ledger:
         failures += [f"rank {rank}: {message}" for _, rank, message in sorted(send_failures)]
         if root.error:
             failures.append(root.error)
+        out.problem = _call_problem(reports)
+        if out.problem:  # a wrong call: the Bridge stops, as after a background failure
+            failures.append(out.problem)
         if failures and self.failure is None:
             self.failure = failures[0]
         if root.registered > self.registered:
@@ -200,7 +208,6 @@ class Ledger:
                 break
             out.ready.append((self.entries[self._ready], [s or (0, "") for s in sent]))
             self._ready += 1
-        out.problem = _call_problem(reports)
         return out
 
 
@@ -218,5 +225,8 @@ def _call_problem(reports: list[RankReport]) -> str | None:
             return f"rank {rank} called publish() while rank 0 was in another collective call"
     for rank, report in enumerate(reports):
         if report.problem:
-            return f"rank {rank}: {report.problem}"
+            if report.call is None:
+                return f"rank {rank}: {report.problem}"
+            name, step = report.call
+            return f"rank {rank}: publish({name!r}, step={step}) refused: {report.problem}"
     return None

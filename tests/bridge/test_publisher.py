@@ -65,7 +65,7 @@ def test_ledger_connection_failure_is_raised_before_anything_else() -> None:
     assert ledger.failure == "BridgeError: no Dask scheduler answered at x"
 
 
-def test_ledger_names_the_rank_whose_call_differs_or_is_wrong() -> None:
+def test_ledger_names_the_rank_whose_call_differs_or_is_wrong_and_stops() -> None:
     ledger = Ledger(3)
     out = ledger.absorb(
         [
@@ -74,19 +74,23 @@ def test_ledger_names_the_rank_whose_call_differs_or_is_wrong() -> None:
             RankReport(call=("t", 3)),
         ]
     )
-    assert (
-        out.problem
-        == "rank 2: called publish('t', step=3) while rank 0 called publish('t', step=2)"
-    )
+    mismatch = "rank 2: called publish('t', step=3) while rank 0 called publish('t', step=2)"
+    assert out.problem == mismatch
+    assert ledger.failure == mismatch  # the call lagged: its publish returned; the Bridge stops
+    ledger = Ledger(3)
+    ledger.add("t", 2, 0)
     out = ledger.absorb(
         [
-            RankReport(call=("t", 2), root=root()),
+            RankReport(call=("t", 2), sent=((0, 8, W),), root=root(connection=CONNECTION)),
             RankReport(call=("t", 2), problem="block of 't' has dtype float32, declared float64"),
-            RankReport(call=("t", 2)),
+            RankReport(call=("t", 2), sent=((0, 8, W),)),
         ]
     )
-    assert out.problem == "rank 1: block of 't' has dtype float32, declared float64"
-    assert ledger.failure is None  # a bad call is refused; the Bridge goes on
+    assert out.problem == (
+        "rank 1: publish('t', step=2) refused: block of 't' has dtype float32, declared float64"
+    )
+    assert ledger.failure == out.problem and out.ready == []  # nothing registered after it
+    ledger = Ledger(3)
     out = ledger.absorb([RankReport(call=("t", 2), root=root()), RankReport(), RankReport()])
     assert out.problem == "rank 1 called publish() while rank 0 was in another collective call"
 
