@@ -330,6 +330,7 @@ PROCESS_TESTS: dict[str, frozenset[str] | None] = {
     "test_pdi_plugin": None,
     "test_replay_live": None,
     "test_bridge": frozenset({"test_bridge_rejects_a_missing_scheduler_file"}),
+    "test_exchange": frozenset({"test_exchange_on_four_ranks_overlaps_and_agrees"}),
     "test_pca": frozenset({"test_merge_tree_wider_than_its_fan_in"}),  # its own LocalCluster
     "test_preload": frozenset({"test_a_simulation_rank_imports_nothing_of_the_analytics"}),
     "test_heat": frozenset(
