@@ -6,8 +6,8 @@ mount namespace), a ``slurmd`` per node and ``slurmctld`` in a namespace of its 
 runs in the root namespace, the "login node" (``docs/slurm.md``, section "Testing without a
 cluster"; facts in the design notes, "Multi-node Slurm on one machine"). Every daemon is
 stopped by PID, then the namespaces and the bridge are deleted. The subnet is one that no
-address or route of this machine overlaps; names carry this process's PID, so concurrent
-test sessions do not meet.
+address or route of this machine overlaps; names carry this process's PID and a letter per
+cluster, so concurrent test sessions, and clusters of one session, do not meet.
 
 Loaded by the Dask workers of a job (``DASK_DISTRIBUTED__WORKER__PRELOAD`` pointing at this
 file, :data:`TRANSFER_LOG_DIR` in their environment), the module also records every key that
@@ -17,10 +17,13 @@ enters a worker's memory, and from where: a line per key in
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
+import itertools
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import time
@@ -33,6 +36,7 @@ STARTUP = 120  # conftest.STARTUP; not imported: this file is also a Dask worker
 TRANSFER_LOG_DIR = "DEISA_TEST_KEY_LOG_DIR"
 INTERFACE = "deisa0"  # every node's interface on the cluster network
 CPUS_PER_NODE = 8  # declared to Slurm (SlurmdParameters=config_overrides): not the real count
+_STARTED = itertools.count()  # clusters started by this process
 
 
 class ClusterUnavailableError(RuntimeError):
@@ -107,6 +111,16 @@ class Cluster:
         host = re.sub(r"^\w+://", "", address).rsplit(":", 1)[0]
         return next(node for node, ip in self.addresses.items() if ip == host)
 
+    def set_link(self, node: str, up: bool) -> None:
+        """Bring ``node``'s interface on the cluster network down (a lost node: no RST, no
+        FIN, packets to and from it vanish) or up again; its processes keep running."""
+        namespace = next(ns for ns in self.namespaces if ns.endswith(f"-{node}"))
+        _ip("-n", namespace, "link", "set", self.interface, "up" if up else "down")
+
+    def node_state(self, node: str) -> str:
+        """``node``'s state as ``sinfo`` reports it (``idle``, ``allocated``, ``down*``...)."""
+        return self.run("sinfo", "-h", "-n", node, "-o", "%T").stdout.strip()
+
     def logs(self) -> str:
         return "\n".join(
             f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}"
@@ -124,7 +138,10 @@ class Cluster:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(timeout=15)
-        for namespace in self.namespaces:
+        for namespace in self.namespaces:  # what the jobs left there (a lost node's tasks)
+            for pid in _ip("netns", "pids", namespace, check=False).stdout.split():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(pid), signal.SIGKILL)
             _ip("netns", "delete", namespace, check=False)
         if self.bridge:
             _ip("link", "delete", self.bridge, check=False)
@@ -152,8 +169,11 @@ def _free_subnet() -> ipaddress.IPv4Network:
     raise ClusterUnavailableError("no free /24 in 10.100.0.0/14 for the cluster network")
 
 
-def start_cluster(root: Path, n_nodes: int, *, ready_timeout: float = STARTUP) -> Cluster:
-    """Start a cluster of ``n_nodes`` nodes (``node0``...) under ``root``.
+def start_cluster(
+    root: Path, n_nodes: int, *, ready_timeout: float = STARTUP, slurm_conf: str = ""
+) -> Cluster:
+    """Start a cluster of ``n_nodes`` nodes (``node0``...) under ``root``; ``slurm_conf``:
+    more ``slurm.conf`` lines (``SlurmdTimeout=10``: a node silent for 10 s is DOWN).
 
     Raises
     ------
@@ -167,7 +187,7 @@ def start_cluster(root: Path, n_nodes: int, *, ready_timeout: float = STARTUP) -
         raise ClusterUnavailableError(f"not installed: {', '.join(missing)}")
     if os.geteuid() != 0:
         raise ClusterUnavailableError("network namespaces and slurmd need root")
-    tag = str(os.getpid())
+    tag = f"{os.getpid()}{chr(ord('a') + next(_STARTED) % 26)}"  # apart from this PID's others
     subnet = _free_subnet()
     hosts = list(subnet.hosts())
     nodes = [f"node{i}" for i in range(n_nodes)]
@@ -197,6 +217,7 @@ def start_cluster(root: Path, n_nodes: int, *, ready_timeout: float = STARTUP) -
                 node_lines=node_lines,
                 node_names=",".join(nodes),
             )
+            + slurm_conf
         )
         _daemon(cluster, "ctl", ["slurmctld", "-D", "-c", "-i", "-f", env["SLURM_CONF"]])
         for node in nodes:

@@ -29,7 +29,7 @@ from user_code import write_user_code
 from deisa.launcher import solver
 from deisa.launcher.cli import parse_args, slurm_main
 from deisa.launcher.processes import THREAD_PINS
-from deisa.launcher.slurm import JOB_ID, job_script, layout
+from deisa.launcher.slurm import JOB_ID, WORKER_TTL, job_script, layout
 
 _FLAGS = {"output": "-o", "srun_args": "--srun-arg", "build_dir": "--build-dir"}
 
@@ -221,6 +221,26 @@ def test_interface_binds_dask_and_mpi() -> None:
     assert "--interface" not in client + simulation
     assert "export OMPI_MCA_btl_tcp_if_include=ib0 OMPI_MCA_oob_tcp_if_include=ib0\n" in script
     assert "OMPI_MCA_btl_tcp_if_include" not in slurm_script(nodes=2, worker_nodes=0)
+
+
+def test_a_lost_node_costs_its_workers_not_the_job(tmp_path: Path) -> None:
+    """A multi-node job survives a node's failure (sbatch --no-kill), the workers' step loses
+    only that node's tasks (srun --no-kill), and the scheduler drops a silent worker after
+    WORKER_TTL unless the environment at sbatch time says otherwise."""
+    script = slurm_script(nodes=3, worker_nodes=1, output=tmp_path / "out")
+    assert "no-kill" in sbatch_lines(script) and "no-kill" not in sbatch_lines(slurm_script())
+    scheduler, workers, client, simulation = srun_steps(script)
+    assert "--no-kill" in workers
+    assert not any("--no-kill" in step for step in (scheduler, client, simulation))
+    shell = preamble(script) + 'echo "$DASK_DISTRIBUTED__SCHEDULER__WORKER_TTL"'
+    env = {"PATH": os.environ["PATH"], "SLURM_JOB_ID": "7", "HOME": str(tmp_path)}
+    for given, expected in ((None, WORKER_TTL), ("15s", "15s")):
+        extra = {} if given is None else {"DASK_DISTRIBUTED__SCHEDULER__WORKER_TTL": given}
+        done = subprocess.run(
+            ["bash", "-c", shell],
+            env=env | extra, capture_output=True, text=True, timeout=30, check=True,
+        )  # fmt: skip
+        assert done.stdout.splitlines()[-1] == expected
 
 
 def test_scheduler_takes_a_free_port() -> None:
@@ -648,6 +668,9 @@ class SlurmCluster(Protocol):
     def logs(self) -> str: ...
 
 
+ACTIVE = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "UNKNOWN")
+
+
 def _job_state(slurm: SlurmCluster, job: str) -> str:
     out = slurm.run("scontrol", "show", "job", job, timeout=STARTUP).stdout
     match = re.search(r"JobState=(\w+)", out)
@@ -684,6 +707,19 @@ def run_job(
 ) -> Job:
     """Submit ``slurm_script(*command, **options)`` (default: 4 ranks, 2 workers) and wait for
     its end."""
+    job = submit_job(slurm, tmp_path, steps, *command, size=size, **options)
+    return wait_job(slurm, tmp_path, job)
+
+
+def submit_job(
+    slurm: SlurmCluster,
+    tmp_path: Path,
+    steps: int,
+    *command: str,
+    size: int = 64,
+    **options: Any,
+) -> str:
+    """Submit ``slurm_script(*command, **options)`` (default: 4 ranks, 2 workers); its ID."""
     out = tmp_path / "out"
     out.mkdir(exist_ok=True)
     script = tmp_path / "job.sh"
@@ -704,16 +740,20 @@ def run_job(
     script.write_text(slurm_script(*command, **(settings | options)))
     submitted = slurm.run("sbatch", "--parsable", str(script))
     assert submitted.returncode == 0, submitted.stderr
-    job = submitted.stdout.strip().split(";")[0]
+    return submitted.stdout.strip().split(";")[0]
+
+
+def wait_job(slurm: SlurmCluster, tmp_path: Path, job: str) -> Job:
+    """Wait for the end of ``job``, submitted by :func:`submit_job` (cancelled after 300 s)."""
     deadline = time.monotonic() + 300
     state = _job_state(slurm, job)
-    while state in ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "UNKNOWN"):
+    while state in ACTIVE:
         if time.monotonic() > deadline:
             slurm.run("scancel", job)
             break
         time.sleep(1)
         state = _job_state(slurm, job)
-    return Job(job, state, out, slurm)
+    return Job(job, state, tmp_path / "out", slurm)
 
 
 def check_results(job: Job, steps: int, size: int = 64) -> list[dict]:
@@ -946,3 +986,82 @@ def test_multinode_job_runs_user_code(slurm_nodes: multinode.Cluster, tmp_path: 
     assert job_tasks(job, "analytics") == {"node0": [0]}
     log = next((job.dir / "logs").glob("analytics-*.log")).read_text()
     assert "my analytics: every step is right" in log, job.diagnostics()
+
+
+def wait_for_file(path: Path, job: str, cluster: multinode.Cluster, timeout: float) -> None:
+    """Wait until ``path`` exists; fail early, with the logs, if ``job`` ends first."""
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        state = _job_state(cluster, job)
+        assert state in ACTIVE and time.monotonic() < deadline, (
+            f"{path.name} never came (job {job}: {state})\n{cluster.logs()}"
+        )
+        time.sleep(0.5)
+
+
+@pytest.mark.integration
+@pytest.mark.slurm
+@pytest.mark.timeout(600)
+def test_multinode_job_survives_a_lost_worker_node(tmp_path: Path) -> None:
+    """Issue 25, item 5: a worker node's network interface goes down mid-run (no TCP reset: the
+    scheduler notices only when its workers miss heartbeats for the job's worker-ttl; slurmctld
+    marks the node DOWN after SlurmdTimeout). Node 0 runs the scheduler, the analytics and 2
+    workers, node 1 2 workers, node 2 the 4 ranks; node 1 is lost while the analytics holds
+    step 5. The job exits 0 on the nodes left; the analytics received every step not lost, in
+    order and bitwise; the lost steps are named, with node 1's workers; no key is left. Its own
+    cluster: a lost node would spoil the module's."""
+    from lost_node_code import digest, write_lost_node_code
+
+    try:  # a node silent 10 s is DOWN: the job outlives that (sbatch/srun --no-kill)
+        (tmp_path / "cluster").mkdir()
+        cluster = multinode.start_cluster(tmp_path / "cluster", 3, slurm_conf="SlurmdTimeout=10\n")
+    except multinode.ClusterUnavailableError as exc:
+        pytest.skip(f"no multi-node Slurm here: {exc}")
+    steps, pause_at, lost_node = 30, 5, "node1"
+    control = tmp_path / "control"
+    control.mkdir()
+    simulation, analytics = write_lost_node_code(tmp_path / "code")
+    cluster.env["DASK_DISTRIBUTED__SCHEDULER__WORKER_TTL"] = "20s"  # the job's default: 60s
+    try:
+        job_id = submit_job(
+            cluster, tmp_path, steps, str(simulation), str(steps), "4",
+            analytics=f"{analytics} {control} {pause_at} 2", nodes=3, worker_nodes=2,
+            scheduler_node="shared", workers=4, interface=cluster.interface,
+        )  # fmt: skip
+        wait_for_file(control / "paused", job_id, cluster, 2 * STARTUP)
+        down_at = time.time()
+        cluster.set_link(lost_node, up=False)
+        (control / "down").write_text(str(down_at))
+        deadline = time.monotonic() + STARTUP
+        while not cluster.node_state(lost_node).startswith("down"):
+            assert time.monotonic() < deadline, cluster.node_state(lost_node)
+            time.sleep(0.5)
+        node_down_at = time.time()
+        job = wait_job(cluster, tmp_path, job_id)
+    finally:
+        cluster.set_link(lost_node, up=True)  # its slurmd and tasks may end; stop() kills the rest
+        cluster.stop()
+    slurm_out = (job.out / f"slurm-{job.id}.out").read_text()
+    assert "deisa: simulation exit status 0, analytics exit status 0" in slurm_out, (
+        job.diagnostics()
+    )
+    assert job_tasks(job, "workers") == {"node0": [0, 1], "node1": [2, 3]}
+    assert job_tasks(job, "simulation") == {"node2": [0, 1, 2, 3]}
+    for rank in range(4):
+        log = (job.dir / "logs" / f"simulation-node2-{rank}.log").read_text()
+        assert f"rank {rank} published {steps} steps" in log, job.diagnostics()
+    report = json.loads((control / "report.json").read_text())
+    received = report["received"]
+    lost = sorted({step for step, _ in report["lost"]})  # (step, worker): a step per worker
+    print(
+        f"lost node: the scheduler dropped its workers {report['removed_at'] - down_at:.1f} s "
+        f"after the interface went down (worker-ttl 20s), slurmctld marked it DOWN after "
+        f"{node_down_at - down_at:.1f} s; job {job.state}; steps lost: {lost}"
+    )
+    assert received == sorted(set(received)), received  # in order, each once
+    assert lost and sorted(received + lost) == list(range(steps)), (received, lost)
+    for step in received:  # bitwise
+        assert report["digests"][str(step)] == digest(step, 4), step
+    assert {cluster.node_of(worker) for _, worker in report["lost"]} == {lost_node}, report
+    assert len(report["warnings"]) == len(lost), report["warnings"]  # each named once
+    assert report["keys_left"] == 0, report["tasks_left"]

@@ -10,7 +10,8 @@ Three parameters choose the layout (:func:`layout`): ``nodes``, ``worker_nodes``
 their own for the workers, or ``0``: workers beside the ranks on the simulation nodes) and
 ``scheduler_node`` (whether the scheduler and the client share node 0 with workers and ranks).
 The script waits for the scheduler file (the scheduler takes a free port), stops the client if
-the simulation fails (and the reverse), and exits non-zero when either failed. Each job writes
+the simulation fails (and the reverse), and exits non-zero when either failed; a worker node
+lost mid-run costs only its workers (``--no-kill``, :data:`WORKER_TTL`). Each job writes
 into its own directory ``<output>/<job id>/``: ``results.json``, ``explained_variance.png``,
 ``simulation.yml``, ``timings.json``, ``scheduler.json`` and ``logs/``, one log per task named
 after its node (``workers-<node>-<task>.log``...).
@@ -45,6 +46,10 @@ TEMPLATE = Path(__file__).resolve().parents[1] / "templates" / "slurm_job.sh"
 # In the C solver's PDI YAML, replaced by $SLURM_JOB_ID when the job starts: the scheduler file
 # is per job, and the YAML cannot go through an unquoted heredoc (PDI's `$` expressions).
 JOB_ID = "__SLURM_JOB_ID__"
+WORKER_TTL = "60s"
+"""The job's default ``distributed.scheduler.worker-ttl``: a worker silent this long (its node
+lost: no TCP reset) is dropped, and the Bridge places on the others. The environment's
+``DASK_DISTRIBUTED__SCHEDULER__WORKER_TTL`` at ``sbatch`` time overrides it."""
 
 
 class _ScriptTemplate(string.Template):
@@ -178,12 +183,17 @@ def job_script(settings: RunSettings) -> str:
     if slurm.nodes > 1:
         # whole nodes, each with the CPUs its busiest node needs (steps split evenly)
         header += ["--exclusive", f"--mincpus={max(n.cpus for n in plan)}"]
+        # a failed node costs its own tasks, not the allocation (docs/slurm.md, lost node)
+        header.append("--no-kill")
     # the placement is fixed once every worker is there, however slowly they start
     bridge = settings.bridge.replace(min_workers=workers, connect_timeout=settings.timeout)
     steps = _simulation_step(settings, bridge, output=output)
     environment = [
         "export " + " ".join(f"{k}={v}" for k, v in THREAD_PINS.items()),
         "export DASK_DISTRIBUTED__SCHEDULER__WORK_STEALING=False",
+        # a worker whose node vanished (no TCP reset) is dropped after this, not 5 minutes
+        "export DASK_DISTRIBUTED__SCHEDULER__WORKER_TTL="
+        f'"${{DASK_DISTRIBUTED__SCHEDULER__WORKER_TTL:-{WORKER_TTL}}}"',
         *([_mpi_interface(slurm.interface)] if slurm.interface else []),
         f"PYTHON={shlex.quote(slurm.python or sys.executable)}",
     ]
@@ -211,6 +221,7 @@ def job_script(settings: RunSettings) -> str:
             (worker_first, n_worker_nodes), workers, threads, "workers-%N-%t",
             f'"$PYTHON" -m dask worker --scheduler-file "$SCHEDULER_FILE" --nthreads {threads} '
             f'\\\n    --no-nanny --no-dashboard --local-directory "${{TMPDIR:-/tmp}}"{interface}',
+            no_kill=True,
         ),
         "analytics": srun((0, 1), 1, 1, "analytics-%N", steps["analytics_command"]),
         "simulation": srun(
@@ -259,11 +270,14 @@ def _srun(
     command: str,
     *,
     mpi: str | None = None,
+    no_kill: bool = False,
 ) -> str:
     """One ``srun --exact`` step: on ``nodes`` (first, count), ``ntasks`` tasks of ``cpus``
     CPUs, logging to ``$LOGS/<log>.log``, running ``command`` (bash words)."""
     first, count = nodes
     options = f"--exact --nodes={count} --relative={first} --ntasks={ntasks} --cpus-per-task={cpus}"
+    if no_kill:  # a node that fails ends its own tasks, the step goes on on the others
+        options += " --no-kill"
     if mpi is not None:
         options += f" --mpi={shlex.quote(mpi)}"
     return f'srun {options} --output="$LOGS/{log}.log"{srun_args} \\\n    {command}'
