@@ -62,8 +62,13 @@ def scheduler_command(scheduler_file: Path, dashboard: bool) -> list[str]:
     return cmd
 
 
-def worker_command(scheduler_file: Path, index: int, threads: int, local_dir: Path) -> list[str]:
+def worker_command(
+    scheduler_file: Path, index: int, threads: int, local_dir: Path, preload: str | None = None
+) -> list[str]:
+    """``dask worker`` on loopback; ``preload``: a module for ``--preload`` (the settings'
+    ``worker_preload``, e.g. the PCA's warm-up :mod:`deisa.analysis._warm`)."""
     # --no-dashboard drops the pages, not the HTTP server (health, metrics): keep it local too
+    preloads = ["--preload", preload] if preload else []
     return [
         sys.executable, "-m", "dask", "worker",
         "--scheduler-file", str(scheduler_file),
@@ -72,6 +77,7 @@ def worker_command(scheduler_file: Path, index: int, threads: int, local_dir: Pa
         "--no-nanny", "--no-dashboard", "--dashboard-address", f"{LOOPBACK}:0",
         "--name", f"worker-{index}",
         "--local-directory", str(local_dir),
+        *preloads,
     ]  # fmt: skip
 
 
@@ -245,7 +251,10 @@ def _start_dask(
     )
     for i in range(settings.workers):
         local_dir = settings.output / "dask-scratch"
-        procs.start(f"worker-{i}", worker_command(scheduler_file, i, settings.threads, local_dir))
+        command = worker_command(
+            scheduler_file, i, settings.threads, local_dir, settings.worker_preload
+        )
+        procs.start(f"worker-{i}", command)
     client = Client(scheduler_file=str(scheduler_file), timeout=settings.timeout)
     wait_until(
         workers_connected(client, settings.workers),

@@ -101,6 +101,7 @@ OPTIONS: tuple[Option, ...] = (
         {RUN: "run", SLURM: "run", ANALYTICS: "run"},
         {"type": int},
     ),
+    Option("worker_preload", ("--worker-preload",), _both(), {"metavar": "MODULE"}),
     Option("output", ("--output", "-o"), {RUN: "run", SLURM: "run", ANALYTICS: "run"}),
     Option(
         "stop_when_converged",

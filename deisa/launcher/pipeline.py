@@ -65,6 +65,9 @@ class StepAnalytics:
         convergence criterion of ``stop_when_converged``.
     stop_reason
         Set on the step after whose analysis the analytics asked the simulation to stop: why.
+    arrived_s
+        Seconds from the start of :func:`analyze_stream` to the step's arrival; with
+        ``analytics_s``, when its fit ended (the report tells the warm-up's steps by it).
     """
 
     step: int
@@ -76,6 +79,7 @@ class StepAnalytics:
     svd_solver: str = "full"
     relative_change: float | None = None
     stop_reason: str | None = None
+    arrived_s: float = 0.0
 
 
 @dataclass
@@ -196,7 +200,7 @@ def analyze_stream(
         in_flight: deque[_InFlight] = deque()
         step = 0
         ended = False
-        waiting_since = last_progress = time.perf_counter()
+        began = waiting_since = last_progress = time.perf_counter()
 
         def stalled(now: float) -> None:
             if stall_timeout is None or now - last_progress <= stall_timeout:
@@ -213,7 +217,7 @@ def analyze_stream(
             if any([f.moved(now) for f in in_flight]):
                 last_progress = now
             while in_flight and in_flight[0].pending.done():
-                done = _finish(in_flight.popleft(), array)
+                done = _finish(in_flight.popleft(), array, began)
                 if results:
                     done = replace(done, relative_change=_relative_change(results[-1], done))
                 if (
@@ -320,7 +324,7 @@ def _failed(step: int, array: str, exc: BaseException) -> PipelineError:
     )
 
 
-def _finish(fit: _InFlight, array: str) -> StepAnalytics:
+def _finish(fit: _InFlight, array: str, began: float) -> StepAnalytics:
     try:
         pca = fit.pending.result()
     except Exception as exc:
@@ -335,6 +339,7 @@ def _finish(fit: _InFlight, array: str) -> StepAnalytics:
         explained_variance=[float(v) for v in pca.explained_variance_],
         explained_variance_ratio=[float(v) for v in pca.explained_variance_ratio_],
         svd_solver=pca.svd_solver_,
+        arrived_s=fit.arrived - began,
     )
     logger.debug("deisa pipeline: step %d analysed in %.3f s", fit.step, result.analytics_s)
     return result

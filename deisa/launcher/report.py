@@ -149,19 +149,130 @@ def format_table(rows: Sequence[dict[str, Any]], first_step_s: float | None = No
         "compute, publish (flow-control waits included), send: slowest rank; sim wait: publish "
         "beyond the transfer; MiB: all ranks; MiB/s: MiB / send s"
     )
-    if totals["wait_s"] is not None and totals["compute_s"] is not None:
-        wall = totals["compute_s"] + totals["publish_s"]
-        lines.append(
-            f"the simulation waited {totals['wait_s']:.2f} s of {wall:.2f} s in publish beyond "
-            f"its transfers ({100 * totals['wait_s'] / wall:.1f} %)"
-            if wall
-            else ""
-        )
     if first_step_s is not None:
         lines.append(
             f"time to first step: the first step reached the analytics {first_step_s:.2f} s "
             "after the simulation started"
         )
+    return "\n".join(lines)
+
+
+#: the share of the simulation's time in publish under which the analytics keeps up
+KEEPS_UP = 0.10
+
+
+def phases(analytics: Sequence[StepAnalytics], rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The run's warm-up told apart from its steady state.
+
+    The warm-up is the first step and the steps that arrived while its PCA ran: they wait
+    behind the first fit, which pays the start-up of the analytics (the first graph, the
+    first transfers between workers, whatever the workers had not imported or run yet). The
+    steady state is every later step.
+
+    Parameters
+    ----------
+    analytics
+        From :func:`~deisa.launcher.pipeline.analyze_stream`.
+    rows
+        From :func:`step_table`.
+
+    Returns
+    -------
+    dict
+        ``warm_up`` and ``steady`` (lists of steps); ``first_analytics_s`` (the first step's
+        PCA), ``steady_analytics_s`` and ``steady_compute_s`` (medians per step, ``None``
+        without steady steps or timings); ``held`` (``{"warm_up": s, "steady": s}``: the
+        simulation's seconds in publish, or beyond its transfers where the simulation
+        reports them: flow control, the exchange between ranks, the copy) and ``wall``
+        (the same phases' compute plus publish), both ``None`` without timings.
+    """
+    done = sorted(analytics, key=lambda a: a.step)
+    if not done:
+        return {"warm_up": [], "steady": [], "first_analytics_s": None,
+                "steady_analytics_s": None, "steady_compute_s": None, "held": None,
+                "wall": None}  # fmt: skip
+    first_end = done[0].arrived_s + done[0].analytics_s
+    warm_up = [a.step for a in done if a is done[0] or a.arrived_s < first_end]
+    steady = [a.step for a in done if a.step not in warm_up]
+
+    def median(values: list[float]) -> float | None:
+        return float(np.median(values)) if values else None
+
+    by_step = {r["step"]: r for r in rows}
+    timed = [r for r in rows if r["compute_s"] is not None and r["publish_s"] is not None]
+    held = wall = None
+    if timed:
+
+        def in_publish(row: dict[str, Any]) -> float:
+            return float(row["wait_s"] if row["wait_s"] is not None else row["publish_s"])
+
+        last_warm = max(warm_up)
+        part = {"warm_up": [r for r in timed if r["step"] <= last_warm],
+                "steady": [r for r in timed if r["step"] > last_warm]}  # fmt: skip
+        held = {k: sum(map(in_publish, v)) for k, v in part.items()}
+        wall = {k: sum(r["compute_s"] + r["publish_s"] for r in v) for k, v in part.items()}
+    return {
+        "warm_up": warm_up,
+        "steady": steady,
+        "first_analytics_s": done[0].analytics_s,
+        "steady_analytics_s": median([a.analytics_s for a in done if a.step in steady]),
+        "steady_compute_s": median(
+            [
+                by_step[s]["compute_s"]
+                for s in steady
+                if s in by_step and by_step[s]["compute_s"] is not None
+            ]
+        ),
+        "held": held,
+        "wall": wall,
+    }
+
+
+def format_phases(summary: dict[str, Any]) -> str:
+    """What :func:`phases` found, in words: the warm-up, then the steady state."""
+
+    def steps(s: list[int]) -> str:
+        return f"step {s[0]}" if len(s) == 1 else f"steps {s[0]}-{s[-1]}"
+
+    warm, steady = summary["warm_up"], summary["steady"]
+    if not warm:
+        return ""
+    held, wall = summary["held"], summary["wall"]
+    first, median = summary["first_analytics_s"], summary["steady_analytics_s"]
+    ratio = f", {first / median:.1f}x a steady step's" if median else ""
+    line = (
+        f"warm-up ({steps(warm)}, the first PCA and the steps that queued behind it): "
+        f"step {warm[0]}'s PCA took {first:.2f} s{ratio}"
+    )
+    if held is not None:
+        line += f"; the simulation spent {held['warm_up']:.2f} s in publish"
+    lines = [line]
+    if steady:
+        line = f"steady state ({steps(steady)}): PCA {median:.2f} s per step (median)"
+        compute = summary["steady_compute_s"]
+        if compute is not None:
+            line += f" against {compute:.2f} s of compute per step"
+        if held is not None and wall["steady"]:
+            share = held["steady"] / wall["steady"]
+            line += (
+                f"; the simulation spent {held['steady']:.2f} s of {wall['steady']:.2f} s in "
+                f"publish ({100 * share:.1f} %): "
+            )
+            if share <= KEEPS_UP:
+                line += "the analytics keeps up, the simulation runs at its own pace"
+            elif compute is not None and median is not None and median > compute:
+                line += (
+                    "the analytics is slower than the simulation, so flow control holds the "
+                    "simulation until a step is taken (more workers, or a longer "
+                    "--output-period, let it keep up)"
+                )
+            else:
+                line += (
+                    "the PCA is faster than the compute, so this is not flow control alone: "
+                    "the ranks' exchange at each publish and their transfers waited for CPU "
+                    "(more processes than cores, or other jobs on them)"
+                )
+        lines.append(line)
     return "\n".join(lines)
 
 
@@ -220,6 +331,7 @@ def write_results(
             {
                 "settings": settings,
                 "first_step_s": first_step_s,
+                "phases": phases(analytics, rows),
                 "steps": [asdict(a) for a in analytics],
                 "table": list(rows),
             },
@@ -247,6 +359,9 @@ def report(
     results = write_results(output / "results.json", analytics, rows, settings, first_step_s)
     plot = plot_explained_variance(analytics, output / "explained_variance.png", title=array)
     print(format_table(rows, first_step_s), file=out)
+    summary = phases(analytics, rows)
+    if summary["warm_up"]:
+        print(format_phases(summary), file=out)
     stopped = stop_summary(analytics, (settings.get("simulation") or {}).get("steps"))
     if stopped:  # --stop-when-converged: when and why the analytics stopped the simulation
         print(stopped, file=out)

@@ -96,6 +96,7 @@ class RunSettings:
     slurm: SlurmSettings | None = None
     command: list[str] = field(default_factory=list)
     analytics: str | None = None
+    worker_preload: str | None = None
 
     @property
     def placement(self) -> str:
@@ -116,6 +117,7 @@ class RunSettings:
             "buffer_nb": self.buffer_nb,
             "array": self.array,
             "n_components": self.n_components,
+            "worker_preload": self.worker_preload,
             "stop_when_converged": self.stop_when_converged,
             "simulation": self.simulation,
         }
@@ -309,6 +311,9 @@ def resolve_options(args: argparse.Namespace, command: str = RUN) -> RunSettings
                 "--: pass your program its own settings"
             )
     settings.analytics = getattr(args, "analytics", None)
+    settings.worker_preload = parse_preload(
+        get("worker_preload"), name("worker_preload"), builtin=settings.analytics is None
+    )
     if command == SLURM:
         settings.slurm = SlurmSettings(
             **{key: get(key) for key in _SLURM_KEYS}, srun_args=tuple(get("srun_args") or ())
@@ -316,6 +321,32 @@ def resolve_options(args: argparse.Namespace, command: str = RUN) -> RunSettings
     if command == RUN and shutil.which(settings.mpirun[0]) is None:
         raise UsageError(f"mpi.mpirun of {defaults_name}: {settings.mpirun[0]!r} not found")
     return settings
+
+
+#: what ``--worker-preload pca`` names: the PCA's warm-up, a module of no public API
+PCA_WARM_UP = "deisa.analysis._warm"
+
+
+def parse_preload(value: Any, name: str = "--worker-preload", *, builtin: bool) -> str | None:
+    """``--worker-preload``: the module the workers preload, or ``None``.
+
+    ``"pca"`` is :data:`PCA_WARM_UP`; ``"auto"`` is ``"pca"`` when the analytics is the
+    built-in PCA (``builtin``) and nothing for a user's ``--analytics``, whose stack deisa
+    does not know; ``None`` or ``"none"``: nothing; any other value is a module name (or a
+    ``.py`` path) handed to ``dask worker --preload``.
+
+    Raises
+    ------
+    UsageError
+        Not a non-empty string, naming ``name``.
+    """
+    if value is None or value == "none":
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise UsageError(f"{name}={value!r} must be auto, pca, none or a module name")
+    if value == "auto":
+        return PCA_WARM_UP if builtin else None
+    return PCA_WARM_UP if value == "pca" else value
 
 
 def parse_eps(value: Any, name: str = "--stop-when-converged") -> float | None:

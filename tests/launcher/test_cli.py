@@ -545,3 +545,20 @@ def test_demo_options_beside_a_user_command_are_a_usage_error(flags: list[str]) 
     with pytest.raises(UsageError, match=f"{flags[0]}.* set the heat demo's simulation"):
         solver.resolve_settings(args)
     solver.resolve_settings(cli.parse_args(RUN, flags))  # the demo itself takes them
+
+
+def test_workers_preload_the_pca_warm_up_for_the_builtin_pca_only(tmp_path: Path) -> None:
+    demo = solver.resolve_settings(parse())
+    assert demo.worker_preload == settings.PCA_WARM_UP == "deisa.analysis._warm"
+    assert demo.summary()["worker_preload"] == settings.PCA_WARM_UP
+    user = solver.resolve_settings(cli.parse_args(RUN, ["--analytics", "a.py", "--", "./sim"]))
+    assert user.worker_preload is None  # deisa does not know what a user's analytics imports
+    asked = cli.parse_args(RUN, ["--worker-preload", "pca", "--analytics", "a.py", "--", "./s"])
+    assert solver.resolve_settings(asked).worker_preload == settings.PCA_WARM_UP
+    assert solver.resolve_settings(parse("--worker-preload", "none")).worker_preload is None
+    assert solver.resolve_settings(parse("--worker-preload", "my.mod")).worker_preload == "my.mod"
+    with pytest.raises(UsageError, match="--worker-preload"):
+        solver.resolve_settings(parse("--worker-preload", " "))
+    cmd = local.worker_command(tmp_path / "s.json", 0, 1, tmp_path, settings.PCA_WARM_UP)
+    assert cmd[cmd.index("--preload") + 1] == "deisa.analysis._warm"
+    assert "--preload" not in local.worker_command(tmp_path / "s.json", 0, 1, tmp_path)

@@ -52,3 +52,56 @@ def test_c_solver_timings_fill_compute_and_publish(tmp_path: Path) -> None:
     ] * 2
     assert "total" in report.format_table(rows)
     assert report.read_timings(tmp_path / "nosuch") == []
+
+
+def _stream(analytics_s: list[float], arrived_s: list[float]) -> list[StepAnalytics]:
+    return [
+        StepAnalytics(s, 0.0, a, 2**20, [2.0, 1.0], [0.6, 0.3], arrived_s=t)
+        for s, (a, t) in enumerate(zip(analytics_s, arrived_s, strict=True))
+    ]
+
+
+def _timings(compute_s: float, publish_s: list[float]) -> list[list[dict[str, object]]]:
+    return [[{"step": s, "compute_s": compute_s, "publish_s": p, "send_s": None, "nbytes": None}
+             for s, p in enumerate(publish_s)]]  # fmt: skip
+
+
+def test_warm_up_is_the_first_step_and_those_that_queued_behind_it() -> None:
+    # step 0 ends at 1.0 s: step 1 (arrived at 0.5 s) queued behind it, step 2 did not
+    analytics = _stream([1.0, 0.6, 0.2, 0.2, 0.3], [0.0, 0.5, 1.2, 1.7, 2.2])
+    rows = report.step_table(analytics, _timings(0.5, [0.3, 0.2, 0.01, 0.01, 0.01]))
+    summary = report.phases(analytics, rows)
+    assert (summary["warm_up"], summary["steady"]) == ([0, 1], [2, 3, 4])
+    assert math.isclose(summary["steady_analytics_s"], 0.2)
+    assert math.isclose(summary["held"]["warm_up"], 0.5)
+    assert math.isclose(summary["held"]["steady"], 0.03)
+    assert math.isclose(summary["wall"]["steady"], 1.53)
+    text = report.format_phases(summary)
+    assert "warm-up (steps 0-1" in text and "step 0's PCA took 1.00 s, 5.0x a steady step's" in text
+    assert "steady state (steps 2-4): PCA 0.20 s per step (median) against 0.50 s" in text
+    assert "(2.0 %): the analytics keeps up" in text
+
+
+def test_steady_state_held_by_a_slower_analytics_says_so() -> None:
+    analytics = _stream([1.0, 0.9, 0.9, 0.9], [0.0, 0.5, 1.5, 2.4])
+    rows = report.step_table(analytics, _timings(0.1, [0.1, 0.1, 0.8, 0.8]))
+    text = report.format_phases(report.phases(analytics, rows))
+    assert "the analytics is slower than the simulation, so flow control holds" in text
+    fast = _stream([1.0, 0.9, 0.05, 0.05], [0.0, 0.5, 1.5, 2.4])
+    rows = report.step_table(fast, _timings(0.1, [0.1, 0.1, 0.8, 0.8]))
+    assert "not flow control alone" in report.format_phases(report.phases(fast, rows))
+
+
+def test_phases_without_timings_or_steady_steps() -> None:
+    analytics = _stream([1.0, 0.5], [0.0, 0.2])
+    summary = report.phases(analytics, report.step_table(analytics))
+    assert summary["steady"] == [] and summary["held"] is None
+    assert report.format_phases(summary).startswith("warm-up (steps 0-1")
+    assert report.phases([], [])["warm_up"] == []
+
+
+def test_results_json_carries_the_phases(tmp_path: Path) -> None:
+    analytics = _stream([1.0, 0.2, 0.2], [0.0, 1.5, 2.0])
+    rows = report.step_table(analytics)
+    phases = json.loads(report.write_results(tmp_path / "r.json", analytics, rows, {}).read_text())
+    assert phases["phases"]["warm_up"] == [0] and phases["phases"]["steady"] == [1, 2]
