@@ -199,6 +199,9 @@ def job_script(settings: RunSettings) -> str:
     ]
     srun = functools.partial(_srun, "".join(f" {shlex.quote(a)}" for a in slurm.srun_args))
     interface = f" --interface {shlex.quote(slurm.interface)}" if slurm.interface else ""
+    # the PCA's warm-up (or --worker-preload's module) runs while the ranks start
+    module = settings.worker_preload
+    preload = f" --preload {shlex.quote(module)}" if module else ""
     fields = {
         "header": "\n".join(f"#SBATCH {line}" for line in header),
         "layout": _describe(plan, threads),
@@ -220,7 +223,8 @@ def job_script(settings: RunSettings) -> str:
         "workers": srun(
             (worker_first, n_worker_nodes), workers, threads, "workers-%N-%t",
             f'"$PYTHON" -m dask worker --scheduler-file "$SCHEDULER_FILE" --nthreads {threads} '
-            f'\\\n    --no-nanny --no-dashboard --local-directory "${{TMPDIR:-/tmp}}"{interface}',
+            f'\\\n    --no-nanny --no-dashboard --local-directory "${{TMPDIR:-/tmp}}"'
+            f"{preload}{interface}",
             no_kill=True,
         ),
         "analytics": srun((0, 1), 1, 1, "analytics-%N", steps["analytics_command"]),

@@ -31,7 +31,17 @@ from conftest import (
     write_config,
 )
 
-from deisa.launcher import cli, defaults, local, options, processes, report, settings, solver
+from deisa.launcher import (
+    cli,
+    defaults,
+    local,
+    options,
+    processes,
+    report,
+    settings,
+    slurm,
+    solver,
+)
 from deisa.launcher.defaults import UsageError
 from deisa.launcher.options import RUN
 from deisa.launcher.pipeline import StepAnalytics
@@ -562,3 +572,15 @@ def test_workers_preload_the_pca_warm_up_for_the_builtin_pca_only(tmp_path: Path
     cmd = local.worker_command(tmp_path / "s.json", 0, 1, tmp_path, settings.PCA_WARM_UP)
     assert cmd[cmd.index("--preload") + 1] == "deisa.analysis._warm"
     assert "--preload" not in local.worker_command(tmp_path / "s.json", 0, 1, tmp_path)
+
+
+def test_slurm_workers_preload_the_pca_warm_up_for_the_builtin_pca_only() -> None:
+    def worker_line(*argv: str) -> str:
+        script = slurm.job_script(
+            solver.resolve_settings(cli.parse_args("slurm", [*argv]), "slurm")
+        )
+        return next(line for line in script.splitlines() if "--local-directory" in line)
+
+    assert worker_line("--solver", "python").endswith(" --preload deisa.analysis._warm &")
+    assert "--preload" not in worker_line("--analytics", "a.py", "--", "./sim")
+    assert "--preload my.mod" in worker_line("--worker-preload", "my.mod", "--", "./sim")
