@@ -16,6 +16,11 @@ file and one test, not the whole package.
   counts as wanted by this client.
 - :func:`count_handler_calls`: wrap the scheduler's handler tables to count the messages it
   handles (benchmarks and tests only).
+
+distributed is imported by the functions that use it, not by this module: a simulation rank
+imports this module on its main thread and sends from its event-loop thread, which imports
+distributed there, off the simulation's path (docs/benchmarks.md, "Start-up of a rank"). Such
+an import off the main thread starts with :func:`import_distributed`.
 """
 
 from __future__ import annotations
@@ -24,24 +29,40 @@ import functools
 import inspect
 from collections import Counter
 from collections.abc import Callable, Hashable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from distributed import Future
-from distributed.core import ConnectionPool
-from distributed.protocol import to_serialize
+if TYPE_CHECKING:
+    from distributed import Future
 
 Key = Hashable
 
 
+def import_distributed() -> None:
+    """Import the distributed package, whole, before any of its submodules.
+
+    Python 3.11 raises "partially initialized module" when a thread imports one of
+    distributed's submodules (``distributed.protocol.pickle``) while another thread is
+    importing the package (the PDI plugin's preload, :mod:`deisa.bridge._preload`): the first
+    holds the submodule's import lock while it waits for its parent, which the other needs. A
+    thread importing the package itself first only waits for the other to finish it.
+    """
+    import distributed  # noqa: F401
+
+
 async def send_blocks_to_worker(
-    pool: ConnectionPool, worker: str, blocks: Mapping[Key, Any]
+    pool: Callable[[str], Any], worker: str, blocks: Mapping[Key, Any]
 ) -> dict[Key, int]:
     """Store ``blocks`` in ``worker``'s memory under their keys; return their sizes in bytes.
 
     The worker does not tell the scheduler (a scattered key is unknown to it until someone
     registers it), so this costs the scheduler nothing. The bytes are written from the arrays'
     own buffers; a non-contiguous view is packed once by distributed's numpy serializer.
+    ``pool`` is a :class:`distributed.core.ConnectionPool` or a
+    :class:`deisa.bridge._connect.Pool`.
     """
+    import_distributed()
+    from distributed.protocol import to_serialize
+
     data = {key: to_serialize(block) for key, block in blocks.items()}
     reply = await pool(worker).update_data(data=data)
     if reply.get("status") != "OK":
@@ -88,6 +109,9 @@ def forget_holder(scheduler: Any, holder: str) -> None:
 def future_in_memory(key: Key, client: Any) -> Future:
     """A Future for ``key``, already in memory and already wanted by ``client`` on the
     scheduler side (our extension did that), so no extra message is needed."""
+    import_distributed()
+    from distributed import Future
+
     return Future(key, client, state="memory")  # type: ignore[arg-type]
 
 

@@ -18,8 +18,6 @@ from __future__ import annotations
 import enum
 from typing import Any
 
-from distributed.protocol.pickle import dumps, loads
-
 PLUGIN_NAME = "deisa"
 """Name of the scheduler plugin (:class:`~deisa.scheduler.StreamExtension`)."""
 
@@ -141,6 +139,8 @@ def encode_value(name: str, value: Any) -> bytes | None:
         raise SteeringError(problem)
     if value is None:
         return None
+    from distributed.protocol.pickle import dumps  # not at import: a rank's Bridge imports wire
+
     try:
         payload: bytes = dumps(value)
     except Exception as exc:
@@ -156,7 +156,11 @@ def decode_value(reply: Reply, default: Any) -> Any:
     """The value of a ``deisa_get_value`` reply, or ``default`` if the name holds none."""
     if not is_ok(reply):
         raise SteeringError(reply["message"])
-    return default if reply["value"] is None else loads(reply["value"])
+    if reply["value"] is None:
+        return default
+    from distributed.protocol.pickle import loads
+
+    return loads(reply["value"])
 
 
 def value_name_problem(name: Any) -> str | None:

@@ -5,15 +5,20 @@
 the Adapter may install the scheduler extension); ``deisa.launcher`` imports anything and nothing
 imports it.
 Each check imports in a fresh interpreter, so what one test loaded does not hide another's.
+A rank's Bridge path is probed under mpirun: what a non-root rank loads, and that no rank's
+first publish waits for distributed's import (docs/benchmarks.md, "Start-up of a rank").
 """
 
 from __future__ import annotations
 
 import ast
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from conftest import modules_loaded
+from conftest import STARTUP, DaskProcesses, modules_loaded, mpirun, test_env
 
 PACKAGE = Path(__file__).resolve().parents[1] / "deisa"
 SIDES = ("bridge", "scheduler", "analysis", "launcher")
@@ -40,6 +45,67 @@ def test_bridge_loads_no_analytics_stack() -> None:
     assert "deisa.bridge.bridge" in loaded
     assert _heavy(loaded, ("deisa.analysis", "deisa.launcher", "scipy", "sklearn")) == []
     assert "dask.array" not in loaded
+
+
+# Each rank holds the import of distributed (whatever the thread) until its first publish has
+# returned. It records whether its main thread waited for that import (itself, or behind the
+# held thread: then the hold times out), and what it had loaded by then and after close.
+RANK_PROBE = """
+import importlib.abc, json, sys, threading
+release, waited = threading.Event(), []
+
+class HoldDistributed(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "distributed" and not release.is_set():
+            waited.append(threading.current_thread() is threading.main_thread())
+            waited.append(not release.wait({startup}))
+        return None
+
+sys.meta_path.insert(0, HoldDistributed())
+import numpy as np
+from mpi4py import MPI
+from deisa import ArraySpec, Bridge
+
+rank = MPI.COMM_WORLD.Get_rank()
+spec = ArraySpec("float64", (4, 4), (2 * rank, 0), (2, 4))
+with Bridge(sys.argv[1], {{"probed": spec}}, connect_timeout={startup}) as bridge:
+    bridge.publish("probed", np.full((2, 4), float(rank)), 0)
+    first = sorted(sys.modules)
+    release.set()
+    bridge.publish("probed", np.full((2, 4), float(rank)), 1)
+with open(f"{{sys.argv[2]}}.{{rank}}.json", "w") as f:
+    json.dump({{"main_waited": any(waited), "first": first, "end": sorted(sys.modules)}}, f)
+"""
+# what only rank 0 uses (the scheduler extension it installs), or no rank
+ROOT_ONLY = ("deisa.scheduler",)
+NO_RANK = ("deisa.analysis", "deisa.launcher", "dask.array", "scipy", "sklearn", "pandas")
+
+
+def test_no_rank_waits_for_distributed_and_only_rank_0_loads_the_scheduler_side(
+    tmp_path: Path, dask_processes: DaskProcesses
+) -> None:
+    probe, out = tmp_path / "probe.py", tmp_path / "loaded"
+    probe.write_text(RANK_PROBE.format(startup=STARTUP))
+    cmd = mpirun(2, sys.executable, str(probe), str(dask_processes.scheduler_file), str(out))
+    proc = subprocess.run(cmd, env=test_env(), capture_output=True, text=True, timeout=4 * STARTUP)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    root, other = (json.loads(Path(f"{out}.{rank}.json").read_text()) for rank in (0, 1))
+    for rank in (root, other):
+        assert not rank["main_waited"], (
+            "a Bridge's construction or first publish imported distributed"
+        )
+        assert "distributed" not in rank["first"] and "deisa.bridge.bridge" in rank["first"]
+        assert "distributed" in rank["end"]  # the sends imported it, on the loop thread
+        assert _heavy(rank["end"], NO_RANK) == []
+    assert _heavy(root["end"], ROOT_ONLY) != []  # rank 0 installed the extension
+    assert _heavy(other["end"], ROOT_ONLY) == []
+    with dask_processes.client() as client:
+        from deisa import Adapter
+
+        steps = [
+            float(block.sum()) for _, block in Adapter(client, timeout=STARTUP)["probed"].items()
+        ]
+    assert steps == [8.0, 8.0]
 
 
 def test_adapter_loads_no_bridge_module() -> None:

@@ -4,6 +4,10 @@ Only rank 0 of a Bridge talks to the scheduler; the other ranks learn the outcom
 :class:`~deisa.bridge._publisher.Connection`) from it, by a broadcast (``mode="sync"``) or an
 exchange (``mode="async"``). Everything here runs on rank 0's event-loop thread
 (:class:`~deisa.bridge._loop.LoopThread`).
+
+distributed and the scheduler extension are imported where they are used, on the event-loop
+thread: a rank's main thread imports this module (for :class:`Pool`) without paying for them,
+and only rank 0 ever imports :mod:`deisa.scheduler`.
 """
 
 from __future__ import annotations
@@ -14,13 +18,9 @@ import logging
 import threading
 import uuid
 from collections.abc import Callable, Coroutine, Mapping
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from distributed import Security
-from distributed.core import ConnectionPool
-from distributed.protocol.pickle import dumps
-
-from ..scheduler import StreamExtension
+from .._dask_internals import import_distributed
 from ..wire import PLUGIN_NAME, Route, is_ok
 from ._collective import BridgeError
 from ._notices import EarlyRegistration
@@ -30,13 +30,16 @@ from .decomposition import Decomposition
 from .options import BridgeOptions
 from .scheduler_file import read_scheduler_address
 
+if TYPE_CHECKING:
+    from distributed.core import ConnectionPool
+
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
 
 def route(
-    pool: ConnectionPool, address: str, name: Route
+    pool: Pool | ConnectionPool, address: str, name: Route
 ) -> Callable[..., Coroutine[Any, Any, Any]]:
     """The scheduler route ``name`` at ``address``, to call with its keyword arguments."""
     call: Callable[..., Coroutine[Any, Any, Any]] = getattr(pool(address), name.value)
@@ -45,10 +48,65 @@ def route(
 
 async def open_pool() -> ConnectionPool:
     """A connection pool with the client's TLS settings (dask config), started."""
+    import_distributed()
+    from distributed import Security
+    from distributed.core import ConnectionPool
+
     security = Security()
     pool = ConnectionPool(limit=64, connection_args=security.get_connection_args("client"))
     await pool.start()
     return pool
+
+
+class Pool:
+    """A rank's connections (to its workers; rank 0's to the scheduler too), opened at the first
+    call made through them, on the event-loop thread.
+
+    ``pool(address).<route>(**kwargs)`` is awaited as with a
+    :class:`distributed.core.ConnectionPool`, which the first such call opens (:func:`open_pool`,
+    importing distributed there): making a Pool costs nothing, so that the Bridge's
+    construction and its first ``publish`` do not wait for distributed's import on the
+    simulation's thread. Used from one event loop only.
+    """
+
+    def __init__(self) -> None:
+        self._pool: ConnectionPool | None = None
+
+    async def opened(self) -> ConnectionPool:
+        """The ConnectionPool, opened on the first call."""
+        if self._pool is None:
+            pool = await open_pool()
+            if self._pool is None:
+                self._pool = pool
+            else:  # another first call opened one meanwhile
+                await pool.close()
+        return self._pool
+
+    def __call__(self, address: str) -> _Remote:
+        return _Remote(self, address)
+
+    async def close(self) -> None:
+        """Close the connections, if any was opened."""
+        if self._pool is not None:
+            await self._pool.close()
+
+
+class _Remote:
+    """The routes of ``address`` through a :class:`Pool`: ``remote.<route>(**kwargs)``."""
+
+    def __init__(self, pool: Pool, address: str) -> None:
+        self._pool = pool
+        self._address = address
+
+    def __getattr__(self, name: str) -> Callable[..., Coroutine[Any, Any, Any]]:
+        if name.startswith("_"):
+            raise AttributeError(name)
+
+        async def call(**kwargs: Any) -> Any:
+            pool = await self._pool.opened()
+            return await getattr(pool(self._address), name)(**kwargs)
+
+        return call
 
 
 async def in_thread(fn: Callable[..., T], *args: Any) -> T:
@@ -83,14 +141,19 @@ def meta(dec: Decomposition, run: str) -> dict[str, Any]:
     }
 
 
-async def install(pool: ConnectionPool, address: str) -> None:
+async def install(pool: Pool, address: str) -> None:
     """Install the :class:`~deisa.scheduler.StreamExtension` (idempotent)."""
+    import_distributed()
+    from distributed.protocol.pickle import dumps
+
+    from ..scheduler import StreamExtension
+
     await pool(address).register_scheduler_plugin(
         plugin=dumps(StreamExtension()), name=PLUGIN_NAME, idempotent=True
     )
 
 
-async def wait_workers(pool: ConnectionPool, address: str, min_workers: int) -> list[str]:
+async def wait_workers(pool: Pool, address: str, min_workers: int) -> list[str]:
     """The workers' addresses, once at least ``min_workers`` are connected."""
     while True:
         workers = await route(pool, address, Route.WORKERS)()
@@ -100,7 +163,7 @@ async def wait_workers(pool: ConnectionPool, address: str, min_workers: int) -> 
 
 
 async def connect(
-    pool: ConnectionPool,
+    pool: Pool,
     scheduler_file: str,
     options: BridgeOptions,
     decompositions: Mapping[str, Decomposition],

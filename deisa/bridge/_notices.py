@@ -19,13 +19,13 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from distributed.comm import parse_address, parse_host_port
-from distributed.core import Server
-from distributed.utils import get_ip
-
+from .._dask_internals import import_distributed
 from ._publisher import Entry, Sent
+
+if TYPE_CHECKING:
+    from distributed.core import Server
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +65,11 @@ class EarlyRegistration:
         ``None`` (no early registration) for a scheduler that is not plain ``tcp://``: the
         notices would bypass its TLS settings.
         """
+        import_distributed()
+        from distributed.comm import parse_address, parse_host_port
+        from distributed.core import Server
+        from distributed.utils import get_ip
+
         protocol, location = parse_address(scheduler_address)
         if protocol != "tcp":
             logger.info(

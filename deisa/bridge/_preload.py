@@ -4,7 +4,10 @@ The PDI plugin calls :func:`start` right after it has started the embedded inter
 releases the GIL: while the C code computes, this thread imports what the rank needs, in
 stages. The plugin waits for a stage only when it needs it (:meth:`Preload.wait`): the
 options at ``PDI_init`` (``deisa.bridge.options``: numpy, the placements), the Bridge at the first
-publication (``deisa.bridge``: distributed).
+publication (``deisa.bridge.bridge``, which does not import distributed). Nothing waits for the
+last stage, distributed: it is what the Bridge's event-loop thread sends with (and rank 0
+connects with), imported here from ``PDI_init`` on so that the sends find it ready, while the
+simulation's first publication does not wait for it (docs/benchmarks.md, "Start-up of a rank").
 
 No MPI call happens here: ``mpi4py.MPI`` initializes MPI (or queries it) when imported, and a
 C simulation usually owns MPI at thread level ``MPI_THREAD_SINGLE``, so the plugin imports it
@@ -16,7 +19,7 @@ Examples
 >>> preload.wait("options")  # returns once deisa.bridge.options is imported; raises its ImportError
 >>> preload.join()
 >>> sorted(preload.seconds)  # doctest: +SKIP
-['bridge', 'options']
+['bridge', 'distributed', 'options']
 """
 
 from __future__ import annotations
@@ -32,7 +35,8 @@ logger = logging.getLogger(__name__)
 #: The stages, in import order: the name the plugin waits for, and its modules.
 STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("options", ("numpy", "deisa.bridge.options", "deisa.bridge.decomposition")),
-    ("bridge", ("distributed", "deisa.bridge.bridge", "mpi4py")),
+    ("bridge", ("deisa.bridge.bridge", "mpi4py")),
+    ("distributed", ("distributed",)),
 )
 
 
@@ -56,12 +60,13 @@ class Preload:
         self.seconds: dict[str, float] = {}
         self.modules: dict[str, float] = {}
         self.waited: dict[str, float] = {}
+        self._started: dict[str, float] = {}
         self._thread = threading.Thread(target=self._run, name="deisa-preload", daemon=True)
 
     def _run(self) -> None:
         failed: BaseException | None = None
         for name, modules in self._stages:
-            t0 = time.perf_counter()
+            t0 = self._started[name] = time.perf_counter()
             try:
                 if failed is None:
                     for module in modules:
@@ -97,12 +102,18 @@ class Preload:
         self._thread.join()
 
     def summary(self) -> str:
-        """One line: each stage's import time and how long the simulation waited for it."""
-        return ", ".join(
-            f"{name} {self.seconds.get(name, float('nan')):.2f} s "
-            f"(waited {self.waited.get(name, 0.0):.2f} s)"
-            for name, _ in self._stages
-        )
+        """One line: each stage's import time and how long the simulation waited for it (a
+        stage still importing: the seconds since it started)."""
+        parts = []
+        for name, _ in self._stages:
+            if name in self.seconds:
+                parts.append(
+                    f"{name} {self.seconds[name]:.2f} s (waited {self.waited.get(name, 0.0):.2f} s)"
+                )
+            elif name in self._started:
+                seconds = time.perf_counter() - self._started[name]
+                parts.append(f"{name} still importing after {seconds:.2f} s")
+        return ", ".join(parts)
 
 
 def start(stages: Sequence[tuple[str, Sequence[str]]] = STAGES) -> Preload:

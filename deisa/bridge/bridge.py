@@ -34,7 +34,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
-from distributed.core import ConnectionPool
 
 from ..contract import Plan
 from ..wire import Route, decode_value, is_ok
@@ -49,7 +48,7 @@ from ._collective import (
     on_root,
     raise_first,
 )
-from ._connect import connect, open_pool, route
+from ._connect import Pool, connect, route
 from ._loop import LoopThread
 from ._publisher import Connection, PublishTiming
 from ._sync import SyncPublisher
@@ -187,7 +186,7 @@ class Bridge:
         self.detached: str | None = None  # why the Bridge stopped sending (scheduler lost)
         # the loop thread and what runs on it
         self._loop = LoopThread(f"deisa-bridge-{self.rank}")
-        self._pool: ConnectionPool | None = None
+        self._pool: Pool | None = None
         self._background: list[concurrent.futures.Future[Any]] = []
         # the connection, known on every rank once rank 0 has made it
         self.scheduler_address: str | None = None
@@ -250,7 +249,7 @@ class Bridge:
             specs = [specs[name] for specs in all_specs]
             self.decompositions[name] = Decomposition.from_specs(name, specs)
         self.specs = arrays
-        self._pool = self._loop.run(open_pool())
+        self._pool = Pool()  # opened by the loop thread's first call: no distributed here
         hosts = self.comm.allgather(this_host()) if needs_hosts(self.options.placement) else None
         self._routing = Routing(self.options.placement, self.decompositions, self.rank, hosts)
         if self.asynchronous:
@@ -358,7 +357,7 @@ class Bridge:
         return self._async.exchanges
 
     @property
-    def _rpc(self) -> ConnectionPool:
+    def _rpc(self) -> Pool:
         if self._pool is None:
             raise BridgeError("the Bridge is closed")
         return self._pool
