@@ -13,14 +13,14 @@ refinement pass). The estimator, the task graph and the regimes are in :mod:`dei
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import scipy.linalg
 
-# Bytes of float64 scratch per chunk when a pass over a block needs a temporary.
-CHUNK_BYTES = 1 << 21
+# Bytes of scratch per chunk when a pass converts or shifts a block: a few chunks fit in cache.
+CHUNK_BYTES = 1 << 20
 
 
 @dataclass
@@ -38,34 +38,73 @@ class PartialPCA:
         return object.__sizeof__(self) + sum(a.nbytes for a in arrays)
 
 
+def _compute_dtype(blocks: Sequence[np.ndarray]) -> np.dtype:
+    """float32 when every block is float32 (products then stay in float32, as scikit-learn's
+    PCA keeps float32 input in float32), float64 otherwise."""
+    single = all(b.dtype == np.float32 for b in blocks)
+    return np.dtype(np.float32 if single else np.float64)
+
+
 class Bands:
     """Rows of a partition as a grid of blocks, read in place: ``bands[i][j]`` is the block of
     row band ``i`` and column block ``j``. Products with the centred matrix ``A = X - 1 mean``
-    are computed block by block, so the partition is never copied."""
+    are computed block by block, so the partition is never copied.
+
+    When every block is float64, blocks enter the products whole (one matrix product per
+    block and pass, centred by a rank-one correction). Otherwise blocks are read in chunks of
+    a few ``CHUNK_BYTES``, each shifted by the centre into a scratch buffer of the compute
+    dtype (float32 for float32 data): a float32 partition is never converted to float64, and
+    subtracting the centre before the product keeps a large offset from cancelling float32's
+    few digits. The first pass (:meth:`column_stats`) always works on float64 chunks.
+    """
 
     def __init__(self, bands: Sequence[Sequence[np.ndarray]]) -> None:
-        self.bands = [
-            [b if b.dtype == np.float64 else b.astype(np.float64) for b in band] for band in bands
-        ]
+        self.bands = [[np.asarray(b) for b in band] for band in bands]
+        self.dtype = _compute_dtype([b for band in self.bands for b in band])
         widths = [b.shape[1] for b in self.bands[0]]
         self.columns = np.concatenate([[0], np.cumsum(widths)]).astype(int)
         self.heights = [band[0].shape[0] for band in self.bands]
         self.rows = np.concatenate([[0], np.cumsum(self.heights)]).astype(int)
         self.shape = (int(self.rows[-1]), int(self.columns[-1]))
         self.mean = np.zeros(self.shape[1])
+        # Whole float64 blocks go straight into the products; anything else is shifted.
+        self._shifted = any(b.dtype != np.float64 for band in self.bands for b in band)
+        self._scratch = np.empty(0, dtype=self.dtype)
 
     def _cols(self, j: int) -> slice:
         return slice(self.columns[j], self.columns[j + 1])
+
+    def _pieces(self, centre: np.ndarray) -> Iterator[tuple[int, slice, np.ndarray]]:
+        """``(first row, columns, X[rows, columns] - centre[columns])`` over the partition:
+        whole blocks (``centre`` ignored) when they are all float64, else shifted chunks in
+        the compute dtype, each valid until the next is yielded."""
+        for i, band in enumerate(self.bands):
+            for j, block in enumerate(band):
+                cols = self._cols(j)
+                if not self._shifted:
+                    yield self.rows[i], cols, block
+                    continue
+                # Chunks of a few CHUNK_BYTES: large enough for efficient matrix products.
+                size = 4 * CHUNK_BYTES // self.dtype.itemsize
+                step = max(1, size // max(1, block.shape[1]))
+                if self._scratch.size < step * block.shape[1]:
+                    self._scratch = np.empty(step * block.shape[1], dtype=self.dtype)
+                shift = centre[cols].astype(self.dtype)
+                for r in range(0, block.shape[0], step):
+                    rows = block[r : r + step]
+                    piece = self._scratch[: rows.size].reshape(rows.shape)
+                    np.subtract(rows, shift, out=piece, casting="unsafe")
+                    yield self.rows[i] + r, cols, piece
 
     def column_stats(
         self, right: np.ndarray | None = None
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """Mean and sum of squared deviations per column, and ``A @ right``, in one pass.
 
-        Deviations are accumulated from the first row (a shift close to the data), so a large
-        offset does not cancel the variance out as ``sum(x**2) - n mean**2`` would. The
-        product (when ``right`` is given) is taken on the same chunks while they are in cache,
-        and centred once the mean is known.
+        Deviations are accumulated from the first row (a shift close to the data), in float64
+        chunks, so a large offset does not cancel the variance out as
+        ``sum(x**2) - n mean**2`` would. The product (when ``right`` is given) is taken on the
+        same shifted chunks while they are in cache, and centred once the mean is known.
         """
         n, f = self.shape
         shift = np.concatenate(self.bands[0], axis=1)[0].astype(np.float64)
@@ -78,43 +117,48 @@ class Bands:
                 step = max(1, CHUNK_BYTES // (8 * max(1, block.shape[1])))
                 for r in range(0, block.shape[0], step):
                     rows = block[r : r + step]
-                    if product is not None and right is not None:
-                        start = self.rows[i] + r
-                        product[start : start + len(rows)] += rows @ right[cols]
                     d = scratch[: rows.size].reshape(rows.shape)
                     np.subtract(rows, shift[cols], out=d)
+                    if product is not None and right is not None:
+                        start = self.rows[i] + r
+                        product[start : start + len(rows)] += d @ right[cols]
                     total[cols] += d.sum(axis=0)
                     squares[cols] += np.einsum("ij,ij->j", d, d)
         offset = total / n
         self.mean = shift + offset
         if product is not None and right is not None:
-            product -= self.mean @ right
+            product -= offset @ right
         return self.mean, np.maximum(squares - n * offset**2, 0.0), product
+
+    def _residual(self, centre: np.ndarray) -> np.ndarray:
+        """What :meth:`_pieces` leaves to subtract: ``mean - centre`` as the pieces hold it."""
+        if not self._shifted:
+            return self.mean
+        return self.mean - centre.astype(self.dtype).astype(np.float64)
 
     def matmul(self, right: np.ndarray) -> np.ndarray:
         """``A @ right`` for ``right`` of shape (n_features, r)."""
-        out = np.empty((self.shape[0], right.shape[1]))
-        shifted = self.mean @ right
-        for i, band in enumerate(self.bands):
-            rows = out[self.rows[i] : self.rows[i + 1]]
-            np.matmul(band[0], right[self._cols(0)], out=rows)
-            for j in range(1, len(band)):
-                rows += band[j] @ right[self._cols(j)]
-            rows -= shifted
+        out = np.zeros((self.shape[0], right.shape[1]))
+        centre = self.mean
+        cast = right.astype(self.dtype, copy=False)
+        for start, cols, piece in self._pieces(centre):
+            out[start : start + len(piece)] += piece @ cast[cols]
+        out -= self._residual(centre) @ right
         return out
 
     def rmatmul(self, left: np.ndarray) -> np.ndarray:
         """``A.T @ left`` for ``left`` of shape (n_samples, r)."""
         out = np.zeros((self.shape[1], left.shape[1]))
-        for i, band in enumerate(self.bands):
-            rows = left[self.rows[i] : self.rows[i + 1]]
-            for j, block in enumerate(band):
-                out[self._cols(j)] += block.T @ rows
-        out -= np.outer(self.mean, left.sum(axis=0))
+        centre = self.mean
+        # (left.T @ piece).T: the row-major product is faster than piece.T @ left in BLAS.
+        cast = np.ascontiguousarray(left.T, dtype=self.dtype)
+        for start, cols, piece in self._pieces(centre):
+            out[cols] += (cast[:, start : start + len(piece)] @ piece).T
+        out -= np.outer(self._residual(centre), left.sum(axis=0))
         return out
 
     def centred_copy(self) -> np.ndarray:
-        """The centred rows as one array (the exact solver's input), in one copy."""
+        """The centred rows as one float64 array (the exact solver's input), in one copy."""
         rows = np.block([list(band) for band in self.bands]).astype(np.float64, copy=False)
         rows -= self.mean
         return rows

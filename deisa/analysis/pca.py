@@ -178,14 +178,15 @@ class PendingFit:
         if timeout is not None and not self.wait(timeout):
             raise TimeoutError(f"the fit did not finish within {timeout} s")
         client = self.estimator._client()
-        states = client.gather(self._level)
+        gathered = client.gather([*self._level, *self._refinements])  # one round trip
+        states, sums = gathered[: len(self._level)], gathered[len(self._level) :]
         start = time.perf_counter()
         variance = None
         if self._refinements:  # the root merge ran on a worker, earlier state included
             (state,) = states
             k = self._n_components
-            sums = sum(client.gather(self._refinements))
-            variance = sums + state_variance_along(self._previous, state.mean, state.components[:k])
+            previous = state_variance_along(self._previous, state.mean, state.components[:k])
+            variance = sum(sums) + previous
         else:
             state = merge([self._previous, *states], self._rank)
         assert state is not None
@@ -335,7 +336,9 @@ class IncrementalPCA(TransformerMixin, BaseEstimator):
         self
         """
         if not isinstance(X, da.Array):
-            X = np.asarray(X, dtype=np.float64)
+            X = np.asarray(X)  # float32 stays float32 (no copy), as scikit-learn's PCA keeps it
+            if X.dtype not in (np.float32, np.float64):
+                X = X.astype(np.float64)
             n_components, rank, seeds, n_iter = self._prepare(X)
             previous = self._previous
             state = merge([previous, self._reduce_numpy(X, rank, seeds, n_iter)], rank)

@@ -300,3 +300,30 @@ def test_bounded_rank_partial_fit_follows_a_stream(client: Client) -> None:
     reference = PCA(n_components=3, svd_solver="full").fit(np.concatenate(steps))
     assert model.n_samples_seen_ == 3 * sum(ROW_CHUNKS)
     np.testing.assert_allclose(model.explained_variance_, reference.explained_variance_, rtol=1e-4)
+
+
+def test_float32_blocks_stay_float32_and_match_exact_pca(client: Client) -> None:
+    """float32 data is reduced in float32 (no float64 copy of a partition), shifted by the
+    centre before each product, so even a large offset keeps the variance within 1e-6."""
+    data = (modes_plus_noise(sum(ROW_CHUNKS), 520) + 300.0).astype(np.float32)
+    block = data[:40]
+    matrix = deisa.analysis._pca_kernels.Bands([[block]])
+    assert matrix.dtype == np.float32 and matrix.bands[0][0] is block
+    reference = PCA(n_components=3, svd_solver="full").fit(data.astype(np.float64))
+    x = scatter_blocks(
+        client,
+        data,
+        (ROW_CHUNKS, (260, 260)),
+        lambda i, _j: sorted(client.nthreads())[i % 2],
+        "bounded-float32",
+    )
+    for model in (
+        IncrementalPCA(n_components=3, random_state=0).fit(x),
+        IncrementalPCA(n_components=3, batch_size=50, random_state=0).fit(data),
+    ):
+        assert model.svd_solver_ == "randomized"
+        np.testing.assert_allclose(
+            model.explained_variance_, reference.explained_variance_, rtol=1e-6
+        )
+        np.testing.assert_allclose(model.mean_, reference.mean_, rtol=1e-12)
+        np.testing.assert_allclose(model.var_, data.astype(np.float64).var(axis=0), rtol=1e-9)
