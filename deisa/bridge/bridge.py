@@ -11,11 +11,12 @@ Per step and array, :meth:`Bridge.publish` (collective over the Bridge's communi
 3. every rank returns, or raises the same error, together.
 
 In ``mode="async"`` (the default) ``publish`` only copies the block into a buffer the Bridge
-owns and does one small ``allgather`` (the *exchange*, :mod:`._publisher`): steps 1 and 2
-run in the background, on the Bridge's event-loop thread, which never calls MPI. Each exchange
-carries which sends finished, and rank 0's news (the connection, the steps registered, a
-failure), so every rank decides the same thing at the same call: wait for room (at most
-``max_in_flight`` blocks per array in flight), or raise a background failure naming the step.
+owns and posts one small non-blocking ``allgather`` (the *exchange*, :mod:`._exchange`,
+:mod:`._publisher`), which the next call completes: steps 1 and 2 run in the background, on
+the Bridge's event-loop thread, which never calls MPI. Each exchange carries which sends
+finished, and rank 0's news (the connection, the steps registered, a failure), so every rank
+decides the same thing at the same call: wait for room (at most ``max_in_flight`` blocks per
+array in flight), or raise a background failure naming the step.
 The connection to the scheduler is made in the background too, by rank 0.
 In ``mode="sync"`` the ranks gather their keys on rank 0 and wait for its ``deisa_publish``
 (then a broadcast of the outcome) before returning.
@@ -118,7 +119,7 @@ class Bridge:
         ``mode="async"``: the most block copies this rank held at once, per array (at most
         ``max_in_flight``); ``peak_in_flight`` the most blocks not known registered.
     exchanges : int
-        ``mode="async"``: exchanges (small ``allgather`` calls) made so far.
+        ``mode="async"``: exchanges (small ``allgather`` calls) completed so far.
     workers : list of str
         The workers blocks are placed on now (the same on every rank; changes when a worker
         joins or leaves).
@@ -353,7 +354,7 @@ class Bridge:
 
     @property
     def exchanges(self) -> int:
-        """``mode="async"``: exchanges (small ``allgather`` calls) made so far."""
+        """``mode="async"``: exchanges (small ``allgather`` calls) completed so far."""
         return self._async.exchanges
 
     @property
@@ -395,7 +396,9 @@ class Bridge:
         the step's registration on the scheduler proceed in the background. Waits while this
         rank has ``max_in_flight`` blocks of ``name`` not yet registered (their transfer, or
         flow control: ``buffer_nb`` steps waiting for the analytics). A failure in the
-        background is raised by the next ``publish`` (or :meth:`close`) on every rank.
+        background is raised by a later ``publish`` (or :meth:`close`) on every rank; a wrong
+        call (a bad block, ranks calling with different names or steps) returns, and the next
+        call raises it on every rank (see ``docs/architecture.md``).
 
         ``mode="sync"``: returns once the bytes are on the worker and the step is queued for
         the analytics; blocks while ``buffer_nb`` steps of ``name`` are waiting for the
