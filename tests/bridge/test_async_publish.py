@@ -8,6 +8,10 @@ Two runs, each checking several things at once to keep the integration time smal
   copies, nor more blocks in flight, than ``max_in_flight``;
 - a worker killed mid-run makes a later ``publish`` (or ``close``) raise the same
   ``BridgeError`` on every rank, and the run ends (no hang).
+
+And, with no scheduler at all, a wrong call (a bad block, ranks calling with different arrays
+while the others wait for room) is raised by the next call, the same on every rank, with no
+exchange left in flight.
 """
 
 from __future__ import annotations
@@ -226,3 +230,63 @@ def test_async_step_reaches_the_analytics_before_the_next_publish(tmp_path: Path
         cluster.stop()
     assert rc == 0, err[-3000:]
     assert all("error" not in report for report in reports(tmp_path))
+
+
+WRONG_CALL = r"""
+import json, sys
+import numpy as np
+from mpi4py import MPI
+from deisa import ArraySpec, Bridge, BridgeError
+
+scheduler_file, out, case = sys.argv[1], sys.argv[2], sys.argv[3]
+rank = MPI.COMM_WORLD.Get_rank()
+spec = ArraySpec("float64", global_shape=(8, 6), start=(2 * rank, 0), shape=(2, 6))
+# "dtype": no wait for room; "name": the ranks publishing "field" wait for room at step 2 (2
+# blocks in flight: no scheduler, nothing is ever registered), rank 3 does not wait
+limit = 10 if case == "dtype" else 2
+bridge = Bridge(scheduler_file, {"field": spec}, mode="async", max_in_flight=limit,
+                connect_timeout=120)
+returned, error = [], None
+try:
+    for step in range(5):
+        block, name = np.zeros((2, 6)), "field"
+        if step == 2 and case == "dtype" and rank == 1:
+            block = block.astype("float32")
+        if step == 2 and case == "name" and rank == 3:
+            name = "nope"
+        bridge.publish(name, block, step)
+        returned.append(step)
+except BridgeError as exc:
+    error = str(exc)
+bridge.close()
+json.dump({"returned": returned, "error": error, "in_flight": bridge._async.exchanger.pending},
+          open(f"{out}/rank-{rank}.json", "w"))
+"""
+
+
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [
+        ("dtype", "rank 1: publish('field', step=2) refused: block of 'field' has dtype float32, "
+                  "declared float64"),
+        ("name", "rank 3: called publish('nope', step=2) while rank 0 called "
+                 "publish('field', step=2)"),
+    ],
+)  # fmt: skip
+def test_async_wrong_call_is_raised_by_the_next_call_on_every_rank(
+    tmp_path: Path, case: str, message: str
+) -> None:
+    script = tmp_path / "wrong_call.py"
+    script.write_text(WRONG_CALL)
+    (tmp_path / "out").mkdir()
+    scheduler_file = tmp_path / "scheduler.json"  # no scheduler: nothing is ever sent
+    proc = subprocess.Popen(
+        mpirun(4, sys.executable, str(script), str(scheduler_file), str(tmp_path / "out"), case),
+        env=test_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    rc, err = finish(proc)
+    assert rc == 0, err[-3000:]
+    for report in reports(tmp_path):
+        assert report["returned"] == [0, 1, 2], report  # step 2 returned; step 3 raised
+        assert report["error"] == message
+        assert not report["in_flight"]  # close() left no exchange in flight
