@@ -36,7 +36,7 @@ from typing import IO, Any
 import yaml
 
 from ..wire import Route
-from .pipeline import PipelineError, StepAnalytics, analyze_stream
+from .pipeline import PipelineError, StepAnalytics, analyze_stream, warm_up
 from .processes import Child, ProcessSet, Signals, child_env, tail, wait_until
 from .report import report
 from .settings import RunSettings
@@ -151,6 +151,8 @@ def run_pipeline(settings: RunSettings, signals: Signals, out: IO[str] = sys.std
                 echo=out,
             )
         signals.check()
+        # the built-in PCA's first fit, on a small array, while the ranks start
+        warm = _warm_up(client, settings) if analytics is None else None
         sim = procs.start(
             "simulation",
             [*settings.mpirun, "-np", str(settings.ranks), *simulation.argv],
@@ -162,12 +164,23 @@ def run_pipeline(settings: RunSettings, signals: Signals, out: IO[str] = sys.std
             _wait_for_user_analytics(settings, procs, sim, analytics, signals)
             analytics.join_echo()
         print(_summary(client, time.perf_counter() - started), file=out)
+        del warm  # held until here: dropping the warm-up fit earlier would release its tasks
     finally:
         if client is not None:
             with contextlib.suppress(Exception):
                 client.close(timeout=5)
         procs.stop()
         signals.on_second = None
+
+
+def _warm_up(client: Any, settings: RunSettings) -> Any:
+    """:func:`~deisa.launcher.pipeline.warm_up` of the run's PCA, or ``None`` if it could
+    not start (the first step then pays its start-up; the run goes on)."""
+    try:
+        return warm_up(client, settings.n_components)
+    except Exception:
+        logger.warning("the analytics' warm-up did not start", exc_info=True)
+        return None
 
 
 def _prepare_output(output: Path) -> Path:

@@ -278,6 +278,39 @@ def analyze_stream(
         return results
 
 
+def warm_up(client: Client, n_components: int = 4, block: int = 16) -> PendingFit:
+    """Start a PCA of a small random array through the analytics' own path; return at once.
+
+    What the first step's fit would otherwise pay besides its arithmetic is paid here, before
+    the simulation's first step exists: the client's first graph and split, the workers' first
+    tasks, their first transfers to each other, the first merges. ``deisa-run`` calls it as the
+    simulation starts (its ranks take longer to start than this fit takes); the workers'
+    preload (:mod:`deisa.analysis._warm`) has imported the kernels by then. The array is
+    ``2 x 2`` blocks of ``block x block``, spread over the workers by the scheduler, so that
+    whole row bands are gathered as the splitter gathers a real step's.
+
+    Parameters
+    ----------
+    client
+        Connected client of the cluster.
+    n_components
+        As the run's: the same regime of the PCA.
+    block
+        Rows and columns of each block.
+
+    Returns
+    -------
+    PendingFit
+        Keep it until the fit ends: dropping it releases the fit's tasks.
+    """
+    import dask.array as da
+
+    shape = (2 * block, 2 * block)
+    x = client.persist(da.random.RandomState(0).standard_normal(shape, chunks=block))
+    k = min(n_components, block)
+    return IncrementalPCA(n_components=k, client=client).submit_fit(x)
+
+
 def _steered(source: Adapter | Replay) -> Adapter:
     if not isinstance(source, Adapter):  # analyze_stream refuses stop_when_converged then
         raise TypeError("a replay of saved steps cannot be steered")

@@ -90,7 +90,8 @@ def test_run_with_defaults_completes(tmp_path: Path) -> None:
     out = tmp_path / "out"
     proc = deisa_run("-o", str(out))
     assert proc.returncode == 0, proc.stderr
-    check_report(out, proc.stdout, steps=10, n_components=4)
+    check_report(out, proc.stdout, steps=20, n_components=4)
+    assert "warm-up (steps 0-" in proc.stdout and "steady state (steps " in proc.stdout
     settings = json.loads((out / "results.json").read_text())["settings"]
     assert settings["ranks"] == 4 and settings["workers"] == 2
     assert settings["simulation"]["global_size"] == [256, 256]

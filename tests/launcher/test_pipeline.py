@@ -15,7 +15,7 @@ from conftest import REPO, DaskProcesses, deisa_run, mpirun, start_dask, test_en
 from distributed import Client, Event
 from sklearn.decomposition import PCA
 
-from deisa.launcher.pipeline import PipelineError, StepAnalytics, analyze_stream
+from deisa.launcher.pipeline import PipelineError, StepAnalytics, analyze_stream, warm_up
 
 PUBLISHER = REPO / "tests" / "publish_blocks.py"
 sys.path.insert(0, str(PUBLISHER.parent))
@@ -117,3 +117,11 @@ def test_deisa_run_analytics_exits_non_zero_naming_a_stalled_fit(
     assert "the PCA of step 0 of 'stalled-run' made no progress" in proc.stderr
     assert "phase: local reductions" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_warm_up_fits_a_small_array_on_the_cluster(one_worker: DaskProcesses) -> None:
+    with one_worker.client() as client:
+        pending = warm_up(client, n_components=4, block=8)
+        pca = pending.result()
+    assert pca.components_.shape == (4, 16) and pca.svd_solver_ == "full"
+    assert pca.n_samples_seen_ == 16
