@@ -344,18 +344,23 @@ void Bridge_handle::publish(Context& ctx, const string& dataset, const Block& bl
 	}
 }
 
-void Bridge_handle::close(Context& ctx)
+void Bridge_handle::join_imports(Context& ctx)
 {
 	if (!Py_IsInitialized()) return;
 	py::gil_scoped_acquire gil;
-	if (m_preload) {
-		// the interpreter must not be finalized under a running import
-		try {
-			m_preload.attr("join")();
-		} catch (const py::error_already_set& e) {
-			ctx.logger().error("Python failure while waiting for the deisa imports:\n{}", python_traceback(e));
-		}
+	if (!m_preload) return;
+	try {
+		m_preload.attr("join")();
+	} catch (const py::error_already_set& e) {
+		ctx.logger().error("Python failure while waiting for the deisa imports:\n{}", python_traceback(e));
 	}
+}
+
+void Bridge_handle::close(Context& ctx)
+{
+	if (!Py_IsInitialized()) return;
+	join_imports(ctx); // the interpreter must not be finalized under a running import
+	py::gil_scoped_acquire gil;
 	if (!m_bridge) return;
 	try {
 		m_bridge.attr("close")();

@@ -191,6 +191,15 @@ public:
 	 */
 	void close(PDI::Context& ctx);
 
+	/** Waits for the background imports (deisa.bridge._preload) to end, before an error leaves the plugin
+	 *
+	 * PDI's default error handler calls exit(), whose handlers (OpenSSL's among them) would tear
+	 * libraries down under an import still running: the last stage, distributed, is waited for
+	 * by no publication.
+	 * \param ctx the PDI context
+	 */
+	void join_imports(PDI::Context& ctx);
+
 	/** Reads a steering value (deisa.Bridge.get: collective over the bridge's ranks)
 	 *
 	 * Before the bridge is created (no publication yet) or once it is disabled, reads nothing.

@@ -161,14 +161,19 @@ public:
 		auto ref_of = [&](const string& data) {
 			return ref ? *ref : context().desc(data).ref();
 		};
-		for (auto&& transfer: m_transfers) {
-			if (!matches(transfer.data()) || !transfer.when(context())) continue;
-			m_bridge.open(context(), m_transfers);
-			if (m_bridge.outside(transfer)) continue; // this rank is outside the entry's `communicator'
-			m_bridge.publish(context(), transfer.dataset(context()), transfer.block(context(), ref_of(transfer.data())));
-		}
-		for (auto&& read: m_reads) {
-			if (matches(read.data()) && read.when(context())) this->read(read, ref_of(read.data()));
+		try {
+			for (auto&& transfer: m_transfers) {
+				if (!matches(transfer.data()) || !transfer.when(context())) continue;
+				m_bridge.open(context(), m_transfers);
+				if (m_bridge.outside(transfer)) continue; // this rank is outside the entry's `communicator'
+				m_bridge.publish(context(), transfer.dataset(context()), transfer.block(context(), ref_of(transfer.data())));
+			}
+			for (auto&& read: m_reads) {
+				if (matches(read.data()) && read.when(context())) this->read(read, ref_of(read.data()));
+			}
+		} catch (...) {
+			m_bridge.join_imports(context()); // PDI's error handler may exit() next
+			throw;
 		}
 	}
 

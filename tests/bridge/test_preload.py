@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.abc
 import sys
+import threading
+from typing import Any
 
 import pytest
-from conftest import modules_loaded
+from conftest import STARTUP, modules_loaded
 
 from deisa.bridge import _preload
 
@@ -20,6 +23,33 @@ def test_stages_are_imported_in_order_and_timed() -> None:
     assert set(preload.waited) == {"first", "second"}
     assert "first" in preload.summary() and "waited" in preload.summary()
     assert "colorsys" in sys.modules
+
+
+def test_summary_names_a_stage_still_importing() -> None:
+    """The plugin logs the summary at the first publication, which waits for no import of
+    distributed: a stage still running is named as such, not as a time."""
+    entered, release = threading.Event(), threading.Event()
+
+    class Hold(importlib.abc.MetaPathFinder):
+        def find_spec(self, name: str, path: Any, target: Any = None) -> None:
+            if name == "deisa_held_module":
+                entered.set()
+                release.wait(STARTUP)
+            return None
+
+    hold = Hold()
+    sys.meta_path.insert(0, hold)
+    try:
+        preload = _preload.start([("first", ["json"]), ("held", ["deisa_held_module"])])
+        assert entered.wait(STARTUP)
+        assert "held still importing after" in preload.summary()
+        release.set()
+        with pytest.raises(ModuleNotFoundError):
+            preload.wait("held")
+        assert "held still importing" not in preload.summary()
+    finally:
+        release.set()
+        sys.meta_path.remove(hold)
 
 
 def test_an_import_error_is_raised_by_the_waits_of_its_stage_and_later_ones() -> None:
