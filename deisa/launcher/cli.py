@@ -209,7 +209,7 @@ def _analytics(args: argparse.Namespace, signals: Signals) -> int:
 
     from ..bridge.scheduler_file import read_scheduler_address
     from .local import workers_connected
-    from .pipeline import analyze_stream
+    from .pipeline import analyze_stream, warm_up
     from .report import report
 
     output = Path(args.output).resolve()
@@ -233,6 +233,8 @@ def _analytics(args: argparse.Namespace, signals: Signals) -> int:
             check=signals.check,
         )
         print(f"deisa-run analytics: connected to {address}", file=sys.stderr)
+        # the first fit's start-up, paid on a small array while the ranks start (live only)
+        warm = warm_up(client, args.n_components) if args.replay is None else None
         analytics = analyze_stream(
             client,
             args.array,
@@ -262,6 +264,7 @@ def _analytics(args: argparse.Namespace, signals: Signals) -> int:
             "stop_when_converged": args.stop_when_converged,
         }
         report(analytics, timings, output, settings, args.array, sys.stdout)
+        del warm  # held until here: dropping the warm-up fit earlier would release its tasks
         if args.shutdown:
             client.shutdown()
     return 0

@@ -152,7 +152,7 @@ def run_pipeline(settings: RunSettings, signals: Signals, out: IO[str] = sys.std
             )
         signals.check()
         # the built-in PCA's first fit, on a small array, while the ranks start
-        warm = _warm_up(client, settings) if analytics is None else None
+        warm = warm_up(client, settings.n_components) if analytics is None else None
         sim = procs.start(
             "simulation",
             [*settings.mpirun, "-np", str(settings.ranks), *simulation.argv],
@@ -171,16 +171,6 @@ def run_pipeline(settings: RunSettings, signals: Signals, out: IO[str] = sys.std
                 client.close(timeout=5)
         procs.stop()
         signals.on_second = None
-
-
-def _warm_up(client: Any, settings: RunSettings) -> Any:
-    """:func:`~deisa.launcher.pipeline.warm_up` of the run's PCA, or ``None`` if it could
-    not start (the first step then pays its start-up; the run goes on)."""
-    try:
-        return warm_up(client, settings.n_components)
-    except Exception:
-        logger.warning("the analytics' warm-up did not start", exc_info=True)
-        return None
 
 
 def _prepare_output(output: Path) -> Path:

@@ -20,6 +20,7 @@ import logging
 import math
 import os
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -278,16 +279,18 @@ def analyze_stream(
         return results
 
 
-def warm_up(client: Client, n_components: int = 4, block: int = 16) -> PendingFit:
+def warm_up(client: Client, n_components: int = 4, block: int = 16) -> PendingFit | None:
     """Start a PCA of a small random array through the analytics' own path; return at once.
 
     What the first step's fit would otherwise pay besides its arithmetic is paid here, before
     the simulation's first step exists: the client's first graph and split, the workers' first
-    tasks, their first transfers to each other, the first merges. ``deisa-run`` calls it as the
-    simulation starts (its ranks take longer to start than this fit takes); the workers'
-    preload (:mod:`deisa.analysis._warm`) has imported the kernels by then. The array is
-    ``2 x 2`` blocks of ``block x block``, spread over the workers by the scheduler, so that
-    whole row bands are gathered as the splitter gathers a real step's.
+    tasks, their first transfers to each other, the first merges. ``deisa-run`` (and its Slurm
+    job's client) calls it as the simulation starts (its ranks take longer to start than this
+    fit takes); the workers' preload (:mod:`deisa.analysis._warm`) has imported the kernels by
+    then. The array is
+    ``2 x 2`` blocks of ``block x block``, scattered (no task computes them: a busy worker
+    does not hold this call back) so that each row band spans two workers, when there are
+    two, and is gathered as the splitter gathers a real step's.
 
     Parameters
     ----------
@@ -300,15 +303,27 @@ def warm_up(client: Client, n_components: int = 4, block: int = 16) -> PendingFi
 
     Returns
     -------
-    PendingFit
-        Keep it until the fit ends: dropping it releases the fit's tasks.
+    PendingFit or None
+        Keep it until the fit ends: dropping it releases the fit's tasks. ``None`` (and a
+        warning) if the fit could not be submitted: the first step then pays the start-up.
     """
     import dask.array as da
+    import numpy as np
 
-    shape = (2 * block, 2 * block)
-    x = client.persist(da.random.RandomState(0).standard_normal(shape, chunks=block))
-    k = min(n_components, block)
-    return IncrementalPCA(n_components=k, client=client).submit_fit(x)
+    name = f"deisa-warm-up-{uuid.uuid4().hex}"
+    rng = np.random.default_rng(0)
+    try:
+        workers = sorted(client.scheduler_info()["workers"])
+        futures = {}
+        for n, (i, j) in enumerate(np.ndindex(2, 2)):  # (0, 0) and (0, 1) on different workers
+            data = {(name, i, j): rng.standard_normal((block, block))}
+            futures.update(client.scatter(data, workers=[workers[n % len(workers)]]))
+        x = da.Array(futures, name, chunks=((block,) * 2,) * 2, dtype=np.float64)
+        k = min(n_components, block)
+        return IncrementalPCA(n_components=k, client=client).submit_fit(x)
+    except Exception:
+        logger.warning("the analytics' warm-up did not start", exc_info=True)
+        return None
 
 
 def _steered(source: Adapter | Replay) -> Adapter:

@@ -122,6 +122,7 @@ def test_deisa_run_analytics_exits_non_zero_naming_a_stalled_fit(
 def test_warm_up_fits_a_small_array_on_the_cluster(one_worker: DaskProcesses) -> None:
     with one_worker.client() as client:
         pending = warm_up(client, n_components=4, block=8)
+        assert pending is not None
         pca = pending.result()
     assert pca.components_.shape == (4, 16) and pca.svd_solver_ == "full"
     assert pca.n_samples_seen_ == 16
