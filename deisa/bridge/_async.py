@@ -483,10 +483,13 @@ class AsyncPublisher:
         self.raise_failure()
         rounds = 0
         while not done() and self.bridge.detached is None:
-            # wake on this rank's progress (a send, rank 0's registration or connection), or
-            # after a short wait growing to 50 ms: the other ranks' progress only shows up in an
-            # exchange
-            self.progress.wait(0.001 * 2 ** min(rounds, 5.6))  # 1 ms growing to ~50 ms
+            # the first round at once: the exchange completed above is one publish old, a fresh
+            # one may show room already (the price of a blocking exchange, as before the lag);
+            # then wake on this rank's progress (a send, rank 0's registration or connection),
+            # or after a short wait growing to 50 ms: the other ranks' progress only shows up in
+            # an exchange
+            if rounds:
+                self.progress.wait(0.001 * 2 ** min(rounds - 1, 5.6))  # 1 ms growing to ~50 ms
             self.progress.clear()
             exchanged = self.exchange(call, problem)
             if exchanged.problem and call is not None:
