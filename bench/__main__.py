@@ -30,6 +30,7 @@ BENCHMARKS = (
     "contracts",
     "worker_loss",
     "first_step",
+    "publish",
 )
 
 
