@@ -151,13 +151,13 @@ def run_pipeline(settings: RunSettings, signals: Signals, out: IO[str] = sys.std
                 echo=out,
             )
         signals.check()
-        # the built-in PCA's first fit, on a small array, while the ranks start
-        warm = warm_up(client, settings.n_components) if analytics is None else None
         sim = procs.start(
             "simulation",
             [*settings.mpirun, "-np", str(settings.ranks), *simulation.argv],
             simulation.env,
         )
+        # the built-in PCA's first fit, on a small array, while the ranks start
+        warm = warm_up(client, settings.n_components) if analytics is None else None
         if analytics is None:
             _builtin_analytics(settings, client, procs, sim, signals, simulation.timings, out)
         else:
