@@ -72,6 +72,7 @@ def test_analytics_runs_and_writes_table_and_json(tmp_path: Path) -> None:
     result = json.loads((tmp_path / "analytics.json").read_text())
     fitted = {(tuple(r["shape"]), r["variant"]): r for r in result["throughput"]}
     assert len(fitted) == 2 * 5 and not any(r["skipped"] for r in fitted.values())
+    assert "MiB/CPU s" in proc.stdout and all(r["mib_per_cpu_s"] > 0 for r in fitted.values())
     assert fitted[(128, 600), "deisa auto"]["solver"] == "randomized"
     assert fitted[(1024, 32), "deisa auto"]["solver"] == "full"
     reference = fitted[(128, 600), "sklearn full"]["explained_variance"]

@@ -20,7 +20,7 @@ import numpy as np
 import scipy.linalg
 
 # Bytes of scratch per chunk when a pass converts or shifts a block: a few chunks fit in cache.
-CHUNK_BYTES = 1 << 20
+CHUNK_BYTES = 1 << 21
 
 
 @dataclass

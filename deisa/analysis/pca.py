@@ -271,7 +271,8 @@ class IncrementalPCA(TransformerMixin, BaseEstimator):
     ============  ===============================  ==================  =====================
 
     A worker's partitions merge on that worker, then up to 16 states per merge task; the client
-    merges the last level (at most 16 states) and holds the model's state. Accuracy of the
+    merges the last level (at most 16 states) and holds the model's state. float32 data is read
+    in place and multiplied in float32 (no float64 copy); states are float64. Accuracy of the
     bounded rank regime against exact PCA is measured in ``docs/benchmarks.md``.
 
     Examples
