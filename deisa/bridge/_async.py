@@ -247,8 +247,10 @@ class AsyncPublisher:
         self.raise_failure()
         if bridge.detached is not None:
             return
-        valid = isinstance(step, (int, np.integer)) and name in bridge.decompositions
-        call = (name, int(step) if valid else step)
+        step_ok = isinstance(step, (int, np.integer))
+        valid = step_ok and isinstance(name, str) and name in bridge.decompositions
+        # plain values only in the exchange: whatever a wrong call passed, it pickles
+        call = (name if isinstance(name, str) else repr(name), int(step) if step_ok else repr(step))
         t1 = time.perf_counter()
         plan = bridge._plan(name, int(step)) if valid and int(step) >= 0 else None
         if plan is None or not plan.send:  # wrong, or not wanted by the contract in force
