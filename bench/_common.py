@@ -26,6 +26,17 @@ def child_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def local_cluster(workers: int = 1) -> Any:
+    """A ``LocalCluster`` of ``workers`` single-threaded worker processes on loopback, no
+    dashboard, no memory limit: the cluster every in-process benchmark measures against."""
+    from distributed import LocalCluster
+
+    return LocalCluster(
+        n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
+        dashboard_address=None, memory_limit=0,
+    )  # fmt: skip
+
+
 def machine() -> dict[str, Any]:
     """nproc, memory and CPU model of this machine (from /proc where available)."""
     model = platform.processor() or "unknown"

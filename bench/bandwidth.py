@@ -47,6 +47,7 @@ from bench._common import (
     GiB,
     MiB,
     child_env,
+    local_cluster,
     machine,
     median,
     print_targets,
@@ -349,7 +350,7 @@ def time_adios(
 
 
 def run(sizes_mib: list[int], repeat: int, venv: Path | None) -> dict[str, Any]:
-    from distributed import Client, LocalCluster
+    from distributed import Client
 
     sizes = [s * MiB for s in sizes_mib]
     blocks = {s: np.random.default_rng(0).random(s // 8) for s in sizes}
@@ -375,10 +376,7 @@ def run(sizes_mib: list[int], repeat: int, venv: Path | None) -> dict[str, Any]:
     attempt("raw TCP", lambda: time_tcp(blocks, repeat))
     with (
         tempfile.TemporaryDirectory() as tmp,
-        LocalCluster(
-            n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1",
-            dashboard_address=None, memory_limit=0,
-        ) as cluster,
+        local_cluster(1) as cluster,
         Client(cluster) as client,
     ):  # fmt: skip
         worker = next(iter(client.nthreads()))

@@ -67,6 +67,7 @@ from bench._common import (
     child_env,
     drop_from_page_cache,
     fsync,
+    local_cluster,
     machine,
     median,
     page_cache_fraction,
@@ -227,13 +228,10 @@ def run_mpi(cmd: list[str], env: dict[str, str], cwd: Path, cores: list[int] | N
 @contextlib.contextmanager
 def dask_cluster(workers: int) -> Iterator[Any]:
     """A fresh cluster per stream, so that one run's leftovers cannot slow the next."""
-    from distributed import Client, LocalCluster
+    from distributed import Client
 
     with (
-        LocalCluster(
-            n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
-            dashboard_address=None, memory_limit=0,
-        ) as cluster,
+        local_cluster(workers) as cluster,
         Client(cluster) as client,
     ):  # fmt: skip
         client.run(lambda: __import__("deisa.analysis.pca"))  # warm the workers' imports

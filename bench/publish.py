@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench._common import PINS, child_env, finish, median, table
+from bench._common import PINS, child_env, finish, local_cluster, median, table
 
 os.environ.update(PINS)
 
@@ -81,7 +81,7 @@ def run_size(
     ranks: int, mib: int, steps: int, passes: int, deisa: Path | None, workdir: Path
 ) -> dict[str, Any]:
     """One run of the ranks at ``mib`` MiB/rank; every rank's per-step lists."""
-    from distributed import Client, LocalCluster
+    from distributed import Client
 
     from deisa import Adapter
 
@@ -93,10 +93,7 @@ def run_size(
     if deisa is not None:
         env["PYTHONPATH"] = os.pathsep.join((str(deisa), env["PYTHONPATH"]))
     with (
-        LocalCluster(
-            n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1",
-            dashboard_address=None, memory_limit=0,
-        ) as cluster,
+        local_cluster(1) as cluster,
         Client(cluster) as client,
     ):  # fmt: skip
         scheduler_file = workdir / f"scheduler-{mib}.json"

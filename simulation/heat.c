@@ -180,13 +180,15 @@ static double now_epoch(void)
 	return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
 
-/// Writes `<HEAT_TIMINGS>.<rank>.json'; `finalize_s' is PDI_finalize's time, `wall_s' since MPI_Init
+/// Writes `<HEAT_TIMINGS>.<rank>.json' (aside, then renamed: a reader sees it whole);
+/// `finalize_s' is PDI_finalize's time, `wall_s' since MPI_Init
 static void write_timings(const char* prefix, int rank, const Timings* t, int steps, double finalize_s)
 {
-	char path[4096];
+	char path[4096], partial[4200];
 	snprintf(path, sizeof(path), "%s.%d.json", prefix, rank);
-	FILE* f = fopen(path, "w");
-	if (!f) fail("cannot write the timings to ", path);
+	snprintf(partial, sizeof(partial), "%s.partial", path);
+	FILE* f = fopen(partial, "w");
+	if (!f) fail("cannot write the timings to ", partial);
 	fprintf(f, "{\"rank\": %d, \"epoch\": %.6f, \"pdi_init_s\": %.6f, \"first_output_s\": %.6f, ", rank, t->epoch, t->init_s, t->first_output_s);
 	fprintf(f, "\"finalize_s\": %.6f, \"wall_s\": %.6f, \"steps\": [", finalize_s, MPI_Wtime() - t->start);
 	for (int step = 0; step < steps; ++step) {
@@ -194,6 +196,7 @@ static void write_timings(const char* prefix, int rank, const Timings* t, int st
 	}
 	fprintf(f, "]}\n");
 	fclose(f);
+	if (rename(partial, path) != 0) fail("cannot rename the timings to ", path);
 }
 
 /// The temperature change over the last iteration, `u' minus `previous' (0.2 times the discrete

@@ -350,7 +350,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     per_rank = comm.gather([asdict(t) for t in timings], root=0)
     if comm.Get_rank() == 0 and args.timings:
-        Path(args.timings).write_text(json.dumps({"config": asdict(config), "ranks": per_rank}))
+        # written aside then renamed: whoever waits for the file reads it whole
+        path = Path(args.timings)
+        partial = path.with_name(f".{path.name}.partial")
+        partial.write_text(json.dumps({"config": asdict(config), "ranks": per_rank}))
+        partial.replace(path)
     return 0
 
 

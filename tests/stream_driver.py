@@ -64,8 +64,10 @@ class Rank0:
             name=self.name, run=self.run, step=step, blocks=blocks, timeout=timeout
         )
 
-    async def close(self, nsteps: int) -> dict[str, Any]:
-        return await self.c.scheduler.deisa_close(name=self.name, run=self.run, nsteps=nsteps)
+    async def close(self, nsteps: int, **kwargs: float) -> dict[str, Any]:
+        return await self.c.scheduler.deisa_close(
+            name=self.name, run=self.run, nsteps=nsteps, **kwargs
+        )
 
 
 async def opened(

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+import dask.config
 import multinode
 import pytest
 import yaml
@@ -923,18 +924,20 @@ def test_multinode_job_keeps_blocks_on_their_node(
         options["build_dir"] = built
     keys = tmp_path / "keys"
     keys.mkdir()
-    monkeypatch.setitem(slurm_nodes.env, "DASK_DISTRIBUTED__WORKER__PRELOAD", multinode.__file__)
     monkeypatch.setitem(slurm_nodes.env, multinode.TRANSFER_LOG_DIR, str(keys))
     steps, size = 3, 32
-    job = run_job(
-        slurm_nodes,
-        tmp_path,
-        steps=steps,
-        size=size,
-        placement="node_local",
-        interface=slurm_nodes.interface,
-        **options,
-    )
+    # the key log, a preload of the dask configuration where the script is written (as
+    # DASK_DISTRIBUTED__WORKER__PRELOAD would give): the job keeps it beside the PCA's warm-up
+    with dask.config.set({"distributed.worker.preload": [multinode.__file__]}):
+        job = run_job(
+            slurm_nodes,
+            tmp_path,
+            steps=steps,
+            size=size,
+            placement="node_local",
+            interface=slurm_nodes.interface,
+            **options,
+        )
     check_results(job, steps=steps, size=size)
     assert job_tasks(job, "scheduler") == {scheduler: [0]}
     assert job_tasks(job, "analytics") == {scheduler: [0]}

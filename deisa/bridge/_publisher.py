@@ -48,6 +48,12 @@ class PublishTiming:
     wait_s: float = 0.0
     mode: str = "sync"
 
+    @property
+    def held_s(self) -> float:
+        """What flow control cost this publish: the wait for room (``mode="async"``), or the
+        whole registration round, flow-control wait included (``mode="sync"``)."""
+        return self.wait_s if self.mode == "async" else self.sync_s
+
 
 @dataclass(frozen=True)
 class Connection:

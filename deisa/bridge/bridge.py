@@ -180,6 +180,7 @@ class Bridge:
         self.rank: int = comm.Get_rank()
         self.options, problem = build_options(options, kwargs)
         self.timings: list[PublishTiming] = []
+        self._opened = time.perf_counter()  # the simulation's time with the Bridge, at close
         # main thread: the publications, as every rank counts them
         self._closed = False
         self._revisions: dict[tuple[str, int], int] = {}  # publications of (name, step) so far
@@ -539,12 +540,18 @@ class Bridge:
                 error = exc
         self._closed = True
         nsteps = dict(self._nsteps)
+        open_s = time.perf_counter() - self._opened
 
         def end_streams() -> None:
             for name in self.decompositions:
+                held_s = sum(t.held_s for t in self.timings if t.name == name)
                 reply = self._loop.run(
                     route(self._rpc, self._address, Route.CLOSE)(
-                        name=name, run=self.run, nsteps=nsteps.get(name, 0)
+                        name=name,
+                        run=self.run,
+                        nsteps=nsteps.get(name, 0),
+                        held_s=held_s,
+                        open_s=open_s,
                     ),
                     timeout=30,
                 )

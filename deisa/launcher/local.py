@@ -39,7 +39,7 @@ from ..wire import Route
 from .pipeline import PipelineError, StepAnalytics, analyze_stream, warm_up
 from .processes import Child, ProcessSet, Signals, child_env, tail, wait_until
 from .report import report
-from .settings import RunSettings
+from .settings import RunSettings, preload_args
 from .solver import analytics_argv, find_plugin, python_script, simulation_command
 
 logger = logging.getLogger(__name__)
@@ -66,9 +66,10 @@ def worker_command(
     scheduler_file: Path, index: int, threads: int, local_dir: Path, preload: str | None = None
 ) -> list[str]:
     """``dask worker`` on loopback; ``preload``: a module for ``--preload`` (the settings'
-    ``worker_preload``, e.g. the PCA's warm-up :mod:`deisa.analysis._warm`)."""
+    ``worker_preload``, e.g. the PCA's warm-up :mod:`deisa.analysis._warm`), beside those of
+    the dask configuration (:func:`~deisa.launcher.settings.preload_args`)."""
     # --no-dashboard drops the pages, not the HTTP server (health, metrics): keep it local too
-    preloads = ["--preload", preload] if preload else []
+    preloads = preload_args(preload)
     return [
         sys.executable, "-m", "dask", "worker",
         "--scheduler-file", str(scheduler_file),
@@ -401,9 +402,20 @@ def stream_stats(client: Any) -> dict[str, Any]:
     return stats
 
 
+def _held(totals: dict[str, Any]) -> str:
+    """How long flow control held the simulation, as its Bridge (rank 0) counted it, once the
+    stream is closed (``held_ms`` of ``open_ms``); nothing before."""
+    if not totals.get("open_ms"):
+        return ""
+    held, open_s = totals.get("held_ms", 0) / 1000, totals["open_ms"] / 1000
+    share = 100 * held / open_s
+    return f", publish held by flow control {held:.2f} s of {open_s:.2f} s ({share:.1f} %)"
+
+
 def _summary(client: Any, wall_s: float) -> str:
-    """The closing line: wall time, then per array the steps published and taken and the
-    bytes published (the ``totals`` of the extension's ``deisa_stats``)."""
+    """The closing line: wall time, then per array the steps published and taken, the bytes
+    published and the time flow control held the simulation (the ``totals`` of the
+    extension's ``deisa_stats``)."""
     try:
         totals = stream_stats(client)["totals"]
     except Exception as exc:  # the summary must not turn a run into a failure
@@ -411,7 +423,7 @@ def _summary(client: Any, wall_s: float) -> str:
         return f"deisa-run: done in {wall_s:.1f} s (no stream statistics: {exc})"
     parts = [
         f"{name}: {t.get('published', 0)} steps published, {t.get('taken', 0)} taken, "
-        f"{t.get('bytes', 0):,} bytes"
+        f"{t.get('bytes', 0):,} bytes{_held(t)}"
         for name, t in totals.items()
     ]
     return f"deisa-run: done in {wall_s:.1f} s; " + ("; ".join(parts) or "no array published")

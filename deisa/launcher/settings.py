@@ -327,6 +327,22 @@ def resolve_options(args: argparse.Namespace, command: str = RUN) -> RunSettings
 PCA_WARM_UP = "deisa.analysis._warm"
 
 
+def preload_args(module: str | None) -> list[str]:
+    """``dask worker`` options that preload ``module`` (``[]`` for ``None``) and keep the
+    preloads of the dask configuration (``distributed.worker.preload``, e.g. from
+    ``DASK_DISTRIBUTED__WORKER__PRELOAD``), which a ``--preload`` option would otherwise
+    replace."""
+    if module is None:
+        return []
+    import dask.config
+
+    configured = dask.config.get("distributed.worker.preload", default=None) or []
+    if isinstance(configured, str):
+        configured = [configured]
+    modules = dict.fromkeys([*map(str, configured), module])
+    return [arg for m in modules for arg in ("--preload", m)]
+
+
 def parse_preload(value: Any, name: str = "--worker-preload", *, builtin: bool) -> str | None:
     """``--worker-preload``: the module the workers preload, or ``None``.
 

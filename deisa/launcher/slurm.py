@@ -39,7 +39,7 @@ import yaml
 
 from ..bridge.options import BridgeOptions
 from .processes import THREAD_PINS
-from .settings import RunSettings, SlurmSettings
+from .settings import RunSettings, SlurmSettings, preload_args
 from .solver import analytics_argv, find_plugin, python_script, simulation_command
 
 TEMPLATE = Path(__file__).resolve().parents[1] / "templates" / "slurm_job.sh"
@@ -199,9 +199,9 @@ def job_script(settings: RunSettings) -> str:
     ]
     srun = functools.partial(_srun, "".join(f" {shlex.quote(a)}" for a in slurm.srun_args))
     interface = f" --interface {shlex.quote(slurm.interface)}" if slurm.interface else ""
-    # the PCA's warm-up (or --worker-preload's module) runs while the ranks start
-    module = settings.worker_preload
-    preload = f" --preload {shlex.quote(module)}" if module else ""
+    # the PCA's warm-up (or --worker-preload's module) runs while the ranks start; the
+    # configuration's preloads (DASK_DISTRIBUTED__WORKER__PRELOAD at sbatch time) are kept
+    preload = "".join(f" {shlex.quote(a)}" for a in preload_args(settings.worker_preload))
     fields = {
         "header": "\n".join(f"#SBATCH {line}" for line in header),
         "layout": _describe(plan, threads),

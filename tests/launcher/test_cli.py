@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import dask.config
 import psutil
 import pytest
 import yaml
@@ -91,7 +92,8 @@ def test_run_with_defaults_completes(tmp_path: Path) -> None:
     proc = deisa_run("-o", str(out))
     assert proc.returncode == 0, proc.stderr
     check_report(out, proc.stdout, steps=20, n_components=4)
-    assert "warm-up (steps 0-" in proc.stdout and "steady state (steps " in proc.stdout
+    # the warm-up is step 0, and the steps that queued behind its PCA if any did (load)
+    assert "warm-up (step" in proc.stdout and "steady state (steps " in proc.stdout
     settings = json.loads((out / "results.json").read_text())["settings"]
     assert settings["ranks"] == 4 and settings["workers"] == 2
     assert settings["simulation"]["global_size"] == [256, 256]
@@ -585,3 +587,17 @@ def test_slurm_workers_preload_the_pca_warm_up_for_the_builtin_pca_only() -> Non
     assert worker_line("--solver", "python").endswith(" --preload deisa.analysis._warm &")
     assert "--preload" not in worker_line("--analytics", "a.py", "--", "./sim")
     assert "--preload my.mod" in worker_line("--worker-preload", "my.mod", "--", "./sim")
+
+
+def test_worker_preload_keeps_the_preloads_of_the_dask_configuration(tmp_path: Path) -> None:
+    # a --preload option replaces distributed.worker.preload: the launcher passes both
+    with dask.config.set({"distributed.worker.preload": ["mine.monitor"]}):
+        cmd = local.worker_command(tmp_path / "s.json", 0, 1, tmp_path, settings.PCA_WARM_UP)
+        preloads = [cmd[i + 1] for i, arg in enumerate(cmd) if arg == "--preload"]
+        assert preloads == ["mine.monitor", settings.PCA_WARM_UP]
+        script = slurm.job_script(solver.resolve_settings(cli.parse_args("slurm", []), "slurm"))
+        assert " --preload mine.monitor --preload deisa.analysis._warm" in script
+        # nothing to add: the configuration applies as it is
+        assert "--preload" not in local.worker_command(tmp_path / "s.json", 0, 1, tmp_path)
+    with dask.config.set({"distributed.worker.preload": "one.py"}):
+        assert settings.preload_args("a.b") == ["--preload", "one.py", "--preload", "a.b"]

@@ -8,6 +8,7 @@ solver through PDI with a YAML that has no ``scheduler_file``; the failure of ei
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -51,6 +52,9 @@ def test_user_simulation_and_analytics(user_code: tuple[Path, Path], tmp_path: P
     summary = proc.stdout.strip().splitlines()[-1]
     assert summary.startswith("deisa-run: done in ")
     assert "field: 3 steps published, 3 taken, 1,152 bytes" in summary  # 3 x 8 x 6 float64
+    # and how long flow control held the simulation, as its Bridge counted it
+    held = r"publish held by flow control \d+\.\d\d s of \d+\.\d\d s \(\d+\.\d %\)"
+    assert re.search(held, summary), summary
     assert left_behind(tmp_path) == []
 
 

@@ -126,8 +126,11 @@ async def test_end_of_stream_follows_the_last_step_and_clears_the_stream(
     ext, rank0 = await opened(c, s, [a, b])
     for step in (0, 1):
         await rank0.publish(step)
-    assert await rank0.close(2) == ok()
+    assert await rank0.close(2, held_s=0.25, open_s=2.0) == ok()
     assert ext.streams["t"].finished is False  # two steps still to take
+    # what the Bridge says flow control cost it, beside the counts
+    totals = ext.stats()["totals"]["t"]
+    assert (totals["published"], totals["held_ms"], totals["open_ms"]) == (2, 250, 2000)
 
     steps = []
     while is_ok(record := await get(c, "t", run="r1")):
