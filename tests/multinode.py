@@ -9,10 +9,10 @@ stopped by PID, then the namespaces and the bridge are deleted. The subnet is on
 address or route of this machine overlaps; names carry this process's PID and a letter per
 cluster, so concurrent test sessions, and clusters of one session, do not meet.
 
-Loaded by the Dask workers of a job (a preload of the dask configuration, ``distributed.worker.
-preload``, where the job script is written, :data:`TRANSFER_LOG_DIR` in their environment), the module also records every key that
-enters a worker's memory, and from where: a line per key in
-``<dir>/keys-<host>-<pid>.jsonl`` (:func:`read_key_log`).
+Loaded by the Dask workers of a job (named in ``distributed.worker.preload`` of the dask
+configuration where the job script is written; :data:`TRANSFER_LOG_DIR` in their environment),
+the module also records every key that enters a worker's memory, and from where: a line per key
+in ``<dir>/keys-<host>-<pid>.jsonl`` (:func:`read_key_log`).
 """
 
 from __future__ import annotations
