@@ -107,7 +107,8 @@ class Bands:
         same shifted chunks while they are in cache, and centred once the mean is known.
         """
         n, f = self.shape
-        shift = np.concatenate(self.bands[0], axis=1)[0].astype(np.float64)
+        # the first row only: concatenating the band would copy all of it
+        shift = np.concatenate([b[0] for b in self.bands[0]]).astype(np.float64)
         total, squares = np.zeros(f), np.zeros(f)
         product = None if right is None else np.zeros((n, right.shape[1]))
         scratch = np.empty(max(CHUNK_BYTES // 8, f))  # reused: fresh buffers cost page faults

@@ -302,6 +302,30 @@ def test_bounded_rank_partial_fit_follows_a_stream(client: Client) -> None:
     np.testing.assert_allclose(model.explained_variance_, reference.explained_variance_, rtol=1e-4)
 
 
+@pytest.mark.parametrize("blocks_per_band", [1, 3])
+def test_column_statistics_read_the_band_in_place(blocks_per_band: int) -> None:
+    """The first pass allocates a chunk of scratch and its results, never a copy of a band
+    (it once concatenated the first band whole to read its first row: 12 % of a fit)."""
+    import tracemalloc
+
+    kernels = deisa.analysis._pca_kernels
+    band = np.random.default_rng(0).random((2048, 1536))  # 24 MiB
+    blocks = np.split(band, blocks_per_band, axis=1)
+    matrix = kernels.Bands([blocks])
+    sketch = np.random.default_rng(1).standard_normal((band.shape[1], 14))
+    tracemalloc.start()
+    try:
+        mean, squared_deviations, product = matrix.column_stats(sketch)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < kernels.CHUNK_BYTES + product.nbytes + band.nbytes // 8
+    np.testing.assert_allclose(mean, band.mean(axis=0), rtol=1e-12)
+    np.testing.assert_allclose(squared_deviations, band.var(axis=0) * len(band), rtol=1e-10)
+    centred = band - band.mean(axis=0)
+    np.testing.assert_allclose(product, centred @ sketch, rtol=1e-9, atol=1e-9)
+
+
 def test_float32_blocks_stay_float32_and_match_exact_pca(client: Client) -> None:
     """float32 data is reduced in float32 (no float64 copy of a partition), shifted by the
     centre before each product, so even a large offset keeps the variance within 1e-6."""
