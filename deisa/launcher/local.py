@@ -383,6 +383,7 @@ def _builtin_analytics(
             stop_when_converged=settings.stop_when_converged,
         )
     _wait_for_simulation(settings, procs, sim, signals)
+    flow_control = _flow_control(client, settings.array)
     if steps is not None and len(analytics) != steps and not any(a.stop_reason for a in analytics):
         logger.warning("analysed %d steps of %d", len(analytics), steps)
     report(
@@ -393,6 +394,7 @@ def _builtin_analytics(
         settings.array,
         out,
         first_step_s=first_step_s[0] if first_step_s else None,
+        flow_control=flow_control,
     )
 
 
@@ -402,14 +404,34 @@ def stream_stats(client: Any) -> dict[str, Any]:
     return stats
 
 
-def _held(totals: dict[str, Any]) -> str:
-    """How long flow control held the simulation, as its Bridge (rank 0) counted it, once the
-    stream is closed (``held_ms`` of ``open_ms``); nothing before."""
+def _hold(totals: dict[str, Any]) -> dict[str, float] | None:
+    """How long flow control held the simulation on one array (``held_s`` of ``open_s``), as
+    its Bridge (rank 0) counted it, from the array's ``deisa_stats`` totals once the stream is
+    closed; ``None`` before."""
     if not totals.get("open_ms"):
+        return None
+    return {"held_s": totals.get("held_ms", 0) / 1000, "open_s": totals["open_ms"] / 1000}
+
+
+def _flow_control(client: Any, array: str) -> dict[str, float] | None:
+    """:func:`_hold` for ``array``, asked of the scheduler; ``None`` when it does not know."""
+    try:
+        return _hold(stream_stats(client)["totals"].get(array) or {})
+    except Exception:  # the report goes on without it
+        logger.debug("no deisa_stats", exc_info=True)
+        return None
+
+
+def _held(totals: dict[str, Any]) -> str:
+    """:func:`_hold` in words for the closing line; nothing before the stream is closed."""
+    hold = _hold(totals)
+    if hold is None:
         return ""
-    held, open_s = totals.get("held_ms", 0) / 1000, totals["open_ms"] / 1000
-    share = 100 * held / open_s
-    return f", publish held by flow control {held:.2f} s of {open_s:.2f} s ({share:.1f} %)"
+    share = 100 * hold["held_s"] / hold["open_s"]
+    return (
+        f", publish held by flow control {hold['held_s']:.2f} s of {hold['open_s']:.2f} s "
+        f"({share:.1f} %)"
+    )
 
 
 def _summary(client: Any, wall_s: float) -> str:

@@ -161,7 +161,11 @@ def format_table(rows: Sequence[dict[str, Any]], first_step_s: float | None = No
 KEEPS_UP = 0.10
 
 
-def phases(analytics: Sequence[StepAnalytics], rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def phases(
+    analytics: Sequence[StepAnalytics],
+    rows: Sequence[dict[str, Any]],
+    flow_control: dict[str, float] | None = None,
+) -> dict[str, Any]:
     """The run's warm-up told apart from its steady state.
 
     The warm-up is the first step and the steps that arrived while its PCA ran: they wait
@@ -175,6 +179,12 @@ def phases(analytics: Sequence[StepAnalytics], rows: Sequence[dict[str, Any]]) -
         From :func:`~deisa.launcher.pipeline.analyze_stream`.
     rows
         From :func:`step_table`.
+    flow_control
+        How long flow control held the simulation, as its Bridge counted it (``held_s`` of
+        the ``open_s`` the stream was open; ``deisa-run`` reads it from the scheduler once the
+        stream is closed); ``None`` when unknown. Where known, it decides the diagnosis
+        rather than the medians: fits run side by side, so a PCA slower than a compute
+        step may still keep up.
 
     Returns
     -------
@@ -184,13 +194,14 @@ def phases(analytics: Sequence[StepAnalytics], rows: Sequence[dict[str, Any]]) -
         without steady steps or timings); ``held`` (``{"warm_up": s, "steady": s}``: the
         simulation's seconds in publish, or beyond its transfers where the simulation
         reports them: flow control, the exchange between ranks, the copy) and ``wall``
-        (the same phases' compute plus publish), both ``None`` without timings.
+        (the same phases' compute plus publish), both ``None`` without timings;
+        ``flow_control`` as given.
     """
     done = sorted(analytics, key=lambda a: a.step)
     if not done:
         return {"warm_up": [], "steady": [], "first_analytics_s": None,
                 "steady_analytics_s": None, "steady_compute_s": None, "held": None,
-                "wall": None}  # fmt: skip
+                "wall": None, "flow_control": flow_control}  # fmt: skip
     first_end = done[0].arrived_s + done[0].analytics_s
     warm_up = [a.step for a in done if a is done[0] or a.arrived_s < first_end]
     steady = [a.step for a in done if a.step not in warm_up]
@@ -225,6 +236,7 @@ def phases(analytics: Sequence[StepAnalytics], rows: Sequence[dict[str, Any]]) -
         ),
         "held": held,
         "wall": wall,
+        "flow_control": flow_control,
     }
 
 
@@ -258,8 +270,26 @@ def format_phases(summary: dict[str, Any]) -> str:
                 f"; the simulation spent {held['steady']:.2f} s of {wall['steady']:.2f} s in "
                 f"publish ({100 * share:.1f} %): "
             )
+            measured = summary.get("flow_control")
             if share <= KEEPS_UP:
                 line += "the analytics keeps up, the simulation runs at its own pace"
+            elif measured is not None and measured["open_s"] > 0:
+                held_share = measured["held_s"] / measured["open_s"]
+                line += (
+                    f"flow control held the simulation {measured['held_s']:.2f} s of "
+                    f"{measured['open_s']:.2f} s ({100 * held_share:.1f} %)"
+                )
+                if held_share > KEEPS_UP:
+                    line += (
+                        ": the analytics is slower than the simulation (more workers, or a "
+                        "longer --output-period, let it keep up)"
+                    )
+                else:
+                    line += (
+                        ", so the analytics keeps up: the rest is the publish itself, the "
+                        "ranks' exchange, copy and transfers waiting for CPU (more processes "
+                        "than cores, or other jobs on them)"
+                    )
             elif compute is not None and median is not None and median > compute:
                 line += (
                     "the analytics is slower than the simulation, so flow control holds the "
@@ -319,11 +349,13 @@ def write_results(
     rows: Sequence[dict[str, Any]],
     settings: dict[str, Any],
     first_step_s: float | None = None,
+    flow_control: dict[str, float] | None = None,
 ) -> Path:
     """Write the run's settings, per-step PCA results and per-step table as JSON.
 
     ``first_step_s`` (seconds from the simulation's start to the first step at the analytics,
-    ``None`` when unknown) goes under the key of the same name.
+    ``None`` when unknown) goes under the key of the same name; ``flow_control`` (see
+    :func:`phases`) under ``phases``.
     """
     path = Path(path)
     path.write_text(
@@ -331,7 +363,7 @@ def write_results(
             {
                 "settings": settings,
                 "first_step_s": first_step_s,
-                "phases": phases(analytics, rows),
+                "phases": phases(analytics, rows, flow_control),
                 "steps": [asdict(a) for a in analytics],
                 "table": list(rows),
             },
@@ -349,17 +381,21 @@ def report(
     array: str,
     out: IO[str],
     first_step_s: float | None = None,
+    flow_control: dict[str, float] | None = None,
 ) -> None:
     """Print the per-step table and write results.json and explained_variance.png.
 
     ``first_step_s``: seconds from the simulation's launch to the first step taken by the
     analytics, when the caller started both (``deisa-run``); ``None`` leaves it out.
+    ``flow_control``: see :func:`phases`.
     """
     rows = step_table(analytics, read_timings(timings) if timings is not None else [])
-    results = write_results(output / "results.json", analytics, rows, settings, first_step_s)
+    results = write_results(
+        output / "results.json", analytics, rows, settings, first_step_s, flow_control
+    )
     plot = plot_explained_variance(analytics, output / "explained_variance.png", title=array)
     print(format_table(rows, first_step_s), file=out)
-    summary = phases(analytics, rows)
+    summary = phases(analytics, rows, flow_control)
     if summary["warm_up"]:
         print(format_phases(summary), file=out)
     stopped = stop_summary(analytics, (settings.get("simulation") or {}).get("steps"))

@@ -94,7 +94,12 @@ def test_run_with_defaults_completes(tmp_path: Path) -> None:
     check_report(out, proc.stdout, steps=20, n_components=4)
     # the warm-up is step 0, and the steps that queued behind its PCA if any did (load)
     assert "warm-up (step" in proc.stdout and "steady state (steps " in proc.stdout
-    settings = json.loads((out / "results.json").read_text())["settings"]
+    results = json.loads((out / "results.json").read_text())
+    # the phases' diagnosis rests on the hold the Bridge measured, as the closing line does
+    flow = results["phases"]["flow_control"]
+    assert 0 <= flow["held_s"] <= flow["open_s"]
+    assert f"publish held by flow control {flow['held_s']:.2f} s" in proc.stdout
+    settings = results["settings"]
     assert settings["ranks"] == 4 and settings["workers"] == 2
     assert settings["simulation"]["global_size"] == [256, 256]
     assert left_behind(tmp_path) == []

@@ -92,6 +92,28 @@ def test_steady_state_held_by_a_slower_analytics_says_so() -> None:
     assert "not flow control alone" in report.format_phases(report.phases(fast, rows))
 
 
+def test_measured_flow_control_decides_over_the_medians() -> None:
+    """A PCA slower than a compute step may still keep up (fits run side by side): where the
+    Bridge measured how long flow control held the simulation, the report says that, not what
+    the medians suggest (deisa-run, idle, 2026-11-23: "flow control holds the simulation"
+    above a closing line of "held by flow control 0.00 s")."""
+    analytics = _stream([1.0, 0.9, 0.9, 0.9], [0.0, 0.5, 1.5, 2.4])
+    rows = report.step_table(analytics, _timings(0.1, [0.1, 0.1, 0.8, 0.8]))
+    idle = report.phases(analytics, rows, {"held_s": 0.01, "open_s": 3.0})
+    text = report.format_phases(idle)
+    assert (
+        "flow control held the simulation 0.01 s of 3.00 s (0.3 %), so the analytics "
+        "keeps up: the rest is the publish itself" in text
+    )
+    assert "slower" not in text
+    held = report.format_phases(report.phases(analytics, rows, {"held_s": 1.5, "open_s": 3.0}))
+    assert (
+        "flow control held the simulation 1.50 s of 3.00 s (50.0 %): the analytics is "
+        "slower than the simulation" in held
+    )
+    assert idle["flow_control"] == {"held_s": 0.01, "open_s": 3.0}
+
+
 def test_phases_without_timings_or_steady_steps() -> None:
     analytics = _stream([1.0, 0.5], [0.0, 0.2])
     summary = report.phases(analytics, report.step_table(analytics))
