@@ -145,16 +145,22 @@ def test_insitu_benchmark_grid_is_near_square(ranks: int, grid: tuple[int, int])
 
 
 @pytest.mark.timeout(300)
-def test_insitu_vs_posthoc_runs_every_mode_and_writes_json(tmp_path: Path) -> None:
+@pytest.mark.parametrize("analytics", ["pca", "sum"])
+def test_insitu_vs_posthoc_runs_every_mode_and_writes_json(tmp_path: Path, analytics: str) -> None:
     """One tiny size, one repetition, two ranks: the C solver when it is built (post hoc
-    included), else the Python solver; every mode runs, the table and the targets print."""
+    included), else the Python solver; every mode runs, the table and the targets print. Both
+    analyses give the same result on every side (``same_result``)."""
     cmd = [sys.executable, "-m", "bench.insitu_vs_posthoc", "--sizes", "0.01", "--steps", "2"]
     cmd += ["--period", "1", "--ranks", "2", "--workers", "1", "--timings", "--out", str(tmp_path)]
+    cmd += ["--analytics", analytics]
     proc = subprocess.run(cmd, cwd=REPO, env=test_env(), capture_output=True, text=True)
     assert proc.returncode in (0, 1), proc.stderr[-3000:]  # 1: a target missed, as printed
     assert "target:" in proc.stdout and "publish/iteration" in proc.stdout, proc.stdout
     result = json.loads((tmp_path / "insitu_vs_posthoc.json").read_text())
     (size,) = result["sizes"]
+    assert result["settings"]["analytics"] == analytics
+    if analytics == "sum":  # every value of the field is at least the boundary's 0: a sum > 0
+        assert all(s > 0 for s in size["runs"]["in situ async"][0]["result"])
     modes = {"no output", "in situ sync", "in situ async"}
     if result["solver"] == "C":
         modes.add("post hoc")
