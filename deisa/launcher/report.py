@@ -276,8 +276,8 @@ def format_phases(summary: dict[str, Any]) -> str:
             elif measured is not None and measured["open_s"] > 0:
                 held_share = measured["held_s"] / measured["open_s"]
                 line += (
-                    f"flow control held the simulation {measured['held_s']:.2f} s of "
-                    f"{measured['open_s']:.2f} s ({100 * held_share:.1f} %)"
+                    f"flow control held the simulation {measured['held_s']:.2f} s of the "
+                    f"{measured['open_s']:.2f} s its stream was open ({100 * held_share:.1f} %)"
                 )
                 if held_share > KEEPS_UP:
                     line += (

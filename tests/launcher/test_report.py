@@ -102,14 +102,14 @@ def test_measured_flow_control_decides_over_the_medians() -> None:
     idle = report.phases(analytics, rows, {"held_s": 0.01, "open_s": 3.0})
     text = report.format_phases(idle)
     assert (
-        "flow control held the simulation 0.01 s of 3.00 s (0.3 %), so the analytics "
-        "keeps up: the rest is the publish itself" in text
+        "flow control held the simulation 0.01 s of the 3.00 s its stream was open (0.3 %), so "
+        "the analytics keeps up: the rest is the publish itself" in text
     )
     assert "slower" not in text
     held = report.format_phases(report.phases(analytics, rows, {"held_s": 1.5, "open_s": 3.0}))
     assert (
-        "flow control held the simulation 1.50 s of 3.00 s (50.0 %): the analytics is "
-        "slower than the simulation" in held
+        "flow control held the simulation 1.50 s of the 3.00 s its stream was open (50.0 %): the "
+        "analytics is slower than the simulation" in held
     )
     assert idle["flow_control"] == {"held_s": 0.01, "open_s": 3.0}
 
