@@ -786,6 +786,9 @@ def test_job_runs_the_pipeline(slurm: Slurm, tmp_path: Path) -> None:
     job = run_job(slurm, tmp_path, steps=4)
     table = check_results(job, steps=4)
     assert all(row["compute_s"] is not None for row in table)  # timings of all 4 ranks
+    # the job's analytics asks the scheduler how long flow control held the ranks
+    flow = json.loads((job.dir / "results.json").read_text())["phases"]["flow_control"]
+    assert 0 <= flow["held_s"] <= flow["open_s"], flow
     # every file of the job in its own directory, every task's log named after its node
     assert sorted(p.name for p in job.out.iterdir()) == [job.id, f"slurm-{job.id}.out"]
     host = socket.gethostname().split(".")[0]  # srun --output's %N: the node's short host name

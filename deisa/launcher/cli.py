@@ -208,7 +208,7 @@ def _analytics(args: argparse.Namespace, signals: Signals) -> int:
     from distributed import Client
 
     from ..bridge.scheduler_file import read_scheduler_address
-    from .local import workers_connected
+    from .local import flow_control, workers_connected
     from .pipeline import analyze_stream, warm_up
     from .report import report
 
@@ -263,7 +263,9 @@ def _analytics(args: argparse.Namespace, signals: Signals) -> int:
             "n_components": args.n_components,
             "stop_when_converged": args.stop_when_converged,
         }
-        report(analytics, timings, output, settings, args.array, sys.stdout)
+        # once the stream has ended, the scheduler knows how long flow control held the ranks
+        held = flow_control(client, args.array) if args.replay is None else None
+        report(analytics, timings, output, settings, args.array, sys.stdout, flow_control=held)
         del warm  # held until here: dropping the warm-up fit earlier would release its tasks
         if args.shutdown:
             client.shutdown()

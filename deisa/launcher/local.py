@@ -383,7 +383,7 @@ def _builtin_analytics(
             stop_when_converged=settings.stop_when_converged,
         )
     _wait_for_simulation(settings, procs, sim, signals)
-    flow_control = _flow_control(client, settings.array)
+    held = flow_control(client, settings.array)
     if steps is not None and len(analytics) != steps and not any(a.stop_reason for a in analytics):
         logger.warning("analysed %d steps of %d", len(analytics), steps)
     report(
@@ -394,7 +394,7 @@ def _builtin_analytics(
         settings.array,
         out,
         first_step_s=first_step_s[0] if first_step_s else None,
-        flow_control=flow_control,
+        flow_control=held,
     )
 
 
@@ -413,7 +413,7 @@ def _hold(totals: dict[str, Any]) -> dict[str, float] | None:
     return {"held_s": totals.get("held_ms", 0) / 1000, "open_s": totals["open_ms"] / 1000}
 
 
-def _flow_control(client: Any, array: str) -> dict[str, float] | None:
+def flow_control(client: Any, array: str) -> dict[str, float] | None:
     """:func:`_hold` for ``array``, asked of the scheduler; ``None`` when it does not know."""
     try:
         return _hold(stream_stats(client)["totals"].get(array) or {})
