@@ -166,11 +166,15 @@ class Stream:
     closed: bool = False
     published: int = 0
     taken: int = 0  # steps taken, summed over the readers
-    last_taken: int | None = None  # the latest step any reader took: later ones only queue
+    last_taken: int | None = None  # the latest step any reader took (or read lost): see passed
 
     @property
     def holder(self) -> str:
         return f"deisa-stream-{self.name}-{self.run}"
+
+    def passed(self, step: int) -> None:
+        """A reader took ``step``, or its lost marker: a publication up to it comes too late."""
+        self.last_taken = step if self.last_taken is None else max(step, self.last_taken)
 
     def queued_steps(self) -> int:
         """Steps the slowest reader (or the unclaimed queue) has to take."""

@@ -492,8 +492,9 @@ class StreamExtension(SchedulerPlugin):
         if mine is None:
             return error(f"consumer {consumer} was detached from {name!r}")
         entry = mine.queue[0]
-        if isinstance(entry, Lost):  # its place: the reader learns it was lost
+        if isinstance(entry, Lost):  # its place: the reader learns it was lost, and passes it
             mine.queue.popleft()
+            stream.passed(entry.step)
             await stream.notify()
             return entry.reply(name)
         if isinstance(entry, End):  # this consumer is done with the run
@@ -521,7 +522,7 @@ class StreamExtension(SchedulerPlugin):
         mine.taken += 1
         stream.taken += 1
         self.totals.setdefault(name, Counter())["taken"] += 1
-        stream.last_taken = max(entry.step, stream.last_taken or entry.step)
+        stream.passed(entry.step)
         await stream.notify()
         return ok(
             step=entry.step,

@@ -868,3 +868,21 @@ async def test_a_lost_step_published_again_takes_the_place_of_its_lost_marker(
         block(0, 1).tolist(),
     ]
     await until_released(s, [a], "r1")
+
+
+@gen_cluster(client=True)
+async def test_a_lost_step_whose_marker_was_read_is_passed_and_not_delivered_again(
+    c: Client, s: Any, a: Any, b: Any
+) -> None:
+    ext, rank0 = await opened(c, s, [a, b], publish=[0])
+    await b.close()  # step 0 is lost in the queue
+    lost = await get(c, "t")
+    assert fields(lost, "step") == (Status.LOST, 0)
+    # the reader has passed step 0: a publication of it (or of an earlier step) comes too late
+    again = Rank0(c, [a, a], "t", "r1", revision=1)
+    reply = await again.publish(0)
+    assert status(reply) is Status.DROPPED and "taken step 0" in reply["message"]
+    assert queue(ext, "t") == []
+    await until_gone(s, [a], rank0.keys(0) + again.keys(0))  # neither publication is held
+    assert await again.publish(1) == ok()  # the run goes on after it
+    assert fields(await get(c, "t"), "step") == (Status.OK, 1)
