@@ -302,6 +302,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         Exit status.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
+    # every file and directory of a run private to its owner: results, logs, the scheduler
+    # file, the Dask spill directory, the TLS credentials (inherited by every child)
+    os.umask(0o077)
     command = argv[0] if argv else ""
     if command == "slurm":
         return slurm_main(argv[1:])

@@ -26,6 +26,7 @@ import contextlib
 import importlib.util
 import logging
 import os
+import socket
 import sys
 import time
 from collections.abc import Callable
@@ -39,6 +40,7 @@ from ..wire import Route
 from .pipeline import PipelineError, StepAnalytics, analyze_stream, warm_up
 from .processes import Child, ProcessSet, Signals, child_env, tail, wait_until
 from .report import report
+from .security import Credentials, make_credentials
 from .settings import RunSettings, preload_args
 from .solver import analytics_argv, find_plugin, python_script, simulation_command
 
@@ -52,28 +54,37 @@ def dashboard_available() -> bool:
     return importlib.util.find_spec("bokeh") is not None
 
 
-def scheduler_command(scheduler_file: Path, dashboard: bool) -> list[str]:
+def scheduler_command(
+    scheduler_file: Path, dashboard: bool, credentials: Credentials | None = None
+) -> list[str]:
+    """``dask scheduler`` on loopback, on free ports, with the job's TLS ``credentials``
+    (``None``: plain TCP)."""
     cmd = [sys.executable, "-m", "dask", "scheduler", "--host", LOOPBACK, "--port", "0"]
     cmd += ["--scheduler-file", str(scheduler_file)]
-    if dashboard:
-        cmd += ["--dashboard", "--dashboard-address", f"{LOOPBACK}:0"]
-    else:
-        cmd += ["--no-dashboard"]
-    return cmd
+    cmd += credentials.cli_args() if credentials is not None else []
+    # --no-dashboard drops the pages, not the HTTP server (health, metrics): local too, any port
+    cmd += ["--dashboard" if dashboard else "--no-dashboard"]
+    return [*cmd, "--dashboard-address", f"{LOOPBACK}:0"]
 
 
 def worker_command(
-    scheduler_file: Path, index: int, threads: int, local_dir: Path, preload: str | None = None
+    scheduler_file: Path,
+    index: int,
+    threads: int,
+    local_dir: Path,
+    preload: str | None = None,
+    credentials: Credentials | None = None,
 ) -> list[str]:
     """``dask worker`` on loopback; ``preload``: a module for ``--preload`` (the settings'
     ``worker_preload``, e.g. the PCA's warm-up :mod:`deisa.analysis._warm`), beside those of
-    the dask configuration (:func:`~deisa.launcher.settings.preload_args`)."""
-    # --no-dashboard drops the pages, not the HTTP server (health, metrics): keep it local too
+    the dask configuration (:func:`~deisa.launcher.settings.preload_args`); ``credentials``:
+    the job's TLS files (``None``: plain TCP)."""
     preloads = preload_args(preload)
     return [
         sys.executable, "-m", "dask", "worker",
         "--scheduler-file", str(scheduler_file),
         "--host", LOOPBACK,
+        *(credentials.cli_args() if credentials is not None else []),
         "--nthreads", str(threads),
         "--no-nanny", "--no-dashboard", "--dashboard-address", f"{LOOPBACK}:0",
         "--name", f"worker-{index}",
@@ -131,9 +142,11 @@ def run_pipeline(settings: RunSettings, signals: Signals, out: IO[str] = sys.std
     """
     output = settings.output
     scheduler_file = _prepare_output(output)
-    procs = ProcessSet(output / "logs", child_env(), settings.stop_timeout)
+    credentials = _credentials(settings)
+    secure = credentials.env() if credentials is not None else {}
+    procs = ProcessSet(output / "logs", child_env(secure), settings.stop_timeout)
     signals.on_second = procs.kill
-    simulation = _simulation(settings, scheduler_file)
+    simulation = _simulation(settings, scheduler_file, secure)
     print(
         f"deisa-run: {settings.ranks} ranks of {simulation.description}, {settings.workers} "
         f"workers x {settings.threads} threads; output in {output}",
@@ -142,13 +155,13 @@ def run_pipeline(settings: RunSettings, signals: Signals, out: IO[str] = sys.std
     client = None
     started = time.perf_counter()
     try:
-        client = _start_dask(settings, procs, scheduler_file, signals)
+        client = _start_dask(settings, procs, scheduler_file, signals, credentials)
         analytics = None
         if settings.analytics is not None:
             analytics = procs.start(
                 "analytics",
                 analytics_argv(settings.analytics, sys.executable),
-                _user_env(settings, scheduler_file),
+                _user_env(settings, scheduler_file, secure),
                 echo=out,
             )
         signals.check()
@@ -172,6 +185,21 @@ def run_pipeline(settings: RunSettings, signals: Signals, out: IO[str] = sys.std
                 client.close(timeout=5)
         procs.stop()
         signals.on_second = None
+        if credentials is not None:
+            credentials.remove()
+
+
+def _credentials(settings: RunSettings) -> Credentials | None:
+    """The run's TLS credentials, made in ``<output>/tls``; ``None`` (and one warning line)
+    with ``--insecure``."""
+    if settings.tls:
+        return make_credentials(settings.output / "tls")
+    print(
+        "deisa-run: warning: --insecure: the Dask processes speak plain TCP without "
+        "authentication; any account on this machine can connect to them and run code as you",
+        file=sys.stderr,
+    )
+    return None
 
 
 def _prepare_output(output: Path) -> Path:
@@ -183,10 +211,12 @@ def _prepare_output(output: Path) -> Path:
     return output / "scheduler.json"
 
 
-def _user_env(settings: RunSettings, scheduler_file: Path) -> dict[str, str]:
-    """The environment of the user's processes: the scheduler file, the plugin, the thread
-    pins and the loopback settings of Open MPI."""
-    extra = {"DEISA_SCHEDULER_FILE": str(scheduler_file.absolute())}
+def _user_env(
+    settings: RunSettings, scheduler_file: Path, secure: dict[str, str]
+) -> dict[str, str]:
+    """The environment of the user's processes: the scheduler file, the TLS settings
+    (``secure``), the plugin, the thread pins and the loopback settings of Open MPI."""
+    extra = {"DEISA_SCHEDULER_FILE": str(scheduler_file.absolute()), **secure}
     plugin = find_plugin(settings.build_dir)
     if plugin.directory is not None:
         extra["PDI_PLUGIN_PATH"] = _plugin_path(plugin.directory)
@@ -197,15 +227,16 @@ def _plugin_path(directory: Path) -> str:
     return os.pathsep.join(filter(None, [str(directory), os.environ.get("PDI_PLUGIN_PATH")]))
 
 
-def _simulation(settings: RunSettings, scheduler_file: Path) -> _Simulation:
-    """The user's command, or the heat solver with its configuration files written."""
+def _simulation(settings: RunSettings, scheduler_file: Path, secure: dict[str, str]) -> _Simulation:
+    """The user's command, or the heat solver with its configuration files written; both get
+    the TLS settings ``secure`` in their environment."""
     output = settings.output
     if settings.command:
         plugin = find_plugin(settings.build_dir)
         print(f"deisa-run: the deisa PDI plugin: {plugin.origin}", file=sys.stderr)
         return _Simulation(
             python_script(settings.command, sys.executable),
-            _user_env(settings, scheduler_file),
+            _user_env(settings, scheduler_file, secure),
             None,
             f"`{' '.join(settings.command)}`",
         )
@@ -221,7 +252,7 @@ def _simulation(settings: RunSettings, scheduler_file: Path) -> _Simulation:
         timings=str(timings),
         pdi_file=str(pdi_file),
     )
-    extra = {}
+    extra = dict(secure)
     if sim.pdi is not None:
         pdi_file.write_text(yaml.safe_dump(sim.pdi, sort_keys=False))
     if sim.plugin_dir is not None:
@@ -239,13 +270,18 @@ def _simulation(settings: RunSettings, scheduler_file: Path) -> _Simulation:
 
 
 def _start_dask(
-    settings: RunSettings, procs: ProcessSet, scheduler_file: Path, signals: Signals
+    settings: RunSettings,
+    procs: ProcessSet,
+    scheduler_file: Path,
+    signals: Signals,
+    credentials: Credentials | None,
 ) -> Any:
-    """Start the scheduler and the workers; a client once every worker is connected."""
+    """Start the scheduler and the workers (with the job's TLS ``credentials``, if any); a
+    client once every worker is connected."""
     from distributed import Client
 
     dashboard = dashboard_available()
-    procs.start("scheduler", scheduler_command(scheduler_file, dashboard))
+    procs.start("scheduler", scheduler_command(scheduler_file, dashboard, credentials))
     wait_until(
         scheduler_file.exists,
         f"the scheduler file {scheduler_file}",
@@ -256,10 +292,11 @@ def _start_dask(
     for i in range(settings.workers):
         local_dir = settings.output / "dask-scratch"
         command = worker_command(
-            scheduler_file, i, settings.threads, local_dir, settings.worker_preload
+            scheduler_file, i, settings.threads, local_dir, settings.worker_preload, credentials
         )
         procs.start(f"worker-{i}", command)
-    client = Client(scheduler_file=str(scheduler_file), timeout=settings.timeout)
+    security = credentials.security() if credentials is not None else None
+    client = Client(scheduler_file=str(scheduler_file), security=security, timeout=settings.timeout)
     wait_until(
         workers_connected(client, settings.workers),
         f"{settings.workers} worker(s) to connect",
@@ -268,11 +305,23 @@ def _start_dask(
         interval=0,
         check=signals.check,
     )
-    if dashboard:
-        print(f"Dashboard: {client.dashboard_link}", file=sys.stderr)
-    else:
-        print("Dashboard: unavailable (bokeh is not installed; pip install bokeh)", file=sys.stderr)
+    print(dashboard_line(client, dashboard), file=sys.stderr)
     return client
+
+
+def dashboard_line(client: Any, dashboard: bool = True) -> str:
+    """Where the dashboard is (loopback only) and the ssh tunnel that reaches it from
+    another machine; or why there is none."""
+    if not dashboard:
+        return "Dashboard: unavailable (bokeh is not installed; pip install bokeh)"
+    port = client.scheduler_info().get("services", {}).get("dashboard")
+    if port is None:
+        return "Dashboard: off"
+    return (
+        f"Dashboard: http://{LOOPBACK}:{port}/status, on loopback only; from your machine: "
+        f"ssh -L 8787:{LOOPBACK}:{port} {socket.gethostname()} and open "
+        "http://localhost:8787/status"
+    )
 
 
 def _failure(child: Child) -> PipelineError:

@@ -103,6 +103,8 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option("worker_preload", ("--worker-preload",), _both(), {"metavar": "MODULE"}),
     Option("output", ("--output", "-o"), {RUN: "run", SLURM: "run", ANALYTICS: "run"}),
+    # a flag that turns the defaults' `tls: true` off: None (not given) falls back to the file
+    Option("tls", ("--insecure",), _both(), {"action": "store_const", "const": False}),
     Option(
         "stop_when_converged",
         ("--stop-when-converged",),

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from .pipeline import PipelineError
+from .security import open_log
 
 logger = logging.getLogger(__name__)
 
@@ -85,7 +86,7 @@ class Child:
 
 def _tee(source: IO[bytes], log: Path, echo: IO[str]) -> None:
     """Copy ``source``'s lines to ``log`` and to ``echo`` until it closes."""
-    with open(log, "wb") as out:
+    with open_log(log) as out:
         for line in iter(source.readline, b""):
             out.write(line)
             out.flush()
@@ -123,7 +124,7 @@ class ProcessSet:
         and, with ``echo``, also copied there (the user's analytics, to the terminal)."""
         log = self.log_dir / f"{name}.log"
         if echo is None:
-            with open(log, "wb") as out:
+            with open_log(log) as out:
                 popen = subprocess.Popen(
                     list(cmd),
                     env=env or self.env,

@@ -20,6 +20,7 @@ from typing import Any
 from ..bridge.options import BridgeOptionError, BridgeOptions, Constraint, Count, Positive
 from .defaults import UsageError, load_defaults, read_yaml
 from .options import RUN, SLURM, option, pick
+from .security import output_problem
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -97,6 +98,9 @@ class RunSettings:
     command: list[str] = field(default_factory=list)
     analytics: str | None = None
     worker_preload: str | None = None
+    tls: bool = True
+    """Mutual TLS with credentials made for the run (:mod:`deisa.launcher.security`);
+    ``False``: ``--insecure``."""
 
     @property
     def placement(self) -> str:
@@ -118,6 +122,7 @@ class RunSettings:
             "array": self.array,
             "n_components": self.n_components,
             "worker_preload": self.worker_preload,
+            "tls": self.tls,
             "stop_when_converged": self.stop_when_converged,
             "simulation": self.simulation,
         }
@@ -295,12 +300,13 @@ def resolve_options(args: argparse.Namespace, command: str = RUN) -> RunSettings
         array=_array(name("array"), get("array")),
         bridge=bridge,
         n_components=counted("n_components"),
-        output=Path(get("output")).resolve(),
+        output=_output(name("output"), get("output")),
         timeout=checked(SECONDS, name("timeout"), get("timeout")),
         stop_timeout=checked(SECONDS, "run.stop_timeout", run["stop_timeout"]),
         mpirun=[str(mpi["mpirun"]), *map(str, mpi["args"] or [])],
         mpi_env={str(k): str(v) for k, v in (mpi.get("env") or {}).items()},
         stop_when_converged=parse_eps(get("stop_when_converged"), name("stop_when_converged")),
+        tls=_flag(name("tls"), get("tls")),
     )
     settings.command = list(getattr(args, "command", None) or [])
     if settings.command:
@@ -375,6 +381,24 @@ def parse_eps(value: Any, name: str = "--stop-when-converged") -> float | None:
     """
     eps: float | None = checked(Positive(none="never"), name, value)
     return eps
+
+
+def _output(label: str, value: Any) -> Path:
+    """``--output``, absolute, refused where another account could tamper with the run's
+    files (:func:`~deisa.launcher.security.output_problem`)."""
+    if not isinstance(value, (str, Path)) or not str(value):
+        raise UsageError(f"{label}={value!r} must be a directory")
+    path = Path(value).resolve()
+    problem = output_problem(path)
+    if problem is not None:
+        raise UsageError(f"{label}: {problem}")
+    return path
+
+
+def _flag(label: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise UsageError(f"{label}={value!r} must be true or false")
+    return value
 
 
 def _array(label: str, name: Any) -> str:
