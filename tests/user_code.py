@@ -4,7 +4,9 @@
 ``field`` (rank r holds rows 4r..4r+3) worth ``1000 * step + rank``, through ``deisa.Bridge()``
 with no scheduler file (``DEISA_SCHEDULER_FILE``); it exits 7 at step ``FAIL_AT`` (-1: never);
 ``BUFFER_NB`` 0 is unbounded. ``my_analytics.py STEPS RANKS [fail]`` reads every step through
-``deisa.Adapter.from_env()`` and checks it, or raises at the first with ``fail``.
+``deisa.Adapter.from_env()`` and checks it, or raises at the first with ``fail``; with
+``gate=PATH`` it reads nothing before the file ``PATH`` exists (the simulation is meanwhile held
+by flow control: every process of the run stays up while a test probes it).
 """
 
 from __future__ import annotations
@@ -32,11 +34,14 @@ print(f"my simulation: rank {rank} published {steps} steps", flush=True)
 """
 
 ANALYTICS = """\
-import sys
+import os, sys, time
 import numpy as np
 from deisa import Adapter
 
 steps, ranks, fail = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3:] == ["fail"]
+gate = next((a[len("gate="):] for a in sys.argv[3:] if a.startswith("gate=")), None)
+while gate is not None and not os.path.exists(gate):
+    time.sleep(0.1)
 seen = []
 with Adapter.from_env() as adapter:
     for step, field in adapter["field"].items():

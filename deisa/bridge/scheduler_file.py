@@ -59,7 +59,8 @@ def resolve_scheduler_file(
 
 
 def read_scheduler_address(path: str | os.PathLike[str], wait: float = 0.0) -> str:
-    """The scheduler address in ``path``, waiting up to ``wait`` seconds for the file to appear.
+    """The scheduler address in ``path``, waiting up to ``wait`` seconds for the file to appear
+    (and to be whole: the scheduler writes it in place, a reader may find it half-written).
 
     Raises
     ------
@@ -68,19 +69,24 @@ def read_scheduler_address(path: str | os.PathLike[str], wait: float = 0.0) -> s
     """
     path = Path(path)
     deadline = time.monotonic() + wait
-    while not path.exists() and time.monotonic() < deadline:
+    while True:
+        try:
+            info = json.loads(path.read_text())
+            break
+        except FileNotFoundError:
+            if time.monotonic() >= deadline:
+                raise SchedulerFileError(
+                    f"scheduler file {str(path)!r} does not exist"
+                    + (f" (waited {wait:g} s)" if wait else "")
+                    + "; start one with `dask scheduler --scheduler-file PATH` or point "
+                    "scheduler_file at the right place"
+                ) from None
+        except (OSError, ValueError) as exc:
+            if time.monotonic() >= deadline:
+                raise SchedulerFileError(
+                    f"scheduler file {str(path)!r} is unreadable: {exc}"
+                ) from exc
         time.sleep(0.1)
-    if not path.exists():
-        raise SchedulerFileError(
-            f"scheduler file {str(path)!r} does not exist"
-            + (f" (waited {wait:g} s)" if wait else "")
-            + "; start one with `dask scheduler --scheduler-file PATH` or point scheduler_file "
-            "at the right place"
-        )
-    try:
-        info = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise SchedulerFileError(f"scheduler file {str(path)!r} is unreadable: {exc}") from exc
     address = info.get("address") if isinstance(info, dict) else None
     if not isinstance(address, str) or "://" not in address:
         raise SchedulerFileError(

@@ -69,3 +69,20 @@ def test_bridge_reads_the_scheduler_file_from_the_environment(
         assert bridge.scheduler_address == local_client.scheduler.address
         field = Adapter(local_client, timeout=60)["u"][0].compute()
     assert np.array_equal(field, np.ones((2, 3)))
+
+
+def test_a_half_written_file_is_waited_for(tmp_path: Path) -> None:
+    """The scheduler writes its file in place: a reader may open it empty or half-written."""
+    import threading
+
+    path = tmp_path / "scheduler.json"
+    path.write_text('{"address": "tls://127.0')  # the scheduler is still writing
+    done = threading.Timer(0.3, path.write_text, ['{"address": "tls://127.0.0.1:8786"}'])
+    done.start()
+    try:
+        assert read_scheduler_address(path, wait=60) == "tls://127.0.0.1:8786"
+    finally:
+        done.join()
+    path.write_text("")
+    with pytest.raises(SchedulerFileError, match="unreadable"):
+        read_scheduler_address(path)  # no wait: what is there now

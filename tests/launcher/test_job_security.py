@@ -1,0 +1,187 @@
+"""A job's security (deisa.launcher.security): its credentials, its private files, and a local
+run attacked from outside while it runs.
+
+The attacks are made server-side: each stranger trusts the job's CA, so that a refusal can only
+come from the server (:mod:`attack`), and the same probe with the job's own credentials
+succeeds first.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from attack import (
+    job_security,
+    listening,
+    private_key_leaks,
+    private_violations,
+    process_tree,
+    refusals,
+    wildcard,
+)
+from conftest import STARTUP, test_env
+from user_code import write_user_code
+
+from deisa.bridge.scheduler_file import read_scheduler_address
+from deisa.launcher import cli
+from deisa.launcher.defaults import UsageError
+from deisa.launcher.local import scheduler_command, worker_command
+from deisa.launcher.security import (
+    make_credentials,
+    open_log,
+    output_problem,
+    tls_env,
+)
+
+# -- in process ------------------------------------------------------------------------------
+
+
+def test_credentials_are_private_and_replaced(tmp_path: Path) -> None:
+    old = make_credentials(tmp_path / "tls")
+    first = old.key.read_bytes()
+    new = make_credentials(tmp_path / "tls")  # a previous run's, replaced
+    assert new.key.read_bytes() != first
+    assert stat.S_IMODE((tmp_path / "tls").stat().st_mode) == 0o700
+    for path in (new.ca_file, new.cert, new.key):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert b"PRIVATE KEY" in new.key.read_bytes()
+    assert b"PRIVATE KEY" not in new.cert.read_bytes()
+    # the environment names the files, never their contents
+    env = new.env()
+    assert env["DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY"] == str(new.key)
+    assert env["DASK_DISTRIBUTED__COMM__REQUIRE_ENCRYPTION"] == "True"
+    assert not any("PRIVATE" in value for value in env.values())
+    new.remove()
+    assert not (tmp_path / "tls").exists()
+
+
+def test_credentials_refuse_a_planted_link(tmp_path: Path) -> None:
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    (tmp_path / "tls").symlink_to(target)
+    with pytest.raises(UsageError, match="symbolic link"):
+        make_credentials(tmp_path / "tls")
+    assert list(target.iterdir()) == []
+
+
+def test_logs_do_not_follow_links(tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("mine")
+    (tmp_path / "scheduler.log").symlink_to(victim)
+    with pytest.raises(OSError):
+        open_log(tmp_path / "scheduler.log")
+    assert victim.read_text() == "mine"
+    with open_log(tmp_path / "worker.log") as log:
+        log.write(b"x")
+    assert stat.S_IMODE((tmp_path / "worker.log").stat().st_mode) == 0o600
+
+
+def test_output_owned_by_others_or_open_to_them_is_refused(tmp_path: Path) -> None:
+    assert output_problem(tmp_path / "new") is None
+    open_dir = tmp_path / "open"
+    open_dir.mkdir()
+    open_dir.chmod(0o777)
+    assert "writable by other accounts" in (output_problem(open_dir) or "")
+    open_dir.chmod(0o1777)  # sticky, as /tmp: nobody replaces another's files
+    assert output_problem(open_dir) is None
+    if os.geteuid() == 0:
+        theirs = tmp_path / "theirs"
+        theirs.mkdir()
+        os.chown(theirs, 4242, 4242)
+        assert "another account" in (output_problem(theirs) or "")
+        for command in (["--solver", "python"], ["slurm", "--solver", "python"]):
+            argv = [*command[:-2], "--output", str(theirs), *command[-2:]]
+            assert cli.main(argv) == 2
+    open_dir.chmod(0o777)
+    assert cli.main(["--solver", "python", "--output", str(open_dir)]) == 2
+
+
+def test_dask_commands_listen_on_loopback_with_the_job_credentials(tmp_path: Path) -> None:
+    credentials = make_credentials(tmp_path / "tls")
+    for dashboard in (False, True):  # the HTTP server runs even without the dashboard
+        cmd = scheduler_command(tmp_path / "s.json", dashboard, credentials)
+        assert cmd[cmd.index("--host") + 1] == "127.0.0.1"
+        assert cmd[cmd.index("--dashboard-address") + 1] == "127.0.0.1:0"
+        assert cmd[cmd.index("--protocol") + 1] == "tls"
+        assert cmd[cmd.index("--tls-key") + 1] == str(credentials.key)
+    cmd = worker_command(tmp_path / "s.json", 0, 1, tmp_path, None, credentials)
+    assert cmd[cmd.index("--host") + 1] == "127.0.0.1"
+    assert cmd[cmd.index("--dashboard-address") + 1] == "127.0.0.1:0"
+    assert cmd[cmd.index("--tls-ca-file") + 1] == str(credentials.ca_file)
+    plain = scheduler_command(tmp_path / "s.json", False)
+    assert "--protocol" not in plain and "--dashboard-address" in plain
+
+
+def test_tls_env_names_every_role() -> None:
+    env = tls_env("ca", "cert", "key")
+    for role in ("SCHEDULER", "WORKER", "CLIENT"):
+        assert env[f"DASK_DISTRIBUTED__COMM__TLS__{role}__CERT"] == "cert"
+        assert env[f"DASK_DISTRIBUTED__COMM__TLS__{role}__KEY"] == "key"
+
+
+# -- a local run, attacked while it runs -------------------------------------------------------
+
+
+@pytest.mark.timeout(600)
+def test_local_run_refuses_strangers_and_keeps_its_files_private(tmp_path: Path) -> None:
+    """Scheduler and worker of a running ``deisa-run`` refuse a plain client, a TLS client
+    without a certificate and one with a foreign certificate; the run listens on loopback
+    only, still analyses every step, and leaves no file others may read and no key."""
+    simulation, analytics = write_user_code(tmp_path / "code")
+    out, gate, steps = tmp_path / "out", tmp_path / "gate", 3
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "deisa.launcher", "--ranks", "2", "--workers", "2",
+         "--timeout", "240", "--output", str(out),
+         "--analytics", f"{analytics} {steps} 2 gate={gate}",
+         "--", str(simulation), str(steps), "-1", "1"],
+        env=test_env(), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        from distributed import Client
+
+        address = read_scheduler_address(out / "scheduler.json", wait=STARTUP)
+        assert address.startswith("tls://127.0.0.1:")
+        tls = out / "tls"
+        with Client(address, security=job_security(tls), timeout=STARTUP) as client:
+            client.wait_for_workers(2, timeout=STARTUP)
+            worker = next(iter(client.scheduler_info()["workers"]))
+        for server in (address, worker):
+            refused = refusals(server, tls)
+            assert set(refused) == {"plain", "no certificate", "foreign certificate"}
+        # Dask processes and ranks; not Open MPI's mpirun, whose PMIx tool listener binds
+        # every interface whatever its MCA parameters (docs/security.md)
+        sockets = [s for s in listening(process_tree(proc.pid)) if "mpirun" not in s[1]]
+        assert len(sockets) >= 5, sockets  # scheduler, workers, their HTTP servers, rank 0
+        assert wildcard(sockets) == [], sockets
+    finally:
+        gate.touch()  # the analytics reads every step, the run ends
+        stdout, stderr = proc.communicate(timeout=2 * STARTUP)
+    assert proc.returncode == 0, stderr + stdout
+    assert "my analytics: every step is right" in stdout
+    assert "TLS handshake failed" in (out / "logs" / "scheduler.log").read_text()
+    assert not tls.exists()  # removed with the run
+    assert private_violations(out) == []
+    assert private_key_leaks(out.rglob("*")) == []
+    assert "PRIVATE KEY" not in stdout + stderr
+    assert "insecure" not in stderr
+
+
+@pytest.mark.timeout(400)
+def test_insecure_says_so_once_and_speaks_plain_tcp(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [sys.executable, "-m", "deisa.launcher", "--insecure", "--solver", "python",
+         "--ranks", "2", "--workers", "1", "--steps", "2", "--output-period", "5",
+         "--timeout", "240", "--output", str(out)],
+        env=test_env(), cwd=tmp_path, capture_output=True, text=True, timeout=360,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    warnings = [line for line in proc.stderr.splitlines() if "--insecure" in line]
+    assert len(warnings) == 1 and "warning" in warnings[0], proc.stderr
+    assert "tcp://127.0.0.1:" in (out / "logs" / "scheduler.log").read_text()
+    assert not (out / "tls").exists()
