@@ -600,3 +600,45 @@ def test_write_entry_communicator_must_hold_exactly_the_ranks_of_the_array(
         "array 'gtemp' is held by ranks [0, 1] of comm, but the communicator rank 0 gives for "
         "it (array_comms) holds ranks [0]" in run.output
     )
+
+
+TLS_CHECKER = """\
+import sys
+import numpy as np
+import yaml
+from deisa import Adapter
+from deisa_simulation.heat import HeatConfig, reference_field
+
+config = HeatConfig(**yaml.safe_load(open(sys.argv[1])))
+with Adapter.from_env() as adapter:
+    address = adapter.client.scheduler.address
+    assert address.startswith("tls://"), address
+    steps = []
+    for step, field in adapter["gtemp"].items():
+        assert np.array_equal(field.compute(), reference_field(config, step)), step
+        steps.append(step)
+assert steps == list(range(config.steps)), steps
+print(f"tls checker: {len(steps)} steps bitwise over {address.split(':')[0]}", flush=True)
+"""
+
+
+@pytest.mark.timeout(600)
+def test_c_heat_under_deisa_run_tls_reaches_dask_bitwise(built: Path, tmp_path: Path) -> None:
+    """deisa-run's default, mutual TLS: the C solver's plugin, through the environment alone
+    (no TLS key in its YAML), reaches the job's TLS-only scheduler and workers, and every step
+    arrives bitwise equal to the reference solution."""
+    from conftest import deisa_run
+
+    checker = tmp_path / "tls_checker.py"
+    checker.write_text(TLS_CHECKER)
+    out = tmp_path / "out"
+    proc = deisa_run(
+        "--solver", "c", "--ranks", "4", "--workers", "2", "--steps", "4",
+        "--output-period", "5", "--timeout", "240", "--output", str(out),
+        "--analytics", f"{checker} {out / 'simulation.yml'}", timeout=500,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:] + proc.stdout[-2000:]
+    assert "tls checker: 4 steps bitwise over tls" in proc.stdout, proc.stdout[-2000:]
+    assert "tls" not in (out / "pdi.yml").read_text().lower()  # credentials: environment only
+    assert "tls://" in (out / "logs" / "scheduler.log").read_text()
+    assert not (out / "tls").exists()
