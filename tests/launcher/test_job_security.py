@@ -9,6 +9,7 @@ succeeds first.
 from __future__ import annotations
 
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -169,6 +170,10 @@ def test_local_run_refuses_strangers_and_keeps_its_files_private(tmp_path: Path)
     assert private_key_leaks(out.rglob("*")) == []
     assert "PRIVATE KEY" not in stdout + stderr
     assert "insecure" not in stderr
+    # the dashboard: on loopback, with the tunnel that reaches it
+    assert re.search(
+        r"Dashboard: http://127\.0\.0\.1:\d+/status.* ssh -L 8787:127\.0\.0\.1:", stderr
+    )
 
 
 @pytest.mark.timeout(400)
