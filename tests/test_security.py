@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import json
+import pickle
+import re
 import shutil
+import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -11,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import REPO, STARTUP, DaskProcesses, mpirun, test_env
+from conftest import REPO, STARTUP, DaskProcesses, kill_if_running, mpirun, test_env
 
 from deisa import Adapter
 from deisa.bridge.scheduler_file import read_scheduler_address
@@ -115,3 +122,219 @@ def test_tls_passes_through_bridge_and_adapter(tls_cluster: tuple[Path, dict[str
     assert [s for s, _ in steps] == [0, 1, 2]
     for s, values in steps:
         np.testing.assert_array_equal(values, expected(s, (8, 6)))
+
+
+# -- rank 0's notices listener and steering values carry no pickle ----------------------------
+#
+# Each attack sends code that, if it were unpickled, would create MARKER (``open(MARKER, "w")``)
+# in whichever process unpickles it: rank 0, or the scheduler. The ranks below publish 4 steps
+# on 2 ranks in mode="async", holding after the steps listed in ``holds`` until the test touches
+# ``go-<step>``: a step published before a hold reaches the analytics only through the ranks'
+# "block sent" notices (no rank calls MPI during a hold), so the analytics receiving it shows
+# that rank 0's listener took the genuine notices.
+
+ATTACKED_RANKS = """
+import json, logging, os, sys, time
+import numpy as np
+from mpi4py import MPI
+from deisa import ArraySpec, Bridge, BridgeError
+
+scheduler_file, out, nsteps = sys.argv[1], sys.argv[2], int(sys.argv[3])
+holds = [int(s) for s in sys.argv[4].split(",") if s]
+rank = MPI.COMM_WORLD.Get_rank()
+logging.basicConfig(filename=f"{out}/log-{rank}.txt", level=logging.WARNING)
+logging.getLogger("deisa.bridge._notices").setLevel(logging.DEBUG)
+spec = ArraySpec("float64", global_shape=(4, 3), start=(2 * rank, 0), shape=(2, 3))
+x, y = np.indices((2, 3))
+report = {"rank": rank}
+with Bridge(scheduler_file, {"field": spec}, mode="async", connect_timeout=STARTUP) as bridge:
+    bridge.flush()  # connected: every send starts at once, with its notice
+    for step in range(nsteps):
+        bridge.publish("field", step * 1e6 + (2 * rank + x) * 1e3 + y, step)
+        deadline = time.monotonic() + STARTUP
+        while step in holds and not os.path.exists(f"{out}/go-{step}"):
+            assert time.monotonic() < deadline, f"rank {rank}: go-{step} never came"
+            time.sleep(0.02)
+    try:
+        report["param"] = repr(bridge.get("param", "unset"))
+    except BridgeError as exc:
+        report["error"] = str(exc)
+    if rank == 0:
+        report["early"] = bridge._async.early.early
+with open(f"{out}/rank-{rank}.json", "w") as f:
+    json.dump(report, f)
+"""
+
+
+class _Evil:
+    """Unpickled, creates ``path`` (an attacker's code running where it is unpickled)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = str(path)
+
+    def __reduce__(self) -> tuple[object, tuple[str, str]]:
+        return (open, (self.path, "w"))
+
+
+def _start_attacked_ranks(
+    tmp_path: Path, scheduler_file: Path, holds: str, env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
+    script = tmp_path / "attacked_ranks.py"
+    script.write_text(ATTACKED_RANKS.replace("STARTUP", str(STARTUP)))
+    (tmp_path / "out").mkdir()
+    return subprocess.Popen(
+        mpirun(2, sys.executable, str(script), str(scheduler_file), str(tmp_path / "out"), "4",
+               holds),
+        env={**test_env(), **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True,
+    )  # fmt: skip
+
+
+def _listener_address(tmp_path: Path, proc: subprocess.Popen[str]) -> tuple[str, str, int]:
+    """(protocol, host, port) of rank 0's notices listener, read from its debug log."""
+    log = tmp_path / "out" / "log-0.txt"
+    deadline = time.monotonic() + STARTUP
+    while True:
+        found = re.search(
+            r"notices at (tcp|tls)://([\d.]+):(\d+)", log.read_text() if log.exists() else ""
+        )
+        if found:
+            return found[1], found[2], int(found[3])
+        if proc.poll() is not None or time.monotonic() > deadline:
+            pytest.fail(f"rank 0 logged no listener address: {proc.communicate()[0][-3000:]}")
+        time.sleep(0.1)
+
+
+def _release_and_finish(
+    tmp_path: Path, proc: subprocess.Popen[str], client: object, held: list[int]
+) -> list[tuple[int, np.ndarray]]:
+    """Take every step; each held step must arrive while the ranks still hold after it."""
+    field = Adapter(client, timeout=STARTUP)["field"]
+    steps = []
+    for step, array in field.items():
+        steps.append((step, array.compute()))
+        if step in held:
+            (tmp_path / "out" / f"go-{step}").touch()
+    output, _ = proc.communicate(timeout=STARTUP)
+    assert proc.returncode == 0, output[-3000:]
+    return steps
+
+
+def _check_steps(steps: list[tuple[int, np.ndarray]]) -> None:
+    assert [s for s, _ in steps] == [0, 1, 2, 3]
+    for s, values in steps:
+        np.testing.assert_array_equal(values, expected(s, (4, 3)))
+
+
+async def _distributed_attack(address: str, evil: _Evil) -> None:
+    """What a distributed client sends: its handshake, then a ``deisa_sent`` message, each
+    with a ``__Pickled__`` sub-frame (a ``distributed.core.Server`` unpickles both on read)."""
+    from distributed.comm import connect
+    from distributed.protocol import ToPickle
+
+    # the handshake is sent at once; a listener that does not answer it leaves connect waiting
+    # (the outcome does not matter, the bytes sent do): a deadline meant to expire
+    try:
+        comm = await asyncio.wait_for(
+            connect(address, handshake_overrides={"evil": ToPickle(evil)}), 5
+        )
+        await comm.write({"op": "deisa_sent", "token": ToPickle(evil), "reply": False})
+        await comm.close()
+    except (OSError, asyncio.TimeoutError):
+        pass
+
+
+def test_notices_listener_runs_no_pickle(tmp_path: Path, dask_processes: DaskProcesses) -> None:
+    marker = tmp_path / "pwned"
+    evil = _Evil(marker)
+    proc = _start_attacked_ranks(tmp_path, dask_processes.scheduler_file, "0,1")
+    try:
+        protocol, host, port = _listener_address(tmp_path, proc)
+        assert (protocol, host) == ("tcp", "127.0.0.1")  # a loopback scheduler: loopback only
+        asyncio.run(_distributed_attack(f"tcp://{host}:{port}", evil))
+        forged = {
+            "token": "0" * 32,
+            "seq": 1,
+            "rank": 1,
+            "nbytes": 48,
+            "worker": "tcp://127.0.0.1:1",
+        }
+        payload = pickle.dumps(evil)
+        lines = [
+            payload + b"\n",  # the pickle as a raw line
+            json.dumps({**forged, "worker": payload.decode("latin-1")}).encode() + b"\n",
+            b"x" * 100_000 + b"\n",  # over the line length
+            # another token: were it taken, steps would be registered on a worker at port 1
+            *(json.dumps({**forged, "seq": seq, "rank": rank}).encode() + b"\n"
+              for seq in range(4) for rank in (0, 1)),
+        ]  # fmt: skip
+        for line in lines:  # each on its own connection: the listener closes one after a drop
+            with (
+                socket.create_connection((host, port), timeout=STARTUP) as sock,
+                contextlib.suppress(ConnectionError),  # closed by the listener: its job
+            ):
+                sock.sendall(line)
+        with dask_processes.client() as client:
+            steps = _release_and_finish(tmp_path, proc, client, held=[0, 1])
+    finally:
+        kill_if_running(proc)
+    _check_steps(steps)
+    assert not marker.exists()
+    root = json.loads((tmp_path / "out" / "rank-0.json").read_text())
+    assert root["early"] >= 2  # steps 0 and 1 at least: the listener served after the attacks
+
+
+def _refused_by(host: str, port: int, context: ssl.SSLContext, line: bytes) -> str:
+    """How the listener ends a TLS client's connection: the error, or ``"closed"``; a listener
+    that took the client's line would keep reading (then ``socket.timeout``, failing the
+    test)."""
+    with socket.create_connection((host, port), timeout=STARTUP) as raw:
+        try:
+            with context.wrap_socket(raw) as sock:  # TLS 1.3: the client's side may complete
+                sock.sendall(line)
+                return "closed" if sock.recv(1) == b"" else "answered"
+        except (ssl.SSLError, ConnectionError) as exc:
+            return type(exc).__name__
+
+
+def test_tls_notices_listener_refuses_clients_without_the_jobs_certificate(
+    tmp_path: Path, tls_cluster: tuple[Path, dict[str, str]]
+) -> None:
+    sched_file, client_env = tls_cluster
+    marker = tmp_path / "pwned"
+    evil_line = pickle.dumps(_Evil(marker)) + b"\n"
+    foreign_cert, foreign_key = tmp_path / "foreign.pem", tmp_path / "foreign.key"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-keyout", str(foreign_key), "-out", str(foreign_cert), "-subj", "/CN=localhost"],
+        check=True, capture_output=True, timeout=STARTUP,
+    )  # fmt: skip
+    proc = _start_attacked_ranks(tmp_path, sched_file, "0,1", env=client_env)
+    try:
+        protocol, host, port = _listener_address(tmp_path, proc)
+        assert protocol == "tls"
+        with socket.create_connection((host, port), timeout=STARTUP) as sock:
+            sock.sendall(evil_line)  # no TLS at all: not a handshake
+        for cert in (None, foreign_cert):  # no certificate; a self-signed one
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE  # an attacker does not check the listener
+            if cert is not None:
+                context.load_cert_chain(cert, foreign_key)
+            outcome = _refused_by(host, port, context, evil_line)
+            assert outcome in ("SSLError", "ConnectionResetError", "closed"), (cert, outcome)
+        from distributed import Client, Security
+
+        security = Security(
+            tls_ca_file=client_env["DASK_DISTRIBUTED__COMM__TLS__CA_FILE"],
+            tls_client_cert=client_env["DASK_DISTRIBUTED__COMM__TLS__CLIENT__CERT"],
+            tls_client_key=client_env["DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY"],
+        )
+        with Client(read_scheduler_address(sched_file), security=security, timeout=STARTUP) as c:
+            steps = _release_and_finish(tmp_path, proc, c, held=[0, 1])
+    finally:
+        kill_if_running(proc)
+    _check_steps(steps)
+    assert not marker.exists()
+    root = json.loads((tmp_path / "out" / "rank-0.json").read_text())
+    assert root["early"] >= 2  # the ranks' notices, over TLS with the job's certificate

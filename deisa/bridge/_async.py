@@ -42,7 +42,7 @@ from ..wire import Route, Status, status, step_key_name
 from ._collective import BridgeError
 from ._connect import connect, route
 from ._exchange import Exchanger
-from ._notices import EarlyRegistration, notify
+from ._notices import EarlyRegistration, Notifier
 from ._publisher import (
     Connection,
     Entry,
@@ -127,7 +127,7 @@ class AsyncPublisher:
         self._announced = False  # rank 0, main thread: the connection went in an exchange
         self._register_queue: asyncio.Queue[tuple[Entry, list[Any]] | None] | None = None
         self.early: EarlyRegistration | None = None  # rank 0: registration on sent notices
-        self.notices: tuple[str, str] | None = None  # (rank 0's listener, token), if any
+        self.notices: Notifier | None = None  # the other ranks: to rank 0's listener, if any
 
     # -- rank 0's background connection and registrar ------------------------------------------
 
@@ -149,6 +149,13 @@ class AsyncPublisher:
                 self.progress.set()
 
         return bridge._spawn(run())
+
+    async def close_notices(self) -> None:
+        """Close rank 0's notices listener, or this rank's connection to it."""
+        if self.early is not None:
+            await self.early.close()
+        if self.notices is not None:
+            await self.notices.close()
 
     def start_registrar(self) -> concurrent.futures.Future[Any]:
         """Rank 0, once connected: start the registrar (and early registration)."""
@@ -325,9 +332,8 @@ class AsyncPublisher:
             bridge._loop.loop.call_soon_threadsafe(
                 self.early.sent, seq, bridge.rank, nbytes, worker
             )
-        elif self.notices is not None and bridge._pool is not None:
-            address, token = self.notices
-            bridge._spawn(notify(bridge._pool, address, token, seq, bridge.rank, nbytes, worker))
+        elif self.notices is not None:
+            bridge._spawn(self.notices.notify(seq, nbytes, worker))
 
     def reroute(self, departed: list[str]) -> None:
         """The workers ``departed`` left: send again what was on its way to them (same call

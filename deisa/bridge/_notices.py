@@ -4,32 +4,96 @@ In ``mode="async"`` rank 0 learns that every rank has sent its block of a step f
 exchange of the next :meth:`~deisa.Bridge.publish` (:mod:`deisa.bridge._publisher`), which would
 leave the analytics one output period behind. To register a step as soon as its blocks are on
 their workers, each rank's loop thread also sends rank 0 a small notice when one of its sends
-completes, over a TCP listener that rank 0 opens beside its scheduler connection. This is not
-MPI (the C simulation owns MPI, usually at ``MPI_THREAD_SINGLE``) and not the scheduler (which
-still gets one message per step and array).
+completes, over one connection per rank to a listener that rank 0 opens beside its scheduler
+connection. This is not MPI (the C simulation owns MPI, usually at ``MPI_THREAD_SINGLE``) and
+not the scheduler (which still gets one message per step and array).
 
-The notices only make registration earlier: they carry no failure, and a notice lost (or a
-listener that could not be opened, e.g. for a ``tls://`` scheduler) only means that the step is
-registered at the next exchange, as without them. Both ways feed :class:`EarlyRegistration`,
-on rank 0's loop thread, which hands each publication to the registrar once, in order.
+The notices only make registration earlier: they carry no failure, and a notice lost, refused
+or never sent (no listener) only means that the step is registered at the next exchange, as
+without them. Both ways feed :class:`EarlyRegistration`, on rank 0's loop thread, which hands
+each publication to the registrar once, in order.
+
+The listener runs no code it receives: a notice is one line of JSON (:func:`encode_notice`),
+at most :data:`MAX_LINE` bytes, with four fields checked by type and the job's token (a random
+string that reaches the ranks through the exchange, never the network); anything else is
+dropped, logged at debug level, and its connection closed. Where it listens follows the
+scheduler's address:
+
+- ``tls://``: on the interface that reaches the scheduler, speaking TLS with the job's client
+  credentials from the dask configuration (``distributed.comm.tls.ca-file``, ``.client.cert``,
+  ``.client.key``), mutually: a peer without a certificate signed by the job's CA is refused
+  during the handshake, before any byte of it is read;
+- ``tcp://`` on a loopback address (``deisa-run``'s local mode): on ``127.0.0.1`` only;
+- anything else (``tcp://`` between nodes): no listener, with one info line saying why, since
+  any host could then reach it; steps are registered at the next exchange.
 """
 
 from __future__ import annotations
 
+import asyncio
+import ipaddress
+import json
 import logging
-import uuid
+import secrets
+import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
 
 from .._dask_internals import import_distributed
 from ._publisher import Entry, Sent
 
-if TYPE_CHECKING:
-    from distributed.core import Server
-
 logger = logging.getLogger(__name__)
 
-ROUTE = "deisa_sent"
+MAX_LINE = 1024
+"""Longest notice accepted, newline included (a notice is about 150 bytes)."""
+
+RETRY_S = 5.0
+"""A rank whose connection to the listener failed tries again after this long (the notices in
+between are not sent)."""
+
+CONNECT_S = 30.0
+"""Longest a rank waits to open its connection to the listener (TLS handshake included)."""
+
+_FIELDS = {"token": str, "seq": int, "rank": int, "nbytes": int, "worker": str}
+
+
+def encode_notice(token: str, seq: int, rank: int, nbytes: int, worker: str) -> bytes:
+    """The line telling rank 0 that ``rank`` has sent its block of publication ``seq``."""
+    notice = {"token": token, "seq": seq, "rank": rank, "nbytes": nbytes, "worker": worker}
+    return json.dumps(notice, separators=(",", ":")).encode() + b"\n"
+
+
+def decode_notice(line: bytes, token: str, nranks: int) -> tuple[int, int, int, str]:
+    """``(seq, rank, nbytes, worker)`` of a notice line; :class:`ValueError` saying why a line
+    is not a notice of this job (malformed, a field missing or of another type, a rank out of
+    range, another token)."""
+    if len(line) > MAX_LINE or not line.endswith(b"\n"):
+        raise ValueError(
+            f"not a notice line ({len(line)} bytes, newline-terminated at most {MAX_LINE})"
+        )
+    notice = json.loads(line)  # a ValueError (JSONDecodeError, UnicodeDecodeError) if not JSON
+    if not isinstance(notice, dict) or notice.keys() != _FIELDS.keys():
+        raise ValueError(f"a notice has the fields {sorted(_FIELDS)}")
+    for field, kind in _FIELDS.items():
+        value = notice[field]
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise ValueError(f"a notice's {field} is a {kind.__name__}, got {type(value).__name__}")
+    if not secrets.compare_digest(notice["token"].encode(), token.encode()):
+        raise ValueError("another job's token (or a stale rank's)")
+    if not 0 <= notice["rank"] < nranks or notice["seq"] < 0 or notice["nbytes"] < 0:
+        raise ValueError(
+            f"out of range: rank {notice['rank']} of {nranks}, seq {notice['seq']}, "
+            f"nbytes {notice['nbytes']}"
+        )
+    return notice["seq"], notice["rank"], notice["nbytes"], notice["worker"]
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name
+        return False
 
 
 class EarlyRegistration:
@@ -50,43 +114,83 @@ class EarlyRegistration:
     def __init__(self, nranks: int, queue: Callable[[Entry, list[Sent]], None]) -> None:
         self.nranks = nranks
         self._queue = queue
-        self.token = uuid.uuid4().hex
+        self.token = secrets.token_hex(16)
         self.next_seq = 0  # publications below were handed to the registrar
         self.early = 0  # of which handed on notices, before their exchange
         self._entries: dict[int, Entry] = {}
         self._sent: dict[int, dict[int, Sent]] = {}
-        self._server: Server | None = None
+        self._server: asyncio.Server | None = None
+        self._peers: set[asyncio.StreamWriter] = set()
         self.address: str | None = None
         self.active = False  # the registrar exists (the connection is known)
 
     async def listen(self, scheduler_address: str) -> str | None:
-        """Open the listener on the interface that reaches the scheduler; its address.
-
-        ``None`` (no early registration) for a scheduler that is not plain ``tcp://``: the
-        notices would bypass its TLS settings.
-        """
+        """Open the listener where the scheduler's address allows it (see the module
+        docstring); its address, or ``None`` (no early registration)."""
         import_distributed()
+        from distributed import Security
         from distributed.comm import parse_address, parse_host_port
-        from distributed.core import Server
         from distributed.utils import get_ip
 
         protocol, location = parse_address(scheduler_address)
-        if protocol != "tcp":
-            logger.info(
-                "deisa bridge: %s scheduler: steps are registered at the next publish "
-                "(no early notices)",
-                protocol,
+        if protocol not in ("tcp", "tls"):
+            return self._none(scheduler_address, f"no notices over {protocol}://")
+        host = parse_host_port(location)[0]
+        ssl_context = None
+        if protocol == "tls":
+            ssl_context = Security().get_listen_args("client")["ssl_context"]
+            if ssl_context is None:
+                return self._none(
+                    scheduler_address, "no client certificate in the dask configuration"
+                )
+            bind = get_ip(host)
+        elif protocol == "tcp" and _is_loopback(host):
+            bind = "127.0.0.1"
+        elif protocol == "tcp":
+            return self._none(
+                scheduler_address,
+                "plain TCP between hosts, where anyone could send notices (use tls:// for them)",
             )
-            return None
-        host = get_ip(parse_host_port(location)[0])
-        self._server = Server({ROUTE: self.notice}, needs_workdir=False)
-        await self._server.listen(f"tcp://{host}:0")
-        self.address = self._server.address
+        else:
+            return self._none(scheduler_address, f"no notices over {protocol}://")
+        self._server = await asyncio.start_server(
+            self._serve, bind, 0, ssl=ssl_context, limit=MAX_LINE
+        )
+        port = self._server.sockets[0].getsockname()[1]
+        self.address = f"{protocol}://{bind}:{port}"
+        logger.debug("deisa bridge: listening for notices at %s", self.address)
         return self.address
 
+    @staticmethod
+    def _none(scheduler_address: str, why: str) -> None:
+        logger.info(
+            "deisa bridge: steps are registered at the next publish, without early notices "
+            "(scheduler %s: %s)",
+            scheduler_address,
+            why,
+        )
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """One rank's connection (TLS, if any, already verified): its notices, line by line."""
+        self._peers.add(writer)
+        try:
+            while (line := await reader.readline()) and self.notice(line):
+                pass
+        except Exception as exc:  # a line over MAX_LINE, a connection reset...
+            logger.debug(
+                "deisa bridge: notices from %s: %r", writer.get_extra_info("peername"), exc
+            )
+        finally:
+            self._peers.discard(writer)
+            writer.close()
+
     async def close(self) -> None:
+        """Stop listening and close the ranks' connections."""
         if self._server is not None:
-            await self._server.close()
+            self._server.close()
+            for writer in list(self._peers):
+                writer.close()
+            await self._server.wait_closed()
             self._server = None
 
     def activate(self) -> None:
@@ -94,12 +198,16 @@ class EarlyRegistration:
         self.active = True
         self._drain()
 
-    def notice(self, token: str, seq: int, rank: int, nbytes: int, worker: str) -> str:
-        """The ``deisa_sent`` route: ``rank`` has sent its block of publication ``seq``."""
-        if token != self.token:  # another job's rank, or a stale one
-            return "refused"
+    def notice(self, line: bytes) -> bool:
+        """Take one line from a rank's connection; ``False`` (dropped, logged at debug level)
+        for anything but a notice of this job (:func:`decode_notice`)."""
+        try:
+            seq, rank, nbytes, worker = decode_notice(line, self.token, self.nranks)
+        except ValueError as exc:
+            logger.debug("deisa bridge: dropped %d bytes, not a notice: %s", len(line), exc)
+            return False
         self.sent(seq, rank, nbytes, worker)
-        return "OK"
+        return True
 
     def sent(self, seq: int, rank: int, nbytes: int, worker: str) -> None:
         if seq >= self.next_seq:
@@ -135,13 +243,74 @@ class EarlyRegistration:
         self.next_seq = entry.seq + 1
 
 
-async def notify(
-    pool: Any, address: str, token: str, seq: int, rank: int, nbytes: int, worker: str
-) -> None:
-    """A rank's loop thread: tell rank 0 that its block of ``seq`` is on ``worker``."""
-    try:
-        await pool(address).deisa_sent(
-            token=token, seq=seq, rank=rank, nbytes=nbytes, worker=worker
-        )
-    except Exception:  # the exchange carries the same fact, later
-        logger.debug("deisa bridge: notice of publication %d to %s failed", seq, address)
+class Notifier:
+    """A rank's notices to rank 0's listener, over one connection opened by the first notice.
+
+    Every coroutine runs on the rank's loop thread; making a Notifier costs nothing (the
+    connection's first use imports distributed, for the TLS settings). A notice that cannot be
+    sent is dropped (logged at debug level): the exchange carries the same fact, later.
+
+    Parameters
+    ----------
+    address
+        The listener's, ``tcp://127.0.0.1:<port>`` or ``tls://<host>:<port>``.
+    token
+        What rank 0 expects in every notice.
+    rank
+        This rank.
+    """
+
+    def __init__(self, address: str, token: str, rank: int) -> None:
+        self.address = address
+        self.token = token
+        self.rank = rank
+        self._writer: asyncio.StreamWriter | None = None
+        self._opening = asyncio.Lock()
+        self._retry_at = 0.0
+
+    async def notify(self, seq: int, nbytes: int, worker: str) -> None:
+        """Tell rank 0 that this rank's block of publication ``seq`` is on ``worker``."""
+        try:
+            writer = await self._connection()
+            if writer is not None:
+                writer.write(encode_notice(self.token, seq, self.rank, nbytes, worker))
+                await writer.drain()
+        except Exception as exc:
+            logger.debug("deisa bridge: notice of publication %d to %s: %r", seq, self.address, exc)
+            await self.close()
+
+    async def _connection(self) -> asyncio.StreamWriter | None:
+        async with self._opening:
+            if self._writer is not None and not self._writer.is_closing():
+                return self._writer
+            if time.monotonic() < self._retry_at:
+                return None
+            self._retry_at = time.monotonic() + RETRY_S
+            import_distributed()
+            from distributed import Security
+            from distributed.comm import parse_address, parse_host_port
+
+            protocol, location = parse_address(self.address)
+            host, port = parse_host_port(location)
+            ssl_context = None
+            if protocol == "tls":
+                ssl_context = Security().get_connection_args("client")["ssl_context"]
+                if ssl_context is None:
+                    logger.debug(
+                        "deisa bridge: no client certificate for notices to %s", self.address
+                    )
+                    return None
+            _, self._writer = await asyncio.wait_for(
+                asyncio.open_connection(host, port, ssl=ssl_context), CONNECT_S
+            )
+            return self._writer
+
+    async def close(self) -> None:
+        """Close the connection, if open (the next notice opens another)."""
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.close()
+            try:
+                await writer.wait_closed()
+            except Exception:  # reset by rank 0, which may be gone
+                logger.debug("deisa bridge: closing the notices' connection", exc_info=True)

@@ -51,6 +51,7 @@ from ._collective import (
 )
 from ._connect import Pool, connect, route
 from ._loop import LoopThread
+from ._notices import Notifier
 from ._publisher import Connection, PublishTiming
 from ._sync import SyncPublisher
 from ._workers import Losses, Routing, WorkerBook
@@ -281,8 +282,8 @@ class Bridge:
             self._routing.place(connection.workers)
         except ValueError as exc:
             return str(exc)
-        if connection.notices is not None:
-            self._async.notices = (connection.notices, connection.token)
+        if connection.notices is not None and self.rank != 0:  # rank 0 takes its own directly
+            self._async.notices = Notifier(connection.notices, connection.token, self.rank)
         if self.rank != 0:
             return None
         logger.info(
@@ -577,11 +578,11 @@ class Bridge:
         self._async.shutdown()
         for future in self._background:
             future.cancel()
-        if self._async.early is not None:
+        if self._async.early is not None or self._async.notices is not None:
             try:
-                self._loop.run(self._async.early.close(), timeout=10)
+                self._loop.run(self._async.close_notices(), timeout=10)
             except Exception:  # best effort, as below
-                logger.debug("deisa bridge: closing the notice listener failed", exc_info=True)
+                logger.debug("deisa bridge: closing the notices failed", exc_info=True)
         if self._pool is not None:
             try:
                 self._loop.run(self._pool.close(), timeout=10)

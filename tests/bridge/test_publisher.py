@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from deisa.bridge._notices import EarlyRegistration
+from deisa.bridge._notices import EarlyRegistration, encode_notice
 from deisa.bridge._publisher import Connection, Entry, Ledger, RankReport, RootReport
 
 W = "tcp://w0"
@@ -126,13 +126,13 @@ def test_early_registration_hands_each_publication_once_in_order() -> None:
         early.known(entry)
     for rank in range(3):  # publication 1 is complete first, but waits for 0
         early.sent(1, rank, 10 + rank, W)
-    assert early.notice("another job", 0, 0, 1, W) == "refused"
+    assert early.notice(encode_notice("another job", 0, 0, 1, W)) is False
     early.sent(0, 0, 5, W)
     early.sent(0, 2, 5, W)
     assert handed == []  # rank 1's block of 0 is missing (and the registrar is not running)
     early.activate()
     assert handed == []
-    assert early.notice(early.token, 0, 1, 5, W) == "OK"
+    assert early.notice(encode_notice(early.token, 0, 1, 5, W)) is True
     assert handed == [(0, [5, 5, 5]), (1, [10, 11, 12])]
     early.ready(entries[0], [(5, W), (5, W), (5, W)])  # the exchange comes later: already handed
     early.ready(entries[1], [(10, W), (11, W), (12, W)])

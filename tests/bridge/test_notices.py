@@ -1,0 +1,232 @@
+"""deisa.bridge._notices: the notices' wire format, where rank 0 listens, and a listener with its
+ranks' connections in one event loop (TLS with in-memory certificates); no MPI, no cluster.
+
+The attacks on a real run's listener (2 ranks under mpirun) are in ``test_security.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import ssl
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import dask
+import pytest
+
+from deisa.bridge._notices import (
+    MAX_LINE,
+    EarlyRegistration,
+    Notifier,
+    decode_notice,
+    encode_notice,
+)
+from deisa.bridge._publisher import Entry, Sent
+
+W = "tcp://127.0.0.1:4242"
+TOKEN = "f" * 32
+# a deadline for what must happen in this process: generous, a loaded machine still meets it
+WAIT = 30.0
+
+
+def line(**fields: Any) -> bytes:
+    notice = {"token": TOKEN, "seq": 0, "rank": 1, "nbytes": 8, "worker": W, **fields}
+    return json.dumps(notice).encode() + b"\n"
+
+
+def test_notice_round_trip() -> None:
+    assert decode_notice(encode_notice(TOKEN, 7, 2, 800, W), TOKEN, 3) == (7, 2, 800, W)
+    assert len(encode_notice(TOKEN, 2**40, 4095, 2**40, "tls://[::1]:65535")) < MAX_LINE // 4
+
+
+@pytest.mark.parametrize(
+    ("bad", "why"),
+    [
+        (line()[:-1], "not a notice line"),
+        (b" " * MAX_LINE + line(), "not a notice line"),
+        (b"\x80\x03cbuiltins\nopen\n", "can't decode"),  # a pickle
+        (b"{not json}\n", "Expecting property name"),
+        (b"[1, 2, 3]\n", "has the fields"),
+        (json.dumps({"token": TOKEN}).encode() + b"\n", "has the fields"),
+        (line(extra=1), "has the fields"),
+        (line(seq=True), "seq is a int, got bool"),
+        (line(nbytes="8"), "nbytes is a int, got str"),
+        (line(worker=["tcp://w"]), "worker is a str, got list"),
+        (line(token=None), "token is a str, got NoneType"),
+        (line(token="e" * 32), "another job's token"),
+        (line(token="é"), "another job's token"),
+        (line(rank=3), "rank 3 of 3"),
+        (line(rank=-1), "rank -1 of 3"),
+        (line(seq=-1), "seq -1"),
+    ],
+)
+def test_notice_refusals_name_the_problem(bad: bytes, why: str) -> None:
+    with pytest.raises(ValueError, match=why):
+        decode_notice(bad, TOKEN, 3)
+
+
+def _early(nranks: int = 3) -> tuple[EarlyRegistration, list[tuple[int, list[Sent]]]]:
+    handed: list[tuple[int, list[Sent]]] = []
+    early = EarlyRegistration(nranks, lambda entry, sent: handed.append((entry.seq, sent)))
+    early.activate()
+    return early, handed
+
+
+@pytest.mark.parametrize(
+    ("scheduler", "why"),
+    [
+        ("tcp://10.1.2.3:8786", "plain TCP between hosts"),
+        ("tcp://scheduler.example.org:8786", "plain TCP between hosts"),
+        ("inproc://10.1.2.3/1/2", "no notices over inproc://"),
+        ("tls://127.0.0.1:8786", "no client certificate"),  # no TLS settings in this process
+    ],
+)
+def test_no_listener_where_anyone_could_reach_it(
+    scheduler: str, why: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    early, _ = _early()
+    with caplog.at_level(logging.INFO, logger="deisa.bridge._notices"):
+        assert asyncio.run(early.listen(scheduler)) is None
+    (record,) = caplog.records
+    assert record.levelno == logging.INFO
+    assert scheduler in record.getMessage() and why in record.getMessage()
+    assert "registered at the next publish" in record.getMessage()
+
+
+async def _serving(
+    scheduler: str, nranks: int, body: Callable[[EarlyRegistration, str], Any]
+) -> list[tuple[int, list[Sent]]]:
+    early, handed = _early(nranks)
+    address = await early.listen(scheduler)
+    assert address is not None
+    try:
+        await body(early, address)
+    finally:
+        await early.close()
+    return handed
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    async def poll() -> None:
+        while not condition():
+            await asyncio.sleep(0.01)
+
+    await asyncio.wait_for(poll(), WAIT)
+
+
+def test_loopback_listener_takes_the_ranks_notices_and_drops_the_rest() -> None:
+    async def body(early: EarlyRegistration, address: str) -> None:
+        assert address.startswith("tcp://127.0.0.1:")
+        host, port = address[len("tcp://") :].rsplit(":", 1)
+        # garbage first, on connections of their own: each is dropped and closed
+        for junk in (b"\x80\x04\x95junk\n", line(token="x" * 32), b"y" * (2 * MAX_LINE)):
+            reader, writer = await asyncio.open_connection(host, int(port))
+            writer.write(junk)
+            assert await asyncio.wait_for(reader.read(), WAIT) == b""  # closed by the listener
+            writer.close()
+        ranks = [Notifier(address, early.token, rank) for rank in (1, 2)]
+        early.known(Entry(0, "a", 0, 0))
+        early.known(Entry(1, "a", 1, 0))
+        early.sent(0, 0, 5, W)  # rank 0's own block: no notice
+        early.sent(1, 0, 5, W)
+        for seq in (1, 0):
+            await asyncio.gather(*(r.notify(seq, 10 * seq + r.rank, W) for r in ranks))
+        await _until(lambda: early.next_seq == 2)
+        for r in ranks:
+            await r.close()
+
+    handed = asyncio.run(_serving("tcp://127.0.0.1:8786", 3, body))
+    assert handed == [(0, [(5, W), (1, W), (2, W)]), (1, [(5, W), (11, W), (12, W)])]
+
+
+def test_a_notice_that_cannot_be_sent_is_dropped_quietly() -> None:
+    async def body() -> None:
+        early, _ = _early()
+        address = await early.listen("tcp://localhost:8786")
+        assert address is not None
+        await early.close()  # nothing listens there any more
+        notifier = Notifier(address, early.token, 1)
+        await notifier.notify(0, 8, W)  # refused: logged at debug level, not raised
+        await notifier.notify(1, 8, W)  # within RETRY_S of the failure: not even tried
+        await notifier.close()
+
+    asyncio.run(body())
+
+
+# -- TLS: the job's credentials from the dask configuration, as the ranks have them ------------
+
+
+def _tls_config(security: Any) -> dict[str, str]:
+    return {
+        "distributed.comm.tls.ca-file": security.tls_ca_file,
+        "distributed.comm.tls.client.cert": security.tls_client_cert,
+        "distributed.comm.tls.client.key": security.tls_client_key,
+    }
+
+
+@pytest.fixture
+def job_tls() -> Any:
+    """A temporary CA and certificate, in memory, as the job's TLS configuration."""
+    pytest.importorskip("cryptography")
+    from distributed import Security
+
+    job = Security.temporary()
+    with dask.config.set(_tls_config(job)):
+        yield job
+
+
+def _client_context(tmp_path: Path, security: Any) -> ssl.SSLContext:
+    """An attacker's client, which checks nothing of the server; with ``security``'s
+    certificate, if any."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    if security is not None:
+        cert, key = tmp_path / "foreign.pem", tmp_path / "foreign.key"
+        cert.write_text(security.tls_client_cert)
+        key.write_text(security.tls_client_key)
+        context.load_cert_chain(cert, key)
+    return context
+
+
+async def _refused(address: str, context: ssl.SSLContext, token: str) -> bytes | str:
+    """What a client that knows the token gets from the listener: the error that closed it,
+    or what it read (a listener that took its notice would keep reading: a timeout)."""
+    host, port = address[len("tls://") :].rsplit(":", 1)
+    try:
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(host, int(port), ssl=context), WAIT
+        )
+        writer.write(line(token=token))  # in TLS 1.3 the client's handshake may complete
+        got = await asyncio.wait_for(reader.read(), WAIT)
+        writer.close()
+        return got
+    except (ssl.SSLError, ConnectionError) as exc:
+        return type(exc).__name__
+
+
+def test_tls_listener_takes_notices_from_the_jobs_certificate_only(
+    job_tls: Any, tmp_path: Path
+) -> None:
+    from distributed import Security
+
+    foreign = Security.temporary()  # a certificate that no CA of the job signed
+
+    async def body(early: EarlyRegistration, address: str) -> None:
+        assert address.startswith("tls://127.0.0.1:")
+        for security in (None, foreign):
+            outcome = await _refused(address, _client_context(tmp_path, security), early.token)
+            assert outcome in ("SSLError", "ConnectionResetError", b""), outcome
+        early.known(Entry(0, "a", 0, 0))
+        early.sent(0, 0, 4, W)
+        assert early.next_seq == 0  # nothing was taken from them
+        rank = Notifier(address, early.token, 1)  # the job's certificate (job_tls)
+        await rank.notify(0, 6, W)
+        await _until(lambda: early.next_seq == 1)
+        await rank.close()
+
+    handed = asyncio.run(_serving("tls://127.0.0.1:8786", 2, body))
+    assert handed == [(0, [(4, W), (6, W)])]
