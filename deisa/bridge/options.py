@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -123,11 +124,12 @@ class Count:
 
 @dataclass(frozen=True)
 class Positive:
-    """A positive number (infinity allowed) of :attr:`unit`, or ``None`` where :attr:`none`
-    says what ``None`` means. :meth:`check` returns it as a float."""
+    """A positive number of :attr:`unit`, or ``None`` where :attr:`none` says what ``None``
+    means; infinity is allowed unless :attr:`finite`. :meth:`check` returns it as a float."""
 
     unit: str = ""
     none: str | None = None
+    finite: bool = False  # refuse infinity: a duration written out as a number, or counted
 
     @property
     def metavar(self) -> str:
@@ -144,12 +146,15 @@ class Positive:
         number = value if _integer(value) is not None else None
         if isinstance(value, (float, np.floating)):
             number = value
+        unit = f" of {self.unit}" if self.unit else ""
         if number is None or not float(number) > 0:  # NaN fails too
-            unit = f" of {self.unit}" if self.unit else ""
             or_none = " or None" if self.none else ""
             raise BridgeOptionError(
                 name, f"{name}={value!r} must be a positive number{unit}{or_none}"
             )
+        if self.finite and math.isinf(number):
+            message = f"{name}={value!r} must be a finite positive number{unit}"
+            raise BridgeOptionError(name, message)
         return float(number)
 
 

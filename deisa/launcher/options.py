@@ -126,6 +126,7 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option("time", ("--time",), {SLURM: "slurm"}),
     Option("partition", ("--partition", "-p"), {SLURM: "slurm"}),
+    Option("account", ("--account", "-A"), {SLURM: "slurm"}),
     Option("job_name", ("--job-name",), {SLURM: "slurm"}),
     Option("workdir", ("--workdir",), {SLURM: "slurm"}),
     Option("python", ("--python",), {SLURM: "slurm"}),

@@ -11,8 +11,9 @@ option or the file it came from.
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,12 +29,77 @@ REPO = Path(__file__).resolve().parents[2]
 # values of the C solver's PDI YAML.
 LAUNCHER_BRIDGE_OPTIONS = ("placement", "buffer_nb", "mode", "max_in_flight")
 
-SECONDS = Positive("seconds")
+# finite: the Slurm job writes it out and waits for the scheduler a whole number of seconds
+SECONDS = Positive("seconds", finite=True)
 
 _SLURM_KEYS = (
-    *("nodes", "worker_nodes", "scheduler_node", "time", "partition", "job_name"),
-    *("workdir", "python", "mpi", "interface"),
+    *("nodes", "worker_nodes", "scheduler_node", "time", "partition", "account", "job_name"),
+    *("workdir", "python", "mpi", "interface", "srun_args"),
 )
+
+
+@dataclass(frozen=True)
+class Grammar:
+    """A string option that the job script carries as it is (an ``#SBATCH`` value, a name in
+    a command): the whole of it must match :attr:`pattern`, which admits no newline and no
+    shell metacharacter.
+
+    Attributes
+    ----------
+    pattern
+        Regular expression (ASCII) that the whole value matches (:func:`re.fullmatch`: a
+        trailing newline fails too).
+    what
+        The grammar in words, for the error message.
+    none
+        Whether ``None`` (the option unset: Slurm's default) is allowed.
+    """
+
+    pattern: str
+    what: str
+    none: bool = False
+
+    def check(self, name: str, value: Any) -> str | None:
+        """``value``, if it matches; ``name`` (the option, or its key in the defaults file)
+        and the value in the :class:`UsageError` otherwise."""
+        if value is None and self.none:
+            return None
+        if not isinstance(value, str) or re.fullmatch(self.pattern, value, re.ASCII) is None:
+            raise UsageError(f"{name}={value!r} must be {self.what}")
+        return value
+
+
+_NAME = r"[A-Za-z0-9_.+-]+"
+_PLAIN = "letters, digits, _ . - +"
+
+SLURM_GRAMMARS: dict[str, Grammar] = {
+    "job_name": Grammar(_NAME, f"a plain name ({_PLAIN})"),
+    "partition": Grammar(
+        rf"{_NAME}(,{_NAME})*", f"partition names ({_PLAIN}), several separated by commas", True
+    ),
+    "account": Grammar(_NAME, f"a plain name ({_PLAIN})", True),
+    # sbatch --time: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS, or no limit
+    "time": Grammar(
+        r"[0-9]+(:[0-9]+){0,2}|[0-9]+-[0-9]+(:[0-9]+){0,2}|(?i:unlimited|infinite)",
+        "a Slurm time: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS, UNLIMITED or "
+        "INFINITE (a string in YAML: quote it)",
+    ),
+    "mpi": Grammar(r"[A-Za-z0-9_]+", "an srun --mpi plugin name (letters, digits, _: pmix, pmi2)"),
+    # Linux: at most 15 characters; Dask and Open MPI take it as they are given it
+    "interface": Grammar(
+        r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,14}",
+        "a network interface name (ib0, eth0: at most 15 letters, digits, _ . -)",
+        True,
+    ),
+}
+"""The grammars of the ``slurm`` options written into the job script as they are."""
+
+ARRAY = Grammar(
+    r"[A-Za-z_][A-Za-z0-9_]*",
+    "an identifier: letters, digits and _, not starting with a digit",
+)
+"""The grammar of ``--array``: no ``$`` (a PDI expression), no regular expression (the deisa
+plugin's dataset names may be ones), no ``-`` (Dask keys join names with it), no shell word."""
 
 
 def find_path(path: str | Path) -> Path:
@@ -53,14 +119,19 @@ def squarest_grid(ranks: int) -> tuple[int, int]:
 
 @dataclass(frozen=True)
 class SlurmSettings:
-    """The options of ``deisa-run slurm`` alone (the ``slurm`` section of the defaults file);
-    :func:`deisa.launcher.slurm.job_script` checks the layout."""
+    """The options of ``deisa-run slurm`` alone (the ``slurm`` section of the defaults file).
+
+    :func:`resolve_options` checks those written into the job script as they are against
+    :data:`SLURM_GRAMMARS`, and the paths of ``#SBATCH`` lines for newlines;
+    :func:`deisa.launcher.slurm.job_script` checks the layout and quotes every value it writes.
+    """
 
     nodes: int = 1
     worker_nodes: int | None = None
     scheduler_node: str = "auto"
     time: str = "00:10:00"
     partition: str | None = None
+    account: str | None = None
     job_name: str = "deisa"
     workdir: str = "."
     python: str | None = None
@@ -321,9 +392,8 @@ def resolve_options(args: argparse.Namespace, command: str = RUN) -> RunSettings
         get("worker_preload"), name("worker_preload"), builtin=settings.analytics is None
     )
     if command == SLURM:
-        settings.slurm = SlurmSettings(
-            **{key: get(key) for key in _SLURM_KEYS}, srun_args=tuple(get("srun_args") or ())
-        )
+        settings.slurm = _slurm_settings({key: get(key) for key in _SLURM_KEYS}, name)
+        _one_line(name("output"), str(settings.output))
     if command == RUN and shutil.which(settings.mpirun[0]) is None:
         raise UsageError(f"mpi.mpirun of {defaults_name}: {settings.mpirun[0]!r} not found")
     return settings
@@ -402,6 +472,37 @@ def _flag(label: str, value: Any) -> bool:
 
 
 def _array(label: str, name: Any) -> str:
-    if not isinstance(name, str) or not name:
-        raise UsageError(f"{label}={name!r} must be a non-empty name")
-    return name
+    array = ARRAY.check(label, name)
+    assert array is not None  # ARRAY takes no None
+    return array
+
+
+def _slurm_settings(values: dict[str, Any], name: Callable[[str], str]) -> SlurmSettings:
+    """The ``slurm`` options, checked: a value that the job script writes as it is by its
+    grammar (:data:`SLURM_GRAMMARS`), the working directory (an ``#SBATCH`` line) by
+    :func:`_one_line`, the words it quotes for their type; ``name(key)`` names an option."""
+    for key, grammar in SLURM_GRAMMARS.items():
+        grammar.check(name(key), values[key])
+    _one_line(name("workdir"), values["workdir"])
+    python = values["python"]
+    if python is not None and (not isinstance(python, str) or not python):
+        raise UsageError(f"{name('python')}={python!r} must be a path")
+    return SlurmSettings(**{**values, "srun_args": _words(name("srun_args"), values["srun_args"])})
+
+
+def _one_line(label: str, path: Any) -> str:
+    """``path`` if it is a string without a newline: it goes on an ``#SBATCH`` line, which
+    sbatch ends at a newline, quoted or not."""
+    if not isinstance(path, str) or not path or "\n" in path:
+        raise UsageError(f"{label}={path!r} must be a path on one line (#SBATCH lines end there)")
+    return path
+
+
+def _words(label: str, words: Any) -> tuple[str, ...]:
+    """``words`` (``None``: none), if they are strings: the job script quotes them, whatever
+    they hold."""
+    if words is None:
+        return ()
+    if not isinstance(words, (list, tuple)) or not all(isinstance(w, str) and w for w in words):
+        raise UsageError(f"{label}={words!r} must be non-empty strings")
+    return tuple(words)
