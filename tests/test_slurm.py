@@ -217,8 +217,8 @@ def full_steps(script: str) -> list[str]:
 def test_interface_binds_dask_and_mpi() -> None:
     script = slurm_script(nodes=2, worker_nodes=0, interface="ib0")
     scheduler, workers, client, simulation = full_steps(script)
-    assert "dask scheduler" in scheduler and scheduler.endswith(" --interface ib0 &")
-    assert "dask worker" in workers and workers.endswith(" --interface ib0 &")
+    assert "dask scheduler" in scheduler and " --interface ib0 " in scheduler
+    assert "dask worker" in workers and " --interface ib0 " in workers
     assert "--interface" not in client + simulation
     assert "export OMPI_MCA_btl_tcp_if_include=ib0 OMPI_MCA_oob_tcp_if_include=ib0\n" in script
     assert "OMPI_MCA_btl_tcp_if_include" not in slurm_script(nodes=2, worker_nodes=0)
@@ -722,7 +722,7 @@ def submit_job(
 ) -> str:
     """Submit ``slurm_script(*command, **options)`` (default: 4 ranks, 2 workers); its ID."""
     out = tmp_path / "out"
-    out.mkdir(exist_ok=True)
+    out.mkdir(mode=0o700, exist_ok=True)  # as `deisa-run slurm` makes it (umask 077)
     script = tmp_path / "job.sh"
     settings: dict[str, Any] = {
         "ranks": 4,
@@ -785,6 +785,8 @@ def check_results(job: Job, steps: int, size: int = 64) -> list[dict]:
 def test_job_runs_the_pipeline(slurm: Slurm, tmp_path: Path) -> None:
     job = run_job(slurm, tmp_path, steps=4)
     table = check_results(job, steps=4)
+    # the job's output says how to reach the dashboard, on loopback: through an ssh tunnel
+    assert "ssh -L 8787:127.0.0.1:" in (job.out / f"slurm-{job.id}.out").read_text()
     assert all(row["compute_s"] is not None for row in table)  # timings of all 4 ranks
     # the job's analytics asks the scheduler how long flow control held the ranks
     flow = json.loads((job.dir / "results.json").read_text())["phases"]["flow_control"]
@@ -828,6 +830,105 @@ def test_job_runs_the_c_solver(slurm: Slurm, built: Path, tmp_path: Path) -> Non
     assert pdi["plugins"]["deisa"]["scheduler_file"] == f"{job.dir}/scheduler.json"
     logs = list((job.dir / "logs").glob("simulation-*.log"))
     assert len(logs) == 4 and not any("deisa_simulation" in p.read_text() for p in logs)
+
+
+def _job_processes(job_dir: Path) -> list[int]:
+    """PIDs of the Dask processes and ranks of the job writing to ``job_dir`` (not Slurm's own
+    srun and slurmstepd)."""
+    import psutil
+
+    pids = []
+    scheduler_file = str(job_dir / "scheduler.json")
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            cmdline = " ".join(proc.info["cmdline"] or [])
+            mine = proc.environ().get("DEISA_SCHEDULER_FILE") == scheduler_file
+            if not mine or cmdline.startswith("srun"):
+                continue
+        except psutil.Error:
+            continue
+        if "dask" in cmdline or "my_simulation.py" in cmdline:
+            pids.append(proc.pid)
+    return pids
+
+
+@pytest.mark.slurm
+@pytest.mark.timeout(600)
+def test_job_refuses_strangers_and_keeps_its_files_private(slurm: Slurm, tmp_path: Path) -> None:
+    """A running one-node job: its scheduler and a worker refuse a plain client, a TLS client
+    without a certificate and one with a foreign certificate; its Dask processes and ranks
+    listen on loopback only; it still completes with every step analysed; nothing in its
+    output is open to others, and its key is in no script, log or output file."""
+    from attack import (
+        job_security,
+        listening,
+        private_key_leaks,
+        private_violations,
+        refusals,
+        wildcard,
+    )
+    from distributed import Client
+
+    from deisa.bridge.scheduler_file import read_scheduler_address
+
+    simulation, analytics = write_user_code(tmp_path / "code")
+    gate, steps = tmp_path / "gate", 3
+    job_id = submit_job(slurm, tmp_path, steps, str(simulation), str(steps), "-1", "1",
+                        ranks=2, analytics=f"{analytics} {steps} 2 gate={gate}")  # fmt: skip
+    job_dir = tmp_path / "out" / job_id
+    try:
+        address = read_scheduler_address(job_dir / "scheduler.json", wait=STARTUP)
+        assert address.startswith("tls://127.0.0.1:"), address
+        tls = job_dir / "tls"
+        with Client(address, security=job_security(tls), timeout=STARTUP) as client:
+            client.wait_for_workers(2, timeout=STARTUP)
+            worker = next(iter(client.scheduler_info()["workers"]))
+        for server in (address, worker):
+            assert set(refusals(server, tls)) == {"plain", "no certificate", "foreign certificate"}
+        # the Dask processes on loopback only; the ranks: rank 0's notices listener on loopback
+        # too (TLS), beside Open MPI's own (srun --mpi=pmix: one per rank, every interface)
+        sockets = listening(_job_processes(job_dir))
+        dask = [s for s in sockets if "dask" in s[1]]
+        assert len(dask) >= 6, sockets  # scheduler, 2 workers, their HTTP servers
+        assert wildcard(dask) == [], "\n".join(map(str, dask))
+        ranks = [s for s in sockets if "my_simulation" in s[1]]
+        assert any(ip == "127.0.0.1" for _, _, ip, _ in ranks), ranks
+    finally:
+        gate.touch()
+    job = wait_job(slurm, tmp_path, job_id)
+    assert job.state == "COMPLETED", job.diagnostics()
+    host = socket.gethostname().split(".")[0]
+    log = (job.dir / "logs" / f"analytics-{host}.log").read_text()
+    assert "my analytics: every step is right" in log, job.diagnostics()
+    assert "TLS handshake failed" in (job.dir / "logs" / f"scheduler-{host}.log").read_text()
+    assert not tls.exists(), job.diagnostics()  # removed with the job
+    assert private_violations(job.out) == [], job.diagnostics()
+    assert private_key_leaks([tmp_path / "job.sh", *job.out.rglob("*")]) == []
+
+
+def test_script_speaks_tls_on_loopback_unless_insecure(tmp_path: Path) -> None:
+    script = slurm_script(output=tmp_path)
+    scheduler, workers = srun_steps(script)[:2]
+    for step in (script[script.index(scheduler) :], script[script.index(workers) :]):
+        command = step[: step.index("&\n")]
+        assert "--host 127.0.0.1" in command and "--dashboard-address 127.0.0.1:0" in command
+        assert '--protocol tls --tls-ca-file "$TLS/ca.pem"' in command
+    assert '"$PYTHON" -m deisa.launcher.security "$TLS" || exit 1' in script
+    assert 'export DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY="$TLS/key.pem"' in script
+    assert 'rm -rf "$OUT/tls"' in script and "umask 077" in script
+    assert "PRIVATE KEY" not in script
+    # several nodes: the servers listen where the others reach them, TLS still on
+    multi = slurm_script(output=tmp_path, nodes=3, interface="eth77")
+    assert "--host 127.0.0.1" not in multi and "--interface eth77 \\\n    --protocol tls" in multi
+    # --insecure: plain TCP, and one warning line in the job's output
+    insecure = job_script(
+        solver.resolve_settings(
+            parse_args("slurm", ["--solver", "python", "--insecure", "-o", str(tmp_path)]), "slurm"
+        )
+    )
+    assert "--protocol tls" not in insecure and "deisa.launcher.security" not in insecure
+    assert insecure.count("warning: --insecure") == 1
+    assert "--host 127.0.0.1" in insecure  # one node: loopback all the same
 
 
 # -- real jobs on a multi-node Slurm (network namespaces) -----------------------------------------

@@ -35,7 +35,8 @@ from .defaults import UsageError, load_defaults
 from .options import ANALYTICS, RUN, SLURM, add_options, pick
 from .pipeline import PipelineError
 from .processes import THREAD_PINS, Interrupted, Signals, wait_until
-from .settings import parse_buffer_nb, parse_eps
+from .security import output_problem
+from .settings import SECONDS, checked, parse_buffer_nb, parse_eps
 
 logger = logging.getLogger(__name__)
 
@@ -177,9 +178,15 @@ def resolve_analytics_args(args: argparse.Namespace) -> argparse.Namespace:
         ``--defaults`` is unreadable or invalid.
     """
     defaults = load_defaults(args.defaults)
+    defaults_name = args.defaults or "deisa/templates/defaults.yml"
+    timeout = "--timeout" if args.timeout is not None else f"{defaults_name}: slurm.timeout"
     for key in ("array", "n_components", "output", "timeout", "buffer_nb", "stop_when_converged"):
         setattr(args, key, pick(args, defaults, ANALYTICS, key))
+    args.timeout = checked(SECONDS, timeout, args.timeout)
     args.buffer_nb = parse_buffer_nb(args.buffer_nb)
+    problem = output_problem(Path(args.output).resolve())
+    if problem is not None:
+        raise UsageError(f"--output: {problem}")
     args.stop_when_converged = parse_eps(args.stop_when_converged)
     if args.scheduler_file is None and args.replay is None:
         raise UsageError("give --scheduler-file (the live stream) or --replay FILES (saved steps)")
@@ -204,11 +211,13 @@ def analytics_main(argv: Sequence[str]) -> int:
             return _exit_status("deisa-run analytics", exc)
 
 
-def _analytics(args: argparse.Namespace, signals: Signals) -> int:
+def _analytics(args: argparse.Namespace, signals: Signals, security: Any = None) -> int:
+    """The client's work; ``security``: its :class:`distributed.Security` (``None``: from
+    the dask configuration, which the Slurm job sets)."""
     from distributed import Client
 
     from ..bridge.scheduler_file import read_scheduler_address
-    from .local import flow_control, workers_connected
+    from .local import dashboard_line, flow_control, workers_connected
     from .pipeline import analyze_stream, warm_up
     from .report import report
 
@@ -224,7 +233,7 @@ def _analytics(args: argparse.Namespace, signals: Signals) -> int:
         check=signals.check,
     )
     address = read_scheduler_address(scheduler_file)
-    with Client(address, timeout=args.timeout) as client:
+    with Client(address, security=security, timeout=args.timeout) as client:
         wait_until(
             workers_connected(client, args.workers),
             f"{args.workers} worker(s) to connect",
@@ -233,6 +242,7 @@ def _analytics(args: argparse.Namespace, signals: Signals) -> int:
             check=signals.check,
         )
         print(f"deisa-run analytics: connected to {address}", file=sys.stderr)
+        print(dashboard_line(client), file=sys.stderr)
         # the first fit's start-up, paid on a small array while the ranks start (live only)
         warm = warm_up(client, args.n_components) if args.replay is None else None
         analytics = analyze_stream(
@@ -273,8 +283,11 @@ def _analytics(args: argparse.Namespace, signals: Signals) -> int:
 
 
 def _with_local_cluster(args: argparse.Namespace, signals: Signals) -> int:
-    """``deisa-run analytics --replay FILES`` without a scheduler: one on loopback, for the run."""
-    from distributed import LocalCluster
+    """``deisa-run analytics --replay FILES`` without a scheduler: one on loopback, for the run,
+    speaking TLS with credentials held in memory (``Security.temporary``)."""
+    from distributed import LocalCluster, Security
+
+    security = Security.temporary()
 
     args.scheduler_file = Path(args.output).resolve() / "scheduler.json"
     with LocalCluster(
@@ -282,9 +295,11 @@ def _with_local_cluster(args: argparse.Namespace, signals: Signals) -> int:
         threads_per_worker=1,
         host="127.0.0.1",
         dashboard_address="127.0.0.1:0",
+        protocol="tls",
+        security=security,
         scheduler_kwargs={"scheduler_file": str(args.scheduler_file)},
     ):
-        return _analytics(args, signals)
+        return _analytics(args, signals, security)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

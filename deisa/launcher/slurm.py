@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
+import re
 import shlex
 import string
 import sys
@@ -38,7 +40,9 @@ from pathlib import Path
 import yaml
 
 from ..bridge.options import BridgeOptions
+from .local import LOOPBACK, dashboard_available
 from .processes import THREAD_PINS
+from .security import tls_env
 from .settings import RunSettings, SlurmSettings, preload_args
 from .solver import analytics_argv, find_plugin, python_script, simulation_command
 
@@ -173,13 +177,16 @@ def job_script(settings: RunSettings) -> str:
     cpus = sum(node.cpus for node in plan)
     output = settings.output.absolute()
     header = [
-        f"--job-name={slurm.job_name}", f"--nodes={slurm.nodes}", f"--ntasks={cpus}",
-        "--cpus-per-task=1", f"--time={slurm.time}",
-        f"--chdir={shlex.quote(str(Path(slurm.workdir).absolute()))}",
-        f"--output={shlex.quote(str(output))}/slurm-%j.out",
+        f"--job-name={_sbatch_word(slurm.job_name)}", f"--nodes={slurm.nodes}",
+        f"--ntasks={cpus}", "--cpus-per-task=1", f"--time={_sbatch_word(slurm.time)}",
+        f"--chdir={_sbatch_word(str(Path(slurm.workdir).absolute()))}",
+        # sbatch expands %-patterns in --output: a % of the directory's name is written %%
+        f"--output={_sbatch_word(str(output).replace('%', '%%'))}/slurm-%j.out",
     ]  # fmt: skip
     if slurm.partition:
-        header.append(f"--partition={slurm.partition}")
+        header.append(f"--partition={_sbatch_word(slurm.partition)}")
+    if slurm.account:
+        header.append(f"--account={_sbatch_word(slurm.account)}")
     if slurm.nodes > 1:
         # whole nodes, each with the CPUs its busiest node needs (steps split evenly)
         header += ["--exclusive", f"--mincpus={max(n.cpus for n in plan)}"]
@@ -195,36 +202,47 @@ def job_script(settings: RunSettings) -> str:
         "export DASK_DISTRIBUTED__SCHEDULER__WORKER_TTL="
         f'"${{DASK_DISTRIBUTED__SCHEDULER__WORKER_TTL:-{WORKER_TTL}}}"',
         *([_mpi_interface(slurm.interface)] if slurm.interface else []),
+        # one node: Open MPI over shared memory, no TCP listener of the ranks on the network
+        *(['export OMPI_MCA_btl="${OMPI_MCA_btl:-self,vader}"'] if slurm.nodes == 1 else []),
         f"PYTHON={shlex.quote(slurm.python or sys.executable)}",
     ]
     srun = functools.partial(_srun, "".join(f" {shlex.quote(a)}" for a in slurm.srun_args))
-    interface = f" --interface {shlex.quote(slurm.interface)}" if slurm.interface else ""
+    # one node: every Dask server on loopback; several: on --interface (or every interface),
+    # which TLS keeps to the job's own processes. HTTP servers (dashboard, health) stay local.
+    if slurm.nodes == 1:
+        listen = f" --host {LOOPBACK}"
+    else:
+        listen = f" --interface {shlex.quote(slurm.interface)}" if slurm.interface else ""
+    tls = _TLS_ARGS if settings.tls else ""
+    http = f" --dashboard-address {LOOPBACK}:0"
+    dashboard = " --dashboard" if dashboard_available() else " --no-dashboard"
     # the PCA's warm-up (or --worker-preload's module) runs while the ranks start; the
     # configuration's preloads (DASK_DISTRIBUTED__WORKER__PRELOAD at sbatch time) are kept
     preload = "".join(f" {shlex.quote(a)}" for a in preload_args(settings.worker_preload))
     fields = {
         "header": "\n".join(f"#SBATCH {line}" for line in header),
         "layout": _describe(plan, threads),
-        "solver": steps["solver"],
+        "solver": _comment(steps["solver"]),
         "tasks": f"1 scheduler + 1 analytics client + {workers} workers x {threads} threads + "
         f"{ranks} MPI ranks = {cpus}",
         "environment": "\n".join(environment),
+        "security": _security_lines(settings.tls, slurm.nodes),
         "output": shlex.quote(str(output)),
         "simulation_yaml": yaml.safe_dump(
             settings.simulation, sort_keys=False, default_flow_style=None
         ),
         "solver_setup": steps["solver_setup"],
-        "start_timeout": int(settings.timeout),
+        "start_timeout": math.ceil(settings.timeout),
         "scheduler": srun(
             (0, 1), 1, 1, "scheduler-%N",
-            '"$PYTHON" -m dask scheduler --scheduler-file "$SCHEDULER_FILE" --port 0 '
-            f"--no-dashboard{interface}",
+            '"$PYTHON" -m dask scheduler --scheduler-file "$SCHEDULER_FILE" --port 0'
+            f"{listen}{dashboard}{http}{tls}",
         ),
+        # each worker spills to a fresh private directory of its node (scratch.sh)
         "workers": srun(
             (worker_first, n_worker_nodes), workers, threads, "workers-%N-%t",
-            f'"$PYTHON" -m dask worker --scheduler-file "$SCHEDULER_FILE" --nthreads {threads} '
-            f'\\\n    --no-nanny --no-dashboard --local-directory "${{TMPDIR:-/tmp}}"'
-            f"{preload}{interface}",
+            f'bash "$OUT/scratch.sh" "$PYTHON" -m dask worker --scheduler-file "$SCHEDULER_FILE" '
+            f"--nthreads {threads} \\\n    --no-nanny --no-dashboard{http}{preload}{listen}{tls}",
             no_kill=True,
         ),
         "analytics": srun((0, 1), 1, 1, "analytics-%N", steps["analytics_command"]),
@@ -236,10 +254,72 @@ def job_script(settings: RunSettings) -> str:
     return _ScriptTemplate(TEMPLATE.read_text()).substitute(fields)
 
 
+_TLS_ARGS = (
+    ' \\\n    --protocol tls --tls-ca-file "$TLS/ca.pem" --tls-cert "$TLS/cert.pem" '
+    '--tls-key "$TLS/key.pem"'
+)
+"""``dask scheduler`` and ``dask worker`` options: the job's TLS files (paths, never the key)."""
+
+
+def _security_lines(tls: bool, nodes: int) -> str:
+    """The job's credentials, made on its first node and handed to every step through Dask's
+    configuration variables; or the warning of ``--insecure``."""
+    if not tls:
+        where = "this node" if nodes == 1 else "the network"
+        return (
+            f'echo "deisa: warning: --insecure: the Dask processes listen on {where} over plain '
+            'TCP without authentication; whoever reaches them runs code as you" >&2'
+        )
+    env = tls_env('"$TLS/ca.pem"', '"$TLS/cert.pem"', '"$TLS/key.pem"')
+    return "\n".join(
+        [
+            "# Mutual TLS between every process of the job (docs/security.md): fresh credentials,",
+            "# private to you, removed when the job ends; the key never leaves its file.",
+            'TLS="$OUT/tls"',
+            '"$PYTHON" -m deisa.launcher.security "$TLS" || exit 1',
+            *(f"export {k}={v}" for k, v in env.items()),
+        ]
+    )
+
+
+_JOB_WORD = re.compile(r"\$(PYTHON|SCHEDULER_FILE|OUT(/[A-Za-z0-9_.-]+)*)")
+"""The words that name the job's own variables (``$PYTHON``, ``$SCHEDULER_FILE``,
+``$OUT/simulation.yml``...), the only words the script leaves for bash to expand."""
+
+_PYTHON = "\0$PYTHON"
+"""Stands for the job's interpreter in a user's command (:func:`_user_words`): no argument
+holds a NUL, so no word a user gives is taken for it."""
+
+
 def _shell_word(word: str) -> str:
-    """``word`` for bash: a ``$VARIABLE...`` word in double quotes (expanded by the job),
-    anything else quoted as it is."""
-    return f'"{word}"' if word.startswith("$") else shlex.quote(word)
+    """``word`` for bash: one of the job's variables (:data:`_JOB_WORD`) in double quotes,
+    expanded by the job; any other word, the user's included, quoted as it is."""
+    return f'"{word}"' if _JOB_WORD.fullmatch(word) else shlex.quote(word)
+
+
+def _sbatch_word(text: str) -> str:
+    """``text`` as one word of an ``#SBATCH`` line. sbatch reads these lines itself (not
+    bash): a newline ends the line whatever the quoting, an unquoted space ends the word even
+    after a backslash, an unquoted ``#`` the line, and a backslash takes the next character as
+    it is, within quotes too. So a word of other than the plainest characters goes in double
+    quotes, with a backslash before each ``"`` and ``\\``.
+
+    Raises
+    ------
+    ValueError
+        ``text`` holds a newline (the settings refuse one before).
+    """
+    if "\n" in text:
+        raise ValueError(f"{text!r}: a newline cannot be written on an #SBATCH line")
+    if re.fullmatch(r"[\w@%+=:,./-]+", text, re.ASCII):
+        return text
+    return '"' + re.sub(r'(["\\])', r"\\\1", text) + '"'
+
+
+def _comment(text: str) -> str:
+    """``text`` for a ``#`` comment: on one line, its control characters escaped (a newline
+    in a user's word would end the comment, and bash would run the rest)."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def _simulation_step(
@@ -249,12 +329,13 @@ def _simulation_step(
     ``solver_setup``, ``simulation_command`` and ``analytics_command``."""
     timings = False
     if settings.command:  # the user's simulation: the scheduler file comes from the environment
-        command = _user_words(python_script(settings.command, "$PYTHON"))
+        command = _user_words(python_script(settings.command, _PYTHON))
         description = f"your command ({shlex.join(settings.command)})"
         plugin = find_plugin(settings.build_dir)
         setup = ""
         if plugin.directory is not None:
-            setup = f"\n# the deisa PDI plugin, {plugin.origin}\n" + _plugin_path(plugin.directory)
+            setup = f"\n# the deisa PDI plugin, {_comment(plugin.origin)}\n"
+            setup += _plugin_path(plugin.directory)
     else:
         command, description, setup, timings = _solver_step(settings, bridge, output)
     return {
@@ -288,15 +369,15 @@ def _srun(
 
 
 def _user_words(words: list[str]) -> str:
-    """The user's command for bash: every word quoted as it is, but ``$PYTHON`` (the job's
-    interpreter, put before a ``.py`` script)."""
-    return " ".join('"$PYTHON"' if w == "$PYTHON" else shlex.quote(w) for w in words)
+    """The user's command for bash: every word quoted as it is, but :data:`_PYTHON` (the
+    job's interpreter, put before a ``.py`` script), which becomes ``"$PYTHON"``."""
+    return " ".join('"$PYTHON"' if w == _PYTHON else shlex.quote(w) for w in words)
 
 
 def _analytics_step(settings: RunSettings, timings: bool) -> str:
     """The client step's command: the user's analytics, else ``deisa-run analytics``."""
     if settings.analytics is not None:
-        return _user_words(analytics_argv(settings.analytics, "$PYTHON"))
+        return _user_words(analytics_argv(settings.analytics, _PYTHON))
     # the C solver writes no timings.json: the client must not wait for one
     stop = settings.stop_when_converged
     timings_option = ' --timings "$OUT/timings.json"' if timings else ""
@@ -347,7 +428,8 @@ def _solver_step(
             min_workers=bridge.min_workers, connect_timeout=bridge.connect_timeout
         )
         setup = (
-            f"\n# PDI configuration of the C solver: {settings.pdi_config}, its deisa block set "
+            f"\n# PDI configuration of the C solver: {_comment(str(settings.pdi_config))}, its "
+            "deisa block set "
             "for this job\n"
             f'sed "s/{JOB_ID}/$SLURM_JOB_ID/g" > "$OUT/pdi.yml" <<\'DEISA_PDI_YML\'\n'
             f"{yaml.safe_dump(sim.pdi, sort_keys=False, default_flow_style=None)}DEISA_PDI_YML\n"

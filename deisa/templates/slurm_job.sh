@@ -14,12 +14,15 @@
 # task logs to logs/<step>-<node>[-<task>].log.
 
 set -u
+umask 077  # every file of the job private to you: results, logs, scheduler file, credentials
 @@{environment}
 OUT=@@{output}/"$SLURM_JOB_ID"
 SCHEDULER_FILE="$OUT/scheduler.json"
 export DEISA_SCHEDULER_FILE="$SCHEDULER_FILE"  # read by the Bridge, the plugin and the Adapter
 LOGS="$OUT/logs"
 mkdir -p "$LOGS"
+# slurmd made this job's output file with the umask of `sbatch`: private too
+chmod go= @@{output}/"slurm-$SLURM_JOB_ID.out" 2>/dev/null
 rm -f "$SCHEDULER_FILE" "$OUT/timings.json" "$OUT/results.json"  # a requeued job's
 cat > "$OUT/simulation.yml" <<'DEISA_SIMULATION_YML'
 @@{simulation_yaml}DEISA_SIMULATION_YML
@@ -28,11 +31,24 @@ background=()
 cleanup() {
     for pid in "${background[@]}"; do kill "$pid" 2>/dev/null; done
     wait
+    rm -rf "$OUT/tls"  # the job's credentials die with it
 }
 trap cleanup EXIT
 trap 'exit 143' TERM
 trap 'exit 130' INT
 running() { kill -0 "$1" 2>/dev/null; }
+
+@@{security}
+# Runs a worker with its spill directory fresh and private on its node, removed at its end
+# (never a shared one such as /tmp/dask-scratch-space, which another account can make first).
+cat > "$OUT/scratch.sh" <<'DEISA_SCRATCH_SH'
+scratch=$(mktemp -d "${TMPDIR:-/tmp}/deisa-$SLURM_JOB_ID.XXXXXX") || exit 1
+trap 'rm -rf "$scratch"' EXIT
+trap 'kill -TERM "$child" 2>/dev/null; wait "$child"; exit 143' TERM INT
+"$@" --local-directory "$scratch" &
+child=$!
+wait "$child"
+DEISA_SCRATCH_SH
 
 # 1. Dask scheduler, on node 0, on a free port (written to the scheduler file)
 @@{scheduler} &
