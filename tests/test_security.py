@@ -1,4 +1,5 @@
-"""Security: local mode listens on loopback only; Dask TLS passes through the Bridge and Adapter."""
+"""Security: local mode listens on loopback only; Dask TLS passes through the Bridge and Adapter;
+rank 0's notices listener and the steering values run no pickle, attacked in real runs."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -23,6 +25,7 @@ from conftest import REPO, STARTUP, DaskProcesses, kill_if_running, mpirun, test
 from deisa import Adapter
 from deisa.bridge.scheduler_file import read_scheduler_address
 from deisa.launcher.local import scheduler_command, worker_command
+from deisa.wire import Status, SteeringError, status
 
 PUBLISHER = REPO / "tests" / "publish_blocks.py"
 sys.path.insert(0, str(PUBLISHER.parent))
@@ -338,3 +341,39 @@ def test_tls_notices_listener_refuses_clients_without_the_jobs_certificate(
     assert not marker.exists()
     root = json.loads((tmp_path / "out" / "rank-0.json").read_text())
     assert root["early"] >= 2  # the ranks' notices, over TLS with the job's certificate
+
+
+def test_steering_values_run_no_pickle(tmp_path: Path, dask_processes: DaskProcesses) -> None:
+    marker = tmp_path / "pwned"
+    evil = _Evil(marker)
+    with dask_processes.client() as client:
+        adapter = Adapter(client, timeout=STARTUP)
+        with pytest.raises(SteeringError, match=r"'param' is a test_security._Evil: accepted are"):
+            adapter.set("param", evil)
+        # what a client could send without deisa's Adapter, straight to the scheduler's route
+        for payload in (
+            pickle.dumps(evil),
+            {"type": "ndarray", "dtype": "|O", "shape": [1], "data": pickle.dumps(evil)},
+            {"type": "int", "value": pickle.dumps(evil)},
+        ):
+            reply = client.sync(client.scheduler.deisa_set_value, name="param", value=payload)
+            assert status(reply) is Status.ERROR, reply
+        assert client.sync(client.scheduler.deisa_get_value, name="param")["version"] == 0
+
+        def plant(dask_scheduler: Any, payload: bytes) -> None:
+            """A pickle in the store, as if the route had let one through."""
+            from deisa.scheduler.steering import _Entry
+
+            dask_scheduler.plugins["deisa"].steering._entries["param"] = _Entry(payload, 1)
+
+        client.run_on_scheduler(plant, payload=pickle.dumps(evil))
+        proc = _start_attacked_ranks(tmp_path, dask_processes.scheduler_file, "")
+        try:
+            steps = _release_and_finish(tmp_path, proc, client, held=[])
+        finally:
+            kill_if_running(proc)
+    _check_steps(steps)
+    assert not marker.exists()
+    for rank in (0, 1):  # Bridge.get raised on every rank, naming the value
+        report = json.loads((tmp_path / "out" / f"rank-{rank}.json").read_text())
+        assert "SteeringError: steering value 'param' is not in the plain form" in report["error"]

@@ -7,7 +7,8 @@
   the PCA has converged: they exit 0, every step they published reaches the analytics, and the
   stream ends normally.
 
-The in-process tests of the scheduler side are in test_steering.py.
+The in-process tests of the scheduler side are in scheduler/test_scheduler_steering.py, the
+encoding's in test_wire.py; test_security.py attacks the routes and rank 0 with pickles.
 """
 
 from __future__ import annotations

@@ -219,7 +219,9 @@ class Adapter(StepReader):
         name
             Non-empty name, shared with the simulation (e.g. ``"stop"``).
         value
-            A small picklable object (scalar, string, small numpy array; 1 MiB pickled at most).
+            ``None``, a ``bool``, ``int``, ``float``, ``complex`` or ``str``, or a numpy array
+            or scalar (not of objects); 1 MiB at most. Never pickled: see
+            :mod:`deisa.analysis.steering`.
 
         Returns
         -------
@@ -229,7 +231,8 @@ class Adapter(StepReader):
         Raises
         ------
         deisa.wire.SteeringError
-            A bad name, or a value that cannot be pickled or is too large.
+            A bad name, a value of another type (a list: send ``np.asarray(value)``), or too
+            large; the message names the value's type and what is accepted.
 
         See Also
         --------

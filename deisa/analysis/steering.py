@@ -12,17 +12,24 @@ Semantics:
   once, with its second value; reading does not consume it, so every later read sees it too,
   until the analytics sets it again. A stop flag or a parameter is a state, not a message.
 - Setting ``None`` clears the name: readers get their default again.
-- Values are pickled by the analytics and unpickled by the simulation's rank 0; the scheduler
-  only stores the bytes (at most :data:`MAX_VALUE_BYTES` pickled per value). Use scalars,
-  strings, small numpy arrays.
+- Values are plain data, never pickled: ``None``, ``bool``, ``int`` (64 bits), ``float``,
+  ``complex``, ``str``, and numpy arrays and scalars of booleans, numbers, datetimes,
+  timedeltas, bytes or str (:data:`deisa.wire.ACCEPTED_VALUES`), at most
+  :data:`~deisa.wire.MAX_VALUE_BYTES` (1 MiB) each; the simulation reads them back as the same
+  type (an array with its dtype, byte order and shape). Anything else (a list: send
+  ``np.asarray(value)``; an object, an array of objects) raises :class:`~deisa.wire.SteeringError`
+  here. They travel as ``{"type", "value"}`` or ``{"type", "dtype", "shape", "data"}``
+  (:func:`deisa.wire.encode_value`); the scheduler refuses anything not in that form, whoever
+  sends it, and the simulation's rank 0 builds the value from it without unpickling anything.
 - Values live on the scheduler until set again, whatever the simulation run: a new run on the
   same scheduler sees the values set for the previous one unless they were cleared.
 
 Routes (RPC handlers on the scheduler, registered with the :class:`~deisa.scheduler.extension.
 StreamExtension`):
 
-- ``deisa_set_value(name, value)``: store ``value`` (pickled bytes, or ``None`` to clear).
-- ``deisa_get_value(name)``: ``ok(value=bytes | None, version=int)``;
+- ``deisa_set_value(name, value)``: store ``value`` (the plain form of
+  :func:`deisa.wire.encode_value`, or ``None`` to clear); an error reply for anything else.
+- ``deisa_get_value(name)``: ``ok(value=dict | None, version=int)``;
   ``version`` counts the times ``name`` was set (0: never).
 
 Examples
@@ -53,7 +60,7 @@ def set_value(client: Any, name: str, value: Any) -> int:
     Raises
     ------
     SteeringError
-        A bad name, or a value that cannot be pickled or is too large.
+        A bad name, a value of a type not accepted (see the module docstring), or too large.
     """
     reply: dict[str, Any] = client.sync(
         getattr(client.scheduler, Route.SET_VALUE), name=name, value=encode_value(name, value)
@@ -66,4 +73,5 @@ def set_value(client: Any, name: str, value: Any) -> int:
 
 def get_value(client: Any, name: str, default: Any = None) -> Any:
     """The current steering value ``name`` as a Dask ``client`` sees it, or ``default``."""
-    return decode_value(client.sync(getattr(client.scheduler, Route.GET_VALUE), name=name), default)
+    reply = client.sync(getattr(client.scheduler, Route.GET_VALUE), name=name)
+    return decode_value(name, reply, default)

@@ -477,6 +477,9 @@ class Bridge:
     def get(self, name: str, default: Any = None) -> Any:
         """The steering value ``name`` that the analytics set, or ``default``; collective.
 
+        The value comes back as the type it was set with: ``bool``, ``int``, ``float``,
+        ``complex``, ``str``, or a numpy array (writable, with its dtype and shape) or scalar.
+
         Rank 0 asks the scheduler (one message) and broadcasts the answer, so every rank gets
         the same value at the same call. The latest value set wins and reading does not consume
         it (see :mod:`deisa.analysis.steering`).
@@ -492,8 +495,10 @@ class Bridge:
         Raises
         ------
         BridgeError
-            On every rank: ranks that asked for different names, a closed Bridge, or a
-            scheduler that did not answer within ``connect_timeout``.
+            On every rank: ranks that asked for different names, a closed Bridge, a
+            scheduler that did not answer within ``connect_timeout``, or a value that is not
+            in the plain form of steering values (:func:`deisa.wire.decode_value`: rank 0
+            builds values from plain data and never unpickles one).
 
         Examples
         --------
@@ -516,7 +521,7 @@ class Bridge:
                 route(self._rpc, self._address, Route.GET_VALUE)(name=name),
                 timeout=self.options.connect_timeout,
             )
-            return decode_value(reply, default)
+            return decode_value(name, reply, default)
 
         return on_root(self.comm, ask)
 

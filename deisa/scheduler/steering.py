@@ -1,6 +1,9 @@
 """The scheduler's side of steering values: their store and routes.
 
-See :mod:`deisa.analysis.steering` for what steering values are.
+See :mod:`deisa.analysis.steering` for what steering values are. The store holds each value in
+the plain form of :func:`deisa.wire.encode_value` and checks it on arrival
+(:func:`deisa.wire.value_problem`): anything else, a pickle among them, is refused with an error
+reply, whoever sends it; nothing here unpickles or builds a value.
 """
 
 from __future__ import annotations
@@ -11,14 +14,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..wire import MAX_VALUE_BYTES, Reply, Route, error, ok, too_large_value, value_name_problem
+from ..wire import Reply, Route, error, ok, value_name_problem, value_problem
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass
 class _Entry:
-    value: bytes | None = None
+    value: dict[str, Any] | None = None  # the plain form (deisa.wire.encode_value)
     version: int = 0
 
 
@@ -39,14 +42,13 @@ class SteeringValues:
         """The routes, by name, for ``scheduler.handlers``."""
         return {Route.SET_VALUE.value: self.set_value, Route.GET_VALUE.value: self.get_value}
 
-    def set_value(self, name: str, value: bytes | None) -> Reply:
+    def set_value(self, name: str, value: Any) -> Reply:
         self.calls["set"] += 1
         problem = value_name_problem(name)
-        if problem is None and value is not None and not isinstance(value, bytes):
-            problem = f"steering value {name!r} must arrive pickled (bytes), got {type(value)}"
-        if problem is None and value is not None and len(value) > MAX_VALUE_BYTES:
-            problem = too_large_value(name, len(value))
+        if problem is None and value is not None:
+            problem = value_problem(name, value)
         if problem is not None:
+            logger.warning("deisa: steering value refused: %s", problem)
             return error(problem)
         entry = self._entries.setdefault(name, _Entry())
         entry.value = value

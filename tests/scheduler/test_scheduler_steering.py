@@ -9,6 +9,7 @@ same step) is ``test_steering_mpi.py``.
 
 from __future__ import annotations
 
+import pickle
 from typing import Any
 
 import numpy as np
@@ -21,12 +22,11 @@ from deisa.scheduler.extension import PLUGIN_NAME, StreamExtension
 
 
 async def _set(c: Client, name: Any, value: Any) -> dict[str, Any]:
-    payload = value if isinstance(value, bytes) or value is None else wire.encode_value(name, value)
-    return await c.scheduler.deisa_set_value(name=name, value=payload)
+    return await c.scheduler.deisa_set_value(name=name, value=wire.encode_value(name, value))
 
 
 async def _get(c: Client, name: str, default: Any = None) -> Any:
-    return wire.decode_value(await c.scheduler.deisa_get_value(name=name), default)
+    return wire.decode_value(name, await c.scheduler.deisa_get_value(name=name), default)
 
 
 @gen_cluster(client=True)
@@ -59,20 +59,44 @@ async def test_steering_none_clears_the_value(c, s, a, b) -> None:
 
 
 @gen_cluster(client=True)
+async def test_steering_values_cross_the_scheduler_as_they_were_set(c, s, a, b) -> None:
+    await c.register_plugin(StreamExtension())
+    values = [
+        True, 7, -2.5, 1 - 1j, "gö", np.float32(0.5),
+        np.arange(6, dtype=">i2").reshape(2, 3)[:, 1:], np.array("2024-01-01", dtype="M8[s]"),
+    ]  # fmt: skip
+    for i, value in enumerate(values):
+        await _set(c, f"v{i}", value)
+    for i, value in enumerate(values):
+        back = await _get(c, f"v{i}")  # through msgpack both ways (tuples for lists)
+        assert type(back) is type(value)
+        np.testing.assert_array_equal(back, value)
+        assert np.asarray(back).dtype.str == np.asarray(value).dtype.str
+
+
+@gen_cluster(client=True)
 async def test_steering_routes_refuse_bad_names_and_payloads(c, s, a, b) -> None:
     await c.register_plugin(StreamExtension())
-    reply = await c.scheduler.deisa_set_value(name="", value=b"x")
-    assert wire.status(reply) is wire.Status.ERROR and "non-empty string" in reply["message"]
-    reply = await c.scheduler.deisa_set_value(name="stop", value=3)
-    assert wire.status(reply) is wire.Status.ERROR and "pickled (bytes)" in reply["message"]
-    big = b"x" * (wire.MAX_VALUE_BYTES + 1)
-    reply = await c.scheduler.deisa_set_value(name="stop", value=big)
-    assert (
-        wire.status(reply) is wire.Status.ERROR
-        and "'stop' is 1048577 bytes pickled" in reply["message"]
-    )
+    plain = wire.encode_value("stop", np.zeros(2))
+    refused = {
+        "": (wire.encode_value("x", True), "non-empty string"),
+        "stop": (3, "not in the plain form of deisa.wire.encode_value (got a int)"),
+        "pickle": (pickle.dumps(5), "(got a bytes)"),
+        "big": (b"x" * (wire.MAX_VALUE_BYTES + 1), "(got a bytes)"),
+        "objects": ({**plain, "dtype": "|O"}, "array of dtype object"),
+        "short": ({**plain, "data": bytes(15)}, "15 bytes of data for 1-d shape (2,) of <f8"),
+        "huge": (
+            {**plain, "shape": [wire.MAX_VALUE_BYTES], "data": bytes(8 * wire.MAX_VALUE_BYTES)},
+            "'huge' is 8388608 bytes, more than the 1048576 allowed",
+        ),
+    }
+    for name, (payload, message) in refused.items():
+        reply = await c.scheduler.deisa_set_value(name=name, value=payload)
+        assert wire.status(reply) is wire.Status.ERROR, name
+        assert message in reply["message"], (name, reply["message"])
+        assert await _get(c, name or "x", "unset") == "unset"  # nothing was stored
     reply = await c.scheduler.deisa_get_value(name=None)
     assert wire.status(reply) is wire.Status.ERROR
     with pytest.raises(wire.SteeringError, match="non-empty string"):
-        wire.decode_value(reply, None)
-    assert await _get(c, "stop", "unset") == "unset"  # nothing was stored
+        wire.decode_value("x", reply, None)
+    assert s.plugins[PLUGIN_NAME].steering.stats()["values"] == {}
