@@ -254,11 +254,10 @@ def job_script(settings: RunSettings) -> str:
     return _ScriptTemplate(TEMPLATE.read_text()).substitute(fields)
 
 
-_TLS_ARGS = (
-    ' \\\n    --protocol tls --tls-ca-file "$TLS/ca.pem" --tls-cert "$TLS/cert.pem" '
-    '--tls-key "$TLS/key.pem"'
-)
-"""``dask scheduler`` and ``dask worker`` options: the job's TLS files (paths, never the key)."""
+_TLS_ARGS = " --protocol tls"
+"""``dask scheduler`` and ``dask worker``: TLS only. The files come from the environment (the
+job exports Dask's ``DASK_DISTRIBUTED__COMM__TLS__*`` variables): ``--tls-*`` options would
+make ``dask scheduler`` refuse ``--interface`` ("Can not specify both interface and host")."""
 
 
 def _security_lines(tls: bool, nodes: int) -> str:
