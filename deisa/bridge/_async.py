@@ -150,6 +150,12 @@ class AsyncPublisher:
 
         return bridge._spawn(run())
 
+    def notify_to(self, connection: Connection) -> None:
+        """Every rank, connected: the ranks but 0 send their notices to rank 0's listener, if
+        any (rank 0 takes its own directly)."""
+        if connection.notices is not None and self.bridge.rank != 0:
+            self.notices = Notifier(connection.notices, connection.token, self.bridge.rank)
+
     async def close_notices(self) -> None:
         """Close rank 0's notices listener, or this rank's connection to it."""
         if self.early is not None:

@@ -51,7 +51,6 @@ from ._collective import (
 )
 from ._connect import Pool, connect, route
 from ._loop import LoopThread
-from ._notices import Notifier
 from ._publisher import Connection, PublishTiming
 from ._sync import SyncPublisher
 from ._workers import Losses, Routing, WorkerBook
@@ -282,8 +281,7 @@ class Bridge:
             self._routing.place(connection.workers)
         except ValueError as exc:
             return str(exc)
-        if connection.notices is not None and self.rank != 0:  # rank 0 takes its own directly
-            self._async.notices = Notifier(connection.notices, connection.token, self.rank)
+        self._async.notify_to(connection)
         if self.rank != 0:
             return None
         logger.info(
@@ -477,12 +475,9 @@ class Bridge:
     def get(self, name: str, default: Any = None) -> Any:
         """The steering value ``name`` that the analytics set, or ``default``; collective.
 
-        The value comes back as the type it was set with: ``bool``, ``int``, ``float``,
-        ``complex``, ``str``, or a numpy array (writable, with its dtype and shape) or scalar.
-
         Rank 0 asks the scheduler (one message) and broadcasts the answer, so every rank gets
         the same value at the same call. The latest value set wins and reading does not consume
-        it (see :mod:`deisa.analysis.steering`).
+        it; it comes back as the type it was set with (see :mod:`deisa.analysis.steering`).
 
         Parameters
         ----------
@@ -496,9 +491,8 @@ class Bridge:
         ------
         BridgeError
             On every rank: ranks that asked for different names, a closed Bridge, a
-            scheduler that did not answer within ``connect_timeout``, or a value that is not
-            in the plain form of steering values (:func:`deisa.wire.decode_value`: rank 0
-            builds values from plain data and never unpickles one).
+            scheduler that did not answer within ``connect_timeout``, or a value not in the
+            plain form (:func:`deisa.wire.decode_value`; rank 0 never unpickles one).
 
         Examples
         --------
