@@ -144,15 +144,13 @@ class EarlyRegistration:
                     scheduler_address, "no client certificate in the dask configuration"
                 )
             bind = get_ip(host)
-        elif protocol == "tcp" and _is_loopback(host):
+        elif _is_loopback(host):
             bind = "127.0.0.1"
-        elif protocol == "tcp":
+        else:
             return self._none(
                 scheduler_address,
                 "plain TCP between hosts, where anyone could send notices (use tls:// for them)",
             )
-        else:
-            return self._none(scheduler_address, f"no notices over {protocol}://")
         self._server = await asyncio.start_server(
             self._serve, bind, 0, ssl=ssl_context, limit=MAX_LINE
         )
