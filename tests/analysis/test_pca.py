@@ -7,8 +7,10 @@ import itertools
 import dask.array as da
 import numpy as np
 import pytest
-from conftest import scatter_blocks
-from distributed import Client
+from conftest import STARTUP, scatter_blocks
+from dask.core import flatten
+from distributed import Client, get_task_stream
+from distributed.utils_test import poll_for
 from sklearn.decomposition import PCA
 
 import deisa.analysis._pca_kernels
@@ -150,7 +152,21 @@ def test_fit_numpy_in_batches_equals_exact_pca() -> None:
 def test_fit_lazy_dask_array_is_persisted(client: Client) -> None:
     data = make_data()
     lazy = da.from_array(data, chunks=(50, 12)) * 1.0
-    assert_matches_pca(IncrementalPCA(n_components=N_COMPONENTS).fit(lazy), data)
+    with get_task_stream(client) as stream:
+        model = IncrementalPCA(n_components=N_COMPONENTS).fit(lazy)
+    assert_matches_pca(model, data)
+    # each block of the lazy array computed once, on the workers (persisted for the fit, not
+    # computed again per partition or pass), and the persisted copy let go of afterwards
+    computed = [tuple(t["key"]) for t in stream.data if t["key"][0] == lazy.name]
+    assert sorted(computed) == sorted(flatten(lazy.__dask_keys__()))
+    assert all(t["worker"] in client.nthreads() for t in stream.data)
+
+    def held(name: str = lazy.name) -> list[object]:
+        return client.run_on_scheduler(
+            lambda dask_scheduler: [k for k in dask_scheduler.tasks if k[0] == name]
+        )
+
+    poll_for(lambda: not held(), timeout=STARTUP)
 
 
 def test_transform_matches_sklearn_up_to_sign(client: Client) -> None:
