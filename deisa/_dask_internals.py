@@ -7,6 +7,9 @@ file and one test, not the whole package.
 - :func:`send_blocks_to_worker`: a worker's ``update_data`` RPC, what
   ``Client.scatter(direct=True)`` does internally, without the scheduler round trips
   scatter adds (a cores query and a registration per call).
+- :func:`open_comm` and :func:`send_blocks_on`: the same RPC in two halves, the connection
+  (``ConnectionPool.connect``, documented "for internal use") then the call over it, so that
+  a caller can watch the connection being made (``mode="sync"`` sends, docs/reliability.md).
 - :func:`register_keys`, :func:`share_keys`, :func:`release_keys`, :func:`forget_holder`: the
   scheduler's own ``update_data``, ``client_desires_keys``/``client_releases_keys`` and
   ``remove_client``, called from inside our scheduler extension (the same calls distributed's
@@ -65,6 +68,45 @@ async def send_blocks_to_worker(
 
     data = {key: to_serialize(block) for key, block in blocks.items()}
     reply = await pool(worker).update_data(data=data)
+    return _stored(worker, reply)
+
+
+async def open_comm(pool: Any, address: str) -> Any:
+    """A connection to ``address`` from the started :class:`distributed.core.ConnectionPool`
+    ``pool`` (an idle one it holds, or a new one), for :func:`send_blocks_on`.
+
+    A new connection is distributed's ``connect``, which retries a refused connection until
+    ``distributed.comm.timeouts.connect`` (30 s by default): cancel the call to give up sooner.
+    """
+    return await pool.connect(address)
+
+
+async def send_blocks_on(
+    pool: Any, worker: str, comm: Any, blocks: Mapping[Key, Any]
+) -> dict[Key, int]:
+    """:func:`send_blocks_to_worker` over ``comm``, a connection to ``worker`` from
+    :func:`open_comm`, handed back to ``pool`` afterwards (distributed closes it on a failure,
+    as in its own RPC calls)."""
+    import_distributed()
+    from distributed.core import send_recv
+    from distributed.protocol import to_serialize
+
+    data = {key: to_serialize(block) for key, block in blocks.items()}
+    try:
+        reply = await send_recv(
+            comm=comm,
+            op="update_data",
+            data=data,
+            serializers=pool.serializers,
+            deserializers=pool.deserializers,
+        )
+    finally:
+        pool.reuse(worker, comm)
+    return _stored(worker, reply)
+
+
+def _stored(worker: str, reply: Mapping[str, Any]) -> dict[Key, int]:
+    """The sizes of the blocks in a worker's ``update_data`` reply."""
     if reply.get("status") != "OK":
         raise RuntimeError(f"worker {worker} refused the data: {reply!r}")
     return dict(reply["nbytes"])

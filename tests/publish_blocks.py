@@ -9,6 +9,8 @@ abruptly (``os._exit``) before publishing step K; ``--bad-dtype-rank R`` declare
 rank R; ``--overlap-rank R`` declares rank R's block one row too tall. ``--done DIR``: each rank
 writes ``DIR/rank-R.json`` (steps published, when each ``publish`` was called and returned, the
 Bridge's ``detached`` reason) once the Bridge is closed, as a simulation writes its own files.
+``--hold-at-step K --hold-file PATH``: every rank waits, before publishing step K, until PATH
+exists (a test changes the cluster while no rank is inside the Bridge).
 """
 
 from __future__ import annotations
@@ -54,6 +56,8 @@ def main() -> None:
     parser.add_argument("--on-worker-loss", default="continue")
     parser.add_argument("--on-scheduler-loss", default="continue")
     parser.add_argument("--done", default=None, help="directory of the per-rank reports")
+    parser.add_argument("--hold-at-step", type=int, default=None)
+    parser.add_argument("--hold-file", default=None)
     args = parser.parse_args()
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
@@ -86,6 +90,9 @@ def main() -> None:
                 sys.stderr.write(f"publish_blocks: rank {rank} dies before step {step}\n")
                 sys.stderr.flush()
                 os._exit(3)
+            if step == args.hold_at_step:
+                while not os.path.exists(args.hold_file):
+                    time.sleep(0.05)
             block = expected(step, tuple(args.shape))[x0 : x0 + h, y0 : y0 + w]
             called = time.time()
             bridge.publish(args.name, block, step)

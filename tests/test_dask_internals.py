@@ -71,6 +71,24 @@ async def test_send_register_share_release(c: Client, s: Any, a: Any, b: Any) ->
 
 
 @gen_cluster(client=True)
+async def test_send_blocks_on_a_comm_of_the_pool_hands_it_back(
+    c: Client, s: Any, a: Any, b: Any
+) -> None:
+    block = np.arange(12.0).reshape(3, 4)[:, ::2]
+    key = ("deisa-test-w-0", 0, 0)
+    pool = await open_pool()
+    try:
+        comm = await _dask_internals.open_comm(pool, a.address)
+        nbytes = await _dask_internals.send_blocks_on(pool, a.address, comm, {key: block})
+        assert nbytes[key] >= block.nbytes
+        np.testing.assert_array_equal(a.data[key], block)
+        assert key not in s.tasks  # no scheduler message, as send_blocks_to_worker
+        assert await _dask_internals.open_comm(pool, a.address) is comm  # back in the pool
+    finally:
+        await pool.close()
+
+
+@gen_cluster(client=True)
 async def test_release_keys_of_an_unknown_holder_is_a_no_op(
     c: Client, s: Any, a: Any, b: Any
 ) -> None:

@@ -324,6 +324,56 @@ def test_lost_worker_the_simulation_goes_on_and_every_other_step_arrives(
     assert [r["published"] for r in reports(done)] == [nsteps] * 4
 
 
+def test_sync_publish_to_a_killed_worker_returns_well_within_the_connect_timeout(
+    tmp_path: Path,
+) -> None:
+    """Issue 33: ``mode="sync"``, a worker SIGKILLed while the ranks compute. The next publish
+    sends to it before any rank hears of its loss: distributed retries a refused connection for
+    its whole connect timeout (here 60 s), and that publish used to wait for it. The Bridge now
+    sees the refusal itself, and the step is sent again to the worker left, in seconds (about
+    1 s idle): a bound of a third of the connect timeout holds on a loaded machine."""
+    connect_s, bound_s = 60, 20
+    cluster = start_dask(tmp_path, n_workers=2)
+    done, hold = tmp_path / "done", tmp_path / "hold"
+    done.mkdir()
+    nsteps, held = 6, 3
+    try:
+        sim = start_publisher(
+            cluster, "--name", "wsync", "--nsteps", str(nsteps), "--mode", "sync",
+            "--done", str(done), "--hold-at-step", str(held), "--hold-file", str(hold),
+            env={"DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": str(connect_s)},
+        )  # fmt: skip
+        received: dict[int, np.ndarray] = {}
+        with cluster.client() as client:
+            names = {w["name"]: a for a, w in client.scheduler_info()["workers"].items()}
+            field = Adapter(client, timeout=STARTUP)["wsync"]
+            for step in range(held):  # every rank has sent to both workers (round_robin)
+                received[step] = field[step].compute()
+            victim = cluster.procs[2]  # worker-1
+            victim.kill()
+            victim.wait(timeout=STARTUP)
+            wait_for(lambda: workers(client) == 1, "the worker's removal")
+            hold.touch()  # the ranks publish step 3, not knowing: half of them to the dead one
+            for step in range(held, nsteps):
+                received[step] = field[step].compute()
+            rc, err = finish(sim)
+    finally:
+        kill_if_running(sim)
+        cluster.stop()
+    assert rc == 0, err[-4000:]
+    for step in range(nsteps):  # nothing lost: the blocks were still in the ranks' hands
+        np.testing.assert_array_equal(received[step], expected(step, SHAPE))
+    refused = [line for line in err.splitlines() if "refuses connections" in line]
+    assert refused and all(names["worker-1"] in line for line in refused), err[-4000:]
+    took = [
+        returned - called
+        for rank in reports(done)
+        for step, called, returned in rank["returned"]
+        if step == held
+    ]
+    assert len(took) == 4 and max(took) < bound_s, took
+
+
 def test_worker_joining_mid_run_receives_blocks_from_then_on(tmp_path: Path) -> None:
     """Issue 25: a worker added mid-run is placed on from the next publish (round_robin over
     the 3 workers then gives it a block of every step)."""

@@ -10,10 +10,18 @@ worker that has left: rank 0 waits (up to ``connect_timeout``) for the scheduler
 spreads the new worker list, and the ranks whose send failed send again, once, to the worker
 of the new placement; a block that fails again is registered with its departed worker, which
 the scheduler answers with ``lost`` (the step is lost, with a warning).
+
+Only rank 0 hears from the scheduler that a worker left, and the other ranks hear from rank 0
+only at the end of a publish: a send to a worker killed since then needs a new connection, which
+distributed retries, refused, for its whole connect timeout (30 s by default). So a send whose
+connection is not made within ``REFUSAL_CHECK_S`` checks, and checks again at growing intervals,
+whether anything still listens at the worker's address (:func:`._workers.refuses_connections`);
+a refusal fails the send then, as a communication error.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -26,11 +34,17 @@ from ..wire import Route, Status, status, step_key_name
 from ._collective import BridgeError, on_root, raise_first, reply_problem
 from ._connect import route
 from ._publisher import PublishTiming
+from ._workers import refuses_connections
 
 if TYPE_CHECKING:
     from .bridge import Bridge
 
 logger = logging.getLogger(__name__)
+
+REFUSAL_CHECK_S = 1.0
+"""Seconds a sync send's connection may take before the Bridge checks whether its worker still
+listens (then 2, 4 s later, and every ``REFUSAL_CHECK_MAX_S``)."""
+REFUSAL_CHECK_MAX_S = 8.0
 
 
 class _Sent(NamedTuple):
@@ -98,15 +112,31 @@ class SyncPublisher:
     ) -> _Sent | _SendFailure | str:
         worker = self.bridge._routing.worker_of[name]
         try:
-            nbytes = self.bridge._loop.run(
-                _dask_internals.send_blocks_to_worker(self.bridge._rpc, worker, {key: block})
-            )
+            nbytes = self.bridge._loop.run(self._send_unless_refused(worker, {key: block}))
             return _Sent(key, worker, int(nbytes[key]))
         except Exception as exc:
             message = f"sending step {step} of {name!r} to worker {worker} failed: {exc!r}"
             if isinstance(exc, OSError) and self.bridge.options.on_worker_loss == "continue":
                 return _SendFailure(key, worker, message)  # its worker may have left
             return message
+
+    async def _send_unless_refused(
+        self, worker: str, blocks: dict[Any, np.ndarray]
+    ) -> dict[Any, int]:
+        """The loop thread: send ``blocks`` to ``worker``; a ``ConnectionRefusedError`` if the
+        connection is not made and the worker refuses connections (see the module docstring)."""
+        pool = await self.bridge._rpc.opened()
+        connecting = asyncio.ensure_future(_dask_internals.open_comm(pool, worker))
+        wait = REFUSAL_CHECK_S
+        while not (await asyncio.wait({connecting}, timeout=wait))[0]:
+            refused = await refuses_connections(worker, wait)
+            if refused and not connecting.done():  # no await before cancel(): no race
+                connecting.cancel()
+                raise ConnectionRefusedError(
+                    f"worker {worker} refuses connections: nothing listens there any more"
+                )
+            wait = min(2 * wait, REFUSAL_CHECK_MAX_S)
+        return await _dask_internals.send_blocks_on(pool, worker, connecting.result(), blocks)
 
     def _queue(
         self,
@@ -124,9 +154,15 @@ class SyncPublisher:
         failed = [(rank, r[2]) for rank, r in enumerate(replies) if isinstance(r[2], _SendFailure)]
         if failed and not retried:
             departed = self._await_departure({failure.worker for _, failure in failed})
+            rank, failure = failed[0]
             if not departed:
-                rank, failure = failed[0]
                 raise BridgeError(f"rank {rank}: {failure.message}")
+            logger.warning(
+                "deisa bridge: step %d of %r: %d rank(s) could not send to worker(s) %s, which "
+                "left the cluster; sending again under the new placement (rank %d: %s)",
+                step, name, len(failed), ", ".join(sorted({f.worker for _, f in failed})),
+                rank, failure.message,
+            )  # fmt: skip
             return "retry", self.bridge._fields.collect()  # with the new worker list
         blocks = [
             (r.key, r.worker, r.nbytes if isinstance(r, _Sent) else 0)

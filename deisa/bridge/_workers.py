@@ -18,6 +18,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from .._dask_internals import import_distributed
 from ..wire import WATCH_SECONDS, Reply, is_ok
 from ._collective import BridgeError
 from .decomposition import Decomposition
@@ -129,6 +130,34 @@ class WorkerBook:
             if changed:
                 logger.info("deisa bridge: workers now %s", ", ".join(workers) or "none")
                 on_change()
+
+
+async def refuses_connections(address: str, timeout: float) -> bool:
+    """Whether nothing listens at ``address`` any more: a TCP connection to it is refused.
+
+    distributed's ``connect`` retries a refused connection until its connect timeout (30 s by
+    default), as a worker may be starting; a worker the scheduler has listed has started, so a
+    refusal means that it is gone (its host answers, its process does not). ``False`` for an
+    address other than ``tcp://`` or ``tls://``, and when the attempt does not end within
+    ``timeout`` seconds (a host that does not answer: its loss shows only as a timeout). The
+    connection made to a live worker is closed at once: the worker logs it (at ``info``; a TLS
+    worker, at ``warning``, as a failed handshake).
+    """
+    import_distributed()
+    from distributed.comm import parse_address, parse_host_port
+
+    scheme, location = parse_address(address)
+    if scheme not in ("tcp", "tls"):
+        return False
+    host, port = parse_host_port(location)
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+    except ConnectionRefusedError:
+        return True
+    except (OSError, asyncio.TimeoutError):
+        return False
+    writer.close()
+    return False
 
 
 class Routing:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 
-from deisa.bridge._workers import Routing, WorkerBook
+from conftest import STARTUP
+
+from deisa.bridge._workers import Routing, WorkerBook, refuses_connections
 from deisa.bridge.decomposition import ArraySpec, Decomposition
 from deisa.bridge.placement import Host
 from deisa.wire import ok
@@ -83,3 +85,19 @@ def test_worker_book_watch_caches_the_scheduler_list_for_one_spread() -> None:
     assert asked[0] == W
     assert book.to_spread() == [W[0], W[2]]  # sorted, as every rank places over it
     assert book.to_spread() is None
+
+
+def test_refuses_connections_only_where_nothing_listens() -> None:
+    """A sync send's check that its worker is gone (deisa.bridge._sync): a refusal only."""
+
+    async def check() -> tuple[bool, ...]:
+        server = await asyncio.start_server(lambda _, writer: writer.close(), "127.0.0.1", 0)
+        address = f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        listening = [await refuses_connections(f"{p}://{address}", STARTUP) for p in ("tcp", "tls")]
+        server.close()
+        await server.wait_closed()
+        gone = await refuses_connections(f"tcp://{address}", STARTUP)
+        other = await refuses_connections("inproc://127.0.0.1/1/1", STARTUP)  # never checked
+        return (*listening, gone, other)
+
+    assert asyncio.run(check()) == (False, False, True, False)
