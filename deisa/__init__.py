@@ -16,7 +16,12 @@ splitter, PCA), sharing only :mod:`deisa.wire` (the protocol) and :mod:`deisa.co
 
 from __future__ import annotations
 
+from pkgutil import extend_path
 from typing import TYPE_CHECKING
+
+# `deisa` is also the PEP 420 namespace of deisa-core, deisa-dask and deisa-ray (deisa.core,
+# deisa.dask, deisa.ray): this package takes their parts in, wherever they are installed
+__path__ = extend_path(__path__, __name__)
 
 from ._lazy import attach
 
@@ -28,6 +33,7 @@ if TYPE_CHECKING:
         StepLostError,
         StepNotAvailableError,
     )
+    from .analysis.compat import Deisa
     from .analysis.pca import IncrementalPCA
     from .analysis.replay import Replay, ReplayArray, ReplayError
     from .analysis.splitter import (
@@ -54,6 +60,7 @@ _LAZY = {
                      "StepNotAvailableError"], "analysis.adapter"),
     **dict.fromkeys(["Bridge", "BridgeError", "PublishTiming"], "bridge.bridge"),
     "BridgeGroup": "bridge.group",
+    "Deisa": "analysis.compat",  # the released DEISA client's entry point (docs/migrating.md)
     **dict.fromkeys(["ArraySpec", "Decomposition", "DecompositionError"], "bridge.decomposition"),
     **dict.fromkeys(["BridgeOptionError", "BridgeOptions"], "bridge.options"),
     "IncrementalPCA": "analysis.pca",
@@ -74,6 +81,7 @@ __all__ = [
     "BridgeOptions",
     "Decomposition",
     "DecompositionError",
+    "Deisa",
     "EndOfStreamError",
     "Factoring",
     "IncrementalPCA",

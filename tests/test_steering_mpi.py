@@ -1,7 +1,7 @@
 """Steering values between real processes: mpirun ranks, dask scheduler and workers, a client.
 
 - every rank of an mpirun reads the same steering value at the same step (tests/steered_ranks.py);
-- the Python heat solver (simulation/heat.py) and the C heat solver through PDI (configs/
+- the Python heat solver (deisa_simulation/heat.py) and the C heat solver through PDI (configs/
   heat_deisa.yml's ``read: [stop]``) are stopped by :func:`~deisa.launcher.pipeline.analyze_stream`
   once
   the PCA has converged: they exit 0, every step they published reaches the analytics, and the
