@@ -367,7 +367,13 @@ def resolve_options(args: argparse.Namespace, command: str = RUN) -> RunSettings
         simulation=simulation,
         solver=get("solver"),
         pdi_config=find_path(get("pdi_config")),
-        build_dir=find_path(get("build_dir")),
+        # the packaged default is this project's build, wherever the user stands (their own
+        # code's build/ must not hide it); a --build-dir they type is relative to where they are
+        build_dir=(
+            Path(args.build_dir).resolve()
+            if args.build_dir is not None
+            else find_path(REPO / get("build_dir"))
+        ),
         array=_array(name("array"), get("array")),
         bridge=bridge,
         n_components=counted("n_components"),

@@ -606,3 +606,17 @@ def test_worker_preload_keeps_the_preloads_of_the_dask_configuration(tmp_path: P
         assert "--preload" not in local.worker_command(tmp_path / "s.json", 0, 1, tmp_path)
     with dask.config.set({"distributed.worker.preload": "one.py"}):
         assert settings.preload_args("a.b") == ["--preload", "one.py", "--preload", "a.b"]
+
+
+def test_build_dir_default_is_the_projects_wherever_the_user_stands(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A user's own code has its own build/: the plugin deisa-run looks for by default is this
+    project's; a --build-dir the user types is relative to where they are."""
+    (tmp_path / "build" / "plugin").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    user = ["--analytics", "a.py", "--", "./sim"]
+    default = solver.resolve_settings(cli.parse_args(RUN, user), RUN)
+    assert default.build_dir == REPO / "build"
+    typed = solver.resolve_settings(cli.parse_args(RUN, ["--build-dir", "build", *user]), RUN)
+    assert typed.build_dir == tmp_path / "build"
