@@ -60,6 +60,7 @@ def modules_loaded(code: str) -> list[str]:
 
 def deisa_run(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
     """``python -m deisa.launcher ARGS`` (``deisa-run``) to its end, its output captured."""
+    _uses_mpi()  # deisa-run starts the simulation under mpirun (or prints a job that srun's)
     return subprocess.run(
         [sys.executable, "-m", "deisa.launcher", *args],
         env=test_env(),
@@ -172,6 +173,7 @@ def dask_processes(tmp_path: Path) -> Iterator[DaskProcesses]:
 
 def mpirun(nranks: int, *args: str) -> list[str]:
     """The mpirun command line for ``nranks`` ranks (oversubscribed, root allowed)."""
+    _uses_mpi()
     return ["mpirun", "--oversubscribe", "-np", str(nranks), *args]
 
 
@@ -328,6 +330,13 @@ PROCESS_TESTS: dict[str, frozenset[str] | None] = {
     "test_processes": None,
     "test_fortran": None,
     "test_pdi_plugin": None,
+    "test_ecosystem": None,  # virtual environments, pip, mpirun, dask processes
+    "test_job_security": frozenset(
+        {
+            "test_local_run_refuses_strangers_and_keeps_its_files_private",
+            "test_insecure_says_so_once_and_speaks_plain_tcp",
+        }
+    ),
     "test_replay_live": None,
     "test_bridge": frozenset({"test_bridge_rejects_a_missing_scheduler_file"}),
     "test_exchange": frozenset({"test_exchange_on_four_ranks_overlaps_and_agrees"}),
@@ -355,3 +364,91 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if starts_processes(item):
             item.add_marker(pytest.mark.integration)
+
+
+# -- what ran: the summary line of `python3 -m pytest`, and no silent skip of the C layer ------
+
+_MPI_TESTS: set[str] = set()  # node IDs of the tests that started MPI ranks
+
+
+def _uses_mpi() -> None:
+    """Record that the running test starts MPI ranks (:func:`mpirun`, :func:`deisa_run`)."""
+    current = os.environ.get("PYTEST_CURRENT_TEST", "")
+    if current:
+        _MPI_TESTS.add(current.rsplit(" (", 1)[0])
+
+
+def pdi_installed() -> Path | None:
+    """PDI's CMake package, where CMake would find it (CMAKE_PREFIX_PATH, /usr/local, /usr)."""
+    prefixes = [*filter(None, os.environ.get("CMAKE_PREFIX_PATH", "").split(os.pathsep))]
+    for prefix in [*prefixes, "/usr/local", "/usr"]:
+        for config in Path(prefix).glob("*/pdi/cmake/PDIConfig.cmake"):
+            return config
+        for config in Path(prefix).glob("lib*/cmake/[pP][dD][iI]*/PDIConfig.cmake"):
+            return config
+    return None
+
+
+class _Tally:
+    """Outcomes of the PDI, Slurm and MPI tests of the session."""
+
+    def __init__(self) -> None:
+        self.outcomes: dict[str, dict[str, int]] = {}
+        self.skipped_pdi: list[str] = []
+
+    def add(self, kind: str, outcome: str) -> None:
+        counts = self.outcomes.setdefault(kind, {})
+        counts[outcome] = counts.get(outcome, 0) + 1
+
+    def line(self) -> str:
+        parts = []
+        for kind in ("PDI", "MPI", "Slurm"):
+            counts = self.outcomes.get(kind, {})
+            done = ", ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items()))
+            parts.append(f"{kind} tests: {done or 'none'}")
+        return "deisa: " + "; ".join(parts)
+
+
+_TALLY = _Tally()
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    # a test's outcome: its call, or the setup or teardown that skipped or failed it
+    if report.when != "call" and report.passed:
+        return
+    if report.when == "teardown" and not report.failed:
+        return
+    outcome = "skipped" if report.skipped else "failed" if report.failed else "passed"
+    kinds = [k for k, marker in (("PDI", "pdi"), ("Slurm", "slurm")) if marker in report.keywords]
+    if report.nodeid in _MPI_TESTS:
+        kinds.append("MPI")
+    for kind in kinds:
+        _TALLY.add(kind, outcome)
+    # a PDI test of a Slurm job skips with Slurm (no root, no daemons): the Slurm count says so
+    if "pdi" in report.keywords and "slurm" not in report.keywords and report.skipped:
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
+        _TALLY.skipped_pdi.append(f"{report.nodeid}: {reason}")
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    terminalreporter.write_line(_TALLY.line())
+    config = pdi_installed()
+    if _TALLY.skipped_pdi and config is not None:
+        verdict = (
+            "allowed by DEISA_ALLOW_PDI_SKIP=1"
+            if os.environ.get("DEISA_ALLOW_PDI_SKIP") == "1"
+            else "the session fails (DEISA_ALLOW_PDI_SKIP=1 allows it)"
+        )
+        terminalreporter.write_line(
+            f"deisa: PDI is installed ({config}) but {len(_TALLY.skipped_pdi)} PDI test(s) "
+            f"skipped; {verdict}:"
+        )
+        for line in _TALLY.skipped_pdi:
+            terminalreporter.write_line(f"  {line}")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    # the C layer must not vanish from a run silently where it could have run
+    allowed = os.environ.get("DEISA_ALLOW_PDI_SKIP") == "1"
+    if _TALLY.skipped_pdi and not allowed and pdi_installed() is not None and exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
