@@ -159,6 +159,27 @@ Array_transfer::Array_transfer(
 	}
 }
 
+Array_transfer::Array_transfer(
+	string data,
+	string dataset,
+	PC_tree_t dataset_tree,
+	std::shared_ptr<const Datasets> datasets,
+	Condition when,
+	Selection dataset_selection,
+	PC_tree_t communicator
+)
+	: m_data{std::move(data)}
+	, m_dataset{std::move(dataset)}
+	, m_dataset_tree{dataset_tree}
+	, m_datasets{std::move(datasets)}
+	, m_when{std::move(when)}
+	, m_memory_selection{"memory_selection"}
+	, m_dataset_selection{std::move(dataset_selection)}
+	, m_communicator{communicator}
+{
+	description(m_dataset);
+}
+
 std::vector<Array_transfer>
 Array_transfer::parse_write(PC_tree_t tree, const Condition& default_when, std::shared_ptr<const Datasets> datasets, Ignored_keys& ignored)
 {
@@ -228,17 +249,8 @@ Array_geometry Array_transfer::geometry(Context& ctx) const
 {
 	const string dataset_name = dataset(ctx);
 	const Dataset_description& dataset_description = description(dataset_name);
-	Datatype_sptr global_type;
-	try {
-		global_type = dataset_description.type->evaluate(ctx);
-	} catch (const PDI::Error& e) {
-		throw Spectree_error{dataset_description.tree, "Cannot evaluate the type of dataset `{}': {}", dataset_name, e.what()};
-	}
-	Array_layout global = layout_of(global_type, dataset_name);
-	if (global.size.size() < 2) {
-		throw Spectree_error{dataset_description.tree, "Dataset `{}' needs a time axis first and at least one spatial dimension", dataset_name};
-	}
-	const size_t rank = global.size.size() - 1;
+	const Dataset_shape global = dataset_description.evaluate(ctx, dataset_name);
+	const size_t rank = global.global_shape.size();
 
 	vector<long> memory_shape(rank, 0);
 	if (m_memory_selection.has_size()) {
@@ -253,7 +265,7 @@ Array_geometry Array_transfer::geometry(Context& ctx) const
 		memory_shape = layout_of(data_type, m_data).subsize;
 		if (memory_shape.size() != rank) {
 			throw Spectree_error{
-				dataset_description.tree,
+				dataset_description.tree(),
 				"`{}' has {} dimension(s), dataset `{}' has {} spatial ones",
 				m_data,
 				memory_shape.size(),
@@ -267,8 +279,9 @@ Array_geometry Array_transfer::geometry(Context& ctx) const
 	dataset_size = m_dataset_selection.size(ctx, dataset_size);
 	if (dataset_size[0] != 1) {
 		throw Spectree_error{
-			m_dataset_selection.tree(),
-			"`dataset_selection.size' of `{}' must be 1 on the time axis, not {}",
+			m_dataset_selection.size_tree(),
+			"`{}' of `{}' must be 1 on the time axis, not {}",
+			m_dataset_selection.size_key(),
 			m_data,
 			dataset_size[0]};
 	}
@@ -278,16 +291,18 @@ Array_geometry Array_transfer::geometry(Context& ctx) const
 	Array_geometry result;
 	result.data = m_data;
 	result.dataset = dataset_name;
-	result.tree = PC_status(m_dataset_selection.tree()) ? dataset_description.tree : m_dataset_selection.tree();
-	result.dtype = published_dtype(*global.scalar);
-	result.time_extent = global.size[0];
+	result.tree = PC_status(m_dataset_selection.tree()) ? dataset_description.tree() : m_dataset_selection.tree();
+	result.dtype = global.dtype;
+	result.time_extent = global.time_extent;
+	result.past_end = dataset_description.past_end();
+	result.time_axis_key = dataset_description.time_axis_key();
+	result.global_shape = global.global_shape;
 	for (size_t dim = 0; dim < rank; ++dim) {
-		result.global_shape.emplace_back(global.size[dim + 1]);
 		result.start.emplace_back(dataset_start[dim + 1]);
 		result.shape.emplace_back(dataset_size[dim + 1]);
 		if (result.shape[dim] != memory_shape[dim]) {
 			throw Spectree_error{
-				m_dataset_selection.tree(),
+				m_dataset_selection.size_tree(),
 				"Incompatible selections for `{}': {} element(s) in memory but {} in dataset `{}' along dimension {}",
 				m_data,
 				memory_shape[dim],

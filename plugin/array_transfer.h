@@ -16,22 +16,11 @@
 #include <pdi/ref_any.h>
 
 #include "condition.h"
+#include "dataset_description.h"
 #include "ignored_keys.h"
 #include "selection.h"
 
 namespace deisa {
-
-/// A global array of the `datasets' section: its YAML node and its PDI type
-struct Dataset_description {
-	/// the YAML node of the type, for error messages
-	PC_tree_t tree;
-
-	/// the type, evaluated when the bridge is created
-	PDI::Datatype_template_sptr type;
-};
-
-/// The `datasets' section, in configuration order: name (a regular expression, as in decl_hdf5) and type
-using Datasets = std::vector<std::pair<std::string, Dataset_description>>;
 
 /// What the bridge must know about one global array (a deisa.ArraySpec, which checks it)
 struct Array_geometry {
@@ -56,8 +45,14 @@ struct Array_geometry {
 	/// size of this rank's block
 	std::vector<long> shape;
 
-	/// length of the time axis declared in `datasets', an upper bound on the step index
+	/// length of the time axis, an upper bound on the step index (LONG_MAX: unbounded)
 	long time_extent;
+
+	/// what a publication past the end of the time axis does
+	Past_end past_end;
+
+	/// where the time axis's length is given, for messages
+	std::string time_axis_key;
 };
 
 /// One block to publish: a strided, zero-copy description of exposed memory
@@ -81,13 +76,15 @@ struct Block {
 	long step;
 };
 
-/** Sends an exposed data to a global array of the bridge.
+/** Sends an exposed data to a global array of the bridge: the internal description of a
+ * transfer that every grammar of the configuration is translated into.
  *
- * Mirrors decl_hdf5's DATA_IO_DESC: `dataset' (a name or a $-expression,
- * matched against the `datasets' keys as decl_hdf5 does), `when',
- * `memory_selection' (e.g. to exclude ghost cells), `dataset_selection'
- * (whose first dimension is the time axis) and `communicator'; the keys that
- * only matter for files (`mpio', `attributes'...) are accepted and ignored.
+ * In deisa's own grammar, mirrors decl_hdf5's DATA_IO_DESC: `dataset' (a name or a
+ * $-expression, matched against the `datasets' keys as decl_hdf5 does), `when',
+ * `memory_selection' (e.g. to exclude ghost cells), `dataset_selection' (whose first dimension
+ * is the time axis) and `communicator'; the keys that only matter for files (`mpio',
+ * `attributes'...) are accepted and ignored.  The older grammars (Paper_grammar,
+ * Released_grammar) build it from its parts.
  */
 class Array_transfer
 {
@@ -139,6 +136,26 @@ public:
 		const Condition& default_when,
 		std::shared_ptr<const Datasets> datasets,
 		Ignored_keys& ignored
+	);
+
+	/** A transfer of the older grammars, from its parts; the whole exposed data is published
+	 * (its own `subsize' and `start', if its PDI type has them, exclude its ghosts)
+	 * \param data name of the exposed data
+	 * \param dataset name of the global array, described in `datasets'
+	 * \param dataset_tree the YAML node that names the array, for error messages
+	 * \param datasets the global arrays
+	 * \param when condition to publish
+	 * \param dataset_selection position of the block in the global array, time index first
+	 * \param communicator the YAML node of a `communicator' of its own, absent if none
+	 */
+	Array_transfer(
+		std::string data,
+		std::string dataset,
+		PC_tree_t dataset_tree,
+		std::shared_ptr<const Datasets> datasets,
+		Condition when,
+		Selection dataset_selection,
+		PC_tree_t communicator = {PC_NODE_NOT_FOUND, nullptr, nullptr}
 	);
 
 	/** Parses the `write' section, in any of decl_hdf5's forms: a list of data names, or a mapping

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -39,6 +40,9 @@ using std::vector;
 namespace deisa {
 
 namespace {
+
+/// The environment variable that deisa-run sets to its scheduler file, which wins over the YAML's
+constexpr char SCHEDULER_FILE_OVERRIDE[] = "DEISA_SCHEDULER_FILE_OVERRIDE";
 
 Config_expression parse_expression(PC_tree_t value, const char* key)
 {
@@ -127,9 +131,10 @@ Bridge_handle::~Bridge_handle()
 	m_module = py::object();
 }
 
-void Bridge_handle::scheduler_file(PC_tree_t value)
+void Bridge_handle::scheduler_file(PC_tree_t value, const string& key)
 {
-	m_scheduler_file = parse_expression(value, "scheduler_file");
+	m_scheduler_file = parse_expression(value, key.c_str());
+	m_scheduler_key = key;
 }
 
 void Bridge_handle::communicator(PC_tree_t value)
@@ -141,10 +146,26 @@ void Bridge_handle::validate(Context& ctx, PC_tree_t config, double interpreter_
 {
 	m_interpreter_seconds = interpreter_seconds;
 	m_options.config(config);
+	const char* override_path = std::getenv(SCHEDULER_FILE_OVERRIDE);
+	if (override_path && *override_path) {
+		m_scheduler_path = override_path;
+		m_scheduler_overridden = true;
+		int world_rank = 0;
+		MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+		if (m_scheduler_file && world_rank == 0) {
+			ctx.logger().info(
+				"`{}: {}' of the YAML is overridden by {}=`{}' (deisa-run's scheduler file)",
+				m_scheduler_key,
+				to_string(m_scheduler_file->tree),
+				SCHEDULER_FILE_OVERRIDE,
+				m_scheduler_path
+			);
+		}
+	}
 	py::gil_scoped_acquire gil;
 	try {
 		m_module = py::module_::import("deisa");
-		if (!m_scheduler_file) {
+		if (!m_scheduler_file && !m_scheduler_overridden) {
 			// no `scheduler_file' key: $DEISA_SCHEDULER_FILE, by the rule the Python Bridge follows
 			try {
 				m_scheduler_path = py::module_::import("deisa.bridge.scheduler_file").attr("resolve_scheduler_file")(py::none()).cast<string>();
@@ -223,11 +244,12 @@ void Bridge_handle::open(Context& ctx, const vector<Array_transfer>& transfers)
 		}
 		m_arrays.emplace_back(geometry.dataset, std::move(geometry));
 	}
-	if (m_scheduler_file) {
+	MPI_Comm_rank(MPI_Comm_f2c(comm), &m_rank);
+	if (m_scheduler_file && !m_scheduler_overridden) {
 		try {
 			m_scheduler_path = m_scheduler_file->expression.to_string(ctx);
 		} catch (const PDI::Error& e) {
-			throw Spectree_error{m_scheduler_file->tree, "Cannot evaluate `scheduler_file' in deisa configuration: {}", e.what()};
+			throw Spectree_error{m_scheduler_file->tree, "Cannot evaluate `{}' in deisa configuration: {}", m_scheduler_key, e.what()};
 		}
 	}
 	const string scheduler_file = m_scheduler_path;
@@ -295,7 +317,7 @@ void Bridge_handle::open(Context& ctx, const vector<Array_transfer>& transfers)
 	} catch (const py::error_already_set& e) {
 		m_disabled = true;
 		// the scheduler file is what the user can check first
-		handle_python_error(ctx, "creating the deisa Bridge (scheduler_file: `" + scheduler_file + "')", e);
+		handle_python_error(ctx, "creating the deisa Bridge (" + m_scheduler_key + ": `" + scheduler_file + "')", e);
 	}
 }
 
@@ -316,12 +338,29 @@ void Bridge_handle::publish(Context& ctx, const string& dataset, const Block& bl
 	for (auto&& array: m_arrays) {
 		if (array.first != dataset) continue;
 		const Array_geometry& geometry = array.second;
+		if (block.step >= geometry.time_extent && geometry.past_end == Past_end::END) {
+			if (std::find(m_ended.begin(), m_ended.end(), dataset) != m_ended.end()) return;
+			m_ended.emplace_back(dataset);
+			if (m_rank == 0) {
+				ctx.logger().warn(
+					"Step {} of `{}' is past the end of its time axis (length {}, {}): neither it nor any later step past the end is "
+					"published; the stream holds steps 0 to {}",
+					block.step,
+					dataset,
+					geometry.time_extent,
+					geometry.time_axis_key,
+					geometry.time_extent - 1
+				);
+			}
+			return;
+		}
 		if (block.step < 0 || block.step >= geometry.time_extent) {
 			throw PDI::Value_error{
-				"deisa: step {} of `{}' lies outside the time axis [0, {}) declared in `datasets'",
+				"deisa: step {} of `{}' lies outside the time axis [0, {}) declared in {}",
 				block.step,
 				dataset,
-				geometry.time_extent};
+				geometry.time_extent,
+				geometry.time_axis_key};
 		}
 		if (block.shape != geometry.shape) {
 			throw PDI::Value_error{"deisa: the block of `{}' changed shape since the bridge was created", dataset};
@@ -338,7 +377,7 @@ void Bridge_handle::publish(Context& ctx, const string& dataset, const Block& bl
 	} catch (const py::error_already_set& e) {
 		handle_python_error(
 			ctx,
-			"publishing `" + dataset + "' step " + std::to_string(block.step) + " (scheduler_file: `" + m_scheduler_path + "')",
+			"publishing `" + dataset + "' step " + std::to_string(block.step) + " (" + m_scheduler_key + ": `" + m_scheduler_path + "')",
 			e
 		);
 	}
@@ -367,7 +406,7 @@ void Bridge_handle::close(Context& ctx)
 		ctx.logger().info("Stream closed");
 	} catch (const py::error_already_set& e) {
 		// no exception can leave PDI_finalize: report, whatever on_error says
-		ctx.logger().error("Python failure while closing the deisa Bridge (scheduler_file: `{}'):\n{}", m_scheduler_path, python_traceback(e));
+		ctx.logger().error("Python failure while closing the deisa Bridge ({}: `{}'):\n{}", m_scheduler_key, m_scheduler_path, python_traceback(e));
 	}
 	m_bridge = py::object();
 }
@@ -383,7 +422,7 @@ bool Bridge_handle::get(Context& ctx, const string& name, const std::function<vo
 	try {
 		value = m_bridge.attr("get")(name);
 	} catch (const py::error_already_set& e) {
-		handle_python_error(ctx, "reading steering value `" + name + "' (scheduler_file: `" + m_scheduler_path + "')", e);
+		handle_python_error(ctx, "reading steering value `" + name + "' (" + m_scheduler_key + ": `" + m_scheduler_path + "')", e);
 		return false;
 	}
 	if (value.is_none()) return false;

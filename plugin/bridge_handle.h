@@ -57,6 +57,18 @@ class Bridge_handle
 	/// path of the Dask scheduler file; $DEISA_SCHEDULER_FILE if absent
 	std::optional<Config_expression> m_scheduler_file;
 
+	/// the key that gives it (`scheduler_file', or the released plugin's `scheduler_info'), for messages
+	std::string m_scheduler_key = "scheduler_file";
+
+	/// whether $DEISA_SCHEDULER_FILE_OVERRIDE (deisa-run's scheduler file) replaces the key's value
+	bool m_scheduler_overridden = false;
+
+	/// this rank in the plugin's communicator (known once open was called)
+	int m_rank = 0;
+
+	/// the arrays whose time axis ended (Past_end::END): already warned about
+	std::vector<std::string> m_ended;
+
 	/// its value (evaluated at the first publication, or the environment's at init): failures name it
 	std::string m_scheduler_path;
 
@@ -125,10 +137,11 @@ public:
 	/// Releases the Python objects (acquires the GIL)
 	~Bridge_handle();
 
-	/** Sets `scheduler_file'
+	/** Sets `scheduler_file' (or `scheduler_info')
 	 * \param value the $-expression node
+	 * \param key the key that gives it, for messages
 	 */
-	void scheduler_file(PC_tree_t value);
+	void scheduler_file(PC_tree_t value, const std::string& key);
 
 	/** Sets `communicator'
 	 * \param value the $-expression node
@@ -148,6 +161,9 @@ public:
 
 	/** Checks the required keys, starts the imports and checks the options (those that can be evaluated now)
 	 *
+	 * $DEISA_SCHEDULER_FILE_OVERRIDE (which deisa-run sets to the scheduler file of the scheduler
+	 * it started) replaces the YAML's `scheduler_file' or `scheduler_info', with one info line on
+	 * rank 0 naming both.
 	 * The imports the bridge needs (numpy, distributed, deisa.bridge) run in a Python thread
 	 * (deisa.bridge._preload) while the simulation computes; this waits for the options' part only.
 	 * \param ctx the PDI context
@@ -180,6 +196,9 @@ public:
 	bool outside(const Array_transfer& transfer) const;
 
 	/** Publishes one block; returns when its memory may be reused
+	 *
+	 * A step past the end of a fixed-length time axis is an error (Past_end::ERROR), or is not
+	 * published, with one warning line on rank 0 for the first of them (Past_end::END).
 	 * \param ctx the PDI context
 	 * \param dataset name of the global array
 	 * \param block the block

@@ -40,7 +40,10 @@ void Bridge_options::add(PC_tree_t key_tree, PC_tree_t value)
 {
 	Option option{to_string(key_tree), key_tree, value, std::nullopt};
 	if (!PDI::is_scalar(value)) {
-		throw Spectree_error{value, "Invalid value for `{}' in deisa configuration: expecting a scalar or a $-expression", option.key};
+		// an unknown key first (check_keys): a mapping under a misspelt key is not an option's value
+		option.not_scalar = true;
+		m_options.emplace_back(std::move(option));
+		return;
 	}
 	const string text = to_string(value);
 	if (!is_null(text)) {
@@ -59,6 +62,12 @@ void Bridge_options::check_keys(py::handle deisa) const
 	for (auto&& option: m_options) {
 		if (!names.contains(py::str(option.key))) {
 			throw Spectree_error{option.key_tree, "Unknown key in deisa configuration: `{}'", option.key};
+		}
+		if (option.not_scalar) {
+			throw Spectree_error{
+				option.value_tree,
+				"Invalid value for `{}' in deisa configuration: expecting a scalar or a $-expression",
+				option.key};
 		}
 	}
 }

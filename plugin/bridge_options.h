@@ -37,8 +37,11 @@ class Bridge_options
 		/// the value's node, for bad values
 		PC_tree_t value_tree;
 
-		/// the value, or nothing for a YAML null
+		/// the value, or nothing for a YAML null (or a value that is not a scalar)
 		std::optional<PDI::Expression> value;
+
+		/// whether the value is not a scalar: an error once the key is known to be an option
+		bool not_scalar = false;
 	};
 
 	/// the options, in configuration order
@@ -71,7 +74,7 @@ public:
 	 */
 	void add(PC_tree_t key_tree, PC_tree_t value);
 
-	/** Checks that every key names a field of deisa.BridgeOptions (the GIL must be held)
+	/** Checks that every key names a field of deisa.BridgeOptions, and has a scalar value (the GIL must be held)
 	 * \param deisa the deisa Python module
 	 */
 	void check_keys(pybind11::handle deisa) const;

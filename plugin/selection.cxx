@@ -25,6 +25,7 @@ namespace {
 vector<Expression> parse_expressions(const string& key, PC_tree_t tree)
 {
 	vector<Expression> result;
+	if (PC_status(tree)) return result;
 	PDI::opt_each(tree, [&](PC_tree_t element) {
 		try {
 			result.emplace_back(to_string(element));
@@ -55,34 +56,67 @@ vector<long> evaluate(Context& ctx, PC_tree_t tree, const string& key, const vec
 
 Selection::Selection(string key)
 	: m_key{std::move(key)}
+	, m_size_key{m_key + ".size"}
+	, m_start_key{m_key + ".start"}
 {}
 
 Selection::Selection(string key, PC_tree_t tree)
-	: m_tree{tree}
-	, m_key{std::move(key)}
+	: Selection{std::move(key)}
 {
+	m_tree = tree;
 	PDI::each(tree, [&](PC_tree_t key_tree, PC_tree_t value) {
 		string sub_key = to_string(key_tree);
 		if (sub_key == "size") {
-			m_size = parse_expressions(m_key + ".size", value);
+			m_size_tree = value;
+			m_size = parse_expressions(m_size_key, value);
 		} else if (sub_key == "start") {
-			m_start = parse_expressions(m_key + ".start", value);
+			m_start_tree = value;
+			m_start = parse_expressions(m_start_key, value);
 		} else {
 			throw Spectree_error{key_tree, "Unknown key in deisa `{}': `{}' (expecting size or start)", m_key, sub_key};
 		}
 	});
 }
 
+Selection::Selection(PC_tree_t tree, string size_key, PC_tree_t size, string start_key, PC_tree_t start)
+	: m_tree{tree}
+	, m_key{size_key}
+	, m_size_key{std::move(size_key)}
+	, m_size_tree{size}
+	, m_size{parse_expressions(m_size_key, size)}
+	, m_start_key{std::move(start_key)}
+	, m_start_tree{start}
+	, m_start{parse_expressions(m_start_key, start)}
+{}
+
+void Selection::time_index(string key, PC_tree_t tree)
+{
+	try {
+		m_time.emplace(to_string(tree));
+	} catch (const PDI::Error& e) {
+		throw Spectree_error{tree, "Invalid $-expression for `{}': {}", key, e.what()};
+	}
+	m_time_key = std::move(key);
+	m_time_tree = tree;
+}
+
 vector<long> Selection::size(Context& ctx, const vector<long>& dflt) const
 {
 	if (m_size.empty()) return dflt;
-	return evaluate(ctx, PC_get(m_tree, ".size"), m_key + ".size", m_size, dflt.size());
+	return evaluate(ctx, m_size_tree, m_size_key, m_size, dflt.size());
 }
 
 vector<long> Selection::start(Context& ctx, size_t rank) const
 {
-	if (m_start.empty()) return vector<long>(rank, 0);
-	return evaluate(ctx, PC_get(m_tree, ".start"), m_key + ".start", m_start, rank);
+	vector<long> result = m_start.empty() ? vector<long>(rank, 0) : evaluate(ctx, m_start_tree, m_start_key, m_start, rank);
+	if (m_time && rank) {
+		try {
+			result[0] = m_time->to_long(ctx);
+		} catch (const PDI::Error& e) {
+			throw Spectree_error{m_time_tree, "Cannot evaluate `{}': {}", m_time_key, e.what()};
+		}
+	}
+	return result;
 }
 
 } // namespace deisa

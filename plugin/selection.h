@@ -3,6 +3,7 @@
 #ifndef DEISA_SELECTION_H_
 #define DEISA_SELECTION_H_
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,22 +16,46 @@ namespace deisa {
 
 /** A hyperslab, as decl_hdf5's `memory_selection' and `dataset_selection'.
  *
- * A mapping with two optional keys, `size' and `start', each a list of
- * $-expressions (or a single one in 1D).
+ * A `size' and a `start', each a list of $-expressions (or a single one in 1D), either absent
+ * for the default.  In deisa's own grammar they are the two keys of one mapping; the older
+ * grammars give them elsewhere (the DEISA paper's `+map_in', the released plugin's
+ * `subsize' and `start' of a `deisa_arrays' entry, whose time index is `time_step'), with the
+ * names that error messages then use.
  */
 class Selection
 {
 	/// the YAML node of the selection, for error messages
 	PC_tree_t m_tree = {PC_NODE_NOT_FOUND, nullptr, nullptr};
 
-	/// the YAML key of the selection (`memory_selection' or `dataset_selection')
+	/// the YAML key of the selection (e.g. `memory_selection'), for error messages
 	std::string m_key;
+
+	/// the YAML path of `size', for error messages (e.g. `dataset_selection.size')
+	std::string m_size_key;
+
+	/// the YAML node of `size', absent for the default
+	PC_tree_t m_size_tree = {PC_NODE_NOT_FOUND, nullptr, nullptr};
 
 	/// size in each dimension, empty for the default
 	std::vector<PDI::Expression> m_size;
 
+	/// the YAML path of `start', for error messages (e.g. `dataset_selection.start')
+	std::string m_start_key;
+
+	/// the YAML node of `start', absent for the default
+	PC_tree_t m_start_tree = {PC_NODE_NOT_FOUND, nullptr, nullptr};
+
 	/// first selected index in each dimension, empty for the default
 	std::vector<PDI::Expression> m_start;
+
+	/// a $-expression that replaces `start[0]' (the released plugin's `time_step'), and its node and key
+	std::optional<PDI::Expression> m_time;
+
+	/// the YAML node of the time index
+	PC_tree_t m_time_tree = {PC_NODE_NOT_FOUND, nullptr, nullptr};
+
+	/// the YAML key of the time index
+	std::string m_time_key;
 
 public:
 	/** An empty selection: everything, from index 0
@@ -38,21 +63,31 @@ public:
 	 */
 	explicit Selection(std::string key);
 
-	/** Parses a selection
+	/** Parses a selection mapping with optional `size' and `start' (deisa's own grammar)
 	 * \param key the YAML key of the selection, for error messages
-	 * \param tree the mapping with optional `size' and `start'
+	 * \param tree the mapping
 	 */
 	Selection(std::string key, PC_tree_t tree);
+
+	/** Parses a selection given by two nodes (the older grammars)
+	 * \param tree the node that holds them, for error messages
+	 * \param size_key the YAML path of `size', for error messages
+	 * \param size the node of `size', absent for the default
+	 * \param start_key the YAML path of `start', for error messages
+	 * \param start the node of `start', absent for the default
+	 */
+	Selection(PC_tree_t tree, std::string size_key, PC_tree_t size, std::string start_key, PC_tree_t start);
+
+	/** Takes the first index of `start' (the time index) from another $-expression
+	 * \param key the YAML key of the expression, for error messages (e.g. `time_step')
+	 * \param tree the expression's node
+	 */
+	void time_index(std::string key, PC_tree_t tree);
 
 	/** Whether `size' was given
 	 * \return true if `size' was given
 	 */
 	bool has_size() const { return !m_size.empty(); }
-
-	/** Whether `start' was given
-	 * \return true if `start' was given
-	 */
-	bool has_start() const { return !m_start.empty(); }
 
 	/** Evaluates `size'
 	 * \param ctx the context in which to evaluate the $-expressions
@@ -73,10 +108,20 @@ public:
 	 */
 	PC_tree_t tree() const { return m_tree; }
 
+	/** The YAML node of `size', for error messages
+	 * \return its node, else the selection's (invalid for a default selection)
+	 */
+	PC_tree_t size_tree() const { return PC_status(m_size_tree) ? m_tree : m_size_tree; }
+
 	/** The YAML key of the selection
-	 * \return `memory_selection' or `dataset_selection'
+	 * \return e.g. `memory_selection'
 	 */
 	const std::string& key() const { return m_key; }
+
+	/** The YAML path of `size'
+	 * \return e.g. `dataset_selection.size'
+	 */
+	const std::string& size_key() const { return m_size_key; }
 };
 
 } // namespace deisa
