@@ -1,4 +1,5 @@
-"""The wire protocol between the three sides: route names, replies, key names, value encoding.
+"""The wire protocol between the three sides: route names, replies, key names, value encoding,
+dimension names.
 
 The simulation side (:mod:`deisa.bridge`), the scheduler side (:mod:`deisa.scheduler`) and the
 analytics side (:mod:`deisa.analysis`) never import each other's code (except to install the
@@ -112,6 +113,66 @@ def step_key_name(run: str, name: str, step: int, revision: int = 0) -> str:
     """
     suffix = f"-r{revision}" if revision else ""
     return f"deisa-{run}-{name}-{step}{suffix}"
+
+
+# -- an array's dimension names ------------------------------------------------------------
+#
+# An array's metadata (what ``deisa_open`` registers and ``deisa_meta``/``deisa_get`` return)
+# holds "dims", the names of its spatial axes, only when the simulation gave them: an older
+# Bridge sends none, an older Adapter ignores it.
+
+TIME_DIM = "step"
+"""The name of the time axis of a labelled (xarray) array; the step numbers are its coordinate."""
+
+
+def check_dims(dims: Any, ndim: int, argument: str = "dims") -> tuple[str, ...] | None:
+    """``dims`` as a tuple of names, one per spatial axis of an array of ``ndim`` of them.
+
+    Parameters
+    ----------
+    dims
+        ``None`` (no names), or a sequence of ``ndim`` distinct non-empty strings, none of them
+        :data:`TIME_DIM`.
+    ndim
+        How many spatial axes the array has (the time axis excluded).
+    argument
+        How errors name ``dims`` (``"dims"``, ``"dims['gtemp']"``).
+
+    Raises
+    ------
+    TypeError
+        ``dims`` is not a sequence (a single string is not), or holds something else than
+        strings.
+    ValueError
+        Not ``ndim`` names, an empty or repeated name, or :data:`TIME_DIM`.
+    """
+    if dims is None:
+        return None
+    if isinstance(dims, (str, bytes)) or not isinstance(dims, (list, tuple)):
+        raise TypeError(
+            f"{argument}={dims!r} must be a list or tuple of names, one per spatial axis "
+            "(e.g. ['x', 'y'])"
+        )
+    names = tuple(dims)
+    for name in names:
+        if not isinstance(name, str):
+            raise TypeError(f"{argument}={dims!r}: {name!r} is not a string")
+        if not name:
+            raise ValueError(f"{argument}={dims!r}: a dimension name cannot be empty")
+    if len(names) != ndim:
+        raise ValueError(
+            f"{argument}={dims!r} gives {len(names)} name(s) for {ndim} spatial axes (the "
+            "time axis is implicit: do not name it)"
+        )
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise ValueError(f"{argument}={dims!r} names two axes {repeated[0]!r}")
+    if TIME_DIM in names:
+        raise ValueError(
+            f"{argument}={dims!r}: {TIME_DIM!r} is the name of the time axis (the step "
+            "numbers); give the spatial axes other names"
+        )
+    return names
 
 
 WATCH_SECONDS = 10.0

@@ -2,15 +2,18 @@
 
 A :class:`StepArray` is one array with a leading time axis of *step numbers*: ``array[t, x, y]``,
 :meth:`~StepArray.items`, :meth:`~StepArray.windows`, :attr:`~StepArray.steps`, ``len``,
-``dtype``, ``shape``; :func:`zip_steps` pairs the steps of several arrays. Two kinds implement
-it, and an analysis written against this interface runs on either unchanged:
+``dtype``, ``shape``; :func:`zip_steps` pairs the steps of several arrays. Each hands out dask
+arrays, or labelled ones (``as_xarray=True``, :meth:`~StepArray.to_xarray`: an
+:class:`xarray.DataArray` with the axes' names and the step numbers, see
+:mod:`deisa.analysis._labels`). Two kinds implement it, and an analysis written against this
+interface runs on either unchanged:
 
 - :class:`deisa.analysis.adapter.ArrayDescriptor`: the steps a simulation publishes, taken from
   the scheduler as they arrive (each step is handed out once);
 - :class:`deisa.analysis.replay.ReplayArray`: the steps a run saved to files (HDF5, Zarr), all
   known from the start, read lazily and as often as asked.
 
-A subclass provides the array's ``shape``, ``dtype`` and ``chunks`` and four hooks:
+A subclass provides the array's ``shape``, ``dtype``, ``chunks`` and ``dims`` and four hooks:
 ``_pull_until`` (learn the steps up to one, or to the end), ``_has`` (whether a known step can
 be read), ``_next_steps`` (the steps :meth:`~StepArray.items` yields) and ``_step_array`` (the
 lazy dask array of one step), and may override ``_attach`` (start receiving steps now); the
@@ -27,10 +30,15 @@ from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Iterator, Sequence
 from types import TracebackType
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 import dask.array as da
 import numpy as np
+
+from . import _labels
+
+if TYPE_CHECKING:
+    import xarray as xr
 
 logger = logging.getLogger(__name__)
 
@@ -87,6 +95,12 @@ class StepArray(ABC):
     def chunks(self) -> tuple[tuple[int, ...], ...]:
         """Spatial chunks of a step's dask array."""
 
+    @property
+    @abstractmethod
+    def dims(self) -> tuple[str, ...] | None:
+        """Names of the spatial axes, ``None`` if unnamed (labelled arrays then take xarray's
+        defaults, ``dim_0``...)."""
+
     @abstractmethod
     def _pull_until(self, step: int | None) -> None:
         """Learn the steps up to ``step`` (or a later one), or to the end if ``None``."""
@@ -124,9 +138,38 @@ class StepArray(ABC):
         return self._ended
 
     def __getitem__(self, index: Any) -> da.Array:
+        array: da.Array = self._select(index, as_xarray=False)
+        return array
+
+    def to_xarray(self, index: Any) -> xr.DataArray:
+        """``self[index]`` as a labelled array: an :class:`xarray.DataArray` around the same
+        lazy dask array (nothing is computed).
+
+        Its spatial axes are named by :attr:`dims` (else ``dim_0``...); the step numbers are
+        the coordinate ``"step"``: a scalar coordinate for an integer time index, else the
+        leading dimension. Spatial indices select as in ``self[index]`` (an integer drops its
+        axis).
+
+        Raises
+        ------
+        deisa.analysis._labels.XarrayMissingError
+            An :class:`ImportError`: xarray is not installed (``pip install
+            "deisa-insitu[xarray]"``).
+
+        Examples
+        --------
+        >>> adapter["gtemp"].to_xarray(slice(0, 30))  # doctest: +SKIP
+        <xarray.DataArray 'gtemp' (step: 3, x: 64, y: 64)> ...
+        """
+        _labels.xarray()  # before any step is taken
+        labelled: xr.DataArray = self._select(index, as_xarray=True)
+        return labelled
+
+    def _select(self, index: Any, as_xarray: bool) -> Any:
         time_index, spatial = self._split_index(index)
+        array: Any
         if isinstance(time_index, (int, np.integer)):
-            array = self._step_array(self._resolve_int(int(time_index)))
+            array = self._take(self._resolve_int(int(time_index)), as_xarray)
         else:
             steps = self._resolve_many(time_index)
             if not steps:
@@ -134,11 +177,21 @@ class StepArray(ABC):
                     f"time selection {time_index!r} of {self.name!r} holds no "
                     f"{self._missing_word} step (steps {self._steps_word}: {summary(self._seen)})"
                 )
-            array = da.stack([self._step_array(s) for s in steps])
+            array = self._stack([self._take(s, as_xarray) for s in steps], as_xarray)
             spatial = (slice(None), *spatial)
         if all(s == slice(None) for s in spatial):
             return array
         return array[spatial]
+
+    def _take(self, step: int, as_xarray: bool) -> Any:
+        """The array of ``step``, labelled if ``as_xarray``."""
+        array = self._step_array(step)
+        return _labels.step(array, self.name, self.dims, step) if as_xarray else array
+
+    @staticmethod
+    def _stack(arrays: list[Any], as_xarray: bool) -> Any:
+        """Step arrays (labelled if ``as_xarray``) on a new leading time axis."""
+        return _labels.stack(arrays) if as_xarray else da.stack(arrays)
 
     def _split_index(self, index: Any) -> tuple[Any, tuple[Any, ...]]:
         index = index if isinstance(index, tuple) else (index,)
@@ -205,21 +258,54 @@ class StepArray(ABC):
             "a range, a list of integers or ..."
         )
 
-    def items(self) -> Iterator[tuple[int, da.Array]]:
+    @overload
+    def items(self, *, as_xarray: Literal[False] = ...) -> Iterator[tuple[int, da.Array]]: ...
+    @overload
+    def items(self, *, as_xarray: Literal[True]) -> Iterator[tuple[int, xr.DataArray]]: ...
+    def items(self, *, as_xarray: bool = False) -> Iterator[tuple[int, Any]]:
         """Yield ``(step, array)`` in step order, until the end.
 
         A live stream yields every step not handed out yet (each step once, whoever asked for
         it); a replay yields every saved step at each call.
+
+        Parameters
+        ----------
+        as_xarray
+            ``False`` (default): each array is a dask array. ``True``: an
+            :class:`xarray.DataArray` around it (lazy still), its axes named by :attr:`dims`
+            (else ``dim_0``...) and the step number its scalar coordinate ``"step"``. Without
+            xarray installed, raises :class:`~deisa.analysis._labels.XarrayMissingError` (an
+            :class:`ImportError`) before any step is taken.
+
+        Examples
+        --------
+        >>> for step, field in adapter["gtemp"].items(as_xarray=True):  # doctest: +SKIP
+        ...     profile = field.mean("y")  # a DataArray over x, with its step coordinate
         """
+        if as_xarray:
+            _labels.xarray()
+        yield from self._items(as_xarray)
+
+    def _items(self, as_xarray: bool) -> Iterator[tuple[int, Any]]:
         for step in self._next_steps():
-            yield step, self._step_array(step)
+            yield step, self._take(step, as_xarray)
 
     def __iter__(self) -> Iterator[da.Array]:
         """Yield the array of every step :meth:`items` yields."""
         for _, array in self.items():
             yield array
 
-    def windows(self, size: int, *, partial: bool = False) -> Iterator[tuple[list[int], da.Array]]:
+    @overload
+    def windows(
+        self, size: int, *, partial: bool = False, as_xarray: Literal[False] = ...
+    ) -> Iterator[tuple[list[int], da.Array]]: ...
+    @overload
+    def windows(
+        self, size: int, *, partial: bool = False, as_xarray: Literal[True]
+    ) -> Iterator[tuple[list[int], xr.DataArray]]: ...
+    def windows(
+        self, size: int, *, partial: bool = False, as_xarray: bool = False
+    ) -> Iterator[tuple[list[int], Any]]:
         """Iterate sliding windows of ``size`` consecutive steps, until the end.
 
         Parameters
@@ -231,6 +317,10 @@ class StepArray(ABC):
             one per new step; fewer than ``size`` steps yield nothing. ``True``: the windows at
             the start grow from 1 to ``size`` steps, so each step is the newest of exactly one
             window. At the end no shorter window is yielded either way.
+        as_xarray
+            ``True``: each window is an :class:`xarray.DataArray` (lazy still) with dimensions
+            ``("step", *dims)`` and the step numbers as the ``"step"`` coordinate (see
+            :meth:`items`).
 
         Yields
         ------
@@ -253,12 +343,14 @@ class StepArray(ABC):
         """
         if not isinstance(size, int) or isinstance(size, bool) or size < 1:
             raise ValueError(f"size={size!r} must be a positive integer")
-        window: deque[tuple[int, da.Array]] = deque(maxlen=size)
-        for step, array in self.items():
+        window: deque[tuple[int, Any]] = deque(maxlen=size)
+        if as_xarray:
+            _labels.xarray()
+        for step, array in self._items(as_xarray):
             window.append((step, array))
             del array
             if partial or len(window) == size:
-                yield [s for s, _ in window], da.stack([a for _, a in window])
+                yield [s for s, _ in window], self._stack([a for _, a in window], as_xarray)
 
 
 class StepReader(ABC):
@@ -285,9 +377,17 @@ class StepReader(ABC):
     ) -> None:
         self.close()
 
+    @overload
     def zip(
-        self, *names: str, how: Literal["all", "any"] = "all"
-    ) -> Iterator[tuple[int, tuple[da.Array | None, ...]]]:
+        self, *names: str, how: Literal["all", "any"] = "all", as_xarray: Literal[False] = ...
+    ) -> Iterator[tuple[int, tuple[da.Array | None, ...]]]: ...
+    @overload
+    def zip(
+        self, *names: str, how: Literal["all", "any"] = "all", as_xarray: Literal[True]
+    ) -> Iterator[tuple[int, tuple[xr.DataArray | None, ...]]]: ...
+    def zip(
+        self, *names: str, how: Literal["all", "any"] = "all", as_xarray: bool = False
+    ) -> Iterator[tuple[int, tuple[Any, ...]]]:
         """Iterate the steps of several arrays together, in step order.
 
         Parameters
@@ -301,6 +401,9 @@ class StepReader(ABC):
             passed it; the iteration ends when any of the arrays ends. ``"any"`` (OR): yield
             every step that some array published, with ``None`` for the arrays that did not
             publish it, once every array has passed that step; it ends when all arrays ended.
+        as_xarray
+            ``True``: each array is an :class:`xarray.DataArray` (lazy still), labelled as
+            :meth:`StepArray.items` labels them.
 
         Yields
         ------
@@ -321,10 +424,12 @@ class StepReader(ABC):
         ...     print(step, float((dtemp / temp.max()).max()))
         """
         check_zip(names, how)
+        if as_xarray:
+            _labels.xarray()
         arrays = [self[name] for name in names]
         for array in arrays:  # before waiting for any
             array._attach()
-        yield from zip_steps(arrays, how)
+        yield from zip_steps(arrays, how, as_xarray=as_xarray)
 
 
 def check_zip(names: Sequence[str], how: str) -> None:
@@ -336,16 +441,17 @@ def check_zip(names: Sequence[str], how: str) -> None:
 
 
 def zip_steps(
-    arrays: Sequence[StepArray], how: Literal["all", "any"] = "all"
-) -> Iterator[tuple[int, tuple[da.Array | None, ...]]]:
+    arrays: Sequence[StepArray], how: Literal["all", "any"] = "all", *, as_xarray: bool = False
+) -> Iterator[tuple[int, tuple[Any, ...]]]:
     """Iterate the steps of several arrays together, in step order (see ``Adapter.zip``).
 
     ``how="all"`` yields the steps every array has, and ends when any array ends;
     ``how="any"`` yields every step some array has, ``None`` for the others, until all ended.
-    A step is yielded once each array has it or a later step (or ended).
+    A step is yielded once each array has it or a later step (or ended). ``as_xarray``: the
+    arrays labelled (:meth:`StepArray.items`).
     """
     check_zip([a.name for a in arrays], how)
-    iterators = [array.items() for array in arrays]
+    iterators = [array._items(as_xarray) for array in arrays]
     heads = [next(it, None) for it in iterators]
     while True:
         live = [head for head in heads if head is not None]

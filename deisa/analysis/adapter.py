@@ -259,8 +259,9 @@ class ArrayDescriptor(StepArray):
     """One published array, indexed as ``descriptor[t, x, y]`` with a leading time axis.
 
     The reading interface (time selection, :meth:`~StepArray.items`,
-    :meth:`~StepArray.windows`, :attr:`~StepArray.steps`) is :class:`StepArray`'s, shared with
-    the arrays of a :class:`~deisa.analysis.replay.Replay`. The time index selects published
+    :meth:`~StepArray.windows`, :attr:`~StepArray.steps`, labelled arrays with ``as_xarray=True``
+    or :meth:`~StepArray.to_xarray`) is :class:`StepArray`'s, shared with the arrays of a
+    :class:`~deisa.analysis.replay.Replay`. The time index selects published
     step numbers: an integer, a slice or ``range`` of steps (open-ended and negative bounds wait
     for the end of the stream), a list of steps, or ``...``. An integer step gives a spatial
     array with no tasks in its graph; several steps are stacked along a new leading axis by
@@ -317,6 +318,13 @@ class ArrayDescriptor(StepArray):
     @property
     def chunks(self) -> tuple[tuple[int, ...], ...]:
         return tuple(tuple(c) for c in self.meta["chunks"])
+
+    @property
+    def dims(self) -> tuple[str, ...] | None:
+        """Names of the spatial axes as the simulation gave them (``ArraySpec(dims=...)``),
+        ``None`` if it did not (or its Bridge predates them)."""
+        dims = self.meta.get("dims")
+        return None if dims is None else tuple(dims)
 
     def __repr__(self) -> str:
         state = "ended" if self._ended else "open"

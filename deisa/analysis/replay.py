@@ -26,6 +26,11 @@ Sources
 
 ``steps=`` gives the step numbers explicitly, for any source.
 
+Labelled arrays (``items(as_xarray=True)``, ``to_xarray``) name the spatial axes after the file
+where it names them: HDF5 dimension scales (or labels), the Zarr attribute
+``_ARRAY_DIMENSIONS`` (or Zarr 3's ``dimension_names``), the time axis excluded; else after
+``dims=`` given to :class:`Replay`; else xarray's defaults (``dim_0``...).
+
 Everything is lazy: ``Replay(...)`` and ``replay[name]`` read the files' metadata only (all
 of it, so a bad input fails there, before any step is read), and a step's dask array reads its
 blocks when computed, on whatever runs the computation: dask's local scheduler, or the
@@ -40,7 +45,7 @@ import glob as globbing
 import logging
 import os
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,6 +53,7 @@ import dask.array as da
 import numpy as np
 from dask.base import tokenize
 
+from . import _labels
 from ._reading import StepArray, StepReader, summary
 
 __all__ = ["Replay", "ReplayArray", "ReplayError", "UnknownArrayError"]
@@ -80,6 +86,7 @@ class _Dataset:
     shape: tuple[int, ...]
     dtype: np.dtype
     chunks: tuple[int, ...] | None
+    dims: tuple[str, ...] | None = None  # every axis's name in the file, if it names them all
 
 
 class _HDF5Block:
@@ -132,6 +139,7 @@ class ReplayArray(StepArray):
         chunks: tuple[tuple[int, ...], ...],
         build: Callable[[int], da.Array],
         source: str,
+        dims: tuple[str, ...] | None = None,
     ) -> None:
         super().__init__(name)
         self._seen = [int(s) for s in steps]
@@ -140,6 +148,7 @@ class ReplayArray(StepArray):
         self._shape, self._dtype, self._chunks = shape, dtype, chunks
         self._build = build
         self.source = source
+        self._dims = dims
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -153,6 +162,12 @@ class ReplayArray(StepArray):
     @property
     def chunks(self) -> tuple[tuple[int, ...], ...]:
         return self._chunks
+
+    @property
+    def dims(self) -> tuple[str, ...] | None:
+        """Names of the spatial axes: the file's, else those given to :class:`Replay`, else
+        ``None``."""
+        return self._dims
 
     def __repr__(self) -> str:
         return (
@@ -191,6 +206,10 @@ class Replay(StepReader):
     chunks
         Spatial chunks of a step's array (anything :func:`dask.array.from_array` takes);
         default: the file's chunks, else ``"auto"``.
+    dims
+        Names of the spatial axes of the arrays whose file does not name them, for labelled
+        arrays (``items(as_xarray=True)``): ``{"gtemp": ["x", "y"]}``. The file's names win
+        (a warning is logged if they differ).
 
     Raises
     ------
@@ -198,6 +217,11 @@ class Replay(StepReader):
         A file (or every file of a pattern) is missing; the message names it.
     ReplayError
         ``steps`` that do not fit the source, or a Zarr store without the ``zarr`` package.
+    UnknownArrayError
+        ``dims`` names an array the source does not hold.
+    TypeError, ValueError
+        ``dims`` is not a mapping, or an entry is not one distinct name per spatial axis; the
+        message names the entry (``dims['gtemp']``).
 
     Examples
     --------
@@ -215,9 +239,16 @@ class Replay(StepReader):
         *,
         steps: Sequence[int] | None = None,
         chunks: Any = None,
+        dims: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
+        if dims is not None and not isinstance(dims, Mapping):
+            raise TypeError(
+                f"dims={dims!r} must map array names to their axes' names, e.g. "
+                "{'gtemp': ['x', 'y']}"
+            )
         self.client = client
         self._chunks = chunks
+        self._dims = dict(dims or {})
         self._arrays: dict[str, ReplayArray] = {}
         self._explicit_steps = None if steps is None else [int(s) for s in steps]
         if self._explicit_steps is not None and sorted(set(self._explicit_steps)) != list(
@@ -256,6 +287,11 @@ class Replay(StepReader):
             if self._explicit_steps is not None:
                 self._check_count(len(self._files), "per-step files")
                 self._file_steps = self._explicit_steps
+        for name in self._dims:  # checked now, with the arrays' metadata
+            try:
+                self[name]
+            except UnknownArrayError as exc:
+                raise UnknownArrayError(f"dims: {exc}") from None
         if client is not None:
             self._check_workers_see_the_files()
 
@@ -448,7 +484,9 @@ class Replay(StepReader):
                     meta=np.empty((0,) * len(shape), info.dtype),
                 )
 
-        return ReplayArray(name, list(steps), shape, info.dtype, chunks, build, self._source)
+        in_file = info.dims[1:] if info.dims else None
+        dims = _labels.chosen(name, in_file, self._dims.get(name), len(shape), self._source)
+        return ReplayArray(name, list(steps), shape, info.dtype, chunks, build, self._source, dims)
 
     def _make_per_step(self, name: str) -> ReplayArray:
         infos: list[_Dataset] = []
@@ -485,7 +523,11 @@ class Replay(StepReader):
                 meta=np.empty((0,) * len(shape), first.dtype),
             )
 
-        return ReplayArray(name, self._file_steps, shape, first.dtype, chunks, build, self._source)
+        file_dims = first.dims[len(first.shape) - len(shape) :] if first.dims else None
+        dims = _labels.chosen(name, file_dims, self._dims.get(name), len(shape), self._source)
+        return ReplayArray(
+            name, self._file_steps, shape, first.dtype, chunks, build, self._source, dims
+        )
 
     def _spatial_chunks(
         self, info: _Dataset, shape: tuple[int, ...]
@@ -515,7 +557,8 @@ def _list_datasets(path: str) -> list[_Dataset]:
 
         def visit(name: str, item: Any) -> None:
             if isinstance(item, h5py.Dataset):
-                found.append(_Dataset(path, name, item.shape, item.dtype, item.chunks))
+                dims = _labels.hdf5_dims(item)
+                found.append(_Dataset(path, name, item.shape, item.dtype, item.chunks, dims))
 
         f.visititems(visit)
     return found
@@ -535,7 +578,14 @@ def _zarr_datasets(path: str) -> list[_Dataset]:
     except Exception as exc:
         raise ReplayError(f"{path}: not a readable Zarr store ({exc})") from exc
     return [
-        _Dataset(path, name, tuple(item.shape), np.dtype(item.dtype), tuple(item.chunks))
+        _Dataset(
+            path,
+            name,
+            tuple(item.shape),
+            np.dtype(item.dtype),
+            tuple(item.chunks),
+            _labels.zarr_dims(item),
+        )
         for name, item in group.members(max_depth=None)
         if isinstance(item, zarr.Array)
     ]

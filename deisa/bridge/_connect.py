@@ -132,13 +132,20 @@ async def in_thread(fn: Callable[..., T], *args: Any) -> T:
 
 
 def meta(dec: Decomposition, run: str) -> dict[str, Any]:
-    """What ``deisa_open`` tells the analytics about an array."""
-    return {
+    """What ``deisa_open`` tells the analytics about an array.
+
+    ``"dims"`` (the axes' names) only when the ranks named them: the metadata of an unnamed
+    array is that of Bridges older than ``dims``, and older Adapters ignore the key.
+    """
+    described: dict[str, Any] = {
         "dtype": dec.dtype.str,
         "shape": list(dec.global_shape),
         "chunks": [list(c) for c in dec.chunks],
         "run": run,
     }
+    if dec.dims is not None:
+        described["dims"] = list(dec.dims)
+    return described
 
 
 async def install(pool: Pool, address: str) -> None:

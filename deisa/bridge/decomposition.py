@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..wire import check_dims
+
 
 class DecompositionError(ValueError):
     """The ranks' blocks do not tile the global array."""
@@ -36,17 +38,32 @@ class ArraySpec:
         Global index of this rank's first element, one entry per axis.
     shape
         Shape of this rank's block.
+    dims
+        Optional names of the axes, one per axis (distinct strings; ``"step"`` is the time
+        axis's). The analytics' labelled arrays carry them
+        (``adapter[name].items(as_xarray=True)``); every rank gives the same.
+
+    Raises
+    ------
+    TypeError, ValueError
+        Naming the argument: a dtype numpy does not know, shapes that are not integers or do
+        not fit, ``dims`` of another length than the shapes, not strings, or repeated.
 
     Examples
     --------
     >>> ArraySpec("float64", global_shape=(64, 64), start=(32, 0), shape=(32, 64))
-    ArraySpec(dtype=dtype('float64'), global_shape=(64, 64), start=(32, 0), shape=(32, 64))
+    ... # doctest: +NORMALIZE_WHITESPACE
+    ArraySpec(dtype=dtype('float64'), global_shape=(64, 64), start=(32, 0), shape=(32, 64),
+              dims=None)
+    >>> ArraySpec("float64", (64, 64), (32, 0), (32, 64), dims=("x", "y")).dims
+    ('x', 'y')
     """
 
     dtype: np.dtype
     global_shape: tuple[int, ...]
     start: tuple[int, ...]
     shape: tuple[int, ...]
+    dims: tuple[str, ...] | None = None
 
     def __init__(
         self,
@@ -54,6 +71,8 @@ class ArraySpec:
         global_shape: Sequence[int],
         start: Sequence[int],
         shape: Sequence[int],
+        *,
+        dims: Sequence[str] | None = None,
     ) -> None:
         try:
             dt = np.dtype(dtype)  # type: ignore[call-overload]
@@ -82,9 +101,11 @@ class ArraySpec:
                 raise ValueError(
                     f"axis {axis}: block [{s}:{s + b}] lies outside the global size {n}"
                 )
+        names = check_dims(dims, len(values["shape"]))
         object.__setattr__(self, "dtype", dt)
         for field, value in values.items():
             object.__setattr__(self, field, value)
+        object.__setattr__(self, "dims", names)
 
 
 @dataclass(frozen=True)
@@ -103,6 +124,8 @@ class Decomposition:
         Block sizes along each axis, as dask expects them.
     block_index : tuple of tuple of int
         ``block_index[rank]`` is the grid position of that rank's block.
+    dims : tuple of str or None
+        The axes' names (:class:`ArraySpec`'s ``dims``), identical on every rank.
     """
 
     name: str
@@ -110,6 +133,7 @@ class Decomposition:
     global_shape: tuple[int, ...]
     chunks: tuple[tuple[int, ...], ...]
     block_index: tuple[tuple[int, ...], ...]
+    dims: tuple[str, ...] | None = None
 
     @property
     def grid_shape(self) -> tuple[int, ...]:
@@ -127,8 +151,8 @@ class Decomposition:
         Raises
         ------
         DecompositionError
-            Naming the array, the rank(s) and the offending block when dtypes or global shapes
-            disagree, blocks overlap, leave a gap, or do not line up on a grid.
+            Naming the array, the rank(s) and the offending block when dtypes, global shapes
+            or dims disagree, blocks overlap, leave a gap, or do not line up on a grid.
         """
         if not specs:
             raise DecompositionError(f"array {name!r}: no rank describes a block")
@@ -142,6 +166,10 @@ class Decomposition:
                 raise DecompositionError(
                     f"array {name!r}: rank {rank} has global shape {spec.global_shape}, "
                     f"rank 0 has {ref.global_shape}"
+                )
+            if spec.dims != ref.dims:
+                raise DecompositionError(
+                    f"array {name!r}: rank {rank} has dims={spec.dims}, rank 0 has dims={ref.dims}"
                 )
         ndim = len(ref.global_shape)
         boundaries = []
@@ -186,7 +214,7 @@ class Decomposition:
                 "with comm=comm.Split(...), or deisa.BridgeGroup's array_comms)"
             )
         chunks = tuple(tuple(int(d) for d in np.diff(edges)) for edges in boundaries)
-        return cls(name, ref.dtype, ref.global_shape, chunks, tuple(index))
+        return cls(name, ref.dtype, ref.global_shape, chunks, tuple(index), ref.dims)
 
 
 def _block_slices(spec: ArraySpec) -> str:

@@ -77,6 +77,41 @@ def test_array_spec_rejects_bad_blocks(kwargs, message) -> None:
         ArraySpec(**args)
 
 
+@pytest.mark.parametrize(
+    ("dims", "error", "message"),
+    [
+        ("xy", TypeError, r"dims='xy' must be a list or tuple of names"),
+        (("x", 1), TypeError, r"dims=\('x', 1\): 1 is not a string"),
+        (("x", ""), ValueError, r"dims=\('x', ''\): a dimension name cannot be empty"),
+        (("x",), ValueError, r"dims=\('x',\) gives 1 name\(s\) for 2 spatial axes"),
+        (("x", "y", "z"), ValueError, r"dims=.* gives 3 name\(s\) for 2 spatial axes"),
+        (["x", "x"], ValueError, r"dims=\['x', 'x'\] names two axes 'x'"),
+        (("step", "y"), ValueError, r"dims=.*'step' is the name of the time axis"),
+    ],
+)
+def test_array_spec_dims_errors_name_the_argument(dims, error, message) -> None:
+    with pytest.raises(error, match=message):
+        ArraySpec("float64", (8, 8), (0, 0), (8, 8), dims=dims)
+
+
+def test_array_spec_dims_are_carried_by_the_decomposition_and_agree_across_ranks() -> None:
+    assert ArraySpec("float64", (8, 8), (0, 0), (8, 8)).dims is None
+    specs = [
+        ArraySpec(s.dtype, s.global_shape, s.start, s.shape, dims=["x", "y"])
+        for s in grid_specs((8, 8), (2, 2))
+    ]
+    assert specs[0].dims == ("x", "y")  # a list is kept as a tuple
+    assert Decomposition.from_specs("t", specs).dims == ("x", "y")
+    assert Decomposition.from_specs("t", grid_specs((8, 8), (2, 2))).dims is None
+    s = specs[2]
+    specs[2] = ArraySpec(s.dtype, s.global_shape, s.start, s.shape, dims=("y", "x"))
+    with pytest.raises(DecompositionError, match=r"'t': rank 2 has dims=\('y', 'x'\), rank 0"):
+        Decomposition.from_specs("t", specs)
+    specs[2] = ArraySpec(s.dtype, s.global_shape, s.start, s.shape)
+    with pytest.raises(DecompositionError, match="rank 2 has dims=None"):
+        Decomposition.from_specs("t", specs)
+
+
 def test_even_split_covers_everything() -> None:
     parts = [even_split(10, 4, i) for i in range(4)]
     assert parts == [(0, 3), (3, 3), (6, 2), (8, 2)]
