@@ -31,6 +31,7 @@ BENCHMARKS = (
     "worker_loss",
     "first_step",
     "publish",
+    "tls_startup",
 )
 
 

@@ -5,8 +5,13 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shutil
 import statistics
-from collections.abc import Sequence
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,15 +31,137 @@ def child_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def local_cluster(workers: int = 1) -> Any:
+def local_cluster(workers: int = 1, security: Any = None) -> Any:
     """A ``LocalCluster`` of ``workers`` single-threaded worker processes on loopback, no
-    dashboard, no memory limit: the cluster every in-process benchmark measures against."""
+    dashboard, no memory limit: the cluster every in-process benchmark measures against.
+    With ``security`` (a ``distributed.Security``, e.g. :meth:`TLSFiles.security`), it speaks
+    ``tls://`` only."""
     from distributed import LocalCluster
 
+    tls = {} if security is None else {"protocol": "tls://", "security": security}
     return LocalCluster(
         n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
-        dashboard_address=None, memory_limit=0,
+        dashboard_address=None, memory_limit=0, **tls,
+        # the scheduler's HTTP server (health, metrics) starts anyway, on 8787 by default
+        scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
     )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class TLSFiles:
+    """One run's TLS credentials as PEM files: a self-signed certificate that is also the CA,
+    its key, and what making them took."""
+
+    directory: Path
+    ca_file: Path
+    cert: Path
+    key: Path
+    maker: str  # "temporary" or "deisa-run" (see tls_credentials)
+    import_s: float  # importing ``cryptography`` (0 when it was imported already)
+    generate_s: float  # the key pair, the certificate and the two files
+    ciphers: str | None = None  # OpenSSL cipher list (TLS 1.2 only: 1.3's suites are fixed)
+    max_version: float | None = None  # 1.2 or 1.3; None: the highest both ends speak
+
+    def security(self) -> Any:
+        """A ``distributed.Security`` for every role, encryption required."""
+        import ssl
+
+        from distributed import Security
+
+        roles = ("client", "scheduler", "worker")
+        paths = {
+            f"tls_{r}_{part}": str(getattr(self, part)) for r in roles for part in ("cert", "key")
+        }
+        if self.max_version is not None:
+            paths["tls_max_version"] = {1.2: ssl.TLSVersion.TLSv1_2,
+                                        1.3: ssl.TLSVersion.TLSv1_3}[self.max_version]  # fmt: skip
+        return Security(tls_ca_file=str(self.ca_file), require_encryption=True,
+                        tls_ciphers=self.ciphers, **paths)  # fmt: skip
+
+    def config(self) -> dict[str, Any]:
+        """The client's settings as dask config (``dask.config.set(files.config())``): what
+        the Bridge and the Adapter read (``Security()``)."""
+        tls = "distributed.comm.tls"
+        return {f"{tls}.ca-file": str(self.ca_file), f"{tls}.client.cert": str(self.cert),
+                f"{tls}.client.key": str(self.key), f"{tls}.ciphers": self.ciphers,
+                f"{tls}.max-version": self.max_version}  # fmt: skip
+
+    def env(self) -> dict[str, str]:
+        """The same settings for child processes (MPI ranks), encryption required."""
+        tls = "DASK_DISTRIBUTED__COMM__TLS__"
+        env = {f"{tls}CA_FILE": str(self.ca_file), f"{tls}CLIENT__CERT": str(self.cert),
+               f"{tls}CLIENT__KEY": str(self.key),
+               "DASK_DISTRIBUTED__COMM__REQUIRE_ENCRYPTION": "True"}  # fmt: skip
+        if self.ciphers is not None:
+            env[f"{tls}CIPHERS"] = self.ciphers
+        if self.max_version is not None:
+            env[f"{tls}MAX_VERSION"] = str(self.max_version)
+        return env
+
+    def cli(self) -> list[str]:
+        """The ``--tls-*`` options of ``dask scheduler`` and ``dask worker``."""
+        return ["--tls-ca-file", str(self.ca_file), "--tls-cert", str(self.cert),
+                "--tls-key", str(self.key)]  # fmt: skip
+
+
+def _write_private(path: Path, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+
+
+@contextmanager
+def tls_credentials(
+    ciphers: str | None = None, max_version: float | None = None, maker: str = "temporary"
+) -> Iterator[TLSFiles]:
+    """Fresh TLS credentials for one run, removed at the end.
+
+    ``maker="temporary"``: distributed's ``Security.temporary()`` (RSA 2048, self-signed)
+    written to ``cert.pem`` and ``key.pem``, mode 0600, in a new directory of mode 0700 under
+    the system temporary directory. ``maker="deisa-run"``: what ``deisa-run`` makes for a job
+    (``deisa.launcher.security.make_credentials``: EC P-256, self-signed, 0600 files in a 0700
+    directory), in a directory of that one. The key is never printed; only the paths travel
+    (dask config, environment, command lines). ``ciphers`` and ``max_version``: distributed's
+    ``distributed.comm.tls.ciphers`` and ``max-version``, applied wherever the files are.
+    """
+    import sys
+
+    from distributed import Security
+
+    fresh = "cryptography.x509" not in sys.modules
+    t0 = time.perf_counter()
+    import cryptography.hazmat.primitives.asymmetric.rsa
+    import cryptography.x509  # noqa: F401
+
+    import_s = time.perf_counter() - t0 if fresh else 0.0
+    t0 = time.perf_counter()
+    directory = Path(tempfile.mkdtemp(prefix="deisa-bench-tls-"))  # created 0700
+    try:
+        os.chmod(directory, 0o700)
+        if maker == "deisa-run":
+            from deisa.launcher.security import make_credentials
+
+            made = make_credentials(directory / "tls")
+            ca_file, cert, key = made.ca_file, made.cert, made.key
+        elif maker == "temporary":
+            temporary = Security.temporary()
+            cert, key = directory / "cert.pem", directory / "key.pem"
+            _write_private(cert, temporary.tls_ca_file)
+            _write_private(key, temporary.tls_client_key)
+            del temporary
+            ca_file = cert
+        else:
+            raise ValueError(f"maker={maker!r}: 'temporary' or 'deisa-run'")
+        generate_s = time.perf_counter() - t0
+        yield TLSFiles(directory, ca_file, cert, key, maker, import_s, generate_s, ciphers,
+                       max_version)  # fmt: skip
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def loadavg() -> list[float]:
+    """``/proc/loadavg``'s three load averages (1, 5, 15 minutes)."""
+    return [round(x, 2) for x in os.getloadavg()]
 
 
 def machine() -> dict[str, Any]:

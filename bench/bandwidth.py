@@ -23,11 +23,21 @@ time per block gives the bandwidth (GiB/s = block bytes / time):
 Dask runs as ``LocalCluster(n_workers=1, threads_per_worker=1, processes=True)``. Writes
 ``bandwidth.json`` and ``bandwidth.png``. Targets: deisa's transfer >= 80 % of raw TCP, and
 deisa >= 2x deisa-dask, at the largest block.
+
+``--tls`` (issue #33) measures instead TLS against plain TCP, side by side: fresh credentials
+for the run (``bench._common.tls_credentials``), two clusters of one worker (``tcp://`` and
+``tls://`` only), and ``raw stream``, ``dask scatter``, ``deisa send`` and ``deisa publish``
+over both, the two protocols taking turns at every repetition. It also times the CPU per block
+of the sender and of the worker, the TLS record layer alone (:func:`time_ssl_in_memory`) and
+the worker's ``read`` calls, and prints the cipher negotiated. ``--tls-max-version`` and
+``--tls-ciphers`` set distributed's TLS settings on both ends. Target: TLS costs <= 15 % of
+``deisa publish``'s bandwidth at 16 MiB. Writes ``bandwidth_tls.json``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing
 import os
@@ -46,13 +56,17 @@ from bench._common import (
     PINS,
     GiB,
     MiB,
+    TLSFiles,
     child_env,
+    finish,
+    loadavg,
     local_cluster,
     machine,
     median,
     print_targets,
     table,
     targets_json,
+    tls_credentials,
 )
 
 os.environ.update(PINS)
@@ -73,12 +87,18 @@ PATHS = (
 # -- raw TCP -------------------------------------------------------------------------------
 
 
-def _tcp_receiver(conn_pipe: Any) -> None:
+def _tcp_receiver(conn_pipe: Any, tls: TLSFiles | None = None) -> None:
+    """Receive blocks on a loopback socket until a zero length; reply one byte per block, or,
+    with ``tls`` (the run's credentials, served as a Dask scheduler serves them), the number
+    of ``recv_into`` calls the block took (4 bytes)."""
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen(1)
     conn_pipe.send(server.getsockname()[1])
     sock, _ = server.accept()
+    if tls is not None:
+        context = tls.security().get_listen_args("scheduler")["ssl_context"]
+        sock = context.wrap_socket(sock, server_side=True)
     buffer = bytearray(0)
     header = bytearray(8)
     while True:
@@ -94,36 +114,66 @@ def _tcp_receiver(conn_pipe: Any) -> None:
         if len(buffer) < size:
             buffer = bytearray(size)
         view = memoryview(buffer)[:size]
+        reads = 0
         while view:
             view = view[sock.recv_into(view) :]
-        sock.sendall(b"k")
+            reads += 1
+        sock.sendall(b"k" if tls is None else struct.pack("I", reads))
+
+
+class _Stream:
+    """A loopback stream to a receiver process (:func:`_tcp_receiver`); with ``tls`` (the
+    run's :class:`~bench._common.TLSFiles`), TLS with the client context Dask would use."""
+
+    def __init__(self, tls: TLSFiles | None = None) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        parent, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_tcp_receiver, args=(child, tls), daemon=True)
+        self.proc.start()
+        sock = socket.create_connection(("127.0.0.1", parent.recv()))
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.tls = tls is not None
+        self.cipher: Any = None
+        if tls is not None:
+            context = tls.security().get_connection_args("client")["ssl_context"]
+            sock = context.wrap_socket(sock)
+            self.cipher = (sock.version(), *sock.cipher())
+        self.sock = sock
+        self.reads: list[int] = []
+
+    def send(self, block: np.ndarray) -> float:
+        """Seconds to send ``block`` and hear back that all of it arrived."""
+        t0 = time.perf_counter()
+        self.sock.sendall(struct.pack("Q", block.nbytes))
+        self.sock.sendall(memoryview(block).cast("B"))
+        if self.tls:
+            reply = bytearray(4)
+            view = memoryview(reply)
+            while view:
+                view = view[self.sock.recv_into(view) :]
+            elapsed = time.perf_counter() - t0
+            self.reads.append(struct.unpack("I", reply)[0])
+            return elapsed
+        self.sock.recv(1)
+        return time.perf_counter() - t0
+
+    def close(self) -> None:
+        try:
+            self.sock.sendall(struct.pack("Q", 0))
+        finally:
+            self.sock.close()
+            self.proc.join(timeout=10)
 
 
 def time_tcp(blocks: dict[int, np.ndarray], repeat: int) -> dict[int, list[float]]:
-    ctx = multiprocessing.get_context("spawn")
-    parent, child = ctx.Pipe()
-    proc = ctx.Process(target=_tcp_receiver, args=(child,), daemon=True)
-    proc.start()
-    port = parent.recv()
-    sock = socket.create_connection(("127.0.0.1", port))
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    stream = _Stream()
     out: dict[int, list[float]] = {}
     try:
         for size, block in blocks.items():
-            payload = memoryview(block).cast("B")
-            times = []
-            for r in range(repeat + 1):  # the first is a warm-up (buffer allocation)
-                t0 = time.perf_counter()
-                sock.sendall(struct.pack("Q", block.nbytes))
-                sock.sendall(payload)
-                sock.recv(1)
-                if r:
-                    times.append(time.perf_counter() - t0)
-            out[size] = times
-        sock.sendall(struct.pack("Q", 0))
+            stream.send(block)  # a warm-up (buffer allocation)
+            out[size] = [stream.send(block) for _ in range(repeat)]
     finally:
-        sock.close()
-        proc.join(timeout=10)
+        stream.close()
     return out
 
 
@@ -346,6 +396,280 @@ def time_adios(
     return out, "ok"
 
 
+# -- TLS against TCP (--tls) ---------------------------------------------------------------
+
+TLS_PATHS = ("raw stream", "dask scatter", "deisa send", "deisa publish")
+PROTOCOLS = ("tcp", "tls")
+
+
+def turns(r: int) -> tuple[str, ...]:
+    """The protocols' order at repetition ``r``: each goes first every other time."""
+    return PROTOCOLS if r % 2 == 0 else PROTOCOLS[::-1]
+
+
+def read_syscalls(pid: int) -> float:
+    """``read`` system calls made so far by process ``pid`` (``/proc/<pid>/io``'s ``syscr``:
+    OpenSSL reads its socket with ``read``, where a plain socket's ``recv`` is not counted;
+    NaN where not available)."""
+    try:
+        for line in Path(f"/proc/{pid}/io").read_text().splitlines():
+            if line.startswith("syscr:"):
+                return float(line.split()[1])
+    except OSError:
+        pass
+    return float("nan")
+
+
+def cpu_s(pid: int) -> float:
+    """CPU seconds of every thread of process ``pid`` (``/proc/<pid>/task/*/schedstat``, in
+    ns; psutil's 10 ms ticks elsewhere)."""
+    try:
+        tasks = Path(f"/proc/{pid}/task").iterdir()
+        return sum(int((t / "schedstat").read_text().split()[0]) for t in tasks) / 1e9
+    except (OSError, ValueError):
+        import psutil
+
+        times = psutil.Process(pid).cpu_times()
+        return times.user + times.system
+
+
+def time_ssl_in_memory(
+    blocks: dict[int, np.ndarray], repeat: int, tls: TLSFiles
+) -> dict[int, dict[str, list[float]]]:
+    """The TLS record layer alone, one thread, no socket: a client and a server
+    ``ssl.SSLObject`` over memory BIOs, with the contexts Dask makes from ``tls``; seconds to
+    encrypt each block (``write``) and to decrypt it (``read`` into a preallocated buffer,
+    one record per call as on a socket)."""
+    import ssl
+
+    security = tls.security()
+    client_ctx = security.get_connection_args("client")["ssl_context"]
+    server_ctx = security.get_listen_args("scheduler")["ssl_context"]
+    c_in, c_out, s_in, s_out = (ssl.MemoryBIO() for _ in range(4))
+    client = client_ctx.wrap_bio(c_in, c_out)
+    server = server_ctx.wrap_bio(s_in, s_out, server_side=True)
+    for _ in range(10):  # the handshake, pumped by hand
+        for end in (client, server):
+            with contextlib.suppress(ssl.SSLWantReadError):
+                end.do_handshake()
+        s_in.write(c_out.read())
+        c_in.write(s_out.read())
+    out: dict[int, dict[str, list[float]]] = {}
+    for size, block in blocks.items():
+        payload = memoryview(block).cast("B")
+        target = bytearray(size)
+        out[size] = {"encrypt": [], "decrypt": []}
+        for r in range(repeat + 1):
+            t0 = time.perf_counter()
+            client.write(payload)
+            t1 = time.perf_counter()
+            s_in.write(c_out.read())
+            t2 = time.perf_counter()
+            view = memoryview(target)
+            while view:
+                view = view[server.read(len(view), view) :]
+            t3 = time.perf_counter()
+            if r:  # the first is a warm-up
+                out[size]["encrypt"].append(t1 - t0)
+                out[size]["decrypt"].append(t3 - t2)
+    return out
+
+
+def time_side_by_side(
+    blocks: dict[int, np.ndarray], repeat: int, tls: TLSFiles, workdir: Path
+) -> dict[str, Any]:
+    """Every path of :data:`TLS_PATHS` over plain TCP and over TLS, the two taking turns at
+    every repetition (same block, same load). Samples are keyed ``(path, protocol, bytes)``;
+    for ``deisa publish``, also the CPU seconds of the sender (this process, all threads) and
+    of the receiver (the worker process) per block."""
+    import dask
+    from distributed import Client
+    from mpi4py import MPI
+
+    from deisa import Adapter, ArraySpec, Bridge
+
+    samples: dict[tuple[str, str, int], list[float]] = {}
+    info: dict[str, Any] = {}
+
+    def add(path: str, proto: str, size: int, value: float) -> None:
+        samples.setdefault((path, proto, size), []).append(value)
+
+    print("  ssl in memory ...", flush=True)
+    for size, parts in time_ssl_in_memory(blocks, repeat, tls).items():
+        for part, seconds in parts.items():
+            samples[f"ssl {part}", "tls", size] = seconds
+    print("  raw stream ...", flush=True)
+    streams = {"tcp": _Stream(), "tls": _Stream(tls)}
+    try:
+        info["raw stream cipher"] = streams["tls"].cipher
+        for size, block in blocks.items():
+            for stream in streams.values():
+                stream.send(block)  # warm-up
+            streams["tls"].reads.clear()
+            for r in range(repeat):
+                for proto in turns(r):
+                    add("raw stream", proto, size, streams[proto].send(block))
+            info[f"raw stream tls reads per block {size}"] = median(streams["tls"].reads)
+    finally:
+        for stream in streams.values():
+            stream.close()
+
+    security = tls.security()
+    with (
+        local_cluster(1) as tcp_cluster,
+        local_cluster(1, security) as tls_cluster,
+        Client(tcp_cluster) as tcp_client,
+        Client(tls_cluster, security=security) as tls_client,
+        dask.config.set(tls.config()),  # the Bridge's and the Adapter's (tcp:// ignores it)
+    ):  # fmt: skip
+        clients = {"tcp": tcp_client, "tls": tls_client}
+        addresses = {"tcp": tcp_cluster.scheduler.address, "tls": tls_cluster.scheduler.address}
+        info["dask cipher"] = tls_client.scheduler_comm.comm.extra_info.get("cipher")
+        workers = {p: next(iter(c.nthreads())) for p, c in clients.items()}
+        pids = {p: next(iter(c.run(os.getpid).values())) for p, c in clients.items()}
+        print("  dask scatter ...", flush=True)
+        for size, block in blocks.items():
+            for r in range(repeat + 1):
+                for proto in turns(r):
+                    t0 = time.perf_counter()
+                    future = clients[proto].scatter(
+                        block, workers=[workers[proto]], direct=True, hash=False
+                    )
+                    elapsed = time.perf_counter() - t0
+                    if r:  # the first is a warm-up
+                        add("dask scatter", proto, size, elapsed)
+                    future.release()
+                    del future
+        print("  deisa publish ...", flush=True)
+        adapters = {p: Adapter(c, timeout=60) for p, c in clients.items()}
+        for size, block in blocks.items():
+            name = f"b{size}"
+            field = block.reshape(1, -1)
+            spec = ArraySpec("float64", global_shape=field.shape, start=(0, 0), shape=field.shape)
+            bridges = {}
+            for proto, address in addresses.items():
+                scheduler_file = workdir / f"scheduler-{proto}.json"
+                scheduler_file.write_text(json.dumps({"address": address}))
+                bridges[proto] = Bridge(
+                    str(scheduler_file), {name: spec}, comm=MPI.COMM_SELF, mode="sync"
+                )
+            try:
+                descriptors = {p: adapters[p][name] for p in PROTOCOLS}
+                for step in range(repeat + 1):
+                    for proto in turns(step):
+                        reads = read_syscalls(pids[proto])
+                        here, there = time.process_time(), cpu_s(pids[proto])
+                        bridges[proto].publish(name, field, step)
+                        if step:  # the first is a warm-up
+                            add("sender cpu", proto, size, time.process_time() - here)
+                            add("receiver cpu", proto, size, cpu_s(pids[proto]) - there)
+                            add("receiver reads", proto, size, read_syscalls(pids[proto]) - reads)
+                        descriptors[proto][step, :, :]  # take it: the worker's memory is freed
+            finally:
+                for bridge in bridges.values():
+                    bridge.close()
+            for proto, bridge in bridges.items():
+                for t in bridge.timings[1:]:
+                    add("deisa send", proto, size, t.send_s)
+                    add("deisa publish", proto, size, t.send_s + t.sync_s)
+    return {"samples": samples, "info": info}
+
+
+def tls_records(samples: dict[tuple[str, str, int], list[float]]) -> list[dict[str, Any]]:
+    """One record per (path, protocol, block size): its samples (``seconds``, or ``counts``
+    for ``receiver reads``) and their median, and the bandwidth for the transfer paths."""
+    records = []
+    for (path, proto, size), seconds in samples.items():
+        record: dict[str, Any] = {"path": path, "protocol": proto, "block_bytes": size}
+        if path == "receiver reads":
+            record.update(counts=seconds, median=median(seconds))
+            records.append(record)
+            continue
+        record.update(seconds=seconds, median_s=median(seconds))
+        if path in TLS_PATHS:
+            record["gib_per_s"] = size / GiB / median(seconds)
+            record["best_gib_per_s"] = size / GiB / min(seconds)
+        records.append(record)
+    return records
+
+
+def tls_ratio(records: list[dict[str, Any]], path: str, size: int) -> float | None:
+    """TLS bandwidth over TCP bandwidth for ``path`` at ``size`` bytes (None: not measured)."""
+    bw = {r["protocol"]: r.get("gib_per_s") for r in records
+          if r["path"] == path and r["block_bytes"] == size}  # fmt: skip
+    if not bw.get("tcp") or not bw.get("tls"):
+        return None
+    return float(bw["tls"] / bw["tcp"])
+
+
+def main_tls(args: argparse.Namespace) -> int:
+    sizes = [s * MiB for s in args.sizes]
+    blocks = {s: np.random.default_rng(0).random(s // 8) for s in sizes}
+    load_before = loadavg()
+    print(f"TLS against TCP, one block to one worker, taking turns: median (best) of "
+          f"{args.repeat}; load {load_before}", flush=True)  # fmt: skip
+    with (
+        tls_credentials(args.tls_ciphers, args.tls_max_version) as tls,
+        tempfile.TemporaryDirectory() as tmp,
+    ):  # fmt: skip
+        print(f"  credentials: {1e3 * (tls.import_s + tls.generate_s):.0f} ms (import "
+              f"{1e3 * tls.import_s:.0f} ms, key and certificate {1e3 * tls.generate_s:.0f} ms)",
+              flush=True)  # fmt: skip
+        result = time_side_by_side(blocks, args.repeat, tls, Path(tmp))
+        credentials = {"import_s": tls.import_s, "generate_s": tls.generate_s,
+                       "ciphers": tls.ciphers, "max_version": tls.max_version}  # fmt: skip
+    load_after = loadavg()
+    records = tls_records(result["samples"])
+    rows = []
+    for path in TLS_PATHS:
+        for proto in PROTOCOLS:
+            row: list[Any] = [path, proto]
+            for s in sizes:
+                r = next(r for r in records if (r["path"], r["protocol"], r["block_bytes"]) ==
+                         (path, proto, s))  # fmt: skip
+                row.append(f"{r['gib_per_s']:.2f} ({r['best_gib_per_s']:.2f}) GiB/s")
+            rows.append(row)
+        ratios = [tls_ratio(records, path, s) for s in sizes]
+        rows.append(
+            [path, "tls / tcp", *("-" if x is None else f"{100 * x:.0f} %" for x in ratios)]
+        )
+    print(table(["path", "protocol", *[f"{s // MiB} MiB" for s in sizes]], rows))
+    info = result["info"]
+    print(f"cipher: Dask {info['dask cipher']}, raw stream {info['raw stream cipher']}")
+    for s in sizes:
+        cpu = {(r["path"], r["protocol"]): 1e3 * r["median_s"] for r in records
+               if r["block_bytes"] == s and r["path"].endswith(" cpu")}  # fmt: skip
+        reads = {r["protocol"]: r["median"] for r in records
+                 if r["block_bytes"] == s and r["path"] == "receiver reads"}  # fmt: skip
+        ssl_ms = {r["path"]: 1e3 * r["median_s"] for r in records
+                  if r["block_bytes"] == s and r["path"].startswith("ssl ")}  # fmt: skip
+        print(f"{s // MiB} MiB: deisa publish CPU ms per block, sender / receiver: "
+              f"tcp {cpu['sender cpu', 'tcp']:.1f} / {cpu['receiver cpu', 'tcp']:.1f}, "
+              f"tls {cpu['sender cpu', 'tls']:.1f} / {cpu['receiver cpu', 'tls']:.1f}; "
+              f"TLS records alone (memory, one thread): encrypt {ssl_ms['ssl encrypt']:.1f} ms, "
+              f"decrypt {ssl_ms['ssl decrypt']:.1f} ms; OpenSSL's read() calls per block in "
+              f"the worker: {reads['tls']:.0f}; raw TLS stream: "
+              f"{info[f'raw stream tls reads per block {s}']:.0f} recv_into per block")  # fmt: skip
+    print(f"load {load_before} before, {load_after} after")
+    target = 16 * MiB
+    description = "TLS costs <= 15% of deisa publish bandwidth at 16 MiB"
+    ratio = tls_ratio(records, "deisa publish", target)
+    if ratio is None:
+        targets = [(description, None, "16 MiB not measured (--sizes)")]
+    else:
+        tcp, tls_bw = (next(r["gib_per_s"] for r in records if r["path"] == "deisa publish"
+                            and r["protocol"] == p and r["block_bytes"] == target)
+                       for p in PROTOCOLS)  # fmt: skip
+        targets = [(description, ratio >= 0.85,
+                    f"TLS {tls_bw:.2f} vs TCP {tcp:.2f} GiB/s: {100 * ratio:.0f} % "
+                    f"(costs {100 * (1 - ratio):.0f} %)")]  # fmt: skip
+    info["raw stream cipher"] = list(info["raw stream cipher"] or [])
+    return finish(
+        args.out, "bandwidth_tls", targets, repeat=args.repeat, credentials=credentials,
+        load_before=load_before, load_after=load_after, records=records, info=info,
+    )  # fmt: skip
+
+
 # -- driver --------------------------------------------------------------------------------
 
 
@@ -484,11 +808,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="--repeat 5")
     parser.add_argument("--venv", type=Path, default=Path("/tmp/bench-venv"),
                         help="venv with deisa-dask 0.6.3 (pip install --no-deps)")  # fmt: skip
+    parser.add_argument(
+        "--tls",
+        action="store_true",
+        help="TLS against plain TCP, side by side (writes bandwidth_tls.json)",
+    )
+    parser.add_argument(
+        "--tls-ciphers",
+        default=None,
+        help="with --tls: distributed.comm.tls.ciphers (TLS 1.2 only)",
+    )
+    parser.add_argument(
+        "--tls-max-version",
+        type=float,
+        choices=[1.2, 1.3],
+        default=None,
+        help="with --tls: distributed.comm.tls.max-version",
+    )
     parser.add_argument("--out", type=Path, default=Path("results"))
     args = parser.parse_args(argv)
     if args.quick:
         args.repeat = min(args.repeat, 5)
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.tls:
+        return main_tls(args)
     sizes = [s * MiB for s in args.sizes]
     print(f"Bandwidth, one block to one worker: median (best) of {args.repeat}", flush=True)
     result = run(args.sizes, args.repeat, args.venv)

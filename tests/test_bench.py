@@ -227,3 +227,83 @@ def test_drop_from_page_cache_evicts_a_synced_file(tmp_path: Path) -> None:
         assert page_cache_fraction(path) < 0.5
     path.read_bytes()
     assert page_cache_fraction(path) == 1.0
+
+
+@pytest.mark.parametrize("maker", ["temporary", "deisa-run"])
+def test_tls_credentials_are_private_and_removed(maker: str) -> None:
+    from bench._common import tls_credentials
+
+    with tls_credentials(maker=maker) as tls:
+        assert tls.directory.stat().st_mode & 0o777 == 0o700
+        for path in (tls.ca_file, tls.cert, tls.key):
+            assert path.parent.is_relative_to(tls.directory)
+            assert path.parent.stat().st_mode & 0o777 == 0o700
+            assert path.stat().st_mode & 0o777 == 0o600
+        assert "PRIVATE KEY" in tls.key.read_text() and "CERTIFICATE" in tls.cert.read_text()
+        assert str(tls.key) in tls.env().values() and "PRIVATE" not in repr(tls.config())
+        assert tls.security().require_encryption
+    assert not tls.directory.exists()
+
+
+def _table_rows(stdout: str) -> list[list[str]]:
+    """The cells of every row of the tables printed (``bench._common.table``)."""
+    return [[c.strip() for c in line.split("|")[1:-1]] for line in stdout.splitlines()
+            if line.startswith("| ")]  # fmt: skip
+
+
+def _run_tls_bench(tmp_path: Path, module: str, *args: str) -> tuple[str, dict]:
+    """Run ``bench.<module> --tls`` (or the start-up benchmark) with its own temporary
+    directory: the credentials' directory must be gone at the end, the key never printed."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    cmd = [sys.executable, "-m", f"bench.{module}", *args, "--out", str(tmp_path)]
+    env = {**test_env(), "TMPDIR": str(tmp)}
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
+    assert proc.returncode in (0, 1), proc.stderr[-3000:]  # 1: a target missed, as printed
+    assert "target:" in proc.stdout, proc.stdout
+    assert "PRIVATE KEY" not in proc.stdout + proc.stderr
+    assert not list(tmp.glob("deisa-bench-tls-*"))
+    name = {"tls_startup": "tls_startup"}.get(module, f"{module}_tls")
+    return proc.stdout, json.loads((tmp_path / f"{name}.json").read_text())
+
+
+@pytest.mark.timeout(300)
+def test_bandwidth_tls_runs_both_protocols_side_by_side(tmp_path: Path) -> None:
+    from bench.bandwidth import TLS_PATHS
+
+    stdout, result = _run_tls_bench(tmp_path, "bandwidth", "--tls", "--sizes", "1", "--repeat", "2")
+    rows = {tuple(cells[:2]) for cells in _table_rows(stdout)}
+    assert rows >= {(p, q) for p in TLS_PATHS for q in ("tcp", "tls", "tls / tcp")}
+    measured = {(r["path"], r["protocol"]) for r in result["records"] if r["path"] in TLS_PATHS}
+    assert measured == {(p, q) for p in TLS_PATHS for q in ("tcp", "tls")}
+    assert all(len(r.get("seconds", r.get("counts"))) == 2 for r in result["records"])
+    assert "TLS" in result["info"]["dask cipher"][1]
+    assert result["targets"][0]["passed"] is None  # 16 MiB not measured
+
+
+@pytest.mark.timeout(300)
+def test_publish_tls_runs_both_protocols_side_by_side(tmp_path: Path) -> None:
+    args = ["--tls", "--ranks", "1", "--sizes", "1", "--steps", "4", "--compute", "1"]
+    stdout, result = _run_tls_bench(tmp_path, "publish", *args)
+    rows = {tuple(cells[:2]) for cells in _table_rows(stdout)}
+    assert rows >= {("1", "tcp"), ("1", "tls"), ("1", "tls / tcp")}
+    assert sorted(run["protocol"] for run in result["runs"]) == ["tcp", "tls"]
+    assert all(run["steps_taken"] == 4 for run in result["runs"])
+    assert set(result["summaries"]["1"]) == {"tcp", "tls"}
+    assert any(t["target"].startswith("TLS costs <= 15%") for t in result["targets"])
+
+
+@pytest.mark.timeout(300)
+def test_tls_startup_times_both_protocols(tmp_path: Path) -> None:
+    from bench.tls_startup import PHASES
+
+    stdout, result = _run_tls_bench(tmp_path, "tls_startup", "--repeats", "1")
+    rows = {cells[0] for cells in _table_rows(stdout)}
+    assert rows >= {*PHASES, "handshake", "credentials, deisa-run (TLS only)"}
+    (run,) = result["runs"]
+    for protocol in ("tcp", "tls"):
+        times = [run[protocol][phase] for phase in PHASES]
+        assert times == sorted(times) and times[0] > 0, protocol
+    assert run["tls"]["credentials"] > 0 and "credentials" not in run["tcp"]
+    (target,) = result["targets"]
+    assert target["passed"] is not None
