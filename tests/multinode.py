@@ -313,8 +313,9 @@ def dask_setup(worker: Any) -> None:
     """Preload hook: log each key entering this worker's memory (``start`` is ``"flight"``
     for a fetch from another worker) with the worker's incoming-transfer counter."""
     import numpy as np
-    from deisa_simulation.heat import block_checksum
     from distributed.diagnostics.plugin import WorkerPlugin
+
+    from deisa_simulation.heat import block_checksum
 
     directory = os.environ.get(TRANSFER_LOG_DIR)
     if not directory:

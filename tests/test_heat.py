@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import run_heat, write_config
+
 from deisa_simulation.heat import HeatConfig, initial_field, reference_field
 
 

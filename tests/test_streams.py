@@ -31,9 +31,9 @@ from conftest import (
     test_env,
     write_config,
 )
-from deisa_simulation.heat import HeatConfig, reference_field
 
 from deisa import Adapter
+from deisa_simulation.heat import HeatConfig, reference_field
 
 PUBLISHER = REPO / "tests" / "publish_blocks.py"
 sys.path.insert(0, str(PUBLISHER.parent))

@@ -21,10 +21,10 @@ from conftest import (
     test_env,
     write_config,
 )
-from deisa_simulation.heat import HeatConfig, block_checksum, reference_field
 
 from deisa import Adapter, EndOfStreamError, IncrementalPCA
 from deisa.analysis.splitter import measure_incoming_transfers, split
+from deisa_simulation.heat import HeatConfig, block_checksum, reference_field
 
 
 def scheduler_keys(client) -> list:

@@ -22,7 +22,6 @@ from typing import Any
 
 import pytest
 from conftest import REPO, STARTUP, left_behind, mpirun, test_env, write_config
-from deisa_simulation.heat import HeatConfig
 
 from deisa import ArraySpec
 from deisa.bridge._collective import check_arrays
@@ -31,6 +30,7 @@ from deisa.bridge.decomposition import Decomposition, DecompositionError
 from deisa.bridge.options import BridgeOptionError, BridgeOptions
 from deisa.bridge.placement import get_placement
 from deisa.bridge.scheduler_file import SchedulerFileError, read_scheduler_address
+from deisa_simulation.heat import HeatConfig
 
 PUBLISHER = REPO / "tests" / "publish_blocks.py"
 SPEC = ArraySpec("float64", (8, 6), (0, 0), (8, 6))
