@@ -42,7 +42,14 @@ from .processes import Child, ProcessSet, Signals, child_env, tail, wait_until
 from .report import report
 from .security import Credentials, make_credentials
 from .settings import RunSettings, preload_args
-from .solver import analytics_argv, find_plugin, python_script, simulation_command
+from .solver import (
+    SCHEDULER_FILE_OVERRIDE,
+    analytics_argv,
+    find_plugin,
+    python_script,
+    simulation_command,
+)
+from .stall import StepWatch
 
 logger = logging.getLogger(__name__)
 
@@ -216,7 +223,8 @@ def _user_env(
 ) -> dict[str, str]:
     """The environment of the user's processes: the scheduler file, the TLS settings
     (``secure``), the plugin, the thread pins and the loopback settings of Open MPI."""
-    extra = {"DEISA_SCHEDULER_FILE": str(scheduler_file.absolute()), **secure}
+    path = str(scheduler_file.absolute())
+    extra = {"DEISA_SCHEDULER_FILE": path, SCHEDULER_FILE_OVERRIDE: path, **secure}
     plugin = find_plugin(settings.build_dir)
     if plugin.directory is not None:
         extra["PDI_PLUGIN_PATH"] = _plugin_path(plugin.directory)
@@ -234,6 +242,11 @@ def _simulation(settings: RunSettings, scheduler_file: Path, secure: dict[str, s
     if settings.command:
         plugin = find_plugin(settings.build_dir)
         print(f"deisa-run: the deisa PDI plugin: {plugin.origin}", file=sys.stderr)
+        print(
+            f"deisa-run: the scheduler file is {scheduler_file.absolute()}: it overrides the one "
+            f"a PDI YAML names (scheduler_file, scheduler_info) through {SCHEDULER_FILE_OVERRIDE}",
+            file=sys.stderr,
+        )
         return _Simulation(
             python_script(settings.command, sys.executable),
             _user_env(settings, scheduler_file, secure),
@@ -423,6 +436,15 @@ def _builtin_analytics(
             settings.array,
             n_components=settings.n_components,
             stall_timeout=settings.timeout,
+            # the simulation's exit, not a deadline, ends the wait for a step (unless
+            # --step-timeout)
+            watch=StepWatch(
+                settings.array,
+                client,
+                step_timeout=settings.step_timeout,
+                exit_status=sim.popen.poll,
+                log=sim.log,
+            ),
             # as many fits at once as the stream may queue steps: the simulation is held by
             # flow control only when the analytics really is slower
             max_in_flight=settings.buffer_nb or 2,

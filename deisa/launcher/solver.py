@@ -27,6 +27,10 @@ from .options import RUN
 from .settings import LAUNCHER_BRIDGE_OPTIONS, RunSettings, resolve_options
 
 PLUGIN_FILE = "libpdi_deisa_plugin.so"
+SCHEDULER_FILE_OVERRIDE = "DEISA_SCHEDULER_FILE_OVERRIDE"
+"""The variable naming ``deisa-run``'s scheduler file to the deisa PDI plugin, which then uses it
+whatever its YAML's ``scheduler_file`` or ``scheduler_info`` says (the older grammars name a file
+of their own launch scripts), with one info line."""
 
 
 def resolve_settings(args: argparse.Namespace, command: str = RUN) -> RunSettings:

@@ -19,6 +19,7 @@ umask 077  # every file of the job private to you: results, logs, scheduler file
 OUT=@@{output}/"$SLURM_JOB_ID"
 SCHEDULER_FILE="$OUT/scheduler.json"
 export DEISA_SCHEDULER_FILE="$SCHEDULER_FILE"  # read by the Bridge, the plugin and the Adapter
+export DEISA_SCHEDULER_FILE_OVERRIDE="$SCHEDULER_FILE"  # the plugin's, over the one its YAML names
 LOGS="$OUT/logs"
 mkdir -p "$LOGS"
 # slurmd made this job's output file with the umask of `sbatch`: private too
