@@ -332,6 +332,12 @@ PROCESS_TESTS: dict[str, frozenset[str] | None] = {
     "test_grammars": None,
     "test_pdi_plugin": None,
     "test_ecosystem": None,  # virtual environments, pip, mpirun, dask processes
+    "test_doctor": frozenset(  # python -m deisa doctor, a fresh interpreter
+        {
+            "test_importing_deisa_leaves_the_doctor_out",
+            "test_doctor_here_finds_pdi_the_built_plugin_and_the_mpiruns_mpi",
+        }
+    ),
     "test_job_security": frozenset(
         {
             "test_local_run_refuses_strangers_and_keeps_its_files_private",

@@ -3,7 +3,7 @@
 ``deisa.bridge`` (simulation side), ``deisa.scheduler`` and ``deisa.analysis`` share only
 ``deisa.wire``, ``deisa.contract``, ``deisa._dask_internals`` and ``deisa._lazy`` (the Bridge and
 the Adapter may install the scheduler extension); ``deisa.launcher`` imports anything and nothing
-imports it.
+imports it; ``deisa.doctor`` (``python -m deisa doctor``) imports only the launcher's lookups.
 Each check imports in a fresh interpreter, so what one test loaded does not hide another's.
 A rank's Bridge path is probed under mpirun: what a non-root rank loads, and that no rank's
 first publish waits for distributed's import (docs/benchmarks.md, "Start-up of a rank").
@@ -21,7 +21,7 @@ import pytest
 from conftest import STARTUP, DaskProcesses, modules_loaded, mpirun, test_env
 
 PACKAGE = Path(__file__).resolve().parents[1] / "deisa"
-SIDES = ("bridge", "scheduler", "analysis", "launcher")
+SIDES = ("bridge", "scheduler", "analysis", "launcher", "doctor")
 SHARED = {"wire", "contract", "_dask_internals", "_lazy"}
 # who may import whom, besides the shared modules
 ALLOWED = {
@@ -29,6 +29,7 @@ ALLOWED = {
     "scheduler": {"scheduler"},
     "analysis": {"analysis", "scheduler"},
     "launcher": {"bridge", "scheduler", "analysis", "launcher"},
+    "doctor": {"doctor", "launcher"},
     "": set(),  # deisa/wire.py, contract.py, _dask_internals.py, _lazy.py
 }
 
