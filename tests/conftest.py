@@ -373,6 +373,48 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.integration)
 
 
+# -- what a test leaves behind: nothing that changes how a later test computes ----------------
+
+
+def stale_dask_scheduler() -> str | None:
+    """Dask's configuration naming the distributed scheduler while no client runs, or ``None``.
+
+    A later computation without a client of its own (a replay, a PCA) then fails with "no
+    Client active", far from the cause: a client closed after another that it outlived restores
+    the ``scheduler`` value the other had set (distributed's ``Client.close``).
+    """
+    dask = sys.modules.get("dask")
+    if dask is None:  # never imported: nothing configured
+        return None
+    scheduler = dask.config.get("scheduler", None)
+    if scheduler not in ("dask.distributed", "distributed"):
+        return None
+    from distributed import default_client
+
+    try:
+        client = default_client()
+    except ValueError:  # no client at all
+        client = None
+    if client is not None and client.status == "running":
+        return None
+    return (
+        f"dask's configuration with scheduler={scheduler!r} and "
+        f"{'no client' if client is None else f'only client {client.id} ({client.status})'}"
+    )
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    """Fail the test whose teardown (its fixtures, its module's when it is the module's last)
+    leaves :func:`stale_dask_scheduler`; the setting goes, so that only this test fails."""
+    result = yield
+    problem = stale_dask_scheduler()
+    if problem is not None:
+        sys.modules["dask"].config.config.pop("scheduler", None)
+        raise AssertionError(f"{item.nodeid} left {problem}")
+    return result
+
+
 # -- what ran: the summary line of `python3 -m pytest`, and no silent skip of the C layer ------
 
 _MPI_TESTS: set[str] = set()  # node IDs of the tests that started MPI ranks

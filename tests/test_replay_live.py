@@ -16,7 +16,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import dask
 import h5py
 import numpy as np
 import pytest
@@ -97,8 +96,8 @@ def test_c_solver_records_and_streams_and_the_replay_is_what_the_live_side_saw(
     assert replay["gtemp"].chunks == live_chunks  # decl_hdf5's chunks: the ranks' blocks
     for step, (temp, change) in replay.zip("gtemp", "gdtemp"):
         assert temp is not None and change is not None
-        assert np.array_equal(temp.compute(scheduler="threads"), live[step][0]), step
-        assert np.array_equal(change.compute(scheduler="threads"), live[step][1]), step
+        assert np.array_equal(temp.compute(), live[step][0]), step
+        assert np.array_equal(change.compute(), live[step][1]), step
 
     script = [sys.executable, str(REPO / "analytics" / "pca.py"), "--replay", "heat.h5"]
     proc = subprocess.run(
@@ -160,10 +159,8 @@ def test_python_solver_replayed_from_per_step_files_windows_and_zips_alike(
         assert Replay(str(tmp_path / "data_{step}.h5"))["gtemp"].steps == list(range(6))
 
         check_replay(Replay(str(tmp_path / "data_{step}.h5"), client), live_zip, live_windows)
-    # the same once no client is left: dask's local scheduler reads the files (named: an earlier
-    # test's client may have left "dask.distributed" in dask's configuration)
-    with dask.config.set(scheduler="threads"):
-        check_replay(Replay(str(tmp_path / "data_{step}.h5")), live_zip, live_windows)
+    # the same once no client is left: dask's local scheduler reads the files
+    check_replay(Replay(str(tmp_path / "data_{step}.h5")), live_zip, live_windows)
     assert Replay(str(tmp_path / "data_{step}.h5"))["gtemp"].chunks == live_chunks
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-import dask
 import dask.array as da
 import h5py
 import numpy as np
@@ -31,14 +30,6 @@ from deisa.analysis.pca import _current_client
 from deisa.analysis.replay import UnknownArrayError
 
 STEPS = [0, 10, 20, 30]
-
-
-@pytest.fixture(autouse=True)
-def local_scheduler() -> Iterator[None]:
-    """Dask's local scheduler unless a test's own client says otherwise, whatever an earlier
-    test's client (closed out of order) left in dask's configuration."""
-    with dask.config.set(scheduler="threads"):
-        yield
 
 
 SHAPE = (12, 8)
