@@ -16,7 +16,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from conftest import BUILD, REPO, DaskProcesses, mpirun, pdi_installed, test_env, write_config
+from conftest import (
+    BUILD,
+    REPO,
+    STARTUP,
+    DaskProcesses,
+    mpirun,
+    pdi_installed,
+    test_env,
+    write_config,
+)
 
 from deisa_simulation.heat import HeatConfig, reference_field
 
@@ -45,13 +54,13 @@ def test_plugin_installs_into_pdis_plugin_directory_and_runs_from_there(
         env={**os.environ, "DESTDIR": str(destdir)},
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=STARTUP,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     installed = destdir / pdi_plugin_directory(config).relative_to("/") / PLUGIN_FILE
     assert [p for p in destdir.rglob("*") if not p.is_dir()] == [installed]
     assert not prefix.exists()  # CMAKE_INSTALL_PREFIX does not move it
-    ldd = subprocess.run(["ldd", str(installed)], capture_output=True, text=True, timeout=60)
+    ldd = subprocess.run(["ldd", str(installed)], capture_output=True, text=True, timeout=STARTUP)
     assert "not found" not in ldd.stdout, ldd.stdout  # its RUNPATH keeps libpython's directory
 
     simulation = write_config(

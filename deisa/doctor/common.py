@@ -17,7 +17,7 @@ from typing import Any
 
 OK, WARNING, MISSING = "ok", "warning", "missing"
 DISTRIBUTION = "deisa-insitu"
-COMMAND_TIMEOUT = 60.0  # seconds a `--version` may take on a loaded login node
+COMMAND_TIMEOUT = 120.0  # seconds a `--version` may take on a loaded login node
 
 
 @dataclass(frozen=True)
