@@ -62,9 +62,9 @@ plugins:
               - '$cfg.loc[1] * ( $rank / $cfg.proc[0] )'
 """
 
-PAPER_SIMULATION = {"loc": [4, 3], "proc": [2, 2], "nb_steps": 5}
+PAPER_SIMULATION: dict[str, Any] = {"loc": [4, 3], "proc": [2, 2], "nb_steps": 5}
 # the released example's config.yml, and two steps past its fixed-length time axis
-RELEASED_CONFIG = {
+RELEASED_CONFIG: dict[str, Any] = {
     "global_size": {"height": 8, "width": 12},
     "parallelism": {"height": 2, "width": 2},
     "MaxtimeSteps": 4,
