@@ -1,5 +1,6 @@
 /* A memory or dataset selection in the deisa plugin configuration. */
 
+#include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
@@ -108,13 +109,20 @@ vector<long> Selection::size(Context& ctx, const vector<long>& dflt) const
 
 vector<long> Selection::start(Context& ctx, size_t rank) const
 {
-	vector<long> result = m_start.empty() ? vector<long>(rank, 0) : evaluate(ctx, m_start_tree, m_start_key, m_start, rank);
-	if (m_time && rank) {
-		try {
-			result[0] = m_time->to_long(ctx);
-		} catch (const PDI::Error& e) {
-			throw Spectree_error{m_time_tree, "Cannot evaluate `{}': {}", m_time_key, e.what()};
+	if (!m_time) return m_start.empty() ? vector<long>(rank, 0) : evaluate(ctx, m_start_tree, m_start_key, m_start, rank);
+	// `start[0]' is not evaluated: the time index replaces it (the released plugin ignored it too)
+	vector<long> result(rank, 0);
+	if (!m_start.empty()) {
+		if (m_start.size() != rank) {
+			throw Spectree_error{m_start_tree, "`{}' has {} dimension(s), expecting {}", m_start_key, m_start.size(), rank};
 		}
+		vector<long> spatial = evaluate(ctx, m_start_tree, m_start_key, vector<Expression>(m_start.begin() + 1, m_start.end()), rank - 1);
+		std::copy(spatial.begin(), spatial.end(), result.begin() + 1);
+	}
+	try {
+		if (rank) result[0] = m_time->to_long(ctx);
+	} catch (const PDI::Error& e) {
+		throw Spectree_error{m_time_tree, "Cannot evaluate `{}': {}", m_time_key, e.what()};
 	}
 	return result;
 }
