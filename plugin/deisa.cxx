@@ -1,30 +1,20 @@
 /* The deisa PDI plugin: publishes exposed arrays to Dask through one deisa.Bridge per MPI rank.
  *
- * Its configuration is read in any of three grammars (Configuration): deisa's own, which accepts
- * decl_hdf5's (`datasets', `write' with `dataset', `when', `memory_selection',
- * `dataset_selection', `communicator', `on_event'; the keys that only matter for files are
- * ignored), so that switching a simulation from HDF5 files to in situ analytics is a matter of
- * two lines; the DEISA paper's (`transfer', `+map_in'); and the released DEISA plugin's
- * (`scheduler_info', `deisa_arrays', `map_in', `time_step', `init_on').  Its `read' section
- * fills data exposed with PDI_IN or PDI_INOUT from the steering values the analytics sets
- * (deisa.Adapter.set).  See plugin/README.md.
+ * Its configuration is read in any of three grammars (Configuration): deisa's own, decl_hdf5's
+ * (going in situ is a two-line change), the DEISA paper's and the released DEISA plugin's.  Its
+ * `read' section fills data exposed PDI_IN or PDI_INOUT from the analytics' steering values.
+ * See plugin/README.md.
  */
 
-#include <memory>
 #include <string>
-#include <unordered_set>
-#include <vector>
 
 #include <paraconf.h>
 
 #include <pdi/context.h>
-#include <pdi/error.h>
 #include <pdi/logger.h>
-#include <pdi/paraconf_wrapper.h>
 #include <pdi/plugin.h>
 #include <pdi/ref_any.h>
 
-#include "array_transfer.h"
 #include "bridge_handle.h"
 #include "configuration.h"
 #include "python_interpreter.h"
