@@ -49,7 +49,9 @@ replies built with :func:`deisa.wire.ok` and :func:`deisa.wire.error`):
 - ``deisa_get_contract(name)``: ``ok(version=int, contract=wire | None, error=str | None)``.
 - ``deisa_watch_contracts(names, versions, timeout)``: ``ok(contracts={name: {"version": int,
   "contract": wire | None}})`` for the names whose version differs from ``versions`` (at once
-  if some does, else when one changes, else empty after ``timeout``).
+  if some does, else when one changes, else empty after ``timeout``). Rank 0 of a Bridge keeps
+  it open from its connection to its close: the scheduler notes when it last heard of each array
+  so (``deisa_stats()["contracts"]["silent_s"]``), the simulation's heartbeat.
 """
 
 from __future__ import annotations

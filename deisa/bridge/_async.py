@@ -138,15 +138,19 @@ class AsyncPublisher:
 
         async def run() -> None:
             try:
-                self.news.connection = await connect(
+                self.news.connection = connection = await connect(
                     bridge._rpc, scheduler_file, bridge.options, bridge.decompositions,
                     bridge._contracts, self.early,
                 )  # fmt: skip
             except Exception as exc:
                 logger.error("deisa bridge: connecting failed: %s", exc)
                 self.news.connect_error = f"{type(exc).__name__}: {exc}"
+                return
             finally:
                 self.progress.set()
+            # now, not once an exchange has told every rank: the scheduler hears from rank 0
+            # however long the simulation computes before its first publish
+            await bridge._watch_contracts(connection.address)
 
         return bridge._spawn(run())
 

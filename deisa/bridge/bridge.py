@@ -290,23 +290,25 @@ class Bridge:
             self.run, self.comm.Get_size(), len(connection.workers), sorted(self.decompositions),
             self.options.placement, self.options.buffer_nb, self.options.mode,
         )  # fmt: skip
-        if self.asynchronous:
+        if self.asynchronous:  # its contracts watch runs since it connected
             self._background.append(self._async.start_registrar())
+        else:
+            self._background.append(self._spawn(self._watch_contracts(connection.address)))
         wake = self._async.progress.set
         self._workers.known(connection.workers)
-        self._background += [
-            self._spawn(  # a contract set during the run (deisa.contract)
-                self._contracts.watch(
-                    route(self._rpc, connection.address, Route.WATCH_CONTRACTS),
-                    sorted(self.decompositions),
-                    wake,
-                )
-            ),
+        self._background.append(
             self._spawn(  # a worker that joins or leaves (docs/reliability.md)
                 self._workers.watch(route(self._rpc, connection.address, Route.WATCH_WORKERS), wake)
-            ),
-        ]
+            )
+        )
         return None
+
+    async def _watch_contracts(self, address: str) -> None:
+        """Rank 0, from its connection to its close: contracts set during the run
+        (deisa.contract), and so the scheduler hears from the simulation between its steps
+        (its heartbeat: deisa.scheduler.contracts)."""
+        call = route(self._rpc, address, Route.WATCH_CONTRACTS)
+        await self._contracts.watch(call, sorted(self.decompositions), self._async.progress.set)
 
     def _spawn(self, coro: Any) -> concurrent.futures.Future[Any]:
         return asyncio.run_coroutine_threadsafe(coro, self._loop.loop)

@@ -1,12 +1,21 @@
 """The scheduler's side of contracts: one slot per array name, and the contract routes.
 
 See :mod:`deisa.contract` for what a contract is; the routes are listed there.
+
+The watch doubles as the simulation's heartbeat: rank 0 of a Bridge keeps
+``deisa_watch_contracts`` open for its arrays from its connection to its ``close`` (asking again
+at least every :data:`~deisa.wire.WATCH_SECONDS`, whatever the simulation's steps), so the store
+notes, per array, when a run opened it or its rank 0 last asked or was answered
+(``deisa_stats()["contracts"]["silent_s"]``: seconds since). The analytics of ``deisa-run``
+tells a slow simulation from a gone one by it where it cannot see the ranks' processes
+(:mod:`deisa.launcher.stall`). It costs no message: the watch is there for contracts anyway.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,12 +40,14 @@ class ContractStore:
     """The scheduler-side contracts, one slot per array name; see the module docstring.
 
     ``meta_of(name)`` gives an array's metadata (``{"shape": ...}``) while a run has it open,
-    else ``None``.
+    else ``None``. ``heard[name]`` is when (:func:`time.monotonic`) a run opened the array or
+    rank 0 of its Bridge last called or was answered by ``deisa_watch_contracts`` for it.
     """
 
     meta_of: Callable[[str], dict[str, Any] | None]
     slots: dict[str, _Slot] = field(default_factory=dict)
     calls: Counter[str] = field(default_factory=Counter)
+    heard: dict[str, float] = field(default_factory=dict)
     _changed: asyncio.Event | None = None
 
     def handlers(self) -> dict[str, Callable[..., Any]]:
@@ -67,6 +78,7 @@ class ContractStore:
         """A run opened ``name``: check its contract against it. Returns what ``deisa_open``
         adds to its reply: ``{"contract": {"version", "contract"}}``, or nothing if the array
         never had a contract."""
+        self.heard[name] = time.monotonic()  # the run's heartbeat starts with it
         slot = self.slots.get(name)
         if slot is not None and slot.contract is not None:
             try:
@@ -146,6 +158,7 @@ class ContractStore:
         self, names: list[str], versions: dict[str, int], timeout: float | None = WATCH_SECONDS
     ) -> Reply:
         self.calls["watch"] += 1
+        self._beat(names)
 
         def changed() -> dict[str, Any]:
             return {
@@ -156,11 +169,18 @@ class ContractStore:
             }
 
         await self._wait(lambda: bool(changed()), timeout)
+        self._beat(names)
         return ok(contracts=changed())
 
+    def _beat(self, names: list[str]) -> None:
+        now = time.monotonic()
+        self.heard.update(dict.fromkeys(names, now))
+
     def stats(self) -> dict[str, Any]:
+        now = time.monotonic()
         return {
             "calls": dict(self.calls),
+            "silent_s": {name: round(now - at, 3) for name, at in self.heard.items()},
             "contracts": {
                 name: {
                     "version": s.version,

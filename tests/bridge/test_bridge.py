@@ -304,3 +304,40 @@ def test_step_published_again_replaces_or_is_dropped_and_the_run_finishes(
             "publication was dropped"
         ) in err
     assert stats["field"]["run"] is None  # the run ended and was consumed
+
+
+def test_rank0_is_heard_between_its_connection_and_its_first_step(
+    dask_processes: DaskProcesses, tmp_path: Path
+) -> None:
+    """A simulation computing long before its first publish (mode="async") still gives the
+    scheduler news of rank 0: its contracts watch runs from its connection, not from its first
+    exchange. The analytics of a Slurm job tells a slow simulation from a gone one by it
+    (deisa.launcher.stall)."""
+    from user_code import write_user_code
+
+    simulation, _ = write_user_code(tmp_path / "code")
+    env = test_env() | {"DEISA_SCHEDULER_FILE": str(dask_processes.scheduler_file)}
+    gate = tmp_path / "compute-done"  # its first publish waits for this file
+    command = mpirun(2, sys.executable, str(simulation), "1", "-1", "2", f"gate={gate}")
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        with dask_processes.client() as client:
+
+            def watched_and_published() -> tuple[int, int | None]:
+                stats = client.sync(client.scheduler.deisa_stats) or {}  # None: no extension yet
+                stream = stats.get("streams", {}).get("field") or {}
+                published = stream.get("published") if stream.get("run") else None
+                return stats.get("contracts", {}).get("calls", {}).get("watch", 0), published
+
+            deadline = time.monotonic() + STARTUP  # only reports a hang
+            while (seen := watched_and_published())[1] is None:  # until rank 0 opens it
+                assert time.monotonic() < deadline and proc.poll() is None, seen
+                time.sleep(0.2)
+            while watched_and_published()[0] <= seen[0]:  # the next watch: within 10 s
+                assert time.monotonic() < deadline and proc.poll() is None, "rank 0 unheard"
+                time.sleep(0.2)
+            gate.touch()
+            assert [step for step, _ in Adapter(client, timeout=STARTUP)["field"].items()] == [0]
+        assert proc.wait(timeout=STARTUP) == 0
+    finally:
+        kill_if_running(proc)

@@ -113,3 +113,28 @@ async def test_watch_returns_when_a_contract_changes_and_the_record_carries_it(c
     reply = await c.scheduler.deisa_get(name="u", client=c.id, timeout=5)
     assert is_ok(reply)
     assert Contract.from_wire(reply["contract"]) == Contract.from_wire(followed)
+
+
+@gen_cluster(client=True)
+async def test_rank0s_contract_watch_is_the_arrays_heartbeat(c, s, a, b) -> None:
+    """The opening and each ``deisa_watch_contracts`` call (when it comes and when it is
+    answered) note when rank 0 was last heard of for its arrays; ``deisa_stats`` says since
+    when (deisa.launcher.stall tells a gone simulation by it)."""
+    await c.register_plugin(StreamExtension())
+    store = s.plugins[PLUGIN_NAME].contracts
+    assert store.stats()["silent_s"] == {}
+    await _open(c)
+    opened = store.heard["u"]
+    await asyncio.sleep(0.2)
+    assert s.plugins[PLUGIN_NAME].stats()["contracts"]["silent_s"]["u"] >= 0.2
+    watch = asyncio.ensure_future(
+        c.scheduler.deisa_watch_contracts(names=["u", "v"], versions={}, timeout=30)
+    )
+    while store.heard.get("v") is None:  # heard when it came, while it waits
+        await asyncio.sleep(0.01)
+    came = store.heard["u"]
+    assert came > opened and store.heard["v"] == came
+    await asyncio.sleep(0.01)
+    await _require(c, "u", Contract.build((slice(0, 4), slice(0, 6)), 2))
+    await watch
+    assert store.heard["u"] > came  # and when it was answered
