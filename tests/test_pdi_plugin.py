@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 import yaml
 from conftest import BUILD, REPO, DaskProcesses, mpirun, test_env, write_config
+
 from deisa_simulation.heat import HeatConfig, reference_field
 
 pytestmark = pytest.mark.pdi
