@@ -36,7 +36,7 @@ from .options import ANALYTICS, RUN, SLURM, add_options, pick
 from .pipeline import PipelineError
 from .processes import THREAD_PINS, Interrupted, Signals, wait_until
 from .security import output_problem
-from .settings import SECONDS, checked, parse_buffer_nb, parse_eps
+from .settings import SECONDS, checked, parse_buffer_nb, parse_eps, parse_step_timeout
 
 logger = logging.getLogger(__name__)
 
@@ -180,9 +180,14 @@ def resolve_analytics_args(args: argparse.Namespace) -> argparse.Namespace:
     defaults = load_defaults(args.defaults)
     defaults_name = args.defaults or "deisa/templates/defaults.yml"
     timeout = "--timeout" if args.timeout is not None else f"{defaults_name}: slurm.timeout"
-    for key in ("array", "n_components", "output", "timeout", "buffer_nb", "stop_when_converged"):
+    step_timeout = (
+        "--step-timeout" if args.step_timeout is not None else f"{defaults_name}: run.step_timeout"
+    )
+    for key in ("array", "n_components", "output", "timeout", "buffer_nb", "stop_when_converged",
+                "step_timeout"):  # fmt: skip
         setattr(args, key, pick(args, defaults, ANALYTICS, key))
     args.timeout = checked(SECONDS, timeout, args.timeout)
+    args.step_timeout = parse_step_timeout(args.step_timeout, step_timeout)
     args.buffer_nb = parse_buffer_nb(args.buffer_nb)
     problem = output_problem(Path(args.output).resolve())
     if problem is not None:
@@ -220,6 +225,7 @@ def _analytics(args: argparse.Namespace, signals: Signals, security: Any = None)
     from .local import dashboard_line, flow_control, workers_connected
     from .pipeline import analyze_stream, warm_up
     from .report import report
+    from .stall import StepWatch
 
     output = Path(args.output).resolve()
     output.mkdir(parents=True, exist_ok=True)
@@ -250,6 +256,8 @@ def _analytics(args: argparse.Namespace, signals: Signals, security: Any = None)
             args.array,
             n_components=args.n_components,
             stall_timeout=args.timeout,
+            # the ranks run elsewhere: rank 0's heartbeat on the scheduler says they live
+            watch=StepWatch(args.array, client, step_timeout=args.step_timeout),
             max_in_flight=args.buffer_nb or 2,
             check=signals.check,
             on_step=lambda _: signals.check(),

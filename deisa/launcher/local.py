@@ -49,6 +49,7 @@ from .solver import (
     python_script,
     simulation_command,
 )
+from .stall import StepWatch
 
 logger = logging.getLogger(__name__)
 
@@ -435,6 +436,15 @@ def _builtin_analytics(
             settings.array,
             n_components=settings.n_components,
             stall_timeout=settings.timeout,
+            # the simulation's exit, not a deadline, ends the wait for a step (unless
+            # --step-timeout)
+            watch=StepWatch(
+                settings.array,
+                client,
+                step_timeout=settings.step_timeout,
+                exit_status=sim.popen.poll,
+                log=sim.log,
+            ),
             # as many fits at once as the stream may queue steps: the simulation is held by
             # flow control only when the analytics really is slower
             max_in_flight=settings.buffer_nb or 2,

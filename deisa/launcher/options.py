@@ -115,6 +115,14 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "timeout", ("--timeout",), {RUN: "run", SLURM: "slurm", ANALYTICS: "slurm"}, {"type": float}
     ),
+    # read as a string (checked by the settings), so that an explicit `none` is told from an
+    # absent option
+    Option(
+        "step_timeout",
+        ("--step-timeout",),
+        {RUN: "run", SLURM: "run", ANALYTICS: "run"},
+        {"metavar": "SECONDS|none"},
+    ),
     # Slurm
     Option("nodes", ("--nodes", "-N"), {SLURM: "slurm"}, {"type": int}),
     Option("worker_nodes", ("--worker-nodes",), {SLURM: "slurm"}, {"type": int}),

@@ -24,12 +24,16 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from distributed import Client
 
 from ..analysis.adapter import Adapter, EndOfStreamError, StepNotAvailableError
 from ..analysis.pca import IncrementalPCA, PendingFit
 from ..analysis.replay import Replay
+
+if TYPE_CHECKING:
+    from .stall import StepWatch
 
 #: what :class:`deisa.Replay` reads: a file, a Zarr store, a per-step pattern or a list of files
 ReplaySource = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
@@ -119,6 +123,7 @@ def analyze_stream(
     n_components: int = 4,
     poll_s: float = 1.0,
     stall_timeout: float | None = 120.0,
+    watch: StepWatch | None = None,
     max_in_flight: int = 2,
     check: Callable[[], None] | None = None,
     on_start: Callable[[int], None] | None = None,
@@ -144,9 +149,13 @@ def analyze_stream(
     poll_s
         Seconds of each wait on the scheduler or on the fits; ``check`` runs between two.
     stall_timeout
-        Seconds without progress before giving up with :class:`PipelineError`: no new step
-        while no fit is running, or a running fit whose tasks made no progress (the message
-        names the step, the phase and how long). ``None``: wait forever.
+        Seconds a running fit may go without progress (no task of it finishing, no step
+        arriving) before giving up with :class:`PipelineError` naming the step, the phase and
+        how long. ``None``: forever. Not the wait for a step, which ``watch`` ends.
+    watch
+        Ends the wait for a step when the simulation is gone, or after its ``step_timeout``
+        (:class:`~deisa.launcher.stall.StepWatch`): the reason, after ``"analytics: "``, is
+        the :class:`PipelineError`'s message. ``None``: wait as long as it takes.
     max_in_flight
         Steps analysed at once. Each holds its blocks in worker memory until its fit ends, on
         top of the ``buffer_nb`` steps the stream may queue.
@@ -182,7 +191,7 @@ def analyze_stream(
     Raises
     ------
     PipelineError
-        The stream or a fit stalled, or the PCA of a step failed.
+        A fit stalled, ``watch`` ended the wait for a step, or the PCA of a step failed.
     """
     if max_in_flight < 1:
         raise ValueError(f"max_in_flight={max_in_flight} must be ≥ 1")
@@ -204,14 +213,8 @@ def analyze_stream(
         began = waiting_since = last_progress = time.perf_counter()
 
         def stalled(now: float) -> None:
-            if stall_timeout is None or now - last_progress <= stall_timeout:
-                return
-            if in_flight:
+            if in_flight and stall_timeout is not None and now - last_progress > stall_timeout:
                 raise PipelineError(in_flight[0].describe(array, now))
-            raise PipelineError(
-                f"analytics: no step of {array!r} for {now - last_progress:.0f} s (waiting "
-                f"for step {step}); the simulation seems stuck"
-            )
 
         while not ended or in_flight:
             now = time.perf_counter()
@@ -252,6 +255,9 @@ def analyze_stream(
             except TimeoutError:
                 if check is not None:
                     check()
+                gone = watch.check(step) if watch is not None else None
+                if gone is not None:
+                    raise PipelineError(f"analytics: {gone}") from None
                 stalled(time.perf_counter())
                 continue
             except EndOfStreamError:
@@ -261,6 +267,8 @@ def analyze_stream(
                 step += 1
                 continue
             arrived = last_progress = time.perf_counter()
+            if watch is not None:
+                watch.arrived()
             k = min(n_components, *field.shape)
             try:
                 pending = IncrementalPCA(n_components=k, client=client).submit_fit(field)

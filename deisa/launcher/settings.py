@@ -31,6 +31,7 @@ LAUNCHER_BRIDGE_OPTIONS = ("placement", "buffer_nb", "mode", "max_in_flight")
 
 # finite: the Slurm job writes it out and waits for the scheduler a whole number of seconds
 SECONDS = Positive("seconds", finite=True)
+STEP_SECONDS = Positive("seconds", none="as long as the simulation runs", finite=True)
 
 _SLURM_KEYS = (
     *("nodes", "worker_nodes", "scheduler_node", "time", "partition", "account", "job_name"),
@@ -172,6 +173,9 @@ class RunSettings:
     tls: bool = True
     """Mutual TLS with credentials made for the run (:mod:`deisa.launcher.security`);
     ``False``: ``--insecure``."""
+    step_timeout: float | None = None
+    """Seconds without a step before the run fails, however alive the simulation is
+    (:mod:`deisa.launcher.stall`); ``None``: as long as it runs."""
 
     @property
     def placement(self) -> str:
@@ -384,6 +388,7 @@ def resolve_options(args: argparse.Namespace, command: str = RUN) -> RunSettings
         mpi_env={str(k): str(v) for k, v in (mpi.get("env") or {}).items()},
         stop_when_converged=parse_eps(get("stop_when_converged"), name("stop_when_converged")),
         tls=_flag(name("tls"), get("tls")),
+        step_timeout=parse_step_timeout(get("step_timeout"), name("step_timeout")),
     )
     settings.command = list(getattr(args, "command", None) or [])
     if settings.command:
@@ -457,6 +462,26 @@ def parse_eps(value: Any, name: str = "--stop-when-converged") -> float | None:
     """
     eps: float | None = checked(Positive(none="never"), name, value)
     return eps
+
+
+def parse_step_timeout(value: Any, name: str = "--step-timeout") -> float | None:
+    """``--step-timeout``: a positive number of seconds, or ``None`` (``none``, ``null``: wait
+    for a step as long as the simulation runs).
+
+    Raises
+    ------
+    UsageError
+        Anything else, naming ``name``.
+    """
+    if isinstance(value, str):
+        try:
+            value = STEP_SECONDS.parse(value)
+        except ValueError:
+            raise UsageError(
+                f"{name}={value!r} must be a positive number of seconds or none"
+            ) from None
+    seconds: float | None = checked(STEP_SECONDS, name, value)
+    return seconds
 
 
 def _output(label: str, value: Any) -> Path:

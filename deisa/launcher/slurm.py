@@ -362,8 +362,9 @@ def _srun(
     options = f"--exact --nodes={count} --relative={first} --ntasks={ntasks} --cpus-per-task={cpus}"
     if no_kill:  # a node that fails ends its own tasks, the step goes on on the others
         options += " --no-kill"
-    if mpi is not None:
-        options += f" --mpi={shlex.quote(mpi)}"
+    if mpi is not None:  # the simulation: a rank that fails ends the step, as mpirun does
+        # (the other ranks would hang in MPI, rank 0 alive: the analytics would wait)
+        options += f" --mpi={shlex.quote(mpi)} --kill-on-bad-exit=1"
     return f'srun {options} --output="$LOGS/{log}.log"{srun_args} \\\n    {command}'
 
 
@@ -381,6 +382,8 @@ def _analytics_step(settings: RunSettings, timings: bool) -> str:
     stop = settings.stop_when_converged
     timings_option = ' --timings "$OUT/timings.json"' if timings else ""
     stop_option = "" if stop is None else f" --stop-when-converged {stop}"
+    if settings.step_timeout is not None:
+        stop_option += f" --step-timeout {settings.step_timeout}"
     return (
         f'"$PYTHON" -m deisa.launcher analytics --scheduler-file "$SCHEDULER_FILE" '
         f"--workers {settings.workers} \\\n"

@@ -534,6 +534,40 @@ def test_analytics_options_fall_back_to_the_launch_defaults(tmp_path: Path) -> N
     assert cli.analytics_main(["--scheduler-file", "s.json", "--defaults", str(bad)]) == 2
 
 
+def test_step_timeout_is_none_unless_set_and_reaches_the_slurm_client(tmp_path: Path) -> None:
+    """``--step-timeout``: no bound on the wait for a step unless the user sets one (a slow
+    simulation is not a stuck one), checked like every option, the same for the three
+    commands."""
+
+    def run(*argv: str) -> float | None:
+        step_timeout: float | None = solver.resolve_settings(cli.parse_args(RUN, argv)).step_timeout
+        return step_timeout
+
+    assert run() is None
+    assert run("--step-timeout", "600") == 600.0
+    mine = tmp_path / "mine.yml"
+    mine.write_text("run: {step_timeout: 900}\n")
+    assert run("--defaults", str(mine)) == 900.0
+    assert run("--defaults", str(mine), "--step-timeout", "none") is None
+    for bad in ("0", "-5", "inf", "soon"):
+        with pytest.raises(UsageError, match=r"^--step-timeout=\S+ must be a (finite )?positive"):
+            run("--step-timeout", bad)
+    mine.write_text("run: {step_timeout: later}\n")
+    with pytest.raises(UsageError, match=f"{mine}: run.step_timeout='later' must be"):
+        run("--defaults", str(mine))
+    analytics = cli.resolve_analytics_args(cli.parse_args("analytics", ["--scheduler-file", "s"]))
+    assert analytics.step_timeout is None
+    given = ["--scheduler-file", "s", "--step-timeout", "30"]
+    assert cli.resolve_analytics_args(cli.parse_args("analytics", given)).step_timeout == 30.0
+
+    def client_step(*argv: str) -> str:
+        script = slurm.job_script(solver.resolve_settings(cli.parse_args("slurm", argv), "slurm"))
+        return script.split("-m deisa.launcher analytics", 1)[1].split("&\n", 1)[0]
+
+    assert "--step-timeout" not in client_step()
+    assert " --step-timeout 900.0 " in client_step("--step-timeout", "900")
+
+
 def test_user_command_and_analytics_are_parsed_apart() -> None:
     args = cli.parse_args(RUN, ["-n", "2", "--analytics", "a.py --x 1", "--", "./sim", "-n", "2"])
     settings = solver.resolve_settings(args)

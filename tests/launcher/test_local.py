@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, deisa_run, left_behind
+from conftest import REPO, STARTUP, deisa_run, left_behind
 from user_code import write_user_code
 
 
@@ -79,6 +79,61 @@ def test_failing_analytics_stops_the_simulation(
     assert proc.returncode == 1, proc.stderr
     assert "deisa-run: failed: analytics failed (exit status 1)" in proc.stderr, proc.stderr
     assert "RuntimeError: my analytics: failing on purpose" in proc.stderr
+    assert left_behind(tmp_path) == []
+
+
+def run_builtin_pca(
+    user_code: tuple[Path, Path], out: Path, *simulation: str, timeout: str = "240"
+) -> subprocess.CompletedProcess[str]:
+    """deisa-run of the user's simulation with the built-in PCA of its array ``field``."""
+    return deisa_run(
+        *COMMON, "--timeout", timeout, "--array", "field", "--n-components", "2", "-o", str(out),
+        "--", str(user_code[0]), *simulation, timeout=RUN_S,
+    )  # fmt: skip
+
+
+@pytest.mark.timeout(500)
+def test_slow_simulation_is_waited_for_past_the_timeout(
+    user_code: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """Issue 36's 8192² run in small: the first step comes after ``--timeout`` (which bounded
+    the wait for a step, and still bounds the start-up: no shorter than STARTUP here), and the
+    run completes with every step, as long as the simulation runs."""
+    out = tmp_path / "out"
+    proc = run_builtin_pca(user_code, out, "3", "-1", "2", f"sleep={STARTUP + 15}",
+                           timeout=str(STARTUP))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads((out / "results.json").read_text())
+    assert [s["step"] for s in results["steps"]] == [0, 1, 2]
+    assert results["steps"][0]["wait_s"] > STARTUP  # it did wait that long for step 0
+    assert "field: 3 steps published, 3 taken" in proc.stdout
+    assert left_behind(tmp_path) == []
+
+
+@pytest.mark.timeout(500)
+@pytest.mark.parametrize(
+    ("simulation", "reason"),
+    [
+        # every rank finalizes MPI and exits 0 at step 1 without closing its Bridge
+        (("quit_at=1",), "analytics: the simulation exited (status 0) without closing 'field', "
+                         "after publishing 1 step(s) (waiting for step 1); log "),
+        # every rank exits 7 at step 1 (mpirun reports it)
+        (("1",), "simulation failed (exit status"),
+    ],
+    ids=["exits-without-closing", "dies"],
+)  # fmt: skip
+def test_simulation_gone_without_closing_fails_the_run_at_once(
+    user_code: tuple[Path, Path], tmp_path: Path, simulation: tuple[str, ...], reason: str
+) -> None:
+    """Not after a timeout (240 s here): as soon as the simulation is gone, naming it, with
+    the tail of its log."""
+    fail_at = simulation[0] if simulation[0].isdigit() else "-1"
+    extra = [arg for arg in simulation if "=" in arg]
+    proc = run_builtin_pca(user_code, tmp_path / "out", "3", fail_at, "2", *extra)
+    assert proc.returncode == 1, proc.stderr
+    assert f"deisa-run: failed: {reason}" in proc.stderr, proc.stderr
+    assert "my simulation: " in proc.stderr  # the tail of its log
+    assert "no step of" not in proc.stderr
     assert left_behind(tmp_path) == []
 
 
