@@ -818,6 +818,25 @@ def test_job_runs_user_code(slurm: Slurm, tmp_path: Path) -> None:
 
 
 @pytest.mark.slurm
+@pytest.mark.timeout(420)
+def test_job_with_one_failed_rank_fails_at_once(slurm: Slurm, tmp_path: Path) -> None:
+    """Rank 1 of 4 exits 7 at step 1: the simulation's step ends, as mpirun's job would, so
+    the job fails naming its exit status, rather than leave ranks 0, 2 and 3 hung in MPI while
+    rank 0's heartbeat keeps the client waiting for step 1. Open MPI over PMIx ends them
+    itself here (the job fails as fast without the step's --kill-on-bad-exit=1, which makes
+    sure of it whatever the MPI)."""
+    simulation, _ = write_user_code(tmp_path / "code")
+    job = run_job(slurm, tmp_path, 3, str(simulation), "3", "1", "2", "fail_rank=1",
+                  array="field", n_components=2)  # fmt: skip
+    assert job.state == "FAILED", job.diagnostics()  # not CANCELLED by wait_job after 300 s
+    out = next(job.out.glob("slurm-*.out")).read_text()
+    status = re.search(r"deisa: simulation exit status (\d+), analytics exit status", out)
+    assert status is not None and status.group(1) != "0", job.diagnostics()
+    host = socket.gethostname().split(".")[0]
+    assert "giving up at step 1" in (job.dir / "logs" / f"simulation-{host}-1.log").read_text()
+
+
+@pytest.mark.slurm
 @pytest.mark.pdi
 @pytest.mark.timeout(420)
 def test_job_runs_the_c_solver(slurm: Slurm, built: Path, tmp_path: Path) -> None:

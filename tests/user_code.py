@@ -2,11 +2,11 @@
 
 ``my_simulation.py STEPS FAIL_AT BUFFER_NB`` (mpi4py): every rank publishes a 4 x 6 block of
 ``field`` (rank r holds rows 4r..4r+3) worth ``1000 * step + rank``, through ``deisa.Bridge()``
-with no scheduler file (``DEISA_SCHEDULER_FILE``); it exits 7 at step ``FAIL_AT`` (-1: never);
-``BUFFER_NB`` 0 is unbounded. Options after them: ``sleep=S`` computes (sleeps) ``S`` seconds
-before its first publish, a slow simulation (``gate=PATH``: until the file ``PATH`` exists);
-``quit_at=K`` makes every rank finalize MPI and exit
-0 at step ``K`` without closing the stream (a C code that never calls ``PDI_finalize``).
+with no scheduler file (``DEISA_SCHEDULER_FILE``); it exits 7 at step ``FAIL_AT`` (-1: never;
+with ``fail_rank=R``, rank ``R`` alone); ``BUFFER_NB`` 0 is unbounded. Options after them:
+``sleep=S`` computes (sleeps) ``S`` seconds before its first publish, a slow simulation
+(``gate=PATH``: until the file ``PATH`` exists); ``quit_at=K`` makes every rank finalize MPI and
+exit 0 at step ``K`` without closing the stream (a C code that never calls ``PDI_finalize``).
 ``my_analytics.py STEPS RANKS [fail]`` reads every step through ``deisa.Adapter.from_env()``
 and checks it, or raises at the first with ``fail``; with ``gate=PATH`` it reads nothing before
 the file ``PATH`` exists (the simulation is meanwhile held by flow control: every process of the
@@ -26,14 +26,14 @@ from deisa import ArraySpec, Bridge
 steps, fail_at, buffer_nb = (int(a) for a in sys.argv[1:4])
 extra = dict(a.split("=", 1) for a in sys.argv[4:])
 sleep, quit_at = float(extra.get("sleep", 0)), int(extra.get("quit_at", -1))
-gate = extra.get("gate")
+gate, fail_rank = extra.get("gate"), int(extra.get("fail_rank", -1))
 comm = MPI.COMM_WORLD
 rank, size = comm.Get_rank(), comm.Get_size()
 spec = ArraySpec("float64", (4 * size, 6), (4 * rank, 0), (4, 6))
 # no scheduler file: deisa-run's DEISA_SCHEDULER_FILE
 with Bridge(arrays={"field": spec}, buffer_nb=buffer_nb or None, connect_timeout=300) as bridge:
     for step in range(steps):
-        if step == fail_at:
+        if step == fail_at and fail_rank in (-1, rank):
             print(f"my simulation: giving up at step {step}", flush=True)
             os._exit(7)
         if step == quit_at:

@@ -363,7 +363,7 @@ def _srun(
     if no_kill:  # a node that fails ends its own tasks, the step goes on on the others
         options += " --no-kill"
     if mpi is not None:  # the simulation: a rank that fails ends the step, as mpirun does
-        # (the other ranks would hang in MPI, rank 0 alive: the analytics would wait)
+        # (an MPI that does not abort would leave the others hung, rank 0's heartbeat going)
         options += f" --mpi={shlex.quote(mpi)} --kill-on-bad-exit=1"
     return f'srun {options} --output="$LOGS/{log}.log"{srun_args} \\\n    {command}'
 
