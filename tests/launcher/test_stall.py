@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import STARTUP
 from distributed import Client
 from distributed.utils_test import async_poll_for, gen_cluster
-from stream_driver import WAIT, Rank0, install
+from stream_driver import Rank0, install
 
 from deisa.launcher import stall
 from deisa.launcher.pipeline import PipelineError, analyze_stream
@@ -139,7 +140,7 @@ def in_thread(fn: Any) -> Any:
     return asyncio.get_running_loop().run_in_executor(None, fn)
 
 
-@gen_cluster(client=True, timeout=120)
+@gen_cluster(client=True, timeout=2 * STARTUP)
 async def test_analytics_waits_past_its_stall_timeout_while_the_simulation_runs(
     c: Client, s: Any, a: Any, b: Any
 ) -> None:
@@ -151,20 +152,20 @@ async def test_analytics_waits_past_its_stall_timeout_while_the_simulation_runs(
         checks.append(1)
 
     def analytics() -> Any:
-        with Client(s.address, timeout=WAIT) as client:
+        with Client(s.address, timeout=STARTUP) as client:
             watch = StepWatch("t", client, exit_status=running)
             # 0.2 s was the wait for a step before (stall_timeout): now only a fit's
             return analyze_stream(client, "t", poll_s=0.1, stall_timeout=0.2, watch=watch)
 
     task = in_thread(analytics)
     assert await rank0.open() == ok()
-    await async_poll_for(lambda: len(checks) >= 10, WAIT)  # 10 polls of 0.1 s: 5 x 0.2 s
+    await async_poll_for(lambda: len(checks) >= 10, STARTUP)  # 10 polls of 0.1 s: 5 x 0.2 s
     await rank0.close(0)
     assert await task == []
 
 
 # the fit's futures run their callbacks in distributed's callback thread, which stays
-@gen_cluster(client=True, timeout=120, clean_kwargs={"threads": False})
+@gen_cluster(client=True, timeout=2 * STARTUP, clean_kwargs={"threads": False})
 async def test_analytics_fails_at_once_when_the_simulation_leaves_without_closing(
     c: Client, s: Any, a: Any, b: Any
 ) -> None:
@@ -173,14 +174,14 @@ async def test_analytics_fails_at_once_when_the_simulation_leaves_without_closin
     exited: list[int | None] = [None]
 
     def analytics() -> Any:
-        with Client(s.address, timeout=WAIT) as client:
+        with Client(s.address, timeout=STARTUP) as client:
             watch = StepWatch("t", client, exit_status=lambda: exited[0])
             return analyze_stream(client, "t", poll_s=0.1, watch=watch)
 
     task = in_thread(analytics)
     await rank0.open()
     await rank0.publish(0)
-    await async_poll_for(lambda: ext.stats()["streams"]["t"]["taken"] == 1, WAIT)
+    await async_poll_for(lambda: ext.stats()["streams"]["t"]["taken"] == 1, STARTUP)
     exited[0] = 0  # as mpirun, once every rank has finalized without closing the Bridge
     with pytest.raises(PipelineError) as failure:
         await task
@@ -190,7 +191,7 @@ async def test_analytics_fails_at_once_when_the_simulation_leaves_without_closin
     )
 
 
-@gen_cluster(client=True, timeout=120)
+@gen_cluster(client=True, timeout=2 * STARTUP)
 async def test_unseen_simulation_whose_rank0_falls_silent_fails_the_analytics(
     c: Client, s: Any, a: Any, b: Any
 ) -> None:
@@ -198,7 +199,7 @@ async def test_unseen_simulation_whose_rank0_falls_silent_fails_the_analytics(
     rank0 = Rank0(c, [a, b], "t", "r1")
 
     def analytics() -> Any:
-        with Client(s.address, timeout=WAIT) as client:
+        with Client(s.address, timeout=STARTUP) as client:
             return analyze_stream(client, "t", poll_s=0.1, watch=StepWatch("t", client))
 
     with pytest.MonkeyPatch.context() as patch:  # what is meant to expire, shortened

@@ -7,6 +7,7 @@ import asyncio
 from typing import Any
 
 import numpy as np
+from conftest import STARTUP
 from distributed import Client
 from distributed.utils_test import gen_cluster
 
@@ -115,7 +116,7 @@ async def test_watch_returns_when_a_contract_changes_and_the_record_carries_it(c
     assert Contract.from_wire(reply["contract"]) == Contract.from_wire(followed)
 
 
-@gen_cluster(client=True)
+@gen_cluster(client=True, timeout=STARTUP)
 async def test_rank0s_contract_watch_is_the_arrays_heartbeat(c, s, a, b) -> None:
     """The opening and each ``deisa_watch_contracts`` call (when it comes and when it is
     answered) note when rank 0 was last heard of for its arrays; ``deisa_stats`` says since
