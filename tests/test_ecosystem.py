@@ -80,9 +80,10 @@ def _venv(path: Path) -> Path:
 
 def _install(python: Path, *what: str) -> None:
     # this interpreter's pip, aimed at the environment (the venv has none of its own); ours
-    # builds in isolation, with the setuptools pyproject.toml asks for
+    # builds in isolation, with the setuptools pyproject.toml asks for. The environment sees the
+    # runner's site-packages, where deisa-insitu may be installed (editable) too: install anyway
     done = _run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps",
-                 *what])  # fmt: skip
+                 "--ignore-installed", *what], env=_clean_env())  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
 
 

@@ -73,7 +73,13 @@ class Reader(threading.Thread):
 
     def run(self) -> None:
         try:
-            with self.cluster.client() as client, Adapter(client, timeout=STARTUP, **self.kw) as a:
+            # each thread's client is its own current one, not the process's default: clients
+            # set as default and closed out of order leave dask's `scheduler` setting behind
+            with (
+                self.cluster.client(set_as_default=False) as client,
+                client.as_current(),
+                Adapter(client, timeout=STARTUP, **self.kw) as a,
+            ):
                 self.consumer = a.consumer
                 self.result = self.body(a)
         except BaseException as exc:  # reported by outcome()
