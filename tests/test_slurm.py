@@ -904,14 +904,20 @@ def test_job_refuses_strangers_and_keeps_its_files_private(slurm: Slurm, tmp_pat
             worker = next(iter(client.scheduler_info()["workers"]))
         for server in (address, worker):
             assert set(refusals(server, tls)) == {"plain", "no certificate", "foreign certificate"}
+
         # the Dask processes on loopback only; the ranks: rank 0's notices listener on loopback
         # too (TLS), beside Open MPI's own (srun --mpi=pmix: one per rank, every interface)
-        sockets = listening(_job_processes(job_dir))
+        def rank0_listens(sockets: list[tuple[int, str, str, int]]) -> bool:
+            return any("my_simulation" in s[1] and s[2] == "127.0.0.1" for s in sockets)
+
+        # the ranks may still be starting: wait until rank 0 has opened its listener
+        deadline = time.monotonic() + STARTUP
+        while not rank0_listens(sockets := listening(_job_processes(job_dir))):
+            assert time.monotonic() < deadline, f"rank 0 opened no loopback listener: {sockets}"
+            time.sleep(0.5)
         dask = [s for s in sockets if "dask" in s[1]]
         assert len(dask) >= 6, sockets  # scheduler, 2 workers, their HTTP servers
         assert wildcard(dask) == [], "\n".join(map(str, dask))
-        ranks = [s for s in sockets if "my_simulation" in s[1]]
-        assert any(ip == "127.0.0.1" for _, _, ip, _ in ranks), ranks
     finally:
         gate.touch()
     job = wait_job(slurm, tmp_path, job_id)

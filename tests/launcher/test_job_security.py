@@ -13,6 +13,7 @@ import re
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -154,9 +155,19 @@ def test_local_run_refuses_strangers_and_keeps_its_files_private(tmp_path: Path)
         for server in (address, worker):
             refused = refusals(server, tls)
             assert set(refused) == {"plain", "no certificate", "foreign certificate"}
+
         # Dask processes and ranks; not Open MPI's mpirun, whose PMIx tool listener binds
         # every interface whatever its MCA parameters (docs/security.md)
-        sockets = [s for s in listening(process_tree(proc.pid)) if "mpirun" not in s[1]]
+        def ours() -> list[tuple[int, str, str, int]]:
+            return [s for s in listening(process_tree(proc.pid)) if "mpirun" not in s[1]]
+
+        # the ranks may still be starting: wait until rank 0 has opened its notices listener
+        deadline = time.monotonic() + STARTUP
+        sockets = ours()
+        while not any("my_simulation" in s[1] for s in sockets):
+            assert time.monotonic() < deadline, f"rank 0 opened no listener: {sockets}"
+            time.sleep(0.5)
+            sockets = ours()
         assert len(sockets) >= 5, sockets  # scheduler, workers, their HTTP servers, rank 0
         assert wildcard(sockets) == [], sockets
     finally:
