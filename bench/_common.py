@@ -104,12 +104,6 @@ class TLSFiles:
                 "--tls-key", str(self.key)]  # fmt: skip
 
 
-def _write_private(path: Path, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-
-
 @contextmanager
 def tls_credentials(
     ciphers: str | None = None, max_version: float | None = None, maker: str = "temporary"
@@ -144,10 +138,12 @@ def tls_credentials(
             made = make_credentials(directory / "tls")
             ca_file, cert, key = made.ca_file, made.cert, made.key
         elif maker == "temporary":
+            from deisa.launcher.security import write_private
+
             temporary = Security.temporary()
             cert, key = directory / "cert.pem", directory / "key.pem"
-            _write_private(cert, temporary.tls_ca_file)
-            _write_private(key, temporary.tls_client_key)
+            write_private(cert, temporary.tls_ca_file.encode())
+            write_private(key, temporary.tls_client_key.encode())
             del temporary
             ca_file = cert
         else:
