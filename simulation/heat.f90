@@ -12,7 +12,11 @@
 ! column index first. The bytes PDI sees are then exactly heat.c's, and nothing in the YAML or
 ! the plugin changes. Metadata arrays (global_size, ...) keep C's meaning: (1) is the row
 ! dimension, (2) the column one.
+!
+! With the environment variable HEAT_TIMINGS=PREFIX set, each rank writes PREFIX.<rank>.json at
+! the end, in heat.c's format (what deisa.launcher.report.read_timings and the benchmarks read).
 program heat
+  use, intrinsic :: iso_c_binding, only: c_char, c_int, c_long, c_null_char
   use, intrinsic :: iso_fortran_env, only: dp => real64, error_unit
   use mpi_f08
   use paraconf
@@ -20,6 +24,23 @@ program heat
   implicit none
 
   integer, parameter :: ROWS = 1, COLS = 2
+
+  !> struct timespec of clock_gettime (time_t and long: C's long on the LP64 systems MPI runs on)
+  type, bind(C) :: timespec
+    integer(c_long) :: tv_sec, tv_nsec
+  end type timespec
+
+  interface
+    integer(c_int) function clock_gettime(clock, time) bind(C, name='clock_gettime')
+      import :: c_int, timespec
+      integer(c_int), value :: clock
+      type(timespec), intent(out) :: time
+    end function clock_gettime
+    integer(c_int) function c_rename(old, new) bind(C, name='rename')
+      import :: c_char, c_int
+      character(kind=c_char), intent(in) :: old(*), new(*)
+    end function c_rename
+  end interface
 
   ! simulation parameters (the simulation YAML), exposed at `init'
   integer, target :: global_size(2), process_grid(2), steps, output_period
@@ -31,10 +52,18 @@ program heat
 
   type(MPI_Comm) :: cart
   type(PC_tree_t) :: pdi_conf
-  integer :: coords(2), nranks, it, h, w
-  character(len=4096) :: simulation_path, pdi_path
+  integer :: coords(2), nranks, it, h, w, outputs, timings_status
+  character(len=4096) :: simulation_path, pdi_path, timings_prefix
+
+  ! what this rank spent where, as heat.c's Timings: written when HEAT_TIMINGS is set (benchmarks)
+  real(dp) :: wtime_start, epoch, init_start, init_s, first_output_s, compute_start, &
+    output_start, finalize_start, finalize_s
+  real(dp), allocatable :: compute_s(:), output_s(:)
 
   call MPI_Init()
+  wtime_start = MPI_Wtime() ! right after MPI_Init
+  epoch = now_epoch() ! the same instant in seconds since 1970, to compare with other processes
+  call get_environment_variable('HEAT_TIMINGS', timings_prefix, status=timings_status)
   call MPI_Comm_rank(MPI_COMM_WORLD, rank)
   if (command_argument_count() /= 2) then
     write (error_unit, '(a)') 'Usage: heat_f90 <simulation.yml> <pdi.yml>'
@@ -45,7 +74,9 @@ program heat
   call read_config(trim(simulation_path))
   call PC_parse_path(trim(pdi_path), pdi_conf)
   if (PC_status(pdi_conf) /= 0) call fail('cannot parse the PDI configuration ' // trim(pdi_path))
+  init_start = MPI_Wtime()
   call PDI_init(pdi_conf)
+  init_s = MPI_Wtime() - init_start
 
   call decompose()
   call MPI_Comm_rank(MPI_COMM_WORLD, rank)
@@ -64,8 +95,14 @@ program heat
   dtemp = 0.0_dp ! ghosts stay 0.0
   call initialize(temp)
   next = temp ! boundary ghosts of both buffers stay 0.0
+  allocate (compute_s(0:max(steps, 1) - 1), output_s(0:max(steps, 1) - 1))
+  compute_s = 0.0_dp
+  output_s = 0.0_dp
+  first_output_s = 0.0_dp
 
+  outputs = 0
   do step = 0, steps - 1
+    compute_start = MPI_Wtime()
     do it = 1, output_period
       call exchange(temp)
       call iterate(temp, next)
@@ -74,6 +111,8 @@ program heat
       next => swap
     end do
     dtemp(1:w, 1:h) = temp(1:w, 1:h) - next(1:w, 1:h)
+    output_start = MPI_Wtime()
+    compute_s(step) = output_start - compute_start
     ! `stop' may be filled by a plugin (deisa's `read' section: the analytics' steering value);
     ! the same value on every rank, so all leave the loop after the same step
     stop_flag = 0
@@ -83,6 +122,9 @@ program heat
     call PDI_expose('dtemp', dtemp, PDI_OUT)
     call PDI_expose('stop', stop_flag, PDI_INOUT)
     call PDI_transaction_end()
+    output_s(step) = MPI_Wtime() - output_start
+    if (step == 0) first_output_s = MPI_Wtime() - init_start
+    outputs = step + 1
     if (stop_flag /= 0) then
       if (rank == 0) write (error_unit, '(a, i0, a, i0, a)') 'heat_f90: stopped after step ', &
         step, ' of ', steps, ": `stop' set by the analytics"
@@ -92,11 +134,68 @@ program heat
 
   deallocate (temp, next, dtemp)
   call MPI_Comm_free(cart)
+  finalize_start = MPI_Wtime()
   call PDI_finalize()
+  finalize_s = MPI_Wtime() - finalize_start
+  ! set, even to an empty value, as heat.c's getenv: status 0 (1: unset, -1: too long for the buffer)
+  if (timings_status == 0) call write_timings(trim(timings_prefix))
+  deallocate (compute_s, output_s)
   call PC_tree_destroy(pdi_conf)
   call MPI_Finalize()
 
 contains
+
+  !> Seconds since 1970 (CLOCK_REALTIME, as heat.c's now_epoch)
+  real(dp) function now_epoch()
+    integer(c_int), parameter :: CLOCK_REALTIME = 0
+    type(timespec) :: now
+    if (clock_gettime(CLOCK_REALTIME, now) /= 0) call fail('clock_gettime failed')
+    now_epoch = real(now%tv_sec, dp) + 1e-9_dp * real(now%tv_nsec, dp)
+  end function now_epoch
+
+  !> A number as heat.c's %.6f: six decimals, and a leading 0 that Fortran's f0.6 leaves out
+  function decimal(value) result(text)
+    real(dp), intent(in) :: value
+    character(len=:), allocatable :: text
+    character(len=64) :: buffer
+    write (buffer, '(f0.6)') value
+    text = trim(buffer)
+    if (text(1:1) == '.') then
+      text = '0' // text
+    else if (text(1:2) == '-.') then
+      text = '-0' // text(2:)
+    end if
+  end function decimal
+
+  !> Writes `<prefix>.<rank>.json' as heat.c's write_timings does (aside, then renamed: a reader
+  !> sees it whole); `finalize_s' is PDI_finalize's time, `wall_s' since MPI_Init
+  subroutine write_timings(prefix)
+    character(len=*), intent(in) :: prefix
+    character(len=:), allocatable :: path, partial
+    character(len=32) :: number
+    integer :: unit, status, s
+    write (number, '(i0)') rank
+    path = prefix // '.' // trim(number) // '.json'
+    partial = path // '.partial'
+    open (newunit=unit, file=partial, status='replace', action='write', form='formatted', &
+      access='stream', iostat=status)
+    if (status /= 0) call fail('cannot write the timings to ' // partial)
+    write (unit, '(a)', advance='no') '{"rank": ' // trim(number) // ', "epoch": ' // &
+      decimal(epoch) // ', "pdi_init_s": ' // decimal(init_s) // ', "first_output_s": ' // &
+      decimal(first_output_s) // ', "finalize_s": ' // decimal(finalize_s) // ', "wall_s": ' // &
+      decimal(MPI_Wtime() - wtime_start) // ', "steps": ['
+    do s = 0, outputs - 1
+      write (number, '(i0)') s
+      if (s > 0) write (unit, '(a)', advance='no') ', '
+      write (unit, '(a)', advance='no') '{"step": ' // trim(number) // ', "compute_s": ' // &
+        decimal(compute_s(s)) // ', "output_s": ' // decimal(output_s(s)) // '}'
+    end do
+    write (unit, '(a)') ']}'
+    close (unit)
+    if (c_rename(partial // c_null_char, path // c_null_char) /= 0) then
+      call fail('cannot rename the timings to ' // path)
+    end if
+  end subroutine write_timings
 
   subroutine fail(message)
     character(len=*), intent(in) :: message

@@ -8,15 +8,17 @@ without -DBUILD_FORTRAN=ON).
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import yaml
-from conftest import BUILD, REPO, DaskProcesses, mpirun, test_env, write_config
+from conftest import BUILD, REPO, STARTUP, DaskProcesses, mpirun, test_env, write_config
 
 from deisa_simulation.heat import HeatConfig, reference_field
 
@@ -42,11 +44,14 @@ def heat_f90(built: Path) -> Path:
     return HEAT_F90
 
 
-def run(binary: Path, nranks: int, simulation: Path, pdi: Path, cwd: Path) -> str:
-    """``mpirun -np N binary simulation.yml pdi.yml`` in ``cwd``, the deisa plugin on the path;
-    its stdout and stderr."""
+def run(
+    binary: Path, nranks: int, simulation: Path, pdi: Path, cwd: Path, **extra_env: str
+) -> str:
+    """``mpirun -np N binary simulation.yml pdi.yml`` in ``cwd``, the deisa plugin on the path
+    (and ``extra_env`` in the environment); its stdout and stderr."""
     env = test_env()
     env["PDI_PLUGIN_PATH"] = str(BUILD / "plugin")
+    env.update(extra_env)
     cmd = mpirun(nranks, str(binary), str(simulation), str(pdi))
     proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr}"
@@ -143,3 +148,38 @@ def test_fortran_heat_reads_the_steering_stop(
         last = int(stopped[0])
         assert last < steps - 1
         assert [step for step, _ in adapter["gtemp"].items()] == list(range(last + 1))
+
+
+def test_fortran_heat_writes_heat_timings_as_the_c_solver(heat_f90: Path, tmp_path: Path) -> None:
+    """With HEAT_TIMINGS=PREFIX, each rank of heat.f90 writes PREFIX.<rank>.json in heat.c's
+    format (the same keys, in the same order, per step too), which deisa-run's report reads."""
+    from deisa.launcher.report import read_timings
+
+    steps = 4
+    simulation = write_config(tmp_path / "simulation.yml", global_size=[30, 27],
+                              process_grid=[3, 1], steps=steps)  # fmt: skip
+    before = time.time()
+    files: dict[str, list[dict[str, Any]]] = {}
+    for name, binary in (("f90", heat_f90), ("c", HEAT_C)):
+        cwd = tmp_path / name
+        cwd.mkdir()
+        prefix = cwd / "timings"
+        run(binary, 3, simulation, CONFIGS / "heat_hdf5.yml", cwd, HEAT_TIMINGS=str(prefix))
+        written = sorted(p.name for p in cwd.glob("timings*"))
+        assert written == [f"timings.{rank}.json" for rank in range(3)], written  # no .partial
+        files[name] = [json.loads((cwd / f).read_text()) for f in written]
+        assert len(read_timings(prefix)) == 3
+        for rank in read_timings(prefix):  # what deisa-run's table and results.json take
+            assert [s["step"] for s in rank] == list(range(steps))
+            assert all(s["compute_s"] >= 0 and s["publish_s"] >= 0 for s in rank)
+    for fortran, c in zip(files["f90"], files["c"], strict=True):
+        assert list(fortran) == list(c)  # the same keys in the same order
+        assert [list(s) for s in fortran["steps"]] == [list(s) for s in c["steps"]]
+        assert fortran["rank"] == c["rank"]
+        assert before - 1 <= fortran["epoch"] <= time.time() + 1  # seconds since 1970
+        durations = ["pdi_init_s", "first_output_s", "finalize_s", "wall_s"]
+        assert all(0 <= fortran[key] < STARTUP for key in durations), fortran
+        assert fortran["first_output_s"] <= fortran["wall_s"]
+        assert [s["step"] for s in fortran["steps"]] == list(range(steps))
+        for step in fortran["steps"]:
+            assert 0 <= step["compute_s"] < STARTUP and 0 <= step["output_s"] < STARTUP
