@@ -44,9 +44,7 @@ def heat_f90(built: Path) -> Path:
     return HEAT_F90
 
 
-def run(
-    binary: Path, nranks: int, simulation: Path, pdi: Path, cwd: Path, **extra_env: str
-) -> str:
+def run(binary: Path, nranks: int, simulation: Path, pdi: Path, cwd: Path, **extra_env: str) -> str:
     """``mpirun -np N binary simulation.yml pdi.yml`` in ``cwd``, the deisa plugin on the path
     (and ``extra_env`` in the environment); its stdout and stderr."""
     env = test_env()

@@ -2,7 +2,8 @@
 analytics saw, and the same analysis gives the same results on both.
 
 - The C solver with configs/heat_both.yml: decl_hdf5 records every 10th step to heat.h5 while
-  the deisa plugin streams every step; analytics/pca.py --replay heat.h5 gives the live PCA.
+  the deisa plugin streams every step; analytics/pca.py --replay heat.h5 gives the live PCA,
+  and the replay is chunked as the live stream, for an even decomposition and an uneven one.
 - The Python solver (it has no HDF5 output): the live analytics records every step it receives
   to one file per step, and a replay of that pattern gives the same windows and zips.
 """
@@ -57,19 +58,29 @@ def pca_variance(field: Any, client: Any = None) -> list[float]:
 
 
 @pytest.mark.pdi
+@pytest.mark.parametrize(
+    ("global_size", "process_grid"),
+    [([32, 32], [2, 2]), ([10, 14], [3, 1])],  # 10 rows over 3 ranks: blocks of 4, 3 and 3
+    ids=["even-2x2", "uneven-3x1"],
+)
 def test_c_solver_records_and_streams_and_the_replay_is_what_the_live_side_saw(
-    built: Path, tmp_path: Path, cluster: Callable[[int], DaskProcesses]
+    built: Path,
+    tmp_path: Path,
+    cluster: Callable[[int], DaskProcesses],
+    global_size: list[int],
+    process_grid: list[int],
 ) -> None:
     simulation = write_config(
-        tmp_path / "simulation.yml", global_size=[32, 32], process_grid=[2, 2], steps=25
+        tmp_path / "simulation.yml", global_size=global_size, process_grid=process_grid, steps=25
     )
+    nranks = process_grid[0] * process_grid[1]
     # one worker of one thread: the live PCA reduces one partition, as a replay with no client
     # does, so that the two agree bitwise
     processes = cluster(1)
     env = test_env()
     env["PDI_PLUGIN_PATH"] = str(BUILD / "plugin")
     cmd = mpirun(
-        4, str(BUILD / "simulation" / "heat"), str(simulation), str(CONFIGS / "heat_both.yml")
+        nranks, str(BUILD / "simulation" / "heat"), str(simulation), str(CONFIGS / "heat_both.yml")
     )
     heat = subprocess.Popen(
         cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
@@ -93,7 +104,12 @@ def test_c_solver_records_and_streams_and_the_replay_is_what_the_live_side_saw(
 
     replay = Replay(tmp_path / "heat.h5")  # read by dask's local scheduler
     assert replay["gtemp"].steps == replay["gdtemp"].steps == [0, 10, 20]
-    assert replay["gtemp"].chunks == live_chunks  # decl_hdf5's chunks: the ranks' blocks
+    # the ranks' blocks, from the block_start dataset that heat_both.yml writes at `init'
+    assert replay["gtemp"].chunks == replay["gdtemp"].chunks == live_chunks
+    if global_size == [10, 14]:
+        assert live_chunks == ((4, 3, 3), (14,))
+        with h5py.File(tmp_path / "heat.h5", "r") as f:  # HDF5 chunks are all of one size
+            assert f["gtemp"].chunks == (1, 4, 14)
     for step, (temp, change) in replay.zip("gtemp", "gdtemp"):
         assert temp is not None and change is not None
         assert np.array_equal(temp.compute(), live[step][0]), step

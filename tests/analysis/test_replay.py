@@ -159,6 +159,24 @@ def test_contiguous_datasets_get_automatic_chunks_or_the_given_ones(tmp_path: Pa
     assert Replay(path, chunks=(4, 8))["gtemp"].chunks == ((4, 4, 4), (8,))
 
 
+def test_uneven_blocks_come_from_block_start(tmp_path: Path) -> None:
+    """A ``block_start`` dataset (each rank's ``local_start``, as configs/heat_both.yml writes
+    it) gives the run's blocks, which regular HDF5 chunks cannot when they are uneven: 12 rows
+    over 3 ranks and 8 columns over 2, blocks of 5, 4 and 3 rows, 4 columns each."""
+    path = write_run(tmp_path / "run.h5")  # HDF5 chunks of (6, 4)
+    starts = [[0, 0], [0, 4], [5, 0], [5, 4], [9, 0], [9, 4]]
+    with h5py.File(path, "a") as f:
+        f.create_dataset("block_start", data=np.array(starts, dtype=np.int32))
+    replay = Replay(path)
+    assert replay.names == ["gdtemp", "gtemp"]  # not an array of the run
+    assert replay["gtemp"].chunks == replay["gdtemp"].chunks == ((5, 4, 3), (4, 4))
+    assert np.array_equal(replay["gtemp"][20].compute(), fields(0)[2])
+    assert Replay(path, chunks=(6, 8))["gtemp"].chunks == ((6, 6), (8,))  # given ones win
+    with h5py.File(path, "a") as f:  # starts that do not fit the array: the file's chunks
+        f["block_start"][5] = [12, 4]
+    assert Replay(path)["gtemp"].chunks == ((6, 6), (4, 4))
+
+
 @pytest.mark.parametrize("pattern", ["data_{step}.h5", "data_${step}.h5", "data_*.h5"])
 @pytest.mark.parametrize("leading", [False, True], ids=["spatial", "leading-axis"])
 def test_one_file_per_step(tmp_path: Path, pattern: str, leading: bool) -> None:
