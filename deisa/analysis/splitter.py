@@ -348,39 +348,10 @@ def split(
     """
     client = client if client is not None else get_client()
     sizing = _resolve_policy(policy)
-    keys = list(flatten(x.__dask_keys__()))
-    futures_by_key = {f.key: f for f in futures_of(x)}
-    missing = [k for k in keys if k not in futures_by_key]
-    if missing and persist:
-        logger.debug(
-            "split: persisting %s, %d of its blocks are not in memory", x.name, len(missing)
-        )
-        x = client.persist(x)
-        futures_by_key = {f.key: f for f in futures_of(x)}
-    elif missing:
-        raise ValueError(
-            f"{len(missing)} of {len(keys)} blocks of {x.name!r} are not held by futures "
-            f"(first: {missing[0]!r}); persist the array first: x = client.persist(x)"
-        )
-    futures = [futures_by_key[k] for k in keys]
-    known = _block_locations.of(x)  # carried by a streamed step's array: no query needed
-    if known is None:
-        wait(futures)
-        holders = client.who_has(futures)  # the one location query for the whole array
-        threads = nthreads if nthreads is not None else client.nthreads()
-    else:
-        holders = {k: [known.workers[k]] for k in keys}
-        threads = nthreads if nthreads is not None else known.nthreads
-
+    x, keys, futures_by_key = _held_blocks(x, client, persist)
+    holders, threads = _locations(x, keys, futures_by_key, client, nthreads)
     block_nbytes = {k: _block_nbytes(x, _index_of(k)) for k in keys}
-    units = _units(keys, keep_rows_whole)
-    units_by_worker: dict[str, list[list[Hashable]]] = defaultdict(list)
-    load: dict[str, int] = defaultdict(int)
-    for unit in units:
-        worker = _owner(unit, holders, block_nbytes, load)
-        units_by_worker[worker].append(unit)
-        load[worker] += sum(block_nbytes[k] for k in unit)
-
+    units_by_worker = _assign(_units(keys, keep_rows_whole), holders, block_nbytes)
     partitions = []
     for worker in sorted(units_by_worker):
         worker_units = units_by_worker[worker]
@@ -404,6 +375,62 @@ def split(
                 )
             )
     return Split(partitions)
+
+
+def _held_blocks(
+    x: da.Array, client: Client, persist: bool
+) -> tuple[da.Array, list[Hashable], dict[Hashable, Future]]:
+    """``x`` (persisted if ``persist`` and some block is not held), its block keys in order,
+    and the future holding each block; a block held by no future is an error otherwise."""
+    keys = list(flatten(x.__dask_keys__()))
+    futures_by_key = {f.key: f for f in futures_of(x)}
+    missing = [k for k in keys if k not in futures_by_key]
+    if missing and persist:
+        logger.debug(
+            "split: persisting %s, %d of its blocks are not in memory", x.name, len(missing)
+        )
+        x = client.persist(x)
+        futures_by_key = {f.key: f for f in futures_of(x)}
+    elif missing:
+        raise ValueError(
+            f"{len(missing)} of {len(keys)} blocks of {x.name!r} are not held by futures "
+            f"(first: {missing[0]!r}); persist the array first: x = client.persist(x)"
+        )
+    return x, keys, futures_by_key
+
+
+def _locations(
+    x: da.Array,
+    keys: list[Hashable],
+    futures_by_key: dict[Hashable, Future],
+    client: Client,
+    nthreads: dict[str, int] | None,
+) -> tuple[dict[Any, Sequence[str]], dict[str, int]]:
+    """The workers holding each block, and the threads per worker (``nthreads`` if given):
+    those a streamed step's array carries, else one query for the whole array."""
+    known = _block_locations.of(x)  # carried by a streamed step's array: no query needed
+    if known is None:
+        futures = [futures_by_key[k] for k in keys]
+        wait(futures)
+        holders = client.who_has(futures)  # the one location query for the whole array
+        return holders, nthreads if nthreads is not None else client.nthreads()
+    holders = {k: [known.workers[k]] for k in keys}
+    return holders, nthreads if nthreads is not None else known.nthreads
+
+
+def _assign(
+    units: list[list[Hashable]],
+    holders: dict[Any, Sequence[str]],
+    block_nbytes: dict[Hashable, int],
+) -> dict[str, list[list[Hashable]]]:
+    """Each unit to its owner (:func:`_owner`), in order, the load counted as units come."""
+    units_by_worker: dict[str, list[list[Hashable]]] = defaultdict(list)
+    load: dict[str, int] = defaultdict(int)
+    for unit in units:
+        worker = _owner(unit, holders, block_nbytes, load)
+        units_by_worker[worker].append(unit)
+        load[worker] += sum(block_nbytes[k] for k in unit)
+    return units_by_worker
 
 
 def _index_of(key: Hashable) -> BlockIndex:

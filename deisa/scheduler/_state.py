@@ -1,0 +1,117 @@
+"""The state the stream routes share, and the key transitions more than one of them makes.
+
+:class:`StreamState` holds the streams by array name (their records: :mod:`._streams`), the
+consumers and the clients that own their keys, and the counters of ``deisa_stats``. The route
+groups (:mod:`.workers`, :mod:`.consumers`, :mod:`.publishing`, :mod:`.taking`) extend it, and
+:class:`~.extension.StreamExtension` joins them into one scheduler plugin. The transitions here
+(a step lost, a step one reader fewer has to take, a run retired) are the only places, with
+the routes themselves, where a stream lets go of keys.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+from typing import Any
+
+from .. import _dask_internals
+from ._streams import UNCLAIMED, Lost, Step, Stream, insert
+from .contracts import ContractStore
+from .steering import SteeringValues
+
+# the extension's one logger, whichever module logs: its records keep the name users filter on
+logger = logging.getLogger("deisa.scheduler.extension")
+
+
+class StreamState:
+    """The streams of one scheduler and what their routes share; see the module docstring.
+
+    Attributes
+    ----------
+    streams : dict of str to Stream
+        One record per array name, kept across runs.
+    calls : Counter
+        Calls per route, as ``deisa_stats`` reports them.
+    totals : dict of str to Counter
+        Per array, never reset by a new run: steps published and taken, bytes published,
+        flow-control and open milliseconds.
+    consumers : dict of str to str
+        Consumer id to the client that owns the keys it takes.
+    scheduler : distributed.Scheduler
+        Set when the plugin starts.
+    steering, contracts
+        The stores of steering values and contracts, installed with the routes.
+    """
+
+    steering: SteeringValues
+    contracts: ContractStore
+
+    def __init__(self) -> None:
+        self.streams: dict[str, Stream] = {}
+        self.calls: Counter[str] = Counter()
+        # per array, never reset by a new run: steps published and taken, bytes published
+        self.totals: dict[str, Counter[str]] = {}
+        self.scheduler: Any = None
+        self.consumers: dict[str, str] = {}  # consumer id -> the client that owns its keys
+        self._tasks: set[asyncio.Future[None]] = set()
+        self._workers_changed: asyncio.Condition = asyncio.Condition()
+
+    def _open_meta(self, name: str) -> dict[str, Any] | None:
+        """The metadata of ``name`` while a run has it open (contracts are checked on it)."""
+        stream = self.streams.get(name)
+        return None if stream is None else stream.meta
+
+    def _stream(self, name: str) -> Stream:
+        if name not in self.streams:
+            self.streams[name] = Stream(name)
+        return self.streams[name]
+
+    def _soon(self, coroutine: Any) -> None:
+        """Run ``coroutine`` on the loop (from a sync hook), keeping it referenced until done."""
+        task = asyncio.ensure_future(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _lose(self, stream: Stream, marker: Lost, readers: Any, step: Step | None = None) -> None:
+        """``marker`` takes the place of ``step`` (or its step's place, for a step never
+        queued) in the queues of ``readers``; the stream lets go of the step's keys."""
+        for reader in readers:
+            if step is None:
+                insert(reader.queue, marker)
+            else:
+                reader.queue[reader.queue.index(step)] = marker
+        if step is not None:
+            stream.pending.pop(step.step, None)
+            step.pending = 0
+            _dask_internals.release_keys(self.scheduler, step.keys, stream.holder)
+        stream.lost.extend((marker.step, worker) for worker in marker.workers)
+        logger.warning(
+            "deisa: step %d of %r lost: worker(s) %s holding its blocks left the cluster",
+            marker.step,
+            stream.name,
+            ", ".join(marker.workers),
+        )
+
+    def _untake(self, stream: Stream, step: Step) -> None:
+        """One reader fewer has to take ``step``; the last one lets the stream's keys go."""
+        step.pending -= 1
+        if step.pending == 0:
+            stream.pending.pop(step.step, None)
+            _dask_internals.release_keys(self.scheduler, step.keys, stream.holder)
+
+    def _retire(self, stream: Stream) -> None:
+        """Forget a finished run: its holder, records and readers go, the stream object and
+        the consumers waiting for the next run stay."""
+        if stream.run is not None:
+            _dask_internals.forget_holder(self.scheduler, stream.holder)
+        for name, reader in list(stream.readers.items()):
+            if (reader.run is not None and reader.run == stream.run) or name == UNCLAIMED:
+                del stream.readers[name]
+            else:
+                reader.queue.clear()
+        stream.run = stream.meta = None
+        stream.pending.clear()
+        stream.deferred.clear()
+        stream.closed, stream.published, stream.taken = False, 0, 0
+        stream.dropped, stream.lost, stream.last_taken = [], [], None

@@ -1,0 +1,186 @@
+"""The simulation's side of a stream: the routes ``deisa_open``, ``deisa_publish`` and
+``deisa_close`` (runs, flow control, repeated, late and lost steps: see :mod:`._streams`)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from .. import _dask_internals
+from ..wire import Reply, Status, error, ok
+from ._state import StreamState, logger
+from ._streams import UNCLAIMED, End, Lost, Reader, Step, Stream, insert
+
+
+class Publishing(StreamState):
+    """A Bridge's rank 0 opens an array, publishes its steps one message each, and closes it."""
+
+    async def open_stream(
+        self,
+        name: str,
+        run: str,
+        meta: dict[str, Any],
+        buffer_nb: int | None,
+        on_full: str = "block",
+    ) -> Reply:
+        self.calls["open"] += 1
+        stream = self._stream(name)
+        if stream.run not in (None, run) and not stream.finished:
+            return error(
+                f"array {name!r} is already published by run {stream.run}, which has not "
+                "finished (or whose steps the analytics has not all taken)"
+            )
+        if stream.run != run:  # a new run replaces a finished one, in place: getters may wait on it
+            self._retire(stream)
+        stream.run, stream.meta, stream.buffer_nb = run, meta, buffer_nb
+        stream.on_full = on_full
+        for reader in stream.readers.values():
+            reader.run = run  # those waiting for the next run
+        await stream.notify()
+        # the array's contract, checked against it, applies from the run's first step
+        return ok(**self.contracts.opened(name, meta))
+
+    async def publish_step(
+        self,
+        name: str,
+        run: str,
+        step: int,
+        blocks: list[tuple[Any, str, int]],
+        timeout: float | None = None,
+        contract: dict[str, Any] | None = None,
+    ) -> Reply:
+        self.calls["publish"] += 1
+        stream = self.streams.get(name)
+        if stream is None or stream.run != run:
+            return error(f"array {name!r} was not opened by run {run}")
+        keys = [key for key, _, _ in blocks]
+        departed = sorted({w for _, w, _ in blocks if w not in self.scheduler.workers})
+        present = [(k, w, n) for k, w, n in blocks if w not in departed]
+        _dask_internals.register_keys(
+            self.scheduler,
+            who_has={key: [worker] for key, worker, _ in present},
+            nbytes={key: nbytes for key, _, nbytes in present},
+            holder=stream.holder,
+        )
+        record = Step(step, keys, [worker for _, worker, _ in blocks], run, contract=contract)
+        if departed:  # gone between the ranks' sends and this call: free what the others hold
+            return await self._lost_on_arrival(stream, record, departed)
+        if stream.last_taken is not None and step <= stream.last_taken:
+            return self._drop_late(stream, record)
+        if step in stream.pending:
+            return await self._replace(stream, stream.pending[step], record)
+        limit = stream.buffer_nb
+        if limit and stream.on_full == "drop_oldest":
+            while stream.queued_steps() >= limit:
+                self._drop_oldest(stream)
+        elif limit:
+            has_room = await stream.wait_for(lambda: stream.queued_steps() < limit, timeout)
+            if not has_room:
+                _dask_internals.release_keys(self.scheduler, keys, stream.holder)
+                slowest = max(stream.readers.values(), key=Reader.queued_steps)
+                who = (
+                    "no consumer is attached"
+                    if slowest.name == UNCLAIMED
+                    else f"slowest reader: {slowest.name}"
+                )
+                return error(
+                    f"the analytics took no step of {name!r} for {timeout} s while "
+                    f"buffer_nb={limit} steps were waiting (taken so far: {stream.taken}); "
+                    f"step {step} was not delivered ({who})",
+                    Status.TIMEOUT,
+                )
+            if stream.last_taken is not None and step <= stream.last_taken:
+                return self._drop_late(stream, record)  # taken past it while waiting
+            departed = sorted({w for w in record.workers if w not in self.scheduler.workers})
+            if departed:  # left while it waited for room
+                return await self._lost_on_arrival(stream, record, departed)
+        stream.some_reader(run)
+        for reader in stream.readers.values():
+            insert(reader.queue, record)  # in place of its lost marker, if it was lost before
+        stream.lost = [(lost, worker) for lost, worker in stream.lost if lost != step]
+        record.pending = len(stream.readers)
+        stream.pending[step] = record
+        stream.published += 1
+        nbytes = sum(n for *_, n in present)
+        self.totals.setdefault(name, Counter()).update(published=1, bytes=nbytes)
+        await stream.notify()
+        return ok()
+
+    async def _lost_on_arrival(self, stream: Stream, record: Step, departed: list[str]) -> Reply:
+        """A step with blocks on workers that left: released, and lost for every reader."""
+        _dask_internals.release_keys(self.scheduler, record.keys, stream.holder)
+        passed = stream.last_taken is not None and record.step <= stream.last_taken
+        if not passed:  # the readers have not passed it: they learn it was lost
+            stream.some_reader(record.run)
+        readers = [] if passed else list(stream.readers.values())
+        self._lose(stream, Lost(record.step, tuple(departed), record.run), readers)
+        await stream.notify()
+        return error(
+            f"worker(s) {', '.join(departed)} holding blocks of step {record.step} of "
+            f"{stream.name!r} left the cluster before the step was registered; step "
+            f"{record.step} was lost",
+            Status.LOST,
+            workers=departed,
+        )
+
+    async def _replace(self, stream: Stream, old: Step, new: Step) -> Reply:
+        """A step published again before any reader took it: the new data takes its place."""
+        released = [key for key in old.keys if key not in new.keys]
+        old.keys, old.workers = new.keys, new.workers  # in place: in every reader's queue
+        old.contract = new.contract
+        _dask_internals.release_keys(self.scheduler, released, stream.holder)
+        logger.info(
+            "deisa: step %d of %r published again before the analytics took it: the new data "
+            "replaces it",
+            new.step,
+            stream.name,
+        )
+        await stream.notify()
+        return ok(replaced=True)
+
+    def _drop_late(self, stream: Stream, record: Step) -> Reply:
+        """A step the analytics has already passed (taken it, or a later one): drop the new one."""
+        _dask_internals.release_keys(self.scheduler, record.keys, stream.holder)
+        message = (
+            f"step {record.step} of {stream.name!r} was published after the analytics had "
+            f"taken step {stream.last_taken}: this publication was dropped (a step the "
+            "analytics has passed cannot be replaced)"
+        )
+        logger.warning("deisa: %s", message)
+        return error(message, Status.DROPPED)
+
+    def _drop_oldest(self, stream: Stream) -> None:
+        """Release the oldest step a reader has to take (``on_full="drop_oldest"``); readers
+        that took it keep it."""
+        oldest = stream.pending.pop(min(stream.pending))
+        for reader in stream.readers.values():
+            if oldest in reader.queue:
+                reader.queue.remove(oldest)
+        _dask_internals.release_keys(self.scheduler, oldest.keys, stream.holder)
+        stream.dropped.append(oldest.step)
+        logger.warning(
+            "deisa: dropped step %d of %r: buffer_nb=%d steps were waiting for the "
+            "analytics (on_full='drop_oldest'; %d step(s) dropped so far)",
+            oldest.step,
+            stream.name,
+            stream.buffer_nb,
+            len(stream.dropped),
+        )
+
+    async def close_stream(
+        self, name: str, run: str, nsteps: int, held_s: float = 0.0, open_s: float = 0.0
+    ) -> Reply:
+        """End ``name``'s stream after ``nsteps`` steps; ``held_s`` of rank 0's ``open_s``
+        seconds with its Bridge went to flow control (totals ``held_ms`` and ``open_ms``)."""
+        self.calls["close"] += 1
+        stream = self.streams.get(name)
+        if stream is None or stream.run != run:
+            return error(f"array {name!r} was not opened by run {run}")
+        ms = {"held_ms": round(1000 * held_s), "open_ms": round(1000 * open_s)}
+        self.totals.setdefault(name, Counter()).update(ms)
+        stream.some_reader(run)
+        for reader in stream.readers.values():
+            reader.queue.append(End(nsteps, run))
+        stream.closed = True
+        await stream.notify()
+        return ok()
