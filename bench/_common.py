@@ -98,10 +98,11 @@ class TLSFiles:
             env[f"{tls}MAX_VERSION"] = str(self.max_version)
         return env
 
-    def cli(self) -> list[str]:
-        """The ``--tls-*`` options of ``dask scheduler`` and ``dask worker``."""
-        return ["--tls-ca-file", str(self.ca_file), "--tls-cert", str(self.cert),
-                "--tls-key", str(self.key)]  # fmt: skip
+    def cli_args(self) -> list[str]:
+        """The options of ``dask scheduler`` and ``dask worker``: TLS only, with these files
+        (:mod:`deisa.launcher.dask_processes` takes them)."""
+        return ["--protocol", "tls", "--tls-ca-file", str(self.ca_file), "--tls-cert",
+                str(self.cert), "--tls-key", str(self.key)]  # fmt: skip
 
 
 @contextmanager

@@ -29,8 +29,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -58,42 +56,21 @@ TIMEOUT = 120.0  # seconds any phase may take on a loaded machine before the run
 def dask_processes(
     workdir: Path, workers: int, tls: TLSFiles | None, times: dict[str, float], t0: float
 ) -> Iterator[Path]:
-    """A scheduler and ``workers`` workers launched at ``t0``; their scheduler file. Times the
-    file's appearance into ``times``; stops every process (by its PID) at the end."""
-    scheduler_file = workdir / "scheduler.json"
-    dask = [sys.executable, "-m", "dask"]
-    tls_args = tls.cli() if tls is not None else []
-    protocol = ["--protocol", "tls"] if tls is not None else []
-    env = child_env()
-    procs: list[subprocess.Popen[bytes]] = []
+    """A scheduler and ``workers`` workers launched at ``t0`` as ``deisa-run`` launches them
+    (:mod:`deisa.launcher.dask_processes`); their scheduler file. Times the file's
+    appearance into ``times``; stops every process at the end."""
+    from deisa.launcher.dask_processes import DaskProcesses
 
-    def launch(name: str, cmd: list[str]) -> None:
-        with open(workdir / f"{name}.log", "wb") as log:
-            procs.append(subprocess.Popen(cmd, env=env, stdout=log, stderr=log, cwd=workdir))
-
+    cluster = DaskProcesses(
+        workdir / "scheduler.json", log_dir=workdir, env=child_env(), credentials=tls
+    )
     try:
-        launch("scheduler", [*dask, "scheduler", *protocol, "--host", "127.0.0.1", "--port", "0",
-                             "--no-dashboard", "--dashboard-address", "127.0.0.1:0",
-                             "--scheduler-file", str(scheduler_file), *tls_args])  # fmt: skip
-        while not scheduler_file.exists():
-            if procs[0].poll() is not None or time.perf_counter() - t0 > TIMEOUT:
-                raise RuntimeError(f"no scheduler: {(workdir / 'scheduler.log').read_text()}")
-            time.sleep(0.005)
+        cluster.start_scheduler(TIMEOUT - (time.perf_counter() - t0), interval=0.005)
         times["scheduler file"] = time.perf_counter() - t0
-        for i in range(workers):
-            launch(f"worker-{i}", [*dask, "worker", "--scheduler-file", str(scheduler_file),
-                                   "--host", "127.0.0.1", "--nthreads", "1", "--no-nanny",
-                                   "--no-dashboard", "--dashboard-address", "127.0.0.1:0",
-                                   "--local-directory", str(workdir), *tls_args])  # fmt: skip
-        yield scheduler_file
+        cluster.start_workers(workers, local_dir=workdir)
+        yield cluster.scheduler_file
     finally:
-        for proc in reversed(procs):  # the workers first
-            proc.terminate()
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        cluster.stop(timeout=30)
 
 
 def start_once(workers: int, tls: TLSFiles | None) -> dict[str, float]:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -40,45 +39,19 @@ TARGET_S = 5.0
 STARTUP = 120.0
 
 
-def start_cluster(tmp: Path, workers: int) -> tuple[Path, list[subprocess.Popen[bytes]]]:
-    """A scheduler and ``workers`` workers (no nanny) on loopback; the scheduler file."""
-    dask = shutil.which("dask") or f"{sys.executable} -m distributed.cli.dask"
-    scheduler_file = tmp / "scheduler.json"
-    env = child_env()
-    procs = [
-        subprocess.Popen(
-            [dask, "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
-             "--scheduler-file", str(scheduler_file)],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )
-    ]  # fmt: skip
-    deadline = time.monotonic() + STARTUP
-    while not scheduler_file.exists():
-        if time.monotonic() > deadline:
-            raise RuntimeError("the scheduler did not start")
-        time.sleep(0.1)
-    for i in range(workers):
-        procs.append(
-            subprocess.Popen(
-                [dask, "worker", "--scheduler-file", str(scheduler_file), "--nthreads", "1",
-                 "--host", "127.0.0.1", "--no-nanny", "--no-dashboard", "--name", f"w{i}"],
-                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            )
-        )  # fmt: skip
-    return scheduler_file, procs
+def start_cluster(tmp: Path, workers: int) -> Any:
+    """A scheduler and ``workers`` workers (no nanny) on loopback, as ``deisa-run`` starts
+    them: a :class:`deisa.launcher.dask_processes.DaskProcesses`, logs in ``tmp``."""
+    from deisa.launcher.dask_processes import DaskProcesses
 
-
-def stop(procs: list[subprocess.Popen[bytes]]) -> None:
-    for group in (procs[1:], procs[:1]):
-        for p in group:
-            if p.poll() is None:
-                p.terminate()
-        for p in group:
-            try:
-                p.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+    cluster = DaskProcesses(tmp / "scheduler.json", log_dir=tmp, env=child_env())
+    try:
+        cluster.start_scheduler(STARTUP)
+        cluster.start_workers(workers)
+    except BaseException:
+        cluster.stop()
+        raise
+    return cluster
 
 
 def workers(client: Any) -> int:
@@ -98,7 +71,8 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
 
     grid = (2, args.ranks // 2) if args.ranks % 2 == 0 else (1, args.ranks)
     with tempfile.TemporaryDirectory() as tmp:
-        scheduler_file, procs = start_cluster(Path(tmp), args.workers)
+        cluster = start_cluster(Path(tmp), args.workers)
+        scheduler_file = cluster.scheduler_file
         done = Path(tmp) / "done"
         done.mkdir()
         try:
@@ -126,7 +100,7 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
                         array.compute()
                         received.append(step)
                         if step == args.kill_at:
-                            procs[2].kill()  # worker 1
+                            cluster.procs[2].kill()  # worker 1
                             killed_at = time.time()
                             # the next step is taken once the scheduler knows (else it may
                             # hand over a step whose block just died: not the Bridge's stall)
@@ -136,7 +110,7 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
                 adapter.close()
                 output, _ = sim.communicate(timeout=600)
         finally:
-            stop(procs)
+            cluster.stop()
         if sim.returncode != 0:
             raise RuntimeError(f"the simulation failed ({sim.returncode}):\n{output[-3000:]}")
         ranks = [json.loads(path.read_text()) for path in sorted(done.glob("rank-*.json"))]

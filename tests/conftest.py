@@ -10,12 +10,13 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
+
+from deisa.launcher.dask_processes import DaskProcesses as _DaskProcesses
 
 REPO = Path(__file__).resolve().parents[1]
 BUILD = REPO / "build"  # CMake build of the C solver and the PDI plugin
@@ -71,95 +72,25 @@ def deisa_run(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[s
     )
 
 
-@dataclass
-class DaskProcesses:
-    """A `dask scheduler` and `dask worker` processes started from the command line."""
+class DaskProcesses(_DaskProcesses):
+    """A `dask scheduler` and `dask worker` processes started from the command line, as
+    ``deisa-run`` starts them (:mod:`deisa.launcher.dask_processes`); its clients wait up to
+    :data:`STARTUP`."""
 
-    scheduler_file: Path
-    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)  # scheduler first
-    log_dir: Path | None = None
-
-    def client(self, **kwargs: object):
-        from distributed import Client
-
+    def client(self, **kwargs: Any) -> Any:
         kwargs.setdefault("timeout", STARTUP)
-        return Client(scheduler_file=str(self.scheduler_file), **kwargs)
-
-    def stop(self) -> None:
-        # the workers, then the scheduler: a worker that loses its scheduler while closing can
-        # hang until it is killed
-        for group in (self.procs[1:], self.procs[:1]):
-            for p in group:
-                if p.poll() is None:
-                    p.terminate()
-            for p in group:
-                try:
-                    p.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
+        return super().client(**kwargs)
 
 
 def start_dask(
     tmp: Path, n_workers: int = 2, nthreads: int = 1, extra_worker_args: list[str] | None = None
 ) -> DaskProcesses:
-    """Start a scheduler and ``n_workers`` workers on loopback; wait until they are connected."""
-    dask = shutil.which("dask") or f"{sys.executable} -m distributed.cli.dask"
-    scheduler_file = tmp / "scheduler.json"
-    env = test_env()
-    env["DASK_DISTRIBUTED__SCHEDULER__WORK_STEALING"] = "False"
-    cluster = DaskProcesses(scheduler_file, log_dir=tmp)
-    log = open(tmp / "scheduler.log", "wb")  # noqa: SIM115 - lives as long as the process
-    cluster.procs.append(
-        subprocess.Popen(
-            [
-                dask,
-                "scheduler",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                "0",
-                "--no-dashboard",
-                "--scheduler-file",
-                str(scheduler_file),
-            ],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    )
-    deadline = time.monotonic() + STARTUP
-    while not scheduler_file.exists():
-        if time.monotonic() > deadline or cluster.procs[0].poll() is not None:
-            cluster.stop()
-            raise RuntimeError(f"scheduler did not start: {(tmp / 'scheduler.log').read_text()}")
-        time.sleep(0.1)
-    for i in range(n_workers):
-        wlog = open(tmp / f"worker{i}.log", "wb")  # noqa: SIM115
-        cluster.procs.append(
-            subprocess.Popen(
-                [
-                    dask,
-                    "worker",
-                    "--scheduler-file",
-                    str(scheduler_file),
-                    "--nthreads",
-                    str(nthreads),
-                    "--host",
-                    "127.0.0.1",
-                    "--no-nanny",
-                    "--no-dashboard",
-                    "--name",
-                    f"worker-{i}",
-                    *(extra_worker_args or []),
-                ],
-                env=env,
-                stdout=wlog,
-                stderr=subprocess.STDOUT,
-            )
-        )
-    with cluster.client(timeout=STARTUP) as client:
-        client.wait_for_workers(n_workers, timeout=STARTUP)
+    """Start a scheduler and ``n_workers`` workers on loopback, their files and logs in
+    ``tmp``; wait until they are connected."""
+    cluster = DaskProcesses.started(
+        tmp, n_workers, STARTUP, threads=nthreads, env=test_env(),
+        worker_args=extra_worker_args or (),
+    )  # fmt: skip
     return cluster
 
 

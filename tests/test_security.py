@@ -24,7 +24,7 @@ from conftest import REPO, STARTUP, DaskProcesses, kill_if_running, mpirun, test
 
 from deisa import Adapter
 from deisa.bridge.scheduler_file import read_scheduler_address
-from deisa.launcher.local import scheduler_command, worker_command
+from deisa.launcher.dask_processes import scheduler_command, worker_command
 from deisa.wire import Status, SteeringError, status
 
 PUBLISHER = REPO / "tests" / "publish_blocks.py"

@@ -222,7 +222,8 @@ def _analytics(args: argparse.Namespace, signals: Signals, security: Any = None)
     from distributed import Client
 
     from ..bridge.scheduler_file import read_scheduler_address
-    from .local import dashboard_line, flow_control, workers_connected
+    from .dask_processes import workers_connected
+    from .local import dashboard_line, flow_control
     from .pipeline import analyze_stream, warm_up
     from .report import report
     from .stall import StepWatch

@@ -23,13 +23,11 @@ bytes published (the ``totals`` of the scheduler extension's ``deisa_stats``).
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import logging
 import os
 import socket
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -37,11 +35,12 @@ from typing import IO, Any
 import yaml
 
 from ..wire import Route
+from .dask_processes import LOOPBACK, DaskProcesses, dashboard_available
 from .pipeline import PipelineError, StepAnalytics, analyze_stream, warm_up
 from .processes import Child, ProcessSet, Signals, child_env, tail, wait_until
 from .report import report
 from .security import Credentials, make_credentials
-from .settings import RunSettings, preload_args
+from .settings import RunSettings
 from .solver import (
     SCHEDULER_FILE_OVERRIDE,
     analytics_argv,
@@ -50,68 +49,9 @@ from .solver import (
     simulation_command,
 )
 from .stall import StepWatch
+from .ucx import UCX
 
 logger = logging.getLogger(__name__)
-
-LOOPBACK = "127.0.0.1"
-
-
-def dashboard_available() -> bool:
-    """Whether ``dask scheduler`` can serve its dashboard (it needs bokeh)."""
-    return importlib.util.find_spec("bokeh") is not None
-
-
-def scheduler_command(
-    scheduler_file: Path, dashboard: bool, credentials: Credentials | None = None
-) -> list[str]:
-    """``dask scheduler`` on loopback, on free ports, with the job's TLS ``credentials``
-    (``None``: plain TCP)."""
-    cmd = [sys.executable, "-m", "dask", "scheduler", "--host", LOOPBACK, "--port", "0"]
-    cmd += ["--scheduler-file", str(scheduler_file)]
-    cmd += credentials.cli_args() if credentials is not None else []
-    # --no-dashboard drops the pages, not the HTTP server (health, metrics): local too, any port
-    cmd += ["--dashboard" if dashboard else "--no-dashboard"]
-    return [*cmd, "--dashboard-address", f"{LOOPBACK}:0"]
-
-
-def worker_command(
-    scheduler_file: Path,
-    index: int,
-    threads: int,
-    local_dir: Path,
-    preload: str | None = None,
-    credentials: Credentials | None = None,
-) -> list[str]:
-    """``dask worker`` on loopback; ``preload``: a module for ``--preload`` (the settings'
-    ``worker_preload``, e.g. the PCA's warm-up :mod:`deisa.analysis._warm`), beside those of
-    the dask configuration (:func:`~deisa.launcher.settings.preload_args`); ``credentials``:
-    the job's TLS files (``None``: plain TCP)."""
-    preloads = preload_args(preload)
-    return [
-        sys.executable, "-m", "dask", "worker",
-        "--scheduler-file", str(scheduler_file),
-        "--host", LOOPBACK,
-        *(credentials.cli_args() if credentials is not None else []),
-        "--nthreads", str(threads),
-        "--no-nanny", "--no-dashboard", "--dashboard-address", f"{LOOPBACK}:0",
-        "--name", f"worker-{index}",
-        "--local-directory", str(local_dir),
-        *preloads,
-    ]  # fmt: skip
-
-
-def workers_connected(client: Any, n: int) -> Callable[[], bool]:
-    """A condition for :func:`~deisa.launcher.processes.wait_until`: ``n`` workers are there
-    (it waits 1 s per call: use ``interval=0``)."""
-
-    def ready() -> bool:
-        try:
-            client.wait_for_workers(n, timeout=1)
-        except TimeoutError:
-            return False
-        return True
-
-    return ready
 
 
 @dataclass(frozen=True)
@@ -151,6 +91,9 @@ def run_pipeline(settings: RunSettings, signals: Signals, out: IO[str] = sys.std
     scheduler_file = _prepare_output(output)
     credentials = _credentials(settings)
     secure = credentials.env() if credentials is not None else {}
+    if settings.protocol == "ucx":  # every process, this one's client included
+        secure = {**secure, **UCX().env()}
+        os.environ.update(secure)
     procs = ProcessSet(output / "logs", child_env(secure), settings.stop_timeout)
     signals.on_second = procs.kill
     simulation = _simulation(settings, scheduler_file, secure)
@@ -201,11 +144,18 @@ def _credentials(settings: RunSettings) -> Credentials | None:
     with ``--insecure``."""
     if settings.tls:
         return make_credentials(settings.output / "tls")
-    print(
-        "deisa-run: warning: --insecure: the Dask processes speak plain TCP without "
-        "authentication; any account on this machine can connect to them and run code as you",
-        file=sys.stderr,
-    )
+    if settings.protocol == "ucx":
+        warning = (
+            "speak UCX without authentication, and distributed-ucxx's listeners take every "
+            "interface: any account on this machine, and any machine that reaches it, can "
+            "connect to them and run code as you"
+        )
+    else:
+        warning = (
+            "speak plain TCP without authentication; any account on this machine can connect "
+            "to them and run code as you"
+        )
+    print(f"deisa-run: warning: --insecure: the Dask processes {warning}", file=sys.stderr)
     return None
 
 
@@ -289,35 +239,21 @@ def _start_dask(
     signals: Signals,
     credentials: Credentials | None,
 ) -> Any:
-    """Start the scheduler and the workers (with the job's TLS ``credentials``, if any); a
-    client once every worker is connected."""
-    from distributed import Client
-
+    """Start the scheduler and the workers (with the job's TLS ``credentials``, if any) among
+    the run's processes ``procs``; a client once every worker is connected."""
     dashboard = dashboard_available()
-    procs.start("scheduler", scheduler_command(scheduler_file, dashboard, credentials))
-    wait_until(
-        scheduler_file.exists,
-        f"the scheduler file {scheduler_file}",
-        settings.timeout,
-        procs=procs,
-        check=signals.check,
+    # UCX: `--protocol ucx` in place of TLS credentials (it has none: --insecure)
+    comm = UCX() if settings.protocol == "ucx" else credentials
+    dask = DaskProcesses(scheduler_file, credentials=comm, processes=procs)
+    dask.start_scheduler(settings.timeout, dashboard=dashboard, check=signals.check)
+    dask.start_workers(
+        settings.workers,
+        settings.threads,
+        local_dir=settings.output / "dask-scratch",
+        preload=settings.worker_preload,
     )
-    for i in range(settings.workers):
-        local_dir = settings.output / "dask-scratch"
-        command = worker_command(
-            scheduler_file, i, settings.threads, local_dir, settings.worker_preload, credentials
-        )
-        procs.start(f"worker-{i}", command)
-    security = credentials.security() if credentials is not None else None
-    client = Client(scheduler_file=str(scheduler_file), security=security, timeout=settings.timeout)
-    wait_until(
-        workers_connected(client, settings.workers),
-        f"{settings.workers} worker(s) to connect",
-        settings.timeout,
-        procs=procs,
-        interval=0,
-        check=signals.check,
-    )
+    client = dask.client(timeout=settings.timeout)
+    dask.wait_for_workers(client, settings.workers, settings.timeout, check=signals.check)
     print(dashboard_line(client, dashboard), file=sys.stderr)
     return client
 

@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from .pipeline import PipelineError
 from .security import open_log
 
 logger = logging.getLogger(__name__)
@@ -192,27 +191,60 @@ class ProcessSet:
 
         tree = self._descendants(children)
         self._seen += tree
-        for child in children:
-            if child.popen.poll() is None:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(child.popen.pid, signal.SIGTERM)
         deadline = time.monotonic() + self.stop_timeout
+        popens, names = [c.popen for c in children], [c.name for c in children]
+        terminate(popens, self.stop_timeout, names, groups=True)
         for child in children:
-            try:
-                child.popen.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                logger.warning("%s did not stop on SIGTERM; killing it", child.name)
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(child.popen.pid, signal.SIGKILL)
-            if child.popen.poll() is None:
-                child.popen.kill()
-            child.popen.wait()
             child.join_echo()
         _, alive = psutil.wait_procs(tree, timeout=max(0.5, deadline - time.monotonic()))
         for proc in alive:
             with contextlib.suppress(psutil.Error):
                 proc.kill()
         psutil.wait_procs(alive, timeout=5)
+
+
+def _leads_group(popen: subprocess.Popen[bytes]) -> bool:
+    """Whether ``popen`` leads its process group (started in a session of its own)."""
+    try:
+        return os.getpgid(popen.pid) == popen.pid
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def terminate(
+    popens: Sequence[subprocess.Popen[bytes]],
+    timeout: float,
+    names: Sequence[str] | None = None,
+    *,
+    groups: bool | None = None,
+) -> None:
+    """Stop ``popens`` together; return once every one is reaped.
+
+    SIGTERM to each, then, after ``timeout`` s for all of them, SIGKILL to those left. A
+    process that leads its group (``groups``: all do; ``None``: asked of each) is signalled
+    with its group, so that its descendants that stayed in it (MPI ranks) go too.
+    ``names``: theirs, for the warning about one that had to be killed.
+    """
+    leaders = [_leads_group(p) if groups is None else groups for p in popens]
+    for popen, leader in zip(popens, leaders, strict=True):
+        if leader:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(popen.pid, signal.SIGTERM)
+        elif popen.poll() is None:
+            popen.terminate()
+    deadline = time.monotonic() + timeout
+    for i, (popen, leader) in enumerate(zip(popens, leaders, strict=True)):
+        try:
+            popen.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            name = names[i] if names is not None else f"process {popen.pid}"
+            logger.warning("%s did not stop on SIGTERM; killing it", name)
+        if leader:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(popen.pid, signal.SIGKILL)
+        if popen.poll() is None:
+            popen.kill()
+        popen.wait()
 
 
 def tail(path: Path, lines: int = 15) -> str:
@@ -304,6 +336,8 @@ def wait_until(
         A process of ``procs`` exited first (with its log's tail), or ``timeout`` s passed;
         the message names what was awaited.
     """
+    from .pipeline import PipelineError  # the analytics' stack: not for a bare process start
+
     deadline = time.monotonic() + timeout
     while not ready():
         if check is not None:

@@ -34,8 +34,8 @@ from conftest import (
 
 from deisa.launcher import (
     cli,
+    dask_processes,
     defaults,
-    local,
     options,
     processes,
     report,
@@ -322,11 +322,11 @@ def test_second_signal_kills_at_once(tmp_path: Path) -> None:
 
 def test_local_commands_listen_on_loopback(tmp_path: Path) -> None:
     for dashboard in (False, True):
-        cmd = local.scheduler_command(tmp_path / "s.json", dashboard)
+        cmd = dask_processes.scheduler_command(tmp_path / "s.json", dashboard)
         assert cmd[cmd.index("--host") + 1] == "127.0.0.1"
         if dashboard:
             assert cmd[cmd.index("--dashboard-address") + 1] == "127.0.0.1:0"
-    cmd = local.worker_command(tmp_path / "s.json", 0, 1, tmp_path)
+    cmd = dask_processes.worker_command(tmp_path / "s.json", 0, 1, tmp_path)
     assert cmd[cmd.index("--host") + 1] == "127.0.0.1"
     assert cmd[cmd.index("--dashboard-address") + 1] == "127.0.0.1:0"  # its HTTP server
 
@@ -611,9 +611,9 @@ def test_workers_preload_the_pca_warm_up_for_the_builtin_pca_only(tmp_path: Path
     assert solver.resolve_settings(parse("--worker-preload", "my.mod")).worker_preload == "my.mod"
     with pytest.raises(UsageError, match="--worker-preload"):
         solver.resolve_settings(parse("--worker-preload", " "))
-    cmd = local.worker_command(tmp_path / "s.json", 0, 1, tmp_path, settings.PCA_WARM_UP)
+    cmd = dask_processes.worker_command(tmp_path / "s.json", 0, 1, tmp_path, settings.PCA_WARM_UP)
     assert cmd[cmd.index("--preload") + 1] == "deisa.analysis._warm"
-    assert "--preload" not in local.worker_command(tmp_path / "s.json", 0, 1, tmp_path)
+    assert "--preload" not in dask_processes.worker_command(tmp_path / "s.json", 0, 1, tmp_path)
 
 
 def test_slurm_workers_preload_the_pca_warm_up_for_the_builtin_pca_only() -> None:
@@ -631,13 +631,15 @@ def test_slurm_workers_preload_the_pca_warm_up_for_the_builtin_pca_only() -> Non
 def test_worker_preload_keeps_the_preloads_of_the_dask_configuration(tmp_path: Path) -> None:
     # a --preload option replaces distributed.worker.preload: the launcher passes both
     with dask.config.set({"distributed.worker.preload": ["mine.monitor"]}):
-        cmd = local.worker_command(tmp_path / "s.json", 0, 1, tmp_path, settings.PCA_WARM_UP)
+        cmd = dask_processes.worker_command(
+            tmp_path / "s.json", 0, 1, tmp_path, settings.PCA_WARM_UP
+        )
         preloads = [cmd[i + 1] for i, arg in enumerate(cmd) if arg == "--preload"]
         assert preloads == ["mine.monitor", settings.PCA_WARM_UP]
         script = slurm.job_script(solver.resolve_settings(cli.parse_args("slurm", []), "slurm"))
         assert " --preload mine.monitor --preload deisa.analysis._warm" in script
         # nothing to add: the configuration applies as it is
-        assert "--preload" not in local.worker_command(tmp_path / "s.json", 0, 1, tmp_path)
+        assert "--preload" not in dask_processes.worker_command(tmp_path / "s.json", 0, 1, tmp_path)
     with dask.config.set({"distributed.worker.preload": "one.py"}):
         assert settings.preload_args("a.b") == ["--preload", "one.py", "--preload", "a.b"]
 

@@ -1,0 +1,280 @@
+"""Dask's scheduler and workers as processes: their command lines, their start and their stop.
+
+The one place that builds the ``python -m dask scheduler`` and ``python -m dask worker``
+command lines (:func:`scheduler_command`, :func:`worker_command`) and starts and stops those
+processes (:class:`DaskProcesses`), for the launcher (:mod:`deisa.launcher.local`), the tests
+(``tests/conftest.py``) and the benchmarks (``bench/``).
+
+What every one of them gets (``docs/security.md``): the servers listen on loopback
+(:data:`LOOPBACK`) on free ports, their HTTP servers (dashboard, health, metrics) on
+``127.0.0.1:0``; with a job's credentials, TLS only (``--protocol tls`` and the ``--tls-*``
+files, never the key itself); BLAS and OpenMP pinned to one thread, no work stealing
+(:func:`~deisa.launcher.processes.child_env`); each process in its own session, logged to a
+private file (0600, no symbolic link followed) of :attr:`DaskProcesses.log_dir`, inheriting
+the caller's umask (``deisa-run``: 077).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+from .processes import ProcessSet, child_env, terminate, wait_until
+
+if TYPE_CHECKING:
+    import subprocess
+
+LOOPBACK = "127.0.0.1"
+
+_Processes = TypeVar("_Processes", bound="DaskProcesses")
+
+
+def dashboard_available() -> bool:
+    """Whether ``dask scheduler`` can serve its dashboard (it needs bokeh)."""
+    return importlib.util.find_spec("bokeh") is not None
+
+
+class TLSOptions(Protocol):
+    """Credentials that ``dask scheduler`` and ``dask worker`` take on their command line
+    (:class:`deisa.launcher.security.Credentials`, the benchmarks' ``TLSFiles``)."""
+
+    def cli_args(self) -> list[str]:
+        """``--protocol tls`` and the ``--tls-*`` options naming the files."""
+        ...
+
+
+def scheduler_command(
+    scheduler_file: Path, dashboard: bool = False, credentials: TLSOptions | None = None
+) -> list[str]:
+    """``dask scheduler`` on loopback, on free ports, writing ``scheduler_file``.
+
+    Parameters
+    ----------
+    scheduler_file
+        Where the scheduler writes its address (``--scheduler-file``).
+    dashboard
+        Serve the dashboard's pages (they need bokeh); its HTTP server (health, metrics) runs
+        either way, on ``127.0.0.1:0``.
+    credentials
+        The job's TLS files; ``None``: plain TCP.
+    """
+    cmd = [sys.executable, "-m", "dask", "scheduler", "--host", LOOPBACK, "--port", "0"]
+    cmd += ["--scheduler-file", str(scheduler_file)]
+    cmd += credentials.cli_args() if credentials is not None else []
+    # --no-dashboard drops the pages, not the HTTP server (health, metrics): local too, any port
+    cmd += ["--dashboard" if dashboard else "--no-dashboard"]
+    return [*cmd, "--dashboard-address", f"{LOOPBACK}:0"]
+
+
+def worker_command(
+    scheduler_file: Path,
+    index: int,
+    threads: int = 1,
+    local_dir: Path | None = None,
+    preload: str | None = None,
+    credentials: TLSOptions | None = None,
+    extra: Sequence[str] = (),
+) -> list[str]:
+    """``dask worker`` number ``index`` (named ``worker-<index>``) on loopback, without nanny
+    (a killed worker stays dead) nor dashboard.
+
+    Parameters
+    ----------
+    scheduler_file
+        The scheduler's file.
+    index
+        Its number, in its name.
+    threads
+        ``--nthreads``.
+    local_dir
+        Its spill directory (``--local-directory``); ``None``: Dask's default.
+    preload
+        A module for ``--preload`` (the settings' ``worker_preload``, e.g. the PCA's warm-up
+        :mod:`deisa.analysis._warm`), beside those of the dask configuration
+        (:func:`~deisa.launcher.settings.preload_args`).
+    credentials
+        The job's TLS files; ``None``: plain TCP.
+    extra
+        More options, last.
+    """
+    from .settings import preload_args
+
+    return [
+        sys.executable, "-m", "dask", "worker",
+        "--scheduler-file", str(scheduler_file),
+        "--host", LOOPBACK,
+        *(credentials.cli_args() if credentials is not None else []),
+        "--nthreads", str(threads),
+        "--no-nanny", "--no-dashboard", "--dashboard-address", f"{LOOPBACK}:0",
+        "--name", f"worker-{index}",
+        *(["--local-directory", str(local_dir)] if local_dir is not None else []),
+        *preload_args(preload),
+        *extra,
+    ]  # fmt: skip
+
+
+def workers_connected(client: Any, n: int) -> Callable[[], bool]:
+    """A condition for :func:`~deisa.launcher.processes.wait_until`: ``n`` workers are there
+    (it waits 1 s per call: use ``interval=0``)."""
+
+    def ready() -> bool:
+        try:
+            client.wait_for_workers(n, timeout=1)
+        except TimeoutError:
+            return False
+        return True
+
+    return ready
+
+
+@dataclass
+class DaskProcesses:
+    """A ``dask scheduler`` and its ``dask worker`` processes, started from the command line.
+
+    Attributes
+    ----------
+    scheduler_file
+        The scheduler's file.
+    procs
+        The processes, the scheduler first, then the workers in their order (a test may kill
+        one, or append one of its own for :meth:`stop` to stop).
+    log_dir
+        Where each process logs, to ``<name>.log`` (``scheduler``, ``worker-<i>``); with
+        ``processes``: its directory.
+    env
+        Set over :func:`~deisa.launcher.processes.child_env` for every process.
+    credentials
+        The job's TLS files (``None``: plain TCP), for the command lines and :meth:`client`.
+    processes
+        Starts the processes: the launcher's :class:`~deisa.launcher.processes.ProcessSet`,
+        which also stops them with the run's other processes; by default one of this object's
+        own (in ``log_dir``).
+    """
+
+    scheduler_file: Path
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    log_dir: Path | None = None
+    env: Mapping[str, str] | None = None
+    credentials: TLSOptions | None = None
+    processes: ProcessSet | None = None
+
+    def _start(self, name: str, cmd: list[str]) -> subprocess.Popen[bytes]:
+        if self.processes is None:
+            log_dir = self.log_dir or self.scheduler_file.parent
+            self.processes = ProcessSet(log_dir, child_env(self.env))
+        popen = self.processes.start(name, cmd).popen
+        self.procs.append(popen)
+        return popen
+
+    def start_scheduler(
+        self,
+        timeout: float,
+        *,
+        dashboard: bool = False,
+        check: Callable[[], None] | None = None,
+        interval: float = 0.1,
+    ) -> subprocess.Popen[bytes]:
+        """Start the scheduler (:func:`scheduler_command`); return once its file is written
+        (looked for every ``interval`` s).
+
+        Raises
+        ------
+        PipelineError
+            It exited first (with its log's tail), or ``timeout`` s passed.
+        """
+        popen = self._start(
+            "scheduler", scheduler_command(self.scheduler_file, dashboard, self.credentials)
+        )
+        wait_until(
+            self.scheduler_file.exists,
+            f"the scheduler file {self.scheduler_file}",
+            timeout,
+            procs=self.processes,
+            interval=interval,
+            check=check,
+        )
+        return popen
+
+    def start_workers(
+        self,
+        n: int,
+        threads: int = 1,
+        *,
+        local_dir: Path | None = None,
+        preload: str | None = None,
+        extra: Sequence[str] = (),
+    ) -> list[subprocess.Popen[bytes]]:
+        """Start ``n`` more workers (:func:`worker_command`), numbered after those started."""
+        first = max(0, len(self.procs) - 1)
+        return [
+            self._start(
+                f"worker-{i}",
+                worker_command(
+                    self.scheduler_file, i, threads, local_dir, preload, self.credentials, extra
+                ),
+            )
+            for i in range(first, first + n)
+        ]
+
+    def client(self, **kwargs: Any) -> Any:
+        """A :class:`distributed.Client` of the scheduler, with :attr:`credentials`."""
+        from distributed import Client
+
+        if self.credentials is not None and hasattr(self.credentials, "security"):
+            kwargs.setdefault("security", self.credentials.security())
+        return Client(scheduler_file=str(self.scheduler_file), **kwargs)
+
+    def wait_for_workers(
+        self, client: Any, n: int, timeout: float, *, check: Callable[[], None] | None = None
+    ) -> None:
+        """Return once ``n`` workers are connected to ``client``'s scheduler.
+
+        Raises
+        ------
+        PipelineError
+            One of the processes exited first, or ``timeout`` s passed.
+        """
+        wait_until(
+            workers_connected(client, n),
+            f"{n} worker(s) to connect",
+            timeout,
+            procs=self.processes,
+            interval=0,
+            check=check,
+        )
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """Stop the workers, then the scheduler (a worker that loses its scheduler while
+        closing can hang): SIGTERM, SIGKILL after ``timeout`` s."""
+        terminate(self.procs[1:], timeout)
+        terminate(self.procs[:1], timeout)
+
+    @classmethod
+    def started(
+        cls: type[_Processes],
+        directory: Path,
+        workers: int,
+        timeout: float,
+        *,
+        threads: int = 1,
+        env: Mapping[str, str] | None = None,
+        credentials: TLSOptions | None = None,
+        worker_args: Sequence[str] = (),
+    ) -> _Processes:
+        """A scheduler and ``workers`` workers, their files and logs in ``directory``, once
+        every worker is connected (stopped if they are not within ``timeout`` s)."""
+        cluster = cls(directory / "scheduler.json", log_dir=directory, env=env,
+                      credentials=credentials)  # fmt: skip
+        try:
+            cluster.start_scheduler(timeout)
+            cluster.start_workers(workers, threads, extra=worker_args)
+            with cluster.client(timeout=timeout) as client:
+                cluster.wait_for_workers(client, workers, timeout)
+        except BaseException:
+            cluster.stop()
+            raise
+        return cluster
