@@ -7,6 +7,8 @@ file and one test, not the whole package.
 - :func:`send_blocks_to_worker`: a worker's ``update_data`` RPC, what
   ``Client.scatter(direct=True)`` does internally, without the scheduler round trips
   scatter adds (a cores query and a registration per call).
+- :func:`store_on_worker`: the same ``update_data``, called inside the worker (the
+  shared-memory path, :mod:`deisa.bridge._shm_worker`, hands it arrays over shared slots).
 - :func:`open_comm` and :func:`send_blocks_on`: the same RPC in two halves, the connection
   (``ConnectionPool.connect``, documented "for internal use") then the call over it, so that
   a caller can watch the connection being made (``mode="sync"`` sends, docs/reliability.md).
@@ -69,6 +71,13 @@ async def send_blocks_to_worker(
     data = {key: to_serialize(block) for key, block in blocks.items()}
     reply = await pool(worker).update_data(data=data)
     return _stored(worker, reply)
+
+
+def store_on_worker(worker: Any, blocks: Mapping[Key, Any]) -> dict[Key, int]:
+    """Store ``blocks`` in the memory of ``worker`` (a :class:`distributed.Worker`, from its
+    event loop), as a ``update_data`` RPC from a peer would; return their sizes in bytes."""
+    reply = worker.update_data(data=dict(blocks), stimulus_id="deisa-shared-memory")
+    return _stored(str(worker.address), reply)
 
 
 async def open_comm(pool: Any, address: str) -> Any:

@@ -55,6 +55,7 @@ def main() -> None:
     parser.add_argument("--overlap-rank", type=int, default=None)
     parser.add_argument("--on-worker-loss", default="continue")
     parser.add_argument("--on-scheduler-loss", default="continue")
+    parser.add_argument("--transport", default="auto")
     parser.add_argument("--done", default=None, help="directory of the per-rank reports")
     parser.add_argument("--hold-at-step", type=int, default=None)
     parser.add_argument("--hold-file", default=None)
@@ -83,6 +84,7 @@ def main() -> None:
         mode=args.mode,
         on_worker_loss=args.on_worker_loss,
         on_scheduler_loss=args.on_scheduler_loss,
+        transport=args.transport,
     ) as bridge:
         returned: list[tuple[int, float, float]] = []  # (step, publish called, returned)
         for step in steps:
@@ -100,7 +102,12 @@ def main() -> None:
             if args.sleep:
                 time.sleep(args.sleep)
     if args.done:
-        report = {"published": len(steps), "returned": returned, "detached": bridge.detached}
+        report = {
+            "published": len(steps),
+            "returned": returned,
+            "detached": bridge.detached,
+            "transport": bridge.transport,
+        }
         with open(os.path.join(args.done, f"rank-{rank}.json"), "w") as f:
             json.dump(report, f)
 

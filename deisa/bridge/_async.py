@@ -1,9 +1,10 @@
 """The asynchronous publish (``mode="async"``): block copies, background sends, the exchange,
 the registrar.
 
-:meth:`~deisa.Bridge.publish` copies the block into a buffer the Bridge owns (:class:`Buffers`),
-starts its send to the worker on the event-loop thread and returns. Every publish posts one
-*exchange*, a small non-blocking ``allgather`` of each rank's :class:`RankReport`
+:meth:`~deisa.Bridge.publish` copies the block into a shared slot of its worker's ring when the
+worker is on the rank's node (:mod:`.transport`), else into a buffer the Bridge owns
+(:class:`Buffers`), starts its send to the worker on the event-loop thread and returns. Every
+publish posts one *exchange*, a small non-blocking ``allgather`` of each rank's :class:`RankReport`
 (:mod:`._exchange`), which the next call of the Bridge completes, and which the
 :class:`~deisa.bridge._publisher.Ledger` turns into the same decisions on every rank (waits for
 room exchange again, blocking, until there is room).
@@ -35,7 +36,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .. import _dask_internals
 from ..contract import FULL as FULL_PLAN
 from ..contract import Plan
 from ..wire import Route, Status, status, step_key_name
@@ -290,7 +290,10 @@ class AsyncPublisher:
         nbytes = 0
         if problem is None and plan.sends(bridge.rank):  # else outside the contract's region
             spec = bridge.specs[name]
-            buffer = self.buffers.take(name, spec.shape, spec.dtype)
+            worker = bridge._routing.worker_of.get(name) if self.ledger.connection else None
+            buffer = bridge._transport.buffer(worker, spec.shape, spec.dtype) if worker else None
+            if buffer is None:  # no shared slot: a buffer of the Bridge's own
+                buffer = self.buffers.take(name, spec.shape, spec.dtype)
             np.copyto(buffer, block)
             nbytes = buffer.nbytes
             send = _Send(entry, buffer)
@@ -324,9 +327,7 @@ class AsyncPublisher:
         send.worker = bridge._routing.worker_of[name]
         send.failed_at = None
         assert send.buffer is not None
-        future = bridge._spawn(
-            _dask_internals.send_blocks_to_worker(bridge._rpc, send.worker, {key: send.buffer})
-        )
+        future = bridge._spawn(bridge._transport.send(bridge._rpc, send.worker, key, send.buffer))
         send.future = future
         worker = send.worker
         future.add_done_callback(lambda done: self._sent(entry.seq, worker, done))
@@ -479,7 +480,9 @@ class AsyncPublisher:
             if not done and not send.lost:
                 continue
             if send.buffer is not None:
-                self.buffers.give_back(send.entry.name, send.buffer)
+                transport = self.bridge._transport
+                if not transport.give_back(send.buffer) and not transport.node_local(send.worker):
+                    self.buffers.give_back(send.entry.name, send.buffer)  # kept for the next
                 send.buffer = None
             if send.reported and seq < registered:
                 del self.sends[seq]

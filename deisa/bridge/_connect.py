@@ -148,8 +148,10 @@ def meta(dec: Decomposition, run: str) -> dict[str, Any]:
     return described
 
 
-async def install(pool: Pool, address: str) -> None:
-    """Install the :class:`~deisa.scheduler.StreamExtension` (idempotent)."""
+async def install(pool: Pool, address: str, shared_memory: bool = True) -> None:
+    """Install the :class:`~deisa.scheduler.StreamExtension` (idempotent) and, with
+    ``shared_memory``, the workers' shared-memory listener
+    (:class:`~deisa.bridge._shm_worker.SharedMemoryPlugin`, on present and future workers)."""
     import_distributed()
     from distributed.protocol.pickle import dumps
 
@@ -158,6 +160,12 @@ async def install(pool: Pool, address: str) -> None:
     await pool(address).register_scheduler_plugin(
         plugin=dumps(StreamExtension()), name=PLUGIN_NAME, idempotent=True
     )
+    if shared_memory:
+        from ._shm_worker import SharedMemoryPlugin
+
+        await pool(address).register_worker_plugin(
+            plugin=dumps(SharedMemoryPlugin()), name=SharedMemoryPlugin.name, idempotent=True
+        )
 
 
 async def wait_workers(pool: Pool, address: str, min_workers: int) -> list[str]:
@@ -186,7 +194,7 @@ async def connect(
     min_workers = options.min_workers
     address = await in_thread(read_scheduler_address, scheduler_file, connect_timeout)
     try:
-        await asyncio.wait_for(install(pool, address), connect_timeout)
+        await asyncio.wait_for(install(pool, address, options.transport == "auto"), connect_timeout)
     except (asyncio.TimeoutError, TimeoutError, OSError) as exc:
         raise BridgeError(
             f"no Dask scheduler answered at {address} (read from {scheduler_file!r}) "

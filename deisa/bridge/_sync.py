@@ -124,7 +124,12 @@ class SyncPublisher:
         self, worker: str, blocks: dict[Any, np.ndarray]
     ) -> dict[Any, int]:
         """The loop thread: send ``blocks`` to ``worker``; a ``ConnectionRefusedError`` if the
-        connection is not made and the worker refuses connections (see the module docstring)."""
+        connection is not made and the worker refuses connections (see the module docstring).
+        Through shared memory when the worker is on this node (:mod:`.transport`)."""
+        ((key, block),) = blocks.items()
+        nbytes = await self.bridge._transport.send_shared(worker, key, block)
+        if nbytes is not None:
+            return {key: nbytes}
         pool = await self.bridge._rpc.opened()
         connecting = asyncio.ensure_future(_dask_internals.open_comm(pool, worker))
         wait = REFUSAL_CHECK_S
@@ -136,7 +141,9 @@ class SyncPublisher:
                     f"worker {worker} refuses connections: nothing listens there any more"
                 )
             wait = min(2 * wait, REFUSAL_CHECK_MAX_S)
-        return await _dask_internals.send_blocks_on(pool, worker, connecting.result(), blocks)
+        stored = await _dask_internals.send_blocks_on(pool, worker, connecting.result(), blocks)
+        self.bridge._transport.sent_by_tcp()
+        return stored
 
     def _queue(
         self,

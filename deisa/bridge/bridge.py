@@ -59,10 +59,16 @@ from .decomposition import ArraySpec, Decomposition
 from .options import BridgeOptions
 from .placement import needs_hosts, this_host
 from .scheduler_file import SchedulerFileError, resolve_scheduler_file
+from .transport import Transport
 
 __all__ = ["Bridge", "BridgeError", "PublishTiming"]
 
 logger = logging.getLogger(__name__)
+
+
+def _option_attribute(name: str, doc: str) -> Any:
+    """A read-only attribute of the Bridge that is its option ``name``."""
+    return property(lambda bridge: getattr(bridge.options, name), doc=f"{doc} ``options.{name}``.")
 
 
 class Bridge:
@@ -189,6 +195,7 @@ class Bridge:
         # the loop thread and what runs on it
         self._loop = LoopThread(f"deisa-bridge-{self.rank}")
         self._pool: Pool | None = None
+        self._transport = Transport(self.options.transport)
         self._background: list[concurrent.futures.Future[Any]] = []
         # the connection, known on every rank once rank 0 has made it
         self.scheduler_address: str | None = None
@@ -314,25 +321,16 @@ class Bridge:
         return asyncio.run_coroutine_threadsafe(coro, self._loop.loop)
 
     # the options and the state most read from a Bridge, as attributes (read-only)
-    @property
-    def placement(self) -> str:
-        """The placement policy, ``options.placement``."""
-        return self.options.placement
+    placement = _option_attribute("placement", "The placement policy.")
+    buffer_nb = _option_attribute("buffer_nb", "Steps in flight per array; None: unbounded.")
+    timeout = _option_attribute("timeout", "Flow-control timeout in seconds; None: forever.")
+    on_full = _option_attribute("on_full", "The flow-control policy.")
 
     @property
-    def buffer_nb(self) -> int | None:
-        """Steps in flight per array at most, ``options.buffer_nb``; ``None``: unbounded."""
-        return self.options.buffer_nb
-
-    @property
-    def timeout(self) -> float | None:
-        """Flow-control timeout in seconds, ``options.timeout``; ``None``: forever."""
-        return self.options.timeout
-
-    @property
-    def on_full(self) -> str:
-        """The flow-control policy, ``options.on_full``."""
-        return self.options.on_full
+    def transport(self) -> str:
+        """How this rank's blocks went so far: ``"shared memory"``, ``"tcp"``, both (``"shared
+        memory and tcp"``) or ``"none"`` (see :mod:`deisa.bridge.transport`)."""
+        return self._transport.used
 
     @property
     def workers(self) -> list[str]:
@@ -586,6 +584,7 @@ class Bridge:
                 logger.debug("deisa bridge: closing the notices failed", exc_info=True)
         if self._pool is not None:
             try:
+                self._loop.run(self._transport.close(), timeout=10)
                 self._loop.run(self._pool.close(), timeout=10)
             except Exception:  # closing is best effort; the process may be going down
                 logger.debug("deisa bridge: closing connections failed", exc_info=True)

@@ -48,6 +48,9 @@ ON_FULL = ("block", "drop_oldest")
 MODES = ("async", "sync")
 """The publication modes of ``mode``."""
 
+TRANSPORTS = ("auto", "tcp")
+"""How blocks reach their workers (``transport``)."""
+
 ON_LOSS = ("continue", "fail")
 """What the Bridge does on losing a worker (``on_worker_loss``) or the scheduler
 (``on_scheduler_loss``)."""
@@ -224,6 +227,10 @@ class BridgeOptions:
     on_worker_loss
         When a Dask worker dies mid-run: ``"continue"`` on the remaining workers, or ``"fail"``
         (raise :class:`~deisa.bridge.BridgeError` on every rank).
+    transport
+        ``"auto"``: blocks go through shared memory to the workers of the rank's node that
+        answer the handshake, over the Dask connection (TCP or TLS) to the others; ``"tcp"``:
+        over the Dask connection only. See :mod:`deisa.bridge.transport`.
     on_scheduler_loss
         When the scheduler is unreachable for ``connect_timeout``: ``"continue"`` the
         simulation without in situ output (one error line is logged), or ``"fail"`` (raise).
@@ -282,6 +289,10 @@ class BridgeOptions:
     on_worker_loss: str = _option(
         "continue", Choice(ON_LOSS, "loss policy"), "a worker dies: continue on the others, or fail"
     )
+    transport: str = _option(
+        "auto", Choice(TRANSPORTS, "transport"),
+        "auto: shared memory with the workers of the rank's node, TCP otherwise; tcp: TCP only",
+    )  # fmt: skip
     on_scheduler_loss: str = _option(
         "continue", Choice(ON_LOSS, "loss policy"),
         "the scheduler is lost: continue without output, or fail",

@@ -1,0 +1,273 @@
+"""The rank's side of the shared-memory path: one :class:`Channel` per worker of its node.
+
+A channel is a Unix socket to the worker's listener (:mod:`._shm_worker`) and a ring of slots,
+each an anonymous ``memfd`` mapped here and there (:mod:`._shm_wire`). A block is copied into a
+free slot (by ``publish`` itself in ``mode="async"``: the copy the Bridge makes anyway), then a
+``put`` message names its key, dtype and shape; the worker's ``stored`` answer means the block is
+in its memory, as after a TCP send. The ring grows while every slot is held by the worker (steps
+waiting for the analytics), up to :data:`MAX_SLOTS`, then :meth:`Channel.take` gives ``None``
+and the block goes by TCP; a slot comes back when the worker has dropped the block.
+
+Bookkeeping (:meth:`Channel.take`, :meth:`Channel.untake`) may run on any thread, under the
+channel's lock; the socket is used from the Bridge's event-loop thread only.
+"""
+
+from __future__ import annotations
+
+import array
+import asyncio
+import contextlib
+import logging
+import mmap
+import os
+import socket
+import threading
+from typing import Any
+
+import numpy as np
+
+from ._shm_wire import (
+    FREE,
+    HEADER,
+    HELD,
+    MAX_MESSAGE,
+    decode,
+    encode,
+    key_to_wire,
+    peer_uid,
+    slot_bytes,
+    socket_name,
+)
+
+logger = logging.getLogger(__name__)
+
+MAX_SLOTS = 32
+"""Slots per channel at most; past them, blocks go by TCP until the worker frees one."""
+KEEP_FREE = 2
+"""Free slots a channel keeps mapped; more are given back (the memory of a burst)."""
+HANDSHAKE_S = 10.0
+"""Seconds the worker's listener may take to answer ``hello`` (it answers from its event
+loop, which a busy worker runs late)."""
+
+
+class Slot:
+    """One slot of this rank's ring: a memfd mapped here, its data after :data:`HEADER`."""
+
+    def __init__(self, channel: Channel, ident: int, size: int) -> None:
+        self.channel = channel
+        self.id = ident
+        self.size = size
+        self.fd = os.memfd_create(f"deisa-slot-{ident}", os.MFD_CLOEXEC)
+        try:
+            os.ftruncate(self.fd, size)
+            self.map = mmap.mmap(self.fd, size)
+        except BaseException:
+            os.close(self.fd)
+            raise
+        self.shared = False  # its fd went to the worker
+        self.taken = False  # lent out by take(), not yet handed to the worker
+
+    @property
+    def capacity(self) -> int:
+        return self.size - HEADER
+
+    @property
+    def free(self) -> bool:
+        return not self.taken and self.map[0] == FREE
+
+    def view(self, shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray:
+        """An array of ``shape`` and ``dtype`` over this slot's data."""
+        return np.ndarray(shape, dtype=dtype, buffer=self.map, offset=HEADER)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+        with contextlib.suppress(BufferError):  # a view still lent out: unmapped by the GC
+            self.map.close()
+
+
+class ChannelError(ConnectionError):
+    """The worker's end of a channel failed or closed (it may have left): an ``OSError``, as a
+    failed TCP send, so that the loss policy applies the same."""
+
+
+class Channel:
+    """This rank's shared memory with one worker of its node (see the module docstring).
+
+    Use :meth:`open`, on the Bridge's event loop.
+    """
+
+    def __init__(self, worker: str, sock: socket.socket) -> None:
+        self.worker = worker
+        self.sock = sock
+        self.slots: list[Slot] = []
+        self.broken: str | None = None
+        self._lock = threading.Lock()
+        self._next_id = 0
+        self._next_put = 0
+        self._waiting: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self._reader: asyncio.Task[None] | None = None
+        self._retired: list[int] = []  # slots given back here, to drop on the worker's side
+
+    @classmethod
+    async def open(cls, worker: str) -> Channel | None:
+        """A channel to ``worker``'s listener, or ``None`` when none of this account answers
+        here (another node, a worker without the plugin): the blocks then go by TCP."""
+        loop = asyncio.get_running_loop()
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
+        sock.setblocking(False)
+        try:
+            await loop.sock_connect(sock, socket_name(worker))
+            if peer_uid(sock) != os.getuid():
+                logger.warning(
+                    "deisa bridge: the shared-memory socket of worker %s belongs to another "
+                    "account; sending by TCP", worker,
+                )  # fmt: skip
+                sock.close()
+                return None
+            await loop.sock_sendall(sock, encode(op="hello"))
+            reply = decode(await asyncio.wait_for(loop.sock_recv(sock, MAX_MESSAGE), HANDSHAKE_S))
+        except (OSError, ValueError, asyncio.TimeoutError, TimeoutError) as exc:
+            logger.debug("deisa bridge: no shared memory with worker %s: %r", worker, exc)
+            sock.close()
+            return None
+        if reply.get("worker") != worker:
+            logger.warning(
+                "deisa bridge: the shared-memory listener for %s answered as %r; sending by TCP",
+                worker, reply.get("worker"),
+            )  # fmt: skip
+            sock.close()
+            return None
+        channel = cls(worker, sock)
+        channel._reader = asyncio.ensure_future(channel._read())
+        return channel
+
+    # -- any thread --------------------------------------------------------------------------
+
+    def take(self, nbytes: int) -> Slot | None:
+        """A free slot for ``nbytes`` (a new one if none fits), lent to the caller until
+        :meth:`put` or :meth:`untake`; ``None`` when the ring is full or the channel broken."""
+        with self._lock:
+            if self.broken is not None:
+                return None
+            free = [slot for slot in self.slots if slot.free]
+            fitting = [slot for slot in free if nbytes <= slot.capacity <= 2 * nbytes + HEADER]
+            if fitting:
+                slot = min(fitting, key=lambda s: s.capacity)
+            else:
+                self._retire(free[: max(0, len(free) + 1 - KEEP_FREE)])
+                if len(self.slots) >= MAX_SLOTS:
+                    return None
+                slot = Slot(self, self._next_id, slot_bytes(nbytes))
+                self._next_id += 1
+                self.slots.append(slot)
+            slot.taken = True
+            return slot
+
+    def untake(self, slot: Slot) -> None:
+        """Give back a slot :meth:`take` lent and that was not handed to the worker."""
+        with self._lock:
+            slot.taken = False
+
+    def _retire(self, slots: list[Slot]) -> None:
+        for slot in slots:
+            self.slots.remove(slot)
+            if slot.shared:
+                self._retired.append(slot.id)
+            slot.close()
+
+    # -- the event-loop thread ---------------------------------------------------------------
+
+    async def put(self, slot: Slot, key: Any, shape: tuple[int, ...], dtype: np.dtype[Any]) -> int:
+        """Hand the block in ``slot`` to the worker under ``key``; its size in the worker's
+        memory. A :class:`ChannelError` if the worker's end fails (the slot is then free)."""
+        loop = asyncio.get_running_loop()
+        wired = key_to_wire(key)
+        if wired is None:
+            raise ValueError(f"no shared-memory path for key {key!r}")
+        ident = self._next_put
+        self._next_put += 1
+        reply: asyncio.Future[dict[str, Any]] = loop.create_future()
+        self._waiting[ident] = reply
+        try:
+            self._check()
+            await self._forget_retired()
+            if not slot.shared:
+                await self._send_fd(encode(op="slot", id=slot.id, size=slot.size), slot.fd)
+                slot.shared = True
+            slot.map[0] = HELD
+            slot.taken = False
+            await loop.sock_sendall(
+                self.sock,
+                encode(op="put", id=ident, slot=slot.id, key=wired, dtype=dtype.str,
+                       shape=list(shape)),
+            )  # fmt: skip
+            answer = await reply
+        except OSError as exc:
+            slot.map[0] = FREE
+            slot.taken = False
+            self._break(f"{type(exc).__name__}: {exc}")
+            raise ChannelError(
+                f"the shared-memory channel to worker {self.worker} failed: {exc}"
+            ) from exc
+        finally:
+            self._waiting.pop(ident, None)
+        if answer.get("op") != "stored":
+            raise RuntimeError(f"worker {self.worker} refused the block: {answer.get('message')}")
+        return int(answer["nbytes"])
+
+    async def _send_fd(self, data: bytes, fd: int) -> None:
+        fds = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))]
+        while True:
+            try:
+                self.sock.sendmsg([data], fds)
+                return
+            except (BlockingIOError, InterruptedError):
+                await asyncio.sleep(0.001)
+
+    async def _forget_retired(self) -> None:
+        while self._retired:
+            await asyncio.get_running_loop().sock_sendall(
+                self.sock, encode(op="drop", id=self._retired.pop())
+            )
+
+    async def _read(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                data = await loop.sock_recv(self.sock, MAX_MESSAGE)
+                if not data:
+                    raise ConnectionResetError("the worker closed the channel")
+                answer = decode(data)
+                waiting = self._waiting.get(int(answer.get("id", -1)))
+                if waiting is not None and not waiting.done():
+                    waiting.set_result(answer)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._break(f"{type(exc).__name__}: {exc}")
+
+    def _check(self) -> None:
+        if self.broken is not None:
+            raise ConnectionResetError(self.broken)
+
+    def _break(self, why: str) -> None:
+        if self.broken is None:
+            self.broken = why
+            logger.info("deisa bridge: shared memory with worker %s ended: %s", self.worker, why)
+        for waiting in self._waiting.values():
+            if not waiting.done():
+                waiting.set_exception(ConnectionResetError(why))
+
+    async def close(self) -> None:
+        """Close the socket and this rank's mappings (the worker keeps what it holds)."""
+        self._break("closed")
+        if self._reader is not None:
+            self._reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._reader
+        self.sock.close()
+        with self._lock:
+            for slot in self.slots:
+                slot.close()
+            self.slots.clear()

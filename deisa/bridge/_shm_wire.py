@@ -1,0 +1,95 @@
+"""What a rank and a worker of its node agree on to share blocks through memory.
+
+The rank owns a small ring of *slots* per worker (:mod:`._shm`): each slot is an anonymous
+``memfd`` (no name in ``/dev/shm``, nothing left behind by a crash: the memory goes when the
+last process that maps it closes or dies), whose file descriptor is passed once to the worker
+over a Unix socket (``SCM_RIGHTS``). A block is then copied into a slot and announced by a
+small message; the worker keeps a plain ``ndarray`` over the slot under the block's key
+(:mod:`._shm_worker`), and marks the slot free when that array is gone.
+
+The socket is in the abstract namespace (no file either), named from the worker's address and
+the account's uid; abstract names belong to a network namespace, so "same node" means that the
+handshake succeeded, not equal host names. Both sides check the other's uid (``SO_PEERCRED``)
+before anything else: an account that took the name first is refused, and the rank falls back
+to TCP. Messages are one JSON object per datagram (``SOCK_SEQPACKET``); nothing is unpickled.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import mmap
+import os
+import socket
+import struct
+from collections.abc import Hashable
+from typing import Any
+
+HEADER = mmap.PAGESIZE
+"""Bytes before a slot's data: byte 0 is the slot's state, the data stays page-aligned."""
+FREE, HELD = 0, 1
+"""A slot's state: ``FREE`` (the rank may write it), ``HELD`` (the worker keeps a block in it,
+until the array over it is gone)."""
+MAX_MESSAGE = 1 << 16
+PLUGIN_NAME = "deisa-shared-memory"
+
+
+def socket_name(worker: str, uid: int | None = None) -> bytes:
+    """The abstract socket name of ``worker``'s shared-memory listener for account ``uid``."""
+    uid = os.getuid() if uid is None else uid
+    digest = hashlib.sha256(f"{uid}\0{worker}".encode()).hexdigest()[:32]
+    return b"\0deisa-shm-" + digest.encode()
+
+
+def peer_uid(sock: socket.socket) -> int:
+    """The uid of the process at the other end of the Unix socket ``sock``."""
+    fmt = "3i"  # struct ucred: pid, uid, gid
+    _, uid, _ = struct.unpack(fmt, sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                   struct.calcsize(fmt)))  # fmt: skip
+    return int(uid)
+
+
+def slot_bytes(nbytes: int) -> int:
+    """The size of a slot holding ``nbytes`` of data: the header, then whole pages."""
+    pages = -(-nbytes // mmap.PAGESIZE)
+    return HEADER + max(pages, 1) * mmap.PAGESIZE
+
+
+def encode(**message: Any) -> bytes:
+    """One message, as sent."""
+    return json.dumps(message, separators=(",", ":")).encode()
+
+
+def decode(data: bytes) -> dict[str, Any]:
+    """One message received; a ``ValueError`` for anything but a JSON object."""
+    message = json.loads(data)
+    if not isinstance(message, dict):
+        raise ValueError(f"not a message: {data[:80]!r}")
+    return message
+
+
+def key_to_wire(key: Hashable) -> list[Any] | None:
+    """A block key as a JSON list (a string then integers), or ``None`` for another key."""
+    if not isinstance(key, tuple) or not key or not isinstance(key[0], str):
+        return None
+    rest = key[1:]
+    if not all(isinstance(i, int) or hasattr(i, "__index__") for i in rest):
+        return None
+    return [key[0], *(int(i) for i in rest)]
+
+
+def key_from_wire(wired: Any) -> tuple[Any, ...]:
+    """The key that :func:`key_to_wire` sent; a ``ValueError`` for anything else."""
+    if (
+        not isinstance(wired, list)
+        or not wired
+        or not isinstance(wired[0], str)
+        or not all(type(i) is int for i in wired[1:])
+    ):
+        raise ValueError(f"not a block key: {wired!r}")
+    return tuple(wired)
+
+
+def plain_dtype(dtype: Any) -> bool:
+    """Whether blocks of ``dtype`` can go through a slot (no objects, no fields)."""
+    return not dtype.hasobject and dtype.fields is None and dtype.itemsize > 0

@@ -1,0 +1,240 @@
+"""The worker's side of the shared-memory path: a listener for the ranks of its node.
+
+:class:`SharedMemoryPlugin` is a :class:`distributed.WorkerPlugin` that rank 0 registers on the
+scheduler beside the stream extension (:func:`deisa.bridge._connect.install`), so every worker,
+present or future, runs it; nothing is added to the worker's command line. On each worker it
+listens on an abstract Unix socket (:func:`._shm_wire.socket_name`), on the worker's own event
+loop, and serves each rank that connects with the same uid:
+
+- ``hello``: answers with the worker's address (the rank checks it is the one it wanted);
+- ``slot`` with a file descriptor: maps that slot of the rank's ring;
+- ``put``: wraps the slot in an ``ndarray`` (no copy) and stores it under the block's key as a
+  peer's ``update_data`` would, then answers ``stored`` (or ``error``);
+- ``drop``: forgets a slot the rank has retired.
+
+The array's memory is the slot's: spilling, pickling and transfers to other workers see a
+plain ndarray. When the last reference to the array (and to any view of it) is gone, the slot
+is marked free for the rank to reuse. A rank that dies leaves its slots mapped only as long as
+the worker keeps blocks in them.
+"""
+
+from __future__ import annotations
+
+import array
+import asyncio
+import contextlib
+import ctypes
+import logging
+import mmap
+import os
+import socket
+import weakref
+from typing import Any
+
+import numpy as np
+from distributed import WorkerPlugin
+
+from .. import _dask_internals
+from ._shm_wire import (
+    FREE,
+    HEADER,
+    MAX_MESSAGE,
+    PLUGIN_NAME,
+    decode,
+    encode,
+    key_from_wire,
+    peer_uid,
+    socket_name,
+)
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["SharedMemoryPlugin"]
+
+
+class SharedMemoryPlugin(WorkerPlugin):
+    """Serve the ranks of this node that share blocks through memory (see the module).
+
+    Registered under the name ``"deisa-shared-memory"``; idempotent.
+    """
+
+    name = PLUGIN_NAME
+    idempotent = True
+
+    def __init__(self) -> None:
+        self._server: _Server | None = None
+
+    def setup(self, worker: Any) -> None:
+        try:
+            self._server = _Server(worker)
+        except OSError as exc:  # the ranks fall back to TCP
+            logger.warning("deisa: no shared-memory listener on worker %s: %s", worker.address, exc)
+
+    def teardown(self, worker: Any) -> None:
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+
+
+class _Slot:
+    """One slot of a rank's ring, mapped here."""
+
+    def __init__(self, fd: int, size: int) -> None:
+        self.map = mmap.mmap(fd, size)
+        self.size = size
+        self._anchor = ctypes.c_char.from_buffer(self.map)  # keeps the address valid
+        self.address = ctypes.addressof(self._anchor)
+
+
+class _SlotView:
+    """What an array over a slot points to: keeps the mapping alive, frees the slot at the
+    end (numpy makes every view of the array keep this object, not the array, alive)."""
+
+    def __init__(self, slot: _Slot, dtype: np.dtype[Any], shape: tuple[int, ...]) -> None:
+        self.__array_interface__ = {
+            "version": 3,
+            "shape": shape,
+            "typestr": dtype.str,
+            "data": (slot.address + HEADER, False),
+        }
+        self._slot = slot
+        weakref.finalize(self, _set_free, slot.map)
+
+
+def _set_free(region: mmap.mmap) -> None:
+    with contextlib.suppress(ValueError):  # unmapped: the worker is going down
+        region[0] = FREE
+
+
+class _Server:
+    """The listener on one worker, on its event loop."""
+
+    def __init__(self, worker: Any) -> None:
+        self.worker = worker
+        self.loop = asyncio.get_running_loop()
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
+        self.sock.setblocking(False)
+        self.sock.bind(socket_name(str(worker.address)))
+        self.sock.listen(128)
+        self.peers: set[_Peer] = set()
+        self.loop.add_reader(self.sock.fileno(), self._accept)
+        logger.debug("deisa: shared-memory listener on worker %s", worker.address)
+
+    def _accept(self) -> None:
+        try:
+            conn, _ = self.sock.accept()
+        except (BlockingIOError, InterruptedError):
+            return
+        uid = peer_uid(conn)
+        if uid != os.getuid():
+            logger.warning("deisa: shared-memory listener refused a process of uid %d", uid)
+            conn.close()
+            return
+        conn.setblocking(False)
+        peer = _Peer(self, conn)
+        self.peers.add(peer)
+        self.loop.add_reader(conn.fileno(), peer.readable)
+
+    def close(self) -> None:
+        self.loop.remove_reader(self.sock.fileno())
+        self.sock.close()
+        for peer in list(self.peers):
+            peer.close()
+
+
+class _Peer:
+    """One rank's connection: its slots, by number."""
+
+    def __init__(self, server: _Server, conn: socket.socket) -> None:
+        self.server = server
+        self.conn = conn
+        self.slots: dict[int, _Slot] = {}
+
+    def readable(self) -> None:
+        while True:
+            try:
+                data, ancillary, _, _ = self.conn.recvmsg(
+                    MAX_MESSAGE, socket.CMSG_SPACE(array.array("i").itemsize)
+                )
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                data, ancillary = b"", []
+            fds = _fds(ancillary)
+            if not data:  # the rank closed, or died
+                for fd in fds:
+                    os.close(fd)
+                self.close()
+                return
+            try:
+                reply = self.handle(decode(data), fds)
+            except Exception as exc:  # a wrong message: answered, never raised into the loop
+                logger.warning("deisa: shared memory: %s", exc)
+                reply = {"op": "error", "message": f"{type(exc).__name__}: {exc}"}
+            finally:
+                for fd in fds:
+                    os.close(fd)
+            if reply is not None:
+                self.send(reply)
+
+    def handle(self, message: dict[str, Any], fds: list[int]) -> dict[str, Any] | None:
+        op = message.get("op")
+        if op == "hello":
+            return {"op": "hello", "worker": str(self.server.worker.address)}
+        if op == "slot":
+            if len(fds) != 1:
+                raise ValueError("a slot message carries one file descriptor")
+            self.slots[int(message["id"])] = _Slot(fds[0], int(message["size"]))
+            return None
+        if op == "drop":
+            self.slots.pop(int(message["id"]), None)
+            return None
+        if op == "put":
+            ident = int(message["id"])
+            try:
+                nbytes = self.put(message)
+            except Exception as exc:
+                slot = self.slots.get(int(message.get("slot", -1)))
+                if slot is not None:
+                    _set_free(slot.map)
+                return {"op": "error", "id": ident, "message": f"{type(exc).__name__}: {exc}"}
+            return {"op": "stored", "id": ident, "nbytes": nbytes}
+        raise ValueError(f"unknown message {op!r}")
+
+    def put(self, message: dict[str, Any]) -> int:
+        slot = self.slots[int(message["slot"])]
+        dtype = np.dtype(message["dtype"])
+        shape = tuple(int(n) for n in message["shape"])
+        if dtype.itemsize * int(np.prod(shape)) > slot.size - HEADER:
+            raise ValueError(f"a block of {shape} {dtype} does not fit slot {message['slot']}")
+        block = np.asarray(_SlotView(slot, dtype, shape))
+        key = key_from_wire(message["key"])
+        return _dask_internals.store_on_worker(self.server.worker, {key: block})[key]
+
+    def send(self, reply: dict[str, Any]) -> None:
+        data = encode(**reply)
+        try:
+            self.conn.send(data)
+        except (BlockingIOError, InterruptedError):
+            task = self.server.loop.create_task(self.server.loop.sock_sendall(self.conn, data))
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        except OSError:
+            self.close()
+
+    def close(self) -> None:
+        if self in self.server.peers:
+            self.server.peers.discard(self)
+            with contextlib.suppress(ValueError, OSError):
+                self.server.loop.remove_reader(self.conn.fileno())
+            self.conn.close()
+        self.slots.clear()  # the blocks kept in them keep their mappings
+
+
+def _fds(ancillary: list[tuple[int, int, bytes]]) -> list[int]:
+    fds: list[int] = []
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            received = array.array("i")
+            received.frombytes(data[: len(data) - (len(data) % received.itemsize)])
+            fds += list(received)
+    return fds

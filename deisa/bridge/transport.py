@@ -1,0 +1,177 @@
+"""How a rank's blocks reach their workers: shared memory on the node, TCP otherwise.
+
+With ``transport="auto"`` (the default) a rank tries, once per worker, the handshake with that
+worker's shared-memory listener (:mod:`._shm`, :mod:`._shm_worker`): where it succeeds (the
+worker is on this node, runs as the same account and has the listener, which rank 0 installs
+on every worker), the blocks for that worker go through a ring of shared slots, one copy, and
+the worker keeps them as they are; elsewhere they go over distributed's connection (TCP, or
+TLS), as a ``transport="tcp"`` Bridge sends them all. A handshake that fails is tried again
+after :data:`RETRY_S` (a worker that has just joined may not have the listener yet). Everything
+after the send (registration, flow control, contracts, loss handling) is the same either way.
+
+In ``mode="async"`` the Bridge asks :meth:`Transport.buffer` for the buffer it copies a block
+into: a slot of the worker's ring when there is one, so that the copy ``publish`` makes anyway
+is the only one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from typing import Any
+
+import numpy as np
+
+from .. import _dask_internals
+from ._shm import Channel, Slot
+from ._shm_wire import key_to_wire, plain_dtype
+from .options import TRANSPORTS
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["RETRY_S", "SHARED_MEMORY", "TCP", "TRANSPORTS", "Transport"]
+
+SHARED_MEMORY, TCP = "shared memory", "tcp"
+RETRY_S = 5.0
+"""Seconds before a failed shared-memory handshake with a worker is tried again."""
+
+
+class Transport:
+    """This rank's ways to its workers (see the module docstring).
+
+    The TCP sends are the caller's (they need the rank's connection pool and its loss
+    handling); this object counts them (:meth:`sent_by_tcp`).
+
+    Parameters
+    ----------
+    kind
+        ``"auto"`` (shared memory where a worker of this node answers) or ``"tcp"``.
+
+    Attributes
+    ----------
+    blocks : collections.Counter
+        Blocks sent so far, by ``"shared memory"`` and ``"tcp"``.
+    """
+
+    def __init__(self, kind: str = "auto") -> None:
+        if kind not in TRANSPORTS:
+            raise ValueError(f"transport={kind!r}: choose one of {', '.join(TRANSPORTS)}")
+        self.kind = kind
+        self.blocks: Counter[str] = Counter()
+        self._channels: dict[str, Channel] = {}
+        self._opening: dict[str, asyncio.Future[Channel | None]] = {}
+        self._tried_at: dict[str, float] = {}
+        self._lent: dict[int, tuple[Slot, np.ndarray]] = {}
+
+    @property
+    def used(self) -> str:
+        """``"shared memory"``, ``"tcp"``, ``"shared memory and tcp"`` or ``"none"``: how this
+        rank's blocks went so far."""
+        kinds = [kind for kind in (SHARED_MEMORY, TCP) if self.blocks[kind]]
+        return " and ".join(kinds) or "none"
+
+    # -- the caller's thread -----------------------------------------------------------------
+
+    def buffer(
+        self, worker: str, shape: tuple[int, ...], dtype: np.dtype[Any]
+    ) -> np.ndarray | None:
+        """A slot of ``worker``'s ring to copy a block into, or ``None`` (no channel yet, the
+        ring full, a dtype that needs pickling): use a buffer of your own then. Give it back
+        with :meth:`give_back` once sent."""
+        channel = self._channels.get(worker)
+        nbytes = int(np.prod(shape)) * dtype.itemsize
+        if channel is None or channel.broken or not plain_dtype(dtype) or nbytes == 0:
+            return None
+        slot = channel.take(nbytes)
+        if slot is None:
+            return None
+        view = slot.view(shape, dtype)
+        self._lent[id(view)] = (slot, view)
+        return view
+
+    def give_back(self, buffer: np.ndarray) -> bool:
+        """Return a buffer from :meth:`buffer` (``False`` for any other array)."""
+        lent = self._lent.pop(id(buffer), None)
+        if lent is None or lent[1] is not buffer:
+            return False
+        slot = lent[0]
+        slot.channel.untake(slot)
+        return True
+
+    def node_local(self, worker: str) -> bool:
+        """Whether blocks for ``worker`` go through shared memory now."""
+        channel = self._channels.get(worker)
+        return channel is not None and channel.broken is None
+
+    # -- the event-loop thread ---------------------------------------------------------------
+
+    async def send_shared(self, worker: str, key: Any, block: np.ndarray) -> int | None:
+        """Send ``block`` to ``worker`` through shared memory: its size on the worker, or
+        ``None`` when it cannot go that way (send it by TCP). A
+        :class:`~deisa.bridge._shm.ChannelError` (an ``OSError``) if the worker's end fails."""
+        if not plain_dtype(block.dtype) or block.nbytes == 0 or key_to_wire(key) is None:
+            return None
+        channel = await self.channel(worker)
+        if channel is None:
+            return None
+        lent = self._lent.get(id(block))
+        slot = lent[0] if lent is not None and lent[1] is block else None
+        if slot is None or slot.channel is not channel:
+            slot = channel.take(block.nbytes)
+            if slot is None:
+                return None
+            np.copyto(slot.view(block.shape, block.dtype), block)
+        nbytes = await channel.put(slot, key, block.shape, block.dtype)
+        self.blocks[SHARED_MEMORY] += 1
+        return nbytes
+
+    async def send(self, pool: Any, worker: str, key: Any, block: np.ndarray) -> dict[Any, int]:
+        """Send ``block`` to ``worker`` under ``key``, through shared memory if it can go that
+        way, else over ``pool`` (the rank's :class:`~deisa.bridge._connect.Pool`); ``{key:
+        its size on the worker}``, as :func:`deisa._dask_internals.send_blocks_to_worker`."""
+        nbytes = await self.send_shared(worker, key, block)
+        if nbytes is not None:
+            return {key: nbytes}
+        stored = await _dask_internals.send_blocks_to_worker(pool, worker, {key: block})
+        self.sent_by_tcp()
+        return stored
+
+    def sent_by_tcp(self) -> None:
+        """Count a block the caller sent by TCP."""
+        self.blocks[TCP] += 1
+
+    async def channel(self, worker: str) -> Channel | None:
+        """The open channel to ``worker``, opening it if it is time to try; ``None`` if none."""
+        if self.kind == "tcp":
+            return None
+        channel = self._channels.get(worker)
+        if channel is not None and channel.broken is None:
+            return channel
+        if channel is not None:  # the worker's end failed: it may have left
+            del self._channels[worker]
+            self._tried_at[worker] = time.monotonic()
+            await channel.close()
+        opening = self._opening.get(worker)
+        if opening is not None:
+            return await asyncio.shield(opening)
+        if time.monotonic() - self._tried_at.get(worker, -RETRY_S) < RETRY_S:
+            return None
+        opening = self._opening[worker] = asyncio.ensure_future(Channel.open(worker))
+        try:
+            channel = await asyncio.shield(opening)
+        finally:
+            self._opening.pop(worker, None)
+        self._tried_at[worker] = time.monotonic()
+        if channel is not None:
+            self._channels[worker] = channel
+            logger.debug("deisa bridge: blocks to worker %s through shared memory", worker)
+        return channel
+
+    async def close(self) -> None:
+        """Close every channel (the workers keep the blocks they hold)."""
+        channels, self._channels = list(self._channels.values()), {}
+        self._lent.clear()
+        for channel in channels:
+            await channel.close()
