@@ -136,6 +136,12 @@ Array_transfer::Array_transfer(
 				m_communicator = value;
 			} else if (is_file_only_write_key(key)) {
 				ignored.add(key, where);
+			} else if (key == "dims") {
+				throw Spectree_error{
+					key_tree,
+					"Unknown key in deisa `write' entry of `{}': `dims' (the names of a dataset's axes are given with the dataset, in "
+					"`datasets': e.g. `gtemp: {{type: array, subtype: double, size: [...], dims: [x, y]}}')",
+					m_data};
 			} else {
 				throw Spectree_error{
 					key_tree,
@@ -297,6 +303,7 @@ Array_geometry Array_transfer::geometry(Context& ctx) const
 	result.past_end = dataset_description.past_end();
 	result.time_axis_key = dataset_description.time_axis_key();
 	result.global_shape = global.global_shape;
+	result.dims = global.dims;
 	for (size_t dim = 0; dim < rank; ++dim) {
 		result.start.emplace_back(dataset_start[dim + 1]);
 		result.shape.emplace_back(dataset_size[dim + 1]);

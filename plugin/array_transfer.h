@@ -53,6 +53,9 @@ struct Array_geometry {
 
 	/// where the time axis's length is given, for messages
 	std::string time_axis_key;
+
+	/// names of the spatial axes (`dims' of the dataset), empty when the YAML names none
+	std::vector<std::string> dims;
 };
 
 /// One block to publish: a strided, zero-copy description of exposed memory

@@ -194,12 +194,21 @@ void Bridge_handle::validate(Context& ctx, PC_tree_t config, double interpreter_
 
 py::object Bridge_handle::array_spec(const Array_geometry& geometry) const
 {
+	py::dict names; // `dims' only when the YAML gives them, so that ArraySpec's default stays its own
+	if (!geometry.dims.empty()) {
+		py::tuple dims(geometry.dims.size());
+		for (size_t axis = 0; axis < geometry.dims.size(); ++axis) {
+			dims[axis] = py::str(geometry.dims[axis]);
+		}
+		names["dims"] = dims;
+	}
 	try {
 		return m_module.attr("ArraySpec"
 		)("dtype"_a = geometry.dtype,
 		  "global_shape"_a = to_tuple(geometry.global_shape),
 		  "start"_a = to_tuple(geometry.start),
-		  "shape"_a = to_tuple(geometry.shape));
+		  "shape"_a = to_tuple(geometry.shape),
+		  **names);
 	} catch (py::error_already_set& e) {
 		if (!e.matches(PyExc_ValueError) && !e.matches(PyExc_TypeError)) throw;
 		throw Spectree_error{

@@ -53,7 +53,7 @@ Configuration::Configuration(Context& ctx, PC_tree_t config, Bridge_handle& brid
 			// handled by PDI, in every grammar
 		} else if (key == "datasets") {
 			PDI::each(value, [&](PC_tree_t name, PC_tree_t type) {
-				datasets->emplace_back(to_string(name), Dataset_description{type, ctx.datatype(type)});
+				datasets->emplace_back(to_string(name), Dataset_description{ctx, type, ctx.datatype(type), to_string(name)});
 			});
 		} else if (key == "write") {
 			write = value;
@@ -61,6 +61,11 @@ Configuration::Configuration(Context& ctx, PC_tree_t config, Bridge_handle& brid
 			PDI::opt_each(value, [&](PC_tree_t event) { m_events.emplace(to_string(event)); });
 		} else if (is_file_only_key(key)) {
 			ignored.add(key);
+		} else if (key == "dims") {
+			throw Spectree_error{
+				key_tree,
+				"Unknown key in deisa configuration: `dims' (the names of a dataset's axes are given with the dataset, in `datasets': "
+				"e.g. `gtemp: {type: array, subtype: double, size: [...], dims: [x, y]}')"};
 		} else if (key == "file") {
 			throw Spectree_error{key_tree, "Unknown key in deisa configuration: `file' (decl_hdf5's `file' is deisa's `scheduler_file')"};
 		} else if (key == "transfer") {

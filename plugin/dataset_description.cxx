@@ -1,6 +1,8 @@
 /* A global array of the deisa plugin's configuration, in any of its grammars. */
 
+#include <algorithm>
 #include <memory>
+#include <regex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -33,12 +35,100 @@ bool is_infinite(const string& text)
 	return text == "inf" || text == "Inf" || text == "INF" || text == ".inf" || text == ".Inf" || text == ".INF";
 }
 
+/** What a YAML scalar is when it is not a string (YAML 1.2's core schema: a plain null, boolean,
+ * integer or float)
+ * \param scalar the node
+ * \return "null", "a boolean" or "a number"; empty for a string (quoted, or plain and none of these)
+ */
+string non_string(PC_tree_t scalar)
+{
+	if (scalar.node->data.scalar.style != YAML_PLAIN_SCALAR_STYLE) return "";
+	static const std::regex null{"~|null|Null|NULL|"};
+	static const std::regex boolean{"true|True|TRUE|false|False|FALSE"};
+	static const std::regex number{
+		"[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+|[-+]?([.][0-9]+|[0-9]+([.][0-9]*)?)([eE][-+]?[0-9]+)?|[-+]?[.](inf|Inf|INF)|[.](nan|NaN|NAN)"};
+	const string text = to_string(scalar, "");
+	if (std::regex_match(text, null)) return "null";
+	if (std::regex_match(text, boolean)) return "a boolean";
+	if (std::regex_match(text, number)) return "a number";
+	return "";
+}
+
+/// Whether an array type's `subtype' is a scalar type (then its `size' lists every axis)
+bool scalar_subtype(Context& ctx, PC_tree_t tree)
+{
+	PC_tree_t subtype = PC_get(tree, ".subtype");
+	if (PC_status(subtype)) return false;
+	try {
+		return static_cast<bool>(std::dynamic_pointer_cast<const PDI::Scalar_datatype>(ctx.datatype(subtype)->evaluate(ctx)));
+	} catch (const PDI::Error&) {
+		return false; // not evaluable now: the length of `dims' is checked at the first publication
+	}
+}
+
 } // namespace
 
-Dataset_description::Dataset_description(PC_tree_t tree, PDI::Datatype_template_sptr type)
+Dataset_description::Dataset_description(Context& ctx, PC_tree_t tree, PDI::Datatype_template_sptr type, const string& name)
 	: m_tree{tree}
 	, m_type{std::move(type)}
-{}
+{
+	if (!PDI::is_map(tree)) return;
+	PC_tree_t dims = PC_get(tree, ".dims");
+	if (PC_status(dims)) return;
+	m_dims_tree = dims;
+	if (!PDI::is_list(dims)) {
+		throw Spectree_error{
+			dims,
+			"`dims' of dataset `{}' must be a list of names, one per spatial axis, the time axis excluded (e.g. `dims: [x, y]')",
+			name};
+	}
+	const int length = PDI::len(dims);
+	for (int index = 0; index < length; ++index) {
+		PC_tree_t element = PC_get(dims, "[%d]", index);
+		if (!PDI::is_scalar(element)) {
+			throw Spectree_error{element, "`dims[{}]' of dataset `{}' is not a name: a string, e.g. `x', is expected", index, name};
+		}
+		const string what = non_string(element);
+		const string text = to_string(element, "");
+		if (!what.empty()) {
+			throw Spectree_error{
+				element,
+				"`dims[{}]' of dataset `{}' is `{}', {}, not a name: a string is expected (quote it, `\"{}\"', to make it a name)",
+				index,
+				name,
+				text,
+				what,
+				text};
+		}
+		if (text.empty()) throw Spectree_error{element, "`dims[{}]' of dataset `{}' is empty: a name cannot be", index, name};
+		if (text == "step") {
+			throw Spectree_error{
+				element,
+				"`dims[{}]' of dataset `{}' is `step', the name of the time axis (the step numbers): give the spatial axes other names",
+				index,
+				name};
+		}
+		if (std::find(m_dims.begin(), m_dims.end(), text) != m_dims.end()) {
+			throw Spectree_error{element, "`dims' of dataset `{}' names two axes `{}'", name, text};
+		}
+		m_dims.emplace_back(text);
+	}
+	PC_tree_t size = PC_get(tree, ".size");
+	if (to_string(PC_get(tree, ".type"), "") == "array" && !PC_status(size) && PDI::is_list(size) && scalar_subtype(ctx, tree)) {
+		const int axes = PDI::len(size) - 1;
+		if (length != axes) {
+			throw Spectree_error{
+				dims,
+				"`dims' of dataset `{}' gives {} name(s) for its {} spatial axes (`size' has {} axes, the time axis first, which is not named: "
+				"it is `step')",
+				name,
+				length,
+				axes,
+				axes + 1};
+		}
+	}
+	if (!length) throw Spectree_error{dims, "`dims' of dataset `{}' is empty: name every spatial axis, or leave `dims' out", name};
+}
 
 Dataset_description::Dataset_description(Context& ctx, PC_tree_t tree, string path, Past_end past_end)
 	: m_tree{tree}
@@ -106,6 +196,15 @@ Dataset_shape Dataset_description::evaluate(Context& ctx, const string& name) co
 		result.dtype = *dtype;
 		result.time_extent = layout.size[0];
 		result.global_shape.assign(layout.size.begin() + 1, layout.size.end());
+		if (!m_dims.empty() && m_dims.size() != result.global_shape.size()) {
+			throw Spectree_error{
+				m_dims_tree,
+				"`dims' of dataset `{}' gives {} name(s) for its {} spatial axes (the time axis, the first, is not named: it is `step')",
+				name,
+				m_dims.size(),
+				result.global_shape.size()};
+		}
+		result.dims = m_dims;
 		return result;
 	}
 	PC_tree_t subtype = PC_get(m_tree, ".subtype");

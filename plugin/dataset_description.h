@@ -33,6 +33,9 @@ struct Dataset_shape {
 
 	/// length of the time axis, LONG_MAX when it is unbounded (`inf')
 	long time_extent = LONG_MAX;
+
+	/// names of the spatial axes (`dims'), empty when the YAML names none
+	std::vector<std::string> dims;
 };
 
 /** A global array: a time axis first, then the spatial axes, and an element type.
@@ -68,12 +71,25 @@ class Dataset_description
 	/// what a publication past the end of the time axis does
 	Past_end m_past_end = Past_end::ERROR;
 
+	/// the names of the spatial axes (deisa's own grammar: `dims' of the `datasets' entry), empty if none
+	std::vector<std::string> m_dims;
+
+	/// the `dims' node, for error messages
+	PC_tree_t m_dims_tree = {PC_NODE_NOT_FOUND, nullptr, nullptr};
+
 public:
 	/** A `datasets' entry of deisa's own grammar
+	 *
+	 * Its `dims' key, if any (PDI ignores it in a type, so does decl_hdf5), names the spatial
+	 * axes: a list of distinct, non-empty names, not `step' (the time axis's), one per spatial
+	 * axis (the `size' list's length minus one, the time axis excluded).
+	 * \param ctx the PDI context, to tell a scalar `subtype' (then the `size' list gives the rank)
 	 * \param tree the type's YAML node
 	 * \param type the type, as PDI parsed it
+	 * \param name the entry's name, for error messages
+	 * \throw PDI::Spectree_error if `dims' is not such a list
 	 */
-	Dataset_description(PC_tree_t tree, PDI::Datatype_template_sptr type);
+	Dataset_description(PDI::Context& ctx, PC_tree_t tree, PDI::Datatype_template_sptr type, const std::string& name);
 
 	/** An array of the older grammars: a mapping with `type: array', `subtype' and `size' (time first)
 	 *
@@ -103,7 +119,8 @@ public:
 	/** Evaluates the element type and the sizes
 	 * \param ctx the context in which to evaluate the $-expressions
 	 * \param name the array's name, for error messages
-	 * \return the element type, the spatial shape and the time axis's length
+	 * \return the element type, the spatial shape, the time axis's length and the axes' names
+	 * \throw PDI::Spectree_error if `dims' does not name every spatial axis of the evaluated type
 	 */
 	Dataset_shape evaluate(PDI::Context& ctx, const std::string& name) const;
 };

@@ -397,6 +397,35 @@ def test_c_heat_through_deisa_reaches_dask_bitwise_async_and_sync(
             assert np.array_equal(field, written[step]), (mode, step)
 
 
+def test_dims_of_a_dataset_name_the_axes_of_the_adapters_xarray_arrays(
+    built: Path, tmp_path: Path, dask_processes: DaskProcesses
+) -> None:
+    """`dims: [x, y]' in a `datasets' entry reaches deisa.ArraySpec(dims=...): the Adapter's
+    labelled arrays (as_xarray=True) of the C solver's steps have those axes and the step as
+    their `step' coordinate; uneven blocks (3 ranks over 10 rows)."""
+    from deisa import Adapter
+
+    simulation = write_config(
+        tmp_path / "simulation.yml", global_size=[10, 12], process_grid=[3, 1], steps=3
+    )
+    config = HeatConfig.from_yaml(simulation)
+
+    def edit(deisa: dict[str, Any]) -> None:
+        deisa["datasets"]["gtemp"]["dims"] = ["x", "y"]
+
+    # the analytics starts after the run: every step waits on the workers (buffer_nb: none)
+    run_c_heat(3, simulation, deisa_config(tmp_path, edit), tmp_path)
+    with dask_processes.client() as client:
+        gtemp = Adapter(client)["gtemp"]
+        received = list(gtemp.items(as_xarray=True))
+        assert gtemp.dims == ("x", "y")
+        assert [step for step, _ in received] == list(range(config.steps))
+        for step, field in received:
+            assert field.dims == ("x", "y") and field.shape == (10, 12) and field.name == "gtemp"
+            assert int(field.coords["step"]) == step
+            assert np.array_equal(field.values, reference_field(config, step)), step
+
+
 def test_pca_in_situ_equals_post_hoc(
     built: Path, tmp_path: Path, dask_processes: DaskProcesses
 ) -> None:
