@@ -276,6 +276,12 @@ PROCESS_TESTS: dict[str, frozenset[str] | None] = {
         }
     ),
     "test_replay_live": None,
+    "test_ucx": frozenset(  # deisa-run over UCX, where distributed-ucxx imports; the job script
+        {
+            "test_local_run_over_ucx",
+            "test_job_on_a_python_without_distributed_ucxx_stops_before_any_step",
+        }
+    ),
     "test_bridge": frozenset({"test_bridge_rejects_a_missing_scheduler_file"}),
     "test_exchange": frozenset({"test_exchange_on_four_ranks_overlaps_and_agrees"}),
     "test_pca": frozenset({"test_merge_tree_wider_than_its_fan_in"}),  # its own LocalCluster

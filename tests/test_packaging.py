@@ -30,6 +30,9 @@ except ImportError:  # Python 3.10
 
 RECIPE = REPO / "packaging" / "spack" / "packages" / "py-deisa-insitu" / "package.py"
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
+# The extras without a variant: the test suite's, and ucx (distributed-ucxx-cu12, a RAPIDS wheel
+# that Spack does not package: pip-install it into the Spack environment; the recipe says so).
+NOT_VARIANTS = frozenset({"test", "ucx"})
 SPEC = re.compile(r"(?P<name>[a-z0-9-]+)(?:@(?P<versions>\S+))?(?P<variants>(?:\s*[+~]\w+)*)")
 
 
@@ -146,7 +149,7 @@ def expected_python_dependencies() -> set[Dependency]:
     )
     expected.update(spack_dependency(r, {"build", "run"}, None) for r in project["dependencies"])
     for extra, requirements in project["optional-dependencies"].items():
-        if extra != "test":  # the test suite and the linters: not the package's
+        if extra not in NOT_VARIANTS:  # the test suite and the linters: not the package's
             expected.update(
                 spack_dependency(r, {"build", "run"}, f"+{extra}") for r in requirements
             )
@@ -175,7 +178,7 @@ def test_recipe_python_dependencies_are_pyprojects(recipe: Any) -> None:
 
 
 def test_recipe_variants_are_the_extras_and_the_plugin(recipe: Any) -> None:
-    extras = set(PYPROJECT["project"]["optional-dependencies"]) - {"test"}
+    extras = set(PYPROJECT["project"]["optional-dependencies"]) - NOT_VARIANTS
     assert set(recipe.directives.variants) == extras | {"plugin"}
     whens = {d.when for d in recipe.directives.dependencies} - {None}
     assert whens == {f"+{variant}" for variant in recipe.directives.variants}

@@ -49,6 +49,7 @@ from .solver import (
     simulation_command,
 )
 from .stall import StepWatch
+from .ucx import UCX
 
 logger = logging.getLogger(__name__)
 
@@ -90,6 +91,9 @@ def run_pipeline(settings: RunSettings, signals: Signals, out: IO[str] = sys.std
     scheduler_file = _prepare_output(output)
     credentials = _credentials(settings)
     secure = credentials.env() if credentials is not None else {}
+    if settings.protocol == "ucx":  # every process, this one's client included
+        secure = {**secure, **UCX().env()}
+        os.environ.update(secure)
     procs = ProcessSet(output / "logs", child_env(secure), settings.stop_timeout)
     signals.on_second = procs.kill
     simulation = _simulation(settings, scheduler_file, secure)
@@ -140,11 +144,18 @@ def _credentials(settings: RunSettings) -> Credentials | None:
     with ``--insecure``."""
     if settings.tls:
         return make_credentials(settings.output / "tls")
-    print(
-        "deisa-run: warning: --insecure: the Dask processes speak plain TCP without "
-        "authentication; any account on this machine can connect to them and run code as you",
-        file=sys.stderr,
-    )
+    if settings.protocol == "ucx":
+        warning = (
+            "speak UCX without authentication, and distributed-ucxx's listeners take every "
+            "interface: any account on this machine, and any machine that reaches it, can "
+            "connect to them and run code as you"
+        )
+    else:
+        warning = (
+            "speak plain TCP without authentication; any account on this machine can connect "
+            "to them and run code as you"
+        )
+    print(f"deisa-run: warning: --insecure: the Dask processes {warning}", file=sys.stderr)
     return None
 
 
@@ -231,7 +242,9 @@ def _start_dask(
     """Start the scheduler and the workers (with the job's TLS ``credentials``, if any) among
     the run's processes ``procs``; a client once every worker is connected."""
     dashboard = dashboard_available()
-    dask = DaskProcesses(scheduler_file, credentials=credentials, processes=procs)
+    # UCX: `--protocol ucx` in place of TLS credentials (it has none: --insecure)
+    comm = UCX() if settings.protocol == "ucx" else credentials
+    dask = DaskProcesses(scheduler_file, credentials=comm, processes=procs)
     dask.start_scheduler(settings.timeout, dashboard=dashboard, check=signals.check)
     dask.start_workers(
         settings.workers,

@@ -18,6 +18,10 @@ from .defaults import default_comments
 
 RUN, SLURM, ANALYTICS = "run", "slurm", "analytics"
 
+PROTOCOLS = ("tcp", "ucx")
+"""The values of ``--protocol``: what ``dask scheduler --protocol`` and ``dask worker
+--protocol`` are given (``tcp``: ``tls`` unless ``--insecure``)."""
+
 
 @dataclass(frozen=True)
 class Option:
@@ -105,6 +109,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("output", ("--output", "-o"), {RUN: "run", SLURM: "run", ANALYTICS: "run"}),
     # a flag that turns the defaults' `tls: true` off: None (not given) falls back to the file
     Option("tls", ("--insecure",), _both(), {"action": "store_const", "const": False}),
+    Option("protocol", ("--protocol",), _both(), {"choices": list(PROTOCOLS)}),
     Option(
         "stop_when_converged",
         ("--stop-when-converged",),

@@ -22,6 +22,7 @@ from ..bridge.options import BridgeOptionError, BridgeOptions, Constraint, Count
 from .defaults import UsageError, load_defaults, read_yaml
 from .options import RUN, SLURM, option, pick
 from .security import output_problem
+from .ucx import check_protocol
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -173,6 +174,9 @@ class RunSettings:
     tls: bool = True
     """Mutual TLS with credentials made for the run (:mod:`deisa.launcher.security`);
     ``False``: ``--insecure``."""
+    protocol: str = "tcp"
+    """What the Dask processes speak: ``tcp`` (TLS unless ``--insecure``) or ``ucx``
+    (:mod:`deisa.launcher.ucx`: only with ``--insecure``)."""
     step_timeout: float | None = None
     """Seconds without a step before the run fails, however alive the simulation is
     (:mod:`deisa.launcher.stall`); ``None``: as long as it runs."""
@@ -198,6 +202,7 @@ class RunSettings:
             "n_components": self.n_components,
             "worker_preload": self.worker_preload,
             "tls": self.tls,
+            "protocol": self.protocol,
             "stop_when_converged": self.stop_when_converged,
             "simulation": self.simulation,
         }
@@ -405,6 +410,13 @@ def resolve_options(args: argparse.Namespace, command: str = RUN) -> RunSettings
     if command == SLURM:
         settings.slurm = _slurm_settings({key: get(key) for key in _SLURM_KEYS}, name)
         _one_line(name("output"), str(settings.output))
+    # after --python: a job on another interpreter checks distributed-ucxx where it runs
+    settings.protocol = check_protocol(
+        get("protocol"),
+        settings.tls,
+        name("protocol"),
+        local=settings.slurm is None or settings.slurm.python is None,
+    )
     if command == RUN and shutil.which(settings.mpirun[0]) is None:
         raise UsageError(f"mpi.mpirun of {defaults_name}: {settings.mpirun[0]!r} not found")
     return settings

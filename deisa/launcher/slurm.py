@@ -45,6 +45,8 @@ from .processes import THREAD_PINS
 from .security import tls_env
 from .settings import RunSettings, SlurmSettings, preload_args
 from .solver import analytics_argv, find_plugin, python_script, simulation_command
+from .ucx import INSTALL as UCX_INSTALL
+from .ucx import MODULE as UCX_MODULE
 
 TEMPLATE = Path(__file__).resolve().parents[1] / "templates" / "slurm_job.sh"
 # In the C solver's PDI YAML, replaced by $SLURM_JOB_ID when the job starts: the scheduler file
@@ -213,7 +215,7 @@ def job_script(settings: RunSettings) -> str:
         listen = f" --host {LOOPBACK}"
     else:
         listen = f" --interface {shlex.quote(slurm.interface)}" if slurm.interface else ""
-    tls = _TLS_ARGS if settings.tls else ""
+    tls = _TLS_ARGS if settings.tls else _UCX_ARGS if settings.protocol == "ucx" else ""
     http = f" --dashboard-address {LOOPBACK}:0"
     dashboard = " --dashboard" if dashboard_available() else " --no-dashboard"
     # the PCA's warm-up (or --worker-preload's module) runs while the ranks start; the
@@ -226,7 +228,7 @@ def job_script(settings: RunSettings) -> str:
         "tasks": f"1 scheduler + 1 analytics client + {workers} workers x {threads} threads + "
         f"{ranks} MPI ranks = {cpus}",
         "environment": "\n".join(environment),
-        "security": _security_lines(settings.tls, slurm.nodes),
+        "security": _security_lines(settings.tls, slurm.nodes, settings.protocol),
         "output": shlex.quote(str(output)),
         "simulation_yaml": yaml.safe_dump(
             settings.simulation, sort_keys=False, default_flow_style=None
@@ -260,9 +262,25 @@ job exports Dask's ``DASK_DISTRIBUTED__COMM__TLS__*`` variables): ``--tls-*`` op
 make ``dask scheduler`` refuse ``--interface`` ("Can not specify both interface and host")."""
 
 
-def _security_lines(tls: bool, nodes: int) -> str:
+_UCX_ARGS = " --protocol ucx"
+"""``dask scheduler`` and ``dask worker`` with ``--protocol ucx`` (``--insecure`` only:
+:func:`deisa.launcher.ucx.check_protocol`)."""
+
+
+def _security_lines(tls: bool, nodes: int, protocol: str = "tcp") -> str:
     """The job's credentials, made on its first node and handed to every step through Dask's
-    configuration variables; or the warning of ``--insecure``."""
+    configuration variables; or the warning of ``--insecure`` (with ``protocol`` ``ucx``, and
+    the check that the job's Python imports distributed-ucxx)."""
+    if protocol == "ucx":
+        return "\n".join(
+            [
+                f'"$PYTHON" -c "import {UCX_MODULE}" 2>/dev/null || {{ echo "deisa: --protocol '
+                f'ucx: $PYTHON cannot import {UCX_MODULE}: {UCX_INSTALL}" >&2; exit 1; }}',
+                'echo "deisa: warning: --insecure: the Dask processes speak UCX without '
+                "authentication and listen on every interface (distributed-ucxx's listener); "
+                'whoever reaches them runs code as you" >&2',
+            ]
+        )
     if not tls:
         where = "this node" if nodes == 1 else "the network"
         return (

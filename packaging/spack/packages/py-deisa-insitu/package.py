@@ -32,6 +32,8 @@ class PyDeisaInsitu(PythonPackage):
     variant("posthoc", default=False, description="deisa.Replay of HDF5 files (h5py)")
     variant("zarr", default=False, description="deisa.Replay of Zarr stores")
     variant("xarray", default=False, description="Labelled arrays (items(as_xarray=True))")
+    # No variant for pyproject.toml's `ucx` extra (deisa-run --protocol ucx): Spack has no package
+    # of distributed-ucxx, a RAPIDS wheel; `pip install distributed-ucxx-cu12` in the environment.
 
     # [build-system] requires and requires-python
     depends_on("py-setuptools@68:", type="build")
