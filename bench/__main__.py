@@ -32,6 +32,7 @@ BENCHMARKS = (
     "first_step",
     "publish",
     "tls_startup",
+    "node_local",
 )
 
 

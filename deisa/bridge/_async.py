@@ -486,6 +486,7 @@ class AsyncPublisher:
                 send.buffer = None
             if send.reported and seq < registered:
                 del self.sends[seq]
+        self.bridge._transport.settle()  # no view of a slot given back is left here
 
     def wait_until(
         self,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import array
 import asyncio
+import collections
 import contextlib
 import logging
 import mmap
@@ -43,15 +44,23 @@ logger = logging.getLogger(__name__)
 
 MAX_SLOTS = 32
 """Slots per channel at most; past them, blocks go by TCP until the worker frees one."""
+SPARE = 1
+"""Free slots a channel keeps mapped and populated ahead of the next block (by a thread of its
+own: a slot's first touch costs about six memcpys of it, a mapping of a used one about one)."""
 KEEP_FREE = 2
-"""Free slots a channel keeps mapped; more are given back (the memory of a burst)."""
+"""Free slots a channel keeps allocated; more are given back (the memory of a burst)."""
 HANDSHAKE_S = 10.0
 """Seconds the worker's listener may take to answer ``hello`` (it answers from its event
 loop, which a busy worker runs late)."""
 
 
 class Slot:
-    """One slot of this rank's ring: a memfd mapped here, its data after :data:`HEADER`."""
+    """One slot of this rank's ring: a memfd, its data after :data:`HEADER`.
+
+    Its first page (the state) stays mapped here; the whole slot only while it is prepared for
+    or written with a block (:meth:`map`, :meth:`unmap`): a slot the worker holds costs this
+    rank no resident memory.
+    """
 
     def __init__(self, channel: Channel, ident: int, size: int) -> None:
         self.channel = channel
@@ -60,12 +69,13 @@ class Slot:
         self.fd = os.memfd_create(f"deisa-slot-{ident}", os.MFD_CLOEXEC)
         try:
             os.ftruncate(self.fd, size)
-            self.map = mmap.mmap(self.fd, size)
+            self.head = mmap.mmap(self.fd, HEADER)
         except BaseException:
             os.close(self.fd)
             raise
+        self.data: mmap.mmap | None = None
         self.shared = False  # its fd went to the worker
-        self.taken = False  # lent out by take(), not yet handed to the worker
+        self.taken = False  # lent out (take(), or being prepared), not handed to the worker
 
     @property
     def capacity(self) -> int:
@@ -73,17 +83,37 @@ class Slot:
 
     @property
     def free(self) -> bool:
-        return not self.taken and self.map[0] == FREE
+        return not self.taken and self.head[0] == FREE
+
+    def fits(self, nbytes: int) -> bool:
+        return nbytes <= self.capacity <= 2 * nbytes + HEADER
+
+    def map(self) -> None:
+        """Map the whole slot, its pages populated (the page faults taken here, at once)."""
+        if self.data is None:
+            self.data = mmap.mmap(self.fd, self.size, flags=mmap.MAP_SHARED | _POPULATE)
+
+    def unmap(self) -> None:
+        """Unmap the slot's data, unless a view of it is still alive here."""
+        if self.data is not None:
+            with contextlib.suppress(BufferError):
+                self.data.close()
+                self.data = None
 
     def view(self, shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray:
-        """An array of ``shape`` and ``dtype`` over this slot's data."""
-        return np.ndarray(shape, dtype=dtype, buffer=self.map, offset=HEADER)
+        """An array of ``shape`` and ``dtype`` over this slot's data (mapped if need be)."""
+        self.map()
+        return np.ndarray(shape, dtype=dtype, buffer=self.data, offset=HEADER)
 
     def close(self) -> None:
+        self.unmap()
+        with contextlib.suppress(BufferError):
+            self.head.close()
         with contextlib.suppress(OSError):
             os.close(self.fd)
-        with contextlib.suppress(BufferError):  # a view still lent out: unmapped by the GC
-            self.map.close()
+
+
+_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
 
 
 class ChannelError(ConnectionError):
@@ -102,12 +132,18 @@ class Channel:
         self.sock = sock
         self.slots: list[Slot] = []
         self.broken: str | None = None
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
         self._next_id = 0
         self._next_put = 0
         self._waiting: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self._reader: asyncio.Task[None] | None = None
-        self._retired: list[int] = []  # slots given back here, to drop on the worker's side
+        self._retired: collections.deque[int] = collections.deque()  # to drop on the worker
+        self._want = 0  # bytes of the last block: the size of the spare slot to prepare
+        self._unmap_later: set[Slot] = set()
+        self._preparer = threading.Thread(
+            target=self._prepare, name=f"deisa-shm-{worker}", daemon=True
+        )
+        self._preparer.start()
 
     @classmethod
     async def open(cls, worker: str) -> Channel | None:
@@ -145,32 +181,103 @@ class Channel:
     # -- any thread --------------------------------------------------------------------------
 
     def take(self, nbytes: int) -> Slot | None:
-        """A free slot for ``nbytes`` (a new one if none fits), lent to the caller until
-        :meth:`put` or :meth:`untake`; ``None`` when the ring is full or the channel broken."""
+        """A free slot for ``nbytes``, mapped, lent to the caller until :meth:`put` or
+        :meth:`untake`; ``None`` when the ring is full or the channel broken."""
         with self._lock:
             if self.broken is not None:
                 return None
-            free = [slot for slot in self.slots if slot.free]
-            fitting = [slot for slot in free if nbytes <= slot.capacity <= 2 * nbytes + HEADER]
-            if fitting:
-                slot = min(fitting, key=lambda s: s.capacity)
+            self._settle()
+            fitting = [slot for slot in self.slots if slot.free and slot.fits(nbytes)]
+            if fitting:  # a prepared one if any
+                slot = max(fitting, key=lambda s: (s.data is not None, -s.capacity))
+            elif len(self.slots) < MAX_SLOTS:
+                slot = self._new_slot(nbytes)
             else:
-                self._retire(free[: max(0, len(free) + 1 - KEEP_FREE)])
-                if len(self.slots) >= MAX_SLOTS:
-                    return None
-                slot = Slot(self, self._next_id, slot_bytes(nbytes))
-                self._next_id += 1
-                self.slots.append(slot)
+                return None
             slot.taken = True
-            return slot
+            self._want = nbytes
+            self._lock.notify()  # prepare the next one
+        slot.map()
+        return slot
 
     def untake(self, slot: Slot) -> None:
-        """Give back a slot :meth:`take` lent and that was not handed to the worker."""
+        """Give back a slot :meth:`take` lent (handed to the worker or not): this rank unmaps
+        its data, unless it is free and kept as the spare; with a view of it still alive,
+        at the next :meth:`settle` or :meth:`take`."""
         with self._lock:
             slot.taken = False
+            ready = [s for s in self.slots if s.free and s.data is not None and s is not slot]
+            if slot.head[0] != FREE or len(ready) >= SPARE:
+                self._unmap_later.add(slot)
+            self._settle()
 
-    def _retire(self, slots: list[Slot]) -> None:
-        for slot in slots:
+    def settle(self) -> None:
+        """Unmap the slots given back whose views are gone since."""
+        with self._lock:
+            self._settle()
+
+    def _settle(self) -> None:
+        for slot in list(self._unmap_later):
+            if slot.taken or slot not in self.slots:
+                self._unmap_later.discard(slot)
+                continue
+            slot.unmap()
+            if slot.data is None:
+                self._unmap_later.discard(slot)
+
+    def _new_slot(self, nbytes: int) -> Slot:
+        slot = Slot(self, self._next_id, slot_bytes(nbytes))
+        self._next_id += 1
+        self.slots.append(slot)
+        return slot
+
+    def _prepare(self) -> None:
+        """The preparer thread: keep :data:`SPARE` free slots of the last block's size mapped,
+        and give back free slots past :data:`KEEP_FREE`."""
+        while True:
+            with self._lock:
+                while self.broken is None and not self._work():
+                    self._lock.wait()
+                if self.broken is not None:
+                    return
+                nbytes = self._want
+                free = [slot for slot in self.slots if slot.free and slot.fits(nbytes)]
+                if len([slot for slot in free if slot.data is not None]) >= SPARE:
+                    self._retire_surplus()
+                    continue
+                unmapped = [slot for slot in free if slot.data is None]
+                if unmapped:
+                    slot = unmapped[0]
+                elif len(self.slots) < MAX_SLOTS:
+                    slot = self._new_slot(nbytes)
+                else:
+                    self._want = 0  # nothing to do until the next take()
+                    continue
+                slot.taken = True
+            try:
+                slot.map()  # the page faults, off the caller's thread
+            except OSError as exc:  # out of memory: take() maps what it needs itself
+                logger.warning("deisa bridge: preparing a shared-memory slot failed: %s", exc)
+                with self._lock:
+                    self._want = 0
+            finally:
+                with self._lock:
+                    slot.taken = False
+
+    def _work(self) -> bool:
+        """Under the lock: whether the preparer has something to do."""
+        if not self._want:
+            return False
+        free = [slot for slot in self.slots if slot.free]
+        ready = [s for s in free if s.fits(self._want) and s.data is not None]
+        if len(ready) < SPARE and (len(ready) < len(free) or len(self.slots) < MAX_SLOTS):
+            return True
+        return len(free) > max(KEEP_FREE, SPARE)
+
+    def _retire_surplus(self) -> None:
+        """Under the lock: close free slots past :data:`KEEP_FREE`, the unprepared first."""
+        free = sorted((s for s in self.slots if s.free), key=lambda s: s.data is not None)
+        for slot in free[: max(0, len(free) - max(KEEP_FREE, SPARE))]:
             self.slots.remove(slot)
             if slot.shared:
                 self._retired.append(slot.id)
@@ -195,8 +302,7 @@ class Channel:
             if not slot.shared:
                 await self._send_fd(encode(op="slot", id=slot.id, size=slot.size), slot.fd)
                 slot.shared = True
-            slot.map[0] = HELD
-            slot.taken = False
+            slot.head[0] = HELD
             await loop.sock_sendall(
                 self.sock,
                 encode(op="put", id=ident, slot=slot.id, key=wired, dtype=dtype.str,
@@ -204,8 +310,7 @@ class Channel:
             )  # fmt: skip
             answer = await reply
         except OSError as exc:
-            slot.map[0] = FREE
-            slot.taken = False
+            slot.head[0] = FREE
             self._break(f"{type(exc).__name__}: {exc}")
             raise ChannelError(
                 f"the shared-memory channel to worker {self.worker} failed: {exc}"
@@ -228,7 +333,7 @@ class Channel:
     async def _forget_retired(self) -> None:
         while self._retired:
             await asyncio.get_running_loop().sock_sendall(
-                self.sock, encode(op="drop", id=self._retired.pop())
+                self.sock, encode(op="drop", id=self._retired.popleft())
             )
 
     async def _read(self) -> None:
@@ -252,9 +357,13 @@ class Channel:
             raise ConnectionResetError(self.broken)
 
     def _break(self, why: str) -> None:
-        if self.broken is None:
-            self.broken = why
-            logger.info("deisa bridge: shared memory with worker %s ended: %s", self.worker, why)
+        with self._lock:
+            if self.broken is None:
+                self.broken = why
+                logger.info(
+                    "deisa bridge: shared memory with worker %s ended: %s", self.worker, why
+                )
+            self._lock.notify()
         for waiting in self._waiting.values():
             if not waiting.done():
                 waiting.set_exception(ConnectionResetError(why))

@@ -31,6 +31,7 @@ import asyncio
 import concurrent.futures
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -542,7 +543,7 @@ class Bridge:
         nsteps = dict(self._nsteps)
         open_s = time.perf_counter() - self._opened
 
-        def end_streams() -> None:
+        def end_streams(used: list[str]) -> None:
             for name in self.decompositions:
                 held_s = sum(t.held_s for t in self.timings if t.name == name)
                 reply = self._loop.run(
@@ -552,6 +553,7 @@ class Bridge:
                         nsteps=nsteps.get(name, 0),
                         held_s=held_s,
                         open_s=open_s,
+                        transports=dict(Counter(used)),
                     ),
                     timeout=30,
                 )
@@ -563,7 +565,8 @@ class Bridge:
             # a lost scheduler is known everywhere too
             connected = not self.asynchronous or self._async.ledger.connection is not None
             if connected and self.detached is None:
-                on_root(self.comm, end_streams)
+                used = self.comm.gather(self._transport.used, root=0)  # how each rank sent
+                on_root(self.comm, lambda: end_streams(used))
         except BridgeError:
             if error is None:
                 raise

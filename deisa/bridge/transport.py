@@ -100,6 +100,11 @@ class Transport:
         slot.channel.untake(slot)
         return True
 
+    def settle(self) -> None:
+        """Unmap here the slots given back (call it once the caller holds no view of them)."""
+        for channel in list(self._channels.values()):
+            channel.settle()
+
     def node_local(self, worker: str) -> bool:
         """Whether blocks for ``worker`` go through shared memory now."""
         channel = self._channels.get(worker)
@@ -118,12 +123,18 @@ class Transport:
             return None
         lent = self._lent.get(id(block))
         slot = lent[0] if lent is not None and lent[1] is block else None
-        if slot is None or slot.channel is not channel:
+        own = slot is None or slot.channel is not channel
+        if own:  # a block of the caller's, or in the slot of a worker that has left: copy
             slot = channel.take(block.nbytes)
             if slot is None:
                 return None
             np.copyto(slot.view(block.shape, block.dtype), block)
-        nbytes = await channel.put(slot, key, block.shape, block.dtype)
+        assert slot is not None
+        try:
+            nbytes = await channel.put(slot, key, block.shape, block.dtype)
+        finally:
+            if own:
+                channel.untake(slot)
         self.blocks[SHARED_MEMORY] += 1
         return nbytes
 

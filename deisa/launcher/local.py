@@ -441,10 +441,24 @@ def _held(totals: dict[str, Any]) -> str:
     )
 
 
+def _ways(totals: dict[str, Any]) -> str:
+    """How the ranks sent their blocks (the Bridge's ``transport``), for the closing line:
+    ``", blocks by shared memory (3 ranks), by tcp (1 rank)"``; nothing before the stream is
+    closed."""
+    ways = [
+        (key.removeprefix("ranks by "), n)
+        for key, n in sorted(totals.items())
+        if key.startswith("ranks by ") and n
+    ]
+    if not ways:
+        return ""
+    return ", blocks " + ", ".join(f"by {way} ({n} rank{'s' if n != 1 else ''})" for way, n in ways)
+
+
 def _summary(client: Any, wall_s: float) -> str:
     """The closing line: wall time, then per array the steps published and taken, the bytes
-    published and the time flow control held the simulation (the ``totals`` of the
-    extension's ``deisa_stats``)."""
+    published, the time flow control held the simulation and how the ranks sent their blocks
+    (the ``totals`` of the extension's ``deisa_stats``)."""
     try:
         totals = stream_stats(client)["totals"]
     except Exception as exc:  # the summary must not turn a run into a failure
@@ -452,7 +466,7 @@ def _summary(client: Any, wall_s: float) -> str:
         return f"deisa-run: done in {wall_s:.1f} s (no stream statistics: {exc})"
     parts = [
         f"{name}: {t.get('published', 0)} steps published, {t.get('taken', 0)} taken, "
-        f"{t.get('bytes', 0):,} bytes{_held(t)}"
+        f"{t.get('bytes', 0):,} bytes{_held(t)}{_ways(t)}"
         for name, t in totals.items()
     ]
     return f"deisa-run: done in {wall_s:.1f} s; " + ("; ".join(parts) or "no array published")

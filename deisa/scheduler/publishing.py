@@ -168,16 +168,26 @@ class Publishing(StreamState):
         )
 
     async def close_stream(
-        self, name: str, run: str, nsteps: int, held_s: float = 0.0, open_s: float = 0.0
+        self,
+        name: str,
+        run: str,
+        nsteps: int,
+        held_s: float = 0.0,
+        open_s: float = 0.0,
+        transports: dict[str, int] | None = None,
     ) -> Reply:
         """End ``name``'s stream after ``nsteps`` steps; ``held_s`` of rank 0's ``open_s``
-        seconds with its Bridge went to flow control (totals ``held_ms`` and ``open_ms``)."""
+        seconds with its Bridge went to flow control (totals ``held_ms`` and ``open_ms``);
+        ``transports``: how many ranks sent their blocks by each way (``"shared memory"``,
+        ``"tcp"``, ...: totals ``ranks by <way>``)."""
         self.calls["close"] += 1
         stream = self.streams.get(name)
         if stream is None or stream.run != run:
             return error(f"array {name!r} was not opened by run {run}")
         ms = {"held_ms": round(1000 * held_s), "open_ms": round(1000 * open_s)}
         self.totals.setdefault(name, Counter()).update(ms)
+        for way, ranks in (transports or {}).items():
+            self.totals[name][f"ranks by {way}"] = int(ranks)
         stream.some_reader(run)
         for reader in stream.readers.values():
             reader.queue.append(End(nsteps, run))

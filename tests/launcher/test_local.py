@@ -55,6 +55,9 @@ def test_user_simulation_and_analytics(user_code: tuple[Path, Path], tmp_path: P
     # and how long flow control held the simulation, as its Bridge counted it
     held = r"publish held by flow control \d+\.\d\d s of \d+\.\d\d s \(\d+\.\d %\)"
     assert re.search(held, summary), summary
+    # and how the ranks sent their blocks: every rank shares this machine with its worker
+    assert re.search(r"blocks by shared memory \(\d ranks?\)", summary), summary
+    assert "by tcp" not in summary, summary
     assert left_behind(tmp_path) == []
 
 

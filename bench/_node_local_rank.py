@@ -1,0 +1,95 @@
+"""One rank of ``bench.node_local`` (run under mpirun): memcpy, start-up, sustained publishes.
+
+Writes ``<out>/rank-<r>.json``: the rank's memcpy of its block, the CPU time from before
+``import deisa`` until its first two publishes are registered, the sustained bandwidth of
+``--steps`` back-to-back publishes (from the first call until every one is registered), each
+publish's duration, the resident memory before the Bridge and after the publishes, and the
+transport the blocks took.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+from mpi4py import MPI
+
+
+def memory() -> dict[str, int]:
+    """VmRSS, RssAnon, RssShmem of this process, in bytes."""
+    fields: dict[str, int] = {}
+    for line in Path("/proc/self/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "RssAnon", "RssShmem"):
+            fields[key] = int(value.split()[0]) * 1024
+    return fields
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("scheduler_file")
+    parser.add_argument("--name", required=True)
+    parser.add_argument("--mib", type=float, required=True)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--transport", default="auto")
+    parser.add_argument("--mode", default="async")
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    comm = MPI.COMM_WORLD
+    rank, size = comm.Get_rank(), comm.Get_size()
+    cols = 1024
+    rows = max(1, int(args.mib * 2**20 / 8 / cols))
+    block = np.random.default_rng(rank).random((rows, cols))
+    scratch = np.empty_like(block)
+    copies = []
+    for _ in range(7):
+        t0 = time.perf_counter()
+        np.copyto(scratch, block)
+        copies.append(time.perf_counter() - t0)
+    del scratch
+    before = memory()
+
+    cpu0 = time.process_time()
+    from deisa import ArraySpec, Bridge
+
+    spec = ArraySpec(block.dtype, (size * rows, cols), (rank * rows, 0), block.shape)
+    bridge = Bridge(
+        args.scheduler_file, {args.name: spec}, mode=args.mode, transport=args.transport,
+        connect_timeout=300,
+    )  # fmt: skip
+    for step in range(2):
+        bridge.publish(args.name, block, step)
+    bridge.flush()
+    start_cpu = time.process_time() - cpu0
+
+    comm.Barrier()
+    durations = []
+    t0 = time.perf_counter()
+    for step in range(2, 2 + args.steps):
+        called = time.perf_counter()
+        bridge.publish(args.name, block, step)
+        durations.append(time.perf_counter() - called)
+    bridge.flush()
+    sustained = time.perf_counter() - t0
+    after = memory()
+    transport = bridge.transport
+    bridge.close()
+    report = {
+        "rank": rank,
+        "nbytes": block.nbytes,
+        "memcpy_s": float(np.median(copies)),
+        "start_cpu_s": start_cpu,
+        "sustained_s": sustained,
+        "publish_s": durations,
+        "memory_before": before,
+        "memory_after": after,
+        "transport": transport,
+    }
+    (args.out / f"rank-{rank}.json").write_text(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()

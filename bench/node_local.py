@@ -1,0 +1,197 @@
+"""Node-local transfer: shared memory against TCP, side by side, against the ranks' memcpy.
+
+    python -m bench.node_local --out results/        # ~2 minutes; --quick: ~1 minute
+
+One scheduler and ``--workers`` workers (real ``dask`` processes, loopback, plain TCP so that
+the comparison is of the transports, not of TLS) serve every run. For each block size
+(``--sizes``, MiB per rank) and each repetition, the two transports take turns on the same
+cluster: ``--ranks`` MPI ranks each publish ``--steps`` blocks back to back
+(``bench/_node_local_rank.py``), with ``transport="tcp"`` then ``transport="auto"`` (shared
+memory), in ``--modes`` (``async`` by default). Two analytics are measured:
+
+``taking``   an :class:`~deisa.Adapter` takes every step as it comes and sums it (the steps
+             never pile up);
+``behind``   the analytics starts once the simulation has published everything (every step
+             waits on the workers until then; unbounded ``buffer_nb``).
+
+Per run and rank: the sustained bandwidth (bytes of ``--steps`` blocks over the time from the
+first ``publish`` until every step is registered, ``Bridge.flush``), against the same rank's
+``np.copyto`` of its block; the median ``publish``; the resident memory the Bridge adds
+(VmRSS after the publishes minus before ``import deisa``, and its anonymous and shared parts);
+the CPU time of the rank from before ``import deisa`` until its first two publishes are
+registered; and the transport the blocks took. Writes ``node_local.json``.
+
+Targets (issue 35): shared memory sustains >= 80 % of memcpy at 16 and 64 MiB while the
+analytics takes every step, and is no slower when the steps pile up; the Bridge adds at most
+one block + 10 MiB of VmRSS at 16 MiB; the rank's CPU to start is <= 0.2 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+from bench._common import child_env, finish, loadavg, median, table
+
+RANK = Path(__file__).with_name("_node_local_rank.py")
+TRANSPORTS = ("tcp", "auto")
+LABEL = {"tcp": "tcp", "auto": "shared memory"}
+
+
+def consume(client: Any, name: str, start: threading.Event, errors: list[str]) -> None:
+    """Take every step of ``name`` (once ``start`` is set) and sum it."""
+    from deisa import Adapter
+
+    try:
+        start.wait()
+        for _, field in Adapter(client, timeout=600)[name].items():
+            field.sum().compute()
+            del field
+    except Exception as exc:  # reported with the run
+        errors.append(f"{type(exc).__name__}: {exc}")
+
+
+def run_once(
+    cluster: Any, client: Any, args: argparse.Namespace, mib: float, transport: str, mode: str,
+    analytics: str, run: int,
+) -> list[dict[str, Any]]:  # fmt: skip
+    """One mpirun of the ranks; their reports."""
+    name = f"field{run}"
+    start, errors = threading.Event(), []
+    reader = threading.Thread(target=consume, args=(client, name, start, errors), daemon=True)
+    reader.start()
+    if analytics == "taking":
+        start.set()
+    with tempfile.TemporaryDirectory(prefix="deisa-node-local-") as out:
+        cmd = [
+            "mpirun", "--oversubscribe", "-np", str(args.ranks), sys.executable, str(RANK),
+            str(cluster.scheduler_file), "--name", name, "--mib", str(mib), "--steps",
+            str(args.steps), "--transport", transport, "--mode", mode, "--out", out,
+        ]  # fmt: skip
+        env = child_env()
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+        start.set()
+        reader.join(600)
+        if done.returncode != 0 or errors:
+            raise RuntimeError(f"run {run} failed: {done.stderr[-2000:]} {errors}")
+        return [json.loads(p.read_text()) for p in sorted(Path(out).glob("rank-*.json"))]
+
+
+def summarize(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """The ranks' figures of one run (bandwidths in GiB/s, memory in MiB)."""
+    gib, mib = 2**30, 2**20
+    nbytes = reports[0]["nbytes"]
+    steps = len(reports[0]["publish_s"])
+    added = [r["memory_after"]["VmRSS"] - r["memory_before"]["VmRSS"] for r in reports]
+    return {
+        "block_mib": nbytes / mib,
+        "memcpy_gibs": median([nbytes / r["memcpy_s"] / gib for r in reports]),
+        "sustained_gibs": median([steps * nbytes / r["sustained_s"] / gib for r in reports]),
+        "publish_ms": median([1000 * median(r["publish_s"]) for r in reports]),
+        "rss_added_mib": max(added) / mib,
+        "anon_added_mib": max(
+            r["memory_after"]["RssAnon"] - r["memory_before"]["RssAnon"] for r in reports
+        )
+        / mib,
+        "shmem_mib": max(r["memory_after"]["RssShmem"] for r in reports) / mib,
+        "start_cpu_s": max(r["start_cpu_s"] for r in reports),
+        "transports": sorted({r["transport"] for r in reports}),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", type=float, nargs="+", default=[16, 64], help="MiB per rank")
+    parser.add_argument("--ranks", type=int, default=1)
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--modes", nargs="+", default=["async"], choices=["async", "sync"])
+    parser.add_argument("--quick", action="store_true", help="--repeat 1")
+    parser.add_argument("--out", type=Path, default=Path("results"))
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.repeat = 1
+    args.out.mkdir(parents=True, exist_ok=True)
+    os.environ.update(child_env())
+    from deisa.launcher.dask_processes import DaskProcesses
+
+    load_before = loadavg()
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="deisa-bench-") as tmp:
+        cluster = DaskProcesses.started(Path(tmp), args.workers, 300)
+        try:
+            with cluster.client() as client:
+                run = 0
+                for mib in args.sizes:
+                    for mode in args.modes:
+                        for analytics in ("taking", "behind"):
+                            for repeat in range(args.repeat):
+                                for transport in TRANSPORTS:  # side by side, taking turns
+                                    reports = run_once(cluster, client, args, mib, transport,
+                                                       mode, analytics, run)  # fmt: skip
+                                    run += 1
+                                    rows.append({"transport": LABEL[transport], "mode": mode,
+                                                 "analytics": analytics, "repeat": repeat,
+                                                 **summarize(reports)})  # fmt: skip
+        finally:
+            cluster.stop()
+    return report(args, rows, load_before)
+
+
+def report(args: argparse.Namespace, rows: list[dict[str, Any]], load_before: list[float]) -> int:
+    """Print the table and the targets; write ``node_local.json``."""
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for row in rows:
+        key = (row["block_mib"], row["mode"], row["analytics"], row["transport"])
+        groups.setdefault(key, []).append(row)
+    table_rows, medians = [], {}
+    for key, group in groups.items():
+        m = {field: median([r[field] for r in group]) for field in (
+            "memcpy_gibs", "sustained_gibs", "publish_ms", "rss_added_mib", "anon_added_mib",
+            "shmem_mib", "start_cpu_s")}  # fmt: skip
+        medians[key] = m
+        table_rows.append([
+            f"{key[0]:g}", key[1], key[2], key[3], f"{m['memcpy_gibs']:.2f}",
+            f"{m['sustained_gibs']:.2f}", f"{100 * m['sustained_gibs'] / m['memcpy_gibs']:.0f} %",
+            f"{m['publish_ms']:.1f}", f"{m['rss_added_mib']:.0f}", f"{m['anon_added_mib']:.0f}",
+            f"{m['shmem_mib']:.0f}", f"{m['start_cpu_s']:.2f}",
+            ",".join(sorted({t for r in group for t in r["transports"]})),
+        ])  # fmt: skip
+    print(table(["MiB", "mode", "analytics", "transport", "memcpy GiB/s", "sustained GiB/s",
+                 "of memcpy", "publish ms", "+RSS MiB", "+anon MiB", "shmem MiB",
+                 "start CPU s", "used"], table_rows))  # fmt: skip
+    targets = []
+    for (mib, mode, analytics, transport), m in medians.items():
+        if transport != "shared memory" or mode != "async":
+            continue
+        share = m["sustained_gibs"] / m["memcpy_gibs"]
+        targets.append((f"{mib:g} MiB, analytics {analytics}: shared memory >= 80 % of memcpy",
+                        share >= 0.8, f"{100 * share:.0f} %"))  # fmt: skip
+        if analytics == "behind" and (mib, mode, "taking", transport) in medians:
+            taking = medians[mib, mode, "taking", transport]["sustained_gibs"]
+            targets.append((f"{mib:g} MiB: no slower when the steps pile up (>= 90 % of taking)",
+                            m["sustained_gibs"] >= 0.9 * taking,
+                            f"{m['sustained_gibs']:.2f} vs {taking:.2f} GiB/s"))  # fmt: skip
+        if mib == 16 and analytics == "taking":
+            bound = 16 + 10
+            targets.append(("16 MiB: the Bridge adds <= one block + 10 MiB of VmRSS",
+                            m["rss_added_mib"] <= bound,
+                            f"+{m['rss_added_mib']:.0f} MiB (anonymous +{m['anon_added_mib']:.0f},"
+                            f" shared {m['shmem_mib']:.0f})"))  # fmt: skip
+            targets.append(("the rank's CPU to start the Bridge <= 0.2 s",
+                            m["start_cpu_s"] <= 0.2, f"{m['start_cpu_s']:.2f} s"))  # fmt: skip
+    return finish(args.out, "node_local", targets, rows=rows, ranks=args.ranks,
+                  workers=args.workers, steps=args.steps, loadavg_before=load_before,
+                  loadavg_after=loadavg())  # fmt: skip
+
+
+if __name__ == "__main__":
+    sys.exit(main())
