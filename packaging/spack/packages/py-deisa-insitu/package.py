@@ -32,6 +32,7 @@ class PyDeisaInsitu(PythonPackage):
     variant("posthoc", default=False, description="deisa.Replay of HDF5 files (h5py)")
     variant("zarr", default=False, description="deisa.Replay of Zarr stores")
     variant("xarray", default=False, description="Labelled arrays (items(as_xarray=True))")
+    variant("core", default=False, description="deisa.insitu: the deisa-core interface")
     # No variant for pyproject.toml's `ucx` extra (deisa-run --protocol ucx): Spack has no package
     # of distributed-ucxx, a RAPIDS wheel; `pip install distributed-ucxx-cu12` in the environment.
 
@@ -57,6 +58,7 @@ class PyDeisaInsitu(PythonPackage):
     depends_on("py-h5py@3.8:", type=("build", "run"), when="+posthoc")
     depends_on("py-zarr@3:", type=("build", "run"), when="+zarr")
     depends_on("py-xarray@2024.6:", type=("build", "run"), when="+xarray")
+    depends_on("py-deisa-core@0.6:", type=("build", "run"), when="+core")
 
     # +plugin: CMake builds plugin/ against PDI, MPI and this Python, which the plugin embeds
     depends_on("pdi@1.12: +python", type=("build", "link", "run"), when="+plugin")
