@@ -5,12 +5,12 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 from distributed import Client
+from distributed.utils_test import async_poll_for
 
 from deisa import _dask_internals
 from deisa.scheduler._streams import Lost, Step
@@ -163,7 +163,8 @@ async def take(c: Client, reply: dict[str, Any]) -> list[np.ndarray]:
 async def until_released(s: Any, workers: list[Any], run: str) -> None:
     """Wait until nothing of ``run`` is left on the scheduler or the workers (the release of
     a dropped future travels on the client's batched stream)."""
-    deadline = asyncio.get_running_loop().time() + WAIT
-    while run_keys(s, workers, run):
-        assert asyncio.get_running_loop().time() < deadline, run_keys(s, workers, run)
-        await asyncio.sleep(0.01)
+
+    def left() -> None:
+        raise AssertionError(run_keys(s, workers, run))
+
+    await async_poll_for(lambda: not run_keys(s, workers, run), WAIT, left, period=0.01)

@@ -21,13 +21,13 @@ import json
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 from conftest import REPO, STARTUP, DaskProcesses, mpirun, test_env
+from distributed.utils_test import poll_for
 
 from bench.contract_ranks import value
 from deisa import Adapter
@@ -42,14 +42,6 @@ A = Contract.build((slice(2, 8), slice(1, 9)), 2)  # ranks 0 and 1, every 2nd st
 B = Contract.build((slice(9, 16), slice(None)), slice(0, None, 3))  # ranks 2 and 3, every 3rd
 
 
-def _wait(predicate: Any, what: str) -> None:
-    deadline = time.monotonic() + STARTUP
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
 @pytest.mark.parametrize("mode", ["async", "sync"])
 def test_contract_sends_only_the_region_and_changes_at_a_step_boundary(
     mode: str, tmp_path: Path, dask_processes: DaskProcesses
@@ -62,7 +54,7 @@ def test_contract_sends_only_the_region_and_changes_at_a_step_boundary(
         required: dict[str, Any] = {}
         thread = threading.Thread(target=lambda: required.update(a=field.require(A.region, 2)))
         thread.start()
-        _wait(lambda: "field" in adapter.stats()["contracts"]["contracts"], "the contract")
+        poll_for(lambda: "field" in adapter.stats()["contracts"]["contracts"], STARTUP)
         with pytest.raises(ContractError, match="unknown array 'nosuch'"):
             Adapter(client, timeout=0.5)["nosuch"].require(steps=2)
         with pytest.raises(ContractError, match="stride=-1 must be a positive integer"):

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 from distributed import Client
-from distributed.utils_test import gen_cluster
+from distributed.utils_test import async_poll_for, gen_cluster
 
 from deisa import _dask_internals
 from deisa.bridge._connect import open_pool
@@ -64,10 +64,7 @@ async def test_send_register_share_release(c: Client, s: Any, a: Any, b: Any) ->
     np.testing.assert_array_equal(await future, block)
 
     del future
-    deadline = asyncio.get_running_loop().time() + RELEASE
-    while key in s.tasks or key in a.data:
-        assert asyncio.get_running_loop().time() < deadline, f"{key} was never released"
-        await asyncio.sleep(0.01)
+    await async_poll_for(lambda: key not in s.tasks and key not in a.data, RELEASE, period=0.01)
 
 
 @gen_cluster(client=True)
@@ -116,10 +113,7 @@ async def test_share_keys_then_send_batched_after_a_release(
     s.stream_handlers["deisa_test"] = handler
     c._send_to_scheduler({"op": "client-releases-keys", "keys": [key], "client": c.id})
     _dask_internals.send_batched(c, "deisa_test", tag="after")
-    deadline = asyncio.get_running_loop().time() + RELEASE
-    while not seen:
-        assert asyncio.get_running_loop().time() < deadline
-        await asyncio.sleep(0.01)
+    await async_poll_for(lambda: bool(seen), RELEASE, period=0.01)
     assert seen == [("after", {"holder"})]
     _dask_internals.release_keys(s, [key], "holder")
 

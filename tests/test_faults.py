@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 from conftest import REPO, DaskProcesses, kill_if_running, mpirun, start_dask, test_env
 from dask.core import flatten
+from distributed.utils_test import poll_for
 
 from deisa import Adapter
 
@@ -106,11 +107,12 @@ def test_dead_analytics_blocks_then_times_out(cluster: DaskProcesses) -> None:
     # flow-control timeout then only expires once buffer_nb steps wait for a dead analytics
     with cluster.client(timeout=STARTUP) as client:
         adapter = Adapter(client)
-        deadline = time.monotonic() + STARTUP
-        while "dead" not in adapter.stats()["streams"]:
+
+        def asked() -> bool:  # the analytics asked for a step (and is still running)
             assert analytics.poll() is None, finish(analytics)[1][-3000:]
-            assert time.monotonic() < deadline, "the analytics never asked for a step"
-            time.sleep(0.1)
+            return "dead" in adapter.stats()["streams"]
+
+        poll_for(asked, STARTUP, period=0.1)
         sim = start_publisher(
             cluster, "--name", "dead", "--nsteps", "20", "--buffer-nb", "2", "--timeout", "3"
         )
@@ -248,13 +250,6 @@ def reports(done: Path) -> list[dict[str, object]]:
     return [json.loads(path.read_text()) for path in sorted(done.glob("rank-*.json"))]
 
 
-def wait_for(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + STARTUP
-    while not condition():
-        assert time.monotonic() < deadline, f"{what} never happened"
-        time.sleep(0.1)
-
-
 def workers(client: Any) -> int:
     """Workers the scheduler has now."""
 
@@ -297,16 +292,16 @@ def test_lost_worker_the_simulation_goes_on_and_every_other_step_arrives(
                     values[step] = array.compute()  # before the next: a taken step is ours
                     received.append(step)
                     if step == 10:  # once steps 11 and 12 wait (buffer_nb): they will be lost
-                        wait_for(lambda: queued(adapter, "wloss") == 2, "two queued steps")
+                        poll_for(lambda: queued(adapter, "wloss") == 2, STARTUP, period=0.1)
                         victim.kill()
                         victim.wait(timeout=STARTUP)
                         # taken from now on: a step whose block just died is not handed over
-                        wait_for(lambda: workers(client) == 2, "the worker's removal")
+                        poll_for(lambda: workers(client) == 2, STARTUP, period=0.1)  # removed
             del array
             lost = adapter.stats()["lost"].get("wloss", [])
             adapter.close()
             rc, err = finish(sim)
-            wait_for(lambda: scheduler_memory(client, "wloss") == (0, 0), "the keys' release")
+            poll_for(lambda: scheduler_memory(client, "wloss") == (0, 0), STARTUP, period=0.1)
     finally:
         kill_if_running(sim)
         cluster.stop()
@@ -352,7 +347,7 @@ def test_sync_publish_to_a_killed_worker_returns_well_within_the_connect_timeout
             victim = cluster.procs[2]  # worker-1
             victim.kill()
             victim.wait(timeout=STARTUP)
-            wait_for(lambda: workers(client) == 1, "the worker's removal")
+            poll_for(lambda: workers(client) == 1, STARTUP, period=0.1)  # removed
             hold.touch()  # the ranks publish step 3, not knowing: half of them to the dead one
             for step in range(held, nsteps):
                 received[step] = field[step].compute()

@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -31,6 +30,7 @@ from conftest import (
     test_env,
     write_config,
 )
+from distributed.utils_test import poll_for
 
 from deisa import Adapter
 from deisa_simulation.heat import HeatConfig, reference_field
@@ -47,14 +47,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaskProcesses]
     processes.stop()
 
 
-def wait_for(
-    ready: Callable[[], bool], what: str, alive: Callable[[], None] = lambda: None
-) -> None:
-    deadline = time.monotonic() + 2 * STARTUP  # only reports a hang
-    while not ready():
-        alive()
-        assert time.monotonic() < deadline, f"never saw {what}"
-        time.sleep(0.1)
+HANG = 2 * STARTUP  # the waits below only report a hang
 
 
 def consumers(adapter: Adapter, array: str) -> dict[str, Any]:
@@ -127,9 +120,9 @@ def test_fan_out_group_windows_and_zip_on_one_heat_run(
     with cluster.client() as client:
         watcher = Adapter(client)  # reads stats only: not a consumer
         # every consumer attached before the first step: each receives the whole run
-        wait_for(lambda: len(consumers(watcher, "gtemp")) == 3, "3 readers of gtemp")
-        wait_for(lambda: len(consumers(watcher, "gdtemp")) == 1, "the reader of gdtemp")
-        wait_for(lambda: len(consumers(watcher, "gtemp")["group:pool"]["members"]) == 2, "pool")
+        poll_for(lambda: len(consumers(watcher, "gtemp")) == 3, HANG, period=0.1)
+        poll_for(lambda: len(consumers(watcher, "gdtemp")) == 1, HANG, period=0.1)
+        poll_for(lambda: len(consumers(watcher, "gtemp")["group:pool"]["members"]) == 2, HANG)
         sim = start_heat(
             4, config_path, "--scheduler-file", str(cluster.scheduler_file),
             "--change-array", "gdtemp", "--buffer-nb", "2",
@@ -188,12 +181,13 @@ def test_killed_consumer_unblocks_the_simulation_and_leaves_no_key(
     with cluster.client() as client:
         watcher = Adapter(client)
 
-        def alive() -> None:
+        def alive() -> bool:
             assert dying.poll() is None, dying.communicate()[1][-3000:]
+            return True
 
         reader = Reader(cluster, lambda a: {s: f.compute() for s, f in a["killed"].items()})
         reader.start()
-        wait_for(lambda: len(consumers(watcher, "killed")) == 2, "both consumers", alive)
+        poll_for(lambda: alive() and len(consumers(watcher, "killed")) == 2, HANG, period=0.1)
         sim = subprocess.Popen(
             mpirun(4, sys.executable, str(PUBLISHER), str(cluster.scheduler_file),
                    "--name", "killed", "--nsteps", str(nsteps), "--buffer-nb", "2",
@@ -203,10 +197,11 @@ def test_killed_consumer_unblocks_the_simulation_and_leaves_no_key(
         try:
             # the stuck consumer took step 0 and has buffer_nb steps to take: the run waits
             stuck = [c for c in consumers(watcher, "killed") if c != reader.consumer]
-            wait_for(
-                lambda: consumers(watcher, "killed")[stuck[0]]["queued"] == 2,
-                "the stuck consumer holding the run back",
-                alive,
+            # the stuck consumer holds the run back
+            poll_for(
+                lambda: alive() and consumers(watcher, "killed")[stuck[0]]["queued"] == 2,
+                HANG,
+                period=0.1,
             )
             assert sim.poll() is None
             os.kill(dying.pid, signal.SIGKILL)
@@ -224,7 +219,7 @@ def test_killed_consumer_unblocks_the_simulation_and_leaves_no_key(
             assert np.array_equal(values, expected(step, (8, 6))), step
         del received
         assert consumers(watcher, "killed") == {}
-        wait_for(lambda: scheduler_keys(client, "killed") == 0, "every key of 'killed' released")
+        poll_for(lambda: scheduler_keys(client, "killed") == 0, HANG, period=0.1)  # all released
 
 
 def test_deisa_run_publishes_only_the_analysed_array_of_the_c_solver_yaml() -> None:

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 from distributed import Client
-from distributed.utils_test import gen_cluster
+from distributed.utils_test import async_poll_for, gen_cluster
 from stream_driver import WAIT, Rank0, block, install, until_released
 
 from deisa import Adapter, StepLostError, StepNotAvailableError
@@ -22,13 +22,6 @@ from deisa.wire import SCHEDULER_FILE_ENV
 def in_thread(fn: Any) -> Any:
     """Run the synchronous analytics ``fn`` beside the cluster's loop."""
     return asyncio.get_running_loop().run_in_executor(None, fn)
-
-
-async def until(condition: Any) -> None:
-    deadline = asyncio.get_running_loop().time() + WAIT
-    while not condition():
-        assert asyncio.get_running_loop().time() < deadline
-        await asyncio.sleep(0.01)
 
 
 # -- Adapter.from_env -------------------------------------------------------------------------
@@ -69,7 +62,8 @@ def test_from_env_reads_the_stream_and_closes_the_client_it_owns(
         steps, field, status, client_id = await in_thread(analytics)
         assert steps == [0] and status == "closed"
         np.testing.assert_array_equal(field, np.vstack([block(0, 0), block(0, 1)]))
-        await until(lambda: client_id not in s.clients)  # it left the scheduler too
+        # it left the scheduler too
+        await async_poll_for(lambda: client_id not in s.clients, WAIT, period=0.01)
 
     run()
 

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import yaml
 from conftest import STARTUP
-from distributed.utils_test import gen_cluster
+from distributed.utils_test import gen_cluster, poll_for
 from stream_driver import META, Rank0, block, install
 
 from deisa.analysis import compat
@@ -232,18 +232,16 @@ def simulate(scheduler_file: Path, wait_for_contract: bool = False) -> list[int]
     ``wait_for_contract``: wait, before the first step, until rank 0 has the contract, as the
     released simulation waited for the one its analytics signed.
     """
-    import time
-
     from mpi4py import MPI
 
     from deisa import ArraySpec, Bridge
 
     spec = ArraySpec("float64", SHAPE, (0, 0), SHAPE)
     with Bridge(str(scheduler_file), {"global_t": spec}, comm=MPI.COMM_SELF, mode="sync") as br:
-        deadline = time.monotonic() + STARTUP
-        while wait_for_contract and not br._contracts.known_versions().get("global_t"):
-            assert time.monotonic() < deadline, "the analytics set no contract"
-            time.sleep(0.01)
+        if wait_for_contract:  # the analytics sets it
+            poll_for(
+                lambda: bool(br._contracts.known_versions().get("global_t")), STARTUP, period=0.01
+            )
         for step in range(NSTEPS):
             br.publish("global_t", field(step), step)
     return [t.nbytes for t in br.timings]

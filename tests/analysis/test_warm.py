@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import logging
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from conftest import STARTUP, DaskProcesses, start_dask
+from distributed.utils_test import poll_for
 
 from deisa.analysis import _warm
 
@@ -31,10 +31,7 @@ def test_preload_warms_a_worker_up_in_the_background(cluster: DaskProcesses) -> 
         return not running and "deisa.analysis._pca_kernels" in sys.modules
 
     with cluster.client() as client:
-        deadline = time.monotonic() + STARTUP
-        while not all(client.run(_warmed).values()):
-            assert time.monotonic() < deadline, "the warm-up thread did not finish"
-            time.sleep(0.2)
+        poll_for(lambda: all(client.run(_warmed).values()), STARTUP, period=0.2)
         assert all(client.run(lambda: "scipy.linalg" in sys.modules).values())
         log = (cluster.log_dir / "worker-0.log").read_text()  # type: ignore[operator]
         assert "deisa warm-up failed" not in log

@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,6 +26,7 @@ import dask.array as da
 import numpy as np
 import pytest
 from conftest import STARTUP, DaskProcesses, kill_if_running, mpirun, start_dask, test_env
+from distributed.utils_test import poll_for
 
 from deisa import Adapter
 
@@ -122,15 +122,6 @@ def reports(tmp: Path) -> list[dict]:
     return [json.loads((tmp / "out" / f"rank-{r}.json").read_text()) for r in range(4)]
 
 
-def wait_for(condition, what: str, proc: subprocess.Popen[str]) -> None:
-    deadline = time.monotonic() + STARTUP  # only reports a hang
-    while not condition():
-        if proc.poll() is not None:
-            raise AssertionError(f"the publisher exited before {what}: {finish(proc)[1][-3000:]}")
-        assert time.monotonic() < deadline, f"never saw {what}"
-        time.sleep(0.05)
-
-
 @pytest.fixture
 def later_cluster(tmp_path: Path) -> Iterator[list[DaskProcesses]]:
     """Dask processes a test starts itself (after its simulation), stopped at the end."""
@@ -150,11 +141,11 @@ def test_async_burst_before_the_scheduler_delivers_every_block_once_in_order(
     sim = start_publisher(tmp_path, scheduler_file, nsteps, max_in_flight)
     try:
         # every rank's Bridge is constructed while no scheduler exists
-        wait_for(
-            lambda: all((tmp_path / "out" / f"constructed-{r}").exists() for r in range(4)),
-            "the Bridges constructed",
-            sim,
-        )
+        def constructed() -> bool:
+            assert sim.poll() is None, f"the publisher exited: {finish(sim)[1][-3000:]}"
+            return all((tmp_path / "out" / f"constructed-{r}").exists() for r in range(4))
+
+        poll_for(constructed, STARTUP)  # only reports a hang
         later_cluster.append(start_dask(dask_dir))
         with later_cluster[0].client() as client:
             adapter = Adapter(client, timeout=STARTUP)

@@ -6,7 +6,6 @@ import json
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +20,7 @@ from conftest import (
     test_env,
     write_config,
 )
+from distributed.utils_test import poll_for
 
 from deisa import Adapter, EndOfStreamError, IncrementalPCA
 from deisa.analysis.splitter import measure_incoming_transfers, split
@@ -31,11 +31,13 @@ def scheduler_keys(client) -> list:
     return client.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.tasks))
 
 
-def wait_until_no_keys(client, timeout: float = STARTUP) -> list:
-    deadline = time.monotonic() + timeout
-    while (keys := scheduler_keys(client)) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return keys
+def until_no_keys(client) -> None:
+    """Wait, up to STARTUP, until the scheduler tracks no key."""
+
+    def left() -> None:
+        raise AssertionError(f"keys left on the scheduler: {scheduler_keys(client)}")
+
+    poll_for(lambda: not scheduler_keys(client), STARTUP, left, period=0.1)
 
 
 def test_bridge_delivers_every_block_bitwise_ragged(
@@ -67,7 +69,7 @@ def test_bridge_delivers_every_block_bitwise_ragged(
         assert gtemp.ended
         stats = Adapter(client).stats()
         assert stats["calls"]["publish"] == 5  # one scheduler message per step, not per rank
-        assert wait_until_no_keys(client) == []
+        until_no_keys(client)
 
     published = {
         (t["step"], tuple(t["start"])): t["checksum"]
@@ -91,22 +93,21 @@ def test_bridge_flow_control_blocks_and_resumes(
         def queued() -> dict:
             return adapter.stats()["streams"].get("gtemp", {})
 
-        def wait_for(ready, what: str) -> None:
-            deadline = time.monotonic() + 2 * STARTUP  # only reports a hang
-            while not ready():
-                assert sim.poll() is None, f"the simulation exited before {what}"
-                assert time.monotonic() < deadline, f"never saw {what}"
-                time.sleep(0.1)
+        def running() -> bool:
+            assert sim.poll() is None, "the simulation exited"
+            return True
+
+        hang = 2 * STARTUP  # the waits below only report a hang
 
         # one publish call per step: the third has reached the scheduler, which holds it
-        wait_for(lambda: adapter.stats()["calls"].get("publish", 0) >= 3, "step 2's publish")
+        poll_for(lambda: running() and adapter.stats()["calls"].get("publish", 0) >= 3, hang)
         assert queued()["queued"] == 2
         assert queued()["published"] == 2
         assert sim.poll() is None, "the simulation ran past buffer_nb"
 
         gtemp = adapter["gtemp"]
         first = gtemp[0]  # frees one slot: the blocked step goes through
-        wait_for(lambda: queued().get("published", 0) >= 3, "step 2 published")
+        poll_for(lambda: running() and queued().get("published", 0) >= 3, hang)  # step 2
         assert queued()["published"] == 3
         assert sim.poll() is None
 
@@ -115,7 +116,7 @@ def test_bridge_flow_control_blocks_and_resumes(
         assert sim.wait(timeout=STARTUP) == 0
         assert first.compute().shape == (32, 32)
         del first
-        assert wait_until_no_keys(client) == []
+        until_no_keys(client)
 
 
 def test_adapter_first_then_simulation(dask_processes: DaskProcesses, tmp_path: Path) -> None:
@@ -125,10 +126,8 @@ def test_adapter_first_then_simulation(dask_processes: DaskProcesses, tmp_path: 
         gtemp = adapter["gtemp"]
 
         def simulate_once_the_adapter_waits() -> None:
-            deadline = time.monotonic() + STARTUP  # only reports a hang
-            while adapter.stats()["calls"].get("meta", 0) < 1:  # the Adapter asked for 'gtemp'
-                assert time.monotonic() < deadline, "the Adapter never asked for 'gtemp'"
-                time.sleep(0.1)
+            # the Adapter asked for 'gtemp' (only reports a hang)
+            poll_for(lambda: adapter.stats()["calls"].get("meta", 0) >= 1, STARTUP, period=0.1)
             run_heat(4, config, "--scheduler-file", str(dask_processes.scheduler_file))
 
         later = threading.Thread(target=simulate_once_the_adapter_waits)
@@ -144,7 +143,7 @@ def test_adapter_first_then_simulation(dask_processes: DaskProcesses, tmp_path: 
         with pytest.raises(EndOfStreamError, match="past the end of the stream of 'gtemp'"):
             gtemp[3]
         del last
-        assert wait_until_no_keys(client) == []
+        until_no_keys(client)
 
 
 def test_simulation_first_then_adapter(dask_processes: DaskProcesses, tmp_path: Path) -> None:
@@ -159,7 +158,7 @@ def test_simulation_first_then_adapter(dask_processes: DaskProcesses, tmp_path: 
         np.testing.assert_array_equal(fields.compute(), np.stack(expected))
         assert list(gtemp) == []
         del fields
-        assert wait_until_no_keys(client) == []
+        until_no_keys(client)
 
 
 # every rank and worker on this machine: one node, so node_local places as locality
@@ -278,10 +277,12 @@ def test_step_published_again_replaces_or_is_dropped_and_the_run_finishes(
         cmd, cwd=tmp_path, env=test_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     try:
-        deadline = time.monotonic() + 120
-        while not (tmp_path / "published").exists():
-            assert sim.poll() is None and time.monotonic() < deadline, sim.communicate()
-            time.sleep(0.05)
+
+        def published() -> bool:
+            assert sim.poll() is None, sim.communicate()
+            return (tmp_path / "published").exists()
+
+        poll_for(published, 120)
         with dask_processes.client() as client:
             field = Adapter(client, timeout=120)["field"]
             first = field[0:2].compute()  # takes steps 0 and 1
@@ -329,13 +330,18 @@ def test_rank0_is_heard_between_its_connection_and_its_first_step(
                 published = stream.get("published") if stream.get("run") else None
                 return stats.get("contracts", {}).get("calls", {}).get("watch", 0), published
 
-            deadline = time.monotonic() + STARTUP  # only reports a hang
-            while (seen := watched_and_published())[1] is None:  # until rank 0 opens it
-                assert time.monotonic() < deadline and proc.poll() is None, seen
-                time.sleep(0.2)
-            while watched_and_published()[0] <= seen[0]:  # the next watch: within 10 s
-                assert time.monotonic() < deadline and proc.poll() is None, "rank 0 unheard"
-                time.sleep(0.2)
+            def running() -> bool:
+                assert proc.poll() is None, "the simulation exited"
+                return True
+
+            # until rank 0 opens it, then its next watch (within 10 s); only reports a hang
+            poll_for(
+                lambda: running() and watched_and_published()[1] is not None, STARTUP, period=0.2
+            )
+            seen = watched_and_published()
+            poll_for(
+                lambda: running() and watched_and_published()[0] > seen[0], STARTUP, period=0.2
+            )
             gate.touch()
             assert [step for step, _ in Adapter(client, timeout=STARTUP)["field"].items()] == [0]
         assert proc.wait(timeout=STARTUP) == 0

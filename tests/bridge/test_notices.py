@@ -16,6 +16,7 @@ from typing import Any
 
 import dask
 import pytest
+from distributed.utils_test import async_poll_for
 
 from deisa.bridge._notices import (
     MAX_LINE,
@@ -109,14 +110,6 @@ async def _serving(
     return handed
 
 
-async def _until(condition: Callable[[], bool]) -> None:
-    async def poll() -> None:
-        while not condition():
-            await asyncio.sleep(0.01)
-
-    await asyncio.wait_for(poll(), WAIT)
-
-
 def test_loopback_listener_takes_the_ranks_notices_and_drops_the_rest() -> None:
     async def body(early: EarlyRegistration, address: str) -> None:
         assert address.startswith("tcp://127.0.0.1:")
@@ -134,7 +127,7 @@ def test_loopback_listener_takes_the_ranks_notices_and_drops_the_rest() -> None:
         early.sent(1, 0, 5, W)
         for seq in (1, 0):
             await asyncio.gather(*(r.notify(seq, 10 * seq + r.rank, W) for r in ranks))
-        await _until(lambda: early.next_seq == 2)
+        await async_poll_for(lambda: early.next_seq == 2, WAIT, period=0.01)
         for r in ranks:
             await r.close()
 
@@ -225,7 +218,7 @@ def test_tls_listener_takes_notices_from_the_jobs_certificate_only(
         assert early.next_seq == 0  # nothing was taken from them
         rank = Notifier(address, early.token, 1)  # the job's certificate (job_tls)
         await rank.notify(0, 6, W)
-        await _until(lambda: early.next_seq == 1)
+        await async_poll_for(lambda: early.next_seq == 1, WAIT, period=0.01)
         await rank.close()
 
     handed = asyncio.run(_serving("tls://127.0.0.1:8786", 2, body))

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 from distributed import Client, Worker
-from distributed.utils_test import captured_logger, gen_cluster
+from distributed.utils_test import async_poll_for, captured_logger, gen_cluster
 from stream_driver import (
     EXPIRE,
     META,
@@ -231,8 +231,7 @@ async def test_fresh_reader_waits_for_the_next_run_not_a_consumed_end(
 async def until_called(ext: StreamExtension, route: str, count: int) -> None:
     """Wait until the route's handler has been entered ``count`` times (it runs on this loop:
     once entered, it is suspended at its wait, or done)."""
-    while ext.calls[route] < count:
-        await asyncio.sleep(0.01)
+    await async_poll_for(lambda: ext.calls[route] >= count, WAIT, period=0.01)
 
 
 @gen_cluster(client=True)
@@ -243,7 +242,7 @@ async def test_publish_waits_while_buffer_nb_steps_are_queued(
     for step in (0, 1):
         assert await rank0.publish(step) == ok()
     third = asyncio.ensure_future(rank0.publish(2))
-    await asyncio.wait_for(until_called(ext, "publish", 3), WAIT)
+    await until_called(ext, "publish", 3)
     assert not third.done()
     assert queue(ext, "t") == [0, 1]  # step 2 is not queued ...
     assert all(wanted_by(s, key) == {holder("t", "r1")} for key in rank0.keys(2))  # ... but held
@@ -268,10 +267,7 @@ async def test_publish_times_out_and_drops_the_step_when_nobody_takes_one(
     assert queue(ext, "t") == [0]
     assert ext.stats()["streams"]["t"]["published"] == 1
     assert held(s, holder("t", "r1")) == set(rank0.keys(0))  # step 1 released ...
-    deadline = asyncio.get_running_loop().time() + WAIT
-    while set(rank0.keys(1)) & (set(s.tasks) | set(a.data) | set(b.data)):  # ... and freed
-        assert asyncio.get_running_loop().time() < deadline
-        await asyncio.sleep(0.01)
+    await until_gone(s, [a, b], rank0.keys(1))  # ... and freed
     record = await get(c, "t")
     assert record["step"] == 0
     np.testing.assert_array_equal((await take(c, record))[1], block(0, 1))
@@ -289,11 +285,7 @@ async def test_drop_oldest_keeps_the_newest_buffer_nb_steps_and_frees_the_rest(
     assert "(on_full='drop_oldest'; 3 step(s) dropped so far)" in log.getvalue()
     assert ext.stats()["streams"]["t"]["dropped"] == [0, 1, 2]
     assert held(s, holder("t", "r1")) == set(rank0.keys(3) + rank0.keys(4))
-    deadline = asyncio.get_running_loop().time() + WAIT
-    dropped = {key for step in (0, 1, 2) for key in rank0.keys(step)}
-    while dropped & (set(s.tasks) | set(a.data) | set(b.data)):
-        assert asyncio.get_running_loop().time() < deadline
-        await asyncio.sleep(0.01)
+    await until_gone(s, [a, b], [key for step in (0, 1, 2) for key in rank0.keys(step)])
 
     await rank0.close(5)
     steps = []
@@ -362,7 +354,7 @@ async def test_reader_waiting_on_a_consumed_run_gets_the_next_run_after_its_end_
     # a new Adapter starts while the old one is still reading (it expires only if never woken)
     fresh = asyncio.ensure_future(get(c, "t", timeout=5, consumer="fresh"))
     meta = asyncio.ensure_future(c.scheduler.deisa_meta(name="t", timeout=5))
-    await asyncio.wait_for(until_called(ext, "meta", 1), WAIT)
+    await until_called(ext, "meta", 1)
     assert status(await get(c, "t", run="r1")) is Status.END  # the old Adapter reads the end
     new = Rank0(c, [a, b], "t", "r2")
     await new.open()
@@ -402,7 +394,7 @@ async def test_reader_that_disconnects_while_waiting_does_not_swallow_the_next_s
     waiting = asyncio.ensure_future(
         gone.scheduler.deisa_get(name="t", client=gone.id, timeout=WAIT, run=None)
     )
-    await asyncio.wait_for(until_called(ext, "get", 1), WAIT)
+    await until_called(ext, "get", 1)
     await gone.close()  # the analytics dies while its deisa_get waits
     with pytest.raises(OSError):
         await waiting
@@ -462,10 +454,14 @@ class Republisher(Rank0):
 
 async def until_gone(s: Any, workers: list[Any], keys: list[Any]) -> None:
     """Wait until ``keys`` are neither on the scheduler nor on a worker."""
-    deadline = asyncio.get_running_loop().time() + WAIT
-    while set(keys) & (set(s.tasks) | {k for w in workers for k in w.data}):
-        assert asyncio.get_running_loop().time() < deadline, keys
-        await asyncio.sleep(0.01)
+
+    def present() -> set[Any]:
+        return set(keys) & (set(s.tasks) | {k for w in workers for k in w.data})
+
+    def kept() -> None:
+        raise AssertionError(present())
+
+    await async_poll_for(lambda: not present(), WAIT, kept, period=0.01)
 
 
 @gen_cluster(client=True)
@@ -554,7 +550,7 @@ async def test_step_waiting_for_room_is_dropped_if_the_reader_passes_it_meanwhil
     await rank0.open(buffer_nb=1)
     await rank0.publish(1)
     earlier = asyncio.ensure_future(rank0.publish(0))  # goes back, waits for room
-    await asyncio.wait_for(until_called(ext, "publish", 2), WAIT)
+    await until_called(ext, "publish", 2)
     assert not earlier.done()
     assert (await get(c, "t"))["step"] == 1  # room, but the reader is past step 0 now
     reply = await earlier
@@ -668,7 +664,7 @@ async def test_flow_control_waits_for_the_slowest_and_a_detached_one_stops_count
     fast = [await get(c, "t", consumer="fast") for _ in range(2)]
     futures = [_dask_internals.future_in_memory(k, c) for r in fast for k in r["keys"]]
     third = asyncio.ensure_future(rank0.publish(2))
-    await asyncio.wait_for(until_called(ext, "publish", 3), WAIT)
+    await until_called(ext, "publish", 3)
     assert not third.done()  # the slow consumer has buffer_nb steps to take
     assert ext.stats()["streams"]["t"]["queued"] == 2
 
@@ -696,7 +692,7 @@ async def test_consumer_whose_client_dies_is_detached_and_its_steps_released(
     await rank0.publish(0)
     await take(c, await get(c, "t", consumer="alive"))
     blocked = asyncio.ensure_future(rank0.publish(1))  # "dead" has step 0 to take
-    await asyncio.wait_for(until_called(ext, "publish", 2), WAIT)
+    await until_called(ext, "publish", 2)
     assert not blocked.done()
     await c2.close()  # the scheduler's remove_client: at once for a closed connection
     assert await blocked == ok()
@@ -760,7 +756,7 @@ async def test_two_consumers_of_one_client_keep_the_step_until_the_client_confir
     futures = [_dask_internals.future_in_memory(k, c) for k in second["keys"]]
     c._send_to_scheduler({"op": "client-releases-keys", "keys": rank0.keys(0), "client": c.id})
     _dask_internals.send_batched(c, "deisa_step_taken", name="t", run="r1", step=0)
-    await asyncio.wait_for(until_called(ext, "step_taken", 1), WAIT)
+    await until_called(ext, "step_taken", 1)
     assert held(s, holder("t", "r1")) == set()
     assert all(wanted_by(s, k) == {c.id} for k in rank0.keys(0))  # the claim is back
     np.testing.assert_array_equal(await futures[1], block(0, 1))
