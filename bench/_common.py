@@ -31,14 +31,16 @@ def child_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def local_cluster(workers: int = 1, security: Any = None) -> Any:
+def local_cluster(workers: int = 1, security: Any = None, protocol: str | None = None) -> Any:
     """A ``LocalCluster`` of ``workers`` single-threaded worker processes on loopback, no
     dashboard, no memory limit: the cluster every in-process benchmark measures against.
     With ``security`` (a ``distributed.Security``, e.g. :meth:`TLSFiles.security`), it speaks
-    ``tls://`` only."""
+    ``tls://`` only; ``protocol`` (``"ucx"``: distributed-ucxx installed) sets another."""
     from distributed import LocalCluster
 
     tls = {} if security is None else {"protocol": "tls://", "security": security}
+    if protocol is not None:
+        tls["protocol"] = f"{protocol}://"
     return LocalCluster(
         n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
         dashboard_address=None, memory_limit=0, **tls,
