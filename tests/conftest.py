@@ -280,6 +280,7 @@ PROCESS_TESTS: dict[str, frozenset[str] | None] = {
         {
             "test_local_run_over_ucx",
             "test_job_on_a_python_without_distributed_ucxx_stops_before_any_step",
+            "test_bandwidth_benchmark_over_ucx_tcp_and_shared_memory",
         }
     ),
     "test_bridge": frozenset({"test_bridge_rejects_a_missing_scheduler_file"}),

@@ -205,3 +205,43 @@ def test_local_run_over_ucx(tmp_path: Path) -> None:
     assert results["settings"]["protocol"] == "ucx"
     assert len(results["steps"]) == 2
     assert not (out / "tls").exists()
+
+
+# -- the benchmark ------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(ucx.ucx_available(), reason="distributed-ucxx is installed in this Python")
+def test_bandwidth_benchmark_without_distributed_ucxx_says_why(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bench import bandwidth
+
+    assert bandwidth.main(["--protocol", "ucx", "--out", str(tmp_path)]) == 2
+    assert "--protocol ucx: no module 'distributed_ucxx'; pip install" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.timeout(3 * STARTUP + 300)
+def test_bandwidth_benchmark_over_ucx_tcp_and_shared_memory(tmp_path: Path) -> None:
+    """``python -m bench.bandwidth --protocol ucx``, small: every lane measured, each Bridge
+    sending the way its lane says."""
+    python = ucx_python()
+    if python is None:
+        pytest.skip("distributed-ucxx does not import here (see test_local_run_over_ucx)")
+    from conftest import REPO
+
+    proc = subprocess.run(
+        [python, "-m", "bench.bandwidth", "--protocol", "ucx", "--sizes", "1", "--repeat", "2",
+         "--out", str(tmp_path)],
+        env=test_env(), cwd=REPO, capture_output=True, text=True, timeout=3 * STARTUP + 240,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result = json.loads((tmp_path / "bandwidth_ucx.json").read_text())
+    measured = {(r["path"], r["lane"]) for r in result["records"] if r.get("gib_per_s")}
+    for path in ("deisa send", "deisa publish"):
+        assert {(path, "tcp"), (path, "ucx"), (path, "shared memory")} <= measured
+    assert {("dask scatter", "tcp"), ("dask scatter", "ucx")} <= measured
+    assert result["info"]["transport 1048576"] == {
+        "tcp": "tcp", "ucx": "tcp", "shared memory": "shared memory"
+    }  # fmt: skip
+    assert result["info"]["addresses"]["ucx"].startswith("ucx://")
