@@ -13,7 +13,6 @@ import socket
 import ssl
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from typing import Any
 import numpy as np
 import pytest
 from conftest import REPO, STARTUP, DaskProcesses, kill_if_running, mpirun, test_env
+from distributed.utils_test import poll_for
 
 from deisa import Adapter
 from deisa.bridge.scheduler_file import read_scheduler_address
@@ -66,11 +66,16 @@ def tls_cluster(tmp_path: Path) -> Iterator[tuple[Path, dict[str, str]]]:
         )
     ]  # fmt: skip
     try:
-        deadline = time.monotonic() + STARTUP
-        while not sched_file.exists():
-            if procs[0].poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"the TLS scheduler did not start: {(tmp_path / 's.log').read_text()}")
-            time.sleep(0.1)
+
+        def not_started() -> None:
+            pytest.fail(f"the TLS scheduler did not start: {(tmp_path / 's.log').read_text()}")
+
+        def started() -> bool:
+            if procs[0].poll() is not None:
+                not_started()
+            return sched_file.exists()
+
+        poll_for(started, STARTUP, not_started, period=0.1)
         for i in range(2):
             procs.append(
                 subprocess.Popen(
@@ -196,16 +201,25 @@ def _start_attacked_ranks(
 def _listener_address(tmp_path: Path, proc: subprocess.Popen[str]) -> tuple[str, str, int]:
     """(protocol, host, port) of rank 0's notices listener, read from its debug log."""
     log = tmp_path / "out" / "log-0.txt"
-    deadline = time.monotonic() + STARTUP
-    while True:
-        found = re.search(
-            r"notices at (tcp|tls)://([\d.]+):(\d+)", log.read_text() if log.exists() else ""
-        )
-        if found:
-            return found[1], found[2], int(found[3])
-        if proc.poll() is not None or time.monotonic() > deadline:
-            pytest.fail(f"rank 0 logged no listener address: {proc.communicate()[0][-3000:]}")
-        time.sleep(0.1)
+
+    def address() -> re.Match[str] | None:
+        text = log.read_text() if log.exists() else ""
+        return re.search(r"notices at (tcp|tls)://([\d.]+):(\d+)", text)
+
+    def none_logged() -> None:
+        pytest.fail(f"rank 0 logged no listener address: {proc.communicate()[0][-3000:]}")
+
+    def logged() -> bool:
+        if address() is not None:
+            return True
+        if proc.poll() is not None:
+            none_logged()
+        return False
+
+    poll_for(logged, STARTUP, none_logged, period=0.1)
+    found = address()
+    assert found is not None
+    return found[1], found[2], int(found[3])
 
 
 def _release_and_finish(

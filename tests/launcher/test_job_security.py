@@ -13,7 +13,6 @@ import re
 import stat
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -27,6 +26,7 @@ from attack import (
     wildcard,
 )
 from conftest import STARTUP, test_env
+from distributed.utils_test import poll_for
 from user_code import write_user_code
 
 from deisa.bridge.scheduler_file import read_scheduler_address
@@ -162,12 +162,16 @@ def test_local_run_refuses_strangers_and_keeps_its_files_private(tmp_path: Path)
             return [s for s in listening(process_tree(proc.pid)) if "mpirun" not in s[1]]
 
         # the ranks may still be starting: wait until rank 0 has opened its notices listener
-        deadline = time.monotonic() + STARTUP
         sockets = ours()
-        while not any("my_simulation" in s[1] for s in sockets):
-            assert time.monotonic() < deadline, f"rank 0 opened no listener: {sockets}"
-            time.sleep(0.5)
-            sockets = ours()
+
+        def rank0_listens() -> bool:
+            sockets[:] = ours()
+            return any("my_simulation" in s[1] for s in sockets)
+
+        def no_listener() -> None:
+            raise AssertionError(f"rank 0 opened no listener: {sockets}")
+
+        poll_for(rank0_listens, STARTUP, no_listener, period=0.5)
         assert len(sockets) >= 5, sockets  # scheduler, workers, their HTTP servers, rank 0
         assert wildcard(sockets) == [], sockets
     finally:
