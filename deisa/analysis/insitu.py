@@ -5,9 +5,10 @@ windows and AND/OR triggers, ``execute_callbacks``, ``set``) changes its import 
 streams of this project's Bridges:
 
 - the handshake: the simulation's ``deisa.insitu.Bridge`` opens, last, a control stream whose
-  name lists its arrays (:func:`deisa.wire.insitu_control_arrays`); ``Deisa`` sets the
-  steering value :data:`deisa.wire.INSITU_GO` (the Bridges' go) and, with ``wait_for_go``,
-  waits for that stream;
+  name lists its arrays (:func:`deisa.wire.insitu_control_arrays`); ``Deisa``, with
+  ``wait_for_go``, waits for that stream, and :meth:`Deisa.execute_callbacks` sets the
+  steering value :data:`deisa.wire.INSITU_GO` that the Bridges wait for (deisa-core's
+  contract: it "unblocks the simulation"), so no step comes before the callbacks registered;
 - one :class:`~deisa.Adapter` (one consumer) reads every array of the simulation, one thread
   per array iterating :meth:`~deisa.ArrayDescriptor.items`; each step becomes deisa-core's
   ``DeisaArray`` (the same dask array, its blocks where the workers received them, ``.t`` the
@@ -126,7 +127,7 @@ class Deisa(IDeisa):
         Where to connect when no ``client`` is given.
     wait_for_go
         Wait in the constructor for a simulation's Bridges (their control stream), as deisa-dask
-        does.
+        does. The Bridges' own go comes from :meth:`execute_callbacks`.
     timeout
         Seconds to connect the client (deisa-dask's meaning).
     go_timeout
@@ -169,11 +170,14 @@ class Deisa(IDeisa):
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._closed = False
-        self.adapter.set(INSITU_GO, True)
-        if wait_for_go:
-            self._wait_for_simulation()
-        else:
-            self._refresh()
+        try:
+            if wait_for_go:
+                self._wait_for_simulation()
+            else:
+                self._refresh()
+        except BaseException:
+            self.close()
+            raise
 
     # -- the simulation ------------------------------------------------------------------------
 

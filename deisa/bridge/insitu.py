@@ -15,7 +15,7 @@ A simulation written for deisa-dask (``Bridge(comm, arrays_metadata)``, ``send``
   the analytics learns from it which arrays to expect (the handshake) and when the simulation
   has closed (``execute_callbacks``). It reads the analytics' ``set`` values as steering
   values (:meth:`~deisa.Bridge.get`, rank 0 asks, every rank gets the same answer) and, with
-  ``wait_for_go``, waits for the analytics' go.
+  ``wait_for_go``, waits for the analytics' go (given by ``Deisa.execute_callbacks``).
 
 ``docs/ecosystem.md`` lists each difference with deisa-dask.
 """
@@ -142,9 +142,10 @@ class Bridge(IBridge):
         Where the scheduler is; by default ``$DEISA_SCHEDULER_FILE``, else deisa-dask's
         ``$DEISA_DASK_SCHEDULER_ADDRESS`` (a file or an address).
     wait_for_go
-        Wait, in the constructor, until an analytics (``deisa.insitu.Deisa``) is ready, as
-        deisa-dask does. Nothing published is lost without it: the steps wait on the
-        scheduler for the analytics.
+        Wait, in the constructor, for the go of an analytics: ``deisa.insitu.Deisa``'s
+        ``execute_callbacks`` gives it (deisa-core's contract: it "unblocks the simulation";
+        deisa-dask gives it when its ``Deisa`` is built), so every step reaches the callbacks
+        registered before. The go stays set until that ``execute_callbacks`` ends.
     go_timeout
         Seconds to wait for the go; ``None`` (default): forever.
     timeout
