@@ -208,6 +208,34 @@ def test_doctor_hdf5_missing_is_optional_and_names_the_extra(
     assert deisa.doctor.local_run_ready([finding])
 
 
+def test_doctor_ucx_missing_is_optional_and_names_the_extra(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "distributed_ucxx", None)
+    finding = python.check_ucx()
+    assert (finding.part, finding.status, finding.required) == ("UCX", MISSING, False)
+    assert "distributed_ucxx does not import" in finding.found
+    assert "'deisa-insitu[ucx]' (distributed-ucxx-cu12), for --protocol ucx" in finding.fix
+    assert deisa.doctor.local_run_ready([finding])
+
+
+def test_doctor_ucx_names_the_distribution_and_ucxs_version(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(common, "try_import", lambda module: (object(), ""))
+    versions = {"distributed-ucxx-cu12": "0.52.0", "libucx-cu12": "1.21.0"}
+    monkeypatch.setattr(common, "installed_version", versions.get)
+    finding = python.check_ucx()
+    assert (finding.status, finding.required) == (OK, False)
+    assert finding.found == (
+        "distributed-ucxx-cu12 0.52.0, UCX 1.21.0 (deisa-run --protocol ucx --insecure)"
+    )
+    assert finding.details == {
+        "distributions": {"distributed-ucxx-cu12": "0.52.0"},
+        "libucx": "1.21.0",
+    }
+
+
 def test_doctor_hdf5_reads_the_c_librarys_configuration(path_with: Any, commands: Commands) -> None:
     path_with("h5cc")
     commands.answers["h5cc"] = (0, "   HDF5 Version: 1.14.3\n   Parallel HDF5: no\n")

@@ -8,8 +8,9 @@ One line per part, with a ``fix:`` line under each part that is missing or suspi
   (:mod:`.python`, :mod:`.mpi`);
 - optional: PDI (its CMake package, version and plugin directory, ``PDI_PLUGIN_PATH``), the
   Python that PDI would embed, the deisa PDI plugin that ``deisa-run`` finds (:mod:`.pdi`);
-  Slurm (``deisa-run slurm``); HDF5 (h5py for :class:`deisa.Replay`, serial or parallel, and
-  the C library's ``h5pcc -showconfig``).
+  Slurm (``deisa-run slurm``); UCX (distributed-ucxx, ``deisa-run --protocol ucx``); HDF5
+  (h5py for :class:`deisa.Replay`, serial or parallel, and the C library's
+  ``h5pcc -showconfig``).
 
 The exit status is 0 when everything a local run needs is there, else 1; ``--json`` prints the
 findings for machines. Nothing in the library imports this package: ``python -m deisa doctor``
@@ -26,7 +27,7 @@ from dataclasses import asdict
 from .common import MISSING, OK, Finding
 from .mpi import check_mpi, check_mpi4py, check_slurm
 from .pdi import check_pdi, check_pdi_python, check_plugin
-from .python import check_dask, check_hdf5, check_launcher, check_python, check_tls
+from .python import check_dask, check_hdf5, check_launcher, check_python, check_tls, check_ucx
 
 __all__ = ["CHECKS", "Finding", "diagnose", "local_run_ready", "main", "report"]
 
@@ -41,6 +42,7 @@ CHECKS: tuple[Callable[[], Finding], ...] = (
     check_pdi_python,
     check_plugin,
     check_slurm,
+    check_ucx,
     check_hdf5,
 )
 

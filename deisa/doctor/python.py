@@ -1,5 +1,5 @@
 """The Python side: this Python and package, dask and distributed, TLS, the launcher's packages
-(needed for a local run), and HDF5 (optional)."""
+(needed for a local run), UCX and HDF5 (optional)."""
 
 from __future__ import annotations
 
@@ -59,6 +59,29 @@ def check_launcher() -> Finding:
     modules = {"matplotlib": "matplotlib", "tqdm": "tqdm", "bokeh": "bokeh", "psutil": "psutil"}
     purpose = "deisa-run's plot, progress bar, dashboard and teardown"
     return common.package_finding("launcher", modules, purpose)
+
+
+UCX_DISTRIBUTIONS = ("distributed-ucxx-cu12", "distributed-ucxx-cu13", "distributed-ucxx")
+"""distributed-ucxx under the names it is installed as: the package index's -cu12 and -cu13
+wheels, conda-forge's plain name."""
+
+
+def check_ucx() -> Finding:
+    """distributed-ucxx (``deisa-run --protocol ucx``, optional): which distribution, whether
+    it imports, and UCX's version."""
+    found = {d: v for d in UCX_DISTRIBUTIONS if (v := common.installed_version(d)) is not None}
+    details: dict[str, Any] = {"distributions": found}
+    module, why = common.try_import("distributed_ucxx")
+    if module is None:
+        have = ", ".join(f"{d} {v}" for d, v in found.items())
+        text = f"distributed_ucxx does not import ({why}{'; installed: ' + have if have else ''})"
+        fix = f"{common.pip('deisa-insitu[ucx]')} (distributed-ucxx-cu12), for --protocol ucx"
+        return Finding("UCX", MISSING, text, fix, required=False, details=details)
+    libucx = common.installed_version("libucx-cu12") or common.installed_version("libucx-cu13")
+    details["libucx"] = libucx
+    names = ", ".join(f"{d} {v}" for d, v in found.items()) or "distributed_ucxx"
+    text = f"{names}{f', UCX {libucx}' if libucx else ''} (deisa-run --protocol ucx --insecure)"
+    return Finding("UCX", OK, text, required=False, details=details)
 
 
 def check_hdf5() -> Finding:
