@@ -31,8 +31,8 @@ from user_code import write_user_code
 
 from deisa.bridge.scheduler_file import read_scheduler_address
 from deisa.launcher import cli
-from deisa.launcher.defaults import UsageError
 from deisa.launcher.dask_processes import scheduler_command, worker_command
+from deisa.launcher.defaults import UsageError
 from deisa.launcher.security import (
     make_credentials,
     open_log,
