@@ -7,14 +7,14 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
+from distributed.utils_test import poll_for
 
 from deisa.launcher.dask_processes import DaskProcesses as _DaskProcesses
 
@@ -142,19 +142,28 @@ def left_behind(marker: Path, grace: float = STARTUP) -> list[str]:
     Returns as soon as none is left: ``grace`` only bounds how long a leftover takes to be
     reported, so a teardown slowed by a loaded machine is not mistaken for one.
     """
-    deadline = time.monotonic() + grace
-    while True:
-        found = []
-        for proc in psutil.process_iter(["pid", "cmdline", "status"]):
-            try:
-                cmdline = " ".join(proc.info["cmdline"] or [])
-                if str(marker) in cmdline and proc.info["status"] != psutil.STATUS_ZOMBIE:
-                    found.append(f"{proc.info['pid']}: {cmdline}")
-            except psutil.Error:
-                continue
-        if not found or time.monotonic() > deadline:
-            return found
-        time.sleep(0.2)
+    found: list[str] = []
+
+    def none_left() -> bool:
+        found[:] = _processes_mentioning(marker)
+        return not found
+
+    with suppress(pytest.fail.Exception):  # what is left after ``grace`` is the answer
+        poll_for(none_left, grace, period=0.2)
+    return found
+
+
+def _processes_mentioning(marker: Path) -> list[str]:
+    """``"pid: command line"`` of each live (not zombie) process whose command names ``marker``."""
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline", "status"]):
+        try:
+            cmdline = " ".join(proc.info["cmdline"] or [])
+            if str(marker) in cmdline and proc.info["status"] != psutil.STATUS_ZOMBIE:
+                found.append(f"{proc.info['pid']}: {cmdline}")
+        except psutil.Error:
+            continue
+    return found
 
 
 def write_config(path: Path, **settings: object) -> Path:
@@ -263,6 +272,8 @@ PROCESS_TESTS: dict[str, frozenset[str] | None] = {
     "test_grammars": None,
     "test_pdi_plugin": None,
     "test_ecosystem": None,  # virtual environments, pip, mpirun, dask processes
+    "test_insitu_mpi": None,  # deisa.insitu: mpirun, the analytics' python
+    "test_insitu_conformance": None,  # the deisa-project tests: pip, a venv, pytest, clusters
     "test_doctor": frozenset(  # python -m deisa doctor, a fresh interpreter
         {
             "test_importing_deisa_leaves_the_doctor_out",
@@ -284,6 +295,13 @@ PROCESS_TESTS: dict[str, frozenset[str] | None] = {
         }
     ),
     "test_bridge": frozenset({"test_bridge_rejects_a_missing_scheduler_file"}),
+    "test_transport": frozenset(  # an attacker of another account, a real process
+        {
+            "test_the_listener_refuses_another_account",
+            "test_a_rank_refuses_a_listener_of_another_account",
+        }
+    ),
+    "test_shared_memory": None,  # mpirun, dask processes, attackers
     "test_exchange": frozenset({"test_exchange_on_four_ranks_overlaps_and_agrees"}),
     "test_pca": frozenset({"test_merge_tree_wider_than_its_fan_in"}),  # its own LocalCluster
     "test_preload": frozenset({"test_a_simulation_rank_imports_nothing_of_the_analytics"}),

@@ -14,7 +14,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -31,6 +30,7 @@ from conftest import (
     test_env,
     write_config,
 )
+from distributed.utils_test import poll_for
 
 from deisa.launcher import (
     cli,
@@ -185,11 +185,16 @@ def _tree(proc: subprocess.Popen[str]) -> list[psutil.Process]:
 
 
 def _wait_for(ready: Callable[[], bool], what: str, proc: subprocess.Popen[str], out: Path) -> None:
-    deadline = time.monotonic() + STARTUP  # only reports a hang
-    while not ready():
+    """Wait for ``ready()`` while deisa-run runs, up to STARTUP (only reports a hang)."""
+
+    def running_and_ready() -> bool:
         assert proc.poll() is None, _stderr(out)
-        assert time.monotonic() < deadline, f"never saw {what}:\n{_stderr(out)}"
-        time.sleep(0.1)
+        return ready()
+
+    def never() -> None:
+        raise AssertionError(f"never saw {what}:\n{_stderr(out)}")
+
+    poll_for(running_and_ready, STARTUP, never, period=0.1)
 
 
 def _listening(tree: list[psutil.Process]) -> list[tuple[str, str, int]]:
