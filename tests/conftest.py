@@ -272,6 +272,8 @@ PROCESS_TESTS: dict[str, frozenset[str] | None] = {
     "test_grammars": None,
     "test_pdi_plugin": None,
     "test_ecosystem": None,  # virtual environments, pip, mpirun, dask processes
+    "test_insitu_mpi": None,  # deisa.insitu: mpirun, the analytics' python
+    "test_insitu_conformance": None,  # the deisa-project tests: pip, a venv, pytest, clusters
     "test_doctor": frozenset(  # python -m deisa doctor, a fresh interpreter
         {
             "test_importing_deisa_leaves_the_doctor_out",
