@@ -295,6 +295,13 @@ PROCESS_TESTS: dict[str, frozenset[str] | None] = {
         }
     ),
     "test_bridge": frozenset({"test_bridge_rejects_a_missing_scheduler_file"}),
+    "test_transport": frozenset(  # an attacker of another account, a real process
+        {
+            "test_the_listener_refuses_another_account",
+            "test_a_rank_refuses_a_listener_of_another_account",
+        }
+    ),
+    "test_shared_memory": None,  # mpirun, dask processes, attackers
     "test_exchange": frozenset({"test_exchange_on_four_ranks_overlaps_and_agrees"}),
     "test_pca": frozenset({"test_merge_tree_wider_than_its_fan_in"}),  # its own LocalCluster
     "test_preload": frozenset({"test_a_simulation_rank_imports_nothing_of_the_analytics"}),

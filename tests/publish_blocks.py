@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import time
 
@@ -51,6 +52,7 @@ def main() -> None:
     parser.add_argument("--sleep", type=float, default=0.0, help="seconds between steps")
     parser.add_argument("--die-rank", type=int, default=None)
     parser.add_argument("--die-at-step", type=int, default=None)
+    parser.add_argument("--die-by-kill", action="store_true", help="SIGKILL, not os._exit")
     parser.add_argument("--bad-dtype-rank", type=int, default=None)
     parser.add_argument("--overlap-rank", type=int, default=None)
     parser.add_argument("--on-worker-loss", default="continue")
@@ -91,6 +93,8 @@ def main() -> None:
             if rank == args.die_rank and step == args.die_at_step:
                 sys.stderr.write(f"publish_blocks: rank {rank} dies before step {step}\n")
                 sys.stderr.flush()
+                if args.die_by_kill:
+                    os.kill(os.getpid(), signal.SIGKILL)
                 os._exit(3)
             if step == args.hold_at_step:
                 while not os.path.exists(args.hold_file):

@@ -317,6 +317,8 @@ def test_lost_worker_the_simulation_goes_on_and_every_other_step_arrives(
     skipped = [str(w.message) for w in caught if "was lost" in str(w.message)]
     assert len(skipped) == len(lost_steps), skipped  # each lost step named once, in a warning
     assert [r["published"] for r in reports(done)] == [nsteps] * 4
+    # over shared memory (the default on one node), also to the workers left
+    assert [r["transport"] for r in reports(done)] == ["shared memory"] * 4
 
 
 def test_sync_publish_to_a_killed_worker_returns_well_within_the_connect_timeout(

@@ -1,0 +1,282 @@
+"""The shared-memory path (deisa.bridge.transport, ._shm, ._shm_worker) against real workers in
+process (``gen_cluster``): the block a worker keeps is a view of the rank's slot, the slot comes
+back when the block is dropped, what cannot go that way goes by TCP, and the listener and the
+rank each refuse a process of another account (server-side: the attacker is a real process of
+uid 65534)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import STARTUP
+from distributed.utils_test import async_poll_for, gen_cluster
+
+from deisa import _dask_internals
+from deisa.bridge import _shm
+from deisa.bridge._connect import Pool
+from deisa.bridge._shm_wire import FREE, key_from_wire, key_to_wire, socket_name
+from deisa.bridge._shm_worker import SharedMemoryPlugin
+from deisa.bridge.transport import Transport
+
+NOBODY = 65534
+
+
+def _python_for_nobody() -> str | None:
+    """A Python that uid 65534 may run (this one may live in root's home)."""
+    for python in (sys.executable, "/usr/bin/python3"):
+        path = os.path.realpath(python)
+        parents = [os.path.dirname(path)]
+        while parents[-1] != "/":
+            parents.append(os.path.dirname(parents[-1]))
+        if (
+            os.path.exists(path)
+            and os.stat(path).st_mode & 0o001
+            and all(os.stat(p).st_mode & 0o001 for p in parents)
+        ):
+            return path
+    return None
+
+
+FOREIGN_PYTHON = _python_for_nobody()
+as_root = pytest.mark.skipif(
+    os.geteuid() != 0 or FOREIGN_PYTHON is None,
+    reason="needs root, and a Python that uid 65534 may run, to attack as another account",
+)
+
+
+def key(step: int) -> tuple[Any, ...]:
+    return (f"deisa-test-field-{step}", 0, 0)
+
+
+def slot_of(worker: Any, k: tuple[Any, ...]) -> Any:
+    """What the worker's block of key ``k`` is a view of (a slot's ``_SlotView``, or not)."""
+    return worker.data[k].base
+
+
+async def install(c: Any) -> None:
+    await c.register_plugin(SharedMemoryPlugin())
+
+
+def test_keys_travel_as_json_lists() -> None:
+    assert key_to_wire(("deisa-x-a-0-r1", 2, np.int64(3))) == ["deisa-x-a-0-r1", 2, 3]
+    assert key_from_wire(["deisa-x-a-0", 2, 3]) == ("deisa-x-a-0", 2, 3)
+    assert key_to_wire("plain") is None and key_to_wire(("x", "y")) is None
+    for wrong in ("x", [], [1, 2], ["x", 1.5], ["x", True]):
+        with pytest.raises(ValueError, match="not a block key"):
+            key_from_wire(wrong)
+
+
+@gen_cluster(client=True, timeout=STARTUP)
+async def test_block_on_the_worker_is_a_view_of_the_slot(c, s, a, b) -> None:
+    await install(c)
+    transport = Transport()
+    block = np.arange(64 * 48, dtype=np.float64).reshape(64, 48)[:, ::2]  # not contiguous
+    try:
+        nbytes = await transport.send_shared(a.address, key(0), block)
+        assert nbytes == block.nbytes
+        np.testing.assert_array_equal(a.data[key(0)], block)
+        assert type(slot_of(a, key(0))).__name__ == "_SlotView"  # no copy on the worker
+        assert transport.used == "shared memory" and transport.node_local(a.address)
+        assert not transport.node_local(b.address)  # not tried yet
+    finally:
+        await transport.close()
+
+
+@gen_cluster(client=True, timeout=STARTUP)
+async def test_slot_comes_back_when_the_worker_drops_the_block(c, s, a, b) -> None:
+    await install(c)
+    transport = Transport()
+    block = np.ones((256, 256))
+    try:
+        for step in range(6):
+            assert await transport.send_shared(a.address, key(step), block * step) is not None
+            np.testing.assert_array_equal(a.data[key(step)], block * step)
+            # the scheduler learns of the block, then lets it go: the worker frees it
+            _dask_internals.register_keys(s, {key(step): [a.address]}, {key(step): 1}, c.id)
+            _dask_internals.release_keys(s, [key(step)], c.id)
+            await async_poll_for(lambda s=step: key(s) not in a.data, STARTUP)
+        channel = await transport.channel(a.address)
+        assert channel is not None
+        await async_poll_for(lambda: all(slot.head[0] == FREE for slot in channel.slots), STARTUP)
+        assert len(channel.slots) <= 1 + _shm.SPARE  # reused, not one per step
+    finally:
+        await transport.close()
+
+
+@gen_cluster(client=True, timeout=STARTUP)
+async def test_a_full_ring_sends_by_tcp(c, s, a, b) -> None:
+    await install(c)
+    transport, pool = Transport(), Pool()
+    saved = _shm.MAX_SLOTS, _shm.SPARE
+    _shm.MAX_SLOTS, _shm.SPARE = 1, 0
+    try:
+        block = np.full((32, 32), 3.0)
+        assert await transport.send(pool, a.address, key(0), block) == {key(0): block.nbytes}
+        # the only slot holds step 0: step 1 goes by TCP, as a copy in the worker's memory
+        assert await transport.send_shared(a.address, key(1), block) is None
+        await transport.send(pool, a.address, key(1), block + 1)
+        np.testing.assert_array_equal(a.data[key(1)], block + 1)
+        assert type(slot_of(a, key(1))).__name__ != "_SlotView"
+        assert transport.blocks == {"shared memory": 1, "tcp": 1}
+        assert transport.used == "shared memory and tcp"
+    finally:
+        _shm.MAX_SLOTS, _shm.SPARE = saved
+        await transport.close()
+        await pool.close()
+
+
+@gen_cluster(client=True, timeout=STARTUP)
+async def test_what_needs_pickling_goes_by_tcp(c, s, a, b) -> None:
+    await install(c)
+    transport = Transport()
+    try:
+        for block in (
+            np.array([{"a": 1}, None], dtype=object),
+            np.zeros(4, dtype=[("x", "f8"), ("y", "i4")]),
+            np.zeros((0, 3)),
+        ):
+            assert await transport.send_shared(a.address, key(0), block) is None
+        assert await transport.send_shared(a.address, "a-plain-key", np.ones(3)) is None
+        assert transport.used == "none"
+        tcp_only = Transport("tcp")
+        assert await tcp_only.send_shared(a.address, key(0), np.ones(3)) is None
+    finally:
+        await transport.close()
+
+
+@gen_cluster(client=True, timeout=STARTUP)
+async def test_no_listener_no_channel_then_retried(c, s, a, b) -> None:
+    transport = Transport()  # the plugin is not installed: no listener
+    try:
+        assert await transport.send_shared(a.address, key(0), np.ones(3)) is None
+        await install(c)
+        # a failed handshake is not tried again at once (RETRY_S), then it is
+        assert await transport.send_shared(a.address, key(0), np.ones(3)) is None
+        transport._tried_at.clear()  # as if RETRY_S had passed
+        assert await transport.send_shared(a.address, key(0), np.ones(3)) == 24
+    finally:
+        await transport.close()
+
+
+@gen_cluster(client=True, timeout=STARTUP)
+async def test_a_worker_that_closes_is_a_connection_error(c, s, a, b) -> None:
+    await install(c)
+    transport = Transport()
+    try:
+        assert await transport.send_shared(a.address, key(0), np.ones(8)) == 64
+        channel = await transport.channel(a.address)
+        assert channel is not None
+        slot = channel.take(64)  # a block on its way when the worker's end goes
+        assert slot is not None
+        await c.unregister_worker_plugin(SharedMemoryPlugin.name)  # the listener goes
+        await async_poll_for(lambda: channel.broken is not None, STARTUP)
+        with pytest.raises(OSError, match="shared-memory channel to worker"):
+            await channel.put(slot, key(1), (8,), np.dtype("f8"))
+        assert channel.take(64) is None and not transport.node_local(a.address)
+        # the next block goes by TCP (the caller's), the handshake is tried again later
+        assert await transport.send_shared(a.address, key(2), np.ones(8)) is None
+    finally:
+        await transport.close()
+
+
+@gen_cluster(client=True, timeout=STARTUP)
+async def test_wrong_messages_are_answered_and_the_listener_goes_on(c, s, a, b) -> None:
+    await install(c)
+    loop = asyncio.get_running_loop()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    sock.setblocking(False)
+    await loop.sock_connect(sock, socket_name(a.address))
+    try:
+        for wrong in (b"not json", b"[1, 2]", b'{"op": "exec"}', b'{"op": "put", "id": 1}',
+                      b'{"op": "slot", "id": 0, "size": 8192}'):  # fmt: skip
+            await loop.sock_sendall(sock, wrong)
+            reply = await asyncio.wait_for(loop.sock_recv(sock, 65536), STARTUP)
+            assert b'"op":"error"' in reply, (wrong, reply)
+    finally:
+        sock.close()
+    transport = Transport()
+    try:
+        assert await transport.send_shared(a.address, key(0), np.ones(8)) == 64
+    finally:
+        await transport.close()
+
+
+ATTACKER = """
+import socket, sys
+sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+sock.settimeout({timeout})
+sock.connect({name!r})
+try:
+    sock.send(b'{{"op": "hello"}}')
+    print("reply:", sock.recv(65536))
+except OSError as exc:
+    print("refused:", type(exc).__name__)
+"""
+
+
+@as_root
+@gen_cluster(client=True, timeout=STARTUP)
+async def test_the_listener_refuses_another_account(c, s, a, b) -> None:
+    await install(c)
+    script = ATTACKER.format(timeout=STARTUP, name=socket_name(a.address, uid=os.getuid()))
+    assert FOREIGN_PYTHON is not None
+
+    async def attack(**account: Any) -> str:
+        proc = await asyncio.create_subprocess_exec(
+            FOREIGN_PYTHON, "-c", script, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            **account,
+        )  # fmt: skip
+        out, err = await asyncio.wait_for(proc.communicate(), STARTUP)
+        assert proc.returncode == 0, err
+        return out.decode().strip()
+
+    # the control: the same process of this account is answered
+    assert (await attack()).startswith('reply: b\'{"op":"hello"'), "no positive control"
+    # closed by the worker before any answer: nothing read, or a reset
+    refused = await attack(user=NOBODY, group=NOBODY, extra_groups=[])
+    assert refused in ("reply: b''", "refused: ConnectionResetError", "refused: BrokenPipeError"), (
+        refused
+    )
+
+
+SQUATTER = """
+import socket, sys, time
+sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+sock.bind({name!r})
+sock.listen(8)
+print("bound", flush=True)
+time.sleep({timeout})
+"""
+
+
+@as_root
+def test_a_rank_refuses_a_listener_of_another_account() -> None:
+    """Another account took the listener's name first (the worker's own bind then fails):
+    the rank sees whose socket it is and sends by TCP."""
+    worker = "tcp://127.0.0.1:9"  # any address: the name is all the squatter needs
+    script = textwrap.dedent(SQUATTER).format(
+        name=socket_name(worker, uid=os.getuid()), timeout=STARTUP
+    )
+    assert FOREIGN_PYTHON is not None
+    squatter = subprocess.Popen(
+        [FOREIGN_PYTHON, "-c", script], stdout=subprocess.PIPE, text=True,
+        user=NOBODY, group=NOBODY, extra_groups=[],
+    )  # fmt: skip
+    try:
+        assert squatter.stdout is not None and squatter.stdout.readline().strip() == "bound"
+
+        async def attempt() -> Any:
+            return await _shm.Channel.open(worker)
+
+        assert asyncio.run(attempt()) is None
+    finally:
+        squatter.kill()
+        squatter.wait()
