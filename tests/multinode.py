@@ -26,7 +26,6 @@ import re
 import signal
 import socket
 import subprocess
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -278,20 +277,25 @@ def _daemon(cluster: Cluster, name: str, command: Sequence[str]) -> None:
 
 
 def _wait_ready(cluster: Cluster, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
+    from distributed.utils_test import poll_for  # here: the workers preload this module
+
     states = ""
-    while time.monotonic() < deadline:
+
+    def idle() -> bool:
+        nonlocal states
         if any(d.poll() is not None for d in cluster.daemons):
             raise ClusterUnavailableError(f"a Slurm daemon exited at start-up:\n{cluster.logs()}")
         info = cluster.run("sinfo", "-h", "-N", "-o", "%N %T", timeout=STARTUP)
         states = info.stdout.strip()
         idle = [line.split()[0] for line in states.splitlines() if line.endswith(" idle")]
-        if info.returncode == 0 and sorted(idle) == sorted(cluster.nodes):
-            return
-        time.sleep(0.5)
-    raise ClusterUnavailableError(
-        f"the nodes were not idle after {timeout:g} s ({states!r}):\n{cluster.logs()}"
-    )
+        return info.returncode == 0 and sorted(idle) == sorted(cluster.nodes)
+
+    def not_idle() -> None:
+        raise ClusterUnavailableError(
+            f"the nodes were not idle after {timeout:g} s ({states!r}):\n{cluster.logs()}"
+        )
+
+    poll_for(idle, timeout, not_idle, period=0.5)
 
 
 # -- in the job's Dask workers (preload) ----------------------------------------------------------

@@ -25,6 +25,7 @@ import multinode
 import pytest
 import yaml
 from conftest import REPO, STARTUP
+from distributed.utils_test import poll_for
 from user_code import write_user_code
 
 from deisa.launcher import solver
@@ -640,21 +641,26 @@ def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Slurm]:
                         cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
                     )
                 )
-        deadline = time.monotonic() + STARTUP
         state = ""
-        while time.monotonic() < deadline:
-            if any(d.poll() is not None for d in daemons):
-                break
+
+        def exited() -> bool:
+            return any(d.poll() is not None for d in daemons)
+
+        def ready() -> bool:
+            nonlocal state
+            if exited():
+                return True  # skipped below
             info = cluster.run("sinfo", "-h", "-N", "-o", "%T", timeout=STARTUP)
             state = info.stdout.strip()
-            if info.returncode == 0 and state.startswith("idle"):
-                break
-            time.sleep(0.5)
-        else:
+            return info.returncode == 0 and state.startswith("idle")
+
+        def not_ready() -> None:
             pytest.skip(
                 f"Slurm did not become ready in {STARTUP} s (node {state!r}):\n{cluster.logs()}"
             )
-        if any(d.poll() is not None for d in daemons):
+
+        poll_for(ready, STARTUP, not_ready, period=0.5)
+        if exited():
             pytest.skip(f"a Slurm daemon exited at start-up:\n{cluster.logs()}")
         yield cluster
     finally:
@@ -746,14 +752,20 @@ def submit_job(
 
 def wait_job(slurm: SlurmCluster, tmp_path: Path, job: str) -> Job:
     """Wait for the end of ``job``, submitted by :func:`submit_job` (cancelled after 300 s)."""
-    deadline = time.monotonic() + 300
     state = _job_state(slurm, job)
-    while state in ACTIVE:
-        if time.monotonic() > deadline:
-            slurm.run("scancel", job)
-            break
-        time.sleep(1)
+
+    def ended() -> bool:
+        nonlocal state
         state = _job_state(slurm, job)
+        return state not in ACTIVE
+
+    def cancel() -> None:
+        slurm.run("scancel", job)
+        diagnostics = Job(job, state, tmp_path / "out", slurm).diagnostics()
+        raise AssertionError(f"job {job} still {state} after 300 s: cancelled\n{diagnostics}")
+
+    if state in ACTIVE:
+        poll_for(ended, 300, cancel, period=1)
     return Job(job, state, tmp_path / "out", slurm)
 
 
@@ -911,10 +923,16 @@ def test_job_refuses_strangers_and_keeps_its_files_private(slurm: Slurm, tmp_pat
             return any("my_simulation" in s[1] and s[2] == "127.0.0.1" for s in sockets)
 
         # the ranks may still be starting: wait until rank 0 has opened its listener
-        deadline = time.monotonic() + STARTUP
-        while not rank0_listens(sockets := listening(_job_processes(job_dir))):
-            assert time.monotonic() < deadline, f"rank 0 opened no loopback listener: {sockets}"
-            time.sleep(0.5)
+        sockets: list[tuple[int, str, str, int]] = []
+
+        def listens() -> bool:
+            sockets[:] = listening(_job_processes(job_dir))
+            return rank0_listens(sockets)
+
+        def no_listener() -> None:
+            raise AssertionError(f"rank 0 opened no loopback listener: {sockets}")
+
+        poll_for(listens, STARTUP, no_listener, period=0.5)
         dask = [s for s in sockets if "dask" in s[1]]
         assert len(dask) >= 6, sockets  # scheduler, 2 workers, their HTTP servers
         assert wildcard(dask) == [], "\n".join(map(str, dask))
@@ -1122,13 +1140,19 @@ def test_multinode_job_runs_user_code(slurm_nodes: multinode.Cluster, tmp_path: 
 
 def wait_for_file(path: Path, job: str, cluster: multinode.Cluster, timeout: float) -> None:
     """Wait until ``path`` exists; fail early, with the logs, if ``job`` ends first."""
-    deadline = time.monotonic() + timeout
-    while not path.exists():
+
+    def never_came() -> None:
         state = _job_state(cluster, job)
-        assert state in ACTIVE and time.monotonic() < deadline, (
-            f"{path.name} never came (job {job}: {state})\n{cluster.logs()}"
-        )
-        time.sleep(0.5)
+        raise AssertionError(f"{path.name} never came (job {job}: {state})\n{cluster.logs()}")
+
+    def came() -> bool:
+        if path.exists():
+            return True
+        if _job_state(cluster, job) not in ACTIVE:
+            never_came()
+        return False
+
+    poll_for(came, timeout, never_came, period=0.5)
 
 
 @pytest.mark.integration
@@ -1164,10 +1188,7 @@ def test_multinode_job_survives_a_lost_worker_node(tmp_path: Path) -> None:
         down_at = time.time()
         cluster.set_link(lost_node, up=False)
         (control / "down").write_text(str(down_at))
-        deadline = time.monotonic() + STARTUP
-        while not cluster.node_state(lost_node).startswith("down"):
-            assert time.monotonic() < deadline, cluster.node_state(lost_node)
-            time.sleep(0.5)
+        poll_for(lambda: cluster.node_state(lost_node).startswith("down"), STARTUP, period=0.5)
         node_down_at = time.time()
         job = wait_job(cluster, tmp_path, job_id)
     finally:
