@@ -1,7 +1,8 @@
 """The scheduler side: the :class:`StreamExtension` that queues steps between the two others.
 
 Installed on the Dask scheduler by the first Bridge or Adapter that connects
-(``register_scheduler_plugin``, idempotent). It holds the streams (:mod:`.extension`), the
+(``register_scheduler_plugin``, idempotent). It holds the streams (:mod:`.extension`, whose
+routes live in :mod:`.publishing`, :mod:`.taking`, :mod:`.consumers` and :mod:`.workers`), the
 steering values (:mod:`.steering`) and the contracts (:mod:`.contracts`); the routes and
 replies it speaks are in :mod:`deisa.wire`.
 """
