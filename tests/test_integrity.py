@@ -5,13 +5,13 @@ from __future__ import annotations
 import hashlib
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 from conftest import REPO, DaskProcesses, kill_if_running, mpirun, start_dask, test_env
+from distributed.utils_test import poll_for
 
 from deisa import Adapter
 
@@ -94,10 +94,13 @@ def test_long_run_delivers_every_block_exactly_once_and_leaves_nothing(
         assert stats["calls"]["publish"] == NSTEPS
         assert stats["streams"]["long"]["run"] is None  # end of stream consumed: run forgotten
 
-        deadline = time.monotonic() + STARTUP  # releases travel on the batched streams
-        while time.monotonic() < deadline and (
-            scheduler_keys(client) or worker_keys(client) != baseline
-        ):
-            time.sleep(0.2)
-        assert scheduler_keys(client) == []
-        assert worker_keys(client) == baseline
+        def released() -> bool:  # the releases travel on the batched streams
+            return not scheduler_keys(client) and worker_keys(client) == baseline
+
+        def left() -> None:
+            raise AssertionError(
+                f"left on the scheduler: {scheduler_keys(client)}; on the workers: "
+                f"{worker_keys(client)} (before the run: {baseline})"
+            )
+
+        poll_for(released, STARTUP, left, period=0.2)

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 from conftest import STARTUP
 from distributed import Client
-from distributed.utils_test import gen_cluster
+from distributed.utils_test import async_poll_for, gen_cluster
 
 from deisa.contract import Contract
 from deisa.scheduler.extension import StreamExtension
@@ -131,8 +131,8 @@ async def test_rank0s_contract_watch_is_the_arrays_heartbeat(c, s, a, b) -> None
     watch = asyncio.ensure_future(
         c.scheduler.deisa_watch_contracts(names=["u", "v"], versions={}, timeout=30)
     )
-    while store.heard.get("v") is None:  # heard when it came, while it waits
-        await asyncio.sleep(0.01)
+    # heard when it came, while it waits
+    await async_poll_for(lambda: store.heard.get("v") is not None, STARTUP, period=0.01)
     came = store.heard["u"]
     assert came > opened and store.heard["v"] == came
     await asyncio.sleep(0.01)
