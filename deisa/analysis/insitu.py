@@ -251,7 +251,11 @@ class Deisa(IDeisa):
                 executor = self._executors[registration.callback_id]
                 future = executor.submit(self._run, registration, windows)
                 self._pending.add(future)
-                future.add_done_callback(self._pending.discard)
+                future.add_done_callback(self._done)
+
+    def _done(self, future: concurrent.futures.Future[Any]) -> None:
+        with self._lock:
+            self._pending.discard(future)
 
     def _run(self, registration: Registration, windows: list[list[Any]]) -> None:
         try:

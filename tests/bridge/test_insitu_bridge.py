@@ -181,3 +181,20 @@ def test_the_go_and_the_block_checks(cluster: tuple[str, Client]) -> None:
             bridge.send("solo", np.zeros(2), 1, filter_workers=lambda w: [])
         with pytest.raises(NotImplementedError, match="placement"):
             bridge.send("solo", np.zeros(2), 1, filter_workers=lambda w: every[:1])
+
+
+def test_without_deisa_core_both_halves_say_what_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import importlib
+    import sys
+
+    import deisa
+
+    for module in ("deisa.bridge.insitu", "deisa.analysis.insitu"):
+        monkeypatch.delitem(sys.modules, module, raising=False)
+    monkeypatch.setitem(sys.modules, "deisa.core", None)  # an import of it fails
+    for module in ("deisa.bridge.insitu", "deisa.analysis.insitu"):
+        with pytest.raises(ImportError, match="pip install deisa-core"):
+            importlib.import_module(module)
+    assert deisa.Bridge.__module__ == "deisa.bridge.bridge"  # the rest of deisa is unaffected
