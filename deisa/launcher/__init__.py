@@ -1,18 +1,25 @@
 """The launcher ``deisa-run``, beside the library: it runs a simulation and its analytics.
 
-Modules, each importing only those before it:
+Modules, each importing only those before it (:mod:`~deisa.launcher.stall` beside the
+pipeline):
 
-- :mod:`~deisa.launcher.defaults`: the defaults file ``deisa/templates/defaults.yml``, its
-  overrides and its comments (the options' help);
-- :mod:`~deisa.launcher.options`: the one declaration of every option, and argparse;
+- :mod:`~deisa.launcher.defaults`: the defaults file ``deisa/templates/defaults.yml`` (dask
+  configuration: ``deisa.run``, ``deisa.mpi``, ``deisa.slurm``), its overrides and its
+  comments (the options' help);
+- :mod:`~deisa.launcher.checks`: the check of each option's value;
+- :mod:`~deisa.launcher.options`: the one declaration of every option (flags, defaults key,
+  check), argparse, and every value resolved in one pass;
 - :mod:`~deisa.launcher.settings`: :class:`~deisa.launcher.settings.RunSettings`, resolved and
   checked (the Bridge's options and the launcher's counts with the constraints of
   :mod:`deisa.bridge.options`);
-- :mod:`~deisa.launcher.pipeline`: the built-in analytics (a PCA of every step);
 - :mod:`~deisa.launcher.solver`: which solver runs and the one command line that runs it, the
   deisa PDI plugin for a user's code, the user's analytics command;
 - :mod:`~deisa.launcher.processes`: child processes, their environment, signals;
+- :mod:`~deisa.launcher.dask_processes`: the ``dask scheduler`` and ``dask worker`` command
+  lines, started and stopped (for the launcher, the tests and the benchmarks);
+- :mod:`~deisa.launcher.pipeline`: the built-in analytics (a PCA of every step);
 - :mod:`~deisa.launcher.report`: the per-step table, the plot and ``results.json``;
+- :mod:`~deisa.launcher.driver`: the one driver of the built-in PCA, then the report;
 - :mod:`~deisa.launcher.local`: the whole pipeline on this machine;
 - :mod:`~deisa.launcher.slurm`: the same in one Slurm allocation, as a batch script;
 - :mod:`~deisa.launcher.cli`: the parsers and the commands of ``deisa-run``.

@@ -32,11 +32,10 @@ from pathlib import Path
 from typing import Any
 
 from .defaults import UsageError, load_defaults
-from .options import ANALYTICS, RUN, SLURM, add_options, pick
+from .options import ANALYTICS, RUN, SLURM, add_options, resolve_values
 from .pipeline import PipelineError
 from .processes import THREAD_PINS, Interrupted, Signals, wait_until
-from .security import output_problem
-from .settings import SECONDS, checked, parse_buffer_nb, parse_eps, parse_step_timeout
+from .settings import defaults_of
 
 logger = logging.getLogger(__name__)
 
@@ -71,7 +70,9 @@ def build_parser(command: str, defaults: dict[str, dict[str, Any]]) -> argparse.
 
 
 def parse_args(command: str, argv: Sequence[str]) -> argparse.Namespace:
-    """``argv`` parsed for ``command``, the help's defaults those of ``--defaults`` if given.
+    """``argv`` parsed for ``command``, the help's defaults those in force
+    (:func:`~deisa.launcher.defaults.load_defaults`: the packaged file, the dask configuration,
+    ``--defaults``), kept in ``defaults_in_force`` for the settings.
 
     For ``run`` and ``slurm``, the words after the first ``--`` are the user's simulation
     command, in ``command`` (empty: the heat demo).
@@ -91,7 +92,9 @@ def parse_args(command: str, argv: Sequence[str]) -> argparse.Namespace:
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--defaults")
     known, _ = pre.parse_known_args(argv)
-    args = build_parser(command, load_defaults(known.defaults)).parse_args(argv)
+    defaults = load_defaults(known.defaults)
+    args = build_parser(command, defaults).parse_args(argv)
+    args.defaults_in_force = defaults  # loaded once: the settings resolve against these
     if command != ANALYTICS:
         args.command = simulation
     return args
@@ -170,29 +173,18 @@ def _simulation_name(settings: Any) -> str:
 
 
 def resolve_analytics_args(args: argparse.Namespace) -> argparse.Namespace:
-    """Fill the options of ``deisa-run analytics`` left unset from the launch defaults.
+    """Fill the options of ``deisa-run analytics`` left unset from the launch defaults, every
+    one checked by its declaration (:func:`~deisa.launcher.options.resolve_values`).
 
     Raises
     ------
     UsageError
-        ``--defaults`` is unreadable or invalid.
+        ``--defaults`` is unreadable or invalid, or a value is refused.
     """
-    defaults = load_defaults(args.defaults)
-    defaults_name = args.defaults or "deisa/templates/defaults.yml"
-    timeout = "--timeout" if args.timeout is not None else f"{defaults_name}: slurm.timeout"
-    step_timeout = (
-        "--step-timeout" if args.step_timeout is not None else f"{defaults_name}: run.step_timeout"
-    )
+    values = resolve_values(args, defaults_of(args), ANALYTICS)
     for key in ("array", "n_components", "output", "timeout", "buffer_nb", "stop_when_converged",
                 "step_timeout"):  # fmt: skip
-        setattr(args, key, pick(args, defaults, ANALYTICS, key))
-    args.timeout = checked(SECONDS, timeout, args.timeout)
-    args.step_timeout = parse_step_timeout(args.step_timeout, step_timeout)
-    args.buffer_nb = parse_buffer_nb(args.buffer_nb)
-    problem = output_problem(Path(args.output).resolve())
-    if problem is not None:
-        raise UsageError(f"--output: {problem}")
-    args.stop_when_converged = parse_eps(args.stop_when_converged)
+        setattr(args, key, values[key])
     if args.scheduler_file is None and args.replay is None:
         raise UsageError("give --scheduler-file (the live stream) or --replay FILES (saved steps)")
     if args.replay is not None and args.stop_when_converged is not None:
@@ -223,9 +215,8 @@ def _analytics(args: argparse.Namespace, signals: Signals, security: Any = None)
 
     from ..bridge.scheduler_file import read_scheduler_address
     from .dask_processes import workers_connected
-    from .local import dashboard_line, flow_control
-    from .pipeline import analyze_stream, warm_up
-    from .report import report
+    from .driver import Analysis, drive
+    from .local import dashboard_line
     from .stall import StepWatch
 
     output = Path(args.output).resolve()
@@ -250,45 +241,46 @@ def _analytics(args: argparse.Namespace, signals: Signals, security: Any = None)
         )
         print(f"deisa-run analytics: connected to {address}", file=sys.stderr)
         print(dashboard_line(client), file=sys.stderr)
-        # the first fit's start-up, paid on a small array while the ranks start (live only)
-        warm = warm_up(client, args.n_components) if args.replay is None else None
-        analytics = analyze_stream(
-            client,
+        analysis = Analysis(
             args.array,
-            n_components=args.n_components,
-            stall_timeout=args.timeout,
-            # the ranks run elsewhere: rank 0's heartbeat on the scheduler says they live
-            watch=StepWatch(args.array, client, step_timeout=args.step_timeout),
-            max_in_flight=args.buffer_nb or 2,
-            check=signals.check,
-            on_step=lambda _: signals.check(),
+            args.n_components,
+            output,
+            args.timeout,
+            buffer_nb=args.buffer_nb,
             stop_when_converged=args.stop_when_converged,
             replay=args.replay,
+            settings={
+                "array": args.array,
+                "n_components": args.n_components,
+                "stop_when_converged": args.stop_when_converged,
+            },
         )
-        timings = Path(args.timings) if args.timings else None
-        if timings is not None:
-            try:
-                wait_until(
-                    timings.exists,
-                    f"the simulation timings {timings}",
-                    60,
-                    interval=0.2,
-                    check=signals.check,
-                )
-            except PipelineError as exc:
-                logger.warning("%s", exc)
-        settings = {
-            "array": args.array,
-            "n_components": args.n_components,
-            "stop_when_converged": args.stop_when_converged,
-        }
-        # once the stream has ended, the scheduler knows how long flow control held the ranks
-        held = flow_control(client, args.array) if args.replay is None else None
-        report(analytics, timings, output, settings, args.array, sys.stdout, flow_control=held)
-        del warm  # held until here: dropping the warm-up fit earlier would release its tasks
+        drive(
+            client,
+            analysis,
+            # the ranks run elsewhere: rank 0's heartbeat on the scheduler says they live
+            StepWatch(args.array, client, step_timeout=args.step_timeout),
+            check=signals.check,
+            on_step=signals.check,
+            after_stream=lambda: _timings(args.timings, signals),
+        )
         if args.shutdown:
             client.shutdown()
     return 0
+
+
+def _timings(timings: str | None, signals: Signals) -> Path | None:
+    """The simulation's timings file ``timings`` once it is there (a warning after 60 s)."""
+    if not timings:
+        return None
+    path = Path(timings)
+    try:
+        wait_until(
+            path.exists, f"the simulation timings {path}", 60, interval=0.2, check=signals.check
+        )
+    except PipelineError as exc:
+        logger.warning("%s", exc)
+    return path
 
 
 def _with_local_cluster(args: argparse.Namespace, signals: Signals) -> int:

@@ -34,11 +34,10 @@ from typing import IO, Any
 
 import yaml
 
-from ..wire import Route
 from .dask_processes import LOOPBACK, DaskProcesses, dashboard_available
-from .pipeline import PipelineError, StepAnalytics, analyze_stream, warm_up
+from .driver import Analysis, drive, hold, stream_stats
+from .pipeline import PipelineError
 from .processes import Child, ProcessSet, Signals, child_env, tail, wait_until
-from .report import report
 from .security import Credentials, make_credentials
 from .settings import RunSettings
 from .solver import (
@@ -120,15 +119,12 @@ def run_pipeline(settings: RunSettings, signals: Signals, out: IO[str] = sys.std
             [*settings.mpirun, "-np", str(settings.ranks), *simulation.argv],
             simulation.env,
         )
-        # the built-in PCA's first fit, on a small array, while the ranks start
-        warm = warm_up(client, settings.n_components) if analytics is None else None
         if analytics is None:
             _builtin_analytics(settings, client, procs, sim, signals, simulation.timings, out)
         else:
             _wait_for_user_analytics(settings, procs, sim, analytics, signals)
             analytics.join_echo()
         print(_summary(client, time.perf_counter() - started), file=out)
-        del warm  # held until here: dropping the warm-up fit earlier would release its tasks
     finally:
         if client is not None:
             with contextlib.suppress(Exception):
@@ -344,99 +340,52 @@ def _builtin_analytics(
     timings: Path | None,
     out: IO[str],
 ) -> None:
-    """The built-in PCA of every step, with a progress bar; then the report."""
-    from tqdm import tqdm
+    """The built-in PCA of every step (:func:`~deisa.launcher.driver.drive`), with a progress
+    bar; then, once the simulation has exited, the report."""
 
-    launched = time.perf_counter()
-    first_step_s: list[float] = []  # time to first step, for the report
-    steps = None if settings.command else settings.simulation["steps"]
-    with tqdm(total=steps, desc="in situ PCA", unit="step", file=sys.stderr) as bar:
-        analysing: list[int] = []
+    def after_stream() -> Path | None:
+        _wait_for_simulation(settings, procs, sim, signals)
+        return timings
 
-        def on_start(step: int) -> None:
-            if not first_step_s:
-                first_step_s.append(time.perf_counter() - launched)
-            analysing.append(step)
-            bar.set_postfix_str(f"analysing step {', '.join(map(str, analysing))}")
-
-        def on_step(done: StepAnalytics) -> None:
-            analysing.remove(done.step)
-            bar.set_postfix_str(
-                f"analysing step {', '.join(map(str, analysing))}" if analysing else ""
-            )
-            bar.update()
-            signals.check()
-
-        analytics = analyze_stream(
-            client,
-            settings.array,
-            n_components=settings.n_components,
-            stall_timeout=settings.timeout,
-            # the simulation's exit, not a deadline, ends the wait for a step (unless
-            # --step-timeout)
-            watch=StepWatch(
-                settings.array,
-                client,
-                step_timeout=settings.step_timeout,
-                exit_status=sim.popen.poll,
-                log=sim.log,
-            ),
-            # as many fits at once as the stream may queue steps: the simulation is held by
-            # flow control only when the analytics really is slower
-            max_in_flight=settings.buffer_nb or 2,
-            check=lambda: _check_parts(procs, (sim,), signals),
-            on_start=on_start,
-            on_step=on_step,
-            stop_when_converged=settings.stop_when_converged,
-        )
-    _wait_for_simulation(settings, procs, sim, signals)
-    held = flow_control(client, settings.array)
-    if steps is not None and len(analytics) != steps and not any(a.stop_reason for a in analytics):
-        logger.warning("analysed %d steps of %d", len(analytics), steps)
-    report(
-        analytics,
-        timings,
-        settings.output,
-        settings.summary(),
+    analysis = Analysis(
         settings.array,
-        out,
-        first_step_s=first_step_s[0] if first_step_s else None,
-        flow_control=held,
+        settings.n_components,
+        settings.output,
+        settings.timeout,
+        buffer_nb=settings.buffer_nb,
+        stop_when_converged=settings.stop_when_converged,
+        settings=settings.summary(),
+        steps=None if settings.command else settings.simulation["steps"],
+    )
+    # the simulation's exit, not a deadline, ends the wait for a step (unless --step-timeout)
+    watch = StepWatch(
+        settings.array,
+        client,
+        step_timeout=settings.step_timeout,
+        exit_status=sim.popen.poll,
+        log=sim.log,
+    )
+    drive(
+        client,
+        analysis,
+        watch,
+        check=lambda: _check_parts(procs, (sim,), signals),
+        on_step=signals.check,
+        after_stream=after_stream,
+        out=out,
+        progress=True,
     )
 
 
-def stream_stats(client: Any) -> dict[str, Any]:
-    """The scheduler extension's ``deisa_stats`` (:data:`deisa.wire.Route.STATS`)."""
-    stats: dict[str, Any] = client.sync(getattr(client.scheduler, Route.STATS))
-    return stats
-
-
-def _hold(totals: dict[str, Any]) -> dict[str, float] | None:
-    """How long flow control held the simulation on one array (``held_s`` of ``open_s``), as
-    its Bridge (rank 0) counted it, from the array's ``deisa_stats`` totals once the stream is
-    closed; ``None`` before."""
-    if not totals.get("open_ms"):
-        return None
-    return {"held_s": totals.get("held_ms", 0) / 1000, "open_s": totals["open_ms"] / 1000}
-
-
-def flow_control(client: Any, array: str) -> dict[str, float] | None:
-    """:func:`_hold` for ``array``, asked of the scheduler; ``None`` when it does not know."""
-    try:
-        return _hold(stream_stats(client)["totals"].get(array) or {})
-    except Exception:  # the report goes on without it
-        logger.debug("no deisa_stats", exc_info=True)
-        return None
-
-
 def _held(totals: dict[str, Any]) -> str:
-    """:func:`_hold` in words for the closing line; nothing before the stream is closed."""
-    hold = _hold(totals)
-    if hold is None:
+    """:func:`~deisa.launcher.driver.hold` in words for the closing line; nothing before the
+    stream is closed."""
+    held = hold(totals)
+    if held is None:
         return ""
-    share = 100 * hold["held_s"] / hold["open_s"]
+    share = 100 * held["held_s"] / held["open_s"]
     return (
-        f", publish held by flow control {hold['held_s']:.2f} s of {hold['open_s']:.2f} s "
+        f", publish held by flow control {held['held_s']:.2f} s of {held['open_s']:.2f} s "
         f"({share:.1f} %)"
     )
 

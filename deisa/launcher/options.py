@@ -1,7 +1,9 @@
 """The options of ``deisa-run``, ``deisa-run slurm`` and ``deisa-run analytics``, declared once.
 
-Every option is declared in :data:`OPTIONS`, with the section of the defaults file it falls
-back to for each command (:func:`pick`). Its help is the comment after its key in
+Every option is declared in :data:`OPTIONS`, once: its flags, the section of the defaults
+(``deisa.<section>`` of the dask configuration) it falls back to for each command, and its
+check (:mod:`.checks`). :func:`resolve_values` turns parsed options and the defaults in force
+into checked :class:`Values` in one pass. Its help is the comment after its key in
 ``deisa/templates/defaults.yml``, followed by the value in force. The Bridge options take their
 type, choices and metavar from :class:`~deisa.bridge.options.BridgeOptions`'s table.
 """
@@ -9,12 +11,13 @@ type, choices and metavar from :class:`~deisa.bridge.options.BridgeOptions`'s ta
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..bridge.options import BridgeOptions, Choice
-from .defaults import default_comments
+from . import checks
+from .defaults import Defaults, default_comments
 
 RUN, SLURM, ANALYTICS = "run", "slurm", "analytics"
 
@@ -42,6 +45,14 @@ class Option:
         Help of an option that is not in the defaults file (otherwise its key's comment).
     default
         Value of an option that is not in the defaults file.
+    check
+        ``check(name, value)``: the value as the settings hold it, or a
+        :class:`~deisa.launcher.defaults.UsageError` naming ``name`` (:mod:`.checks`);
+        ``None``: checked with the options it goes with (:mod:`deisa.launcher.settings`).
+    dest
+        Attribute of the parsed namespace, if not ``key``.
+    checked_in
+        The commands whose value ``check`` checks (``None``: all).
     """
 
     key: str
@@ -50,6 +61,9 @@ class Option:
     kwargs: Mapping[str, Any] = field(default_factory=dict)
     help: str = ""
     default: Any = None
+    check: Callable[[str, Any], Any] | None = None
+    dest: str | None = None
+    checked_in: frozenset[str] | None = None
 
     @property
     def flag(self) -> str:
@@ -58,6 +72,20 @@ class Option:
 
 def _both(section: str = "run") -> dict[str, str | None]:
     return {RUN: section, SLURM: section}
+
+
+def _all(section: str = "run") -> dict[str, str | None]:
+    return {RUN: section, SLURM: section, ANALYTICS: section}
+
+
+def _named(parse: Callable[[Any, str], Any]) -> Callable[[str, Any], Any]:
+    """A check of the ``parse(value, name)`` kind as ``check(name, value)``."""
+    return lambda name, value: parse(value, name)
+
+
+def _grammar(key: str) -> Callable[[str, Any], Any]:
+    """The check of a Slurm option written into the job script as it is."""
+    return checks.SLURM_GRAMMARS[key].check
 
 
 def _bridge(name: str) -> dict[str, Any]:
@@ -73,8 +101,8 @@ _PAIR = {"type": int, "nargs": 2, "metavar": ("ROWS", "COLS")}
 
 OPTIONS: tuple[Option, ...] = (
     # simulation
-    Option("ranks", ("--ranks", "-n"), _both(), {"type": int}),
-    Option("process_grid", ("--process-grid",), _both(), _PAIR),
+    Option("ranks", ("--ranks", "-n"), _both(), {"type": int}, check=checks.positive),
+    Option("process_grid", ("--process-grid",), _both(), _PAIR, check=checks.pair),
     Option("global_size", ("--size",), _both(), _PAIR),
     Option("steps", ("--steps",), _both(), {"type": int}),
     Option("output_period", ("--output-period",), _both(), {"type": int}),
@@ -83,50 +111,66 @@ OPTIONS: tuple[Option, ...] = (
     Option("pdi_config", ("--pdi-config",), _both()),
     Option("build_dir", ("--build-dir",), _both()),
     # data path
-    Option("array", ("--array",), {RUN: "run", SLURM: "run", ANALYTICS: "run"}),
+    # the job script and the C solver's PDI YAML carry the name: its grammar; the analytics
+    # client takes whatever name a simulation published
+    Option("array", ("--array",), _all(), check=checks.array, checked_in=frozenset({RUN, SLURM})),
     Option("placement", ("--placement",), _both(), _bridge("placement")),
     # the analytics client fits as many steps at once as the stream may queue; read as a string
     # (parsed by the settings), so that an explicit `none` is told from an absent option
     Option(
         "buffer_nb",
         ("--buffer-nb",),
-        {RUN: "run", SLURM: "run", ANALYTICS: "run"},
+        _all(),
         {"metavar": BridgeOptions.constraint("buffer_nb").metavar},
+        check=_named(checks.parse_buffer_nb),
     ),
     Option("mode", ("--mode",), _both(), _bridge("mode")),
     Option("max_in_flight", ("--max-in-flight",), _both(), _bridge("max_in_flight")),
     # Dask
-    Option("workers", ("--workers", "-w"), _both(), {"type": int}),
-    Option("threads", ("--threads", "-t"), _both(), {"type": int}),
+    Option("workers", ("--workers", "-w"), _both(), {"type": int}, check=checks.positive),
+    Option("threads", ("--threads", "-t"), _both(), {"type": int}, check=checks.positive),
     # analytics and run
+    Option("n_components", ("--n-components",), _all(), {"type": int}, check=checks.positive),
     Option(
-        "n_components",
-        ("--n-components",),
-        {RUN: "run", SLURM: "run", ANALYTICS: "run"},
-        {"type": int},
+        "worker_preload",
+        ("--worker-preload",),
+        _both(),
+        {"metavar": "MODULE"},
+        check=checks.preload,
     ),
-    Option("worker_preload", ("--worker-preload",), _both(), {"metavar": "MODULE"}),
-    Option("output", ("--output", "-o"), {RUN: "run", SLURM: "run", ANALYTICS: "run"}),
+    Option("output", ("--output", "-o"), _all(), check=checks.output),
     # a flag that turns the defaults' `tls: true` off: None (not given) falls back to the file
-    Option("tls", ("--insecure",), _both(), {"action": "store_const", "const": False}),
+    Option(
+        "tls",
+        ("--insecure",),
+        _both(),
+        {"action": "store_const", "const": False},
+        check=checks.flag,
+    ),
     Option("protocol", ("--protocol",), _both(), {"choices": list(PROTOCOLS)}),
     Option(
         "stop_when_converged",
         ("--stop-when-converged",),
-        {RUN: "run", SLURM: "run", ANALYTICS: "run"},
+        _all(),
         {"type": float, "metavar": "EPS"},
+        check=_named(checks.parse_eps),
     ),
     # Batch jobs are slower to start than a laptop: their patience is the Slurm section's.
     Option(
-        "timeout", ("--timeout",), {RUN: "run", SLURM: "slurm", ANALYTICS: "slurm"}, {"type": float}
+        "timeout",
+        ("--timeout",),
+        {RUN: "run", SLURM: "slurm", ANALYTICS: "slurm"},
+        {"type": float},
+        check=checks.seconds,
     ),
     # read as a string (checked by the settings), so that an explicit `none` is told from an
     # absent option
     Option(
         "step_timeout",
         ("--step-timeout",),
-        {RUN: "run", SLURM: "run", ANALYTICS: "run"},
+        _all(),
         {"metavar": "SECONDS|none"},
+        check=_named(checks.parse_step_timeout),
     ),
     # Slurm
     Option("nodes", ("--nodes", "-N"), {SLURM: "slurm"}, {"type": int}),
@@ -137,15 +181,17 @@ OPTIONS: tuple[Option, ...] = (
         {SLURM: "slurm"},
         {"choices": ["auto", "own", "shared"]},
     ),
-    Option("time", ("--time",), {SLURM: "slurm"}),
-    Option("partition", ("--partition", "-p"), {SLURM: "slurm"}),
-    Option("account", ("--account", "-A"), {SLURM: "slurm"}),
-    Option("job_name", ("--job-name",), {SLURM: "slurm"}),
-    Option("workdir", ("--workdir",), {SLURM: "slurm"}),
-    Option("python", ("--python",), {SLURM: "slurm"}),
-    Option("mpi", ("--mpi",), {SLURM: "slurm"}),
-    Option("interface", ("--interface",), {SLURM: "slurm"}),
-    Option("srun_args", ("--srun-arg",), {SLURM: "slurm"}, {"action": "append"}),
+    Option("time", ("--time",), {SLURM: "slurm"}, check=_grammar("time")),
+    Option("partition", ("--partition", "-p"), {SLURM: "slurm"}, check=_grammar("partition")),
+    Option("account", ("--account", "-A"), {SLURM: "slurm"}, check=_grammar("account")),
+    Option("job_name", ("--job-name",), {SLURM: "slurm"}, check=_grammar("job_name")),
+    Option("workdir", ("--workdir",), {SLURM: "slurm"}, check=checks.one_line),
+    Option("python", ("--python",), {SLURM: "slurm"}, check=checks.interpreter),
+    Option("mpi", ("--mpi",), {SLURM: "slurm"}, check=_grammar("mpi")),
+    Option("interface", ("--interface",), {SLURM: "slurm"}, check=_grammar("interface")),
+    Option(
+        "srun_args", ("--srun-arg",), {SLURM: "slurm"}, {"action": "append"}, check=checks.words
+    ),
     # the analytics client alone
     Option(
         "scheduler_file",
@@ -169,6 +215,7 @@ OPTIONS: tuple[Option, ...] = (
         {"type": int},
         help="workers to wait for before starting",
         default=1,
+        dest="workers",
     ),
     Option(
         "timings",
@@ -193,6 +240,7 @@ OPTIONS: tuple[Option, ...] = (
         help="your analytics, one command line (split as a shell would, no shell; a .py runs "
         "with this Python); default: the built-in PCA of --array. Your simulation goes after "
         "`--`: deisa-run [options] -- SIMULATION COMMAND",
+        check=checks.command,
     ),
     # every command
     Option(
@@ -221,7 +269,7 @@ def add_options(
     parser: argparse.ArgumentParser, command: str, defaults: Mapping[str, Mapping[str, Any]]
 ) -> None:
     """Declare on ``parser`` every option ``command`` takes; defaults-file options are left
-    ``None`` when not given, so that :func:`pick` can tell them from the file's values."""
+    ``None`` when not given, so that :func:`resolve_values` can tell them from the defaults."""
     comments = default_comments()
     for opt in OPTIONS:
         if command not in opt.sections:
@@ -237,21 +285,64 @@ def add_options(
             if value is not None and value != []:
                 shown = " ".join(map(str, value)) if isinstance(value, list) else value
                 text += f" (default: {shown})"
-        dest = "workers" if opt.key == "analytics_workers" else opt.key
+        dest = opt.dest or opt.key
         parser.add_argument(
             *opt.flags, dest=dest, default=default, help=text.replace("%", "%%"), **opt.kwargs
         )
 
 
-def pick(
-    args: argparse.Namespace,
-    defaults: Mapping[str, Mapping[str, Any]],
-    command: str,
-    key: str,
-) -> Any:
-    """The option ``key`` of ``command``: as given, else from its section of the defaults."""
-    value = getattr(args, key, None)
-    section = option(key).sections[command]
-    if value is not None or section is None:
-        return value
-    return defaults[section][key]
+@dataclass(frozen=True)
+class Values:
+    """Every option of one command, resolved in one pass over :data:`OPTIONS`: as given, else
+    its key in the defaults in force, each checked by its declaration's ``check``.
+
+    Attributes
+    ----------
+    values
+        ``{key: value}``.
+    names
+        ``{key: name}``: how messages name each value, its flag if given, else where its key
+        came from (``deisa/templates/defaults.yml: run.workers``, ``DASK_DEISA__RUN__WORKERS:
+        run.workers``, ``my.yml: run.workers``...).
+    given
+        The keys given on the command line.
+    """
+
+    values: Mapping[str, Any]
+    names: Mapping[str, str]
+    given: frozenset[str]
+
+    def __getitem__(self, key: str) -> Any:
+        return self.values[key]
+
+    def name(self, key: str) -> str:
+        return self.names[key]
+
+
+def resolve_values(args: argparse.Namespace, defaults: Defaults, command: str) -> Values:
+    """The options of ``command``: those given in ``args``, the others from ``defaults``
+    (:func:`~deisa.launcher.defaults.load_defaults`), all checked.
+
+    Raises
+    ------
+    UsageError
+        The first value its check refuses, named as :attr:`Values.names` says.
+    """
+    values: dict[str, Any] = {}
+    names: dict[str, str] = {}
+    given: set[str] = set()
+    for opt in OPTIONS:
+        if command not in opt.sections:
+            continue
+        value = getattr(args, opt.dest or opt.key, None)
+        section = opt.sections[command]
+        if value is not None:
+            given.add(opt.key)
+        if value is not None or section is None:
+            names[opt.key] = opt.flag
+        else:
+            value = defaults[section][opt.key]
+            names[opt.key] = defaults.origin(section, opt.key)
+        check = opt.check if opt.checked_in is None or command in opt.checked_in else None
+        values[opt.key] = value if check is None else check(names[opt.key], value)
+    return Values(values, names, frozenset(given))

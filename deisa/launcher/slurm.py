@@ -34,6 +34,7 @@ import re
 import shlex
 import string
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -164,23 +165,64 @@ def job_script(settings: RunSettings) -> str:
     True
     """
     slurm = settings.slurm or SlurmSettings()
-    (worker_first, n_worker_nodes), (sim_first, sim_nodes) = layout(
-        slurm.nodes, slurm.worker_nodes, slurm.scheduler_node
-    )
-    workers, threads, ranks = settings.workers, settings.threads, settings.ranks
-    if workers < n_worker_nodes or ranks < sim_nodes:
-        raise ValueError(
-            f"{workers} workers on {n_worker_nodes} nodes and {ranks} ranks on {sim_nodes} "
-            "nodes: every node needs at least one task"
-        )
-    plan = _plan(
-        slurm.nodes, (worker_first, n_worker_nodes), (sim_first, sim_nodes), workers, threads, ranks
-    )
+    plan, worker_nodes, sim_nodes = _allocation(settings, slurm)
     cpus = sum(node.cpus for node in plan)
     output = settings.output.absolute()
+    # the placement is fixed once every worker is there, however slowly they start
+    bridge = settings.bridge.replace(min_workers=settings.workers, connect_timeout=settings.timeout)
+    steps = _simulation_step(settings, bridge, output=output)
+    srun = functools.partial(_srun, "".join(f" {shlex.quote(a)}" for a in slurm.srun_args))
+    workers, threads, ranks = settings.workers, settings.threads, settings.ranks
+    fields = {
+        "header": "\n".join(f"#SBATCH {line}" for line in _header(slurm, plan, output)),
+        "layout": _describe(plan, threads),
+        "solver": _comment(steps["solver"]),
+        "tasks": f"1 scheduler + 1 analytics client + {workers} workers x {threads} threads + "
+        f"{ranks} MPI ranks = {cpus}",
+        "environment": "\n".join(_environment(slurm)),
+        "security": _security_lines(settings.tls, slurm.nodes, settings.protocol),
+        "output": shlex.quote(str(output)),
+        "simulation_yaml": yaml.safe_dump(
+            settings.simulation, sort_keys=False, default_flow_style=None
+        ),
+        "solver_setup": steps["solver_setup"],
+        "start_timeout": math.ceil(settings.timeout),
+        **_dask_steps(settings, slurm, srun, worker_nodes),
+        "analytics": srun((0, 1), 1, 1, "analytics-%N", steps["analytics_command"]),
+        "simulation": srun(
+            sim_nodes, ranks, 1, "simulation-%N-%t", steps["simulation_command"], mpi=slurm.mpi
+        ),
+    }
+    return _ScriptTemplate(TEMPLATE.read_text()).substitute(fields)
+
+
+def _allocation(
+    settings: RunSettings, slurm: SlurmSettings
+) -> tuple[list[_Node], tuple[int, int], tuple[int, int]]:
+    """What each node runs, and the (first, count) of the worker and the simulation nodes.
+
+    Raises
+    ------
+    ValueError
+        A layout that cannot work (see :func:`layout`), or a node left without a task.
+    """
+    worker_nodes, sim_nodes = layout(slurm.nodes, slurm.worker_nodes, slurm.scheduler_node)
+    workers, ranks = settings.workers, settings.ranks
+    if workers < worker_nodes[1] or ranks < sim_nodes[1]:
+        raise ValueError(
+            f"{workers} workers on {worker_nodes[1]} nodes and {ranks} ranks on {sim_nodes[1]} "
+            "nodes: every node needs at least one task"
+        )
+    plan = _plan(slurm.nodes, worker_nodes, sim_nodes, workers, settings.threads, ranks)
+    return plan, worker_nodes, sim_nodes
+
+
+def _header(slurm: SlurmSettings, plan: list[_Node], output: Path) -> list[str]:
+    """The ``#SBATCH`` options: the allocation of ``plan``, every value quoted for sbatch."""
     header = [
         f"--job-name={_sbatch_word(slurm.job_name)}", f"--nodes={slurm.nodes}",
-        f"--ntasks={cpus}", "--cpus-per-task=1", f"--time={_sbatch_word(slurm.time)}",
+        f"--ntasks={sum(node.cpus for node in plan)}", "--cpus-per-task=1",
+        f"--time={_sbatch_word(slurm.time)}",
         f"--chdir={_sbatch_word(str(Path(slurm.workdir).absolute()))}",
         # sbatch expands %-patterns in --output: a % of the directory's name is written %%
         f"--output={_sbatch_word(str(output).replace('%', '%%'))}/slurm-%j.out",
@@ -194,10 +236,13 @@ def job_script(settings: RunSettings) -> str:
         header += ["--exclusive", f"--mincpus={max(n.cpus for n in plan)}"]
         # a failed node costs its own tasks, not the allocation (docs/slurm.md, lost node)
         header.append("--no-kill")
-    # the placement is fixed once every worker is there, however slowly they start
-    bridge = settings.bridge.replace(min_workers=workers, connect_timeout=settings.timeout)
-    steps = _simulation_step(settings, bridge, output=output)
-    environment = [
+    return header
+
+
+def _environment(slurm: SlurmSettings) -> list[str]:
+    """The job's environment: thread pins, the scheduler's settings, Open MPI's network, the
+    interpreter."""
+    return [
         "export " + " ".join(f"{k}={v}" for k, v in THREAD_PINS.items()),
         "export DASK_DISTRIBUTED__SCHEDULER__WORK_STEALING=False",
         # a worker whose node vanished (no TCP reset) is dropped after this, not 5 minutes
@@ -208,7 +253,15 @@ def job_script(settings: RunSettings) -> str:
         *(['export OMPI_MCA_btl="${OMPI_MCA_btl:-self,vader}"'] if slurm.nodes == 1 else []),
         f"PYTHON={shlex.quote(slurm.python or sys.executable)}",
     ]
-    srun = functools.partial(_srun, "".join(f" {shlex.quote(a)}" for a in slurm.srun_args))
+
+
+def _dask_steps(
+    settings: RunSettings,
+    slurm: SlurmSettings,
+    srun: Callable[..., str],
+    worker_nodes: tuple[int, int],
+) -> dict[str, str]:
+    """The template fields ``scheduler`` and ``workers``: their ``srun`` steps."""
     # one node: every Dask server on loopback; several: on --interface (or every interface),
     # which TLS keeps to the job's own processes. HTTP servers (dashboard, health) stay local.
     if slurm.nodes == 1:
@@ -221,20 +274,8 @@ def job_script(settings: RunSettings) -> str:
     # the PCA's warm-up (or --worker-preload's module) runs while the ranks start; the
     # configuration's preloads (DASK_DISTRIBUTED__WORKER__PRELOAD at sbatch time) are kept
     preload = "".join(f" {shlex.quote(a)}" for a in preload_args(settings.worker_preload))
-    fields = {
-        "header": "\n".join(f"#SBATCH {line}" for line in header),
-        "layout": _describe(plan, threads),
-        "solver": _comment(steps["solver"]),
-        "tasks": f"1 scheduler + 1 analytics client + {workers} workers x {threads} threads + "
-        f"{ranks} MPI ranks = {cpus}",
-        "environment": "\n".join(environment),
-        "security": _security_lines(settings.tls, slurm.nodes, settings.protocol),
-        "output": shlex.quote(str(output)),
-        "simulation_yaml": yaml.safe_dump(
-            settings.simulation, sort_keys=False, default_flow_style=None
-        ),
-        "solver_setup": steps["solver_setup"],
-        "start_timeout": math.ceil(settings.timeout),
+    threads = settings.threads
+    return {
         "scheduler": srun(
             (0, 1), 1, 1, "scheduler-%N",
             '"$PYTHON" -m dask scheduler --scheduler-file "$SCHEDULER_FILE" --port 0'
@@ -242,18 +283,12 @@ def job_script(settings: RunSettings) -> str:
         ),
         # each worker spills to a fresh private directory of its node (scratch.sh)
         "workers": srun(
-            (worker_first, n_worker_nodes), workers, threads, "workers-%N-%t",
+            worker_nodes, settings.workers, threads, "workers-%N-%t",
             f'bash "$OUT/scratch.sh" "$PYTHON" -m dask worker --scheduler-file "$SCHEDULER_FILE" '
             f"--nthreads {threads} \\\n    --no-nanny --no-dashboard{http}{preload}{listen}{tls}",
             no_kill=True,
         ),
-        "analytics": srun((0, 1), 1, 1, "analytics-%N", steps["analytics_command"]),
-        "simulation": srun(
-            (sim_first, sim_nodes), ranks, 1, "simulation-%N-%t", steps["simulation_command"],
-            mpi=slurm.mpi,
-        ),
     }  # fmt: skip
-    return _ScriptTemplate(TEMPLATE.read_text()).substitute(fields)
 
 
 _TLS_ARGS = " --protocol tls"

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import ctypes
 import os
-import shlex
 import shutil
 import subprocess
 import sys
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..bridge.options import BridgeOptions
+from .checks import command_words
 from .defaults import UsageError, read_yaml
 from .options import RUN
 from .settings import LAUNCHER_BRIDGE_OPTIONS, RunSettings, resolve_options
@@ -44,8 +44,6 @@ def resolve_settings(args: argparse.Namespace, command: str = RUN) -> RunSetting
         ``--array``.
     """
     settings = resolve_options(args, command)
-    if settings.analytics is not None:  # an empty or unsplittable command, before any start
-        analytics_argv(settings.analytics, sys.executable)
     if settings.command:  # the user's simulation: no solver to pick
         settings.solver, settings.solver_reason = "user", "the command after --"
         return settings
@@ -266,21 +264,16 @@ def find_plugin(build_dir: Path) -> Plugin:
 
 
 def analytics_argv(command: str, python: str) -> list[str]:
-    """``command`` split as a shell would (no shell runs it); a first word ending in ``.py``
-    runs with ``python``, its path made absolute.
+    """``command`` split as a shell would (no shell runs it,
+    :func:`~deisa.launcher.checks.command_words`); a first word ending in ``.py`` runs with
+    ``python``, its path made absolute.
 
     Raises
     ------
     UsageError
         An empty command, or one that shlex cannot split (an open quote).
     """
-    try:
-        words = shlex.split(command)
-    except ValueError as exc:
-        raise UsageError(f"--analytics {command!r}: {exc}") from None
-    if not words:
-        raise UsageError("--analytics: an empty command")
-    return python_script(words, python)
+    return python_script(command_words(command), python)
 
 
 def python_script(words: list[str], python: str) -> list[str]:

@@ -426,7 +426,7 @@ def test_squarest_grid() -> None:
 
 def test_defaults_come_from_the_yaml_file() -> None:
     settings = solver.resolve_settings(parse("--solver", "python"))
-    run = yaml.safe_load(defaults.DEFAULTS_FILE.read_text())["run"]
+    run = yaml.safe_load(defaults.DEFAULTS_FILE.read_text())["deisa"]["run"]
     assert settings.ranks == run["ranks"] and settings.workers == run["workers"]
     assert settings.simulation["global_size"] == run["global_size"]
     assert settings.simulation["steps"] == run["steps"]
@@ -524,7 +524,7 @@ def test_analytics_options_fall_back_to_the_launch_defaults(tmp_path: Path) -> N
     assert (args.array, args.n_components, args.output, args.timeout, args.workers) == (
         "gtemp",
         4,
-        "deisa-output",
+        Path("deisa-output").resolve(),
         300,
         1,
     )
@@ -661,3 +661,72 @@ def test_build_dir_default_is_the_projects_wherever_the_user_stands(
     assert default.build_dir == REPO / "build"
     typed = solver.resolve_settings(cli.parse_args(RUN, ["--build-dir", "build", *user]), RUN)
     assert typed.build_dir == tmp_path / "build"
+
+
+# -- the defaults are dask configuration ---------------------------------------------------------
+
+
+def test_dask_configuration_changes_a_default_and_the_command_line_wins(tmp_path: Path) -> None:
+    """``deisa.run.*`` of the dask configuration (``dask.config.set`` here, as a user file or a
+    ``DASK_DEISA__...`` variable does) overrides the packaged file, ``--defaults`` overrides
+    it, the command line wins over all; an unknown key or a bad value names its source."""
+    with dask.config.set({"deisa.run.workers": 5, "deisa.slurm.job-name": "mine"}):
+        assert solver.resolve_settings(parse("--solver", "python")).workers == 5
+        assert "(default: 5)" in " ".join(
+            cli.build_parser(RUN, defaults.load_defaults()).format_help().split()
+        )
+        assert solver.resolve_settings(parse("--solver", "python", "--workers", "2")).workers == 2
+        script = slurm.job_script(solver.resolve_settings(cli.parse_args("slurm", []), "slurm"))
+        assert "#SBATCH --job-name=mine" in script
+        mine = _write(tmp_path / "mine.yml", "deisa: {run: {workers: 3}}\n")
+        assert solver.resolve_settings(parse("--defaults", str(mine))).workers == 3
+    with dask.config.set({"deisa.run.wokers": 3}), pytest.raises(UsageError, match="wokers"):
+        defaults.load_defaults()
+    with (
+        dask.config.set({"deisa.run.workers": 0}),
+        pytest.raises(
+            UsageError,
+            match=r"^the dask configuration \(deisa.run.workers\): run.workers=0 must be a pos",
+        ),
+    ):
+        solver.resolve_settings(parse())
+
+
+def test_env_variable_and_user_file_change_defaults_and_the_command_line_wins(
+    tmp_path: Path,
+) -> None:
+    """The usual ways of a dask setting, in a fresh ``deisa-run``: a YAML file of the user's in
+    ``~/.config/dask/`` and a ``DASK_DEISA__...`` variable (which wins over the file)."""
+    user_dir = tmp_path / ".config" / "dask"
+    user_dir.mkdir(parents=True)
+    (user_dir / "deisa.yaml").write_text("deisa:\n  run:\n    workers: 7\n    threads: 2\n")
+    probe = (
+        "import json, sys\n"
+        "from deisa.launcher import cli, solver\n"
+        "s = solver.resolve_settings(cli.parse_args('slurm', sys.argv[1:]), 'slurm')\n"
+        "print(json.dumps([s.workers, s.threads, s.tls, s.simulation['global_size']]))\n"
+    )
+    env = {**test_env(), "HOME": str(tmp_path), "DASK_DEISA__RUN__WORKERS": "3",
+           "DASK_DEISA__RUN__TLS": "False", "DASK_DEISA__RUN__GLOBAL_SIZE": "[64, 32]"}  # fmt: skip
+
+    def settings(*argv: str) -> list[object]:
+        proc = subprocess.run(
+            [sys.executable, "-c", probe, "--solver", "python", *argv],
+            env=env, cwd=tmp_path, capture_output=True, text=True, timeout=STARTUP,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        values: list[object] = json.loads(proc.stdout)
+        return values
+
+    assert settings() == [3, 2, False, [64, 32]]
+    assert settings("--workers", "4", "--threads", "1", "--size", "8", "8") == [4, 1, False, [8, 8]]
+    env["DASK_DEISA__RUN__WORKERS"] = "-1"
+    proc = subprocess.run(
+        [sys.executable, "-m", "deisa.launcher", "slurm", "--solver", "python"],
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=STARTUP,
+    )  # fmt: skip
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr == (
+        "deisa-run slurm: error: DASK_DEISA__RUN__WORKERS: run.workers=-1 must be a positive "
+        "integer\n"
+    )

@@ -1,0 +1,205 @@
+"""The built-in analytics' driver: a PCA of every step of one array, then the report.
+
+:func:`drive` is the one driver of the built-in PCA, for ``deisa-run`` (in its own process,
+beside the simulation it started: :mod:`deisa.launcher.local`) and for ``deisa-run analytics``
+(the Slurm job's client, or a replay: :mod:`deisa.launcher.cli`). It warms the PCA up while
+the ranks start, fits every step as it arrives (:func:`~deisa.launcher.pipeline.analyze_stream`,
+as many at once as the stream may queue), optionally with a progress bar, waits for what
+follows the stream's end, asks the scheduler how long flow control held the simulation, and
+writes the table, ``results.json`` and the plot (:func:`~deisa.launcher.report.report`).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from ..wire import Route
+from .pipeline import StepAnalytics, analyze_stream, warm_up
+from .report import report
+from .stall import StepWatch
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """What the built-in PCA analyses, and how long it waits.
+
+    Attributes
+    ----------
+    array
+        The array's name.
+    n_components
+        Components kept per step.
+    output
+        Where ``results.json`` and the plot go.
+    timeout
+        ``--timeout``: what a fit may take without finishing a task.
+    buffer_nb
+        Steps the stream may queue (``None``: unbounded): as many fits at once (2 when
+        unbounded), so that flow control holds the simulation only when the analytics really
+        is slower.
+    stop_when_converged
+        ``--stop-when-converged``, or ``None``.
+    replay
+        Files to replay instead of the live stream (``deisa-run analytics --replay``).
+    settings
+        The settings recorded in ``results.json``.
+    steps
+        The steps expected (a warning when fewer came without a stop), if known.
+    """
+
+    array: str
+    n_components: int
+    output: Path
+    timeout: float
+    buffer_nb: int | None = None
+    stop_when_converged: float | None = None
+    replay: str | None = None
+    settings: dict[str, Any] = field(default_factory=dict)
+    steps: int | None = None
+
+
+def drive(
+    client: Any,
+    analysis: Analysis,
+    watch: StepWatch,
+    *,
+    check: Callable[[], None],
+    on_step: Callable[[], None],
+    after_stream: Callable[[], Path | None],
+    out: IO[str] = sys.stdout,
+    progress: bool = False,
+) -> list[StepAnalytics]:
+    """The PCA of every step of ``analysis.array``, then the report on ``out``.
+
+    Parameters
+    ----------
+    client
+        A client of the run's scheduler.
+    analysis
+        What to analyse and how.
+    watch
+        Tells a slow simulation from a gone one (:class:`~deisa.launcher.stall.StepWatch`).
+    check
+        Runs while waiting (raises on a signal, or when a part of the run failed).
+    on_step
+        Runs after each step's fit (e.g. the signals' check).
+    after_stream
+        Runs once the stream has ended (waits for the simulation, or its timings file); it
+        returns the simulation's timings for the table, if any.
+    out
+        Where the table goes.
+    progress
+        Show a progress bar on stderr, and the time to the first step in the table.
+
+    Returns
+    -------
+    list of StepAnalytics
+        One per step analysed.
+    """
+    # the first fit's start-up, paid on a small array while the ranks start (live only)
+    warm = warm_up(client, analysis.n_components) if analysis.replay is None else None
+    launched = time.perf_counter()
+    first_step_s: list[float] = []  # time to first step, for the report
+    with _progress(analysis.steps if progress else None, progress) as (on_start, done):
+
+        def started(step: int) -> None:
+            if not first_step_s:
+                first_step_s.append(time.perf_counter() - launched)
+            on_start(step)
+
+        def stepped(step: StepAnalytics) -> None:
+            done(step)
+            on_step()
+
+        analytics = analyze_stream(
+            client,
+            analysis.array,
+            n_components=analysis.n_components,
+            stall_timeout=analysis.timeout,
+            watch=watch,
+            max_in_flight=analysis.buffer_nb or 2,
+            check=check,
+            on_start=started if progress else None,
+            on_step=stepped,
+            stop_when_converged=analysis.stop_when_converged,
+            replay=analysis.replay,
+        )
+    timings = after_stream()
+    # once the stream has ended, the scheduler knows how long flow control held the ranks
+    held = flow_control(client, analysis.array) if analysis.replay is None else None
+    steps = analysis.steps
+    if steps is not None and len(analytics) != steps and not any(a.stop_reason for a in analytics):
+        logger.warning("analysed %d steps of %d", len(analytics), steps)
+    report(
+        analytics,
+        timings,
+        analysis.output,
+        analysis.settings,
+        analysis.array,
+        out,
+        first_step_s=first_step_s[0] if progress and first_step_s else None,
+        flow_control=held,
+    )
+    del warm  # held until here: dropping the warm-up fit earlier would release its tasks
+    return analytics
+
+
+@contextmanager
+def _progress(
+    total: int | None, shown: bool
+) -> Iterator[tuple[Callable[[int], None], Callable[[StepAnalytics], None]]]:
+    """``(on_start, on_done)`` of a progress bar of ``total`` steps on stderr, naming the steps
+    being analysed; callbacks that do nothing when not ``shown``."""
+    if not shown:
+        yield (lambda step: None), (lambda done: None)
+        return
+    from tqdm import tqdm
+
+    with tqdm(total=total, desc="in situ PCA", unit="step", file=sys.stderr) as bar:
+        analysing: list[int] = []
+
+        def on_start(step: int) -> None:
+            analysing.append(step)
+            bar.set_postfix_str(f"analysing step {', '.join(map(str, analysing))}")
+
+        def on_done(done: StepAnalytics) -> None:
+            analysing.remove(done.step)
+            bar.set_postfix_str(
+                f"analysing step {', '.join(map(str, analysing))}" if analysing else ""
+            )
+            bar.update()
+
+        yield on_start, on_done
+
+
+def stream_stats(client: Any) -> dict[str, Any]:
+    """The scheduler extension's ``deisa_stats`` (:data:`deisa.wire.Route.STATS`)."""
+    stats: dict[str, Any] = client.sync(getattr(client.scheduler, Route.STATS))
+    return stats
+
+
+def hold(totals: dict[str, Any]) -> dict[str, float] | None:
+    """How long flow control held the simulation on one array (``held_s`` of ``open_s``), as
+    its Bridge (rank 0) counted it, from the array's ``deisa_stats`` totals once the stream is
+    closed; ``None`` before."""
+    if not totals.get("open_ms"):
+        return None
+    return {"held_s": totals.get("held_ms", 0) / 1000, "open_s": totals["open_ms"] / 1000}
+
+
+def flow_control(client: Any, array: str) -> dict[str, float] | None:
+    """:func:`hold` for ``array``, asked of the scheduler; ``None`` when it does not know."""
+    try:
+        return hold(stream_stats(client)["totals"].get(array) or {})
+    except Exception:  # the report goes on without it
+        logger.debug("no deisa_stats", exc_info=True)
+        return None
