@@ -35,12 +35,8 @@ Everything is lazy: ``Replay(...)`` and ``replay[name]`` read the files' metadat
 of it, so a bad input fails there, before any step is read), and a step's dask array reads its
 blocks when computed, on whatever runs the computation: dask's local scheduler, or the
 cluster of a :class:`distributed.Client` if one exists (the files must then be readable from
-the workers at the same path). Blocks are the run's, where the file says where they start: a
-2-D integer dataset ``block_start`` with one row per block, the index of its first element on
-each spatial axis (each rank's ``local_start``; ``configs/heat_both.yml`` writes it at ``init``),
-for the arrays of that many spatial axes; else the file's chunks (HDF5 chunks, Zarr chunks: the
-decomposition of the run when its YAML sets ``chunking`` and the decomposition is even); else
-dask's automatic chunks.
+the workers at the same path). Blocks are the run's where the source has a ``block_start``
+dataset (see :mod:`deisa.analysis._blocks`), else the file's chunks, else dask's automatic ones.
 """
 
 from __future__ import annotations
@@ -58,6 +54,7 @@ import numpy as np
 from dask.base import tokenize
 
 from . import _labels
+from ._blocks import BLOCKS_DATASET, chunks_from_starts, is_block_starts
 from ._reading import StepArray, StepReader, summary
 
 __all__ = ["Replay", "ReplayArray", "ReplayError", "UnknownArrayError"]
@@ -66,8 +63,6 @@ logger = logging.getLogger(__name__)
 
 #: the name of the dataset holding the step numbers of a file with a time axis
 STEP_DATASET = "step"
-#: the name of the dataset holding where each block of the run starts (one row per block)
-BLOCKS_DATASET = "block_start"
 _STEP_FIELD = re.compile(r"\$?\{step(?::[^}]*)?\}")
 _GLOB_CHARS = re.compile(r"[*?\[]")
 
@@ -268,7 +263,6 @@ class Replay(StepReader):
         self._zarr = False
         self._path = ""
         self._time_steps: list[int] | None = None
-        self._starts: np.ndarray | None = None  # the rows of block_start, read once
         if isinstance(source, (str, os.PathLike)):
             text = os.fspath(source)
             if _STEP_FIELD.search(text):
@@ -409,14 +403,10 @@ class Replay(StepReader):
     def names(self) -> list[str]:
         """The arrays this source holds (datasets with a time axis, or those of the first
         per-step file)."""
-        blocks = {BLOCKS_DATASET} if self._block_starts() is not None else set()
+        names = [n for n, d in self._datasets.items() if not is_block_starts(n, d)]
         if self._files:
-            return sorted(set(self._datasets) - blocks)
-        return sorted(
-            n
-            for n, d in self._datasets.items()
-            if n not in blocks and self._time_axis_problem(d) is None
-        )
+            return sorted(names)
+        return sorted(n for n in names if self._time_axis_problem(self._datasets[n]) is None)
 
     def __contains__(self, name: object) -> bool:
         return name in self.names
@@ -546,47 +536,13 @@ class Replay(StepReader):
         self, info: _Dataset, shape: tuple[int, ...]
     ) -> tuple[tuple[int, ...], ...]:
         spec: Any = self._chunks
-        if spec is None:
-            spec = self._blocks(info.name, shape)
+        starts = self._datasets.get(BLOCKS_DATASET)
+        if spec is None and starts is not None and is_block_starts(BLOCKS_DATASET, starts):
+            spec = chunks_from_starts(self._read_small(starts), shape, info.name, self._source)
         if spec is None:
             file_chunks = info.chunks[-len(shape) :] if info.chunks else None
             spec = file_chunks if file_chunks is not None else "auto"
         return da.core.normalize_chunks(spec, shape, dtype=info.dtype)
-
-    def _block_starts(self) -> np.ndarray | None:
-        """The rows of the source's ``block_start`` dataset (a 2-D integer one), else None."""
-        if self._starts is None:
-            info = self._datasets.get(BLOCKS_DATASET)
-            if info is None or len(info.shape) != 2 or info.dtype.kind not in "iu":
-                return None
-            self._starts = np.asarray(self._read_small(info), dtype=np.int64)
-        return self._starts
-
-    def _blocks(self, name: str, shape: tuple[int, ...]) -> tuple[tuple[int, ...], ...] | None:
-        """The chunks of the run's blocks, from where they start (``block_start``): on each
-        axis, from one start to the next; None where there is no such dataset or it does not fit
-        an array of this ``shape`` (its file's chunks are used then)."""
-        starts = self._block_starts()
-        if starts is None:
-            return None
-        if starts.shape[1] != len(shape) or not starts.size:
-            logger.debug(
-                "deisa replay: %r has %d spatial axes, %r starts blocks of %d: its file's chunks",
-                name, len(shape), BLOCKS_DATASET, starts.shape[1],
-            )  # fmt: skip
-            return None
-        chunks = []
-        for axis, extent in enumerate(shape):
-            bounds = sorted({int(s) for s in starts[:, axis]})
-            if bounds[0] != 0 or bounds[-1] >= extent:
-                logger.info(
-                    "deisa replay: %r of %s does not fit %r (axis %d of %d elements starts "
-                    "blocks at %s): its file's chunks are used",
-                    BLOCKS_DATASET, self._source, name, axis, extent, bounds,
-                )  # fmt: skip
-                return None
-            chunks.append(tuple(np.diff([*bounds, extent]).tolist()))
-        return tuple(chunks)
 
 
 def _list_datasets(path: str) -> list[_Dataset]:
