@@ -14,6 +14,7 @@ import ssl
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -54,45 +55,34 @@ def tls_cluster(tmp_path: Path) -> Iterator[tuple[Path, dict[str, str]]]:
          "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"],
         check=True, capture_output=True, timeout=60,
     )  # fmt: skip
-    tls = ["--tls-ca-file", str(cert), "--tls-cert", str(cert), "--tls-key", str(key)]
-    sched_file = tmp_path / "scheduler.json"
-    dask = [sys.executable, "-m", "dask"]
-    env = test_env()
-    procs = [
-        subprocess.Popen(
-            [*dask, "scheduler", "--protocol", "tls", "--host", "127.0.0.1", "--port", "0",
-             "--no-dashboard", "--scheduler-file", str(sched_file), *tls],
-            env=env, stdout=subprocess.DEVNULL, stderr=open(tmp_path / "s.log", "wb"),  # noqa: SIM115
-        )
-    ]  # fmt: skip
+    cluster = DaskProcesses(
+        tmp_path / "scheduler.json", log_dir=tmp_path, env=test_env(),
+        credentials=_SelfSigned(cert, key),
+    )  # fmt: skip
     try:
-
-        def not_started() -> None:
-            pytest.fail(f"the TLS scheduler did not start: {(tmp_path / 's.log').read_text()}")
-
-        def started() -> bool:
-            if procs[0].poll() is not None:
-                not_started()
-            return sched_file.exists()
-
-        poll_for(started, STARTUP, not_started, period=0.1)
-        for i in range(2):
-            procs.append(
-                subprocess.Popen(
-                    [*dask, "worker", "--scheduler-file", str(sched_file), "--nthreads", "1",
-                     "--host", "127.0.0.1", "--no-nanny", "--no-dashboard", *tls],
-                    env=env, stdout=subprocess.DEVNULL,
-                    stderr=open(tmp_path / f"w{i}.log", "wb"),  # noqa: SIM115
-                )
-            )  # fmt: skip
+        cluster.start_scheduler(STARTUP)
+        cluster.start_workers(2)
         client_env = {
             "DASK_DISTRIBUTED__COMM__TLS__CA_FILE": str(cert),
             "DASK_DISTRIBUTED__COMM__TLS__CLIENT__CERT": str(cert),
             "DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY": str(key),
         }
-        yield sched_file, client_env
+        yield cluster.scheduler_file, client_env
     finally:
-        DaskProcesses(sched_file, procs).stop()
+        cluster.stop()
+
+
+@dataclass(frozen=True)
+class _SelfSigned:
+    """A self-signed certificate that is its own CA, for ``dask scheduler`` and ``dask
+    worker`` (:mod:`deisa.launcher.dask_processes`)."""
+
+    cert: Path
+    key: Path
+
+    def cli_args(self) -> list[str]:
+        return ["--protocol", "tls", "--tls-ca-file", str(self.cert), "--tls-cert",
+                str(self.cert), "--tls-key", str(self.key)]  # fmt: skip
 
 
 def test_tls_passes_through_bridge_and_adapter(tls_cluster: tuple[Path, dict[str, str]]) -> None:
