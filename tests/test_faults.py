@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import sys
 import threading
@@ -387,12 +386,12 @@ def test_worker_joining_mid_run_receives_blocks_from_then_on(tmp_path: Path) -> 
                 held[step] = holders(client, array)
                 np.testing.assert_array_equal(array.compute(), expected(step, SHAPE))
                 if step == 5:
-                    joined = add_worker(cluster, tmp_path, "worker-late")
+                    (joined,) = cluster.start_workers(1)  # worker-2, stopped with the others
                     client.wait_for_workers(3, timeout=STARTUP)
                     address = next(
                         a
                         for a, w in client.scheduler_info()["workers"].items()
-                        if w["name"] == "worker-late"
+                        if w["name"] == "worker-2"
                     )
             rc, err = finish(sim)
     finally:
@@ -414,19 +413,6 @@ def holders(client: Any, array: Any) -> set[str]:
         return sorted({ws.address for key in keys for ws in dask_scheduler.tasks[key].who_has})
 
     return set(client.run_on_scheduler(where))
-
-
-def add_worker(cluster: DaskProcesses, tmp: Path, name: str) -> subprocess.Popen[bytes]:
-    """One more one-thread worker for ``cluster`` (stopped with it)."""
-    dask = shutil.which("dask") or f"{sys.executable} -m distributed.cli.dask"
-    log = open(tmp / f"{name}.log", "wb")  # noqa: SIM115 - lives as long as the process
-    worker = subprocess.Popen(
-        [dask, "worker", "--scheduler-file", str(cluster.scheduler_file), "--nthreads", "1",
-         "--host", "127.0.0.1", "--no-nanny", "--no-dashboard", "--name", name],
-        env=test_env(), stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    cluster.procs.append(worker)
-    return worker
 
 
 @pytest.mark.parametrize("policy", ["continue", "fail"])
