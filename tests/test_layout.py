@@ -99,8 +99,11 @@ def test_no_rank_waits_for_distributed_and_only_rank_0_loads_the_scheduler_side(
             "a Bridge's construction or first publish imported distributed"
         )
         assert "distributed" not in rank["first"] and "deisa.bridge.bridge" in rank["first"]
-        assert "distributed" in rank["end"]  # the sends imported it, on the loop thread
         assert _heavy(rank["end"], NO_RANK) == []
+    assert "distributed" in root["end"]  # rank 0 connected with it, on the loop thread
+    # rank 1 sends through shared memory, and its notices to rank 0 (with rank 0's TLS files
+    # under TLS) need neither distributed nor dask
+    assert _heavy(other["end"], ("distributed", "dask")) == []
     assert _heavy(root["end"], ROOT_ONLY) != []  # rank 0 installed the extension
     assert _heavy(other["end"], ROOT_ONLY) == []
     with dask_processes.client() as client:

@@ -99,6 +99,10 @@ class Buffers:
     def give_back(self, name: str, buffer: np.ndarray) -> None:
         self._free.setdefault(name, []).append(buffer)
 
+    def drop(self, name: str) -> None:
+        """Forget a buffer of ``name`` taken and not given back (its memory goes with it)."""
+        self._allocated[name] -= 1
+
 
 @dataclass
 class RootNews:
@@ -158,7 +162,9 @@ class AsyncPublisher:
         """Every rank, connected: the ranks but 0 send their notices to rank 0's listener, if
         any (rank 0 takes its own directly)."""
         if connection.notices is not None and self.bridge.rank != 0:
-            self.notices = Notifier(connection.notices, connection.token, self.bridge.rank)
+            self.notices = Notifier(
+                connection.notices, connection.token, self.bridge.rank, connection.notices_tls
+            )
 
     async def close_notices(self) -> None:
         """Close rank 0's notices listener, or this rank's connection to it."""
@@ -481,7 +487,11 @@ class AsyncPublisher:
                 continue
             if send.buffer is not None:
                 transport = self.bridge._transport
-                if not transport.give_back(send.buffer) and not transport.node_local(send.worker):
+                if transport.give_back(send.buffer):
+                    pass  # a slot
+                elif transport.node_local(send.worker):
+                    self.buffers.drop(send.entry.name)  # the next copies go to slots
+                else:
                     self.buffers.give_back(send.entry.name, send.buffer)  # kept for the next
                 send.buffer = None
             if send.reported and seq < registered:

@@ -237,4 +237,5 @@ async def connect(
     except OSError as exc:  # registration at the next publish, as without notices
         logger.warning("deisa bridge: no listener for early registration: %s", exc)
         notices = None
-    return Connection(address, run, tuple(workers), notices, early.token)
+    tls = early.client_files if notices is not None else None
+    return Connection(address, run, tuple(workers), notices, early.token, tls)

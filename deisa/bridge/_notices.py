@@ -34,9 +34,12 @@ import asyncio
 import ipaddress
 import json
 import logging
+import os
 import secrets
+import ssl
 import time
 from collections.abc import Callable
+from typing import Any
 
 from .._dask_internals import import_distributed
 from ._publisher import Entry, Sent
@@ -122,6 +125,7 @@ class EarlyRegistration:
         self._server: asyncio.Server | None = None
         self._peers: set[asyncio.StreamWriter] = set()
         self.address: str | None = None
+        self.client_files: tuple[str, str, str | None] | None = None  # TLS: CA, cert, key
         self.active = False  # the registrar exists (the connection is known)
 
     async def listen(self, scheduler_address: str) -> str | None:
@@ -138,11 +142,13 @@ class EarlyRegistration:
         host = parse_host_port(location)[0]
         ssl_context = None
         if protocol == "tls":
-            ssl_context = Security().get_listen_args("client")["ssl_context"]
+            security = Security()
+            ssl_context = security.get_listen_args("client")["ssl_context"]
             if ssl_context is None:
                 return self._none(
                     scheduler_address, "no client certificate in the dask configuration"
                 )
+            self.client_files = _client_files(security)
             bind = get_ip(host)
         elif _is_loopback(host):
             bind = "127.0.0.1"
@@ -244,9 +250,10 @@ class EarlyRegistration:
 class Notifier:
     """A rank's notices to rank 0's listener, over one connection opened by the first notice.
 
-    Every coroutine runs on the rank's loop thread; making a Notifier costs nothing (the
-    connection's first use imports distributed, for the TLS settings). A notice that cannot be
-    sent is dropped (logged at debug level): the exchange carries the same fact, later.
+    Every coroutine runs on the rank's loop thread; making a Notifier costs nothing, and it
+    needs neither distributed nor dask (a rank whose blocks all go through shared memory
+    imports neither). A notice that cannot be sent is dropped (logged at debug level): the
+    exchange carries the same fact, later.
 
     Parameters
     ----------
@@ -256,12 +263,19 @@ class Notifier:
         What rank 0 expects in every notice.
     rank
         This rank.
+    tls
+        For a ``tls://`` listener: the files of rank 0's client TLS settings (CA, certificate,
+        key or ``None`` when the certificate file holds it), from the connection; ``None``:
+        this process's dask configuration (through distributed).
     """
 
-    def __init__(self, address: str, token: str, rank: int) -> None:
+    def __init__(
+        self, address: str, token: str, rank: int, tls: tuple[str, str, str | None] | None = None
+    ) -> None:
         self.address = address
         self.token = token
         self.rank = rank
+        self.tls = tls
         self._writer: asyncio.StreamWriter | None = None
         self._opening = asyncio.Lock()
         self._retry_at = 0.0
@@ -284,22 +298,18 @@ class Notifier:
             if time.monotonic() < self._retry_at:
                 return None
             self._retry_at = time.monotonic() + RETRY_S
-            import_distributed()
-            from distributed import Security
-            from distributed.comm import parse_address, parse_host_port
-
-            protocol, location = parse_address(self.address)
-            host, port = parse_host_port(location)
+            protocol, _, location = self.address.partition("://")
+            host, _, port = location.rpartition(":")
             ssl_context = None
             if protocol == "tls":
-                ssl_context = Security().get_connection_args("client")["ssl_context"]
+                ssl_context = client_context(*self.tls) if self.tls else _configured_context()
                 if ssl_context is None:
                     logger.debug(
                         "deisa bridge: no client certificate for notices to %s", self.address
                     )
                     return None
             _, self._writer = await asyncio.wait_for(
-                asyncio.open_connection(host, port, ssl=ssl_context), CONNECT_S
+                asyncio.open_connection(host.strip("[]"), int(port), ssl=ssl_context), CONNECT_S
             )
             return self._writer
 
@@ -312,3 +322,39 @@ class Notifier:
                 await writer.wait_closed()
             except Exception:  # reset by rank 0, which may be gone
                 logger.debug("deisa bridge: closing the notices' connection", exc_info=True)
+
+
+def client_context(ca_file: str, cert: str, key: str | None) -> ssl.SSLContext:
+    """A TLS client context that verifies the listener against ``ca_file`` and presents
+    ``cert`` (mutual TLS, as distributed's ``Security`` makes it; no host name check, the CA
+    being the run's own)."""
+    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=ca_file)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_REQUIRED
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(cert, key)
+    return context
+
+
+def _configured_context() -> ssl.SSLContext | None:
+    """The client TLS context of this process's dask configuration (a certificate given as its
+    contents, not as files: rank 0 could not pass them on)."""
+    import_distributed()
+    from distributed import Security
+
+    context: ssl.SSLContext | None = Security().get_connection_args("client")["ssl_context"]
+    return context
+
+
+def _client_files(security: Any) -> tuple[str, str, str | None] | None:
+    """The files of ``security``'s client TLS settings (CA, certificate, key), which the other
+    ranks connect to the listener with (carried in the connection, so that a rank sending over
+    shared memory need not import distributed for them); ``None`` when they are not all files
+    (a certificate given as its contents): those ranks then take their own configuration's."""
+    ca, cert, key = (getattr(security, f"tls_{name}", None)
+                     for name in ("ca_file", "client_cert", "client_key"))  # fmt: skip
+    if not all(isinstance(path, str) and os.path.isfile(path) for path in (ca, cert)):
+        return None
+    if key is not None and not (isinstance(key, str) and os.path.isfile(key)):
+        return None
+    return str(ca), str(cert), key

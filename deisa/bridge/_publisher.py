@@ -64,6 +64,7 @@ class Connection:
     workers: tuple[str, ...]
     notices: str | None = None  # rank 0's listener for "block sent" notices (deisa.bridge._notices)
     token: str = ""  # what a notice must carry
+    notices_tls: tuple[str, str, str | None] | None = None  # its client files: CA, cert, key
 
 
 @dataclass

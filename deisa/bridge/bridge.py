@@ -31,7 +31,6 @@ import asyncio
 import concurrent.futures
 import logging
 import time
-from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -329,8 +328,8 @@ class Bridge:
 
     @property
     def transport(self) -> str:
-        """How this rank's blocks went so far: ``"shared memory"``, ``"tcp"``, both (``"shared
-        memory and tcp"``) or ``"none"`` (see :mod:`deisa.bridge.transport`)."""
+        """How this rank's blocks went so far: ``"shared memory"``, ``"tcp"``, ``"shared memory
+        and tcp"`` or ``"none"`` (:mod:`deisa.bridge.transport`)."""
         return self._transport.used
 
     @property
@@ -553,7 +552,7 @@ class Bridge:
                         nsteps=nsteps.get(name, 0),
                         held_s=held_s,
                         open_s=open_s,
-                        transports=dict(Counter(used)),
+                        transports={way: used.count(way) for way in set(used)},
                     ),
                     timeout=30,
                 )

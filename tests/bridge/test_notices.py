@@ -216,10 +216,46 @@ def test_tls_listener_takes_notices_from_the_jobs_certificate_only(
         early.known(Entry(0, "a", 0, 0))
         early.sent(0, 0, 4, W)
         assert early.next_seq == 0  # nothing was taken from them
-        rank = Notifier(address, early.token, 1)  # the job's certificate (job_tls)
+        # the job's certificate: in memory here, so the rank takes it from its own dask
+        # configuration (files would come from rank 0, test_notices_tls_from_rank_0s_files)
+        assert early.client_files is None
+        rank = Notifier(address, early.token, 1, early.client_files)
         await rank.notify(0, 6, W)
         await async_poll_for(lambda: early.next_seq == 1, WAIT, period=0.01)
         await rank.close()
 
     handed = asyncio.run(_serving("tls://127.0.0.1:8786", 2, body))
+    assert handed == [(0, [(4, W), (6, W)])]
+
+
+def test_notices_tls_from_rank_0s_files(tmp_path: Path) -> None:
+    """The job's credentials as files (as deisa-run writes them): rank 0 passes their paths in
+    the connection and the other ranks connect with them, without distributed's Security."""
+    pytest.importorskip("cryptography")
+    from distributed import Security
+
+    job = Security.temporary()
+    files = {}
+    for name, pem in (("ca", job.tls_ca_file), ("cert", job.tls_client_cert),
+                      ("key", job.tls_client_key)):  # fmt: skip
+        files[name] = tmp_path / f"{name}.pem"
+        files[name].write_text(pem)
+        files[name].chmod(0o600)
+    config = {
+        "distributed.comm.tls.ca-file": str(files["ca"]),
+        "distributed.comm.tls.client.cert": str(files["cert"]),
+        "distributed.comm.tls.client.key": str(files["key"]),
+    }
+
+    async def body(early: EarlyRegistration, address: str) -> None:
+        assert early.client_files == (str(files["ca"]), str(files["cert"]), str(files["key"]))
+        early.known(Entry(0, "a", 0, 0))
+        early.sent(0, 0, 4, W)
+        rank = Notifier(address, early.token, 1, early.client_files)
+        await rank.notify(0, 6, W)
+        await async_poll_for(lambda: early.next_seq == 1, WAIT, period=0.01)
+        await rank.close()
+
+    with dask.config.set(config):
+        handed = asyncio.run(_serving("tls://127.0.0.1:8786", 2, body))
     assert handed == [(0, [(4, W), (6, W)])]
