@@ -38,7 +38,7 @@ import numpy as np
 
 from ..contract import FULL as FULL_PLAN
 from ..contract import Plan
-from ..wire import Route, Status, status, step_key_name
+from ..wire import Route, Status, step_key_name
 from ._collective import BridgeError
 from ._connect import connect, route
 from ._exchange import Exchanger
@@ -52,6 +52,7 @@ from ._publisher import (
     RankReport,
     RootReport,
     Sent,
+    registration,
 )
 
 if TYPE_CHECKING:
@@ -203,21 +204,15 @@ class AsyncPublisher:
         while (item := await queue.get()) is not None:
             entry, blocks = item
             outcome = await self._register(entry, blocks)
-            kind = status(outcome)
-            if kind is Status.DROPPED:  # a step the analytics has passed: no failure
-                logger.warning("deisa bridge: %s", outcome["message"])
-            elif kind is Status.LOST and bridge.options.on_worker_loss == "continue":
-                logger.warning(
-                    "deisa bridge: step %d of %r lost with worker(s) %s: %s",
-                    entry.step, entry.name, ", ".join(outcome.get("workers") or ()),
-                    outcome["message"],
-                )  # fmt: skip
-            elif kind is not Status.OK:
-                logger.error("deisa bridge: %s", outcome["message"])
-                self.news.error = outcome["message"]
+            kind, message = registration(
+                outcome, entry.name, entry.step, bridge.options.on_worker_loss
+            )
+            if kind == "error":
+                logger.error("deisa bridge: %s", message)
+                self.news.error = message
                 self.progress.set()
                 return
-            elif not outcome.get("replaced"):
+            if kind == "queued":
                 bridge._nsteps[entry.name] = bridge._nsteps.get(entry.name, 0) + 1
             self.news.registered = entry.seq + 1
             self.progress.set()

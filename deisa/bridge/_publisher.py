@@ -22,8 +22,13 @@ at a step boundary: steering values, contracts).
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any
+
+from ..wire import Status, status
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -237,3 +242,26 @@ def _call_problem(reports: list[RankReport]) -> str | None:
             name, step = report.call
             return f"rank {rank}: publish({name!r}, step={step}) refused: {report.problem}"
     return None
+
+
+def registration(
+    outcome: dict[str, Any], name: str, step: int, on_worker_loss: str
+) -> tuple[str, str | None]:
+    """What rank 0's ``deisa_publish`` of step ``step`` of ``name`` came to, in either mode:
+    ``"queued"`` (a new step), ``"replaced"`` (a step published again, in place of the one
+    waiting), ``"dropped"`` (a step the analytics has passed: a warning, no failure),
+    ``"lost"`` (its blocks died with a worker, ``on_worker_loss="continue"``: a warning) or
+    ``"error"``, with the message the Bridge raises on every rank."""
+    kind = status(outcome)
+    if kind is Status.DROPPED:
+        logger.warning("deisa bridge: %s", outcome["message"])
+        return "dropped", None
+    if kind is Status.LOST and on_worker_loss == "continue":
+        logger.warning(
+            "deisa bridge: step %d of %r lost with worker(s) %s: %s",
+            step, name, ", ".join(outcome.get("workers") or ()), outcome["message"],
+        )  # fmt: skip
+        return "lost", None
+    if kind is not Status.OK:
+        return "error", str(outcome["message"])
+    return ("replaced" if outcome.get("replaced") else "queued"), None

@@ -30,10 +30,10 @@ import numpy as np
 
 from .. import _dask_internals
 from ..contract import Plan
-from ..wire import Route, Status, status, step_key_name
+from ..wire import Route, step_key_name
 from ._collective import BridgeError, on_root, raise_first, reply_problem
 from ._connect import route
-from ._publisher import PublishTiming
+from ._publisher import PublishTiming, registration
 from ._workers import refuses_connections
 
 if TYPE_CHECKING:
@@ -196,19 +196,10 @@ class SyncPublisher:
                 f"{self.bridge.scheduler_address} failed: {type(exc).__name__}: {exc}"
             )
             return "detached", {**self.bridge._fields.collect(), "scheduler_lost": lost}
-        kind = status(outcome)
-        if kind is Status.DROPPED:  # a step the analytics has passed: no failure
-            logger.warning("deisa bridge: %s", outcome["message"])
-            return "dropped", self.bridge._fields.collect()
-        if kind is Status.LOST and self.bridge.options.on_worker_loss == "continue":
-            logger.warning(
-                "deisa bridge: step %d of %r lost with worker(s) %s: %s",
-                step, name, ", ".join(outcome.get("workers") or ()), outcome["message"],
-            )  # fmt: skip
-            return "lost", self.bridge._fields.collect()
-        if kind is not Status.OK:
-            raise BridgeError(outcome["message"])
-        return ("replaced" if outcome.get("replaced") else "queued"), self.bridge._fields.collect()
+        kind, message = registration(outcome, name, step, self.bridge.options.on_worker_loss)
+        if kind == "error":
+            raise BridgeError(message)
+        return kind, self.bridge._fields.collect()
 
     def _await_departure(self, workers: set[str]) -> bool:
         """Rank 0: whether the scheduler drops ``workers`` within ``connect_timeout``."""

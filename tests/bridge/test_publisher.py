@@ -155,3 +155,21 @@ def test_early_registration_counts_only_the_senders_of_a_contract() -> None:
     assert handed == []
     early.sent(0, 1, 8, W)
     assert handed == [(0, [0, 8, 0, 8])]
+
+
+def test_registration_outcomes_are_read_the_same_in_both_modes(caplog) -> None:
+    from deisa.bridge._publisher import registration
+
+    def read(reply: dict, on_worker_loss: str = "continue") -> tuple[str, str | None]:
+        return registration(reply, "gtemp", 3, on_worker_loss)
+
+    assert read({"status": "OK"}) == ("queued", None)
+    assert read({"status": "OK", "replaced": True}) == ("replaced", None)
+    with caplog.at_level("WARNING", logger="deisa.bridge._publisher"):
+        assert read({"status": "dropped", "message": "step 3 passed"}) == ("dropped", None)
+        lost = {"status": "lost", "message": "its blocks died", "workers": ["tcp://w:1"]}
+        assert read(lost) == ("lost", None)
+    assert "step 3 passed" in caplog.text
+    assert "step 3 of 'gtemp' lost with worker(s) tcp://w:1: its blocks died" in caplog.text
+    assert read(lost, "fail") == ("error", "its blocks died")
+    assert read({"status": "timeout", "message": "flow control"}) == ("error", "flow control")
