@@ -75,6 +75,7 @@ def main() -> None:
     bridge.flush()
     sustained = time.perf_counter() - t0
     after = memory()
+    timings = bridge.timings[2:]  # the sustained publishes
     transport = bridge.transport
     bridge.close()
     report = {
@@ -84,6 +85,8 @@ def main() -> None:
         "start_cpu_s": start_cpu,
         "sustained_s": sustained,
         "publish_s": durations,
+        "copy_s": [t.copy_s for t in timings],
+        "wait_s": [t.wait_s for t in timings],
         "memory_before": before,
         "memory_after": after,
         "transport": transport,
