@@ -140,6 +140,7 @@ class Channel:
         self._retired: collections.deque[int] = collections.deque()  # to drop on the worker
         self._want = 0  # bytes of the last block: the size of the spare slot to prepare
         self._unmap_later: set[Slot] = set()
+        self._settle_pending = False
         self._preparer = threading.Thread(
             target=self._prepare, name=f"deisa-shm-{worker}", daemon=True
         )
@@ -186,7 +187,6 @@ class Channel:
         with self._lock:
             if self.broken is not None:
                 return None
-            self._settle()
             fitting = [slot for slot in self.slots if slot.free and slot.fits(nbytes)]
             if fitting:  # a prepared one if any
                 slot = max(fitting, key=lambda s: (s.data is not None, -s.capacity))
@@ -201,29 +201,42 @@ class Channel:
         return slot
 
     def untake(self, slot: Slot) -> None:
-        """Give back a slot :meth:`take` lent (handed to the worker or not): this rank unmaps
-        its data, unless it is free and kept as the spare; with a view of it still alive,
-        at the next :meth:`settle` or :meth:`take`."""
+        """Give back a slot :meth:`take` lent (handed to the worker or not): the preparer
+        thread unmaps its data here, unless it is free and kept as the spare, once no view of
+        it is left (at the next :meth:`settle`)."""
         with self._lock:
             slot.taken = False
-            ready = [s for s in self.slots if s.free and s.data is not None and s is not slot]
-            if slot.head[0] != FREE or len(ready) >= SPARE:
-                self._unmap_later.add(slot)
-            self._settle()
+            self._unmap_later.add(slot)
+            self._settle_pending = True
+            self._lock.notify()
 
     def settle(self) -> None:
-        """Unmap the slots given back whose views are gone since."""
+        """Have the preparer unmap the slots given back whose views are gone since."""
         with self._lock:
-            self._settle()
+            self._settle_pending = bool(self._unmap_later)
+            self._lock.notify()
 
     def _settle(self) -> None:
-        for slot in list(self._unmap_later):
-            if slot.taken or slot not in self.slots:
-                self._unmap_later.discard(slot)
-                continue
+        """The preparer thread: unmap what :meth:`untake` left (a munmap of a block's pages is
+        not free: off the caller's thread)."""
+        with self._lock:
+            self._settle_pending = False
+            slots = []
+            for slot in list(self._unmap_later):
+                ready = [s for s in self.slots if s.free and s.data is not None and s is not slot]
+                if slot.taken or slot not in self.slots or slot.data is None:
+                    self._unmap_later.discard(slot)
+                elif slot.head[0] != FREE or len(ready) >= SPARE:
+                    slot.taken = True  # not lent while it is unmapped
+                    slots.append(slot)
+                else:
+                    self._unmap_later.discard(slot)  # free: the spare
+        for slot in slots:
             slot.unmap()
-            if slot.data is None:
-                self._unmap_later.discard(slot)
+            with self._lock:
+                slot.taken = False
+                if slot.data is None:
+                    self._unmap_later.discard(slot)
 
     def _new_slot(self, nbytes: int) -> Slot:
         slot = Slot(self, self._next_id, slot_bytes(nbytes))
@@ -240,6 +253,12 @@ class Channel:
                     self._lock.wait()
                 if self.broken is not None:
                     return
+                settle = self._settle_pending
+            if settle:
+                self._settle()
+            with self._lock:
+                if not self._want:
+                    continue
                 nbytes = self._want
                 free = [slot for slot in self.slots if slot.free and slot.fits(nbytes)]
                 if len([slot for slot in free if slot.data is not None]) >= SPARE:
@@ -266,6 +285,8 @@ class Channel:
 
     def _work(self) -> bool:
         """Under the lock: whether the preparer has something to do."""
+        if self._settle_pending:
+            return True
         if not self._want:
             return False
         free = [slot for slot in self.slots if slot.free]
