@@ -1086,6 +1086,12 @@ def test_multinode_job_keeps_blocks_on_their_node(
             **options,
         )
     check_results(job, steps=steps, size=size)
+    # within a node the blocks go through shared memory, across nodes by TCP (each node is a
+    # network namespace: the handshake decides, not the host name), and the report says so
+    near = sum(len(ids) for node, ids in ranks.items() if node in workers)
+    expected_ways = {"shared memory": near, "tcp": 4 - near}
+    results = json.loads((job.dir / "results.json").read_text())
+    assert results["transports"] == {k: n for k, n in expected_ways.items() if n}, results
     assert job_tasks(job, "scheduler") == {scheduler: [0]}
     assert job_tasks(job, "analytics") == {scheduler: [0]}
     assert job_tasks(job, "workers") == workers

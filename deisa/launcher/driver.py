@@ -136,6 +136,7 @@ def drive(
     timings = after_stream()
     # once the stream has ended, the scheduler knows how long flow control held the ranks
     held = flow_control(client, analysis.array) if analysis.replay is None else None
+    ways = transports(client, analysis.array) if analysis.replay is None else None
     steps = analysis.steps
     if steps is not None and len(analytics) != steps and not any(a.stop_reason for a in analytics):
         logger.warning("analysed %d steps of %d", len(analytics), steps)
@@ -148,6 +149,7 @@ def drive(
         out,
         first_step_s=first_step_s[0] if progress and first_step_s else None,
         flow_control=held,
+        transports=ways,
     )
     del warm  # held until here: dropping the warm-up fit earlier would release its tasks
     return analytics
@@ -194,6 +196,26 @@ def hold(totals: dict[str, Any]) -> dict[str, float] | None:
     if not totals.get("open_ms"):
         return None
     return {"held_s": totals.get("held_ms", 0) / 1000, "open_s": totals["open_ms"] / 1000}
+
+
+def ways(totals: dict[str, Any]) -> dict[str, int] | None:
+    """How many ranks sent the array's blocks by each way (``"shared memory"``, ``"tcp"``,
+    both), as the Bridge reported it at the end of the stream; ``None`` before."""
+    found = {
+        key.removeprefix("ranks by "): int(n)
+        for key, n in sorted(totals.items())
+        if key.startswith("ranks by ") and n
+    }
+    return found or None
+
+
+def transports(client: Any, array: str) -> dict[str, int] | None:
+    """:func:`ways` for ``array``, asked of the scheduler; ``None`` when it does not know."""
+    try:
+        return ways(stream_stats(client)["totals"].get(array) or {})
+    except Exception:  # the report goes on without it
+        logger.debug("no deisa_stats", exc_info=True)
+        return None
 
 
 def flow_control(client: Any, array: str) -> dict[str, float] | None:

@@ -35,9 +35,10 @@ from typing import IO, Any
 import yaml
 
 from .dask_processes import LOOPBACK, DaskProcesses, dashboard_available
-from .driver import Analysis, drive, hold, stream_stats
+from .driver import Analysis, drive, hold, stream_stats, ways
 from .pipeline import PipelineError
 from .processes import Child, ProcessSet, Signals, child_env, tail, wait_until
+from .report import ways_in_words
 from .security import Credentials, make_credentials
 from .settings import RunSettings
 from .solver import (
@@ -391,17 +392,10 @@ def _held(totals: dict[str, Any]) -> str:
 
 
 def _ways(totals: dict[str, Any]) -> str:
-    """How the ranks sent their blocks (the Bridge's ``transport``), for the closing line:
-    ``", blocks by shared memory (3 ranks), by tcp (1 rank)"``; nothing before the stream is
+    """How the ranks sent their blocks, for the closing line; nothing before the stream is
     closed."""
-    ways = [
-        (key.removeprefix("ranks by "), n)
-        for key, n in sorted(totals.items())
-        if key.startswith("ranks by ") and n
-    ]
-    if not ways:
-        return ""
-    return ", blocks " + ", ".join(f"by {way} ({n} rank{'s' if n != 1 else ''})" for way, n in ways)
+    found = ways(totals)
+    return f", blocks {ways_in_words(found)}" if found else ""
 
 
 def _summary(client: Any, wall_s: float) -> str:

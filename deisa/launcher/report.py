@@ -350,12 +350,14 @@ def write_results(
     settings: dict[str, Any],
     first_step_s: float | None = None,
     flow_control: dict[str, float] | None = None,
+    transports: dict[str, int] | None = None,
 ) -> Path:
     """Write the run's settings, per-step PCA results and per-step table as JSON.
 
     ``first_step_s`` (seconds from the simulation's start to the first step at the analytics,
     ``None`` when unknown) goes under the key of the same name; ``flow_control`` (see
-    :func:`phases`) under ``phases``.
+    :func:`phases`) under ``phases``; ``transports`` (how many ranks sent their blocks by
+    each way, :func:`~deisa.launcher.driver.ways`) under its name.
     """
     path = Path(path)
     path.write_text(
@@ -363,6 +365,7 @@ def write_results(
             {
                 "settings": settings,
                 "first_step_s": first_step_s,
+                "transports": transports,
                 "phases": phases(analytics, rows, flow_control),
                 "steps": [asdict(a) for a in analytics],
                 "table": list(rows),
@@ -371,6 +374,12 @@ def write_results(
         )
     )
     return path
+
+
+def ways_in_words(ways: dict[str, int]) -> str:
+    """How many ranks sent their blocks by each way, in words: ``"by shared memory (3 ranks),
+    by tcp (1 rank)"``."""
+    return ", ".join(f"by {way} ({n} rank{'s' if n != 1 else ''})" for way, n in ways.items())
 
 
 def report(
@@ -382,19 +391,24 @@ def report(
     out: IO[str],
     first_step_s: float | None = None,
     flow_control: dict[str, float] | None = None,
+    transports: dict[str, int] | None = None,
 ) -> None:
     """Print the per-step table and write results.json and explained_variance.png.
 
     ``first_step_s``: seconds from the simulation's launch to the first step taken by the
     analytics, when the caller started both (``deisa-run``); ``None`` leaves it out.
-    ``flow_control``: see :func:`phases`.
+    ``flow_control``: see :func:`phases`. ``transports``: how many ranks sent their blocks
+    by each way (one line; :func:`~deisa.launcher.driver.ways`).
     """
     rows = step_table(analytics, read_timings(timings) if timings is not None else [])
     results = write_results(
-        output / "results.json", analytics, rows, settings, first_step_s, flow_control
-    )
+        output / "results.json", analytics, rows, settings, first_step_s, flow_control,
+        transports,
+    )  # fmt: skip
     plot = plot_explained_variance(analytics, output / "explained_variance.png", title=array)
     print(format_table(rows, first_step_s), file=out)
+    if transports:
+        print(f"blocks sent {ways_in_words(transports)}", file=out)
     summary = phases(analytics, rows, flow_control)
     if summary["warm_up"]:
         print(format_phases(summary), file=out)

@@ -127,3 +127,19 @@ def test_results_json_carries_the_phases(tmp_path: Path) -> None:
     rows = report.step_table(analytics)
     phases = json.loads(report.write_results(tmp_path / "r.json", analytics, rows, {}).read_text())
     assert phases["phases"]["warm_up"] == [0] and phases["phases"]["steady"] == [1, 2]
+
+
+def test_the_ways_the_ranks_sent_are_one_line_and_in_results_json(tmp_path: Path) -> None:
+    import io
+
+    from deisa.launcher.driver import ways
+
+    totals = {"published": 3, "ranks by shared memory": 3, "ranks by tcp": 1, "bytes": 8}
+    found = ways(totals)
+    assert found == {"shared memory": 3, "tcp": 1}
+    assert ways({"published": 3}) is None  # before the stream's end
+    out = io.StringIO()
+    report.report(_steps(), None, tmp_path, {}, "field", out, transports=found)
+    assert "blocks sent by shared memory (3 ranks), by tcp (1 rank)" in out.getvalue().splitlines()
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["transports"] == {"shared memory": 3, "tcp": 1}
