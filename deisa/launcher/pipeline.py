@@ -23,11 +23,12 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 from distributed import Client
 
+from ..analysis._reading import StepArray
 from ..analysis.adapter import Adapter, EndOfStreamError, StepNotAvailableError
 from ..analysis.pca import IncrementalPCA, PendingFit
 from ..analysis.replay import Replay
@@ -202,89 +203,159 @@ def analyze_stream(
     # closed at the end: a consumer left attached would hold back the array's next run
     source = Adapter(client, timeout=poll_s) if replay is None else Replay(replay, client)
     with source as adapter:
-        stream = adapter[array]
-        if stop_when_converged is not None:  # a value left by an earlier run would stop this one
-            _steered(adapter).set(stop_value, None)
-        stop_sent = False
-        results: list[StepAnalytics] = []
-        in_flight: deque[_InFlight] = deque()
-        step = 0
-        ended = False
-        began = waiting_since = last_progress = time.perf_counter()
+        pipeline = _Pipeline(
+            adapter, client, array, n_components, poll_s, stall_timeout, watch, max_in_flight,
+            _Hooks(check, on_start, on_step),
+            None if stop_when_converged is None else _Stop(stop_when_converged, stop_value),
+        )  # fmt: skip
+        return pipeline.run()
 
-        def stalled(now: float) -> None:
-            if in_flight and stall_timeout is not None and now - last_progress > stall_timeout:
-                raise PipelineError(in_flight[0].describe(array, now))
 
-        while not ended or in_flight:
+@dataclass(frozen=True)
+class _Hooks:
+    """The callbacks of :func:`analyze_stream` (see its parameters of the same names)."""
+
+    check: Callable[[], None] | None = None
+    on_start: Callable[[int], None] | None = None
+    on_step: Callable[[StepAnalytics], None] | None = None
+
+    def checked(self) -> None:
+        if self.check is not None:
+            self.check()
+
+
+@dataclass(frozen=True)
+class _Stop:
+    """``stop_when_converged``: the threshold, and the steering value set once it is met."""
+
+    eps: float
+    value: str
+
+
+@dataclass
+class _Pipeline:
+    """One run of :func:`analyze_stream`: its settings, the fits in flight and the results.
+
+    :meth:`run` alternates between taking the next step (:meth:`_take`, which submits its fit)
+    and, once ``max_in_flight`` fits run or the stream has ended, waiting on the oldest fit
+    (:meth:`_wait_for_fits`); each turn first collects the fits done, in step order
+    (:meth:`_collect`), and asks the simulation to stop once the PCA converged (:meth:`_stop`).
+    """
+
+    adapter: Adapter | Replay
+    client: Client
+    array: str
+    n_components: int
+    poll_s: float
+    stall_timeout: float | None
+    watch: StepWatch | None
+    max_in_flight: int
+    hooks: _Hooks
+    stop: _Stop | None
+    results: list[StepAnalytics] = field(default_factory=list)
+    in_flight: deque[_InFlight] = field(default_factory=deque)
+    step: int = 0  # the next step to take
+    ended: bool = False
+    stop_sent: bool = False
+    # perf_counter() times: the start, since when the next step is awaited, the last progress
+    began: float = 0.0
+    waiting_since: float = 0.0
+    last_progress: float = 0.0
+
+    def run(self) -> list[StepAnalytics]:
+        stream = self.adapter[self.array]
+        if self.stop is not None:  # a value left by an earlier run would stop this one
+            _steered(self.adapter).set(self.stop.value, None)
+        self.began = self.waiting_since = self.last_progress = time.perf_counter()
+        while not self.ended or self.in_flight:
             now = time.perf_counter()
-            if any([f.moved(now) for f in in_flight]):
-                last_progress = now
-            while in_flight and in_flight[0].pending.done():
-                done = _finish(in_flight.popleft(), array, began)
-                if results:
-                    done = replace(done, relative_change=_relative_change(results[-1], done))
-                if (
-                    stop_when_converged is not None
-                    and not stop_sent
-                    and done.relative_change is not None
-                    and done.relative_change < stop_when_converged
-                ):
-                    reason = (
-                        f"the PCA converged: relative change of the explained variance ratio "
-                        f"{done.relative_change:.3g} < {stop_when_converged:g} since step "
-                        f"{results[-1].step}"
-                    )
-                    _steered(adapter).set(stop_value, True)
-                    stop_sent = True
-                    done = replace(done, stop_reason=reason)
-                    logger.info("deisa pipeline: stop asked after step %d: %s", done.step, reason)
-                results.append(done)
-                last_progress = time.perf_counter()
-                if on_step is not None:
-                    on_step(results[-1])
-            if ended or len(in_flight) >= max_in_flight:
-                if in_flight:
-                    in_flight[0].pending.wait(poll_s)
-                if check is not None:
-                    check()
-                stalled(time.perf_counter())
-                continue
-            try:
-                field = stream[step]
-            except TimeoutError:
-                if check is not None:
-                    check()
-                gone = watch.check(step) if watch is not None else None
-                if gone is not None:
-                    raise PipelineError(f"analytics: {gone}") from None
-                stalled(time.perf_counter())
-                continue
-            except EndOfStreamError:
-                ended = True
-                continue
-            except StepNotAvailableError:  # not published (filtered out by the simulation)
-                step += 1
-                continue
-            arrived = last_progress = time.perf_counter()
-            if watch is not None:
-                watch.arrived()
-            k = min(n_components, *field.shape)
-            try:
-                pending = IncrementalPCA(n_components=k, client=client).submit_fit(field)
-            except Exception as exc:
-                raise _failed(step, array, exc) from exc
-            in_flight.append(
-                _InFlight(step, arrived, arrived - waiting_since, int(field.nbytes), pending)
-            )
-            in_flight[-1].moved(arrived)
-            if on_start is not None:
-                on_start(step)
-            del field  # the fit's tasks keep the blocks they need
-            step += 1
-            waiting_since = time.perf_counter()
-        logger.info("deisa pipeline: end of %r after %d steps", array, len(results))
-        return results
+            if any([f.moved(now) for f in self.in_flight]):
+                self.last_progress = now
+            self._collect()
+            if self.ended or len(self.in_flight) >= self.max_in_flight:
+                self._wait_for_fits()
+            else:
+                self._take(stream)
+        logger.info("deisa pipeline: end of %r after %d steps", self.array, len(self.results))
+        return self.results
+
+    def _collect(self) -> None:
+        """Record the fits done at the head of the queue, in step order."""
+        while self.in_flight and self.in_flight[0].pending.done():
+            done = _finish(self.in_flight.popleft(), self.array, self.began)
+            if self.results:
+                done = replace(done, relative_change=_relative_change(self.results[-1], done))
+            self.results.append(self._stop_if_converged(done))
+            self.last_progress = time.perf_counter()
+            if self.hooks.on_step is not None:
+                self.hooks.on_step(self.results[-1])
+
+    def _stop_if_converged(self, done: StepAnalytics) -> StepAnalytics:
+        """``done``, with its ``stop_reason`` if it is the step the PCA converged at: the
+        simulation is then asked to stop, once."""
+        change = done.relative_change
+        if self.stop is None or self.stop_sent or change is None or change >= self.stop.eps:
+            return done
+        reason = (
+            f"the PCA converged: relative change of the explained variance ratio "
+            f"{change:.3g} < {self.stop.eps:g} since step {self.results[-1].step}"
+        )
+        _steered(self.adapter).set(self.stop.value, True)
+        self.stop_sent = True
+        logger.info("deisa pipeline: stop asked after step %d: %s", done.step, reason)
+        return replace(done, stop_reason=reason)
+
+    def _wait_for_fits(self) -> None:
+        """Wait up to ``poll_s`` on the oldest fit (none: the stream ended and all are in)."""
+        if self.in_flight:
+            self.in_flight[0].pending.wait(self.poll_s)
+        self.hooks.checked()
+        self._stalled(time.perf_counter())
+
+    def _take(self, stream: StepArray) -> None:
+        """Wait up to ``poll_s`` for the next step; submit its fit when it comes."""
+        try:
+            step_field = stream[self.step]
+        except TimeoutError:
+            self.hooks.checked()
+            gone = self.watch.check(self.step) if self.watch is not None else None
+            if gone is not None:
+                raise PipelineError(f"analytics: {gone}") from None
+            self._stalled(time.perf_counter())
+            return
+        except EndOfStreamError:
+            self.ended = True
+            return
+        except StepNotAvailableError:  # not published (filtered out by the simulation)
+            self.step += 1
+            return
+        self._submit(step_field)
+        self.step += 1
+        self.waiting_since = time.perf_counter()
+
+    def _submit(self, step_field: Any) -> None:
+        """Submit the PCA of the step just taken; its blocks live as long as its tasks."""
+        arrived = self.last_progress = time.perf_counter()
+        if self.watch is not None:
+            self.watch.arrived()
+        k = min(self.n_components, *step_field.shape)
+        try:
+            pending = IncrementalPCA(n_components=k, client=self.client).submit_fit(step_field)
+        except Exception as exc:
+            raise _failed(self.step, self.array, exc) from exc
+        wait_s = arrived - self.waiting_since
+        self.in_flight.append(
+            _InFlight(self.step, arrived, wait_s, int(step_field.nbytes), pending)
+        )
+        self.in_flight[-1].moved(arrived)
+        if self.hooks.on_start is not None:
+            self.hooks.on_start(self.step)
+
+    def _stalled(self, now: float) -> None:
+        """Give up if the oldest fit made no progress for ``stall_timeout`` seconds."""
+        stalled_s = now - self.last_progress
+        if self.in_flight and self.stall_timeout is not None and stalled_s > self.stall_timeout:
+            raise PipelineError(self.in_flight[0].describe(self.array, now))
 
 
 def warm_up(client: Client, n_components: int = 4, block: int = 16) -> PendingFit | None:
