@@ -59,9 +59,11 @@ def find_path(path: str | Path) -> Path:
 
 
 def squarest_grid(ranks: int) -> tuple[int, int]:
-    """Rows and columns of ranks, as square as possible, rows >= columns (as MPI_Dims_create)."""
-    cols = max(c for c in range(1, int(ranks**0.5) + 1) if ranks % c == 0)
-    return ranks // cols, cols
+    """Rows and columns of ranks, as square as possible, rows >= columns: the solvers' own
+    grid (:func:`deisa_simulation.grid.process_grid`, ``MPI.Compute_dims`` in a rank)."""
+    from deisa_simulation.grid import process_grid
+
+    return process_grid(ranks)
 
 
 @dataclass(frozen=True)
