@@ -183,7 +183,7 @@ def resolve_options(args: argparse.Namespace, command: str = RUN) -> RunSettings
     """
     defaults = defaults_of(args)
     values = resolve_values(args, defaults, command)
-    simulation, grid = _simulation(args, values, defaults)
+    simulation, grid = _simulation(values, defaults)
     mpi = defaults["mpi"]
     settings = RunSettings(
         ranks=grid[0] * grid[1],
@@ -199,7 +199,9 @@ def resolve_options(args: argparse.Namespace, command: str = RUN) -> RunSettings
         n_components=values["n_components"],
         output=values["output"],
         timeout=values["timeout"],
-        stop_timeout=checked(SECONDS, "run.stop_timeout", defaults["run"]["stop_timeout"]),
+        stop_timeout=checked(
+            SECONDS, defaults.origin("run", "stop_timeout"), defaults["run"]["stop_timeout"]
+        ),
         mpirun=[str(mpi["mpirun"]), *map(str, mpi["args"] or [])],
         mpi_env={str(k): str(v) for k, v in (mpi.get("env") or {}).items()},
         stop_when_converged=values["stop_when_converged"],
@@ -234,9 +236,7 @@ def defaults_of(args: argparse.Namespace) -> Defaults:
     return loaded if loaded is not None else load_defaults(getattr(args, "defaults", None))
 
 
-def _simulation(
-    args: argparse.Namespace, values: Values, defaults: Defaults
-) -> tuple[dict[str, Any], tuple[int, int]]:
+def _simulation(values: Values, defaults: Defaults) -> tuple[dict[str, Any], tuple[int, int]]:
     """The simulation's settings, checked by the Python solver's own
     :class:`~deisa_simulation.heat.HeatConfig` before any rank starts, and the process grid."""
     from deisa_simulation.heat import HeatConfig
