@@ -307,3 +307,23 @@ def test_tls_startup_times_both_protocols(tmp_path: Path) -> None:
     assert run["tls"]["credentials"] > 0 and "credentials" not in run["tcp"]
     (target,) = result["targets"]
     assert target["passed"] is not None
+
+
+@pytest.mark.timeout(600)
+def test_node_local_runs_both_transports_side_by_side(tmp_path: Path) -> None:
+    args = ["--sizes", "1", "--steps", "3", "--repeat", "1", "--ranks", "2"]
+    cmd = [sys.executable, "-m", "bench.node_local", *args, "--out", str(tmp_path)]
+    proc = subprocess.run(cmd, cwd=REPO, env=test_env(), capture_output=True, text=True)
+    assert proc.returncode in (0, 1), proc.stderr[-3000:]  # 1: a target missed, as printed
+    assert "target:" in proc.stdout, proc.stdout
+    result = json.loads((tmp_path / "node_local.json").read_text())
+    runs = {(r["transport"], r["analytics"]): r["transports"] for r in result["rows"]}
+    assert runs == {
+        ("tcp", "taking"): ["tcp"],
+        ("tcp", "behind"): ["tcp"],
+        ("shared memory", "taking"): ["shared memory"],
+        ("shared memory", "behind"): ["shared memory"],
+    }
+    assert all(r["sustained_gibs"] > 0 and r["memcpy_gibs"] > 0 for r in result["rows"])
+    others = result["rows"][0]["start_cpu_others_s"]
+    assert others == others and others > 0  # rank 1 measured apart (not NaN)

@@ -126,21 +126,11 @@ def test_a_rank_killed_mid_run_leaves_only_the_slots_of_blocks_held(
     assert dev_shm() == set()
 
 
-SQUATTER = """
-import socket, time
-sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-sock.bind({name!r})
-sock.listen(8)
-print("bound", flush=True)
-time.sleep({timeout})
-"""
-
-
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run a process as uid 65534")
 def test_a_listener_taken_by_another_account_sends_that_workers_blocks_by_tcp(
     tmp_path: Path,
 ) -> None:
-    from test_transport import FOREIGN_PYTHON, NOBODY
+    from test_transport import FOREIGN_PYTHON, NOBODY, SQUATTER
 
     if FOREIGN_PYTHON is None:
         pytest.skip("no Python that uid 65534 may run")
