@@ -78,6 +78,7 @@ from bench._common import (
     table,
     targets_json,
 )
+from deisa_simulation.grid import process_grid
 
 os.environ.update(PINS)
 
@@ -92,12 +93,6 @@ MEDIANS = (
     "simulation_s", "time_to_analysis_s", "analytics_s", "analytics_graph_s", "fsync_s",
     "analytics_cold_s", "time_to_analysis_cold_s", "page_cache_warm", "page_cache_cold",
 )  # fmt: skip
-
-
-def process_grid(ranks: int) -> tuple[int, int]:
-    """The most square ``rows x cols`` grid of ``ranks``."""
-    rows = max(d for d in range(1, math.isqrt(ranks) + 1) if ranks % d == 0)
-    return rows, ranks // rows
 
 
 def global_size(mib_per_rank: float, grid: tuple[int, int]) -> tuple[int, int]:

@@ -135,7 +135,7 @@ def test_extrapolation_recovers_a_linear_model() -> None:
     )
 
 
-@pytest.mark.parametrize(("ranks", "grid"), [(1, (1, 1)), (4, (2, 2)), (6, (2, 3)), (16, (4, 4))])
+@pytest.mark.parametrize(("ranks", "grid"), [(1, (1, 1)), (4, (2, 2)), (6, (3, 2)), (16, (4, 4))])
 def test_insitu_benchmark_grid_is_near_square(ranks: int, grid: tuple[int, int]) -> None:
     from bench.insitu_vs_posthoc import global_size, process_grid
 
