@@ -20,6 +20,7 @@ DEFAULTS = {
     "mode": "async",
     "max_in_flight": 2,
     "on_worker_loss": "continue",
+    "transport": "auto",
     "on_scheduler_loss": "continue",
 }
 
@@ -61,6 +62,7 @@ BAD: list[tuple[dict[str, Any], str, str]] = [
     ({"max_in_flight": 2.0}, "max_in_flight", r"max_in_flight=2.0 must be a positive integer"),
     ({"on_worker_loss": "retry"}, "on_worker_loss", r"on_worker_loss='retry' is not a loss policy"),
     ({"on_scheduler_loss": None}, "on_scheduler_loss", r"on_scheduler_loss=None is not a loss"),
+    ({"transport": "udp"}, "transport", r"transport='udp' is not a transport"),
 ]
 
 
@@ -114,7 +116,7 @@ def test_options_from_mapping_rejects_unknown_keys_naming_them() -> None:
     assert str(info.value) == (
         "run.yml: unknown Bridge option(s) ['bufer_nb', 'zz']; valid options are "
         "['buffer_nb', 'connect_timeout', 'max_in_flight', 'min_workers', 'mode', 'on_full', "
-        "'on_scheduler_loss', 'on_worker_loss', 'placement', 'timeout']"
+        "'on_scheduler_loss', 'on_worker_loss', 'placement', 'timeout', 'transport']"
     )
 
 
@@ -132,7 +134,7 @@ def test_options_from_mapping_prefixes_the_source() -> None:
         BridgeOptions(timeout=None, connect_timeout=0.25),
         BridgeOptions(timeout=float("inf")),
         BridgeOptions(mode="sync", max_in_flight=5),
-        BridgeOptions(on_worker_loss="fail", on_scheduler_loss="fail"),
+        BridgeOptions(on_worker_loss="fail", on_scheduler_loss="fail", transport="tcp"),
     ],
     ids=["defaults", "set", "none", "inf", "sync", "fail"],
 )
@@ -148,6 +150,7 @@ def test_options_argv_round_trip(options: BridgeOptions) -> None:
         "--mode",
         "--max-in-flight",
         "--on-worker-loss",
+        "--transport",
         "--on-scheduler-loss",
     ]
     assert BridgeOptions.from_namespace(parser().parse_args(argv)) == options
