@@ -182,8 +182,9 @@ class Channel:
     # -- any thread --------------------------------------------------------------------------
 
     def take(self, nbytes: int) -> Slot | None:
-        """A free slot for ``nbytes``, mapped, lent to the caller until :meth:`put` or
-        :meth:`untake`; ``None`` when the ring is full or the channel broken."""
+        """A free slot for ``nbytes``, mapped, lent to the caller until :meth:`untake` (after
+        :meth:`put`, or instead of it); ``None`` when the ring is full, the channel broken or
+        the memory short."""
         with self._lock:
             if self.broken is not None:
                 return None
@@ -197,7 +198,12 @@ class Channel:
             slot.taken = True
             self._want = nbytes
             self._lock.notify()  # prepare the next one
-        slot.map()
+        try:
+            slot.map()
+        except OSError as exc:  # no memory for it: this block goes by TCP
+            logger.warning("deisa bridge: mapping a shared-memory slot failed: %s", exc)
+            self.untake(slot)
+            return None
         return slot
 
     def untake(self, slot: Slot) -> None:
