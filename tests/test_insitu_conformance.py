@@ -29,6 +29,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tarfile
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -84,7 +85,7 @@ def released(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """The released sdists' tests, ready to run against deisa.insitu, and a python whose
     environment holds deisa-core from the index and this checkout."""
     where = tmp_path_factory.mktemp("released")
-    got = _run([os.environ.get("PYTHON", "python3"), "-m", "pip", "download", "--no-deps",
+    got = _run([sys.executable, "-m", "pip", "download", "--no-deps",
                 "--no-binary", ":all:", "-d", str(where / "sdists"), *SOURCES])  # fmt: skip
     if got.returncode != 0:
         pytest.skip(f"the package index is unreachable ({' '.join(SOURCES)}):\n{got.stderr[-500:]}")
