@@ -134,9 +134,9 @@ def drive(
             replay=analysis.replay,
         )
     timings = after_stream()
-    # once the stream has ended, the scheduler knows how long flow control held the ranks
-    held = flow_control(client, analysis.array) if analysis.replay is None else None
-    ways = transports(client, analysis.array) if analysis.replay is None else None
+    # once the stream has ended, the scheduler knows how long flow control held the ranks,
+    # and how they sent their blocks
+    totals = array_totals(client, analysis.array) if analysis.replay is None else {}
     steps = analysis.steps
     if steps is not None and len(analytics) != steps and not any(a.stop_reason for a in analytics):
         logger.warning("analysed %d steps of %d", len(analytics), steps)
@@ -148,8 +148,8 @@ def drive(
         analysis.array,
         out,
         first_step_s=first_step_s[0] if progress and first_step_s else None,
-        flow_control=held,
-        transports=ways,
+        flow_control=hold(totals),
+        transports=ways(totals),
     )
     del warm  # held until here: dropping the warm-up fit earlier would release its tasks
     return analytics
@@ -209,19 +209,12 @@ def ways(totals: dict[str, Any]) -> dict[str, int] | None:
     return found or None
 
 
-def transports(client: Any, array: str) -> dict[str, int] | None:
-    """:func:`ways` for ``array``, asked of the scheduler; ``None`` when it does not know."""
+def array_totals(client: Any, array: str) -> dict[str, Any]:
+    """``array``'s totals in the scheduler's ``deisa_stats`` (for :func:`hold` and
+    :func:`ways`), asked once; empty when the scheduler does not answer them."""
     try:
-        return ways(stream_stats(client)["totals"].get(array) or {})
-    except Exception:  # the report goes on without it
+        totals: dict[str, Any] = stream_stats(client)["totals"].get(array) or {}
+    except Exception:  # the report goes on without them
         logger.debug("no deisa_stats", exc_info=True)
-        return None
-
-
-def flow_control(client: Any, array: str) -> dict[str, float] | None:
-    """:func:`hold` for ``array``, asked of the scheduler; ``None`` when it does not know."""
-    try:
-        return hold(stream_stats(client)["totals"].get(array) or {})
-    except Exception:  # the report goes on without it
-        logger.debug("no deisa_stats", exc_info=True)
-        return None
+        return {}
+    return totals
