@@ -56,7 +56,7 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -483,6 +483,31 @@ def time_ssl_in_memory(
     return out
 
 
+def time_scatter_in_turns(
+    clients: dict[str, Any],
+    workers: dict[str, str],
+    blocks: dict[Any, Any],
+    repeat: int,
+    turns: Callable[[int], Sequence[str]],
+    add: Callable[[str, str, Any, float], None],
+) -> None:
+    """``dask scatter`` of each block to each protocol's worker, ``repeat`` times after a
+    warm-up, the protocols taking turns (``turns(r)``: their order at repetition ``r``)."""
+    print("  dask scatter ...", flush=True)
+    for size, block in blocks.items():
+        for r in range(repeat + 1):
+            for proto in turns(r):
+                t0 = time.perf_counter()
+                future = clients[proto].scatter(
+                    block, workers=[workers[proto]], direct=True, hash=False
+                )
+                elapsed = time.perf_counter() - t0
+                if r:  # the first is a warm-up
+                    add("dask scatter", proto, size, elapsed)
+                future.release()
+                del future
+
+
 def time_side_by_side(
     blocks: dict[int, np.ndarray], repeat: int, tls: TLSFiles, workdir: Path
 ) -> dict[str, Any]:
@@ -535,19 +560,7 @@ def time_side_by_side(
         info["dask cipher"] = tls_client.scheduler_comm.comm.extra_info.get("cipher")
         workers = {p: next(iter(c.nthreads())) for p, c in clients.items()}
         pids = {p: next(iter(c.run(os.getpid).values())) for p, c in clients.items()}
-        print("  dask scatter ...", flush=True)
-        for size, block in blocks.items():
-            for r in range(repeat + 1):
-                for proto in turns(r):
-                    t0 = time.perf_counter()
-                    future = clients[proto].scatter(
-                        block, workers=[workers[proto]], direct=True, hash=False
-                    )
-                    elapsed = time.perf_counter() - t0
-                    if r:  # the first is a warm-up
-                        add("dask scatter", proto, size, elapsed)
-                    future.release()
-                    del future
+        time_scatter_in_turns(clients, workers, blocks, repeat, turns, add)
         print("  deisa publish ...", flush=True)
         adapters = {p: Adapter(c, timeout=60) for p, c in clients.items()}
         for size, block in blocks.items():
@@ -732,19 +745,7 @@ def time_protocols(
         time.sleep(IDLE_S)
         for p in protocols:
             info[f"idle worker cpu share {p}"] = (cpu_s(pids[p]) - before[p]) / IDLE_S
-        print("  dask scatter ...", flush=True)
-        for size, block in blocks.items():
-            for r in range(repeat + 1):
-                for proto in order(protocols, r):
-                    t0 = time.perf_counter()
-                    future = clients[proto].scatter(
-                        block, workers=[workers[proto]], direct=True, hash=False
-                    )
-                    elapsed = time.perf_counter() - t0
-                    if r:  # the first is a warm-up
-                        add("dask scatter", proto, size, elapsed)
-                    future.release()
-                    del future
+        time_scatter_in_turns(clients, workers, blocks, repeat, lambda r: order(protocols, r), add)
         print("  deisa publish ...", flush=True)
         adapters = {p: Adapter(c, timeout=60) for p, c in clients.items()}
         for size, block in blocks.items():
