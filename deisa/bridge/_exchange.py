@@ -17,12 +17,18 @@ the sender calling MPI again: Open MPI 4.1 does (``coll/libnbc``'s linear ``Iall
 shared-memory transport sends at most 256 bytes inline), hence the small slot; an MPI whose
 algorithm needs more rounds still works, the wait then lasting until every rank calls MPI.
 
+A rank that waits for the others (the slowest rank still computing, rank 0 still connecting)
+polls its request with short sleeps rather than in ``MPI_Wait``, where Open MPI spins a core:
+on a node with more ranks than cores that core is another rank's, and a rank that only sends
+would spend most of its start-up CPU waiting for rank 0's connection.
+
 Main thread only, like every MPI call of the Bridge.
 """
 
 from __future__ import annotations
 
 import pickle
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +43,9 @@ at most 256 bytes, header included, without the sender's help)."""
 _HEADER = 2
 OVERFLOW = 0xFFFF
 """The length of a slot whose report did not fit (sent by the blocking ``allgather``)."""
+POLL_S = (50e-6, 2e-3)
+"""The first and the longest sleep between two tests of an exchange not yet complete (a
+waiting rank then takes at most this much longer to see it complete)."""
 
 
 @dataclass
@@ -96,7 +105,7 @@ class Exchanger:
         posted = self._posted
         if posted is None:
             return None
-        posted.request.Wait()
+        wait(posted.request)
         self._posted = None
         slots = posted.recv.reshape(self.size, SLOT_BYTES)
         lengths = [int.from_bytes(slot[:_HEADER].tobytes(), "little") for slot in slots]
@@ -121,6 +130,15 @@ class Exchanger:
         reports = self.complete()
         assert reports is not None
         return reports
+
+
+def wait(request: Any) -> None:
+    """Wait for the MPI ``request`` without spinning a core: test it, then sleep between tests,
+    the sleep doubling up to :data:`POLL_S`'s longest (see the module docstring)."""
+    pause, longest = POLL_S
+    while not request.Test():
+        time.sleep(pause)
+        pause = min(2 * pause, longest)
 
 
 Wire = tuple[Any, ...]

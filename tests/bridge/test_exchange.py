@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import STARTUP, mpirun, test_env
 
-from deisa.bridge._exchange import SLOT_BYTES, Exchanger, from_wire, to_wire
+from deisa.bridge._exchange import POLL_S, SLOT_BYTES, Exchanger, from_wire, to_wire, wait
 from deisa.bridge._publisher import Connection, RankReport, RootReport
 
 WORKERS = ("tcp://127.0.0.1:40001", "tcp://127.0.0.1:40002")
@@ -50,6 +50,23 @@ def test_exchange_on_one_rank_posts_completes_and_overflows() -> None:
     big = RankReport(root=RootReport(connection=connection))
     assert exchanger.exchange(big, WORKERS) == [big]
     assert (exchanger.completed, exchanger.overflows) == (2, 1)
+
+
+def test_wait_tests_with_growing_sleeps_until_complete(monkeypatch: pytest.MonkeyPatch) -> None:
+    sleeps: list[float] = []
+    monkeypatch.setattr("deisa.bridge._exchange.time.sleep", sleeps.append)
+
+    class Request:
+        tests = 0
+
+        def Test(self) -> bool:  # noqa: N802 (mpi4py's name)
+            self.tests += 1
+            return self.tests > 9
+
+    request = Request()
+    wait(request)
+    assert request.tests == 10
+    assert sleeps[0] == POLL_S[0] and sleeps == sorted(sleeps) and max(sleeps) == POLL_S[1]
 
 
 RANKS = r"""
@@ -86,6 +103,14 @@ result["allreduce"] = comm.allreduce(rank)
 reports = exchanger.complete()
 result["second"] = repr(reports)
 result["counts"] = (exchanger.completed, exchanger.overflows)
+
+# 3. rank 0 stays away 1 s before posting: the others wait without spinning a core
+if rank == 0:
+    time.sleep(1.0)
+exchanger.post(RankReport(call=("a", 2)), workers)
+cpu, wall = time.process_time(), time.monotonic()
+exchanger.complete()
+result["wait"] = (time.process_time() - cpu, time.monotonic() - wall)
 json.dump(result, open(f"{out}/rank-{rank}.json", "w"))
 """
 
@@ -107,3 +132,7 @@ def test_exchange_on_four_ranks_overlaps_and_agrees(tmp_path: Path) -> None:
     assert len({r["second"] for r in results}) == 1  # the same reports, whole, on every rank
     assert "x" * 500 in results[0]["second"] and "y" * 400 in results[0]["second"]
     assert all(r["counts"] == [2, 1] for r in results)
+    # waiting about 1 s for rank 0 took the others a small part of a core (MPI_Wait spins one)
+    for r in results[1:]:
+        cpu, wall = r["wait"]
+        assert wall > 0.5 and cpu < 0.1 * wall, r["wait"]
