@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from ._exchange import wait
 from .decomposition import ArraySpec, Decomposition
 from .options import BridgeOptionError, BridgeOptions
 
@@ -29,7 +30,10 @@ class BridgeError(RuntimeError):
 
 def on_root(comm: Any, fn: Callable[[], T]) -> T:
     """Run ``fn`` on rank 0 of ``comm`` and broadcast its result, or its error to raise on
-    every rank (as a :class:`BridgeError`)."""
+    every rank (as a :class:`BridgeError`).
+
+    The other ranks wait for rank 0 at a non-blocking barrier that they poll
+    (:func:`~deisa.bridge._exchange.wait`), not in the broadcast, where the MPI spins a core."""
     outcome: tuple[bool, Any] = (True, None)
     if comm.Get_rank() == 0:
         try:
@@ -37,6 +41,7 @@ def on_root(comm: Any, fn: Callable[[], T]) -> T:
         except Exception as exc:
             logger.exception("deisa bridge: rank 0 failed")
             outcome = (False, f"{type(exc).__name__}: {exc}")
+    wait(comm.Ibarrier())
     succeeded, value = comm.bcast(outcome, root=0)
     if not succeeded:
         raise BridgeError(value)

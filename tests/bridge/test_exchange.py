@@ -3,7 +3,8 @@
 In-process on a one-rank communicator (encoding, the overflow path, misuse), then on 4 real
 ``mpirun`` ranks: a rank's wait ends while another rank stays out of MPI after posting (what
 takes the exchange off the publish path), reports too big for a slot reach every rank whole,
-and the caller's own collectives may run while an exchange is in flight.
+the caller's own collectives may run while an exchange is in flight, and a rank waiting for
+rank 0 (an exchange, or ``_collective.on_root``) does not spin a core.
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ def test_wait_tests_with_growing_sleeps_until_complete(monkeypatch: pytest.Monke
 RANKS = r"""
 import json, os, sys, time
 from mpi4py import MPI
+from deisa.bridge._collective import on_root
 from deisa.bridge._exchange import Exchanger
 from deisa.bridge._publisher import RankReport, RootReport
 
@@ -111,6 +113,11 @@ exchanger.post(RankReport(call=("a", 2)), workers)
 cpu, wall = time.process_time(), time.monotonic()
 exchanger.complete()
 result["wait"] = (time.process_time() - cpu, time.monotonic() - wall)
+
+# 4. the same for deisa.bridge._collective.on_root: the others wait for rank 0's 1 s of work
+cpu, wall = time.process_time(), time.monotonic()
+result["on_root"] = on_root(comm, lambda: time.sleep(1.0) or "from rank 0")
+result["root_wait"] = (time.process_time() - cpu, time.monotonic() - wall)
 json.dump(result, open(f"{out}/rank-{rank}.json", "w"))
 """
 
@@ -133,6 +140,8 @@ def test_exchange_on_four_ranks_overlaps_and_agrees(tmp_path: Path) -> None:
     assert "x" * 500 in results[0]["second"] and "y" * 400 in results[0]["second"]
     assert all(r["counts"] == [2, 1] for r in results)
     # waiting about 1 s for rank 0 took the others a small part of a core (MPI_Wait spins one)
+    # (an exchange), and for rank 0's answer (_collective.on_root)
+    assert all(r["on_root"] == "from rank 0" for r in results)
     for r in results[1:]:
-        cpu, wall = r["wait"]
-        assert wall > 0.5 and cpu < 0.1 * wall, r["wait"]
+        for cpu, wall in (r["wait"], r["root_wait"]):
+            assert wall > 0.5 and cpu < 0.1 * wall, r
