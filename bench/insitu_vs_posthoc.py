@@ -68,6 +68,7 @@ from bench._common import (
     PINS,
     REPO,
     child_env,
+    compile_bytecode,
     drop_from_page_cache,
     fsync,
     local_cluster,
@@ -578,6 +579,7 @@ def main(argv: list[str] | None = None) -> int:
         import h5py  # noqa: F401
 
         pca()
+    bytecode = compile_bytecode()
     load_before = load()
     sizes: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -677,7 +679,8 @@ def main(argv: list[str] | None = None) -> int:
     print_targets(targets)
     (args.out / "insitu_vs_posthoc.json").write_text(json.dumps(
         {"machine": machine(), "cores": runner.cores["description"],
-         "cores_separate": runner.cores["separate"], "load_before": load_before,
+         "cores_separate": runner.cores["separate"], "bytecode": bytecode,
+         "load_before": load_before,
          "load_after": load_after, "solver": "C" if use_c else "Python", "c_problem": problem,
          "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
          "sizes": sizes, "targets": targets_json(targets)}, indent=1,

@@ -38,7 +38,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from bench._common import child_env, finish, loadavg, median, table
+from bench._common import child_env, compile_bytecode, finish, loadavg, median, table
 
 RANK = Path(__file__).with_name("_node_local_rank.py")
 TRANSPORTS = ("tcp", "auto")
@@ -131,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.update(child_env())
     from deisa.launcher.dask_processes import DaskProcesses
 
+    args.bytecode = compile_bytecode()
     load_before = loadavg()
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="deisa-bench-") as tmp:
@@ -209,7 +210,8 @@ def report(args: argparse.Namespace, rows: list[dict[str, Any]], load_before: li
             targets.append((f"{who}: CPU time to start the Bridge <= 0.2 s", m[cpu] <= 0.2,
                             f"{m[cpu]:.2f} s"))  # fmt: skip
     return finish(args.out, "node_local", targets, rows=rows, ranks=args.ranks,
-                  workers=args.workers, steps=args.steps, loadavg_before=load_before,
+                  workers=args.workers, steps=args.steps, bytecode=args.bytecode,
+                  loadavg_before=load_before,
                   loadavg_after=loadavg())  # fmt: skip
 
 
