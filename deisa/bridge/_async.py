@@ -38,9 +38,8 @@ import numpy as np
 
 from ..contract import FULL as FULL_PLAN
 from ..contract import Plan
-from ..wire import Route, Status, step_key_name
+from ..wire import Status, step_key_name
 from ._collective import BridgeError
-from ._connect import connect, route
 from ._exchange import Exchanger
 from ._notices import EarlyRegistration, Notifier
 from ._publisher import (
@@ -143,9 +142,9 @@ class AsyncPublisher:
 
         async def run() -> None:
             try:
-                self.news.connection = connection = await connect(
-                    bridge._rpc, scheduler_file, bridge.options, bridge.decompositions,
-                    bridge._contracts, self.early,
+                self.news.connection = connection = await bridge._link.connect(
+                    scheduler_file, bridge.options, bridge.decompositions, bridge._contracts,
+                    self.early,
                 )  # fmt: skip
             except Exception as exc:
                 logger.error("deisa bridge: connecting failed: %s", exc)
@@ -223,9 +222,8 @@ class AsyncPublisher:
         bridge = self.bridge
         while True:
             try:
-                return await route(bridge._rpc, bridge._address, Route.PUBLISH)(
+                return await bridge._link.register(
                     name=entry.name,
-                    run=bridge.run,
                     step=entry.step,
                     blocks=blocks,
                     timeout=bridge.options.timeout,
@@ -328,7 +326,8 @@ class AsyncPublisher:
         send.worker = bridge._routing.worker_of[name]
         send.failed_at = None
         assert send.buffer is not None
-        future = bridge._spawn(bridge._transport.send(bridge._rpc, send.worker, key, send.buffer))
+        sending = bridge._transport.send(bridge._link.pool, send.worker, key, send.buffer)
+        future = bridge._spawn(sending)
         send.future = future
         worker = send.worker
         future.add_done_callback(lambda done: self._sent(entry.seq, worker, done))

@@ -30,9 +30,8 @@ import numpy as np
 
 from .. import _dask_internals
 from ..contract import Plan
-from ..wire import Route, step_key_name
+from ..wire import step_key_name
 from ._collective import BridgeError, on_root, raise_first, reply_problem
-from ._connect import route
 from ._publisher import PublishTiming, registration
 from ._workers import refuses_connections
 
@@ -130,7 +129,7 @@ class SyncPublisher:
         nbytes = await self.bridge._transport.send_shared(worker, key, block)
         if nbytes is not None:
             return {key: nbytes}
-        pool = await self.bridge._rpc.opened()
+        pool = await self.bridge._link.pool.opened()
         connecting = asyncio.ensure_future(_dask_internals.open_comm(pool, worker))
         wait = REFUSAL_CHECK_S
         while not (await asyncio.wait({connecting}, timeout=wait))[0]:
@@ -178,9 +177,8 @@ class SyncPublisher:
         ]  # a block that failed twice names its departed worker: the scheduler says "lost"
         try:
             outcome = self.bridge._loop.run(
-                route(self.bridge._rpc, self.bridge._address, Route.PUBLISH)(
+                self.bridge._link.register(
                     name=name,
-                    run=self.bridge.run,
                     step=step,
                     blocks=blocks,
                     timeout=self.bridge.options.timeout,

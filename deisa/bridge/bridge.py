@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from ..contract import Plan
-from ..wire import Route, decode_value, is_ok
+from ..wire import decode_value, is_ok
 from ._async import AsyncPublisher
 from ._collective import (
     BridgeError,
@@ -49,7 +49,7 @@ from ._collective import (
     on_root,
     raise_first,
 )
-from ._connect import Pool, connect, route
+from ._link import SchedulerLink
 from ._loop import LoopThread
 from ._publisher import Connection, PublishTiming
 from ._sync import SyncPublisher
@@ -194,12 +194,9 @@ class Bridge:
         self.detached: str | None = None  # why the Bridge stopped sending (scheduler lost)
         # the loop thread and what runs on it
         self._loop = LoopThread(f"deisa-bridge-{self.rank}")
-        self._pool: Pool | None = None
+        self._link = SchedulerLink()  # opened once the arrays are checked
         self._transport = Transport(self.options.transport)
         self._background: list[concurrent.futures.Future[Any]] = []
-        # the connection, known on every rank once rank 0 has made it
-        self.scheduler_address: str | None = None
-        self.run: str | None = None
         self._routing = Routing(self.options.placement, {}, self.rank, None)
         # rank 0 caches what the scheduler tells it; the exchange spreads it (_add_exchange_field)
         self._fields = ExchangeFields()
@@ -258,7 +255,7 @@ class Bridge:
             specs = [specs[name] for specs in all_specs]
             self.decompositions[name] = Decomposition.from_specs(name, specs)
         self.specs = arrays
-        self._pool = Pool()  # opened by the loop thread's first call: no distributed here
+        self._link.open()
         hosts = self.comm.allgather(this_host()) if needs_hosts(self.options.placement) else None
         self._routing = Routing(self.options.placement, self.decompositions, self.rank, hosts)
         if self.asynchronous:
@@ -268,8 +265,8 @@ class Bridge:
         connection = on_root(
             self.comm,
             lambda: self._loop.run(
-                connect(self._rpc, scheduler_file, self.options, self.decompositions,
-                        self._contracts, None)
+                self._link.connect(scheduler_file, self.options, self.decompositions,
+                                   self._contracts, None)
             ),
         )  # fmt: skip
         failure = self._connected(connection)
@@ -282,8 +279,7 @@ class Bridge:
 
         Returns the placement's problem, the same on every rank, if any.
         """
-        self.scheduler_address = connection.address
-        self.run = connection.run
+        self._link.connected(connection)
         try:  # the same outcome on every rank: all compute the whole placement
             self._routing.place(connection.workers)
         except ValueError as exc:
@@ -305,7 +301,7 @@ class Bridge:
         self._workers.known(connection.workers)
         self._background.append(
             self._spawn(  # a worker that joins or leaves (docs/reliability.md)
-                self._workers.watch(route(self._rpc, connection.address, Route.WATCH_WORKERS), wake)
+                self._link.watch_workers(connection.address, self._workers, wake)
             )
         )
         return None
@@ -314,8 +310,8 @@ class Bridge:
         """Rank 0, from its connection to its close: contracts set during the run
         (deisa.contract), and so the scheduler hears from the simulation between its steps
         (its heartbeat: deisa.scheduler.contracts)."""
-        call = route(self._rpc, address, Route.WATCH_CONTRACTS)
-        await self._contracts.watch(call, sorted(self.decompositions), self._async.progress.set)
+        names = sorted(self.decompositions)
+        await self._link.watch_contracts(address, self._contracts, names, self._async.progress.set)
 
     def _spawn(self, coro: Any) -> concurrent.futures.Future[Any]:
         return asyncio.run_coroutine_threadsafe(coro, self._loop.loop)
@@ -358,16 +354,14 @@ class Bridge:
         return self._async.exchanges
 
     @property
-    def _rpc(self) -> Pool:
-        if self._pool is None:
-            raise BridgeError("the Bridge is closed")
-        return self._pool
+    def scheduler_address(self) -> str | None:
+        """The scheduler's address, once the connection is known (``None`` before)."""
+        return self._link.address
 
     @property
-    def _address(self) -> str:
-        if self.scheduler_address is None:
-            raise BridgeError("the Bridge is not connected to a scheduler yet")
-        return self.scheduler_address
+    def run(self) -> str | None:
+        """The run's name, once the connection is known (``None`` before)."""
+        return self._link.run
 
     # -- what rank 0 passes to every rank at a step boundary ----------------------------------
 
@@ -512,7 +506,7 @@ class Bridge:
                 if other != name:
                     raise BridgeError(f"rank {rank} called get({other!r}), rank 0 get({name!r})")
             reply = self._loop.run(
-                route(self._rpc, self._address, Route.GET_VALUE)(name=name),
+                self._link.get_value(name),
                 timeout=self.options.connect_timeout,
             )
             return decode_value(name, reply, default)
@@ -546,9 +540,8 @@ class Bridge:
             for name in self.decompositions:
                 held_s = sum(t.held_s for t in self.timings if t.name == name)
                 reply = self._loop.run(
-                    route(self._rpc, self._address, Route.CLOSE)(
+                    self._link.end_stream(
                         name=name,
-                        run=self.run,
                         nsteps=nsteps.get(name, 0),
                         held_s=held_s,
                         open_s=open_s,
@@ -584,13 +577,12 @@ class Bridge:
                 self._loop.run(self._async.close_notices(), timeout=10)
             except Exception:  # best effort, as below
                 logger.debug("deisa bridge: closing the notices failed", exc_info=True)
-        if self._pool is not None:
+        if self._link.is_open:
             try:
                 self._loop.run(self._transport.close(), timeout=10)
-                self._loop.run(self._pool.close(), timeout=10)
+                self._loop.run(self._link.close(), timeout=10)
             except Exception:  # closing is best effort; the process may be going down
                 logger.debug("deisa bridge: closing connections failed", exc_info=True)
-            self._pool = None
         self._loop.stop()
 
     def __enter__(self) -> Bridge:

@@ -1,0 +1,164 @@
+"""A Bridge's link to the scheduler: its connections and every call it makes there.
+
+Every rank has one :class:`SchedulerLink`: its :attr:`~SchedulerLink.pool` carries the rank's
+blocks to its workers (:mod:`.transport`); only rank 0 calls the scheduler through it. The
+routes a Bridge calls, all here:
+
+- ``deisa_open`` and ``deisa_workers`` (with the extension's installation), by
+  :meth:`~SchedulerLink.connect` (:func:`._connect.connect`);
+- ``deisa_publish``, a step's registration: :meth:`~SchedulerLink.register`;
+- ``deisa_get_value``, a steering value: :meth:`~SchedulerLink.get_value`;
+- ``deisa_close``, an array's end of stream: :meth:`~SchedulerLink.end_stream`;
+- ``deisa_watch_contracts`` and ``deisa_watch_workers``, kept open by rank 0 from its
+  connection to its close: :meth:`~SchedulerLink.watch_contracts`,
+  :meth:`~SchedulerLink.watch_workers`.
+
+A method returns the call's coroutine, to run on the Bridge's event-loop thread
+(:class:`._loop.LoopThread`); the link's closing (:attr:`~SchedulerLink.pool`) or the lack of a
+connection (:attr:`~SchedulerLink.scheduler`) raises a :class:`BridgeError` when the call is
+made, on the caller's thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..wire import Route
+from ._collective import BridgeError
+from ._connect import Pool, connect, route
+from ._publisher import Connection
+
+if TYPE_CHECKING:
+    from ._notices import EarlyRegistration
+    from ._workers import WorkerBook
+    from .contracts import ContractBook
+    from .decomposition import Decomposition
+    from .options import BridgeOptions
+
+Call = Coroutine[Any, Any, Any]
+
+
+class SchedulerLink:
+    """The connections of one rank's Bridge, and the scheduler's routes it calls.
+
+    Attributes
+    ----------
+    address : str or None
+        The scheduler's address, known on every rank once rank 0's connection is (``None``
+        before).
+    run : str or None
+        The run's name that the connection drew (it names the blocks' keys); ``None`` before.
+    """
+
+    def __init__(self) -> None:
+        self._pool: Pool | None = None
+        self.address: str | None = None
+        self.run: str | None = None
+
+    def open(self) -> None:
+        """Make the rank's :class:`~._connect.Pool` (it opens at its first call, on the loop
+        thread: no distributed import here)."""
+        self._pool = Pool()
+
+    @property
+    def is_open(self) -> bool:
+        """Whether :meth:`open` was called and :meth:`close` not yet."""
+        return self._pool is not None
+
+    @property
+    def pool(self) -> Pool:
+        """The rank's connections, to its workers and (rank 0) the scheduler."""
+        if self._pool is None:
+            raise BridgeError("the Bridge is closed")
+        return self._pool
+
+    @property
+    def scheduler(self) -> str:
+        """The scheduler's address (raises while no connection is known)."""
+        if self.address is None:
+            raise BridgeError("the Bridge is not connected to a scheduler yet")
+        return self.address
+
+    def connected(self, connection: Connection) -> None:
+        """Every rank, once rank 0's connection is known: its address and run."""
+        self.address = connection.address
+        self.run = connection.run
+
+    async def close(self) -> None:
+        """Close the connections, if any was opened; the link is closed from now on."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
+
+    # -- the routes ----------------------------------------------------------------------------
+
+    def connect(
+        self,
+        scheduler_file: str,
+        options: BridgeOptions,
+        decompositions: Mapping[str, Decomposition],
+        contracts: ContractBook,
+        early: EarlyRegistration | None,
+    ) -> Coroutine[Any, Any, Connection]:
+        """Rank 0: find the scheduler, install the extension, wait for the workers, open the
+        arrays (:func:`._connect.connect`)."""
+        return connect(self.pool, scheduler_file, options, decompositions, contracts, early)
+
+    def register(
+        self,
+        name: str,
+        step: int,
+        blocks: list[Any],
+        timeout: float | None,
+        contract: dict[str, Any] | None,
+    ) -> Call:
+        """Rank 0: ``deisa_publish``, the registration of a step whose ``blocks`` (key, worker,
+        bytes) are on their workers; waits up to ``timeout`` on flow control."""
+        call = route(self.pool, self.scheduler, Route.PUBLISH)
+        return call(
+            name=name, run=self.run, step=step, blocks=blocks, timeout=timeout, contract=contract
+        )
+
+    def get_value(self, name: str) -> Call:
+        """Rank 0: ``deisa_get_value``, the steering value ``name`` in its wire form."""
+        return route(self.pool, self.scheduler, Route.GET_VALUE)(name=name)
+
+    def end_stream(
+        self,
+        name: str,
+        nsteps: int,
+        held_s: float,
+        open_s: float,
+        transports: dict[str, int],
+    ) -> Call:
+        """Rank 0: ``deisa_close``, the end of the stream of array ``name`` after ``nsteps``
+        steps, with the flow-control wait, the Bridge's lifetime and how the ranks sent."""
+        return route(self.pool, self.scheduler, Route.CLOSE)(
+            name=name,
+            run=self.run,
+            nsteps=nsteps,
+            held_s=held_s,
+            open_s=open_s,
+            transports=transports,
+        )
+
+    def watch_contracts(
+        self,
+        address: str,
+        contracts: ContractBook,
+        names: Sequence[str],
+        on_change: Callable[[], None],
+    ) -> Call:
+        """Rank 0, from its connection (at ``address``, maybe not yet :attr:`address`) to its
+        close: the contracts set during the run (``deisa_watch_contracts``), which is also how
+        the scheduler hears from the simulation between its steps (its heartbeat)."""
+        call = route(self.pool, address, Route.WATCH_CONTRACTS)
+        return contracts.watch(call, names, on_change)
+
+    def watch_workers(
+        self, address: str, workers: WorkerBook, on_change: Callable[[], None]
+    ) -> Call:
+        """Rank 0, from its connection to its close: the workers joining and leaving
+        (``deisa_watch_workers``)."""
+        return workers.watch(route(self.pool, address, Route.WATCH_WORKERS), on_change)
