@@ -2,7 +2,8 @@
 
 Writes ``<out>/rank-<r>.json``: the rank's memcpy of its block, the CPU time from before
 ``import deisa`` until its first two publishes are registered, the sustained bandwidth of
-``--steps`` back-to-back publishes (from the first call until every one is registered), each
+``--steps`` publishes (from the first call until every one is registered, less the compute
+between them: ``--compute-ms`` of busy work before each, none by default), each
 publish's duration, the resident memory before the Bridge and after the publishes, and the
 transport the blocks took.
 """
@@ -28,12 +29,23 @@ def memory() -> dict[str, int]:
     return fields
 
 
+def compute(seconds: float) -> float:
+    """Keep this rank's core busy for about ``seconds``, as a solver's iterations between two
+    outputs would (a stencil-like update of a small array, not the block); the time it took."""
+    t0 = time.perf_counter()
+    field = np.ones(32768)
+    while time.perf_counter() - t0 < seconds:
+        field[1:-1] = 0.5 * field[1:-1] + 0.25 * (field[2:] + field[:-2])
+    return time.perf_counter() - t0
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("scheduler_file")
     parser.add_argument("--name", required=True)
     parser.add_argument("--mib", type=float, required=True)
     parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--compute-ms", type=float, default=0.0)
     parser.add_argument("--transport", default="auto")
     parser.add_argument("--mode", default="async")
     parser.add_argument("--out", type=Path, required=True)
@@ -68,12 +80,15 @@ def main() -> None:
     comm.Barrier()
     durations = []
     t0 = time.perf_counter()
+    computing = 0.0
     for step in range(2, 2 + args.steps):
+        if args.compute_ms:
+            computing += compute(args.compute_ms / 1000)
         called = time.perf_counter()
         bridge.publish(args.name, block, step)
         durations.append(time.perf_counter() - called)
     bridge.flush()
-    sustained = time.perf_counter() - t0
+    sustained = time.perf_counter() - t0 - computing
     after = memory()
     timings = bridge.timings[2:]  # the sustained publishes
     transport = bridge.transport

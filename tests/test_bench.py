@@ -268,17 +268,26 @@ def _run_tls_bench(tmp_path: Path, module: str, *args: str) -> tuple[str, dict]:
 
 
 @pytest.mark.timeout(300)
-def test_bandwidth_tls_runs_both_protocols_side_by_side(tmp_path: Path) -> None:
-    from bench.bandwidth import TLS_PATHS
+def test_bandwidth_tls_runs_every_lane_side_by_side(tmp_path: Path) -> None:
+    from bench.bandwidth import TLS12, TLS_PATHS
 
-    stdout, result = _run_tls_bench(tmp_path, "bandwidth", "--tls", "--sizes", "1", "--repeat", "2")
+    args = ["--tls", "--tls12", "--sizes", "1", "--repeat", "2"]
+    stdout, result = _run_tls_bench(tmp_path, "bandwidth", *args)
+    lanes = ("tcp", "tls", TLS12)
     rows = {tuple(cells[:2]) for cells in _table_rows(stdout)}
-    assert rows >= {(p, q) for p in TLS_PATHS for q in ("tcp", "tls", "tls / tcp")}
+    assert rows >= {(p, q) for p in TLS_PATHS for q in (*lanes, "tls / tcp", f"{TLS12} / tcp")}
     measured = {(r["path"], r["protocol"]) for r in result["records"] if r["path"] in TLS_PATHS}
-    assert measured == {(p, q) for p in TLS_PATHS for q in ("tcp", "tls")}
+    assert measured == {(p, q) for p in TLS_PATHS for q in lanes}
     assert all(len(r.get("seconds", r.get("counts"))) == 2 for r in result["records"])
-    assert "TLS" in result["info"]["dask cipher"][1]
-    assert result["targets"][0]["passed"] is None  # 16 MiB not measured
+    info = result["info"]
+    for key in ("dask cipher", "dask comm cipher"):
+        assert info[f"{key} tls"][1] == "TLSv1.3"
+        version = info[f"{key} {TLS12}"]
+        assert version[1] == "TLSv1.2" and "ECDHE" in version[0] and "GCM" in version[0]
+    # the Bridges send over the Dask connection, TLS included, as to a worker on another node
+    assert set(info[f"transport {2**20}"].values()) == {"tcp"}
+    assert set(info["openssl speed GB/s"]) == {"aes-128-gcm", "aes-256-gcm", "chacha20-poly1305"}
+    assert [t["passed"] for t in result["targets"]] == [None, None]  # 16 MiB not measured
 
 
 @pytest.mark.timeout(300)
@@ -311,7 +320,7 @@ def test_tls_startup_times_both_protocols(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(600)
 def test_node_local_runs_both_transports_side_by_side(tmp_path: Path) -> None:
-    args = ["--sizes", "1", "--steps", "3", "--repeat", "1", "--ranks", "2"]
+    args = ["--sizes", "1", "--steps", "3", "--repeat", "1", "--ranks", "2", "--compute-ms", "5"]
     cmd = [sys.executable, "-m", "bench.node_local", *args, "--out", str(tmp_path)]
     proc = subprocess.run(cmd, cwd=REPO, env=test_env(), capture_output=True, text=True)
     assert proc.returncode in (0, 1), proc.stderr[-3000:]  # 1: a target missed, as printed
@@ -325,5 +334,6 @@ def test_node_local_runs_both_transports_side_by_side(tmp_path: Path) -> None:
         ("shared memory", "behind"): ["shared memory"],
     }
     assert all(r["sustained_gibs"] > 0 and r["memcpy_gibs"] > 0 for r in result["rows"])
+    assert result["compute_ms"] == 5 and "copy of memcpy" in proc.stdout
     others = result["rows"][0]["start_cpu_others_s"]
     assert others == others and others > 0  # rank 1 measured apart (not NaN)
