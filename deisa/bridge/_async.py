@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import mmap
 import threading
 import time
 from collections.abc import Callable
@@ -73,6 +74,18 @@ class _Send:
     lost: bool = False  # its worker left and none is left to take it
 
 
+def mapped_empty(shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray:
+    """``np.empty(shape, dtype)`` in pages of its own (an anonymous mapping), unmapped when the
+    array is gone: glibc would keep a freed block of this size in its heap (its mmap threshold
+    grows to the largest block freed), and a rank whose blocks go to slots after its first
+    publishes would carry the buffers of those publishes to the end of the run."""
+    count = int(np.prod(shape))
+    if count == 0:
+        return np.empty(shape, dtype=dtype)
+    pages = mmap.mmap(-1, count * dtype.itemsize, flags=mmap.MAP_PRIVATE)
+    return np.frombuffer(pages, dtype=dtype, count=count).reshape(shape)
+
+
 class Buffers:
     """This rank's block copies, per array; main thread only.
 
@@ -94,7 +107,7 @@ class Buffers:
             return free.pop()
         self._allocated[name] = self._allocated.get(name, 0) + 1
         self.peak[name] = max(self.peak.get(name, 0), self._allocated[name])
-        return np.empty(shape, dtype=dtype)
+        return mapped_empty(shape, dtype)
 
     def give_back(self, name: str, buffer: np.ndarray) -> None:
         self._free.setdefault(name, []).append(buffer)

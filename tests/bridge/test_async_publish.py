@@ -281,3 +281,24 @@ def test_async_wrong_call_is_raised_by_the_next_call_on_every_rank(
         assert report["returned"] == [0, 1, 2], report  # step 2 returned; step 3 raised
         assert report["error"] == message
         assert not report["in_flight"]  # close() left no exchange in flight
+
+
+def _anon_rss() -> int:
+    status = Path("/proc/self/status").read_text().splitlines()
+    return next(int(line.split()[1]) * 1024 for line in status if line.startswith("RssAnon:"))
+
+
+def test_a_dropped_block_buffer_gives_its_memory_back_at_once() -> None:
+    from deisa.bridge._async import Buffers
+
+    nbytes = 16 * 2**20
+    np.ones(nbytes // 8).sum()  # glibc's mmap threshold now grows past a freed 16 MiB block
+    buffers = Buffers()
+    before = _anon_rss()
+    buffer = buffers.take("f", (nbytes // 8,), np.dtype("f8"))
+    buffer.fill(1.0)  # resident
+    during = _anon_rss()
+    buffers.drop("f")  # its blocks go to shared-memory slots from now on
+    del buffer
+    assert during - before >= nbytes * 0.9
+    assert _anon_rss() - before < 2 * 2**20
