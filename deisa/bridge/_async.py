@@ -56,7 +56,8 @@ from ._publisher import (
 )
 
 if TYPE_CHECKING:
-    from .bridge import Bridge
+    from ._link import SchedulerLink
+    from ._state import RunState
 
 logger = logging.getLogger(__name__)
 
@@ -131,13 +132,20 @@ class RootNews:
 class AsyncPublisher:
     """The async machinery of one :class:`~deisa.Bridge` (see the module docstring)."""
 
-    def __init__(self, bridge: Bridge) -> None:
-        self.bridge = bridge
-        self.ledger = Ledger(bridge.comm.Get_size())
+    def __init__(
+        self,
+        state: RunState,
+        link: SchedulerLink,
+        on_connection: Callable[[Connection], str | None],
+    ) -> None:
+        self.state = state
+        self.link = link
+        self.on_connection = on_connection  # every rank, the connection known: its problem
+        self.ledger = Ledger(state.comm.Get_size())
         self.sends: dict[int, _Send] = {}
         self.buffers = Buffers()
         self.peak_in_flight: dict[str, int] = {}
-        self.exchanger = Exchanger(bridge.comm)
+        self.exchanger = Exchanger(state.comm)
         self.raised: str | None = None  # the background failure already raised here
         self.progress = threading.Event()  # set by the loop thread: a send, a registration...
         self.news = RootNews()
@@ -150,13 +158,13 @@ class AsyncPublisher:
 
     def start_connecting(self, scheduler_file: str) -> concurrent.futures.Future[Any]:
         """Rank 0: connect in the background; the exchanges carry the outcome."""
-        bridge = self.bridge
-        self.early = EarlyRegistration(bridge.comm.Get_size(), self._queue_now)
+        state = self.state
+        self.early = EarlyRegistration(state.comm.Get_size(), self._queue_now)
 
         async def run() -> None:
             try:
-                self.news.connection = connection = await bridge._link.connect(
-                    scheduler_file, bridge.options, bridge.decompositions, bridge._contracts,
+                self.news.connection = connection = await self.link.connect(
+                    scheduler_file, state.options, state.decompositions, state.contracts,
                     self.early,
                 )  # fmt: skip
             except Exception as exc:
@@ -167,16 +175,19 @@ class AsyncPublisher:
                 self.progress.set()
             # now, not once an exchange has told every rank: the scheduler hears from rank 0
             # however long the simulation computes before its first publish
-            await bridge._watch_contracts(connection.address)
+            names = sorted(state.decompositions)
+            await self.link.watch_contracts(
+                connection.address, state.contracts, names, self.progress.set
+            )
 
-        return bridge._spawn(run())
+        return state.loop.spawn(run())
 
     def notify_to(self, connection: Connection) -> None:
         """Every rank, connected: the ranks but 0 send their notices to rank 0's listener, if
         any (rank 0 takes its own directly)."""
-        if connection.notices is not None and self.bridge.rank != 0:
+        if connection.notices is not None and self.state.rank != 0:
             self.notices = Notifier(
-                connection.notices, connection.token, self.bridge.rank, connection.notices_tls
+                connection.notices, connection.token, self.state.rank, connection.notices_tls
             )
 
     async def close_notices(self) -> None:
@@ -190,14 +201,14 @@ class AsyncPublisher:
         """Rank 0, once connected: start the registrar (and early registration)."""
         self._register_queue = asyncio.Queue()
         if self.early is not None:
-            self.bridge._loop.loop.call_soon_threadsafe(self.early.activate)
-        return self.bridge._spawn(self._registrar())
+            self.state.loop.loop.call_soon_threadsafe(self.early.activate)
+        return self.state.loop.spawn(self._registrar())
 
     def _queue_now(self, entry: Entry, sent: list[Sent]) -> None:
         """Rank 0, loop thread: hand ``entry`` (every block on its worker) to the registrar."""
-        bridge = self.bridge
-        dec = bridge.decompositions[entry.name]
-        name = step_key_name(bridge.run or "", entry.name, entry.step, entry.revision)
+        state = self.state
+        dec = state.decompositions[entry.name]
+        name = step_key_name(self.link.run or "", entry.name, entry.step, entry.revision)
         plan = _plan_of(entry)
         blocks = [
             ((name, *plan.key_index(dec.block_index[rank])), worker, nbytes)
@@ -210,14 +221,14 @@ class AsyncPublisher:
 
     async def _registrar(self) -> None:
         """Rank 0: register the steps on the scheduler, in publication order, one at a time."""
-        bridge = self.bridge
+        state = self.state
         queue = self._register_queue
         assert queue is not None
         while (item := await queue.get()) is not None:
             entry, blocks = item
             outcome = await self._register(entry, blocks)
             kind, message = registration(
-                outcome, entry.name, entry.step, bridge.options.on_worker_loss
+                outcome, entry.name, entry.step, state.options.on_worker_loss
             )
             if kind == "error":
                 logger.error("deisa bridge: %s", message)
@@ -225,31 +236,31 @@ class AsyncPublisher:
                 self.progress.set()
                 return
             if kind == "queued":
-                bridge._nsteps[entry.name] = bridge._nsteps.get(entry.name, 0) + 1
+                state.queued(entry.name)
             self.news.registered = entry.seq + 1
             self.progress.set()
 
     async def _register(self, entry: Entry, blocks: list[Any]) -> dict[str, Any]:
         """``deisa_publish`` of ``entry``; a scheduler that does not answer is retried (until
         the Bridge detaches) with ``on_scheduler_loss="continue"``."""
-        bridge = self.bridge
+        state = self.state
         while True:
             try:
-                return await bridge._link.register(
+                return await self.link.register(
                     name=entry.name,
                     step=entry.step,
                     blocks=blocks,
-                    timeout=bridge.options.timeout,
+                    timeout=state.options.timeout,
                     contract=_plan_of(entry).wire(),
                 )
             except Exception as exc:
                 message = (
                     f"registering step {entry.step} of {entry.name!r} on the scheduler at "
-                    f"{bridge.scheduler_address} failed: {type(exc).__name__}: {exc}"
+                    f"{self.link.address} failed: {type(exc).__name__}: {exc}"
                 )
-                if bridge.options.on_scheduler_loss == "fail" or not isinstance(exc, OSError):
+                if state.options.on_scheduler_loss == "fail" or not isinstance(exc, OSError):
                     return {"status": Status.ERROR.value, "message": message}
-                bridge._workers.failing(exc)  # the exchange detaches once it counts as lost
+                state.worker_book.failing(exc)  # the exchange detaches once it counts as lost
                 self.progress.set()
                 await asyncio.sleep(0.5)
 
@@ -271,39 +282,39 @@ class AsyncPublisher:
         A rank whose call is wrong (``problem``) sends nothing: every rank raises it at the
         next call.
         """
-        bridge = self.bridge
+        state = self.state
         self.complete()
         self.raise_failure()
-        if bridge.detached is not None:
+        if state.detached is not None:
             return
         step_ok = isinstance(step, (int, np.integer))
-        valid = step_ok and isinstance(name, str) and name in bridge.decompositions
+        valid = step_ok and isinstance(name, str) and name in state.decompositions
         # plain values only in the exchange: whatever a wrong call passed, it pickles
         call = (name if isinstance(name, str) else repr(name), int(step) if step_ok else repr(step))
         t1 = time.perf_counter()
-        plan = bridge._plan(name, int(step)) if valid and int(step) >= 0 else None
+        plan = state.plan(name, int(step)) if valid and int(step) >= 0 else None
         if plan is None or not plan.send:  # wrong, or not wanted by the contract in force
             self.post(call, problem)
-            bridge.timings.append(
+            state.timings.append(
                 PublishTiming(name, int(step) if valid else -1, 0, 0.0, time.perf_counter() - t0,
                               mode="async")
             )  # fmt: skip
             return
-        limit = bridge.options.max_in_flight
+        limit = state.options.max_in_flight
         if not self.wait_until(lambda: self.ledger.in_flight(name) < limit, call, problem):
             return  # this call is wrong: the next call raises it on every rank
-        if bridge.detached is not None:
+        if state.detached is not None:
             return
         t2 = time.perf_counter()
         entry = self.ledger.add(name, int(step), revision, plan.ranks, plan)
         if self.early is not None:
-            bridge._loop.loop.call_soon_threadsafe(self.early.known, entry)
+            state.loop.loop.call_soon_threadsafe(self.early.known, entry)
         self.reclaim()
         nbytes = 0
-        if problem is None and plan.sends(bridge.rank):  # else outside the contract's region
-            spec = bridge.specs[name]
-            worker = bridge._routing.worker_of.get(name) if self.ledger.connection else None
-            buffer = bridge._transport.buffer(worker, spec.shape, spec.dtype) if worker else None
+        if problem is None and plan.sends(state.rank):  # else outside the contract's region
+            spec = state.specs[name]
+            worker = state.routing.worker_of.get(name) if self.ledger.connection else None
+            buffer = state.transport.buffer(worker, spec.shape, spec.dtype) if worker else None
             if buffer is None:  # no shared slot: a buffer of the Bridge's own
                 buffer = self.buffers.take(name, spec.shape, spec.dtype)
             np.copyto(buffer, block)
@@ -317,7 +328,7 @@ class AsyncPublisher:
         t4 = time.perf_counter()
         in_flight = self.ledger.in_flight(name)
         self.peak_in_flight[name] = max(self.peak_in_flight.get(name, 0), in_flight)
-        bridge.timings.append(
+        state.timings.append(
             PublishTiming(
                 name, int(step), nbytes, t3 - t2, (t1 - t0) + (t2 - t1) + (t4 - t3), t3 - t2,
                 t2 - t1, "async",
@@ -330,17 +341,17 @@ class AsyncPublisher:
 
     def start_send(self, send: _Send) -> None:
         """Send ``send``'s buffer to this rank's worker under the current placement."""
-        bridge = self.bridge
+        state = self.state
         name, entry = send.entry.name, send.entry
         key = (
-            step_key_name(bridge.run or "", name, entry.step, entry.revision),
-            *_plan_of(entry).key_index(bridge.decompositions[name].block_index[bridge.rank]),
+            step_key_name(self.link.run or "", name, entry.step, entry.revision),
+            *_plan_of(entry).key_index(state.decompositions[name].block_index[state.rank]),
         )
-        send.worker = bridge._routing.worker_of[name]
+        send.worker = state.routing.worker_of[name]
         send.failed_at = None
         assert send.buffer is not None
-        sending = bridge._transport.send(bridge._link.pool, send.worker, key, send.buffer)
-        future = bridge._spawn(sending)
+        sending = state.transport.send(self.link.pool, send.worker, key, send.buffer)
+        future = state.loop.spawn(sending)
         send.future = future
         worker = send.worker
         future.add_done_callback(lambda done: self._sent(entry.seq, worker, done))
@@ -350,14 +361,12 @@ class AsyncPublisher:
         self.progress.set()
         if future.cancelled() or future.exception() is not None:
             return  # the exchange reports the failure
-        bridge = self.bridge
+        state = self.state
         nbytes = int(next(iter(future.result().values())))
         if self.early is not None:
-            bridge._loop.loop.call_soon_threadsafe(
-                self.early.sent, seq, bridge.rank, nbytes, worker
-            )
+            state.loop.loop.call_soon_threadsafe(self.early.sent, seq, state.rank, nbytes, worker)
         elif self.notices is not None:
-            bridge._spawn(self.notices.notify(seq, nbytes, worker))
+            state.loop.spawn(self.notices.notify(seq, nbytes, worker))
 
     def reroute(self, departed: list[str]) -> None:
         """The workers ``departed`` left: send again what was on its way to them (same call
@@ -374,11 +383,11 @@ class AsyncPublisher:
             self._resend(send)
 
     def _resend(self, send: _Send) -> None:
-        if self.bridge._routing.workers:
+        if self.state.routing.workers:
             logger.info(
                 "deisa bridge: step %d of %r: worker %s left, sending to %s",
                 send.entry.step, send.entry.name, send.worker,
-                self.bridge._routing.worker_of[send.entry.name],
+                self.state.routing.worker_of[send.entry.name],
             )  # fmt: skip
             self.start_send(send)
         else:
@@ -386,10 +395,10 @@ class AsyncPublisher:
 
     def report(self, call: tuple[Any, Any] | None, problem: str | None) -> RankReport:
         """This rank's part of the next exchange."""
-        bridge = self.bridge
+        state = self.state
         sent: list[tuple[int, int, str]] = []
         failed: list[tuple[int, str]] = []
-        hold = 2 * bridge.options.connect_timeout
+        hold = 2 * state.options.connect_timeout
         for seq, send in self.sends.items():
             if send.reported:
                 continue
@@ -405,8 +414,8 @@ class AsyncPublisher:
                 send.reported = True
                 sent.append((seq, int(next(iter(future.result().values()))), send.worker))
                 continue
-            if bridge.options.on_worker_loss == "continue" and isinstance(exc, OSError):
-                if send.worker not in bridge._routing.workers:  # left already: send again
+            if state.options.on_worker_loss == "continue" and isinstance(exc, OSError):
+                if send.worker not in state.routing.workers:  # left already: send again
                     self._resend(send)
                     continue
                 now = time.monotonic()
@@ -422,7 +431,7 @@ class AsyncPublisher:
                 )
             )
         report = RankReport(call, problem, tuple(sent), tuple(failed))
-        if bridge.rank == 0:
+        if state.rank == 0:
             news = self.news
             connection = None
             if news.connection is not None and not self._announced:
@@ -432,7 +441,7 @@ class AsyncPublisher:
                 connect_error=news.connect_error,
                 registered=news.registered,
                 error=news.error,
-                fields=bridge._fields.collect(),
+                fields=state.fields.collect(),
             )
         return report
 
@@ -441,9 +450,9 @@ class AsyncPublisher:
         if problem is not None and len(problem) > _PROBLEM_CHARS:
             # the whole message stays here; the exchange carries a short one, so that it fits
             # its slot and needs no second, blocking, collective
-            logger.error("deisa bridge: rank %d: %s", self.bridge.rank, problem)
+            logger.error("deisa bridge: rank %d: %s", self.state.rank, problem)
             problem = problem[: _PROBLEM_CHARS - 1] + "…"
-        self.exchanger.post(self.report(call, problem), self.bridge._routing.workers)
+        self.exchanger.post(self.report(call, problem), self.state.routing.workers)
 
     def complete(self) -> Exchanged:
         """Complete the exchange in flight, if any, and take in its decisions (every rank)."""
@@ -459,26 +468,26 @@ class AsyncPublisher:
         return self.complete()
 
     def _absorb(self, reports: list[Any]) -> Exchanged:
-        bridge = self.bridge
+        state = self.state
         exchanged = self.ledger.absorb(reports)
         if exchanged.connection is not None:
-            failure = bridge._connected(exchanged.connection)
+            failure = self.on_connection(exchanged.connection)
             if failure and self.ledger.failure is None:
                 self.ledger.failure = failure
             if self.ledger.failure is None:
                 for send in self.sends.values():
                     if send.future is None:
                         self.start_send(send)
-        if bridge.rank == 0 and self._register_queue is not None:
+        if state.rank == 0 and self._register_queue is not None:
             for entry, sent in exchanged.ready:
                 self._queue_registration(entry, sent)
         self.reclaim()
-        bridge._fields.deliver(exchanged.fields)
+        state.fields.deliver(exchanged.fields)
         return exchanged
 
     def _queue_registration(self, entry: Entry, sent: list[Sent]) -> None:
         """Rank 0, main thread: the exchange found ``entry`` sent by every rank."""
-        loop = self.bridge._loop.loop
+        loop = self.state.loop.loop
         if self.early is not None:  # unless its notices got it registered already
             loop.call_soon_threadsafe(self.early.ready, entry, sent)
         else:
@@ -493,7 +502,7 @@ class AsyncPublisher:
             if not done and not send.lost:
                 continue
             if send.buffer is not None:
-                transport = self.bridge._transport
+                transport = self.state.transport
                 if transport.give_back(send.buffer):
                     pass  # a slot
                 elif transport.node_local(send.worker):
@@ -503,7 +512,7 @@ class AsyncPublisher:
                 send.buffer = None
             if send.reported and seq < registered:
                 del self.sends[seq]
-        self.bridge._transport.settle()  # no view of a slot given back is left here
+        self.state.transport.settle()  # no view of a slot given back is left here
 
     def wait_until(
         self,
@@ -521,7 +530,7 @@ class AsyncPublisher:
         self.complete()
         self.raise_failure()
         rounds = 0
-        while not done() and self.bridge.detached is None:
+        while not done() and self.state.detached is None:
             # the first round at once: the exchange completed above is one publish old, a fresh
             # one may show room already (the price of a blocking exchange, as before the lag);
             # then wake on this rank's progress (a send, rank 0's registration or connection),
@@ -544,11 +553,17 @@ class AsyncPublisher:
         included, on every rank), then the same answer on every rank, without waiting for the
         connection. For callers that need ``scheduler_address`` on rank 0 (``Bridge.get``).
         """
-        if not self.bridge.asynchronous:
+        if not self.state.asynchronous:
             return True
         self.exchange()
         self.raise_failure()
         return self.ledger.connection is not None
+
+    def fail(self, message: str) -> None:
+        """A failure decided at the same call on every rank (a worker lost): the next call
+        raises it, unless an earlier failure is raised first."""
+        if self.ledger.failure is None:
+            self.ledger.failure = message
 
     def raise_failure(self) -> None:
         failure = self.ledger.failure
@@ -561,10 +576,10 @@ class AsyncPublisher:
         if self.exchanger.pending:  # only after an exception outside the Bridge's own calls
             logger.warning(
                 "deisa bridge: rank %d: shut down with an exchange in flight (not completed: "
-                "the other ranks may not have posted it)", self.bridge.rank,
+                "the other ranks may not have posted it)", self.state.rank,
             )  # fmt: skip
             _ABANDONED.append(self.exchanger)  # MPI may still write its buffers
-        loop = self.bridge._loop.loop
+        loop = self.state.loop.loop
         if self._register_queue is not None:
             loop.call_soon_threadsafe(self._register_queue.put_nowait, None)
         for send in self.sends.values():

@@ -25,7 +25,8 @@ from .decomposition import Decomposition
 from .placement import Host, place
 
 if TYPE_CHECKING:
-    from .bridge import Bridge
+    from ._async import AsyncPublisher
+    from ._state import RunState
 
 logger = logging.getLogger(__name__)
 
@@ -233,49 +234,47 @@ class Losses:
     (or the broadcast of a sync publish) that carried the news. Main thread only.
     """
 
-    def __init__(self, bridge: Bridge) -> None:
-        self.bridge = bridge
+    def __init__(self, state: RunState, publisher: AsyncPublisher) -> None:
+        self.state = state
+        self.publisher = publisher
 
     def use_workers(self, workers: list[str]) -> None:
         """Place over the workers the scheduler now has; send again what went to one that left."""
-        bridge = self.bridge
-        routing = bridge._routing
+        state = self.state
+        routing = state.routing
         used = {worker for ranks in routing.placements.values() for worker in ranks}
         departed = routing.use(workers)
         lost = sorted(set(departed) & used)
-        if lost and bridge.options.on_worker_loss == "fail":
-            name, step = list(bridge._revisions)[-1] if bridge._revisions else ("", -1)
+        if lost and state.options.on_worker_loss == "fail":
+            name, step = list(state.revisions)[-1] if state.revisions else ("", -1)
             self._fail(
                 f"worker(s) {', '.join(lost)} holding blocks of this Bridge left the cluster "
                 f"at step {step} of {name!r} (on_worker_loss='fail')"
             )
-        elif departed and bridge.asynchronous:
-            bridge._async.reroute(departed)
+        elif departed and state.asynchronous:
+            self.publisher.reroute(departed)
 
     def lose_scheduler(self, message: str) -> None:
         """The scheduler is gone: fail, or detach (publish sends nothing, close returns)."""
-        bridge = self.bridge
-        if bridge.detached is not None:
+        state = self.state
+        if state.detached is not None:
             return
-        if bridge.options.on_scheduler_loss == "fail":
+        if state.options.on_scheduler_loss == "fail":
             self._fail(message)
             return
-        bridge.detached = message
-        if bridge.rank == 0:
+        state.detached = message
+        if state.rank == 0:
             logger.error(
                 "deisa bridge: %s; publish() sends nothing from now on and the simulation "
                 "goes on (on_scheduler_loss='continue')",
                 message,
             )
-        bridge._async.shutdown()
-        for future in bridge._background:
-            future.cancel()
+        self.publisher.shutdown()
+        state.cancel_background()
 
     def _fail(self, message: str) -> None:
         """A failure decided at the same call on every rank."""
-        bridge = self.bridge
-        if bridge.asynchronous:
-            if bridge._async.ledger.failure is None:
-                bridge._async.ledger.failure = message
+        if self.state.asynchronous:
+            self.publisher.fail(message)
         else:
             raise BridgeError(message)

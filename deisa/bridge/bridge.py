@@ -27,8 +27,6 @@ rank 0 ever talks to it. See ``docs/architecture.md``.
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -36,12 +34,10 @@ from typing import Any
 
 import numpy as np
 
-from ..contract import Plan
 from ..wire import decode_value, is_ok
 from ._async import AsyncPublisher
 from ._collective import (
     BridgeError,
-    ExchangeFields,
     build_options,
     check_arrays,
     check_block,
@@ -50,16 +46,14 @@ from ._collective import (
     raise_first,
 )
 from ._link import SchedulerLink
-from ._loop import LoopThread
 from ._publisher import Connection, PublishTiming
+from ._state import RunState
 from ._sync import SyncPublisher
-from ._workers import Losses, Routing, WorkerBook
-from .contracts import ContractBook
+from ._workers import Losses, Routing
 from .decomposition import ArraySpec, Decomposition
 from .options import BridgeOptions
 from .placement import needs_hosts, this_host
 from .scheduler_file import SchedulerFileError, resolve_scheduler_file
-from .transport import Transport
 
 __all__ = ["Bridge", "BridgeError", "PublishTiming"]
 
@@ -185,38 +179,26 @@ class Bridge:
         self.comm = comm
         self.rank: int = comm.Get_rank()
         self.options, problem = build_options(options, kwargs)
-        self.timings: list[PublishTiming] = []
         self._opened = time.perf_counter()  # the simulation's time with the Bridge, at close
-        # main thread: the publications, as every rank counts them
         self._closed = False
-        self._revisions: dict[tuple[str, int], int] = {}  # publications of (name, step) so far
-        self._nsteps: dict[str, int] = {}  # distinct steps queued per array (rank 0)
-        self.detached: str | None = None  # why the Bridge stopped sending (scheduler lost)
-        # the loop thread and what runs on it
-        self._loop = LoopThread(f"deisa-bridge-{self.rank}")
+        # what the Bridge's parts share (the loop thread among it), and its calls to the scheduler
+        self._state = state = RunState(comm, self.options)
         self._link = SchedulerLink()  # opened once the arrays are checked
-        self._transport = Transport(self.options.transport)
-        self._background: list[concurrent.futures.Future[Any]] = []
-        self._routing = Routing(self.options.placement, {}, self.rank, None)
+        self._async = AsyncPublisher(state, self._link, self._connected)
+        self._sync = SyncPublisher(state, self._link)
+        self._losses = Losses(state, self._async)
         # rank 0 caches what the scheduler tells it; the exchange spreads it (_add_exchange_field)
-        self._fields = ExchangeFields()
-        self._contracts = ContractBook()
-        self._workers = WorkerBook(self.options.connect_timeout)
-        self._losses = Losses(self)
-        root = self.rank == 0
+        root, book = self.rank == 0, state.worker_book
+        contracts = state.contracts
         self._add_exchange_field(
-            "contracts", self._contracts.to_spread if root else None, self._contracts.receive
+            "contracts", contracts.to_spread if root else None, contracts.receive
         )
         self._add_exchange_field(
-            "workers", self._workers.to_spread if root else None, self._losses.use_workers
+            "workers", book.to_spread if root else None, self._losses.use_workers
         )
         self._add_exchange_field(
-            "scheduler_lost",
-            self._workers.scheduler_lost if root else None,
-            self._losses.lose_scheduler,
+            "scheduler_lost", book.scheduler_lost if root else None, self._losses.lose_scheduler
         )
-        self._async = AsyncPublisher(self)
-        self._sync = SyncPublisher(self)
         if arrays is None:
             raise TypeError("Bridge() missing the argument 'arrays'")
         try:
@@ -232,7 +214,7 @@ class Bridge:
     @property
     def asynchronous(self) -> bool:
         """Whether :meth:`publish` returns before the step is registered (``mode="async"``)."""
-        return self.options.mode == "async"
+        return self._state.asynchronous
 
     # -- construction ------------------------------------------------------------------------
 
@@ -250,38 +232,39 @@ class Bridge:
         )
         # ArraySpec objects travel as they are: their dtype is converted once, in ArraySpec
         all_specs = self.comm.allgather(arrays)
-        self.decompositions: dict[str, Decomposition] = {}
+        state = self._state
         for name in sorted(arrays):
             specs = [specs[name] for specs in all_specs]
-            self.decompositions[name] = Decomposition.from_specs(name, specs)
-        self.specs = arrays
+            state.decompositions[name] = Decomposition.from_specs(name, specs)
+        state.specs = arrays
         self._link.open()
         hosts = self.comm.allgather(this_host()) if needs_hosts(self.options.placement) else None
-        self._routing = Routing(self.options.placement, self.decompositions, self.rank, hosts)
+        state.routing = Routing(self.options.placement, state.decompositions, self.rank, hosts)
         if self.asynchronous:
             if self.rank == 0:  # the other ranks learn the outcome through the exchanges
-                self._background.append(self._async.start_connecting(scheduler_file))
+                state.background.append(self._async.start_connecting(scheduler_file))
             return
         connection = on_root(
             self.comm,
-            lambda: self._loop.run(
-                self._link.connect(scheduler_file, self.options, self.decompositions,
-                                   self._contracts, None)
+            lambda: state.loop.run(
+                self._link.connect(scheduler_file, self.options, state.decompositions,
+                                   state.contracts, None)
             ),
         )  # fmt: skip
         failure = self._connected(connection)
         if failure:
             raise BridgeError(failure)
-        self._fields.deliver(on_root(self.comm, self._fields.collect))  # contracts, first step
+        state.fields.deliver(on_root(self.comm, state.fields.collect))  # contracts, first step
 
     def _connected(self, connection: Connection) -> str | None:
         """Take in rank 0's connection (every rank): the run, the workers, the placement.
 
         Returns the placement's problem, the same on every rank, if any.
         """
+        state = self._state
         self._link.connected(connection)
         try:  # the same outcome on every rank: all compute the whole placement
-            self._routing.place(connection.workers)
+            state.routing.place(connection.workers)
         except ValueError as exc:
             return str(exc)
         self._async.notify_to(connection)
@@ -293,28 +276,18 @@ class Bridge:
             self.run, self.comm.Get_size(), len(connection.workers), sorted(self.decompositions),
             self.options.placement, self.options.buffer_nb, self.options.mode,
         )  # fmt: skip
+        wake, address = self._async.progress.set, connection.address
         if self.asynchronous:  # its contracts watch runs since it connected
-            self._background.append(self._async.start_registrar())
-        else:
-            self._background.append(self._spawn(self._watch_contracts(connection.address)))
-        wake = self._async.progress.set
-        self._workers.known(connection.workers)
-        self._background.append(
-            self._spawn(  # a worker that joins or leaves (docs/reliability.md)
-                self._link.watch_workers(connection.address, self._workers, wake)
-            )
+            state.background.append(self._async.start_registrar())
+        else:  # contracts set during the run, and the scheduler's heartbeat (deisa.contract)
+            names = sorted(state.decompositions)
+            watch = self._link.watch_contracts(address, state.contracts, names, wake)
+            state.background.append(state.loop.spawn(watch))
+        state.worker_book.known(connection.workers)
+        state.background.append(  # a worker that joins or leaves (docs/reliability.md)
+            state.loop.spawn(self._link.watch_workers(address, state.worker_book, wake))
         )
         return None
-
-    async def _watch_contracts(self, address: str) -> None:
-        """Rank 0, from its connection to its close: contracts set during the run
-        (deisa.contract), and so the scheduler hears from the simulation between its steps
-        (its heartbeat: deisa.scheduler.contracts)."""
-        names = sorted(self.decompositions)
-        await self._link.watch_contracts(address, self._contracts, names, self._async.progress.set)
-
-    def _spawn(self, coro: Any) -> concurrent.futures.Future[Any]:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop.loop)
 
     # the options and the state most read from a Bridge, as attributes (read-only)
     placement = _option_attribute("placement", "The placement policy.")
@@ -326,17 +299,17 @@ class Bridge:
     def transport(self) -> str:
         """How this rank's blocks went so far: ``"shared memory"``, ``"tcp"``, ``"shared memory
         and tcp"`` or ``"none"`` (:mod:`deisa.bridge.transport`)."""
-        return self._transport.used
+        return self._state.transport.used
 
     @property
     def workers(self) -> list[str]:
         """The workers blocks are placed on (changes when a worker joins or leaves)."""
-        return list(self._routing.workers)
+        return list(self._state.routing.workers)
 
     @property
     def worker_of(self) -> dict[str, str]:
         """This rank's worker, per array, under the current placement."""
-        return dict(self._routing.worker_of)
+        return dict(self._state.routing.worker_of)
 
     @property
     def peak_buffers(self) -> dict[str, int]:
@@ -352,6 +325,26 @@ class Bridge:
     def exchanges(self) -> int:
         """``mode="async"``: exchanges (small ``allgather`` calls) completed so far."""
         return self._async.exchanges
+
+    @property
+    def timings(self) -> list[PublishTiming]:
+        """One :class:`PublishTiming` per :meth:`publish` on this rank."""
+        return self._state.timings
+
+    @property
+    def detached(self) -> str | None:
+        """Why the Bridge stopped sending (the scheduler lost); ``None`` while it sends."""
+        return self._state.detached
+
+    @property
+    def decompositions(self) -> dict[str, Decomposition]:
+        """The arrays, as every rank declared them."""
+        return self._state.decompositions
+
+    @property
+    def specs(self) -> dict[str, ArraySpec]:
+        """This rank's block of each array."""
+        return self._state.specs
 
     @property
     def scheduler_address(self) -> str | None:
@@ -378,7 +371,7 @@ class Bridge:
         and the scheduler's loss (rank 0 caches what the scheduler told it; the exchange
         spreads it).
         """
-        self._fields.add(name, provide, receive)
+        self._state.fields.add(name, provide, receive)
 
     # -- publishing --------------------------------------------------------------------------
 
@@ -432,17 +425,13 @@ class Bridge:
         problem = check_block(self.decompositions, self.specs, name, block, step)
         revision = 0
         if isinstance(step, (int, np.integer)):  # counted on every rank, whatever happens next
-            revision = self._revisions.get((name, int(step)), 0)
-            self._revisions[name, int(step)] = revision + 1
+            revisions = self._state.revisions
+            revision = revisions.get((name, int(step)), 0)
+            revisions[name, int(step)] = revision + 1
         if self.asynchronous:
             self._async.publish(name, block, step, revision, problem, t0)
         else:
             self._sync.publish(name, block, step, revision, problem, t0)
-
-    def _plan(self, name: str, step: int) -> Plan:
-        """What ``step`` of ``name`` sends under the contract in force (same on every rank)."""
-        dec = self.decompositions[name]
-        return self._contracts.plan(name, step, dec.chunks, dec.block_index)
 
     def flush(self) -> None:
         """Return once every step published so far is registered on the scheduler; collective.
@@ -505,7 +494,7 @@ class Bridge:
             for rank, other in enumerate(names):
                 if other != name:
                     raise BridgeError(f"rank {rank} called get({other!r}), rank 0 get({name!r})")
-            reply = self._loop.run(
+            reply = self._state.loop.run(
                 self._link.get_value(name),
                 timeout=self.options.connect_timeout,
             )
@@ -533,13 +522,13 @@ class Bridge:
             except BridgeError as exc:
                 error = exc
         self._closed = True
-        nsteps = dict(self._nsteps)
+        nsteps = dict(self._state.nsteps)
         open_s = time.perf_counter() - self._opened
 
         def end_streams(used: list[str]) -> None:
             for name in self.decompositions:
                 held_s = sum(t.held_s for t in self.timings if t.name == name)
-                reply = self._loop.run(
+                reply = self._state.loop.run(
                     self._link.end_stream(
                         name=name,
                         nsteps=nsteps.get(name, 0),
@@ -557,7 +546,7 @@ class Bridge:
             # a lost scheduler is known everywhere too
             connected = not self.asynchronous or self._async.ledger.connection is not None
             if connected and self.detached is None:
-                used = self.comm.gather(self._transport.used, root=0)  # how each rank sent
+                used = self.comm.gather(self.transport, root=0)  # how each rank sent
                 on_root(self.comm, lambda: end_streams(used))
         except BridgeError:
             if error is None:
@@ -569,21 +558,21 @@ class Bridge:
             raise error
 
     def _shutdown(self) -> None:
+        state = self._state
         self._async.shutdown()
-        for future in self._background:
-            future.cancel()
+        state.cancel_background()
         if self._async.early is not None or self._async.notices is not None:
             try:
-                self._loop.run(self._async.close_notices(), timeout=10)
+                state.loop.run(self._async.close_notices(), timeout=10)
             except Exception:  # best effort, as below
                 logger.debug("deisa bridge: closing the notices failed", exc_info=True)
         if self._link.is_open:
             try:
-                self._loop.run(self._transport.close(), timeout=10)
-                self._loop.run(self._link.close(), timeout=10)
+                state.loop.run(state.transport.close(), timeout=10)
+                state.loop.run(self._link.close(), timeout=10)
             except Exception:  # closing is best effort; the process may be going down
                 logger.debug("deisa bridge: closing connections failed", exc_info=True)
-        self._loop.stop()
+        state.loop.stop()
 
     def __enter__(self) -> Bridge:
         return self
