@@ -180,3 +180,40 @@ def test_no_deprecated_module() -> None:
     for path in PACKAGE.rglob("*.py"):
         text = path.read_text()
         assert "DeprecationWarning" not in text and "deprecated" not in text.lower(), path
+
+
+def _private_reads(path: Path) -> list[str]:
+    """``x._name`` in ``path`` where ``x`` is not ``self``/``cls``, nor an object this module's
+    own code just built (``x = C(...)`` in the same function, ``C`` a class of the module, or
+    ``cls``): what reaches into another object's private state."""
+    tree = ast.parse(path.read_text())
+    classes = {node.name for node in tree.body if isinstance(node, ast.ClassDef)} | {"cls"}
+    found = []
+    for function in ast.walk(tree):
+        if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Module)):
+            continue
+        built = {"self", "cls"}
+        for node in ast.walk(function):
+            if (
+                isinstance(node, ast.Assign)
+                and isinstance(node.value, ast.Call)
+                and isinstance(node.value.func, ast.Name)
+                and node.value.func.id in classes
+            ):
+                built.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        for node in ast.walk(function):
+            if not isinstance(node, ast.Attribute) or not node.attr.startswith("_"):
+                continue
+            if node.attr.startswith("__") or (
+                isinstance(node.value, ast.Name) and node.value.id in built
+            ):
+                continue
+            found.append(f"{path.relative_to(PACKAGE)}:{node.lineno}: {ast.unparse(node)}")
+    return sorted(set(found))
+
+
+@pytest.mark.parametrize("path", sorted((PACKAGE / "bridge").glob("*.py")), ids=lambda p: p.name)
+def test_bridge_modules_read_no_private_state_of_another_object(path: Path) -> None:
+    """The Bridge's parts share a run state and a scheduler link through public names
+    (deisa/bridge/_state.py, _link.py), not through each other's private attributes."""
+    assert _private_reads(path) == []

@@ -9,7 +9,8 @@ Modules: :mod:`~deisa.bridge.bridge` (the Bridge), :mod:`~deisa.bridge.group` (B
 (ArraySpec, the global grid), :mod:`~deisa.bridge.placement` (rank to worker),
 :mod:`~deisa.bridge.scheduler_file`, :mod:`~deisa.bridge.contracts` (the contracts in force);
 private: the collective error protocol and exchange fields (``_collective``), rank 0's
-connection (``_connect``), the two publish modes (``_async``, ``_sync``), the exchange's
+connection (``_connect``), the scheduler link and its routes (``_link``), the Bridge's shared
+run state (``_state``), the two publish modes (``_async``, ``_sync``), the exchange's
 decisions (``_publisher``), the worker list and the placement in use, and what a lost worker
 or scheduler does (``_workers``), the event-loop thread (``_loop``), early registration
 (``_notices``), the plugin's background imports (``_preload``).
