@@ -33,7 +33,8 @@ def on_root(comm: Any, fn: Callable[[], T]) -> T:
     every rank (as a :class:`BridgeError`).
 
     The other ranks wait for rank 0 at a non-blocking barrier that they poll
-    (:func:`~deisa.bridge._exchange.wait`), not in the broadcast, where the MPI spins a core."""
+    (:func:`~deisa.bridge._exchange.wait`), not in the broadcast, where the MPI spins a core
+    (where ``comm`` has ``Ibarrier``: an mpi4py communicator)."""
     outcome: tuple[bool, Any] = (True, None)
     if comm.Get_rank() == 0:
         try:
@@ -41,7 +42,9 @@ def on_root(comm: Any, fn: Callable[[], T]) -> T:
         except Exception as exc:
             logger.exception("deisa bridge: rank 0 failed")
             outcome = (False, f"{type(exc).__name__}: {exc}")
-    wait(comm.Ibarrier())
+    ibarrier = getattr(comm, "Ibarrier", None)  # not on deisa-core's communicators
+    if ibarrier is not None:
+        wait(ibarrier())
     succeeded, value = comm.bcast(outcome, root=0)
     if not succeeded:
         raise BridgeError(value)
