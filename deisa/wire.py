@@ -27,6 +27,12 @@ import numpy as np
 PLUGIN_NAME = "deisa"
 """Name of the scheduler plugin (:class:`~deisa.scheduler.StreamExtension`)."""
 
+PROTOCOL = 2
+"""The version of the routes' arguments and replies, raised when one changes. The extension
+answers ``deisa_open`` with it, and a Bridge of another protocol stops there, saying so: the
+first Bridge installs the extension on a scheduler and it stays, so a long-lived scheduler may
+hold the extension of an older deisa (protocol 1 did not send it)."""
+
 SCHEDULER_FILE_ENV = "DEISA_SCHEDULER_FILE"
 """The environment variable naming the scheduler file (``deisa-run`` sets it) for every side:
 the Bridge and the plugin when no ``scheduler_file`` is given, ``Adapter.from_env()``."""

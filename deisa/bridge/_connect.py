@@ -21,7 +21,7 @@ from collections.abc import Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._dask_internals import import_distributed
-from ..wire import PLUGIN_NAME, Route, is_ok
+from ..wire import PLUGIN_NAME, PROTOCOL, Route, is_ok
 from ._collective import BridgeError
 from ._notices import EarlyRegistration
 from ._publisher import Connection
@@ -229,6 +229,13 @@ async def connect(
         )
         if not is_ok(reply):
             raise BridgeError(reply["message"])
+        if reply.get("protocol") != PROTOCOL:
+            raise BridgeError(
+                f"the Dask scheduler at {address} runs deisa's extension of protocol "
+                f"{reply.get('protocol', 1)}, and this Bridge speaks protocol {PROTOCOL}: the "
+                "first Bridge to connect installed it, from another version of deisa, and it "
+                "stays with the scheduler; start a new scheduler (deisa-run starts one per job)"
+            )
         contracts.served(name, reply.get("contract"))  # in force from the first step
     if early is None:
         return Connection(address, run, tuple(workers))

@@ -7,7 +7,7 @@ from collections import Counter
 from typing import Any
 
 from .. import _dask_internals
-from ..wire import Reply, Status, error, ok
+from ..wire import PROTOCOL, Reply, Status, error, ok
 from ._state import StreamState, logger
 from ._streams import UNCLAIMED, End, Lost, Reader, Step, Stream, insert
 
@@ -38,7 +38,7 @@ class Publishing(StreamState):
             reader.run = run  # those waiting for the next run
         await stream.notify()
         # the array's contract, checked against it, applies from the run's first step
-        return ok(**self.contracts.opened(name, meta))
+        return ok(protocol=PROTOCOL, **self.contracts.opened(name, meta))
 
     async def publish_step(
         self,

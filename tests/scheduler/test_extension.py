@@ -41,7 +41,7 @@ from stream_driver import (
 
 from deisa import _dask_internals
 from deisa.scheduler.extension import PLUGIN_NAME, StreamExtension
-from deisa.wire import Status, error, is_ok, ok, status, step_key_name
+from deisa.wire import PROTOCOL, Status, error, is_ok, ok, status, step_key_name
 
 # -- one step, end to end --------------------------------------------------------------------
 
@@ -52,7 +52,7 @@ async def test_publish_holds_the_blocks_for_the_stream_then_hands_them_to_the_re
 ) -> None:
     ext = await install(c, s)
     rank0 = Rank0(c, [a, b], "t", "r1")
-    assert await rank0.open() == ok()
+    assert await rank0.open() == ok(protocol=PROTOCOL)
     blocks = await rank0.send(0)
     assert not set(rank0.keys(0)) & set(s.tasks)  # on the workers, unknown to the scheduler
     assert set(rank0.keys(0)) <= set(a.data) | set(b.data)
@@ -188,7 +188,7 @@ async def test_new_run_replaces_a_finished_run_whose_end_was_never_read(
     assert ext.streams["t"].finished and ext.streams["t"].consumed
 
     new = Rank0(c, [a, b], "t", "r2")
-    assert await new.open() == ok()
+    assert await new.open() == ok(protocol=PROTOCOL)
     assert ext.streams["t"].queued_steps() == 0 and not ext.streams["t"].closed
     assert await new.publish(0) == ok()
     assert queue(ext, "t") == [0]  # r1's end went with r1

@@ -13,7 +13,7 @@ from distributed.utils_test import async_poll_for, gen_cluster
 
 from deisa.contract import Contract
 from deisa.scheduler.extension import StreamExtension
-from deisa.wire import PLUGIN_NAME, Status, is_ok, ok, status
+from deisa.wire import PLUGIN_NAME, PROTOCOL, Status, is_ok, ok, status
 
 META = {"dtype": "<f8", "shape": [8, 6], "chunks": [[4, 4], [3, 3]], "run": "r1"}
 
@@ -91,7 +91,7 @@ async def test_contract_of_an_array_nobody_opens_is_an_unknown_array_error(c, s,
 @gen_cluster(client=True)
 async def test_watch_returns_when_a_contract_changes_and_the_record_carries_it(c, s, a, b) -> None:
     await c.register_plugin(StreamExtension())
-    assert await _open(c) == ok()  # never a contract: the reply is as before
+    assert await _open(c) == ok(protocol=PROTOCOL)  # never a contract: no contract in it
     idle = await c.scheduler.deisa_watch_contracts(names=["u"], versions={}, timeout=0.05)
     assert idle == ok(contracts={})
     watch = asyncio.ensure_future(
