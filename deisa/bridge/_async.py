@@ -254,10 +254,7 @@ class AsyncPublisher:
                     contract=_plan_of(entry).wire(),
                 )
             except Exception as exc:
-                message = (
-                    f"registering step {entry.step} of {entry.name!r} on the scheduler at "
-                    f"{self.link.address} failed: {type(exc).__name__}: {exc}"
-                )
+                message = self.link.register_failed(entry.name, entry.step, exc)
                 if state.options.on_scheduler_loss == "fail" or not isinstance(exc, OSError):
                     return {"status": Status.ERROR.value, "message": message}
                 state.worker_book.failing(exc)  # the exchange detaches once it counts as lost

@@ -120,6 +120,13 @@ class SchedulerLink:
             name=name, run=self.run, step=step, blocks=blocks, timeout=timeout, contract=contract
         )
 
+    def register_failed(self, name: str, step: int, exc: BaseException) -> str:
+        """What to say of a :meth:`register` of ``step`` of ``name`` that raised ``exc``."""
+        return (
+            f"registering step {step} of {name!r} on the scheduler at {self.address} failed: "
+            f"{type(exc).__name__}: {exc}"
+        )
+
     def get_value(self, name: str) -> Call:
         """Rank 0: ``deisa_get_value``, the steering value ``name`` in its wire form."""
         return route(self.pool, self.scheduler, Route.GET_VALUE)(name=name)

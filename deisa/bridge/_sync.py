@@ -191,10 +191,7 @@ class SyncPublisher:
             if self.state.options.on_scheduler_loss == "fail":
                 raise
             self.state.worker_book.failing(exc)
-            lost = (
-                f"registering step {step} of {name!r} on the scheduler at "
-                f"{self.link.address} failed: {type(exc).__name__}: {exc}"
-            )
+            lost = self.link.register_failed(name, step, exc)
             return "detached", {**self.state.fields.collect(), "scheduler_lost": lost}
         kind, message = registration(outcome, name, step, self.state.options.on_worker_loss)
         if kind == "error":
