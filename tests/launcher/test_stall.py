@@ -21,7 +21,7 @@ from stream_driver import Rank0, install
 from deisa.launcher import stall
 from deisa.launcher.pipeline import PipelineError, analyze_stream
 from deisa.launcher.stall import SILENT_AFTER, StepWatch, StreamState, verdict
-from deisa.wire import ok
+from deisa.wire import is_ok
 
 OPEN = StreamState(opened=True, published=3, silent_s=1.0)
 
@@ -158,7 +158,7 @@ async def test_analytics_waits_past_its_stall_timeout_while_the_simulation_runs(
             return analyze_stream(client, "t", poll_s=0.1, stall_timeout=0.2, watch=watch)
 
     task = in_thread(analytics)
-    assert await rank0.open() == ok()
+    assert is_ok(await rank0.open())
     await async_poll_for(lambda: len(checks) >= 10, STARTUP)  # 10 polls of 0.1 s: 5 x 0.2 s
     await rank0.close(0)
     assert await task == []
