@@ -101,9 +101,16 @@ class Slot:
                 self.data = None
 
     def view(self, shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray:
-        """An array of ``shape`` and ``dtype`` over this slot's data (mapped if need be)."""
+        """An array of ``shape`` and ``dtype`` over this slot's data (mapped if need be).
+
+        It holds a buffer export of the mapping (``np.frombuffer``'s memoryview), so that
+        :meth:`unmap` fails while it lives: ``np.ndarray(buffer=...)`` keeps the mapping
+        object but releases its export, and the mapping could then be closed under the array
+        (a rank's segmentation fault, once, when a worker died mid-run)."""
         self.map()
-        return np.ndarray(shape, dtype=dtype, buffer=self.data, offset=HEADER)
+        assert self.data is not None
+        count = int(np.prod(shape))
+        return np.frombuffer(self.data, dtype=dtype, count=count, offset=HEADER).reshape(shape)
 
     def close(self) -> None:
         self.unmap()
