@@ -647,37 +647,27 @@ def time_side_by_side(
         for size, parts in time_ssl_in_memory(blocks, repeat, files).items():
             for part, seconds in parts.items():
                 samples[f"ssl {part}", lane, size] = seconds
-    print("  raw stream ...", flush=True)
-    streams = {lane: _Stream(files) for lane, files in lanes.items()}
-    try:
-        for lane in secure:
-            info[f"raw stream cipher {lane}"] = streams[lane].cipher
-        for size, block in blocks.items():
-            for stream in streams.values():
-                stream.send(block)  # warm-up
-                stream.reads.clear()
-            for r in range(repeat):
-                for lane in turns(r, names):
-                    add("raw stream", lane, size, streams[lane].send(block))
+    for path, endpoint in (("raw stream", _Stream), ("dask comm", _DaskComm)):
+        print(f"  {path} ...", flush=True)
+        ends = {lane: endpoint(files) for lane, files in lanes.items()}
+        try:
             for lane in secure:
-                info[f"raw stream reads per block {lane} {size}"] = median(streams[lane].reads)
-    finally:
-        for stream in streams.values():
-            stream.close()
-    print("  dask comm ...", flush=True)
-    comms = {lane: _DaskComm(files) for lane, files in lanes.items()}
-    try:
-        for lane in secure:
-            info[f"dask comm cipher {lane}"] = comms[lane].cipher
-        for size, block in blocks.items():
-            for comm in comms.values():
-                comm.send(block)  # warm-up
-            for r in range(repeat):
-                for lane in turns(r, names):
-                    add("dask comm", lane, size, comms[lane].send(block))
-    finally:
-        for comm in comms.values():
-            comm.close()
+                info[f"{path} cipher {lane}"] = ends[lane].cipher
+            for size, block in blocks.items():
+                for end in ends.values():
+                    end.send(block)  # warm-up
+                    if isinstance(end, _Stream):
+                        end.reads.clear()
+                for r in range(repeat):
+                    for lane in turns(r, names):
+                        add(path, lane, size, ends[lane].send(block))
+                for lane in secure:
+                    end = ends[lane]
+                    if isinstance(end, _Stream):
+                        info[f"{path} reads per block {lane} {size}"] = median(end.reads)
+        finally:
+            for end in ends.values():
+                end.close()
 
     with contextlib.ExitStack() as stack:
         securities = {lane: files.security() for lane, files in secure.items()}
