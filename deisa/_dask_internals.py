@@ -16,6 +16,8 @@ file and one test, not the whole package.
   scheduler's own ``update_data``, ``client_desires_keys``/``client_releases_keys`` and
   ``remove_client``, called from inside our scheduler extension (the same calls distributed's
   Queue and Variable extensions make).
+- :func:`worker_pool`: a worker's connection pool and its scheduler's address (the relay of
+  rank 0's calls, :mod:`deisa.bridge._relay_worker`, calls the scheduler as the worker does).
 - :func:`send_batched`: a message on a client's batched stream to the scheduler.
 - :func:`future_in_memory`: a :class:`~distributed.Future` for a key the scheduler already
   counts as wanted by this client.
@@ -112,6 +114,12 @@ async def send_blocks_on(
     finally:
         pool.reuse(worker, comm)
     return _stored(worker, reply)
+
+
+def worker_pool(worker: Any) -> tuple[Callable[[str], Any], str]:
+    """``worker``'s connection pool (``pool(address).<route>(**kwargs)``, with the worker's TLS
+    credentials) and the address of its scheduler."""
+    return worker.rpc, str(worker.scheduler.address)
 
 
 def _stored(worker: str, reply: Mapping[str, Any]) -> dict[Key, int]:

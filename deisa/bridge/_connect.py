@@ -25,6 +25,7 @@ from ..wire import PLUGIN_NAME, PROTOCOL, Route, is_ok
 from ._collective import BridgeError
 from ._notices import EarlyRegistration
 from ._publisher import Connection
+from ._relay import INSTALL, RELAYED, Relay, through
 from .contracts import ContractBook
 from .decomposition import Decomposition
 from .options import BridgeOptions
@@ -67,10 +68,14 @@ class Pool:
     importing distributed there): making a Pool costs nothing, so that the Bridge's
     construction and its first ``publish`` do not wait for distributed's import on the
     simulation's thread. Used from one event loop only.
+
+    Rank 0's calls to the scheduler go through :attr:`relay` while it is set and answers
+    (:mod:`._relay`: no distributed import at all), through distributed otherwise.
     """
 
     def __init__(self) -> None:
         self._pool: ConnectionPool | None = None
+        self.relay: Relay | None = None
 
     async def opened(self) -> ConnectionPool:
         """The ConnectionPool, opened on the first call."""
@@ -87,6 +92,8 @@ class Pool:
 
     async def close(self) -> None:
         """Close the connections, if any was opened."""
+        if self.relay is not None:
+            await self.relay.close()
         if self._pool is not None:
             await self._pool.close()
 
@@ -102,9 +109,16 @@ class _Remote:
         if name.startswith("_"):
             raise AttributeError(name)
 
-        async def call(**kwargs: Any) -> Any:
+        async def direct(**kwargs: Any) -> Any:
             pool = await self._pool.opened()
             return await getattr(pool(self._address), name)(**kwargs)
+
+        relay = self._pool.relay
+        if relay is None or relay.scheduler != self._address or name not in RELAYED:
+            return direct
+
+        async def call(**kwargs: Any) -> Any:
+            return await through(relay, name, kwargs, lambda: direct(**kwargs))
 
         return call
 
@@ -148,7 +162,7 @@ def meta(dec: Decomposition, run: str) -> dict[str, Any]:
     return described
 
 
-async def install(pool: Pool, address: str, shared_memory: bool = True) -> None:
+async def install(pool: Callable[[str], Any], address: str, shared_memory: bool = True) -> None:
     """Install the :class:`~deisa.scheduler.StreamExtension` (idempotent) and, with
     ``shared_memory``, the workers' shared-memory listener
     (:class:`~deisa.bridge._shm_worker.SharedMemoryPlugin`, on present and future workers)."""
@@ -193,8 +207,18 @@ async def connect(
     connect_timeout = options.connect_timeout
     min_workers = options.min_workers
     address = await in_thread(read_scheduler_address, scheduler_file, connect_timeout)
+    shared_memory = options.transport == "auto"
     try:
-        await asyncio.wait_for(install(pool, address, options.transport == "auto"), connect_timeout)
+        pool.relay = await Relay.open(address, connect_timeout)
+        await asyncio.wait_for(
+            through(
+                pool.relay,
+                INSTALL,
+                {"shared_memory": shared_memory},
+                lambda: install(pool, address, shared_memory),
+            ),
+            connect_timeout,
+        )
     except (asyncio.TimeoutError, TimeoutError, OSError) as exc:
         raise BridgeError(
             f"no Dask scheduler answered at {address} (read from {scheduler_file!r}) "

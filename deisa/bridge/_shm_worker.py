@@ -12,6 +12,9 @@ loop, and serves each rank that connects with the same uid:
   peer's ``update_data`` would, then answers ``stored`` (or ``error``);
 - ``drop``: forgets a slot the rank has retired.
 
+The first worker of a node to run the plugin also relays rank 0's calls to the scheduler
+(:mod:`._relay_worker`), so that a rank 0 on that node need not import distributed.
+
 The array's memory is the slot's: spilling, pickling and transfers to other workers see a
 plain ndarray. When the last reference to the array (and to any view of it) is gone, the slot
 is marked free for the rank to reuse. A rank that dies leaves its slots mapped only as long as
@@ -35,6 +38,7 @@ import numpy as np
 from distributed import WorkerPlugin
 
 from .. import _dask_internals
+from ._relay_worker import RelayServer
 from ._shm_wire import (
     FREE,
     HEADER,
@@ -63,17 +67,25 @@ class SharedMemoryPlugin(WorkerPlugin):
 
     def __init__(self) -> None:
         self._server: _Server | None = None
+        self._relay: RelayServer | None = None
 
-    def setup(self, worker: Any) -> None:
+    async def setup(self, worker: Any) -> None:
         try:
             self._server = _Server(worker)
         except OSError as exc:  # the ranks fall back to TCP
             logger.warning("deisa: no shared-memory listener on worker %s: %s", worker.address, exc)
+        try:
+            self._relay = await RelayServer.start(worker)
+        except OSError as exc:  # rank 0 connects with distributed
+            logger.warning("deisa: no relay for rank 0 on worker %s: %s", worker.address, exc)
 
     def teardown(self, worker: Any) -> None:
         if self._server is not None:
             self._server.close()
             self._server = None
+        if self._relay is not None:
+            self._relay.close()
+            self._relay = None
 
 
 class _Slot:

@@ -1,0 +1,132 @@
+"""The worker's side of the relay (:mod:`._relay`): rank 0's calls, made on the scheduler.
+
+:class:`RelayServer` runs on the worker's event loop, started by the worker's deisa plugin
+(:class:`~._shm_worker.SharedMemoryPlugin`). It binds the node's relay name for the worker's
+scheduler; where another worker of the node holds it already, this one does not relay (one
+relay per node is enough: rank 0 needs one). Each connection is checked for the worker's own
+uid before a byte of it is read; each call is one of :data:`~._relay.RELAYED`, made with the
+worker's connection to the scheduler (its TLS credentials), in a task of its own (a
+registration may wait on flow control while the contracts' watch waits for a change). A
+connection that closes cancels its calls still running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import logging
+import os
+import socket
+from typing import Any
+
+from .. import _dask_internals
+from ._relay import INSTALL, MAX_FRAME, RELAYED, pack, read_frame, relay_name
+from ._shm_wire import peer_uid
+
+logger = logging.getLogger(__name__)
+
+
+class RelayServer:
+    """The relay of one worker (see the module); :meth:`start` returns ``None`` where the
+    node's relay name is taken."""
+
+    def __init__(
+        self, worker: Any, pool: Any, server: asyncio.AbstractServer, scheduler: str
+    ) -> None:
+        self.worker = worker
+        self._pool = pool
+        self.scheduler = scheduler
+        self._server = server
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    @classmethod
+    async def start(cls, worker: Any) -> RelayServer | None:
+        pool, scheduler = _dask_internals.worker_pool(worker)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        try:
+            sock.bind(relay_name(scheduler))
+        except OSError as exc:
+            sock.close()
+            if exc.errno != errno.EADDRINUSE:
+                raise
+            logger.debug("deisa: another worker of this node relays to %s", scheduler)
+            return None
+        sock.listen(64)
+        sock.setblocking(False)
+        relay: RelayServer | None = None
+
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            assert relay is not None
+            await relay.serve(reader, writer)
+
+        server = await asyncio.start_unix_server(serve, sock=sock, limit=MAX_FRAME)
+        relay = cls(worker, pool, server, scheduler)
+        logger.debug("deisa: worker %s relays rank 0's calls to %s", worker.address, scheduler)
+        return relay
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """One rank's connection, from its uid check to its end."""
+        uid = peer_uid(writer.get_extra_info("socket"))
+        if uid != os.getuid():
+            logger.warning("deisa: the relay refused a process of uid %d", uid)
+            writer.close()
+            return
+        calls: set[asyncio.Task[None]] = set()
+        try:
+            while True:
+                try:
+                    message = await read_frame(reader)
+                except Exception:  # closed, died, or not our wire (msgpack's errors): done
+                    return
+                if message.get("op") == "hello":
+                    writer.write(
+                        pack(
+                            {
+                                "id": message.get("id"),
+                                "scheduler": self.scheduler,
+                                "worker": str(self.worker.address),
+                            }
+                        )
+                    )
+                    continue
+                task = asyncio.ensure_future(self._answer(message, writer))
+                calls.add(task)
+                task.add_done_callback(calls.discard)
+        finally:
+            for task in calls:
+                task.cancel()
+            writer.close()
+
+    async def _answer(self, message: dict[str, Any], writer: asyncio.StreamWriter) -> None:
+        ident, op, kwargs = message.get("id"), message.get("op"), message.get("kwargs")
+        try:
+            if op not in RELAYED or not isinstance(kwargs, dict):
+                raise ValueError(f"the relay makes deisa's calls only, not {op!r}")
+            if op == INSTALL:
+                result = await self._install(**kwargs)
+            else:
+                result = await getattr(self._pool(self.scheduler), str(op))(**kwargs)
+            reply = {"id": ident, "result": result}
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            kind = (
+                "timeout"
+                if isinstance(exc, (asyncio.TimeoutError, TimeoutError))
+                else "os"
+                if isinstance(exc, OSError)
+                else "other"
+            )
+            reply = {"id": ident, "error": type(exc).__name__, "message": str(exc), "kind": kind}
+        with contextlib.suppress(OSError):
+            writer.write(pack(reply))
+
+    async def _install(self, shared_memory: bool = True) -> None:
+        from ._connect import install
+
+        await install(self._pool, self.scheduler, shared_memory)
+
+    def close(self) -> None:
+        """Stop listening (the connections' calls end with their connections)."""
+        self._server.close()
