@@ -103,8 +103,9 @@ class RelayServer:
         try:
             if op not in RELAYED or not isinstance(kwargs, dict):
                 raise ValueError(f"the relay makes deisa's calls only, not {op!r}")
+            result: Any = None
             if op == INSTALL:
-                result = await self._install(**kwargs)
+                await self._install(**kwargs)
             else:
                 result = await getattr(self._pool(self.scheduler), str(op))(**kwargs)
             reply = {"id": ident, "result": result}
