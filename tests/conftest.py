@@ -287,6 +287,7 @@ PROCESS_TESTS: dict[str, frozenset[str] | None] = {
         }
     ),
     "test_replay_live": None,
+    "test_relay": frozenset({"test_a_rank_0_on_a_workers_node_never_imports_distributed"}),
     "test_ucx": frozenset(  # deisa-run over UCX, where distributed-ucxx imports; the job script
         {
             "test_local_run_over_ucx",

@@ -38,7 +38,7 @@ class RelayServer:
         self._pool = pool
         self.scheduler = scheduler
         self._server = server
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._connections: dict[asyncio.StreamWriter, set[asyncio.Task[None]]] = {}
 
     @classmethod
     async def start(cls, worker: Any) -> RelayServer | None:
@@ -73,6 +73,7 @@ class RelayServer:
             writer.close()
             return
         calls: set[asyncio.Task[None]] = set()
+        self._connections[writer] = calls
         try:
             while True:
                 try:
@@ -94,6 +95,7 @@ class RelayServer:
                 calls.add(task)
                 task.add_done_callback(calls.discard)
         finally:
+            self._connections.pop(writer, None)
             for task in calls:
                 task.cancel()
             writer.close()
@@ -129,5 +131,12 @@ class RelayServer:
         await install(self._pool, self.scheduler, shared_memory)
 
     def close(self) -> None:
-        """Stop listening (the connections' calls end with their connections)."""
+        """Stop listening and end every connection, its calls cancelled: before the worker
+        closes its own connections, so that rank 0 sees the relay leave (and makes its calls
+        again through distributed) rather than the scheduler's connection failing."""
         self._server.close()
+        for writer, calls in list(self._connections.items()):
+            for task in calls:
+                task.cancel()
+            writer.transport.abort()
+        self._connections.clear()

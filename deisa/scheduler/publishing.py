@@ -184,6 +184,8 @@ class Publishing(StreamState):
         stream = self.streams.get(name)
         if stream is None or stream.run != run:
             return error(f"array {name!r} was not opened by run {run}")
+        if stream.closed:  # the same close again (rank 0 repeats a call its relay left unanswered)
+            return ok()
         ms = {"held_ms": round(1000 * held_s), "open_ms": round(1000 * open_s)}
         self.totals.setdefault(name, Counter()).update(ms)
         for way, ranks in (transports or {}).items():

@@ -127,6 +127,8 @@ async def test_end_of_stream_follows_the_last_step_and_clears_the_stream(
     for step in (0, 1):
         await rank0.publish(step)
     assert await rank0.close(2, held_s=0.25, open_s=2.0) == ok()
+    # the same close again (rank 0 repeats a call whose relay left): nothing changes
+    assert await rank0.close(2, held_s=0.25, open_s=2.0) == ok()
     assert ext.streams["t"].finished is False  # two steps still to take
     # what the Bridge says flow control cost it, beside the counts
     totals = ext.stats()["totals"]["t"]
