@@ -16,13 +16,17 @@ each publication to the registrar once, in order.
 The listener runs no code it receives: a notice is one line of JSON (:func:`encode_notice`),
 at most :data:`MAX_LINE` bytes, with four fields checked by type and the job's token (a random
 string that reaches the ranks through the exchange, never the network); anything else is
-dropped, logged at debug level, and its connection closed. Where it listens follows the
-scheduler's address:
+dropped, logged at debug level, and its connection closed. A Bridge of one rank opens none (its
+own sends feed :class:`EarlyRegistration` directly). Where it listens follows the scheduler's
+address, read without distributed (:mod:`._net`; rank 0 need not import it):
 
 - ``tls://``: on the interface that reaches the scheduler, speaking TLS with the job's client
   credentials from the dask configuration (``distributed.comm.tls.ca-file``, ``.client.cert``,
   ``.client.key``), mutually: a peer without a certificate signed by the job's CA is refused
-  during the handshake, before any byte of it is read;
+  during the handshake, before any byte of it is read. Where the environment alone configures
+  dask and names them as files (``deisa-run``'s ``DASK_DISTRIBUTED__COMM__TLS__*``), they are
+  read from it as dask would, without importing dask; through distributed's ``Security``
+  otherwise (:func:`_listen_tls`);
 - ``tcp://`` on a loopback address (``deisa-run``'s local mode): on ``127.0.0.1`` only;
 - anything else (``tcp://`` between nodes): no listener, with one info line saying why, since
   any host could then reach it; steps are registered at the next exchange.
@@ -30,18 +34,22 @@ scheduler's address:
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import ipaddress
 import json
 import logging
 import os
 import secrets
+import site
 import ssl
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .._dask_internals import import_distributed
+from ._net import host_port, interface_to, split_address
 from ._publisher import Entry, Sent
 
 logger = logging.getLogger(__name__)
@@ -131,25 +139,21 @@ class EarlyRegistration:
     async def listen(self, scheduler_address: str) -> str | None:
         """Open the listener where the scheduler's address allows it (see the module
         docstring); its address, or ``None`` (no early registration)."""
-        import_distributed()
-        from distributed import Security
-        from distributed.comm import parse_address, parse_host_port
-        from distributed.utils import get_ip
-
-        protocol, location = parse_address(scheduler_address)
+        if self.nranks == 1:
+            logger.debug("deisa bridge: a single rank, no notices to listen for")
+            return None
+        protocol, location = split_address(scheduler_address)
         if protocol not in ("tcp", "tls"):
             return self._none(scheduler_address, f"no notices over {protocol}://")
-        host = parse_host_port(location)[0]
+        host = host_port(location)[0]
         ssl_context = None
         if protocol == "tls":
-            security = Security()
-            ssl_context = security.get_listen_args("client")["ssl_context"]
+            ssl_context, self.client_files = _listen_tls()
             if ssl_context is None:
                 return self._none(
                     scheduler_address, "no client certificate in the dask configuration"
                 )
-            self.client_files = _client_files(security)
-            bind = get_ip(host)
+            bind = interface_to(host)
         elif _is_loopback(host):
             bind = "127.0.0.1"
         else:
@@ -326,13 +330,19 @@ class Notifier:
 
 def client_context(ca_file: str, cert: str, key: str | None) -> ssl.SSLContext:
     """A TLS client context that verifies the listener against ``ca_file`` and presents
-    ``cert`` (mutual TLS, as distributed's ``Security`` makes it; no host name check, the CA
-    being the run's own)."""
-    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=ca_file)
-    context.check_hostname = False
-    context.verify_mode = ssl.CERT_REQUIRED
+    ``cert`` (mutual TLS, no host name check, the CA being the run's own)."""
+    return _context(ssl.Purpose.SERVER_AUTH, ca_file, cert, key)
+
+
+def _context(purpose: ssl.Purpose, ca_file: str, cert: str, key: str | None) -> ssl.SSLContext:
+    """A context of either end as distributed's ``Security`` makes it from files, with dask's
+    default settings (TLS 1.2 or later, OpenSSL's ciphers)."""
+    context = ssl.create_default_context(purpose, cafile=ca_file)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.load_cert_chain(cert, key)
+    context.verify_mode = ssl.CERT_REQUIRED
+    context.check_hostname = False
+    context.verify_flags &= ~ssl.VERIFY_X509_STRICT
     return context
 
 
@@ -346,15 +356,125 @@ def _configured_context() -> ssl.SSLContext | None:
     return context
 
 
-def _client_files(security: Any) -> tuple[str, str, str | None] | None:
-    """The files of ``security``'s client TLS settings (CA, certificate, key), which the other
+def _listen_tls() -> tuple[ssl.SSLContext | None, tuple[str, str, str | None] | None]:
+    """Rank 0: the listener's TLS context, from the job's client credentials (``None`` without
+    them), and their files for the other ranks (``None`` unless all are files). Where the
+    environment alone sets them, as files (deisa-run's ``DASK_DISTRIBUTED__COMM__TLS__*``),
+    without dask or distributed (0.4 s of imports); through distributed's ``Security``
+    otherwise."""
+    tls = _environment_tls()
+    if (
+        tls is not None
+        and not tls["ciphers"]
+        and tls["min-version"] in (None, 1.2)
+        and tls["max-version"] is None
+    ):
+        ca, cert, key = tls["ca-file"], tls["client.cert"], tls["client.key"]
+        if not (ca and cert):
+            return None, None  # as Security: no client certificate
+        files = _files(ca, cert, key)
+        if files is not None:
+            return _context(ssl.Purpose.CLIENT_AUTH, *files), files
+    import_distributed()
+    from distributed import Security
+
+    security = Security()
+    context = security.get_listen_args("client")["ssl_context"]
+    return context, _files(*(getattr(security, f"tls_{name}", None)
+                             for name in ("ca_file", "client_cert", "client_key")))  # fmt: skip
+
+
+_TLS = "distributed.comm.tls."
+_CLIENT_TLS: dict[str, Any] = {  # what Security reads for a client, with distributed's defaults
+    "ca-file": None,
+    "client.cert": None,
+    "client.key": None,
+    "ciphers": None,
+    "min-version": 1.2,
+    "max-version": None,
+}
+
+
+def _environment_tls() -> dict[str, Any] | None:
+    """The settings :data:`_CLIENT_TLS` of dask's configuration, read from the environment
+    (:func:`_tls_settings`) where nothing else can set them; ``None`` where something may: dask
+    already imported (its configuration may have been changed since) or a configuration file
+    in dask's search path."""
+    if "dask" in sys.modules or _dask_config_files():
+        return None
+    return _tls_settings(os.environ)
+
+
+def _tls_settings(environ: Mapping[str, str]) -> dict[str, Any] | None:
+    """The settings :data:`_CLIENT_TLS` that dask's configuration gets from ``environ`` and
+    its defaults; ``None`` for a configuration inherited (``DASK_INTERNAL_INHERIT_CONFIG``), a
+    variable setting a whole section (``DASK_DISTRIBUTED__COMM__TLS``) or two spellings of a
+    setting, which are left to dask."""
+    if "DASK_INTERNAL_INHERIT_CONFIG" in environ:
+        return None
+    settings = dict(_CLIENT_TLS)
+    seen = set()
+    for name, value in environ.items():
+        if not name.startswith("DASK_"):
+            continue
+        key = name[len("DASK_") :].lower().replace("__", ".").replace("_", "-")
+        if _TLS.startswith(f"{key}."):
+            return None
+        if not key.startswith(_TLS):
+            continue
+        field = key[len(_TLS) :]
+        if field in seen or any(known.startswith(f"{field}.") for known in settings):
+            return None
+        seen.add(field)
+        if field in settings:
+            settings[field] = _dask_value(value)
+    return settings
+
+
+def _dask_value(value: str) -> Any:
+    """An environment variable's value as dask reads it (``dask.config.interpret_value``): a
+    Python literal evaluated (a quoted path unquoted), ``none``, ``null``, ``true``, ``false``
+    in any case, the string otherwise."""
+    try:
+        return ast.literal_eval(value)
+    except (SyntaxError, ValueError):
+        return {"none": None, "null": None, "false": False, "true": True}.get(value.lower(), value)
+
+
+def _dask_config_files() -> bool:
+    """Whether dask would read a configuration file (``dask.config.paths``): a YAML or JSON
+    file in one of its directories, or a file named by ``DASK_ROOT_CONFIG`` or
+    ``DASK_CONFIG``."""
+    home = os.path.join(os.path.expanduser("~"), ".config", "dask")
+    paths = [
+        os.getenv("DASK_ROOT_CONFIG", "/etc/dask"),
+        os.path.join(sys.prefix, "etc", "dask"),
+        *(os.path.join(prefix, "etc", "dask") for prefix in site.PREFIXES),
+        home,
+        os.getenv("DASK_CONFIG", home),
+    ]
+    for path in paths:
+        if os.path.isdir(path):
+            try:
+                names = os.listdir(path)
+            except OSError:  # dask skips a directory it cannot read
+                continue
+            if any(os.path.splitext(n)[1].lower() in (".json", ".yaml", ".yml") for n in names):
+                return True
+        elif os.path.exists(path):
+            return True
+    return False
+
+
+def _files(ca: Any, cert: Any, key: Any) -> tuple[str, str, str | None] | None:
+    """The client TLS settings (CA, certificate, key) when they name files, which the other
     ranks connect to the listener with (carried in the connection, so that a rank sending over
     shared memory need not import distributed for them); ``None`` when they are not all files
     (a certificate given as its contents): those ranks then take their own configuration's."""
-    ca, cert, key = (getattr(security, f"tls_{name}", None)
-                     for name in ("ca_file", "client_cert", "client_key"))  # fmt: skip
-    if not all(isinstance(path, str) and os.path.isfile(path) for path in (ca, cert)):
+
+    def is_file(path: Any) -> bool:
+        return isinstance(path, str) and "\n" not in path and os.path.isfile(path)
+
+    if not (is_file(ca) and is_file(cert)) or not (key is None or is_file(key)):
         return None
-    if key is not None and not (isinstance(key, str) and os.path.isfile(key)):
-        return None
-    return str(ca), str(cert), key
+    return ca, cert, key

@@ -18,9 +18,9 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from .._dask_internals import import_distributed
 from ..wire import WATCH_SECONDS, Reply, is_ok
 from ._collective import BridgeError
+from ._net import host_port, split_address
 from .decomposition import Decomposition
 from .placement import Host, place
 
@@ -144,13 +144,10 @@ async def refuses_connections(address: str, timeout: float) -> bool:
     connection made to a live worker is closed at once: the worker logs it (at ``info``; a TLS
     worker, at ``warning``, as a failed handshake).
     """
-    import_distributed()
-    from distributed.comm import parse_address, parse_host_port
-
-    scheme, location = parse_address(address)
+    scheme, location = split_address(address)
     if scheme not in ("tcp", "tls"):
         return False
-    host, port = parse_host_port(location)
+    host, port = host_port(location)
     try:
         _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
     except ConnectionRefusedError:

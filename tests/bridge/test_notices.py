@@ -7,25 +7,34 @@ The attacks on a real run's listener (2 ranks under mpirun) are in ``test_securi
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import logging
 import ssl
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import dask
 import pytest
+from conftest import test_env
 from distributed.utils_test import async_poll_for
 
 from deisa.bridge._notices import (
+    _CLIENT_TLS,
+    _TLS,
     MAX_LINE,
     EarlyRegistration,
     Notifier,
+    _environment_tls,
+    _tls_settings,
     decode_notice,
     encode_notice,
 )
 from deisa.bridge._publisher import Entry, Sent
+from deisa.launcher.security import make_credentials, tls_env
 
 W = "tcp://127.0.0.1:4242"
 TOKEN = "f" * 32
@@ -259,3 +268,181 @@ def test_notices_tls_from_rank_0s_files(tmp_path: Path) -> None:
     with dask.config.set(config):
         handed = asyncio.run(_serving("tls://127.0.0.1:8786", 2, body))
     assert handed == [(0, [(4, W), (6, W)])]
+
+
+# -- rank 0 without dask nor distributed (deisa-run's environment) -----------------------------
+
+
+def test_one_rank_opens_no_listener_and_still_registers_early(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    early, handed = _early(1)
+    with caplog.at_level(logging.INFO, logger="deisa.bridge._notices"):
+        assert asyncio.run(early.listen("tcp://127.0.0.1:8786")) is None
+    assert caplog.records == []  # nobody to hear from: nothing to say
+    early.known(Entry(0, "a", 0, 0))
+    early.sent(0, 0, 5, W)  # rank 0's own send, fed by its loop thread
+    assert handed == [(0, [(5, W)])] and early.early == 1
+
+
+def _dask_reads(env: dict[str, str]) -> dict[str, Any]:
+    """The client TLS settings dask's configuration gets from ``env`` and its defaults."""
+    config: dict[str, Any] = {}
+    for defaults in dask.config.defaults:
+        dask.config.update(config, copy.deepcopy(defaults), priority="old")
+    dask.config.update(config, dask.config.collect_env(env))
+    return {field: dask.config.get(_TLS + field, None, config=config) for field in _CLIENT_TLS}
+
+
+J = "/job/tls"
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {},
+        tls_env(f"{J}/ca.pem", f"{J}/cert.pem", f"{J}/key.pem"),  # deisa-run's
+        {  # Python literals: dask unquotes them
+            "DASK_DISTRIBUTED__COMM__TLS__CA_FILE": f'"{J}/ca.pem"',
+            "DASK_DISTRIBUTED__COMM__TLS__CLIENT__CERT": f"'{J}/cert.pem'",
+            "DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY": "null",
+        },
+        {
+            "DASK_distributed__comm__tls__ca_file": f"{J}/my ca.pem",
+            "DASK_DISTRIBUTED__COMM__TLS__CLIENT__CERT": "1e3",
+            "DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY": "True",
+        },
+        {
+            "DASK_DISTRIBUTED__COMM__TLS__CIPHERS": "ECDHE-ECDSA-AES256-GCM-SHA384",
+            "DASK_DISTRIBUTED__COMM__TLS__MIN_VERSION": "1.3",
+            "DASK_DISTRIBUTED__COMM__TLS__MAX_VERSION": "None",
+        },
+    ],
+)
+def test_tls_settings_from_the_environment_are_dasks(env: dict[str, str]) -> None:
+    assert _tls_settings(env) == _dask_reads(env)
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"DASK_DISTRIBUTED__COMM__TLS": f"{{'ca-file': '{J}/ca.pem'}}"},
+        {"DASK_DISTRIBUTED__COMM__TLS__CLIENT": f"{{'cert': '{J}/cert.pem'}}"},
+        {"DASK_DISTRIBUTED": "{}"},
+        {
+            "DASK_DISTRIBUTED__COMM__TLS__CA_FILE": f"{J}/ca.pem",
+            "DASK_distributed__comm__tls__ca_file": f"{J}/other.pem",
+        },
+        {"DASK_INTERNAL_INHERIT_CONFIG": "e30="},
+    ],
+)
+def test_tls_settings_left_to_dask_where_the_variables_are_not_plain(env: dict[str, str]) -> None:
+    assert _tls_settings(env) is None
+
+
+def test_tls_settings_left_to_dask_once_it_is_imported() -> None:
+    assert "dask" in sys.modules  # this process's configuration may differ from its variables
+    assert _environment_tls() is None
+
+
+# Rank 0's listener in a fresh interpreter, as deisa-run starts it: a stranger (no certificate)
+# tries a notice, then rank 1 (the job's certificate, from rank 0's files) sends its own.
+LISTENER = """
+import asyncio, json, logging, ssl, sys
+from deisa.bridge._notices import EarlyRegistration, Notifier, encode_notice, _dask_config_files
+from deisa.bridge._publisher import Entry
+
+async def stranger(address, token, wait):
+    host, port = address[len("tls://"):].rsplit(":", 1)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    try:
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(host, int(port), ssl=context), wait
+        )
+        writer.write(encode_notice(token, 0, 1, 99, "w"))
+        got = await asyncio.wait_for(reader.read(), wait)
+        writer.close()
+        return repr(got)
+    except (ssl.SSLError, ConnectionError) as exc:
+        return type(exc).__name__
+    except asyncio.TimeoutError:
+        return "kept open"
+
+async def main(scheduler, wait):
+    handed = []
+    early = EarlyRegistration(2, lambda entry, sent: handed.append([entry.seq, sent]))
+    early.activate()
+    address = await early.listen(scheduler)
+    report = {"address": address, "files": early.client_files, "config": _dask_config_files()}
+    if address is not None:
+        if address.startswith("tls://"):
+            report["stranger"] = await stranger(address, early.token, wait)
+        early.known(Entry(0, "a", 0, 0))
+        early.sent(0, 0, 4, "w")
+        rank = Notifier(address, early.token, 1, early.client_files)
+        await rank.notify(0, 6, "w")
+        for _ in range(int(wait * 100)):
+            if handed:
+                break
+            await asyncio.sleep(0.01)
+        await rank.close()
+        await early.close()
+    report["handed"] = handed
+    report["loaded"] = sorted(m for m in sys.modules if m.split(".")[0] in ("dask", "distributed"))
+    print(json.dumps(report))
+
+logging.basicConfig(level=logging.INFO)
+asyncio.run(main(sys.argv[1], float(sys.argv[2])))
+"""
+
+
+@pytest.mark.parametrize("case", ["tcp", "tls-env", "tls-config-file", "tls-none"])
+def test_rank_0s_listener_without_dask_takes_the_jobs_notices_only(
+    case: str, tmp_path: Path
+) -> None:
+    """tcp://, and tls:// with deisa-run's variables naming the job's files: neither dask nor
+    distributed imported. The job's files in a dask configuration file: distributed's
+    ``Security`` reads them, as before. No credentials at all: no listener, the same line."""
+    env = {name: v for name, v in test_env().items() if not name.startswith("DASK_")}
+    if case in ("tls-env", "tls-config-file"):
+        pytest.importorskip("cryptography")
+        job = make_credentials(tmp_path / "tls")
+        files = [str(job.ca_file), str(job.cert), str(job.key)]
+    if case == "tls-env":
+        env.update(job.env())
+    elif case == "tls-config-file":
+        (tmp_path / "dask").mkdir()
+        tls = {"ca-file": files[0], "client": {"cert": files[1], "key": files[2]}}
+        config = {"distributed": {"comm": {"tls": tls}}}
+        (tmp_path / "dask" / "job.json").write_text(json.dumps(config))
+        env["DASK_CONFIG"] = str(tmp_path / "dask")
+    scheduler = "tcp://127.0.0.1:8786" if case == "tcp" else "tls://127.0.0.1:8786"
+    proc = subprocess.run(
+        [sys.executable, "-c", LISTENER, scheduler, str(WAIT)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=4 * WAIT,
+    )
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout.splitlines()[-1])
+    if case != "tls-config-file" and report["config"]:
+        pytest.skip("dask configuration files here: the listener rightly leaves TLS to dask")
+    if case == "tls-none":
+        assert report["address"] is None and report["loaded"] == []
+        assert "no client certificate in the dask configuration" in proc.stderr
+        return
+    assert report["handed"] == [[0, [[4, "w"], [6, "w"]]]], proc.stderr
+    if case == "tcp":
+        assert report["address"].startswith("tcp://127.0.0.1:")
+        assert report["files"] is None and report["loaded"] == []
+        return
+    assert report["address"].startswith("tls://127.0.0.1:")
+    assert report["files"] == files  # passed on to the other ranks
+    assert report["stranger"] in ("SSLError", "ConnectionResetError", "b''"), report
+    if case == "tls-env":
+        assert report["loaded"] == []
+    else:
+        assert "distributed" in report["loaded"]
