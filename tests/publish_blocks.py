@@ -111,6 +111,7 @@ def main() -> None:
             "returned": returned,
             "detached": bridge.detached,
             "transport": bridge.transport,
+            "distributed": "distributed" in sys.modules,  # rank 0 without a relay imports it
         }
         with open(os.path.join(args.done, f"rank-{rank}.json"), "w") as f:
             json.dump(report, f)

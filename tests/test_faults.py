@@ -8,6 +8,7 @@ armed only once the run has reached the state where nothing else can happen.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import subprocess
@@ -318,6 +319,74 @@ def test_lost_worker_the_simulation_goes_on_and_every_other_step_arrives(
     assert [r["published"] for r in reports(done)] == [nsteps] * 4
     # over shared memory (the default on one node), also to the workers left
     assert [r["transport"] for r in reports(done)] == ["shared memory"] * 4
+
+
+def relaying_worker(cluster: DaskProcesses) -> int:
+    """The index of the worker that relays rank 0's calls (it says who it is to a connection)."""
+    from deisa.bridge._relay import Relay
+
+    address = json.loads(cluster.scheduler_file.read_text())["address"]
+
+    async def ask() -> str | None:
+        relay = await Relay.open(address, STARTUP)
+        if relay is None:
+            return None
+        await relay.close()
+        return relay.worker
+
+    with cluster.client() as client:
+        poll_for(lambda: len(client.scheduler_info()["workers"]) == 3, STARTUP, period=0.1)
+        names = {a: w["name"] for a, w in client.scheduler_info()["workers"].items()}
+    worker = asyncio.run(ask())
+    assert worker is not None, "no relay on this node"
+    return int(str(names[worker]).removeprefix("worker-"))
+
+
+def test_the_relays_worker_lost_rank_0_goes_on_through_distributed(tmp_path: Path) -> None:
+    """Issue 35: rank 0 calls the scheduler through the relay of a worker of its node; that
+    worker SIGKILLed mid-run, rank 0 makes its calls again through distributed (a registration
+    or a watch the relay left unanswered included), and the run goes on as when any other
+    worker is lost: exit 0, every step not lost arrives, bitwise. With
+    ``on_scheduler_loss="fail"``: the relay's loss is not the scheduler's."""
+    cluster = start_dask(tmp_path, n_workers=3)
+    done = tmp_path / "done"
+    done.mkdir()
+    nsteps = 30
+    sim = None
+    try:
+        victim = cluster.procs[1 + relaying_worker(cluster)]
+        sim = start_publisher(
+            cluster, "--name", "rloss", "--nsteps", str(nsteps), "--sleep", "0.05",
+            "--buffer-nb", "2", "--done", str(done), "--on-scheduler-loss", "fail",
+        )  # fmt: skip
+        received: list[int] = []
+        values: dict[int, np.ndarray] = {}
+        with cluster.client() as client:
+            adapter = Adapter(client, timeout=STARTUP)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # the lost steps' warnings
+                for step, array in adapter["rloss"].items():
+                    values[step] = array.compute()
+                    received.append(step)
+                    if step == 8:  # steps 9 and 10 wait on flow control, rank 0's call with them
+                        poll_for(lambda: queued(adapter, "rloss") == 2, STARTUP, period=0.1)
+                        victim.kill()
+                        victim.wait(timeout=STARTUP)
+            del array
+            lost = adapter.stats()["lost"].get("rloss", [])
+            adapter.close()
+            rc, err = finish(sim)
+    finally:
+        if sim is not None:
+            kill_if_running(sim)
+        cluster.stop()
+    assert rc == 0, err[-4000:]
+    lost_steps = sorted(step for step, _ in lost)
+    assert sorted(received + lost_steps) == list(range(nsteps)), (received, lost)
+    for step in received:
+        np.testing.assert_array_equal(values[step], expected(step, SHAPE))
+    rank0 = reports(done)[0]
+    assert rank0["published"] == nsteps and rank0["distributed"] is True  # through it, after
 
 
 def test_sync_publish_to_a_killed_worker_returns_well_within_the_connect_timeout(

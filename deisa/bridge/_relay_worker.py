@@ -62,7 +62,7 @@ class RelayServer:
 
         server = await asyncio.start_unix_server(serve, sock=sock, limit=MAX_FRAME)
         relay = cls(worker, pool, server, scheduler)
-        logger.debug("deisa: worker %s relays rank 0's calls to %s", worker.address, scheduler)
+        logger.info("deisa: worker %s relays rank 0's calls to %s", worker.address, scheduler)
         return relay
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
