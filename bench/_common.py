@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -31,11 +32,18 @@ def child_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def local_cluster(workers: int = 1, security: Any = None, protocol: str | None = None) -> Any:
+def local_cluster(
+    workers: int = 1,
+    security: Any = None,
+    protocol: str | None = None,
+    *,
+    worker_preload: bool = True,
+) -> Any:
     """A ``LocalCluster`` of ``workers`` single-threaded worker processes on loopback, no
     dashboard, no memory limit: the cluster every in-process benchmark measures against.
     With ``security`` (a ``distributed.Security``, e.g. :meth:`TLSFiles.security`), it speaks
-    ``tls://`` only; ``protocol`` (``"ucx"``: distributed-ucxx installed) sets another."""
+    ``tls://`` only; ``protocol`` (``"ucx"``: distributed-ucxx installed) sets another. Its
+    workers preload deisa's worker plugin as ``deisa-run``'s do (:func:`worker_preloads`)."""
     from distributed import LocalCluster
 
     tls = {} if security is None else {"protocol": "tls://", "security": security}
@@ -44,8 +52,29 @@ def local_cluster(workers: int = 1, security: Any = None, protocol: str | None =
     return LocalCluster(
         n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
         dashboard_address=None, memory_limit=0, **tls,
+        preload=worker_preloads(worker_preload),
         # the scheduler's HTTP server (health, metrics) starts anyway, on 8787 by default
         scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
+    )  # fmt: skip
+
+
+def worker_preloads(bridge: bool = True) -> list[str]:
+    """What each worker a benchmark starts preloads: ``deisa.bridge.worker`` (deisa's worker
+    plugin before the ranks connect: shared memory from the first step, rank 0 calling the
+    scheduler through a worker's relay), as ``deisa-run``'s workers do, beside the dask
+    configuration's preloads; ``bridge`` false (``--no-worker-preload``): those alone, rank 0
+    through distributed (:func:`deisa.launcher.settings.worker_preloads`)."""
+    from deisa.launcher.settings import worker_preloads as preloads
+
+    return preloads(bridge=bridge)
+
+
+def add_worker_preload_option(parser: argparse.ArgumentParser) -> None:
+    """``--no-worker-preload`` (``args.worker_preload``, recorded in the JSON)."""
+    parser.add_argument(
+        "--no-worker-preload", dest="worker_preload", action="store_false",
+        help="start the Dask workers without --preload deisa.bridge.worker, which deisa-run "
+        "gives them: rank 0 then calls the scheduler through distributed",
     )  # fmt: skip
 
 

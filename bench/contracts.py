@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench._common import PINS, REPO, MiB, child_env, finish, table
+from bench._common import PINS, REPO, MiB, child_env, finish, table, worker_preloads
 
 os.environ.update(PINS)  # before numpy is imported, here and in the LocalCluster's workers
 
@@ -54,7 +54,7 @@ def run_one(
     quarter = plan(Contract.build(region, STRIDE).resolved(shape), 0, chunks, grid).ranks or ()
     with tempfile.TemporaryDirectory() as tmp, LocalCluster(
         n_workers=workers, threads_per_worker=1, processes=True, scheduler_port=0,
-        dashboard_address=":0",
+        dashboard_address=":0", preload=worker_preloads(),  # as deisa-run's workers
     ) as cluster, Client(cluster) as client:  # fmt: skip
         scheduler_file = Path(tmp) / "scheduler.json"
         scheduler_file.write_text(json.dumps({"address": cluster.scheduler_address}))

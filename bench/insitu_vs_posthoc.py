@@ -23,7 +23,9 @@ grid, ``--steps`` outputs of ``--period`` solver iterations:
 ``in situ async``   the same with ``mode: async`` (the default), ``max_in_flight`` 2.
 
 In situ: locality placement, ``buffer_nb`` 2, a fresh ``LocalCluster`` (``--workers`` x 1
-thread) per run. The configuration's steering ``read`` section is left out: it is one scheduler
+thread) per run, its workers preloading ``deisa.bridge.worker`` as ``deisa-run``'s do
+(``--no-worker-preload``: without, rank 0 through distributed; the JSON's ``settings`` say
+which). The configuration's steering ``read`` section is left out: it is one scheduler
 round trip per step, a feature of its own, not part of publishing. PCA:
 ``deisa.IncrementalPCA(n_components=2, copy=False, svd_solver="randomized")`` per step on both
 sides (``--analytics sum`` instead: the sum of every step, one read of every value: the data
@@ -67,6 +69,7 @@ from typing import Any
 from bench._common import (
     PINS,
     REPO,
+    add_worker_preload_option,
     child_env,
     compile_bytecode,
     drop_from_page_cache,
@@ -237,12 +240,13 @@ def run_mpi(cmd: list[str], env: dict[str, str], cwd: Path, cores: list[int] | N
 
 
 @contextlib.contextmanager
-def dask_cluster(workers: int) -> Iterator[Any]:
-    """A fresh cluster per stream, so that one run's leftovers cannot slow the next."""
+def dask_cluster(workers: int, worker_preload: bool = True) -> Iterator[Any]:
+    """A fresh cluster per stream, so that one run's leftovers cannot slow the next; its
+    workers preload ``deisa.bridge.worker`` unless ``worker_preload`` is false."""
     from distributed import Client
 
     with (
-        local_cluster(workers) as cluster,
+        local_cluster(workers, worker_preload=worker_preload) as cluster,
         Client(cluster) as client,
     ):  # fmt: skip
         client.run(lambda: __import__("deisa.analysis.pca"))  # warm the workers' imports
@@ -340,7 +344,8 @@ class Runner:
         def read_and_analyse() -> tuple[float, list[float]]:
             # a fresh cluster: its start is not the analytics' cost (it would be up before the
             # run ends), and the cold read inherits nothing from the warm one
-            with dask_cluster(self.args.workers):  # the default client of the reads
+            # the default client of the reads
+            with dask_cluster(self.args.workers, self.args.worker_preload):
                 t1 = time.perf_counter()
                 with h5py.File(h5, "r") as f:
                     chunks = (1, -(-rows // self.args.workers), -1)
@@ -375,7 +380,7 @@ class Runner:
     def in_situ(
         self, mode: str, sim: Path, scheduler_file: Path, timings: Path, env: dict[str, str]
     ) -> dict[str, Any]:
-        with dask_cluster(self.args.workers) as client:
+        with dask_cluster(self.args.workers, self.args.worker_preload) as client:
             scheduler_file.write_text(json.dumps({"address": client.scheduler.address}))
             analytics = InSituAnalytics(client, self.args.steps, self.args.analytics)
             analytics.start()
@@ -559,6 +564,7 @@ def main(argv: list[str] | None = None) -> int:
         "or the sum (the data path alone)",
     )
     parser.add_argument("--quick", action="store_true", help="sizes 1 4 MiB/rank")
+    add_worker_preload_option(parser)
     parser.add_argument("--out", type=Path, default=Path("results"))
     args = parser.parse_args(argv)
     if args.quick:

@@ -3,11 +3,12 @@
     python -m bench.node_local --out results/        # ~2 minutes; --quick: ~1 minute
 
 One scheduler and ``--workers`` workers (real ``dask`` processes, loopback, plain TCP so that
-the comparison is of the transports, not of TLS) serve every run. For each block size
-(``--sizes``, MiB per rank) and each repetition, the two transports take turns on the same
-cluster: ``--ranks`` MPI ranks each publish ``--steps`` blocks back to back
-(``bench/_node_local_rank.py``), with ``transport="tcp"`` then ``transport="auto"`` (shared
-memory), in ``--modes`` (``async`` by default). Two analytics are measured:
+the comparison is of the transports, not of TLS, preloading ``deisa.bridge.worker`` as
+``deisa-run``'s do; ``--no-worker-preload``: without, rank 0 through distributed) serve every
+run. For each block size (``--sizes``, MiB per rank) and each repetition, the two transports
+take turns on the same cluster: ``--ranks`` MPI ranks each publish ``--steps`` blocks back to
+back (``bench/_node_local_rank.py``), with ``transport="tcp"`` then ``transport="auto"``
+(shared memory), in ``--modes`` (``async`` by default). Two analytics are measured:
 
 ``taking``   an :class:`~deisa.Adapter` takes every step as it comes and sums it (the steps
              never pile up);
@@ -44,7 +45,15 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from bench._common import child_env, compile_bytecode, finish, loadavg, median, table
+from bench._common import (
+    add_worker_preload_option,
+    child_env,
+    compile_bytecode,
+    finish,
+    loadavg,
+    median,
+    table,
+)
 
 RANK = Path(__file__).with_name("_node_local_rank.py")
 TRANSPORTS = ("tcp", "auto")
@@ -134,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--modes", nargs="+", default=["async"], choices=["async", "sync"])
     parser.add_argument("--quick", action="store_true", help="--repeat 1")
+    add_worker_preload_option(parser)
     parser.add_argument("--out", type=Path, default=Path("results"))
     args = parser.parse_args(argv)
     if args.quick:
@@ -146,7 +156,9 @@ def main(argv: list[str] | None = None) -> int:
     load_before = loadavg()
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="deisa-bench-") as tmp:
-        cluster = DaskProcesses.started(Path(tmp), args.workers, 300)
+        cluster = DaskProcesses.started(
+            Path(tmp), args.workers, 300, bridge_preload=args.worker_preload
+        )
         try:
             with cluster.client() as client:
                 run = 0
@@ -223,7 +235,7 @@ def report(args: argparse.Namespace, rows: list[dict[str, Any]], load_before: li
                             f"{m[cpu]:.2f} s"))  # fmt: skip
     return finish(args.out, "node_local", targets, rows=rows, ranks=args.ranks,
                   workers=args.workers, steps=args.steps, compute_ms=args.compute_ms,
-                  bytecode=args.bytecode,
+                  worker_preload=args.worker_preload, bytecode=args.bytecode,
                   loadavg_before=load_before,
                   loadavg_after=loadavg())  # fmt: skip
 

@@ -9,7 +9,9 @@ place, memory-bound like a stencil), a ``np.copyto`` of the block into a preallo
 *memcpy*, timed under the same load), and ``Bridge.publish`` of the block in ``mode="async"``
 (timed around the call; ``max_in_flight`` 2, ``buffer_nb`` 2). The analytics is this process:
 an :class:`~deisa.Adapter` that takes every step and drops it, on a ``LocalCluster`` of one
-worker process. Steps 0 and 1 are left out (the background connection).
+worker process, which preloads ``deisa.bridge.worker`` as ``deisa-run``'s workers do
+(``--no-worker-preload``: not; the worker is this checkout's even with ``--deisa``). Steps 0
+and 1 are left out (the background connection).
 
 Per size: the median publish and memcpy over every rank and step, the median of what the
 exchanges took inside publish (``sync_s - wait_s``: the exchange of the previous publish
@@ -42,6 +44,7 @@ from typing import Any
 from bench._common import (
     PINS,
     TLSFiles,
+    add_worker_preload_option,
     child_env,
     finish,
     loadavg,
@@ -109,9 +112,11 @@ def run_size(
     deisa: Path | None,
     workdir: Path,
     tls: TLSFiles | None = None,
+    worker_preload: bool = True,
 ) -> dict[str, Any]:
     """One run of the ranks at ``mib`` MiB/rank; every rank's per-step lists. With ``tls``,
-    the cluster speaks ``tls://`` only and the ranks and the Adapter use those credentials."""
+    the cluster speaks ``tls://`` only and the ranks and the Adapter use those credentials;
+    its worker preloads ``deisa.bridge.worker`` unless ``worker_preload`` is false."""
     import dask
     from distributed import Client
 
@@ -125,7 +130,7 @@ def run_size(
         env["PYTHONPATH"] = os.pathsep.join((str(deisa), env["PYTHONPATH"]))
     security = tls.security() if tls is not None else None
     with (
-        local_cluster(1, security) as cluster,
+        local_cluster(1, security, worker_preload=worker_preload) as cluster,
         Client(cluster, security=security) as client,
         dask.config.set(tls.config() if tls is not None else {}),
     ):  # fmt: skip
@@ -210,6 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--tls", action="store_true", help="TLS against plain TCP (writes publish_tls.json)"
     )
+    add_worker_preload_option(parser)
     parser.add_argument("--out", type=Path, default=Path("results"))
     args = parser.parse_args(argv)
     if args.quick:
@@ -227,7 +233,8 @@ def main(argv: list[str] | None = None) -> int:
         for mib in args.sizes:
             size_runs = []
             for _ in range(args.repeats):
-                run = run_size(args.ranks, mib, args.steps, args.compute, args.deisa, Path(tmp))
+                run = run_size(args.ranks, mib, args.steps, args.compute, args.deisa, Path(tmp),
+                               worker_preload=args.worker_preload)  # fmt: skip
                 run["summary"] = summarize(run)
                 size_runs.append(run)
             runs += size_runs
@@ -238,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     return finish(
         args.out, "publish", targets, ranks=args.ranks, steps=args.steps,
         compute=args.compute, repeats=args.repeats, deisa=where, load_before=load_before,
-        load=loadavg(), runs=runs,
+        load=loadavg(), worker_preload=args.worker_preload, runs=runs,
     )  # fmt: skip
 
 
@@ -257,7 +264,7 @@ def main_tls(args: argparse.Namespace, where: str, load_before: list[float]) -> 
                 for proto in ("tcp", "tls") if r % 2 == 0 else ("tls", "tcp"):
                     files = tls if proto == "tls" else None
                     run = run_size(args.ranks, mib, args.steps, args.compute, args.deisa,
-                                   Path(tmp), files)  # fmt: skip
+                                   Path(tmp), files, args.worker_preload)  # fmt: skip
                     run["summary"] = summarize(run)
                     print(f"  {mib} MiB/rank {proto}: publish {run['summary']['publish_ms']:.2f} "
                           f"ms, step {run['summary']['step_ms']:.1f} ms", flush=True)  # fmt: skip
@@ -284,7 +291,8 @@ def main_tls(args: argparse.Namespace, where: str, load_before: list[float]) -> 
     return finish(
         args.out, "publish_tls", targets, ranks=args.ranks, steps=args.steps,
         compute=args.compute, repeats=args.repeats, deisa=where, credentials=credentials,
-        load_before=load_before, load_after=load_after, summaries=summaries, runs=runs,
+        load_before=load_before, load_after=load_after, worker_preload=args.worker_preload,
+        summaries=summaries, runs=runs,
     )  # fmt: skip
 
 

@@ -4,9 +4,10 @@
 
 For each rank count (2, 4, 8 by default, oversubscribed), runs the Python heat solver under
 mpirun, publishing a fixed-size field through the Bridge to a real scheduler and two worker
-processes, while an Adapter in this process takes every step. Every RPC and stream message the
-scheduler handles during the run is counted by op (the scheduler runs in this process, so its
-handler tables can be wrapped: :func:`deisa._dask_internals.count_handler_calls`).
+processes (preloading ``deisa.bridge.worker``, as ``deisa-run``'s do), while an Adapter in
+this process takes every step. Every RPC and stream message the scheduler handles during the
+run is counted by op (the scheduler runs in this process, so its handler tables can be
+wrapped: :func:`deisa._dask_internals.count_handler_calls`).
 
 Printed per rank count: messages per step on the scheduler in all, those the simulation sends
 (``deisa_publish``), those the analytics sends, and the rest (heartbeats, which depend on wall
@@ -40,6 +41,7 @@ import ipaddress
 import json
 import os
 import re
+import shlex
 import statistics
 import subprocess
 import sys
@@ -52,7 +54,7 @@ from typing import Any
 
 import yaml
 
-from bench._common import PINS, REPO
+from bench._common import PINS, REPO, worker_preloads
 
 GRIDS = {1: (1, 1), 2: (2, 1), 4: (2, 2), 8: (4, 2), 16: (4, 4)}
 SIMULATION_OPS = {"deisa_publish", "deisa_open", "deisa_close", "deisa_workers"}
@@ -118,7 +120,7 @@ JOB_SCRIPT = """#!/bin/bash
 export {pins} OMPI_MCA_btl_tcp_if_include={iface} OMPI_MCA_oob_tcp_if_include={iface}
 srun --overlap --overcommit --nodes={nodes} --ntasks={nodes} --ntasks-per-node=1 \\
     --output={workdir}/worker-%N.log {python} -m dask worker --scheduler-file {scheduler_file} \\
-    --nthreads 1 --no-nanny --no-dashboard --interface {iface} \\
+    --nthreads 1 --no-nanny --no-dashboard --interface {iface} {preload} \\
     --local-directory "${{TMPDIR:-/tmp}}" &
 workers=$!
 srun --overlap --overcommit --nodes={nodes} --ntasks={ranks} --mpi=pmix \\
@@ -147,7 +149,9 @@ class _SlurmJob:
         script.write_text(
             JOB_SCRIPT.format(nodes=nodes, workdir=workdir, pins=pins,
                               iface=cluster.interface, python=sys.executable, ranks=ranks,
-                              scheduler_file=scheduler_file, config=config)
+                              scheduler_file=scheduler_file, config=config,
+                              preload=" ".join(f"--preload {shlex.quote(m)}"
+                                               for m in worker_preloads()))
         )  # fmt: skip
         submitted = cluster.run("sbatch", "--parsable", str(script))
         if submitted.returncode != 0:
@@ -216,6 +220,7 @@ def run_one(
             processes=True,
             host="127.0.0.1" if local else login_address(cluster),
             dashboard_address=None,
+            preload=worker_preloads(),  # as deisa-run's workers
         ) as dask_cluster,
         # by address, not Client(cluster): the client gets its own loop thread, so the CPU time
         # of the scheduler's loop thread is the scheduler's (and the nannies' few messages)

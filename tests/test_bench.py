@@ -89,6 +89,14 @@ def test_benchmarks_pin_threads_as_the_launcher_does() -> None:
     assert PINS == THREAD_PINS
 
 
+def test_benchmark_workers_preload_the_bridge_as_the_launcher_does() -> None:
+    from bench._common import worker_preloads
+    from deisa.launcher.settings import BRIDGE_WORKER, preload_args
+
+    assert worker_preloads() == preload_args()[1::2] and BRIDGE_WORKER in worker_preloads()
+    assert BRIDGE_WORKER not in worker_preloads(False)  # --no-worker-preload
+
+
 def _record(ranks: int, workers: int) -> dict:
     """A run that follows a known model: 0.1 ms of scheduler CPU per message, registration
     0.05 ms + 2 us per block, heartbeats 3 per step (left out of the model)."""
@@ -159,6 +167,7 @@ def test_insitu_vs_posthoc_runs_every_mode_and_writes_json(tmp_path: Path, analy
     result = json.loads((tmp_path / "insitu_vs_posthoc.json").read_text())
     (size,) = result["sizes"]
     assert result["settings"]["analytics"] == analytics
+    assert result["settings"]["worker_preload"] is True  # as deisa-run's workers
     if analytics == "sum":  # every value of the field is at least the boundary's 0: a sum > 0
         assert all(s > 0 for s in size["runs"]["in situ async"][0]["result"])
     modes = {"no output", "in situ sync", "in situ async"}
@@ -335,5 +344,6 @@ def test_node_local_runs_both_transports_side_by_side(tmp_path: Path) -> None:
     }
     assert all(r["sustained_gibs"] > 0 and r["memcpy_gibs"] > 0 for r in result["rows"])
     assert result["compute_ms"] == 5 and "copy of memcpy" in proc.stdout
+    assert result["worker_preload"] is True  # as deisa-run's workers
     others = result["rows"][0]["start_cpu_others_s"]
     assert others == others and others > 0  # rank 1 measured apart (not NaN)

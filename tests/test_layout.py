@@ -85,9 +85,23 @@ ROOT_ONLY = ("deisa.scheduler",)
 NO_RANK = ("deisa.analysis", "deisa.launcher", "dask.array", "scipy", "sklearn", "pandas")
 
 
+@pytest.mark.parametrize("relay", [True, False], ids=["relay", "no-relay"])
 def test_no_rank_waits_for_distributed_and_only_rank_0_loads_the_scheduler_side(
-    tmp_path: Path, dask_processes: DaskProcesses
+    tmp_path: Path, relay: bool
 ) -> None:
+    """``relay``: the workers preload ``deisa.bridge.worker``, as ``deisa-run``'s do, and rank
+    0 calls the scheduler through one of them; else rank 0 connects with distributed."""
+    (tmp_path / "dask").mkdir()
+    cluster = DaskProcesses.started(
+        tmp_path / "dask", 2, STARTUP, env=test_env(), bridge_preload=relay
+    )
+    try:
+        _probe_the_ranks(tmp_path, cluster, relay)
+    finally:
+        cluster.stop()
+
+
+def _probe_the_ranks(tmp_path: Path, dask_processes: DaskProcesses, relay: bool) -> None:
     probe, out = tmp_path / "probe.py", tmp_path / "loaded"
     probe.write_text(RANK_PROBE.format(startup=STARTUP))
     cmd = mpirun(2, sys.executable, str(probe), str(dask_processes.scheduler_file), str(out))
@@ -100,11 +114,14 @@ def test_no_rank_waits_for_distributed_and_only_rank_0_loads_the_scheduler_side(
         )
         assert "distributed" not in rank["first"] and "deisa.bridge.bridge" in rank["first"]
         assert _heavy(rank["end"], NO_RANK) == []
-    assert "distributed" in root["end"]  # rank 0 connected with it, on the loop thread
+    if relay:  # rank 0 called the scheduler through a worker of its node
+        assert _heavy(root["end"], ("distributed", "dask")) == []
+    else:
+        assert "distributed" in root["end"]  # rank 0 connected with it, on the loop thread
+        assert _heavy(root["end"], ROOT_ONLY) != []  # rank 0 installed the extension
     # rank 1 sends through shared memory, and its notices to rank 0 (with rank 0's TLS files
     # under TLS) need neither distributed nor dask
     assert _heavy(other["end"], ("distributed", "dask")) == []
-    assert _heavy(root["end"], ROOT_ONLY) != []  # rank 0 installed the extension
     assert _heavy(other["end"], ROOT_ONLY) == []
     with dask_processes.client() as client:
         from deisa import Adapter

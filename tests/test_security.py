@@ -55,9 +55,12 @@ def tls_cluster(tmp_path: Path) -> Iterator[tuple[Path, dict[str, str]]]:
          "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"],
         check=True, capture_output=True, timeout=60,
     )  # fmt: skip
+    # without deisa.bridge.worker: a rank 0 here calls the scheduler itself, with its own
+    # credentials or none; a worker's relay would make its calls with the worker's (same
+    # account only: docs/security.md), and the plain rank 0 below would get through
     cluster = DaskProcesses(
         tmp_path / "scheduler.json", log_dir=tmp_path, env=test_env(),
-        credentials=_SelfSigned(cert, key),
+        credentials=_SelfSigned(cert, key), bridge_preload=False,
     )  # fmt: skip
     try:
         cluster.start_scheduler(STARTUP)

@@ -11,7 +11,9 @@ What every one of them gets (``docs/security.md``): the servers listen on loopba
 files, never the key itself); BLAS and OpenMP pinned to one thread, no work stealing
 (:func:`~deisa.launcher.processes.child_env`); each process in its own session, logged to a
 private file (0600, no symbolic link followed) of :attr:`DaskProcesses.log_dir`, inheriting
-the caller's umask (``deisa-run``: 077).
+the caller's umask (``deisa-run``: 077); the workers preload deisa's worker plugin
+(``--preload deisa.bridge.worker``: shared memory from the first step, and a rank 0 that
+calls the scheduler without distributed), unless a benchmark opts out.
 """
 
 from __future__ import annotations
@@ -78,9 +80,12 @@ def worker_command(
     preload: str | None = None,
     credentials: TLSOptions | None = None,
     extra: Sequence[str] = (),
+    *,
+    bridge_preload: bool = True,
 ) -> list[str]:
     """``dask worker`` number ``index`` (named ``worker-<index>``) on loopback, without nanny
-    (a killed worker stays dead) nor dashboard.
+    (a killed worker stays dead) nor dashboard, preloading deisa's worker plugin
+    (:data:`~deisa.launcher.settings.BRIDGE_WORKER`).
 
     Parameters
     ----------
@@ -100,6 +105,9 @@ def worker_command(
         The job's TLS files; ``None``: plain TCP.
     extra
         More options, last.
+    bridge_preload
+        Preload :data:`~deisa.launcher.settings.BRIDGE_WORKER`; ``False``: rank 0 calls the
+        scheduler through distributed (a benchmark's comparison).
     """
     from .settings import preload_args
 
@@ -112,7 +120,7 @@ def worker_command(
         "--no-nanny", "--no-dashboard", "--dashboard-address", f"{LOOPBACK}:0",
         "--name", f"worker-{index}",
         *(["--local-directory", str(local_dir)] if local_dir is not None else []),
-        *preload_args(preload),
+        *preload_args(preload, bridge=bridge_preload),
         *extra,
     ]  # fmt: skip
 
@@ -153,6 +161,9 @@ class DaskProcesses:
         Starts the processes: the launcher's :class:`~deisa.launcher.processes.ProcessSet`,
         which also stops them with the run's other processes; by default one of this object's
         own (in ``log_dir``).
+    bridge_preload
+        The workers preload deisa's worker plugin, as ``deisa-run``'s do
+        (:func:`worker_command`); ``False``: they do not.
     """
 
     scheduler_file: Path
@@ -161,6 +172,7 @@ class DaskProcesses:
     env: Mapping[str, str] | None = None
     credentials: TLSOptions | None = None
     processes: ProcessSet | None = None
+    bridge_preload: bool = True
 
     def _start(self, name: str, cmd: list[str]) -> subprocess.Popen[bytes]:
         if self.processes is None:
@@ -214,7 +226,14 @@ class DaskProcesses:
             self._start(
                 f"worker-{i}",
                 worker_command(
-                    self.scheduler_file, i, threads, local_dir, preload, self.credentials, extra
+                    self.scheduler_file,
+                    i,
+                    threads,
+                    local_dir,
+                    preload,
+                    self.credentials,
+                    extra,
+                    bridge_preload=self.bridge_preload,
                 ),
             )
             for i in range(first, first + n)
@@ -264,11 +283,12 @@ class DaskProcesses:
         env: Mapping[str, str] | None = None,
         credentials: TLSOptions | None = None,
         worker_args: Sequence[str] = (),
+        bridge_preload: bool = True,
     ) -> _Processes:
         """A scheduler and ``workers`` workers, their files and logs in ``directory``, once
         every worker is connected (stopped if they are not within ``timeout`` s)."""
         cluster = cls(directory / "scheduler.json", log_dir=directory, env=env,
-                      credentials=credentials)  # fmt: skip
+                      credentials=credentials, bridge_preload=bridge_preload)  # fmt: skip
         try:
             cluster.start_scheduler(timeout)
             cluster.start_workers(workers, threads, extra=worker_args)

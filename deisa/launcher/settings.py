@@ -350,17 +350,38 @@ def _check_user_code(settings: RunSettings, values: Values) -> None:
         )
 
 
-def preload_args(module: str | None) -> list[str]:
-    """``dask worker`` options that preload ``module`` (``[]`` for ``None``) and keep the
-    preloads of the dask configuration (``distributed.worker.preload``, e.g. from
-    ``DASK_DISTRIBUTED__WORKER__PRELOAD``), which a ``--preload`` option would otherwise
-    replace."""
-    if module is None:
-        return []
+BRIDGE_WORKER = "deisa.bridge.worker"
+"""The module every ``dask worker`` that deisa starts preloads (:mod:`deisa.bridge.worker`):
+deisa's worker plugin runs on it from the start, so that the ranks of its node send their
+blocks through shared memory from the first step and a rank 0 on its node calls the scheduler
+through its relay, without importing distributed. Without it, rank 0 goes through distributed
+and registers the plugin itself."""
+
+
+def worker_preloads(module: str | None = None, *, bridge: bool = True) -> list[str]:
+    """The modules a ``dask worker`` preloads, in order: those of the dask configuration
+    (``distributed.worker.preload``, e.g. from ``DASK_DISTRIBUTED__WORKER__PRELOAD``), which a
+    ``--preload`` option would otherwise replace, :data:`BRIDGE_WORKER` (unless ``bridge`` is
+    false), then ``module`` (the settings' ``worker_preload``), each once.
+
+    Examples
+    --------
+    >>> worker_preloads("deisa.analysis._warm")  # doctest: +SKIP
+    ['deisa.bridge.worker', 'deisa.analysis._warm']
+    """
     import dask.config
 
     configured = dask.config.get("distributed.worker.preload", default=None) or []
     if isinstance(configured, str):
         configured = [configured]
-    modules = dict.fromkeys([*map(str, configured), module])
-    return [arg for m in modules for arg in ("--preload", m)]
+    ours = [*([BRIDGE_WORKER] if bridge else []), *([module] if module is not None else [])]
+    return list(dict.fromkeys([*map(str, configured), *ours]))
+
+
+def preload_args(module: str | None = None, *, bridge: bool = True) -> list[str]:
+    """``dask worker`` options that preload :func:`worker_preloads`; ``[]`` when deisa
+    preloads nothing (``module`` is ``None`` and ``bridge`` false: the configuration's
+    preloads apply by themselves)."""
+    if module is None and not bridge:
+        return []
+    return [arg for m in worker_preloads(module, bridge=bridge) for arg in ("--preload", m)]

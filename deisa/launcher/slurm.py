@@ -271,7 +271,8 @@ def _dask_steps(
     tls = _TLS_ARGS if settings.tls else _UCX_ARGS if settings.protocol == "ucx" else ""
     http = f" --dashboard-address {LOOPBACK}:0"
     dashboard = " --dashboard" if dashboard_available() else " --no-dashboard"
-    # the PCA's warm-up (or --worker-preload's module) runs while the ranks start; the
+    # deisa's worker plugin (settings.BRIDGE_WORKER) is there before the ranks connect, and
+    # the PCA's warm-up (or --worker-preload's module) runs while they start; the
     # configuration's preloads (DASK_DISTRIBUTED__WORKER__PRELOAD at sbatch time) are kept
     preload = "".join(f" {shlex.quote(a)}" for a in preload_args(settings.worker_preload))
     threads = settings.threads

@@ -11,6 +11,7 @@ import argparse
 import dataclasses
 import json
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -83,6 +84,9 @@ def test_run_small_python_completes_and_cleans_up(tmp_path: Path) -> None:
     assert all(row["compute_s"] > 0 and row["bandwidth_Bps"] > 0 for row in table)
     assert "Dashboard:" in proc.stderr
     assert "in situ PCA" in proc.stderr  # the progress bar
+    # the workers preload deisa.bridge.worker: rank 0 finds its node's relay at its connection
+    simulation_log = (out / "logs" / "simulation.log").read_text()
+    assert "rank 0 calls the scheduler through the relay of worker" in simulation_log
     assert left_behind(tmp_path) == []
 
 
@@ -617,20 +621,54 @@ def test_workers_preload_the_pca_warm_up_for_the_builtin_pca_only(tmp_path: Path
     with pytest.raises(UsageError, match="--worker-preload"):
         solver.resolve_settings(parse("--worker-preload", " "))
     cmd = dask_processes.worker_command(tmp_path / "s.json", 0, 1, tmp_path, settings.PCA_WARM_UP)
-    assert cmd[cmd.index("--preload") + 1] == "deisa.analysis._warm"
-    assert "--preload" not in dask_processes.worker_command(tmp_path / "s.json", 0, 1, tmp_path)
+    assert preloads(cmd) == [BRIDGE, "deisa.analysis._warm"]
+    assert preloads(dask_processes.worker_command(tmp_path / "s.json", 0, 1, tmp_path)) == [BRIDGE]
+
+
+BRIDGE = "deisa.bridge.worker"
+
+
+def preloads(cmd: list[str]) -> list[str]:
+    """The modules of ``cmd``'s ``--preload`` options, in order."""
+    return [cmd[i + 1] for i, arg in enumerate(cmd) if arg == "--preload"]
+
+
+def slurm_worker_line(*argv: str) -> str:
+    """The ``dask worker`` line of the Slurm job script of ``deisa-run slurm argv``."""
+    script = slurm.job_script(solver.resolve_settings(cli.parse_args("slurm", [*argv]), "slurm"))
+    return next(line for line in script.splitlines() if "--no-nanny" in line)
 
 
 def test_slurm_workers_preload_the_pca_warm_up_for_the_builtin_pca_only() -> None:
-    def worker_line(*argv: str) -> str:
-        script = slurm.job_script(
-            solver.resolve_settings(cli.parse_args("slurm", [*argv]), "slurm")
-        )
-        return next(line for line in script.splitlines() if "--no-nanny" in line)
+    assert " --preload deisa.analysis._warm " in slurm_worker_line("--solver", "python")
+    assert "_warm" not in slurm_worker_line("--analytics", "a.py", "--", "./sim")
+    assert "--preload my.mod" in slurm_worker_line("--worker-preload", "my.mod", "--", "./sim")
 
-    assert " --preload deisa.analysis._warm " in worker_line("--solver", "python")
-    assert "--preload" not in worker_line("--analytics", "a.py", "--", "./sim")
-    assert "--preload my.mod" in worker_line("--worker-preload", "my.mod", "--", "./sim")
+
+@pytest.mark.parametrize(
+    ("argv", "user"),
+    [
+        (["--worker-preload", "none"], []),
+        (["--solver", "python"], [settings.PCA_WARM_UP]),
+        (["--worker-preload", "my.mod", "--analytics", "a.py", "--", "./sim"], ["my.mod"]),
+        (["--worker-preload", "/my dir/it's.py", "--", "./sim"], ["/my dir/it's.py"]),
+    ],
+)
+def test_every_worker_preloads_the_bridge_beside_the_users_module(
+    tmp_path: Path, argv: list[str], user: list[str]
+) -> None:
+    """``deisa.bridge.worker`` first, then the settings' module, locally and in the job script,
+    whatever ``--worker-preload`` says; a module path with a space or a quote stays one
+    word of the script."""
+    assert settings.BRIDGE_WORKER == BRIDGE
+    run = solver.resolve_settings(cli.parse_args(RUN, argv))
+    cmd = dask_processes.worker_command(tmp_path / "s.json", 0, 1, tmp_path, run.worker_preload)
+    assert preloads(cmd) == [BRIDGE, *user]
+    line = slurm_worker_line(*argv)
+    assert preloads(shlex.split(line.rstrip(" \\"))) == [BRIDGE, *user]
+    assert preloads(dask_processes.worker_command(
+        tmp_path / "s.json", 0, 1, tmp_path, run.worker_preload, bridge_preload=False
+    )) == user  # fmt: skip
 
 
 def test_worker_preload_keeps_the_preloads_of_the_dask_configuration(tmp_path: Path) -> None:
@@ -639,14 +677,20 @@ def test_worker_preload_keeps_the_preloads_of_the_dask_configuration(tmp_path: P
         cmd = dask_processes.worker_command(
             tmp_path / "s.json", 0, 1, tmp_path, settings.PCA_WARM_UP
         )
-        preloads = [cmd[i + 1] for i, arg in enumerate(cmd) if arg == "--preload"]
-        assert preloads == ["mine.monitor", settings.PCA_WARM_UP]
+        assert preloads(cmd) == ["mine.monitor", BRIDGE, settings.PCA_WARM_UP]
         script = slurm.job_script(solver.resolve_settings(cli.parse_args("slurm", []), "slurm"))
-        assert " --preload mine.monitor --preload deisa.analysis._warm" in script
-        # nothing to add: the configuration applies as it is
-        assert "--preload" not in dask_processes.worker_command(tmp_path / "s.json", 0, 1, tmp_path)
-    with dask.config.set({"distributed.worker.preload": "one.py"}):
-        assert settings.preload_args("a.b") == ["--preload", "one.py", "--preload", "a.b"]
+        assert (
+            f" --preload mine.monitor --preload {BRIDGE} --preload deisa.analysis._warm" in script
+        )
+        cmd = dask_processes.worker_command(tmp_path / "s.json", 0, 1, tmp_path)
+        assert preloads(cmd) == ["mine.monitor", BRIDGE]
+        # nothing of deisa's to add: the configuration applies as it is
+        assert "--preload" not in dask_processes.worker_command(
+            tmp_path / "s.json", 0, 1, tmp_path, bridge_preload=False
+        )
+    with dask.config.set({"distributed.worker.preload": ["one.py", BRIDGE]}):
+        args = ["--preload", "one.py", "--preload", BRIDGE, "--preload", "a.b"]
+        assert settings.preload_args("a.b") == args  # each once
 
 
 def test_build_dir_default_is_the_projects_wherever_the_user_stands(
