@@ -83,13 +83,18 @@ class DaskProcesses(_DaskProcesses):
 
 
 def start_dask(
-    tmp: Path, n_workers: int = 2, nthreads: int = 1, extra_worker_args: list[str] | None = None
+    tmp: Path,
+    n_workers: int = 2,
+    nthreads: int = 1,
+    extra_worker_args: list[str] | None = None,
+    bridge_preload: bool = True,
 ) -> DaskProcesses:
     """Start a scheduler and ``n_workers`` workers on loopback, their files and logs in
-    ``tmp``; wait until they are connected."""
+    ``tmp``; wait until they are connected. ``bridge_preload=False``: the workers start
+    without deisa's worker plugin (rank 0 registers it when it connects)."""
     cluster = DaskProcesses.started(
         tmp, n_workers, STARTUP, threads=nthreads, env=test_env(),
-        worker_args=extra_worker_args or (),
+        worker_args=extra_worker_args or (), bridge_preload=bridge_preload,
     )  # fmt: skip
     return cluster
 

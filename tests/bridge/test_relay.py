@@ -232,9 +232,7 @@ print("distributed" in sys.modules, bridge.transport)
 
 
 def test_a_rank_0_on_a_workers_node_never_imports_distributed(tmp_path: Path) -> None:
-    cluster = start_dask(
-        tmp_path, n_workers=1, extra_worker_args=["--preload", "deisa.bridge.worker"]
-    )
+    cluster = start_dask(tmp_path, n_workers=1)  # preloading deisa.bridge.worker, as deisa-run
     try:
         client = cluster.client()
         try:
