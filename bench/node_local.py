@@ -102,15 +102,20 @@ def run_once(
 
 def summarize(reports: list[dict[str, Any]]) -> dict[str, Any]:
     """The ranks' figures of one run (bandwidths in GiB/s, memory in MiB). Rank 0 talks to the
-    scheduler (it imports distributed); the other ranks, over shared memory, need not: the
-    memory and start-up figures are rank 0's, then the most of the other ranks' (``nan`` with
-    one rank)."""
+    scheduler (through the relay of a worker of its node, or with distributed without the
+    workers' preload): the memory and start-up figures are rank 0's, then the most of the other
+    ranks' (``nan`` with one rank, or a field this kernel's ``/proc/self/status`` lacks)."""
     gib, mib, nan = 2**30, 2**20, float("nan")
     reports = sorted(reports, key=lambda r: r["rank"])
     nbytes = reports[0]["nbytes"]
     steps = len(reports[0]["publish_s"])
-    added = [(r["memory_after"]["VmRSS"] - r["memory_before"]["VmRSS"]) / mib for r in reports]
-    anon = [(r["memory_after"]["RssAnon"] - r["memory_before"]["RssAnon"]) / mib for r in reports]
+
+    def grown(report: dict[str, Any], field: str) -> float:  # nan: a kernel without the field
+        after, before = report["memory_after"].get(field), report["memory_before"].get(field)
+        return nan if after is None or before is None else (after - before) / mib
+
+    added = [grown(r, "VmRSS") for r in reports]
+    anon = [grown(r, "RssAnon") for r in reports]
     cpu = [r["start_cpu_s"] for r in reports]
     return {
         "block_mib": nbytes / mib,
@@ -122,7 +127,7 @@ def summarize(reports: list[dict[str, Any]]) -> dict[str, Any]:
         "wait_ms": median([1000 * median(r["wait_s"]) for r in reports]),
         "rss_added_mib": added[0],
         "anon_added_mib": anon[0],
-        "shmem_mib": reports[0]["memory_after"]["RssShmem"] / mib,
+        "shmem_mib": reports[0]["memory_after"].get("RssShmem", nan) / mib,
         "start_cpu_s": cpu[0],
         "rss_added_others_mib": max(added[1:], default=nan),
         "anon_added_others_mib": max(anon[1:], default=nan),
