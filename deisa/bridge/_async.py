@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
-import mmap
 import threading
 import time
 from collections.abc import Callable
@@ -40,6 +39,7 @@ import numpy as np
 from ..contract import FULL as FULL_PLAN
 from ..contract import Plan
 from ..wire import Status, step_key_name
+from ._buffers import Buffers
 from ._collective import BridgeError
 from ._exchange import Exchanger
 from ._notices import EarlyRegistration, Notifier
@@ -73,49 +73,6 @@ class _Send:
     reported: bool = False
     failed_at: float | None = None  # when a failure was first held back (its worker may leave)
     lost: bool = False  # its worker left and none is left to take it
-
-
-def mapped_empty(shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray:
-    """``np.empty(shape, dtype)`` in pages of its own (an anonymous mapping), unmapped when the
-    array is gone: glibc would keep a freed block of this size in its heap (its mmap threshold
-    grows to the largest block freed), and a rank whose blocks go to slots after its first
-    publishes would carry the buffers of those publishes to the end of the run."""
-    count = int(np.prod(shape))
-    if count == 0:
-        return np.empty(shape, dtype=dtype)
-    pages = mmap.mmap(-1, count * dtype.itemsize, flags=mmap.MAP_PRIVATE)
-    return np.frombuffer(pages, dtype=dtype, count=count).reshape(shape)
-
-
-class Buffers:
-    """This rank's block copies, per array; main thread only.
-
-    Attributes
-    ----------
-    peak : dict of str to int
-        The most copies held at once, per array.
-    """
-
-    def __init__(self) -> None:
-        self._free: dict[str, list[np.ndarray]] = {}
-        self._allocated: dict[str, int] = {}
-        self.peak: dict[str, int] = {}
-
-    def take(self, name: str, shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray:
-        """A free buffer for a block of ``name`` (a new one if none is free)."""
-        free = self._free.setdefault(name, [])
-        if free:
-            return free.pop()
-        self._allocated[name] = self._allocated.get(name, 0) + 1
-        self.peak[name] = max(self.peak.get(name, 0), self._allocated[name])
-        return mapped_empty(shape, dtype)
-
-    def give_back(self, name: str, buffer: np.ndarray) -> None:
-        self._free.setdefault(name, []).append(buffer)
-
-    def drop(self, name: str) -> None:
-        """Forget a buffer of ``name`` taken and not given back (its memory goes with it)."""
-        self._allocated[name] -= 1
 
 
 @dataclass
@@ -311,10 +268,12 @@ class AsyncPublisher:
         if problem is None and plan.sends(state.rank):  # else outside the contract's region
             spec = state.specs[name]
             worker = state.routing.worker_of.get(name) if self.ledger.connection else None
-            buffer = state.transport.buffer(worker, spec.shape, spec.dtype) if worker else None
+            buffer = None
+            if worker and block.shape == spec.shape and block.dtype == spec.dtype:
+                buffer = state.transport.copy_in(worker, block)
             if buffer is None:  # no shared slot: a buffer of the Bridge's own
                 buffer = self.buffers.take(name, spec.shape, spec.dtype)
-            np.copyto(buffer, block)
+                np.copyto(buffer, block)
             nbytes = buffer.nbytes
             send = _Send(entry, buffer)
             self.sends[entry.seq] = send

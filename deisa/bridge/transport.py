@@ -91,6 +91,43 @@ class Transport:
         self._lent[id(view)] = (slot, view)
         return view
 
+    def copy_in(self, worker: str, block: np.ndarray) -> np.ndarray | None:
+        """A copy of ``block`` in a slot of ``worker``'s ring, or ``None`` (as :meth:`buffer`):
+        copied into a slot prepared ahead, else written into the slot's file
+        (:meth:`~deisa.bridge._shm.Slot.write`: a fresh slot's pages are not zeroed first),
+        then mapped. Give it back with :meth:`give_back` once sent."""
+        channel = self._channels.get(worker)
+        if (
+            channel is None
+            or channel.broken
+            or not plain_dtype(block.dtype)
+            or block.nbytes == 0
+            or not block.flags.c_contiguous
+        ):
+            return self._copied(self.buffer(worker, block.shape, block.dtype), block)
+        slot = channel.take(block.nbytes, mapped=False)
+        if slot is None:
+            return None
+        try:
+            if slot.data is None:  # not prepared: written unmapped, then mapped
+                slot.write(block)
+                view = slot.view(block.shape, block.dtype)
+            else:
+                view = slot.view(block.shape, block.dtype)
+                np.copyto(view, block)
+        except OSError as exc:  # no memory for it: this block goes by TCP
+            logger.warning("deisa bridge: writing a shared-memory slot failed: %s", exc)
+            channel.untake(slot)
+            return None
+        self._lent[id(view)] = (slot, view)
+        return view
+
+    @staticmethod
+    def _copied(view: np.ndarray | None, block: np.ndarray) -> np.ndarray | None:
+        if view is not None:
+            np.copyto(view, block)
+        return view
+
     def give_back(self, buffer: np.ndarray) -> bool:
         """Return a buffer from :meth:`buffer` (``False`` for any other array)."""
         lent = self._lent.pop(id(buffer), None)

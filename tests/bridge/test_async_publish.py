@@ -289,7 +289,7 @@ def _anon_rss() -> int:
 
 
 def test_a_dropped_block_buffer_gives_its_memory_back_at_once() -> None:
-    from deisa.bridge._async import Buffers
+    from deisa.bridge._buffers import Buffers
 
     nbytes = 16 * 2**20
     np.ones(nbytes // 8).sum()  # glibc's mmap threshold now grows past a freed 16 MiB block

@@ -112,6 +112,52 @@ async def test_slot_comes_back_when_the_worker_drops_the_block(c, s, a, b) -> No
 
 
 @gen_cluster(client=True, timeout=STARTUP)
+async def test_copy_in_writes_a_fresh_slot_unmapped_and_copies_into_a_prepared_one(
+    c, s, a, b
+) -> None:
+    """``mode="async"``'s copy of a block: a fresh slot is filled with ``pwrite`` (its pages are
+    not zeroed first, as a first touch through a mapping would), a slot the worker gave back
+    and the preparer mapped again gets a plain copy; the worker's block is bitwise the same."""
+    await install(c)
+    transport = Transport()
+    block = np.random.default_rng(0).random((300, 257))  # not a whole number of pages
+    written: list[int] = []
+    real_write = _shm.Slot.write
+
+    def write(slot: Any, data: np.ndarray) -> None:
+        assert slot.data is None  # unmapped while written
+        written.append(slot.id)
+        real_write(slot, data)
+
+    _shm.Slot.write = write  # type: ignore[method-assign]
+    try:
+        assert await transport.channel(a.address) is not None
+        for step in range(3):
+            buffer = transport.copy_in(a.address, block + step)
+            assert buffer is not None
+            await transport.send_shared(a.address, key(step), buffer)
+            assert transport.give_back(buffer)
+            del buffer
+            transport.settle()
+            np.testing.assert_array_equal(a.data[key(step)], block + step)
+            _dask_internals.register_keys(s, {key(step): [a.address]}, {key(step): 1}, c.id)
+            _dask_internals.release_keys(s, [key(step)], c.id)
+            await async_poll_for(lambda s=step: key(s) not in a.data, STARTUP)
+        channel = await transport.channel(a.address)
+        assert channel is not None
+        # the first block went to a fresh slot by pwrite; once a slot came back, the preparer
+        # mapped it ahead, and the next blocks were copied into it
+        await async_poll_for(lambda: any(x.data is not None and x.free for x in channel.slots),
+                             STARTUP)  # fmt: skip
+        assert written[:1] == [0] and len(written) < 3, written
+        buffer = transport.copy_in(a.address, block[:, ::2])  # not contiguous: mapped and copied
+        assert buffer is not None and transport.give_back(buffer)
+    finally:
+        _shm.Slot.write = real_write  # type: ignore[method-assign]
+        await transport.close()
+
+
+@gen_cluster(client=True, timeout=STARTUP)
 async def test_a_full_ring_sends_by_tcp(c, s, a, b) -> None:
     await install(c)
     transport, pool = Transport(), Pool()

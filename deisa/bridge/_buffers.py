@@ -1,0 +1,52 @@
+"""The Bridge's own block buffers (``mode="async"``), where a block goes by TCP or before the
+connection is known: a copy per block in flight, reused for the next ones of the same array."""
+
+from __future__ import annotations
+
+import mmap
+from typing import Any
+
+import numpy as np
+
+
+def mapped_empty(shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray:
+    """``np.empty(shape, dtype)`` in pages of its own (an anonymous mapping), unmapped when the
+    array is gone: glibc would keep a freed block of this size in its heap (its mmap threshold
+    grows to the largest block freed), and a rank whose blocks go to slots after its first
+    publishes would carry the buffers of those publishes to the end of the run."""
+    count = int(np.prod(shape))
+    if count == 0:
+        return np.empty(shape, dtype=dtype)
+    pages = mmap.mmap(-1, count * dtype.itemsize, flags=mmap.MAP_PRIVATE)
+    return np.frombuffer(pages, dtype=dtype, count=count).reshape(shape)
+
+
+class Buffers:
+    """This rank's block copies, per array; main thread only.
+
+    Attributes
+    ----------
+    peak : dict of str to int
+        The most copies held at once, per array.
+    """
+
+    def __init__(self) -> None:
+        self._free: dict[str, list[np.ndarray]] = {}
+        self._allocated: dict[str, int] = {}
+        self.peak: dict[str, int] = {}
+
+    def take(self, name: str, shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray:
+        """A free buffer for a block of ``name`` (a new one if none is free)."""
+        free = self._free.setdefault(name, [])
+        if free:
+            return free.pop()
+        self._allocated[name] = self._allocated.get(name, 0) + 1
+        self.peak[name] = max(self.peak.get(name, 0), self._allocated[name])
+        return mapped_empty(shape, dtype)
+
+    def give_back(self, name: str, buffer: np.ndarray) -> None:
+        self._free.setdefault(name, []).append(buffer)
+
+    def drop(self, name: str) -> None:
+        """Forget a buffer of ``name`` taken and not given back (its memory goes with it)."""
+        self._allocated[name] -= 1
