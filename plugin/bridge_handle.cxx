@@ -173,7 +173,7 @@ void Bridge_handle::validate(Context& ctx, PC_tree_t config, double interpreter_
 				throw Spectree_error{config, "deisa configuration: {}", py::str(e.value()).cast<string>()};
 			}
 		}
-		// numpy, distributed, deisa.bridge: seconds, overlapped with the simulation's first steps
+		// numpy, deisa.bridge, mpi4py: seconds, overlapped with the simulation's first steps
 		m_preload = py::module_::import("deisa.bridge._preload").attr("start")();
 		// no option key to check: PDI_init waits for no import at all
 		if (m_options.empty()) return;

@@ -4,10 +4,11 @@ The PDI plugin calls :func:`start` right after it has started the embedded inter
 releases the GIL: while the C code computes, this thread imports what the rank needs, in
 stages. The plugin waits for a stage only when it needs it (:meth:`Preload.wait`): the
 options at ``PDI_init`` (``deisa.bridge.options``: numpy, the placements), the Bridge at the first
-publication (``deisa.bridge.bridge``, which does not import distributed). Nothing waits for the
-last stage, distributed: it is what the Bridge's event-loop thread sends with (and rank 0
-connects with), imported here from ``PDI_init`` on so that the sends find it ready, while the
-simulation's first publication does not wait for it (docs/benchmarks.md, "Start-up of a rank").
+publication (``deisa.bridge.bridge``, which does not import distributed). distributed is not
+preloaded: a rank whose blocks go through shared memory, and a rank 0 whose calls a worker of
+its node relays (:mod:`deisa.bridge._relay`), never import it (0.4 s of CPU and 27 MiB each,
+docs/benchmarks.md, section 11); a rank that sends by TCP imports it on the Bridge's
+event-loop thread at its first send, off the simulation's thread.
 
 No MPI call happens here: ``mpi4py.MPI`` initializes MPI (or queries it) when imported, and a
 C simulation usually owns MPI at thread level ``MPI_THREAD_SINGLE``, so the plugin imports it
@@ -19,7 +20,7 @@ Examples
 >>> preload.wait("options")  # returns once deisa.bridge.options is imported; raises its ImportError
 >>> preload.join()
 >>> sorted(preload.seconds)  # doctest: +SKIP
-['bridge', 'distributed', 'options']
+['bridge', 'options']
 """
 
 from __future__ import annotations
@@ -36,7 +37,6 @@ logger = logging.getLogger(__name__)
 STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("options", ("numpy", "deisa.bridge.options", "deisa.bridge.decomposition")),
     ("bridge", ("deisa.bridge.bridge", "mpi4py")),
-    ("distributed", ("distributed",)),
 )
 
 
