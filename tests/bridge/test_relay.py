@@ -11,7 +11,6 @@ import socket
 import struct
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ import numpy as np
 import pytest
 from conftest import STARTUP, start_dask, test_env
 from distributed.utils_test import gen_cluster
-from test_transport import FOREIGN_PYTHON, NOBODY, as_root
+from test_transport import AS_NOBODY, REFUSED, as_root, attack, squat
 
 from deisa import Adapter
 from deisa.bridge._connect import Pool, route
@@ -152,32 +151,9 @@ async def test_the_relay_refuses_another_account(c, s, a, b) -> None:
     await relay.close()
     frame = pack({"id": 1, "op": "hello", "kwargs": {}})
     script = ATTACKER.format(timeout=STARTUP, name=relay_name(s.address), frame=frame)
-    assert FOREIGN_PYTHON is not None
-
-    async def attack(**account: Any) -> str:
-        proc = await asyncio.create_subprocess_exec(
-            FOREIGN_PYTHON, "-c", script, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            **account,
-        )  # fmt: skip
-        out, err = await asyncio.wait_for(proc.communicate(), STARTUP)
-        assert proc.returncode == 0, err
-        return out.decode().strip()
-
-    assert (await attack()).startswith("reply: b'\\x00"), "no positive control"
-    refused = await attack(user=NOBODY, group=NOBODY, extra_groups=[])
-    assert refused in ("reply: b''", "refused: ConnectionResetError", "refused: BrokenPipeError"), (
-        refused
-    )
-
-
-SQUATTER = """
-import socket, time
-sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-sock.bind({name!r})
-sock.listen(8)
-print("bound", flush=True)
-time.sleep({timeout})
-"""
+    assert (await attack(script)).startswith("reply: b'\\x00"), "no positive control"
+    refused = await attack(script, **AS_NOBODY)
+    assert refused in REFUSED, refused
 
 
 @as_root
@@ -185,14 +161,8 @@ def test_rank_0_refuses_a_relay_of_another_account() -> None:
     """Another account took the relay's name first: rank 0 sees whose socket it is and calls
     the scheduler through distributed (nothing is sent to the squatter)."""
     scheduler = "tcp://127.0.0.1:9"
-    script = textwrap.dedent(SQUATTER).format(name=relay_name(scheduler), timeout=STARTUP)
-    assert FOREIGN_PYTHON is not None
-    squatter = subprocess.Popen(
-        [FOREIGN_PYTHON, "-c", script], stdout=subprocess.PIPE, text=True,
-        user=NOBODY, group=NOBODY, extra_groups=[],
-    )  # fmt: skip
+    squatter = squat(relay_name(scheduler), "SOCK_STREAM")
     try:
-        assert squatter.stdout is not None and squatter.stdout.readline().strip() == "bound"
         assert asyncio.run(Relay.open(scheduler, STARTUP)) is None
     finally:
         squatter.kill()

@@ -12,7 +12,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 import threading
 from pathlib import Path
 from typing import Any
@@ -130,7 +129,7 @@ def test_a_rank_killed_mid_run_leaves_only_the_slots_of_blocks_held(
 def test_a_listener_taken_by_another_account_sends_that_workers_blocks_by_tcp(
     tmp_path: Path,
 ) -> None:
-    from test_transport import FOREIGN_PYTHON, NOBODY, SQUATTER
+    from test_transport import FOREIGN_PYTHON, squat
 
     if FOREIGN_PYTHON is None:
         pytest.skip("no Python that uid 65534 may run")
@@ -142,14 +141,7 @@ def test_a_listener_taken_by_another_account_sends_that_workers_blocks_by_tcp(
     try:
         with cluster.client() as client:
             victim = sorted(client.scheduler_info()["workers"])[0]
-            script = textwrap.dedent(SQUATTER).format(
-                name=socket_name(victim, uid=os.getuid()), timeout=4 * STARTUP
-            )
-            squatter = subprocess.Popen(
-                [FOREIGN_PYTHON, "-c", script], stdout=subprocess.PIPE, text=True,
-                user=NOBODY, group=NOBODY, extra_groups=[],
-            )  # fmt: skip
-            assert squatter.stdout is not None and squatter.stdout.readline().strip() == "bound"
+            squatter = squat(socket_name(victim, uid=os.getuid()))
             sim = publish(cluster, done, "--name", "squat", "--nsteps", "4")
             values: dict[int, np.ndarray] = {}
             reader = threading.Thread(target=lambda: values.update(take_all(client, "squat")))

@@ -52,6 +52,42 @@ as_root = pytest.mark.skipif(
 )
 
 
+AS_NOBODY: dict[str, Any] = {"user": NOBODY, "group": NOBODY, "extra_groups": []}
+REFUSED = ("reply: b''", "refused: ConnectionResetError", "refused: BrokenPipeError")
+"""What an attacker's script prints when the listener closed on it before any answer."""
+
+SQUATTER = """
+import socket, time
+sock = socket.socket(socket.AF_UNIX, socket.{kind})
+sock.bind({name!r})
+sock.listen(8)
+print("bound", flush=True)
+time.sleep({timeout})
+"""
+
+
+async def attack(script: str, **account: Any) -> str:
+    """What ``script`` printed, run as ``account`` (``AS_NOBODY``; this account by default)."""
+    assert FOREIGN_PYTHON is not None
+    proc = await asyncio.create_subprocess_exec(
+        FOREIGN_PYTHON, "-c", script, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **account
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), STARTUP)
+    assert proc.returncode == 0, err
+    return out.decode().strip()
+
+
+def squat(name: bytes, kind: str = "SOCK_SEQPACKET") -> subprocess.Popen[str]:
+    """A process of uid 65534 that holds the abstract socket ``name`` (until killed)."""
+    assert FOREIGN_PYTHON is not None
+    script = textwrap.dedent(SQUATTER).format(name=name, kind=kind, timeout=4 * STARTUP)
+    squatter = subprocess.Popen(
+        [FOREIGN_PYTHON, "-c", script], stdout=subprocess.PIPE, text=True, **AS_NOBODY
+    )
+    assert squatter.stdout is not None and squatter.stdout.readline().strip() == "bound"
+    return squatter
+
+
 def key(step: int) -> tuple[Any, ...]:
     return (f"deisa-test-field-{step}", 0, 0)
 
@@ -273,34 +309,11 @@ except OSError as exc:
 async def test_the_listener_refuses_another_account(c, s, a, b) -> None:
     await install(c)
     script = ATTACKER.format(timeout=STARTUP, name=socket_name(a.address, uid=os.getuid()))
-    assert FOREIGN_PYTHON is not None
-
-    async def attack(**account: Any) -> str:
-        proc = await asyncio.create_subprocess_exec(
-            FOREIGN_PYTHON, "-c", script, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            **account,
-        )  # fmt: skip
-        out, err = await asyncio.wait_for(proc.communicate(), STARTUP)
-        assert proc.returncode == 0, err
-        return out.decode().strip()
-
     # the control: the same process of this account is answered
-    assert (await attack()).startswith('reply: b\'{"op":"hello"'), "no positive control"
+    assert (await attack(script)).startswith('reply: b\'{"op":"hello"'), "no positive control"
     # closed by the worker before any answer: nothing read, or a reset
-    refused = await attack(user=NOBODY, group=NOBODY, extra_groups=[])
-    assert refused in ("reply: b''", "refused: ConnectionResetError", "refused: BrokenPipeError"), (
-        refused
-    )
-
-
-SQUATTER = """
-import socket, sys, time
-sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-sock.bind({name!r})
-sock.listen(8)
-print("bound", flush=True)
-time.sleep({timeout})
-"""
+    refused = await attack(script, **AS_NOBODY)
+    assert refused in REFUSED, refused
 
 
 @as_root
@@ -308,16 +321,8 @@ def test_a_rank_refuses_a_listener_of_another_account() -> None:
     """Another account took the listener's name first (the worker's own bind then fails):
     the rank sees whose socket it is and sends by TCP."""
     worker = "tcp://127.0.0.1:9"  # any address: the name is all the squatter needs
-    script = textwrap.dedent(SQUATTER).format(
-        name=socket_name(worker, uid=os.getuid()), timeout=STARTUP
-    )
-    assert FOREIGN_PYTHON is not None
-    squatter = subprocess.Popen(
-        [FOREIGN_PYTHON, "-c", script], stdout=subprocess.PIPE, text=True,
-        user=NOBODY, group=NOBODY, extra_groups=[],
-    )  # fmt: skip
+    squatter = squat(socket_name(worker, uid=os.getuid()))
     try:
-        assert squatter.stdout is not None and squatter.stdout.readline().strip() == "bound"
 
         async def attempt() -> Any:
             return await _shm.Channel.open(worker)
