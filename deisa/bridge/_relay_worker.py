@@ -122,8 +122,13 @@ class RelayServer:
                 else "other"
             )
             reply = {"id": ident, "error": type(exc).__name__, "message": str(exc), "kind": kind}
+        try:
+            frame = pack(reply)
+        except Exception as exc:  # a reply msgpack cannot carry: rank 0 must not wait for it
+            why = f"the scheduler's reply cannot be relayed: {type(exc).__name__}: {exc}"
+            frame = pack({"id": ident, "error": "TypeError", "message": why, "kind": "other"})
         with contextlib.suppress(OSError):
-            writer.write(pack(reply))
+            writer.write(frame)
 
     async def _install(self, shared_memory: bool = True) -> None:
         from ._connect import install

@@ -72,6 +72,14 @@ async def test_the_routes_answer_through_the_relay_as_through_distributed(c, s, 
         # an exception raised by the route itself comes back as one, naming its type
         with pytest.raises(RemoteError, match="TypeError"):
             await relay.call(Route.OPEN.value, name="x")
+        # a reply msgpack cannot carry is answered with an error, not left unanswered
+        real = s.handlers[Route.GET_VALUE.value]
+        s.handlers[Route.GET_VALUE.value] = lambda **kw: {"status": "OK", "value": {1, 2}}
+        try:
+            with pytest.raises(RemoteError, match="cannot be relayed"):
+                await relay.call(Route.GET_VALUE.value, name="v")
+        finally:
+            s.handlers[Route.GET_VALUE.value] = real
         assert pool._pool is None, "a call went through distributed"
     finally:
         await pool.close()
