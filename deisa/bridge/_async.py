@@ -268,9 +268,7 @@ class AsyncPublisher:
         if problem is None and plan.sends(state.rank):  # else outside the contract's region
             spec = state.specs[name]
             worker = state.routing.worker_of.get(name) if self.ledger.connection else None
-            buffer = None
-            if worker and block.shape == spec.shape and block.dtype == spec.dtype:
-                buffer = state.transport.copy_in(worker, block)
+            buffer = state.transport.copy_in(worker, block) if worker else None
             if buffer is None:  # no shared slot: a buffer of the Bridge's own
                 buffer = self.buffers.take(name, spec.shape, spec.dtype)
                 np.copyto(buffer, block)

@@ -175,11 +175,9 @@ async def install(pool: Callable[[str], Any], address: str, shared_memory: bool 
         plugin=dumps(StreamExtension()), name=PLUGIN_NAME, idempotent=True
     )
     if shared_memory:
-        from ._shm_worker import SharedMemoryPlugin
+        from ._shm_worker import register
 
-        await pool(address).register_worker_plugin(
-            plugin=dumps(SharedMemoryPlugin()), name=SharedMemoryPlugin.name, idempotent=True
-        )
+        await register(pool, address)
 
 
 async def wait_workers(pool: Pool, address: str, min_workers: int) -> list[str]:

@@ -291,11 +291,11 @@ class Channel:
                 if not self._want:
                     continue
                 nbytes = self._want
-                free = [slot for slot in self.slots if slot.free and slot.fits(nbytes)]
-                if len([slot for slot in free if slot.data is not None]) >= SPARE:
+                if self._ready(nbytes) >= SPARE:
                     self._retire_surplus()
                     continue
-                unmapped = [slot for slot in free if slot.data is None and slot.shared]
+                unmapped = [s for s in self.slots if s.free and s.fits(nbytes) and s.data is None
+                            and s.shared]  # fmt: skip
                 if not unmapped:  # a fresh slot is filled by write(), never zeroed first
                     self._retire_surplus()
                     continue
@@ -318,18 +318,20 @@ class Channel:
         if not self._want:
             return False
         free = [slot for slot in self.slots if slot.free]
-        ready = [s for s in free if s.fits(self._want) and s.data is not None]
-        if len(ready) < SPARE and any(s.shared and s.data is None for s in free):
+        if self._ready(self._want) < SPARE and any(s.shared and s.data is None for s in free):
             return True
         return len(free) > max(KEEP_FREE, SPARE)
+
+    def _ready(self, nbytes: int) -> int:
+        """Under the lock: free slots for ``nbytes`` that are mapped (prepared)."""
+        return sum(1 for s in self.slots if s.free and s.fits(nbytes) and s.data is not None)
 
     def _awaiting_slot(self) -> bool:
         """Under the lock: fewer than :data:`SPARE` slots are ready while the worker holds
         some, which it may give back at any time."""
         if not self._want:
             return False
-        ready = [s for s in self.slots if s.free and s.fits(self._want) and s.data is not None]
-        return len(ready) < SPARE and any(s.head[0] != FREE for s in self.slots)
+        return self._ready(self._want) < SPARE and any(s.head[0] != FREE for s in self.slots)
 
     def _retire_surplus(self) -> None:
         """Under the lock: close free slots past :data:`KEEP_FREE`, the unprepared first."""

@@ -88,6 +88,16 @@ class SharedMemoryPlugin(WorkerPlugin):
             self._relay = None
 
 
+async def register(pool: Any, address: str) -> None:
+    """Register :class:`SharedMemoryPlugin` with the scheduler at ``address`` through ``pool``
+    (``pool(address).<route>(**kwargs)``): idempotent, on its present and future workers."""
+    from distributed.protocol.pickle import dumps
+
+    await pool(address).register_worker_plugin(
+        plugin=dumps(SharedMemoryPlugin()), name=SharedMemoryPlugin.name, idempotent=True
+    )
+
+
 class _Slot:
     """One slot of a rank's ring, mapped here."""
 

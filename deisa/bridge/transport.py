@@ -9,9 +9,8 @@ TLS), as a ``transport="tcp"`` Bridge sends them all. A handshake that fails is 
 after :data:`RETRY_S` (a worker that has just joined may not have the listener yet). Everything
 after the send (registration, flow control, contracts, loss handling) is the same either way.
 
-In ``mode="async"`` the Bridge asks :meth:`Transport.buffer` for the buffer it copies a block
-into: a slot of the worker's ring when there is one, so that the copy ``publish`` makes anyway
-is the only one.
+In ``mode="async"`` the Bridge copies a block with :meth:`Transport.copy_in`: into a slot of
+the worker's ring when there is one, so that the copy ``publish`` makes anyway is the only one.
 """
 
 from __future__ import annotations
@@ -74,42 +73,21 @@ class Transport:
 
     # -- the caller's thread -----------------------------------------------------------------
 
-    def buffer(
-        self, worker: str, shape: tuple[int, ...], dtype: np.dtype[Any]
-    ) -> np.ndarray | None:
-        """A slot of ``worker``'s ring to copy a block into, or ``None`` (no channel yet, the
-        ring full, a dtype that needs pickling): use a buffer of your own then. Give it back
-        with :meth:`give_back` once sent."""
-        channel = self._channels.get(worker)
-        nbytes = int(np.prod(shape)) * dtype.itemsize
-        if channel is None or channel.broken or not plain_dtype(dtype) or nbytes == 0:
-            return None
-        slot = channel.take(nbytes)
-        if slot is None:
-            return None
-        view = slot.view(shape, dtype)
-        self._lent[id(view)] = (slot, view)
-        return view
-
     def copy_in(self, worker: str, block: np.ndarray) -> np.ndarray | None:
-        """A copy of ``block`` in a slot of ``worker``'s ring, or ``None`` (as :meth:`buffer`):
-        copied into a slot prepared ahead, else written into the slot's file
+        """A copy of ``block`` in a slot of ``worker``'s ring, or ``None`` (no channel yet, the
+        ring full, a dtype that needs pickling): use a buffer of your own then. Copied into a
+        slot mapped ahead, else written into the slot's file
         (:meth:`~deisa.bridge._shm.Slot.write`: a fresh slot's pages are not zeroed first),
-        then mapped. Give it back with :meth:`give_back` once sent."""
+        then mapped; a block that is not C-contiguous is copied into a mapped slot. Give it
+        back with :meth:`give_back` once sent."""
         channel = self._channels.get(worker)
-        if (
-            channel is None
-            or channel.broken
-            or not plain_dtype(block.dtype)
-            or block.nbytes == 0
-            or not block.flags.c_contiguous
-        ):
-            return self._copied(self.buffer(worker, block.shape, block.dtype), block)
-        slot = channel.take(block.nbytes, mapped=False)
+        if channel is None or channel.broken or not plain_dtype(block.dtype) or block.nbytes == 0:
+            return None
+        slot = channel.take(block.nbytes, mapped=not block.flags.c_contiguous)
         if slot is None:
             return None
         try:
-            if slot.data is None:  # not prepared: written unmapped, then mapped
+            if slot.data is None:  # not mapped ahead: written unmapped, then mapped
                 slot.write(block)
                 view = slot.view(block.shape, block.dtype)
             else:
@@ -122,14 +100,8 @@ class Transport:
         self._lent[id(view)] = (slot, view)
         return view
 
-    @staticmethod
-    def _copied(view: np.ndarray | None, block: np.ndarray) -> np.ndarray | None:
-        if view is not None:
-            np.copyto(view, block)
-        return view
-
     def give_back(self, buffer: np.ndarray) -> bool:
-        """Return a buffer from :meth:`buffer` (``False`` for any other array)."""
+        """Return a copy from :meth:`copy_in` (``False`` for any other array)."""
         lent = self._lent.pop(id(buffer), None)
         if lent is None or lent[1] is not buffer:
             return False

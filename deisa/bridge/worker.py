@@ -26,14 +26,10 @@ logger = logging.getLogger(__name__)
 async def dask_setup(worker: Any) -> None:
     """Register the plugin with ``worker``'s scheduler (a failure is logged: the worker still
     starts, and rank 0 registers the plugin itself)."""
-    from distributed.protocol.pickle import dumps
-
-    from ._shm_worker import SharedMemoryPlugin
+    from ._shm_worker import register
 
     pool, scheduler = _dask_internals.worker_pool(worker)
     try:
-        await pool(scheduler).register_worker_plugin(
-            plugin=dumps(SharedMemoryPlugin()), name=SharedMemoryPlugin.name, idempotent=True
-        )
+        await register(pool, scheduler)
     except Exception as exc:
         logger.warning("deisa: could not register the worker plugin with %s: %r", scheduler, exc)
