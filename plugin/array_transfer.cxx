@@ -291,7 +291,8 @@ Array_geometry Array_transfer::geometry(Context& ctx) const
 			m_data,
 			dataset_size[0]};
 	}
-	vector<long> dataset_start = m_dataset_selection.start(ctx, rank + 1);
+	// the time index is not evaluated: the Bridge may be created before the first step (`init_on')
+	vector<long> dataset_start = m_dataset_selection.spatial_start(ctx, rank + 1);
 
 	// the block's position in the global array is checked by deisa.ArraySpec
 	Array_geometry result;
@@ -305,7 +306,7 @@ Array_geometry Array_transfer::geometry(Context& ctx) const
 	result.global_shape = global.global_shape;
 	result.dims = global.dims;
 	for (size_t dim = 0; dim < rank; ++dim) {
-		result.start.emplace_back(dataset_start[dim + 1]);
+		result.start.emplace_back(dataset_start[dim]);
 		result.shape.emplace_back(dataset_size[dim + 1]);
 		if (result.shape[dim] != memory_shape[dim]) {
 			throw Spectree_error{

@@ -38,7 +38,7 @@ vector<Grammar_kind> Grammar::of_key(const string& key)
 	}
 	if (key == "scheduler_file") return {Grammar_kind::OWN, Grammar_kind::PAPER};
 	if (key == "transfer") return {Grammar_kind::PAPER};
-	if (key == "scheduler_info" || key == "init_on" || key == "time_step" || key == "deisa_arrays" || key == "map_in") {
+	if (key == "scheduler_info" || key == "time_step" || key == "deisa_arrays" || key == "map_in") {
 		return {Grammar_kind::RELEASED};
 	}
 	return {};

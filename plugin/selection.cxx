@@ -109,22 +109,37 @@ vector<long> Selection::size(Context& ctx, const vector<long>& dflt) const
 
 vector<long> Selection::start(Context& ctx, size_t rank) const
 {
-	if (!m_time) return m_start.empty() ? vector<long>(rank, 0) : evaluate(ctx, m_start_tree, m_start_key, m_start, rank);
-	// `start[0]' is not evaluated: the time index replaces it (the released plugin ignored it too)
-	vector<long> result(rank, 0);
-	if (!m_start.empty()) {
-		if (m_start.size() != rank) {
-			throw Spectree_error{m_start_tree, "`{}' has {} dimension(s), expecting {}", m_start_key, m_start.size(), rank};
+	if (!rank) return {};
+	vector<long> result{0};
+	if (m_time) {
+		// `start[0]' is not evaluated: the time index replaces it (the released plugin ignored it too)
+		try {
+			result[0] = m_time->to_long(ctx);
+		} catch (const PDI::Error& e) {
+			throw Spectree_error{m_time_tree, "Cannot evaluate `{}': {}", m_time_key, e.what()};
 		}
-		vector<long> spatial = evaluate(ctx, m_start_tree, m_start_key, vector<Expression>(m_start.begin() + 1, m_start.end()), rank - 1);
-		std::copy(spatial.begin(), spatial.end(), result.begin() + 1);
+	} else if (!m_start.empty()) {
+		check_start_rank(rank);
+		result = evaluate(ctx, m_start_tree, m_start_key, {m_start.front()}, 1);
 	}
-	try {
-		if (rank) result[0] = m_time->to_long(ctx);
-	} catch (const PDI::Error& e) {
-		throw Spectree_error{m_time_tree, "Cannot evaluate `{}': {}", m_time_key, e.what()};
-	}
+	vector<long> spatial = spatial_start(ctx, rank);
+	result.insert(result.end(), spatial.begin(), spatial.end());
 	return result;
+}
+
+vector<long> Selection::spatial_start(Context& ctx, size_t rank) const
+{
+	if (!rank) return {};
+	if (m_start.empty()) return vector<long>(rank - 1, 0);
+	check_start_rank(rank);
+	return evaluate(ctx, m_start_tree, m_start_key, vector<Expression>(m_start.begin() + 1, m_start.end()), rank - 1);
+}
+
+void Selection::check_start_rank(size_t rank) const
+{
+	if (m_start.size() != rank) {
+		throw Spectree_error{m_start_tree, "`{}' has {} dimension(s), expecting {}", m_start_key, m_start.size(), rank};
+	}
 }
 
 } // namespace deisa

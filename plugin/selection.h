@@ -57,6 +57,9 @@ class Selection
 	/// the YAML key of the time index
 	std::string m_time_key;
 
+	/// throws unless `start' has `rank' elements
+	void check_start_rank(size_t rank) const;
+
 public:
 	/** An empty selection: everything, from index 0
 	 * \param key the YAML key of the selection, for error messages
@@ -102,6 +105,14 @@ public:
 	 * \return the start in each dimension
 	 */
 	std::vector<long> start(PDI::Context& ctx, size_t rank) const;
+
+	/** Evaluates `start' but its first index, the time index: the block's place in space, known
+	 * before the first step's time index (at an `init_on' event, before `$step' is shared)
+	 * \param ctx the context in which to evaluate the $-expressions
+	 * \param rank the expected number of dimensions, the time axis included
+	 * \return the start in each dimension but the first
+	 */
+	std::vector<long> spatial_start(PDI::Context& ctx, size_t rank) const;
 
 	/** The YAML node, for error messages
 	 * \return the selection's node, or an invalid node for a default selection

@@ -672,3 +672,28 @@ def test_c_heat_under_deisa_run_tls_reaches_dask_bitwise(built: Path, tmp_path: 
     assert "tls" not in (out / "pdi.yml").read_text().lower()  # credentials: environment only
     assert "tls://" in (out / "logs" / "scheduler.log").read_text()
     assert not (out / "tls").exists()
+
+
+def test_init_on_creates_the_bridge_before_the_first_step(built: Path, tmp_path: Path) -> None:
+    """configs/heat_deisa.yml's ``init_on: init``: every rank creates its Bridge (which
+    connects in the background) at `init', before `$step' exists; without the key, only at
+    the first publication. A run that publishes nothing shows the difference."""
+
+    def nothing(deisa: dict[str, Any]) -> None:
+        deisa["write"]["temp"]["when"] = "$step < 0"
+
+    def nothing_without_init_on(deisa: dict[str, Any]) -> None:
+        nothing(deisa)
+        del deisa["init_on"]
+
+    (tmp_path / "init_on").mkdir()
+    (tmp_path / "without").mkdir()
+    config = run_c_heat_deisa(tmp_path / "init_on", nothing, 4).config
+    for rank, (start, shape) in enumerate(blocks(config)):
+        log = bridge_log(tmp_path / "init_on", rank)
+        assert log["arrays"]["gtemp"]["start"] == list(start)
+        assert log["arrays"]["gtemp"]["shape"] == list(shape)
+        assert log["publish"] == []
+
+    run_c_heat_deisa(tmp_path / "without", nothing_without_init_on, 4)
+    assert not list((tmp_path / "without").glob("bridge_*.json"))  # never created

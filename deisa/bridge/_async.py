@@ -239,6 +239,12 @@ class AsyncPublisher:
         state = self.state
         self.complete()
         self.raise_failure()
+        if self.ledger.connection is None and state.detached is None:
+            # rank 0 may be connected already (a Bridge created at PDI's `init_on' event, or
+            # before the simulation's first step): one more exchange tells every rank now, so
+            # that this block goes straight to its worker instead of being copied twice
+            self.exchange()
+            self.raise_failure()
         if state.detached is not None:
             return
         step_ok = isinstance(step, (int, np.integer))

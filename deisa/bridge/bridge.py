@@ -268,6 +268,9 @@ class Bridge:
         except ValueError as exc:
             return str(exc)
         self._async.notify_to(connection)
+        if self.asynchronous:  # the handshakes with this rank's workers, before its next copy
+            for worker in sorted(set(state.routing.worker_of.values())):
+                state.transport.open_soon(worker, state.loop.spawn)
         if self.rank != 0:
             return None
         logger.info(

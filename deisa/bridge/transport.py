@@ -16,9 +16,11 @@ the worker's ring when there is one, so that the copy ``publish`` makes anyway i
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import time
 from collections import Counter
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import numpy as np
@@ -35,6 +37,12 @@ __all__ = ["RETRY_S", "SHARED_MEMORY", "TCP", "TRANSPORTS", "Transport"]
 SHARED_MEMORY, TCP = "shared memory", "tcp"
 RETRY_S = 5.0
 """Seconds before a failed shared-memory handshake with a worker is tried again."""
+Spawn = Callable[[Coroutine[Any, Any, Any]], concurrent.futures.Future[Any]]
+"""Runs a coroutine on the Bridge's event loop from another thread (``LoopThread.spawn``)."""
+OPEN_WAIT_S = 0.25
+"""Seconds :meth:`Transport.copy_in` waits for a channel :meth:`Transport.open_soon` started
+(a handshake on the node takes milliseconds; a block copied elsewhere meanwhile is copied
+twice)."""
 
 
 class Transport:
@@ -63,6 +71,7 @@ class Transport:
         self._opening: dict[str, asyncio.Future[Channel | None]] = {}
         self._tried_at: dict[str, float] = {}
         self._lent: dict[int, tuple[Slot, np.ndarray]] = {}
+        self._starting: dict[str, concurrent.futures.Future[Channel | None]] = {}
 
     @property
     def used(self) -> str:
@@ -73,6 +82,13 @@ class Transport:
 
     # -- the caller's thread -----------------------------------------------------------------
 
+    def open_soon(self, worker: str, spawn: Spawn) -> None:
+        """Start opening the channel to ``worker`` on the event loop (``spawn`` runs a coroutine
+        there), as soon as the rank knows its worker: the next :meth:`copy_in` for it waits
+        for the handshake up to :data:`OPEN_WAIT_S` instead of finding no channel yet."""
+        if self.kind != "tcp" and worker not in self._channels and worker not in self._starting:
+            self._starting[worker] = spawn(self.channel(worker))
+
     def copy_in(self, worker: str, block: np.ndarray) -> np.ndarray | None:
         """A copy of ``block`` in a slot of ``worker``'s ring, or ``None`` (no channel yet, the
         ring full, a dtype that needs pickling): use a buffer of your own then. Copied into a
@@ -80,6 +96,9 @@ class Transport:
         (:meth:`~deisa.bridge._shm.Slot.write`: a fresh slot's pages are not zeroed first),
         then mapped; a block that is not C-contiguous is copied into a mapped slot. Give it
         back with :meth:`give_back` once sent."""
+        starting = self._starting.pop(worker, None)
+        if starting is not None:  # at most once per worker: later blocks do not wait
+            concurrent.futures.wait([starting], timeout=OPEN_WAIT_S)
         channel = self._channels.get(worker)
         if channel is None or channel.broken or not plain_dtype(block.dtype) or block.nbytes == 0:
             return None

@@ -56,9 +56,13 @@ bridge = Bridge(
 report = {"rank": rank, "construct_s": time.monotonic() - t0,
           "scheduler_existed": os.path.exists(scheduler_file)}
 open(f"{out}/constructed-{rank}", "w").close()
+go = os.environ.get("GO")  # before step 0, wait for this file (rank 0 connects meanwhile)
+deadline = time.monotonic() + 240
+while go and not os.path.exists(go) and time.monotonic() < deadline:
+    time.sleep(0.02)
 try:
     with bridge:
-        if hold:
+        if hold and not go:
             bridge.flush()  # connected: step 0's sends start at once
         for step in range(nsteps):
             field[1:-1, 1:-1] = step * 1e6 + (x0 + x) * 1e3 + (y0 + y)
@@ -95,6 +99,7 @@ def start_publisher(
     sleep: float = 0.0,
     hold: Path | None = None,
     on_worker_loss: str = "continue",
+    go: Path | None = None,
 ) -> subprocess.Popen[str]:
     script = tmp / "publisher.py"
     script.write_text(PUBLISHER)
@@ -104,7 +109,7 @@ def start_publisher(
         4, sys.executable, str(script), str(scheduler_file), str(out), str(nsteps),
         str(max_in_flight), str(sleep), *([str(hold)] if hold else []),
     )  # fmt: skip
-    env = {**test_env(), "ON_WORKER_LOSS": on_worker_loss}
+    env = {**test_env(), "ON_WORKER_LOSS": on_worker_loss, "GO": str(go or "")}
     return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -214,6 +219,35 @@ def test_async_step_reaches_the_analytics_before_the_next_publish(tmp_path: Path
                 np.testing.assert_array_equal(field[0].compute(), expected(0))
                 hold.touch()  # only now do the ranks go on to step 1
                 np.testing.assert_array_equal(field[2].compute(), expected(2))
+            rc, err = finish(sim)
+        finally:
+            kill_if_running(sim)
+    finally:
+        cluster.stop()
+    assert rc == 0, err[-3000:]
+    assert all("error" not in report for report in reports(tmp_path))
+
+
+def test_async_first_step_goes_out_at_once_when_rank_0_connected_meanwhile(
+    tmp_path: Path,
+) -> None:
+    """A Bridge whose rank 0 connected while the ranks computed (no Bridge call since its
+    creation, as with PDI's `init_on'): the first publish learns the connection in one more
+    exchange and sends its block at once (into its worker's slot), so the analytics receives
+    step 0 although no rank calls the Bridge again until then; before, step 0 waited in a
+    buffer of the Bridge's own for the next call's exchange."""
+    cluster = start_dask(tmp_path)
+    go, hold = tmp_path / "go", tmp_path / "hold"
+    try:
+        sim = start_publisher(tmp_path, cluster.scheduler_file, 2, 2, hold=hold, go=go)
+        try:
+            with cluster.client() as client:
+                adapter = Adapter(client, timeout=STARTUP)
+                poll_for(lambda: adapter.stats()["streams"].get("field"), timeout=STARTUP)
+                go.touch()  # rank 0 is connected: now the ranks publish step 0
+                np.testing.assert_array_equal(adapter["field"][0].compute(), expected(0))
+                hold.touch()
+                np.testing.assert_array_equal(adapter["field"][1].compute(), expected(1))
             rc, err = finish(sim)
         finally:
             kill_if_running(sim)

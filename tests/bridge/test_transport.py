@@ -22,6 +22,7 @@ from distributed.utils_test import async_poll_for, gen_cluster
 from deisa import _dask_internals
 from deisa.bridge import _shm
 from deisa.bridge._connect import Pool
+from deisa.bridge._loop import LoopThread
 from deisa.bridge._shm_wire import FREE, key_from_wire, key_to_wire, socket_name
 from deisa.bridge._shm_worker import SharedMemoryPlugin
 from deisa.bridge.transport import Transport
@@ -191,6 +192,27 @@ async def test_copy_in_writes_a_fresh_slot_unmapped_and_copies_into_a_prepared_o
     finally:
         _shm.Slot.write = real_write  # type: ignore[method-assign]
         await transport.close()
+
+
+@gen_cluster(client=True, timeout=STARTUP)
+async def test_open_soon_lets_the_next_copy_in_find_the_channel(c, s, a, b) -> None:
+    """The Bridge opens the channel as soon as the rank knows its worker: the copy that
+    follows waits for the handshake and goes into a slot, where it found no channel before
+    (and the block went to a buffer of the Bridge's own, to be copied again into a slot)."""
+    await install(c)
+    transport, bridge_loop = Transport(), LoopThread("test-bridge-loop")
+    block = np.arange(1000.0)
+    try:
+        assert transport.copy_in(a.address, block) is None  # no channel: the caller's buffer
+        transport.open_soon(a.address, bridge_loop.spawn)
+        # from a thread: the worker answers the handshake on this test's event loop
+        buffer = await asyncio.to_thread(transport.copy_in, a.address, block)
+        assert buffer is not None and transport.node_local(a.address)
+        np.testing.assert_array_equal(buffer, block)
+        assert transport.give_back(buffer)
+    finally:
+        await asyncio.wrap_future(bridge_loop.spawn(transport.close()))
+        bridge_loop.stop()
 
 
 @gen_cluster(client=True, timeout=STARTUP)
