@@ -78,6 +78,7 @@ class Slot:
             os.close(self.fd)
             raise
         self.data: mmap.mmap | None = None
+        self.populated = False  # data's page tables were filled when it was mapped
         self.shared = False  # its fd went to the worker
         self.taken = False  # lent out (take(), or being prepared), not handed to the worker
 
@@ -92,10 +93,22 @@ class Slot:
     def fits(self, nbytes: int) -> bool:
         return nbytes <= self.capacity <= 2 * nbytes + HEADER
 
-    def map(self) -> None:
-        """Map the whole slot, its pages populated (the page faults taken here, at once)."""
+    @property
+    def prepared(self) -> bool:
+        """Mapped with its page tables filled: a copy into it takes no page fault."""
+        return self.data is not None and self.populated
+
+    def map(self, populate: bool = True) -> None:
+        """Map the whole slot; ``populate``: with its page tables filled at once, here (a write
+        fault per page of a shared mapping costs several times the copy of the page). A slot
+        mapped without them is mapped again with them, unless a view of it lives."""
+        if self.data is not None and (self.populated or not populate):
+            return
+        self.unmap()
         if self.data is None:
-            self.data = mmap.mmap(self.fd, self.size, flags=mmap.MAP_SHARED | _POPULATE)
+            flags = mmap.MAP_SHARED | (_POPULATE if populate else 0)
+            self.data = mmap.mmap(self.fd, self.size, flags=flags)
+            self.populated = populate
 
     def write(self, block: np.ndarray) -> None:
         """Write the C-contiguous ``block`` at the start of the data with ``pwrite``, unmapped
@@ -113,15 +126,20 @@ class Slot:
             with contextlib.suppress(BufferError):
                 self.data.close()
                 self.data = None
+                self.populated = False
 
-    def view(self, shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray:
-        """An array of ``shape`` and ``dtype`` over this slot's data (mapped if need be).
+    def view(
+        self, shape: tuple[int, ...], dtype: np.dtype[Any], populate: bool = True
+    ) -> np.ndarray:
+        """An array of ``shape`` and ``dtype`` over this slot's data (mapped if need be, with
+        its page tables filled unless ``populate`` is false: a view of a block written with
+        :meth:`write`, read only if the block goes by TCP after all).
 
         It holds a buffer export of the mapping (``np.frombuffer``'s memoryview), so that
         :meth:`unmap` fails while it lives: ``np.ndarray(buffer=...)`` keeps the mapping
         object but releases its export, and the mapping could then be closed under the array
         (a rank's segmentation fault, once, when a worker died mid-run)."""
-        self.map()
+        self.map(populate)
         assert self.data is not None
         count = int(np.prod(shape))
         return np.frombuffer(self.data, dtype=dtype, count=count, offset=HEADER).reshape(shape)
@@ -212,7 +230,7 @@ class Channel:
                 return None
             fitting = [slot for slot in self.slots if slot.free and slot.fits(nbytes)]
             if fitting:  # a prepared one if any
-                slot = max(fitting, key=lambda s: (s.data is not None, -s.capacity))
+                slot = max(fitting, key=lambda s: (s.prepared, -s.capacity))
             elif len(self.slots) < MAX_SLOTS:
                 slot = self._new_slot(nbytes)
             else:
@@ -220,7 +238,7 @@ class Channel:
             slot.taken = True
             self._want = nbytes
             self._lock.notify()  # prepare the next one
-        if not mapped and slot.data is None:
+        if not mapped and not slot.prepared:
             return slot
         try:
             slot.map()
@@ -253,10 +271,10 @@ class Channel:
             self._settle_pending = False
             slots = []
             for slot in list(self._unmap_later):
-                ready = [s for s in self.slots if s.free and s.data is not None and s is not slot]
+                ready = [s for s in self.slots if s.free and s.prepared and s is not slot]
                 if slot.taken or slot not in self.slots or slot.data is None:
                     self._unmap_later.discard(slot)
-                elif slot.head[0] != FREE or len(ready) >= SPARE:
+                elif slot.head[0] != FREE or len(ready) >= SPARE or not slot.populated:
                     slot.taken = True  # not lent while it is unmapped
                     slots.append(slot)
                 else:
@@ -294,8 +312,8 @@ class Channel:
                 if self._ready(nbytes) >= SPARE:
                     self._retire_surplus()
                     continue
-                unmapped = [s for s in self.slots if s.free and s.fits(nbytes) and s.data is None
-                            and s.shared]  # fmt: skip
+                unmapped = [s for s in self.slots if s.free and s.fits(nbytes)
+                            and not s.prepared and s.shared]  # fmt: skip
                 if not unmapped:  # a fresh slot is filled by write(), never zeroed first
                     self._retire_surplus()
                     continue
@@ -318,13 +336,13 @@ class Channel:
         if not self._want:
             return False
         free = [slot for slot in self.slots if slot.free]
-        if self._ready(self._want) < SPARE and any(s.shared and s.data is None for s in free):
+        if self._ready(self._want) < SPARE and any(s.shared and not s.prepared for s in free):
             return True
         return len(free) > max(KEEP_FREE, SPARE)
 
     def _ready(self, nbytes: int) -> int:
         """Under the lock: free slots for ``nbytes`` that are mapped (prepared)."""
-        return sum(1 for s in self.slots if s.free and s.fits(nbytes) and s.data is not None)
+        return sum(1 for s in self.slots if s.free and s.fits(nbytes) and s.prepared)
 
     def _awaiting_slot(self) -> bool:
         """Under the lock: fewer than :data:`SPARE` slots are ready while the worker holds
@@ -335,7 +353,7 @@ class Channel:
 
     def _retire_surplus(self) -> None:
         """Under the lock: close free slots past :data:`KEEP_FREE`, the unprepared first."""
-        free = sorted((s for s in self.slots if s.free), key=lambda s: s.data is not None)
+        free = sorted((s for s in self.slots if s.free), key=lambda s: s.prepared)
         for slot in free[: max(0, len(free) - max(KEEP_FREE, SPARE))]:
             self.slots.remove(slot)
             if slot.shared:

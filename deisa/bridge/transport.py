@@ -94,7 +94,8 @@ class Transport:
         ring full, a dtype that needs pickling): use a buffer of your own then. Copied into a
         slot mapped ahead, else written into the slot's file
         (:meth:`~deisa.bridge._shm.Slot.write`: a fresh slot's pages are not zeroed first),
-        then mapped; a block that is not C-contiguous is copied into a mapped slot. Give it
+        then mapped without filling its page tables (the view is read only if the block goes
+        by TCP after all); a block that is not C-contiguous is copied into a mapped slot. Give it
         back with :meth:`give_back` once sent."""
         starting = self._starting.pop(worker, None)
         if starting is not None:  # at most once per worker: later blocks do not wait
@@ -106,9 +107,9 @@ class Transport:
         if slot is None:
             return None
         try:
-            if slot.data is None:  # not mapped ahead: written unmapped, then mapped
+            if not slot.prepared:  # written with pwrite, then mapped without page tables
                 slot.write(block)
-                view = slot.view(block.shape, block.dtype)
+                view = slot.view(block.shape, block.dtype, populate=False)
             else:
                 view = slot.view(block.shape, block.dtype)
                 np.copyto(view, block)

@@ -162,16 +162,19 @@ async def test_copy_in_writes_a_fresh_slot_unmapped_and_copies_into_a_prepared_o
     real_write = _shm.Slot.write
 
     def write(slot: Any, data: np.ndarray) -> None:
-        assert slot.data is None  # unmapped while written
+        assert not slot.prepared  # not mapped ahead
         written.append(slot.id)
         real_write(slot, data)
 
     _shm.Slot.write = write  # type: ignore[method-assign]
     try:
-        assert await transport.channel(a.address) is not None
+        channel = await transport.channel(a.address)
+        assert channel is not None
         for step in range(3):
             buffer = transport.copy_in(a.address, block + step)
             assert buffer is not None
+            if step == 0:  # written, then mapped without filling its page tables
+                assert [(x.data is not None, x.populated) for x in channel.slots] == [(True, False)]
             await transport.send_shared(a.address, key(step), buffer)
             assert transport.give_back(buffer)
             del buffer
@@ -184,8 +187,7 @@ async def test_copy_in_writes_a_fresh_slot_unmapped_and_copies_into_a_prepared_o
         assert channel is not None
         # the first block went to a fresh slot by pwrite; once a slot came back, the preparer
         # mapped it ahead, and the next blocks were copied into it
-        await async_poll_for(lambda: any(x.data is not None and x.free for x in channel.slots),
-                             STARTUP)  # fmt: skip
+        await async_poll_for(lambda: any(x.prepared and x.free for x in channel.slots), STARTUP)
         assert written[:1] == [0] and len(written) < 3, written
         buffer = transport.copy_in(a.address, block[:, ::2])  # not contiguous: mapped and copied
         assert buffer is not None and transport.give_back(buffer)
