@@ -118,7 +118,12 @@ class TLSFiles:
                 f"{tls}.max-version": self.max_version}  # fmt: skip
 
     def env(self) -> dict[str, str]:
-        """The same settings for child processes (MPI ranks), encryption required."""
+        """The same settings for child processes (MPI ranks), encryption required; with dask's
+        default ciphers and versions, also deisa's names of the files, as ``deisa-run`` sets
+        them (rank 0's notices listener then reads them without dask; it knows no other
+        settings, so with ``ciphers`` or ``max_version`` it takes the dask configuration's)."""
+        from deisa.bridge.tls_files import tls_files_env
+
         tls = "DASK_DISTRIBUTED__COMM__TLS__"
         env = {f"{tls}CA_FILE": str(self.ca_file), f"{tls}CLIENT__CERT": str(self.cert),
                f"{tls}CLIENT__KEY": str(self.key),
@@ -127,6 +132,8 @@ class TLSFiles:
             env[f"{tls}CIPHERS"] = self.ciphers
         if self.max_version is not None:
             env[f"{tls}MAX_VERSION"] = str(self.max_version)
+        if self.ciphers is None and self.max_version is None:
+            env.update(tls_files_env(str(self.ca_file), str(self.cert), str(self.key)))
         return env
 
     def cli_args(self) -> list[str]:

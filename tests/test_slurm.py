@@ -28,6 +28,7 @@ from conftest import REPO, STARTUP
 from distributed.utils_test import poll_for
 from user_code import write_user_code
 
+from deisa.bridge.tls_files import TLS_FILES_ENV
 from deisa.launcher import solver
 from deisa.launcher.cli import parse_args, slurm_main
 from deisa.launcher.processes import THREAD_PINS
@@ -958,6 +959,9 @@ def test_script_speaks_tls_on_loopback_unless_insecure(tmp_path: Path) -> None:
         assert command.endswith(" --protocol tls ")  # the files: from the environment
     assert '"$PYTHON" -m deisa.launcher.security "$TLS" || exit 1' in script
     assert 'export DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY="$TLS/key.pem"' in script
+    # the same files under deisa's names, for rank 0's notices listener, quoted alike
+    for name, file in zip(TLS_FILES_ENV, ("ca", "cert", "key"), strict=True):
+        assert f'export {name}="$TLS/{file}.pem"' in script
     assert 'rm -rf "$OUT/tls"' in script and "umask 077" in script
     assert "PRIVATE KEY" not in script
     # several nodes: the servers listen where the others reach them, TLS still on

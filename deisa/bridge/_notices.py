@@ -21,12 +21,12 @@ own sends feed :class:`EarlyRegistration` directly). Where it listens follows th
 address, read without distributed (:mod:`._net`; rank 0 need not import it):
 
 - ``tls://``: on the interface that reaches the scheduler, speaking TLS with the job's client
-  credentials from the dask configuration (``distributed.comm.tls.ca-file``, ``.client.cert``,
-  ``.client.key``), mutually: a peer without a certificate signed by the job's CA is refused
-  during the handshake, before any byte of it is read. Where the environment alone configures
-  dask and names them as files (``deisa-run``'s ``DASK_DISTRIBUTED__COMM__TLS__*``), they are
-  read from it as dask would, without importing dask; through distributed's ``Security``
-  otherwise (:func:`_listen_tls`);
+  credentials, mutually: a peer without a certificate signed by the job's CA is refused
+  during the handshake, before any byte of it is read. The credentials are the files that
+  ``deisa-run`` names under deisa's own variables (``DEISA_TLS_CA_FILE``, ``DEISA_TLS_CERT``,
+  ``DEISA_TLS_KEY``: :mod:`.tls_files`), read without dask or distributed; without them, the
+  dask configuration's (``distributed.comm.tls.ca-file``, ``.client.cert``, ``.client.key``),
+  through distributed's ``Security`` (:func:`_listen_tls`);
 - ``tcp://`` on a loopback address (``deisa-run``'s local mode): on ``127.0.0.1`` only;
 - anything else (``tcp://`` between nodes): no listener, with one info line saying why, since
   any host could then reach it; steps are registered at the next exchange.
@@ -34,23 +34,21 @@ address, read without distributed (:mod:`._net`; rank 0 need not import it):
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import ipaddress
 import json
 import logging
 import os
 import secrets
-import site
 import ssl
-import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from .._dask_internals import import_distributed
 from ._net import host_port, interface_to, split_address
 from ._publisher import Entry, Sent
+from .tls_files import TLS_FILES_ENV
 
 logger = logging.getLogger(__name__)
 
@@ -358,23 +356,13 @@ def _configured_context() -> ssl.SSLContext | None:
 
 def _listen_tls() -> tuple[ssl.SSLContext | None, tuple[str, str, str | None] | None]:
     """Rank 0: the listener's TLS context, from the job's client credentials (``None`` without
-    them), and their files for the other ranks (``None`` unless all are files). Where the
-    environment alone sets them, as files (deisa-run's ``DASK_DISTRIBUTED__COMM__TLS__*``),
-    without dask or distributed (0.4 s of imports); through distributed's ``Security``
-    otherwise."""
-    tls = _environment_tls()
-    if (
-        tls is not None
-        and not tls["ciphers"]
-        and tls["min-version"] in (None, 1.2)
-        and tls["max-version"] is None
-    ):
-        ca, cert, key = tls["ca-file"], tls["client.cert"], tls["client.key"]
-        if not (ca and cert):
-            return None, None  # as Security: no client certificate
-        files = _files(ca, cert, key)
-        if files is not None:
-            return _context(ssl.Purpose.CLIENT_AUTH, *files), files
+    them), and their files for the other ranks (``None`` unless all are files). From the files
+    that deisa-run names under deisa's own variables (:func:`_job_files`), without dask or
+    distributed (0.4 s of imports); through distributed's ``Security`` otherwise (the dask
+    configuration)."""
+    files = _job_files()
+    if files is not None:
+        return _context(ssl.Purpose.CLIENT_AUTH, *files), files
     import_distributed()
     from distributed import Security
 
@@ -384,86 +372,25 @@ def _listen_tls() -> tuple[ssl.SSLContext | None, tuple[str, str, str | None] | 
                              for name in ("ca_file", "client_cert", "client_key")))  # fmt: skip
 
 
-_TLS = "distributed.comm.tls."
-_CLIENT_TLS: dict[str, Any] = {  # what Security reads for a client, with distributed's defaults
-    "ca-file": None,
-    "client.cert": None,
-    "client.key": None,
-    "ciphers": None,
-    "min-version": 1.2,
-    "max-version": None,
-}
-
-
-def _environment_tls() -> dict[str, Any] | None:
-    """The settings :data:`_CLIENT_TLS` of dask's configuration, read from the environment
-    (:func:`_tls_settings`) where nothing else can set them; ``None`` where something may: dask
-    already imported (its configuration may have been changed since) or a configuration file
-    in dask's search path."""
-    if "dask" in sys.modules or _dask_config_files():
+def _job_files() -> tuple[str, str, str | None] | None:
+    """The job's TLS files (CA, certificate, key) that deisa-run names in the environment
+    (:data:`~deisa.bridge.tls_files.TLS_FILES_ENV`, the same files as its Dask variables);
+    ``None`` where they are not set, or do not name files (logged at debug level): the dask
+    configuration's settings then."""
+    ca, cert, key = (os.environ.get(name) or None for name in TLS_FILES_ENV)
+    if ca is None and cert is None and key is None:
         return None
-    return _tls_settings(os.environ)
-
-
-def _tls_settings(environ: Mapping[str, str]) -> dict[str, Any] | None:
-    """The settings :data:`_CLIENT_TLS` that dask's configuration gets from ``environ`` and
-    its defaults; ``None`` for a configuration inherited (``DASK_INTERNAL_INHERIT_CONFIG``), a
-    variable setting a whole section (``DASK_DISTRIBUTED__COMM__TLS``) or two spellings of a
-    setting, which are left to dask."""
-    if "DASK_INTERNAL_INHERIT_CONFIG" in environ:
-        return None
-    settings = dict(_CLIENT_TLS)
-    seen = set()
-    for name, value in environ.items():
-        if not name.startswith("DASK_"):
-            continue
-        key = name[len("DASK_") :].lower().replace("__", ".").replace("_", "-")
-        if _TLS.startswith(f"{key}."):
-            return None
-        if not key.startswith(_TLS):
-            continue
-        field = key[len(_TLS) :]
-        if field in seen or any(known.startswith(f"{field}.") for known in settings):
-            return None
-        seen.add(field)
-        if field in settings:
-            settings[field] = _dask_value(value)
-    return settings
-
-
-def _dask_value(value: str) -> Any:
-    """An environment variable's value as dask reads it (``dask.config.interpret_value``): a
-    Python literal evaluated (a quoted path unquoted), ``none``, ``null``, ``true``, ``false``
-    in any case, the string otherwise."""
-    try:
-        return ast.literal_eval(value)
-    except (SyntaxError, ValueError):
-        return {"none": None, "null": None, "false": False, "true": True}.get(value.lower(), value)
-
-
-def _dask_config_files() -> bool:
-    """Whether dask would read a configuration file (``dask.config.paths``): a YAML or JSON
-    file in one of its directories, or a file named by ``DASK_ROOT_CONFIG`` or
-    ``DASK_CONFIG``."""
-    home = os.path.join(os.path.expanduser("~"), ".config", "dask")
-    paths = [
-        os.getenv("DASK_ROOT_CONFIG", "/etc/dask"),
-        os.path.join(sys.prefix, "etc", "dask"),
-        *(os.path.join(prefix, "etc", "dask") for prefix in site.PREFIXES),
-        home,
-        os.getenv("DASK_CONFIG", home),
-    ]
-    for path in paths:
-        if os.path.isdir(path):
-            try:
-                names = os.listdir(path)
-            except OSError:  # dask skips a directory it cannot read
-                continue
-            if any(os.path.splitext(n)[1].lower() in (".json", ".yaml", ".yml") for n in names):
-                return True
-        elif os.path.exists(path):
-            return True
-    return False
+    files = _files(ca, cert, key)
+    if files is None:
+        logger.debug(
+            "deisa bridge: %s do not name the job's TLS files (%r, %r, %r): the dask "
+            "configuration's instead",
+            ", ".join(TLS_FILES_ENV),
+            ca,
+            cert,
+            key,
+        )
+    return files
 
 
 def _files(ca: Any, cert: Any, key: Any) -> tuple[str, str, str | None] | None:

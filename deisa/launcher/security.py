@@ -10,8 +10,10 @@ file and a certificate are configured).
 
 The credentials travel as file paths in Dask's own configuration variables
 (:meth:`Credentials.env`): the Bridge, the PDI plugin and ``Adapter.from_env()`` read them
-through ``distributed.Security()``, so a user's code needs no change. The private key itself
-never appears on a command line, in the job script or in a log.
+through ``distributed.Security()``, so a user's code needs no change. The same paths also go
+under deisa's own names (:mod:`deisa.bridge.tls_files`), for rank 0's notices listener, which
+reads them without importing dask. The private key itself never appears on a command line, in
+the job script or in a log.
 
 ``python -m deisa.launcher.security DIR`` makes the credentials in ``DIR`` (what the Slurm job
 runs on its first node) and prints nothing. See ``docs/security.md``.
@@ -28,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from ..bridge.tls_files import tls_files_env
 from .defaults import UsageError
 
 CA_FILE, CERT_FILE, KEY_FILE = "ca.pem", "cert.pem", "key.pem"
@@ -67,7 +70,8 @@ class Credentials:
 
     def env(self) -> dict[str, str]:
         """Dask's configuration variables that make a process use these credentials in every
-        role (scheduler, worker, client) and refuse plain ``tcp://``."""
+        role (scheduler, worker, client) and refuse plain ``tcp://``, and deisa's names of the
+        same files (:func:`tls_env`)."""
         return tls_env(str(self.ca_file), str(self.cert), str(self.key))
 
     def cli_args(self) -> list[str]:
@@ -96,7 +100,10 @@ class Credentials:
 
 
 def tls_env(ca_file: str, cert: str, key: str) -> dict[str, str]:
-    """The Dask configuration variables for mutual TLS with these files, in every role.
+    """The Dask configuration variables for mutual TLS with these files, in every role, and
+    the same files under deisa's own names (:data:`deisa.bridge.tls_files.TLS_FILES_ENV`:
+    ``DEISA_TLS_CA_FILE``, ``DEISA_TLS_CERT``, ``DEISA_TLS_KEY``), which rank 0's notices
+    listener reads without dask.
 
     The values are paths (or shell words such as ``"$TLS/key.pem"`` in a job script), never
     the key itself.
@@ -109,6 +116,7 @@ def tls_env(ca_file: str, cert: str, key: str) -> dict[str, str]:
     for role in ("SCHEDULER", "WORKER", "CLIENT"):
         env[f"DASK_DISTRIBUTED__COMM__TLS__{role}__CERT"] = cert
         env[f"DASK_DISTRIBUTED__COMM__TLS__{role}__KEY"] = key
+    env.update(tls_files_env(ca_file, cert, key))
     return env
 
 

@@ -294,7 +294,8 @@ def _dask_steps(
 
 _TLS_ARGS = " --protocol tls"
 """``dask scheduler`` and ``dask worker``: TLS only. The files come from the environment (the
-job exports Dask's ``DASK_DISTRIBUTED__COMM__TLS__*`` variables): ``--tls-*`` options would
+job exports Dask's ``DASK_DISTRIBUTED__COMM__TLS__*`` variables, and deisa's ``DEISA_TLS_*``
+for the ranks' notices: :func:`~deisa.launcher.security.tls_env`): ``--tls-*`` options would
 make ``dask scheduler`` refuse ``--interface`` ("Can not specify both interface and host")."""
 
 
@@ -305,8 +306,9 @@ _UCX_ARGS = " --protocol ucx"
 
 def _security_lines(tls: bool, nodes: int, protocol: str = "tcp") -> str:
     """The job's credentials, made on its first node and handed to every step through Dask's
-    configuration variables; or the warning of ``--insecure`` (with ``protocol`` ``ucx``, and
-    the check that the job's Python imports distributed-ucxx)."""
+    configuration variables and deisa's names of the same files (each value a double-quoted
+    ``"$TLS/..."``); or the warning of ``--insecure`` (with ``protocol`` ``ucx``, and the check
+    that the job's Python imports distributed-ucxx)."""
     if protocol == "ucx":
         return "\n".join(
             [

@@ -7,7 +7,6 @@ The attacks on a real run's listener (2 ranks under mpirun) are in ``test_securi
 from __future__ import annotations
 
 import asyncio
-import copy
 import json
 import logging
 import ssl
@@ -22,24 +21,29 @@ import pytest
 from conftest import test_env
 from distributed.utils_test import async_poll_for
 
+from deisa.bridge import _notices
 from deisa.bridge._notices import (
-    _CLIENT_TLS,
-    _TLS,
     MAX_LINE,
     EarlyRegistration,
     Notifier,
-    _environment_tls,
-    _tls_settings,
     decode_notice,
     encode_notice,
 )
 from deisa.bridge._publisher import Entry, Sent
-from deisa.launcher.security import make_credentials, tls_env
+from deisa.bridge.tls_files import TLS_FILES_ENV
+from deisa.launcher.security import make_credentials
 
 W = "tcp://127.0.0.1:4242"
 TOKEN = "f" * 32
 # a deadline for what must happen in this process: generous, a loaded machine still meets it
 WAIT = 30.0
+
+
+@pytest.fixture(autouse=True)
+def _no_job_files_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test's TLS settings alone, whatever environment runs the tests."""
+    for name in TLS_FILES_ENV:
+        monkeypatch.delenv(name, raising=False)
 
 
 def line(**fields: Any) -> bytes:
@@ -285,71 +289,64 @@ def test_one_rank_opens_no_listener_and_still_registers_early(
     assert handed == [(0, [(5, W)])] and early.early == 1
 
 
-def _dask_reads(env: dict[str, str]) -> dict[str, Any]:
-    """The client TLS settings dask's configuration gets from ``env`` and its defaults."""
-    config: dict[str, Any] = {}
-    for defaults in dask.config.defaults:
-        dask.config.update(config, copy.deepcopy(defaults), priority="old")
-    dask.config.update(config, dask.config.collect_env(env))
-    return {field: dask.config.get(_TLS + field, None, config=config) for field in _CLIENT_TLS}
+def _write_job_files(directory: Path) -> tuple[str, str, str]:
+    """A job's CA, certificate and key as files, as deisa-run writes them (0600)."""
+    pytest.importorskip("cryptography")
+    job = make_credentials(directory)
+    return str(job.ca_file), str(job.cert), str(job.key)
 
 
-J = "/job/tls"
+def test_rank_0_takes_the_files_deisa_run_names_without_distributed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """deisa-run's names of the job's files: the listener's context and the files it passes on
+    come from them, and distributed's ``Security`` is not asked (nor, then, dask's
+    configuration, here one without any certificate)."""
+    files = _write_job_files(tmp_path / "tls")
+    for name, path in zip(TLS_FILES_ENV, files, strict=True):
+        monkeypatch.setenv(name, path)
+    monkeypatch.setattr(_notices, "import_distributed", _no_distributed)
+    context, passed = _notices._listen_tls()
+    assert isinstance(context, ssl.SSLContext) and passed == files
+    assert context.verify_mode == ssl.CERT_REQUIRED
 
 
-@pytest.mark.parametrize(
-    "env",
-    [
-        {},
-        tls_env(f"{J}/ca.pem", f"{J}/cert.pem", f"{J}/key.pem"),  # deisa-run's
-        {  # Python literals: dask unquotes them
-            "DASK_DISTRIBUTED__COMM__TLS__CA_FILE": f'"{J}/ca.pem"',
-            "DASK_DISTRIBUTED__COMM__TLS__CLIENT__CERT": f"'{J}/cert.pem'",
-            "DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY": "null",
-        },
-        {
-            "DASK_distributed__comm__tls__ca_file": f"{J}/my ca.pem",
-            "DASK_DISTRIBUTED__COMM__TLS__CLIENT__CERT": "1e3",
-            "DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY": "True",
-        },
-        {
-            "DASK_DISTRIBUTED__COMM__TLS__CIPHERS": "ECDHE-ECDSA-AES256-GCM-SHA384",
-            "DASK_DISTRIBUTED__COMM__TLS__MIN_VERSION": "1.3",
-            "DASK_DISTRIBUTED__COMM__TLS__MAX_VERSION": "None",
-        },
-    ],
-)
-def test_tls_settings_from_the_environment_are_dasks(env: dict[str, str]) -> None:
-    assert _tls_settings(env) == _dask_reads(env)
+def _no_distributed() -> None:
+    raise AssertionError("distributed imported for credentials that deisa-run named")
 
 
 @pytest.mark.parametrize(
-    "env",
+    "names",
     [
-        {"DASK_DISTRIBUTED__COMM__TLS": f"{{'ca-file': '{J}/ca.pem'}}"},
-        {"DASK_DISTRIBUTED__COMM__TLS__CLIENT": f"{{'cert': '{J}/cert.pem'}}"},
-        {"DASK_DISTRIBUTED": "{}"},
-        {
-            "DASK_DISTRIBUTED__COMM__TLS__CA_FILE": f"{J}/ca.pem",
-            "DASK_distributed__comm__tls__ca_file": f"{J}/other.pem",
-        },
-        {"DASK_INTERNAL_INHERIT_CONFIG": "e30="},
+        {},  # a user's own run: the dask configuration alone
+        {"DEISA_TLS_CA_FILE": "/nowhere/ca.pem", "DEISA_TLS_CERT": "/nowhere/cert.pem"},
+        {"DEISA_TLS_KEY": "{key}"},  # no CA nor certificate
     ],
+    ids=["unset", "no-such-files", "key-only"],
 )
-def test_tls_settings_left_to_dask_where_the_variables_are_not_plain(env: dict[str, str]) -> None:
-    assert _tls_settings(env) is None
-
-
-def test_tls_settings_left_to_dask_once_it_is_imported() -> None:
-    assert "dask" in sys.modules  # this process's configuration may differ from its variables
-    assert _environment_tls() is None
+def test_without_deisa_runs_files_rank_0_takes_the_dask_configurations(
+    names: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    files = _write_job_files(tmp_path / "tls")
+    for name, value in names.items():
+        monkeypatch.setenv(name, value.format(key=files[2]))
+    config = {
+        "distributed.comm.tls.ca-file": files[0],
+        "distributed.comm.tls.client.cert": files[1],
+        "distributed.comm.tls.client.key": files[2],
+    }
+    with dask.config.set(config):
+        context, passed = _notices._listen_tls()
+    assert isinstance(context, ssl.SSLContext) and passed == files  # through Security
+    with dask.config.set({"distributed.comm.tls.client.cert": None}):
+        assert _notices._listen_tls() == (None, None)  # no client certificate: no listener
 
 
 # Rank 0's listener in a fresh interpreter, as deisa-run starts it: a stranger (no certificate)
 # tries a notice, then rank 1 (the job's certificate, from rank 0's files) sends its own.
 LISTENER = """
 import asyncio, json, logging, ssl, sys
-from deisa.bridge._notices import EarlyRegistration, Notifier, encode_notice, _dask_config_files
+from deisa.bridge._notices import EarlyRegistration, Notifier, encode_notice
 from deisa.bridge._publisher import Entry
 
 async def stranger(address, token, wait):
@@ -375,7 +372,7 @@ async def main(scheduler, wait):
     early = EarlyRegistration(2, lambda entry, sent: handed.append([entry.seq, sent]))
     early.activate()
     address = await early.listen(scheduler)
-    report = {"address": address, "files": early.client_files, "config": _dask_config_files()}
+    report = {"address": address, "files": early.client_files}
     if address is not None:
         if address.startswith("tls://"):
             report["stranger"] = await stranger(address, early.token, wait)
@@ -398,20 +395,30 @@ asyncio.run(main(sys.argv[1], float(sys.argv[2])))
 """
 
 
-@pytest.mark.parametrize("case", ["tcp", "tls-env", "tls-config-file", "tls-none"])
+@pytest.mark.parametrize(
+    "case", ["tcp", "tls-deisa-run", "tls-dask-env", "tls-config-file", "tls-none"]
+)
 def test_rank_0s_listener_without_dask_takes_the_jobs_notices_only(
     case: str, tmp_path: Path
 ) -> None:
-    """tcp://, and tls:// with deisa-run's variables naming the job's files: neither dask nor
-    distributed imported. The job's files in a dask configuration file: distributed's
-    ``Security`` reads them, as before. No credentials at all: no listener, the same line."""
-    env = {name: v for name, v in test_env().items() if not name.startswith("DASK_")}
-    if case in ("tls-env", "tls-config-file"):
+    """tcp://, and tls:// in deisa-run's environment (deisa's names of the job's files beside
+    Dask's variables): neither dask nor distributed imported. The job's files in Dask's
+    variables alone, or in a dask configuration file (a user's own run): distributed's
+    ``Security`` reads them. No credentials at all: no listener, the same line."""
+    env = {
+        name: v
+        for name, v in test_env().items()
+        if not name.startswith("DASK_") and name not in TLS_FILES_ENV
+    }
+    if case.startswith("tls-") and case != "tls-none":
         pytest.importorskip("cryptography")
         job = make_credentials(tmp_path / "tls")
         files = [str(job.ca_file), str(job.cert), str(job.key)]
-    if case == "tls-env":
+    if case == "tls-deisa-run":
         env.update(job.env())
+        assert all(name in env for name in TLS_FILES_ENV)
+    elif case == "tls-dask-env":
+        env.update({k: v for k, v in job.env().items() if k not in TLS_FILES_ENV})
     elif case == "tls-config-file":
         (tmp_path / "dask").mkdir()
         tls = {"ca-file": files[0], "client": {"cert": files[1], "key": files[2]}}
@@ -428,10 +435,8 @@ def test_rank_0s_listener_without_dask_takes_the_jobs_notices_only(
     )
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout.splitlines()[-1])
-    if case != "tls-config-file" and report["config"]:
-        pytest.skip("dask configuration files here: the listener rightly leaves TLS to dask")
-    if case == "tls-none":
-        assert report["address"] is None and report["loaded"] == []
+    if case == "tls-none":  # only the dask configuration can tell: distributed's Security
+        assert report["address"] is None and "distributed" in report["loaded"]
         assert "no client certificate in the dask configuration" in proc.stderr
         return
     assert report["handed"] == [[0, [[4, "w"], [6, "w"]]]], proc.stderr
@@ -442,7 +447,7 @@ def test_rank_0s_listener_without_dask_takes_the_jobs_notices_only(
     assert report["address"].startswith("tls://127.0.0.1:")
     assert report["files"] == files  # passed on to the other ranks
     assert report["stranger"] in ("SSLError", "ConnectionResetError", "b''"), report
-    if case == "tls-env":
+    if case == "tls-deisa-run":
         assert report["loaded"] == []
     else:
         assert "distributed" in report["loaded"]

@@ -30,6 +30,7 @@ from distributed.utils_test import poll_for
 from user_code import write_user_code
 
 from deisa.bridge.scheduler_file import read_scheduler_address
+from deisa.bridge.tls_files import TLS_FILES_ENV
 from deisa.launcher import cli
 from deisa.launcher.dask_processes import scheduler_command, worker_command
 from deisa.launcher.defaults import UsageError
@@ -124,6 +125,19 @@ def test_tls_env_names_every_role() -> None:
     for role in ("SCHEDULER", "WORKER", "CLIENT"):
         assert env[f"DASK_DISTRIBUTED__COMM__TLS__{role}__CERT"] == "cert"
         assert env[f"DASK_DISTRIBUTED__COMM__TLS__{role}__KEY"] == "key"
+
+
+def test_tls_env_names_the_same_files_under_deisas_names(tmp_path: Path) -> None:
+    """What rank 0's notices listener reads (deisa.bridge.tls_files) are the files that Dask's
+    variables name, in deisa-run's local environment and in the Slurm job's exports."""
+    job = make_credentials(tmp_path / "tls")
+    env = job.env()
+    tls = "DASK_DISTRIBUTED__COMM__TLS__"
+    ca, cert, key = (env[name] for name in TLS_FILES_ENV)
+    assert (ca, cert, key) == (str(job.ca_file), str(job.cert), str(job.key))
+    assert ca == env[f"{tls}CA_FILE"]
+    assert cert == env[f"{tls}CLIENT__CERT"] and key == env[f"{tls}CLIENT__KEY"]
+    assert TLS_FILES_ENV == ("DEISA_TLS_CA_FILE", "DEISA_TLS_CERT", "DEISA_TLS_KEY")
 
 
 # -- a local run, attacked while it runs -------------------------------------------------------

@@ -128,6 +128,7 @@ def test_job_script_speaks_ucx_without_credentials(tmp_path: Path, ucx_installed
     assert lines[worker + 1].rstrip(" &").endswith("--protocol ucx")
     assert "--protocol tls" not in script
     assert "deisa.launcher.security" not in script and "DASK_DISTRIBUTED__COMM__TLS" not in script
+    assert "DEISA_TLS_" not in script
     assert '"$PYTHON" -c "import distributed_ucxx"' in script
     assert "speak UCX without authentication and listen on every interface" in script
     tcp = slurm.job_script(settings_of(SLURM, "--solver", "python", "-o", str(tmp_path / "o")))
