@@ -4,19 +4,36 @@ Writes ``<out>/rank-<r>.json``: the rank's memcpy of its block, the CPU time fro
 ``import deisa`` until its first two publishes are registered, the sustained bandwidth of
 ``--steps`` publishes (from the first call until every one is registered, less the compute
 between them: ``--compute-ms`` of busy work before each, none by default), each
-publish's duration, the resident memory before the Bridge and after the publishes, and the
-transport the blocks took.
+publish's duration, the resident memory before the Bridge and after the publishes, the
+transport the blocks took, and how the sustained publishes placed them in shared memory
+(``slots``: into a slot mapped ahead, a slot given back, or a fresh one; the Bridge's debug
+lines, :data:`deisa.bridge.transport.SLOT_PATHS`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
 from mpi4py import MPI
+
+
+class SlotPaths(logging.Handler):
+    """Counts the Bridge's "a block into a ... slot" debug lines, by how the block was placed."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.counts: Counter[str] = Counter()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        path = getattr(record, "deisa_slot", None)
+        if path is not None:
+            self.counts[path] += 1
 
 
 def memory() -> dict[str, int]:
@@ -77,6 +94,10 @@ def main() -> None:
     bridge.flush()
     start_cpu = time.process_time() - cpu0
 
+    slots = SlotPaths()
+    placed = logging.getLogger("deisa.bridge.transport")
+    placed.addHandler(slots)
+    placed.setLevel(logging.DEBUG)
     comm.Barrier()
     durations = []
     t0 = time.perf_counter()
@@ -105,6 +126,7 @@ def main() -> None:
         "memory_before": before,
         "memory_after": after,
         "transport": transport,
+        "slots": dict(slots.counts),
     }
     (args.out / f"rank-{rank}.json").write_text(json.dumps(report))
 

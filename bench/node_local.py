@@ -54,6 +54,7 @@ from bench._common import (
     median,
     table,
 )
+from deisa.bridge.transport import SLOT_PATHS
 
 RANK = Path(__file__).with_name("_node_local_rank.py")
 TRANSPORTS = ("tcp", "auto")
@@ -133,6 +134,7 @@ def summarize(reports: list[dict[str, Any]]) -> dict[str, Any]:
         "anon_added_others_mib": max(anon[1:], default=nan),
         "start_cpu_others_s": max(cpu[1:], default=nan),
         "transports": sorted({r["transport"] for r in reports}),
+        "slots": {path: sum(r["slots"].get(path, 0) for r in reports) for path in SLOT_PATHS},
     }
 
 
@@ -191,7 +193,7 @@ FIELDS = (
 HEADERS = (
     "MiB", "mode", "analytics", "transport", "memcpy GiB/s", "sustained GiB/s", "of memcpy",
     "publish ms", "copy ms", "copy of memcpy", "wait ms", "rank 0 +RSS MiB", "others +RSS MiB",
-    "rank 0 start CPU s", "others start CPU s", "used",
+    "rank 0 start CPU s", "others start CPU s", "used", "slots: prepared/given back/fresh",
 )  # fmt: skip
 
 
@@ -205,6 +207,7 @@ def report(args: argparse.Namespace, rows: list[dict[str, Any]], load_before: li
     for key, group in groups.items():
         m = medians[key] = {field: median([r[field] for r in group]) for field in FIELDS}
         used = ",".join(sorted({t for r in group for t in r["transports"]}))
+        placed = "/".join(str(sum(r["slots"][p] for r in group)) for p in SLOT_PATHS)
         table_rows.append([
             f"{key[0]:g}", key[1], key[2], key[3], f"{m['memcpy_gibs']:.2f}",
             f"{m['sustained_gibs']:.2f}", f"{100 * m['sustained_gibs'] / m['memcpy_gibs']:.0f} %",
@@ -212,6 +215,7 @@ def report(args: argparse.Namespace, rows: list[dict[str, Any]], load_before: li
             f"{100 * m['memcpy_ms'] / m['copy_ms']:.0f} %", f"{m['wait_ms']:.1f}",
             f"{m['rss_added_mib']:.0f}", f"{m['rss_added_others_mib']:.0f}",
             f"{m['start_cpu_s']:.2f}", f"{m['start_cpu_others_s']:.2f}", used,
+            placed if key[3] == "shared memory" else "",
         ])  # fmt: skip
     print(table(HEADERS, table_rows))
     targets = []

@@ -343,6 +343,10 @@ def test_node_local_runs_both_transports_side_by_side(tmp_path: Path) -> None:
         ("shared memory", "behind"): ["shared memory"],
     }
     assert all(r["sustained_gibs"] > 0 and r["memcpy_gibs"] > 0 for r in result["rows"])
+    # how each sustained block was placed, from the Bridge's debug lines: 3 per rank
+    placed = {(r["transport"], r["analytics"]): sum(r["slots"].values()) for r in result["rows"]}
+    assert placed == {("tcp", "taking"): 0, ("tcp", "behind"): 0,
+                      ("shared memory", "taking"): 6, ("shared memory", "behind"): 6}  # fmt: skip
     assert result["compute_ms"] == 5 and "copy of memcpy" in proc.stdout
     assert result["worker_preload"] is True  # as deisa-run's workers
     others = result["rows"][0]["start_cpu_others_s"]

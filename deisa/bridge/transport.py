@@ -32,13 +32,17 @@ from .options import TRANSPORTS
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["RETRY_S", "SHARED_MEMORY", "TCP", "TRANSPORTS", "Transport"]
+__all__ = ["RETRY_S", "SHARED_MEMORY", "SLOT_PATHS", "TCP", "TRANSPORTS", "Transport"]
 
 SHARED_MEMORY, TCP = "shared memory", "tcp"
 RETRY_S = 5.0
 """Seconds before a failed shared-memory handshake with a worker is tried again."""
 Spawn = Callable[[Coroutine[Any, Any, Any]], concurrent.futures.Future[Any]]
 """Runs a coroutine on the Bridge's event loop from another thread (``LoopThread.spawn``)."""
+SLOT_PATHS = ("prepared", "given back", "fresh")
+"""How :meth:`Transport.copy_in` placed a block, in its debug line's ``deisa_slot`` attribute:
+copied into a slot mapped ahead, or written into a slot the worker gave back but not mapped
+ahead yet, or into a fresh one (whose pages the kernel allocates then: the costly case)."""
 OPEN_WAIT_S = 0.25
 """Seconds :meth:`Transport.copy_in` waits for a channel :meth:`Transport.open_soon` started
 (a handshake on the node takes milliseconds; a block copied elsewhere meanwhile is copied
@@ -106,6 +110,7 @@ class Transport:
         slot = channel.take(block.nbytes, mapped=not block.flags.c_contiguous)
         if slot is None:
             return None
+        path = "prepared" if slot.prepared else "given back" if slot.shared else "fresh"
         try:
             if not slot.prepared:  # written with pwrite, then mapped without page tables
                 slot.write(block)
@@ -117,6 +122,10 @@ class Transport:
             logger.warning("deisa bridge: writing a shared-memory slot failed: %s", exc)
             channel.untake(slot)
             return None
+        logger.debug(
+            "deisa bridge: a block of %d bytes into a %s slot (%d in the ring of worker %s)",
+            block.nbytes, path, len(channel.slots), worker, extra={"deisa_slot": path},
+        )  # fmt: skip
         self._lent[id(view)] = (slot, view)
         return view
 
