@@ -312,8 +312,7 @@ class Channel:
                 if self._ready(nbytes) >= SPARE:
                     self._retire_surplus()
                     continue
-                unmapped = [s for s in self.slots if s.free and s.fits(nbytes)
-                            and not s.prepared and s.shared]  # fmt: skip
+                unmapped = self._unprepared(nbytes)
                 if not unmapped:  # a fresh slot is filled by write(), never zeroed first
                     self._retire_surplus()
                     continue
@@ -335,14 +334,18 @@ class Channel:
             return True
         if not self._want:
             return False
-        free = [slot for slot in self.slots if slot.free]
-        if self._ready(self._want) < SPARE and any(s.shared and not s.prepared for s in free):
+        if self._ready(self._want) < SPARE and self._unprepared(self._want):
             return True
-        return len(free) > max(KEEP_FREE, SPARE)
+        return sum(1 for slot in self.slots if slot.free) > max(KEEP_FREE, SPARE)
 
     def _ready(self, nbytes: int) -> int:
         """Under the lock: free slots for ``nbytes`` that are mapped (prepared)."""
         return sum(1 for s in self.slots if s.free and s.fits(nbytes) and s.prepared)
+
+    def _unprepared(self, nbytes: int) -> list[Slot]:
+        """Under the lock: free slots for ``nbytes`` the worker gave back, not mapped ahead
+        (what the preparer maps; a fresh slot is filled by :meth:`Slot.write` instead)."""
+        return [s for s in self.slots if s.free and s.fits(nbytes) and s.shared and not s.prepared]
 
     def _awaiting_slot(self) -> bool:
         """Under the lock: fewer than :data:`SPARE` slots are ready while the worker holds

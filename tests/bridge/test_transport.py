@@ -23,7 +23,7 @@ from deisa import _dask_internals
 from deisa.bridge import _shm
 from deisa.bridge._connect import Pool
 from deisa.bridge._loop import LoopThread
-from deisa.bridge._shm_wire import FREE, key_from_wire, key_to_wire, socket_name
+from deisa.bridge._shm_wire import FREE, HELD, key_from_wire, key_to_wire, socket_name
 from deisa.bridge._shm_worker import SharedMemoryPlugin
 from deisa.bridge.transport import Transport
 
@@ -372,3 +372,29 @@ def test_a_slot_stays_mapped_while_a_view_of_it_lives() -> None:
         assert slot.data is None
     finally:
         slot.close()
+
+
+def test_the_preparer_waits_while_only_a_slot_of_another_size_is_free() -> None:
+    """The channel's thread maps ahead a free slot the worker gave back, of the size of the
+    last block; a free slot of another size (an array of other blocks) gives it nothing to
+    do. It used to count that slot as work and spin on a core while the worker held the
+    slot of the right size."""
+    rank_end, worker_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    channel = _shm.Channel("tcp://127.0.0.1:1", rank_end)
+    try:
+        with channel._lock:
+            other = channel._new_slot(1 << 20)
+            held = channel._new_slot(4 << 20)
+            other.shared = held.shared = True
+            held.head[0] = HELD
+            channel._want = 4 << 20
+            assert not channel._work()  # sleeps (polling for the held slot's return)
+            held.head[0] = FREE  # given back: now there is a slot to map ahead
+            assert channel._work()
+    finally:
+        channel._break("test over")
+        channel._preparer.join(timeout=STARTUP)
+        for slot in channel.slots:
+            slot.close()
+        rank_end.close()
+        worker_end.close()
