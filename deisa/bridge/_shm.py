@@ -35,6 +35,7 @@ from ._shm_wire import (
     decode,
     encode,
     key_to_wire,
+    memfd,
     peer_uid,
     slot_bytes,
     socket_name,
@@ -70,9 +71,8 @@ class Slot:
         self.channel = channel
         self.id = ident
         self.size = size
-        self.fd = os.memfd_create(f"deisa-slot-{ident}", os.MFD_CLOEXEC)
+        self.fd = memfd(f"deisa-slot-{ident}", size)  # sealed against shrinking and growing
         try:
-            os.ftruncate(self.fd, size)
             self.head = mmap.mmap(self.fd, HEADER)
         except BaseException:
             os.close(self.fd)

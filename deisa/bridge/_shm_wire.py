@@ -16,6 +16,7 @@ to TCP. Messages are one JSON object per datagram (``SOCK_SEQPACKET``); nothing 
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import mmap
@@ -31,6 +32,9 @@ FREE, HELD = 0, 1
 """A slot's state: ``FREE`` (the rank may write it), ``HELD`` (the worker keeps a block in it,
 until the array over it is gone)."""
 MAX_MESSAGE = 1 << 16
+SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW
+"""The seals of a slot once sized (:func:`memfd`): neither end can shrink it under the other's
+mapping (a read past the end is a ``SIGBUS``) nor grow it."""
 PLUGIN_NAME = "deisa-shared-memory"
 
 
@@ -53,6 +57,19 @@ def slot_bytes(nbytes: int) -> int:
     """The size of a slot holding ``nbytes`` of data: the header, then whole pages."""
     pages = -(-nbytes // mmap.PAGESIZE)
     return HEADER + max(pages, 1) * mmap.PAGESIZE
+
+
+def memfd(name: str, size: int) -> int:
+    """A fresh memfd of ``size`` bytes, sealed with :data:`SEALS`: the worker maps only slots
+    sealed so (:func:`deisa.bridge._shm_worker._Slot`)."""
+    fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    try:
+        os.ftruncate(fd, size)
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, SEALS)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def encode(**message: Any) -> bytes:
