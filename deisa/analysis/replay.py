@@ -45,8 +45,7 @@ import glob as globbing
 import logging
 import os
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import dask.array as da
@@ -55,7 +54,9 @@ from dask.base import tokenize
 
 from . import _labels
 from ._blocks import BLOCKS_DATASET, chunks_from_starts, is_block_starts
-from ._reading import StepArray, StepReader, summary
+from ._reading import StepReader
+from ._replay_array import ReplayArray, ReplayError, UnknownArrayError
+from ._replay_hdf5 import Dataset, HDF5Block, list_datasets, zarr_datasets
 
 __all__ = ["Replay", "ReplayArray", "ReplayError", "UnknownArrayError"]
 
@@ -65,128 +66,6 @@ logger = logging.getLogger(__name__)
 STEP_DATASET = "step"
 _STEP_FIELD = re.compile(r"\$?\{step(?::[^}]*)?\}")
 _GLOB_CHARS = re.compile(r"[*?\[]")
-
-
-class ReplayError(ValueError):
-    """Saved output that cannot be replayed: no time axis, files that disagree, bad steps."""
-
-
-class UnknownArrayError(ReplayError, KeyError):
-    """An array name the source does not hold (the message lists those it holds)."""
-
-    def __str__(self) -> str:  # KeyError quotes its message otherwise
-        return str(self.args[0])
-
-
-@dataclass(frozen=True)
-class _Dataset:
-    """What the metadata says of one dataset of one file: enough to read it lazily."""
-
-    path: str
-    name: str
-    shape: tuple[int, ...]
-    dtype: np.dtype
-    chunks: tuple[int, ...] | None
-    dims: tuple[str, ...] | None = None  # every axis's name in the file, if it names them all
-
-
-class _HDF5Block:
-    """One dataset of one HDF5 file, sliced like an array; pickled as its path and name, so
-    that a worker opens the file itself when it computes a block.
-
-    ``leading``: the index of the step on the dataset's first axis (a file with a time axis,
-    or a per-step file whose dataset keeps a leading axis of length 1), else ``None``.
-    """
-
-    def __init__(self, dataset: _Dataset, leading: int | None, shape: tuple[int, ...]) -> None:
-        self.path, self.dataset, self.leading = dataset.path, dataset.name, leading
-        self.shape, self.dtype, self.ndim = shape, dataset.dtype, len(shape)
-
-    def __getitem__(self, index: Any) -> np.ndarray:
-        import h5py
-
-        index = index if isinstance(index, tuple) else (index,)
-        if self.leading is not None:
-            index = (self.leading, *index)
-        with h5py.File(self.path, "r") as f:
-            return np.asarray(f[self.dataset][index])
-
-
-class ReplayArray(StepArray):
-    """One saved array, indexed as ``array[t, x, y]`` with a leading time axis of step numbers.
-
-    The interface of a live :class:`~deisa.analysis.adapter.ArrayDescriptor` (see
-    :class:`~deisa.analysis._reading.StepArray`), over saved steps: all of them are known from
-    the start, and :meth:`items` (so :meth:`windows` and :meth:`Replay.zip`) yields every one of
-    them at each call, where a live stream hands each step out once.
-
-    Attributes
-    ----------
-    name : str
-    source : str
-        Where the steps are read from (a file, or the first of the per-step files).
-    """
-
-    _missing_word = "saved"
-    _steps_word = "saved"
-    _sequence_word = "the saved steps of"
-
-    def __init__(
-        self,
-        name: str,
-        steps: Sequence[int],
-        shape: tuple[int, ...],
-        dtype: np.dtype,
-        chunks: tuple[tuple[int, ...], ...],
-        build: Callable[[int], da.Array],
-        source: str,
-        dims: tuple[str, ...] | None = None,
-    ) -> None:
-        super().__init__(name)
-        self._seen = [int(s) for s in steps]
-        self._ended = True
-        self._index = {step: i for i, step in enumerate(self._seen)}
-        self._shape, self._dtype, self._chunks = shape, dtype, chunks
-        self._build = build
-        self.source = source
-        self._dims = dims
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        """Spatial shape (the time axis is not included)."""
-        return self._shape
-
-    @property
-    def dtype(self) -> np.dtype:
-        return self._dtype
-
-    @property
-    def chunks(self) -> tuple[tuple[int, ...], ...]:
-        return self._chunks
-
-    @property
-    def dims(self) -> tuple[str, ...] | None:
-        """Names of the spatial axes: the file's, else those given to :class:`Replay`, else
-        ``None``."""
-        return self._dims
-
-    def __repr__(self) -> str:
-        return (
-            f"<ReplayArray {self.name!r}: {len(self._seen)} steps saved "
-            f"({summary(self._seen)}), shape {self._shape}, from {self.source}>"
-        )
-
-    def _pull_until(self, step: int | None) -> None:
-        pass  # every step is known from the start
-
-    def _has(self, step: int) -> bool:
-        return step in self._index
-
-    def _next_steps(self) -> Iterator[int]:
-        return iter(list(self._seen))
-
-    def _step_array(self, step: int) -> da.Array:
-        return self._build(self._index[step])
 
 
 class Replay(StepReader):
@@ -259,7 +138,7 @@ class Replay(StepReader):
             raise ReplayError(f"steps={list(steps or [])!r} must be increasing step numbers")
         self._files: list[str] = []  # per-step files, in step order
         self._file_steps: list[int] = []
-        self._datasets: dict[str, _Dataset] = {}  # a file with a time axis: its datasets
+        self._datasets: dict[str, Dataset] = {}  # a file with a time axis: its datasets
         self._zarr = False
         self._path = ""
         self._time_steps: list[int] | None = None
@@ -285,7 +164,7 @@ class Replay(StepReader):
                 if len(self._files) == 1
                 else (f"{len(self._files)} files ({self._files[0]}, ...)")
             )
-            self._datasets = {d.name: d for d in _list_datasets(self._files[0])}
+            self._datasets = {d.name: d for d in list_datasets(self._files[0])}
             if self._explicit_steps is not None:
                 self._check_count(len(self._files), "per-step files")
                 self._file_steps = self._explicit_steps
@@ -306,9 +185,9 @@ class Replay(StepReader):
         self._path = self._source = path
         if os.path.isdir(path):
             self._zarr = True
-            self._datasets = {d.name: d for d in _zarr_datasets(path)}
+            self._datasets = {d.name: d for d in zarr_datasets(path)}
         else:
-            self._datasets = {d.name: d for d in _list_datasets(path)}
+            self._datasets = {d.name: d for d in list_datasets(path)}
         self._time_steps = self._steps_of_the_file()
 
     def _per_step_pattern(self, pattern: str) -> None:
@@ -368,7 +247,7 @@ class Replay(StepReader):
             )
         return values[:written]
 
-    def _read_small(self, info: _Dataset) -> np.ndarray:
+    def _read_small(self, info: Dataset) -> np.ndarray:
         if self._zarr:
             import zarr
 
@@ -438,7 +317,7 @@ class Replay(StepReader):
             f"no array {name!r} in {self._source}; the arrays there are: {present}"
         )
 
-    def _time_axis_problem(self, info: _Dataset) -> str | None:
+    def _time_axis_problem(self, info: Dataset) -> str | None:
         if len(info.shape) < 2:
             return (
                 f"it has shape {info.shape}: an array needs a leading time axis and at least "
@@ -481,7 +360,7 @@ class Replay(StepReader):
 
             def build(i: int) -> da.Array:
                 return da.from_array(
-                    _HDF5Block(info, i, shape),
+                    HDF5Block(info, i, shape),
                     chunks=chunks,
                     name=f"replay-{name}-{token}-{i}",
                     meta=np.empty((0,) * len(shape), info.dtype),
@@ -492,9 +371,9 @@ class Replay(StepReader):
         return ReplayArray(name, list(steps), shape, info.dtype, chunks, build, self._source, dims)
 
     def _make_per_step(self, name: str) -> ReplayArray:
-        infos: list[_Dataset] = []
+        infos: list[Dataset] = []
         for path in self._files:  # metadata only, every file: a bad one fails here
-            found = {d.name: d for d in _list_datasets(path)}
+            found = {d.name: d for d in list_datasets(path)}
             if name not in found:
                 if path == self._files[0]:
                     raise self._unknown(name)
@@ -520,7 +399,7 @@ class Replay(StepReader):
 
         def build(i: int) -> da.Array:
             return da.from_array(
-                _HDF5Block(infos[i], leading, shape),
+                HDF5Block(infos[i], leading, shape),
                 chunks=chunks,
                 name=f"replay-{name}-{token}-{i}",
                 meta=np.empty((0,) * len(shape), first.dtype),
@@ -532,9 +411,7 @@ class Replay(StepReader):
             name, self._file_steps, shape, first.dtype, chunks, build, self._source, dims
         )
 
-    def _spatial_chunks(
-        self, info: _Dataset, shape: tuple[int, ...]
-    ) -> tuple[tuple[int, ...], ...]:
+    def _spatial_chunks(self, info: Dataset, shape: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
         spec: Any = self._chunks
         starts = self._datasets.get(BLOCKS_DATASET)
         if spec is None and starts is not None and is_block_starts(BLOCKS_DATASET, starts):
@@ -543,55 +420,3 @@ class Replay(StepReader):
             file_chunks = info.chunks[-len(shape) :] if info.chunks else None
             spec = file_chunks if file_chunks is not None else "auto"
         return da.core.normalize_chunks(spec, shape, dtype=info.dtype)
-
-
-def _list_datasets(path: str) -> list[_Dataset]:
-    """Every dataset of the HDF5 file ``path`` (in groups too: ``"group/name"``), metadata only."""
-    try:
-        import h5py
-    except ImportError as exc:
-        raise ReplayError(
-            f"reading {path} needs the h5py package (pip install 'deisa-insitu[posthoc]')"
-        ) from exc
-
-    try:
-        f = h5py.File(path, "r")
-    except OSError as exc:
-        raise ReplayError(f"{path}: not a readable HDF5 file ({exc})") from exc
-    found: list[_Dataset] = []
-    with f:
-
-        def visit(name: str, item: Any) -> None:
-            if isinstance(item, h5py.Dataset):
-                dims = _labels.hdf5_dims(item)
-                found.append(_Dataset(path, name, item.shape, item.dtype, item.chunks, dims))
-
-        f.visititems(visit)
-    return found
-
-
-def _zarr_datasets(path: str) -> list[_Dataset]:
-    """Every array of the Zarr store ``path`` (in groups too), metadata only."""
-    try:
-        import zarr
-    except ImportError as exc:
-        raise ReplayError(
-            f"{path} is a Zarr store (a directory): reading it needs the zarr package "
-            "(pip install 'deisa-insitu[zarr]')"
-        ) from exc
-    try:
-        group = zarr.open_group(path, mode="r")
-    except Exception as exc:
-        raise ReplayError(f"{path}: not a readable Zarr store ({exc})") from exc
-    return [
-        _Dataset(
-            path,
-            name,
-            tuple(item.shape),
-            np.dtype(item.dtype),
-            tuple(item.chunks),
-            _labels.zarr_dims(item),
-        )
-        for name, item in group.members(max_depth=None)
-        if isinstance(item, zarr.Array)
-    ]

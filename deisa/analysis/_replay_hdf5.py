@@ -1,0 +1,101 @@
+"""The HDF5 and Zarr side of :class:`deisa.Replay`: what a file's metadata says of its datasets,
+and a dataset of one file read lazily, block by block, by whichever process computes it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from . import _labels
+from ._replay_array import ReplayError
+
+__all__ = ["Dataset", "HDF5Block", "list_datasets", "zarr_datasets"]
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """What the metadata says of one dataset of one file: enough to read it lazily."""
+
+    path: str
+    name: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    chunks: tuple[int, ...] | None
+    dims: tuple[str, ...] | None = None  # every axis's name in the file, if it names them all
+
+
+class HDF5Block:
+    """One dataset of one HDF5 file, sliced like an array; pickled as its path and name, so
+    that a worker opens the file itself when it computes a block.
+
+    ``leading``: the index of the step on the dataset's first axis (a file with a time axis,
+    or a per-step file whose dataset keeps a leading axis of length 1), else ``None``.
+    """
+
+    def __init__(self, dataset: Dataset, leading: int | None, shape: tuple[int, ...]) -> None:
+        self.path, self.dataset, self.leading = dataset.path, dataset.name, leading
+        self.shape, self.dtype, self.ndim = shape, dataset.dtype, len(shape)
+
+    def __getitem__(self, index: Any) -> np.ndarray:
+        import h5py
+
+        index = index if isinstance(index, tuple) else (index,)
+        if self.leading is not None:
+            index = (self.leading, *index)
+        with h5py.File(self.path, "r") as f:
+            return np.asarray(f[self.dataset][index])
+
+
+def list_datasets(path: str) -> list[Dataset]:
+    """Every dataset of the HDF5 file ``path`` (in groups too: ``"group/name"``), metadata only."""
+    try:
+        import h5py
+    except ImportError as exc:
+        raise ReplayError(
+            f"reading {path} needs the h5py package (pip install 'deisa-insitu[posthoc]')"
+        ) from exc
+
+    try:
+        f = h5py.File(path, "r")
+    except OSError as exc:
+        raise ReplayError(f"{path}: not a readable HDF5 file ({exc})") from exc
+    found: list[Dataset] = []
+    with f:
+
+        def visit(name: str, item: Any) -> None:
+            if isinstance(item, h5py.Dataset):
+                dims = _labels.hdf5_dims(item)
+                found.append(Dataset(path, name, item.shape, item.dtype, item.chunks, dims))
+
+        f.visititems(visit)
+    return found
+
+
+def zarr_datasets(path: str) -> list[Dataset]:
+    """Every array of the Zarr store ``path`` (in groups too), metadata only."""
+    try:
+        import zarr
+    except ImportError as exc:
+        raise ReplayError(
+            f"{path} is a Zarr store (a directory): reading it needs the zarr package "
+            "(pip install 'deisa-insitu[zarr]')"
+        ) from exc
+    try:
+        group = zarr.open_group(path, mode="r")
+    except Exception as exc:
+        raise ReplayError(f"{path}: not a readable Zarr store ({exc})") from exc
+    return [
+        Dataset(
+            path,
+            name,
+            tuple(item.shape),
+            np.dtype(item.dtype),
+            tuple(item.chunks),
+            _labels.zarr_dims(item),
+        )
+        for name, item in group.members(max_depth=None)
+        if isinstance(item, zarr.Array)
+    ]
