@@ -107,6 +107,10 @@ def key_from_wire(wired: Any) -> tuple[Any, ...]:
     return tuple(wired)
 
 
+PLAIN_KINDS = "biufcmMSU"
+"""The dtype kinds of blocks a slot may hold: no object (``O``), void or structured (``V``)."""
+
+
 def plain_dtype(dtype: Any) -> bool:
-    """Whether blocks of ``dtype`` can go through a slot (no objects, no fields)."""
-    return not dtype.hasobject and dtype.fields is None and dtype.itemsize > 0
+    """Whether blocks of ``dtype`` can go through a slot (no objects, no void, no fields)."""
+    return dtype.kind in PLAIN_KINDS and not dtype.hasobject and dtype.itemsize > 0

@@ -27,7 +27,9 @@ import array
 import asyncio
 import contextlib
 import ctypes
+import fcntl
 import logging
+import math
 import mmap
 import os
 import socket
@@ -44,10 +46,12 @@ from ._shm_wire import (
     HEADER,
     MAX_MESSAGE,
     PLUGIN_NAME,
+    SEALS,
     decode,
     encode,
     key_from_wire,
     peer_uid,
+    plain_dtype,
     socket_name,
 )
 
@@ -99,9 +103,14 @@ async def register(pool: Any, address: str) -> None:
 
 
 class _Slot:
-    """One slot of a rank's ring, mapped here."""
+    """One slot of a rank's ring, mapped here: only a memfd of at least ``size`` bytes sealed
+    against shrinking and growing (:func:`slot_problem`), so that the rank cannot cut the
+    mapping under an array the worker keeps (a ``SIGBUS``)."""
 
     def __init__(self, fd: int, size: int) -> None:
+        problem = slot_problem(fd, size)
+        if problem is not None:
+            raise ValueError(problem)
         self.map = mmap.mmap(fd, size)
         self.size = size
         self._anchor = ctypes.c_char.from_buffer(self.map)  # keeps the address valid
@@ -121,6 +130,44 @@ class _SlotView:
         }
         self._slot = slot
         weakref.finalize(self, _set_free, slot.map)
+
+
+def slot_problem(fd: int, size: int) -> str | None:
+    """Why the descriptor ``fd`` cannot be mapped as a slot of ``size`` bytes, or ``None``: it
+    must be a memfd (not a file, a pipe or a device), hold ``size`` bytes, and carry the seals
+    :data:`~._shm_wire.SEALS`."""
+    try:
+        target = os.readlink(f"/proc/self/fd/{fd}")
+        if not target.startswith("/memfd:"):
+            return f"a slot is a memfd, not {target!r}"
+        length = os.fstat(fd).st_size
+        seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
+    except OSError as exc:
+        return f"a slot is a sealed memfd: {exc}"
+    if seals & SEALS != SEALS:
+        return f"slot {target!r} is not sealed against shrinking and growing (seals {seals:#x})"
+    if not HEADER < size <= length:
+        return f"a slot of {size} bytes claimed for {target!r} of {length}"
+    return None
+
+
+def block_dtype(name: Any) -> np.dtype[Any]:
+    """The dtype of a ``put`` message's ``dtype`` (a dtype string of plain numbers, booleans,
+    datetimes, bytes or str); a ``ValueError`` for objects, void and structured dtypes, which
+    raw memory must never be read as."""
+    if not isinstance(name, str) or len(name) > 32:
+        raise ValueError(f"not a dtype string: {name!r:.80}")
+    dtype = np.dtype(name)
+    if not plain_dtype(dtype):
+        raise ValueError(f"blocks of dtype {dtype} do not go through shared memory")
+    return dtype
+
+
+def block_shape(shape: Any) -> tuple[int, ...]:
+    """The shape of a ``put`` message; a ``ValueError`` for anything but non-negative ints."""
+    if not isinstance(shape, list) or not all(type(n) is int and n >= 0 for n in shape):
+        raise ValueError(f"not a block shape: {shape!r:.80}")
+    return tuple(shape)
 
 
 def _set_free(region: mmap.mmap) -> None:
@@ -225,9 +272,9 @@ class _Peer:
 
     def put(self, message: dict[str, Any]) -> int:
         slot = self.slots[int(message["slot"])]
-        dtype = np.dtype(message["dtype"])
-        shape = tuple(int(n) for n in message["shape"])
-        if dtype.itemsize * int(np.prod(shape)) > slot.size - HEADER:
+        dtype = block_dtype(message["dtype"])
+        shape = block_shape(message["shape"])
+        if dtype.itemsize * math.prod(shape) > slot.size - HEADER:
             raise ValueError(f"a block of {shape} {dtype} does not fit slot {message['slot']}")
         block = np.asarray(_SlotView(slot, dtype, shape))
         key = key_from_wire(message["key"])
