@@ -208,6 +208,7 @@ ACCEPTED_VALUES = (
 _INT_RANGE = range(-(1 << 63), 1 << 64)  # what msgpack carries
 _DTYPE_KINDS = "biufcmMSU"  # no object ("O") nor void/structured ("V") dtype
 _MAX_DIMS = 32
+_MAX_INTP = int(np.iinfo(np.intp).max)  # numpy refuses a shape whose size overflows it
 _SCALARS: dict[str, tuple[type, ...]] = {
     "bool": (bool,),
     "int": (int,),
@@ -370,6 +371,11 @@ def _array_problem(name: str, kind: str, dtype: Any, shape: Any, data: Any) -> s
         or not all(type(n) is int and n >= 0 for n in shape)
     ):
         return f"steering value {name!r} of type {kind!r} has the shape {reprlib.repr(shape)}"
+    if math.prod(max(n, 1) for n in shape) * parsed.itemsize > _MAX_INTP:  # even if empty
+        return (
+            f"steering value {name!r} of type {kind!r} has the shape {reprlib.repr(shape)}, "
+            "larger than numpy's largest array"
+        )
     if not isinstance(data, bytes):
         return f"steering value {name!r}: its data is a {type(data).__name__}, not bytes"
     expected = math.prod(shape) * parsed.itemsize

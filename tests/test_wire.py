@@ -178,7 +178,9 @@ def _plain(**fields: Any) -> dict[str, Any]:
         (_plain(type="numpy_scalar"), r"of type 'numpy_scalar' has the shape \[2\]"),
         (_plain(data=bytes(15)), r"15 bytes of data for 1-d shape \(2,\) of <f8 \(16 bytes\)"),
         (_plain(data="x" * 16), r"its data is a str, not bytes"),
-        (_plain(shape=[2**40, 2**40], data=b""), r"0 bytes of data for 2-d shape"),
+        (_plain(shape=[2**20, 2**20], data=b""), r"0 bytes of data for 2-d shape"),
+        (_plain(shape=[0, 2**63], data=b""), r"larger than numpy's largest array"),
+        (_plain(shape=[0, 2**62, 4], data=b""), r"larger than numpy's largest array"),
         (
             _plain(shape=[wire.MAX_VALUE_BYTES // 8 + 1], data=bytes(wire.MAX_VALUE_BYTES + 8)),
             r"is 1048584 bytes, more than",
