@@ -126,7 +126,8 @@ def step_key_name(run: str, name: str, step: int, revision: int = 0) -> str:
 #
 # An array's metadata (what ``deisa_open`` registers and ``deisa_meta``/``deisa_get`` return)
 # holds "dims", the names of its spatial axes, only when the simulation gave them: an older
-# Bridge sends none, an older Adapter ignores it.
+# Bridge sends none, an older Adapter ignores it. Likewise "time_length", the number of steps
+# its time axis holds, only when the simulation declared one (ArraySpec's time_length).
 
 TIME_DIM = "step"
 """The name of the time axis of a labelled (xarray) array; the step numbers are its coordinate."""

@@ -326,6 +326,14 @@ class ArrayDescriptor(StepArray):
         dims = self.meta.get("dims")
         return None if dims is None else tuple(dims)
 
+    @property
+    def time_length(self) -> int | None:
+        """The number of steps the simulation declared its time axis holds (a PDI YAML's
+        fixed time size in the older grammars, ``ArraySpec(time_length=...)``), ``None`` if
+        unbounded. Steps past it are not published; a simulation may stop before it."""
+        length = self.meta.get("time_length")
+        return None if length is None else int(length)
+
     def __repr__(self) -> str:
         state = "ended" if self._ended else "open"
         return f"<ArrayDescriptor {self.name!r}: {len(self._seen)} steps received, {state}>"

@@ -149,7 +149,8 @@ def meta(dec: Decomposition, run: str) -> dict[str, Any]:
     """What ``deisa_open`` tells the analytics about an array.
 
     ``"dims"`` (the axes' names) only when the ranks named them: the metadata of an unnamed
-    array is that of Bridges older than ``dims``, and older Adapters ignore the key.
+    array is that of Bridges older than ``dims``, and older Adapters ignore the key; likewise
+    ``"time_length"`` (the declared number of steps) only when the ranks declared one.
     """
     described: dict[str, Any] = {
         "dtype": dec.dtype.str,
@@ -159,6 +160,8 @@ def meta(dec: Decomposition, run: str) -> dict[str, Any]:
     }
     if dec.dims is not None:
         described["dims"] = list(dec.dims)
+    if dec.time_length is not None:
+        described["time_length"] = dec.time_length
     return described
 
 

@@ -6,7 +6,7 @@ rectilinear grid (uneven splits are fine; gaps, overlaps and misaligned blocks a
 derives the dask ``chunks`` and each rank's block index from it.
 
 The time axis is not part of these shapes: every array is implicitly a sequence of steps,
-an unbounded leading axis.
+a leading axis, unbounded unless a ``time_length`` declares how many steps it holds.
 """
 
 from __future__ import annotations
@@ -42,19 +42,25 @@ class ArraySpec:
         Optional names of the axes, one per axis (distinct strings; ``"step"`` is the time
         axis's). The analytics' labelled arrays carry them
         (``adapter[name].items(as_xarray=True)``); every rank gives the same.
+    time_length
+        Optional number of steps the time axis holds (a PDI YAML's fixed time size, as the
+        older grammars declare it: ``size: [500, ...]``), sent to the analytics as the length
+        of its time axis (:attr:`deisa.analysis.adapter.ArrayDescriptor.time_length`); ``None``
+        (default): unbounded. Every rank gives the same.
 
     Raises
     ------
     TypeError, ValueError
         Naming the argument: a dtype numpy does not know, shapes that are not integers or do
-        not fit, ``dims`` of another length than the shapes, not strings, or repeated.
+        not fit, ``dims`` of another length than the shapes, not strings, or repeated,
+        ``time_length`` not a positive integer.
 
     Examples
     --------
     >>> ArraySpec("float64", global_shape=(64, 64), start=(32, 0), shape=(32, 64))
     ... # doctest: +NORMALIZE_WHITESPACE
     ArraySpec(dtype=dtype('float64'), global_shape=(64, 64), start=(32, 0), shape=(32, 64),
-              dims=None)
+              dims=None, time_length=None)
     >>> ArraySpec("float64", (64, 64), (32, 0), (32, 64), dims=("x", "y")).dims
     ('x', 'y')
     """
@@ -64,6 +70,7 @@ class ArraySpec:
     start: tuple[int, ...]
     shape: tuple[int, ...]
     dims: tuple[str, ...] | None = None
+    time_length: int | None = None
 
     def __init__(
         self,
@@ -73,6 +80,7 @@ class ArraySpec:
         shape: Sequence[int],
         *,
         dims: Sequence[str] | None = None,
+        time_length: int | None = None,
     ) -> None:
         try:
             dt = np.dtype(dtype)  # type: ignore[call-overload]
@@ -102,10 +110,17 @@ class ArraySpec:
                     f"axis {axis}: block [{s}:{s + b}] lies outside the global size {n}"
                 )
         names = check_dims(dims, len(values["shape"]))
+        if time_length is not None and (
+            not isinstance(time_length, (int, np.integer))
+            or isinstance(time_length, bool)
+            or time_length < 1
+        ):
+            raise ValueError(f"time_length={time_length!r} must be a positive integer or None")
         object.__setattr__(self, "dtype", dt)
         for field, value in values.items():
             object.__setattr__(self, field, value)
         object.__setattr__(self, "dims", names)
+        object.__setattr__(self, "time_length", None if time_length is None else int(time_length))
 
 
 @dataclass(frozen=True)
@@ -126,6 +141,8 @@ class Decomposition:
         ``block_index[rank]`` is the grid position of that rank's block.
     dims : tuple of str or None
         The axes' names (:class:`ArraySpec`'s ``dims``), identical on every rank.
+    time_length : int or None
+        The declared length of the time axis (:class:`ArraySpec`'s), identical on every rank.
     """
 
     name: str
@@ -134,6 +151,7 @@ class Decomposition:
     chunks: tuple[tuple[int, ...], ...]
     block_index: tuple[tuple[int, ...], ...]
     dims: tuple[str, ...] | None = None
+    time_length: int | None = None
 
     @property
     def grid_shape(self) -> tuple[int, ...]:
@@ -152,7 +170,7 @@ class Decomposition:
         ------
         DecompositionError
             Naming the array, the rank(s) and the offending block when dtypes, global shapes
-            or dims disagree, blocks overlap, leave a gap, or do not line up on a grid.
+            dims or time lengths disagree, blocks overlap, leave a gap, or do not line up on a grid.
         """
         if not specs:
             raise DecompositionError(f"array {name!r}: no rank describes a block")
@@ -170,6 +188,11 @@ class Decomposition:
             if spec.dims != ref.dims:
                 raise DecompositionError(
                     f"array {name!r}: rank {rank} has dims={spec.dims}, rank 0 has dims={ref.dims}"
+                )
+            if spec.time_length != ref.time_length:
+                raise DecompositionError(
+                    f"array {name!r}: rank {rank} has time_length={spec.time_length}, rank 0 "
+                    f"has time_length={ref.time_length}"
                 )
         ndim = len(ref.global_shape)
         boundaries = []
@@ -214,7 +237,9 @@ class Decomposition:
                 "with comm=comm.Split(...), or deisa.BridgeGroup's array_comms)"
             )
         chunks = tuple(tuple(int(d) for d in np.diff(edges)) for edges in boundaries)
-        return cls(name, ref.dtype, ref.global_shape, chunks, tuple(index), ref.dims)
+        return cls(
+            name, ref.dtype, ref.global_shape, chunks, tuple(index), ref.dims, ref.time_length
+        )
 
 
 def _block_slices(spec: ArraySpec) -> str:

@@ -74,7 +74,7 @@ def metadata_spec(name: str, metadata: Mapping[str, Any]) -> ArraySpec | None:
     >>> metadata_spec("t", {"global_shape": (10, 8), "chunk_shape": (4, 8),
     ...                     "chunk_position": (2, 0)})  # doctest: +NORMALIZE_WHITESPACE
     ArraySpec(dtype=dtype('float64'), global_shape=(10, 8), start=(8, 0), shape=(2, 8),
-              dims=None)
+              dims=None, time_length=None)
     """
     global_shape = tuple(int(n) for n in metadata["global_shape"])
     chunk = tuple(int(n) for n in metadata["chunk_shape"])

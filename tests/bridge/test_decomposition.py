@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from deisa.bridge.decomposition import ArraySpec, Decomposition, DecompositionError, even_split
@@ -110,6 +111,27 @@ def test_array_spec_dims_are_carried_by_the_decomposition_and_agree_across_ranks
     specs[2] = ArraySpec(s.dtype, s.global_shape, s.start, s.shape)
     with pytest.raises(DecompositionError, match="rank 2 has dims=None"):
         Decomposition.from_specs("t", specs)
+
+
+def test_array_spec_time_length_reaches_the_metadata_and_agrees_across_ranks() -> None:
+    from deisa.bridge._connect import meta
+
+    assert ArraySpec("float64", (8, 8), (0, 0), (8, 8)).time_length is None
+    specs = [
+        ArraySpec(s.dtype, s.global_shape, s.start, s.shape, time_length=np.int64(500))
+        for s in grid_specs((8, 8), (2, 2))
+    ]
+    assert specs[0].time_length == 500 and type(specs[0].time_length) is int
+    dec = Decomposition.from_specs("t", specs)
+    assert dec.time_length == 500 and meta(dec, "run")["time_length"] == 500
+    assert "time_length" not in meta(Decomposition.from_specs("t", grid_specs((8, 8), (2, 2))), "r")
+    s = specs[1]
+    specs[1] = ArraySpec(s.dtype, s.global_shape, s.start, s.shape, time_length=499)
+    with pytest.raises(DecompositionError, match="'t': rank 1 has time_length=499, rank 0 has"):
+        Decomposition.from_specs("t", specs)
+    for bad in (0, -3, 2.5, True, "500"):
+        with pytest.raises(ValueError, match=r"time_length=.* must be a positive integer or None"):
+            ArraySpec("float64", (8, 8), (0, 0), (8, 8), time_length=bad)  # type: ignore[arg-type]
 
 
 def test_even_split_covers_everything() -> None:
