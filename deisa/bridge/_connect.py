@@ -21,7 +21,7 @@ from collections.abc import Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._dask_internals import import_distributed
-from ..wire import PLUGIN_NAME, PROTOCOL, Route, is_ok
+from ..wire import PROTOCOL, Route, is_ok
 from ._collective import BridgeError
 from ._notices import EarlyRegistration
 from ._publisher import Connection
@@ -166,21 +166,12 @@ def meta(dec: Decomposition, run: str) -> dict[str, Any]:
 
 
 async def install(pool: Callable[[str], Any], address: str, shared_memory: bool = True) -> None:
-    """Install the :class:`~deisa.scheduler.StreamExtension` (idempotent) and, with
-    ``shared_memory``, the workers' shared-memory listener
-    (:class:`~deisa.bridge._shm_worker.SharedMemoryPlugin`, on present and future workers)."""
+    """:func:`deisa.bridge._shm_worker.install` (the extension and the workers' plugin), made by
+    rank 0 itself where no worker relays it: distributed is imported only then."""
     import_distributed()
-    from distributed.protocol.pickle import dumps
+    from ._shm_worker import install as install_on_scheduler
 
-    from ..scheduler import StreamExtension
-
-    await pool(address).register_scheduler_plugin(
-        plugin=dumps(StreamExtension()), name=PLUGIN_NAME, idempotent=True
-    )
-    if shared_memory:
-        from ._shm_worker import register
-
-        await register(pool, address)
+    await install_on_scheduler(pool, address, shared_memory)
 
 
 async def wait_workers(pool: Pool, address: str, min_workers: int) -> list[str]:

@@ -16,15 +16,19 @@ import asyncio
 import contextlib
 import errno
 import logging
-import os
 import socket
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from .. import _dask_internals
+from ._guard import Guard, StreamListener, other_account
 from ._relay import INSTALL, MAX_FRAME, RELAYED, pack, read_frame, relay_name
-from ._shm_wire import peer_uid
 
 logger = logging.getLogger(__name__)
+
+#: installs deisa's scheduler extension and, if asked, its worker plugin:
+#: ``install(pool, scheduler, shared_memory)`` (given by the plugin that starts the relay)
+Install = Callable[[Any, str, bool], Awaitable[None]]
 
 
 class RelayServer:
@@ -32,16 +36,22 @@ class RelayServer:
     node's relay name is taken."""
 
     def __init__(
-        self, worker: Any, pool: Any, server: asyncio.AbstractServer, scheduler: str
+        self,
+        worker: Any,
+        pool: Any,
+        server: StreamListener,
+        scheduler: str,
+        install: Install,
     ) -> None:
         self.worker = worker
         self._pool = pool
         self.scheduler = scheduler
         self._server = server
+        self._install_on_scheduler = install
         self._connections: dict[asyncio.StreamWriter, set[asyncio.Task[None]]] = {}
 
     @classmethod
-    async def start(cls, worker: Any) -> RelayServer | None:
+    async def start(cls, worker: Any, install: Install) -> RelayServer | None:
         pool, scheduler = _dask_internals.worker_pool(worker)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         try:
@@ -53,25 +63,21 @@ class RelayServer:
             logger.debug("deisa: another worker of this node relays to %s", scheduler)
             return None
         sock.listen(64)
-        sock.setblocking(False)
         relay: RelayServer | None = None
 
         async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             assert relay is not None
             await relay.serve(reader, writer)
 
-        server = await asyncio.start_unix_server(serve, sock=sock, limit=MAX_FRAME)
-        relay = cls(worker, pool, server, scheduler)
+        guard = Guard(f"the relay of worker {worker.address}", 1)
+        server = StreamListener(sock, serve, guard, authorize=other_account, limit=MAX_FRAME)
+        relay = cls(worker, pool, server, scheduler, install)
         logger.info("deisa: worker %s relays rank 0's calls to %s", worker.address, scheduler)
         return relay
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """One rank's connection, from its uid check to its end."""
-        uid = peer_uid(writer.get_extra_info("socket"))
-        if uid != os.getuid():
-            logger.warning("deisa: the relay refused a process of uid %d", uid)
-            writer.close()
-            return
+        """One rank's connection (of this account: :func:`~._guard.other_account`), to its
+        end."""
         calls: set[asyncio.Task[None]] = set()
         self._connections[writer] = calls
         try:
@@ -131,9 +137,7 @@ class RelayServer:
             writer.write(frame)
 
     async def _install(self, shared_memory: bool = True) -> None:
-        from ._connect import install
-
-        await install(self._pool, self.scheduler, shared_memory)
+        await self._install_on_scheduler(self._pool, self.scheduler, shared_memory)
 
     def close(self) -> None:
         """Stop listening and end every connection, its calls cancelled: before the worker

@@ -1,7 +1,7 @@
 """The worker's side of the shared-memory path: a listener for the ranks of its node.
 
 :class:`SharedMemoryPlugin` is a :class:`distributed.WorkerPlugin` that rank 0 registers on the
-scheduler beside the stream extension (:func:`deisa.bridge._connect.install`), so every worker,
+scheduler beside the stream extension (:func:`install`), so every worker,
 present or future, runs it; nothing is added to the worker's command line. On each worker it
 listens on an abstract Unix socket (:func:`._shm_wire.socket_name`), on the worker's own event
 loop, and serves each rank that connects with the same uid:
@@ -40,6 +40,7 @@ import numpy as np
 from distributed import WorkerPlugin
 
 from .. import _dask_internals
+from ._guard import Guard, PausedError, other_account
 from ._relay_worker import RelayServer
 from ._shm_wire import (
     FREE,
@@ -50,7 +51,6 @@ from ._shm_wire import (
     decode,
     encode,
     key_from_wire,
-    peer_uid,
     plain_dtype,
     socket_name,
 )
@@ -79,7 +79,7 @@ class SharedMemoryPlugin(WorkerPlugin):
         except OSError as exc:  # the ranks fall back to TCP
             logger.warning("deisa: no shared-memory listener on worker %s: %s", worker.address, exc)
         try:
-            self._relay = await RelayServer.start(worker)
+            self._relay = await RelayServer.start(worker, install)
         except OSError as exc:  # rank 0 connects with distributed
             logger.warning("deisa: no relay for rank 0 on worker %s: %s", worker.address, exc)
 
@@ -100,6 +100,22 @@ async def register(pool: Any, address: str) -> None:
     await pool(address).register_worker_plugin(
         plugin=dumps(SharedMemoryPlugin()), name=SharedMemoryPlugin.name, idempotent=True
     )
+
+
+async def install(pool: Any, address: str, shared_memory: bool = True) -> None:
+    """Install the :class:`~deisa.scheduler.StreamExtension` (idempotent) and, with
+    ``shared_memory``, :class:`SharedMemoryPlugin` on present and future workers: what rank 0
+    asks of the scheduler when it connects, itself or through a worker's relay."""
+    from distributed.protocol.pickle import dumps
+
+    from ..scheduler import StreamExtension
+    from ..wire import PLUGIN_NAME as EXTENSION_NAME
+
+    await pool(address).register_scheduler_plugin(
+        plugin=dumps(StreamExtension()), name=EXTENSION_NAME, idempotent=True
+    )
+    if shared_memory:
+        await register(pool, address)
 
 
 class _Slot:
@@ -186,29 +202,39 @@ class _Server:
         self.sock.bind(socket_name(str(worker.address)))
         self.sock.listen(128)
         self.peers: set[_Peer] = set()
-        self.loop.add_reader(self.sock.fileno(), self._accept)
+        self.guard = Guard(f"the shared-memory listener of worker {worker.address}", 0)
+        self._closed = False
+        self._resume()
         logger.debug("deisa: shared-memory listener on worker %s", worker.address)
 
+    def _resume(self) -> None:
+        if not self._closed:
+            self.loop.add_reader(self.sock.fileno(), self._accept)
+
     def _accept(self) -> None:
+        """Every connection waiting, each checked for this account's uid before a byte of it
+        is read (a refusal counted by :attr:`guard`, never raised into the worker's loop)."""
         try:
-            conn, _ = self.sock.accept()
-        except (BlockingIOError, InterruptedError):
-            return
-        uid = peer_uid(conn)
-        if uid != os.getuid():
-            logger.warning("deisa: shared-memory listener refused a process of uid %d", uid)
-            conn.close()
-            return
-        conn.setblocking(False)
-        peer = _Peer(self, conn)
-        self.peers.add(peer)
-        self.loop.add_reader(conn.fileno(), peer.readable)
+            while (conn := self.guard.accept(self.sock, self._resume)) is not None:
+                problem = other_account(conn)
+                if problem is not None:
+                    conn.close()
+                    self.guard.refuse(problem)
+                    continue
+                conn.setblocking(False)
+                peer = _Peer(self, conn)
+                self.peers.add(peer)
+                self.loop.add_reader(conn.fileno(), peer.readable)
+        except PausedError:
+            self.loop.remove_reader(self.sock.fileno())
 
     def close(self) -> None:
+        self._closed = True
         self.loop.remove_reader(self.sock.fileno())
         self.sock.close()
         for peer in list(self.peers):
             peer.close()
+        self.guard.flush()
 
 
 class _Peer:
