@@ -40,12 +40,14 @@ import json
 import logging
 import os
 import secrets
+import socket
 import ssl
 import time
 from collections.abc import Callable
 from typing import Any
 
 from .._dask_internals import import_distributed
+from ._guard import Guard, StreamListener
 from ._net import host_port, interface_to, split_address
 from ._publisher import Entry, Sent
 from .tls_files import TLS_FILES_ENV
@@ -61,6 +63,12 @@ between are not sent)."""
 
 CONNECT_S = 30.0
 """Longest a rank waits to open its connection to the listener (TLS handshake included)."""
+
+IDLE_S = 600.0
+"""A rank's connection that brings no notice for this long is closed (the rank opens another
+at its next notice)."""
+
+LISTEN_BACKLOG = 128
 
 _FIELDS = {"token": str, "seq": int, "rank": int, "nbytes": int, "worker": str}
 
@@ -128,8 +136,7 @@ class EarlyRegistration:
         self.early = 0  # of which handed on notices, before their exchange
         self._entries: dict[int, Entry] = {}
         self._sent: dict[int, dict[int, Sent]] = {}
-        self._server: asyncio.Server | None = None
-        self._peers: set[asyncio.StreamWriter] = set()
+        self._server: StreamListener | None = None
         self.address: str | None = None
         self.client_files: tuple[str, str, str | None] | None = None  # TLS: CA, cert, key
         self.active = False  # the registrar exists (the connection is known)
@@ -159,10 +166,11 @@ class EarlyRegistration:
                 scheduler_address,
                 "plain TCP between hosts, where anyone could send notices (use tls:// for them)",
             )
-        self._server = await asyncio.start_server(
-            self._serve, bind, 0, ssl=ssl_context, limit=MAX_LINE
-        )
-        port = self._server.sockets[0].getsockname()[1]
+        family = socket.AF_INET6 if ":" in bind else socket.AF_INET
+        sock = socket.create_server((bind, 0), family=family, backlog=LISTEN_BACKLOG)
+        guard = Guard("rank 0's notices listener", self.nranks - 1)
+        self._server = StreamListener(sock, self._serve, guard, ssl_context, limit=MAX_LINE)
+        port = sock.getsockname()[1]
         self.address = f"{protocol}://{bind}:{port}"
         logger.debug("deisa bridge: listening for notices at %s", self.address)
         return self.address
@@ -177,26 +185,26 @@ class EarlyRegistration:
         )
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """One rank's connection (TLS, if any, already verified): its notices, line by line."""
-        self._peers.add(writer)
+        """One rank's connection (TLS, if any, already verified): its notices, line by line,
+        until one is not a notice of this job (the connection is then refused, counted by the
+        listener's :class:`~._guard.Guard`), or none came for :data:`IDLE_S` (the rank opens
+        another at its next notice). Over plain TCP, the first notice authenticates it."""
+        assert self._server is not None
         try:
-            while (line := await reader.readline()) and self.notice(line):
-                pass
-        except Exception as exc:  # a line over MAX_LINE, a connection reset...
+            while line := await asyncio.wait_for(reader.readline(), IDLE_S):
+                if not self.notice(line):
+                    self._server.guard.refuse("not a notice of this job")
+                    return
+                self._server.trust(writer)
+        except Exception as exc:  # a line over MAX_LINE, a connection reset, idle...
             logger.debug(
                 "deisa bridge: notices from %s: %r", writer.get_extra_info("peername"), exc
             )
-        finally:
-            self._peers.discard(writer)
-            writer.close()
 
     async def close(self) -> None:
         """Stop listening and close the ranks' connections."""
         if self._server is not None:
             self._server.close()
-            for writer in list(self._peers):
-                writer.close()
-            await self._server.wait_closed()
             self._server = None
 
     def activate(self) -> None:

@@ -16,14 +16,13 @@ import asyncio
 import contextlib
 import errno
 import logging
-import os
 import socket
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from .. import _dask_internals
+from ._guard import Guard, StreamListener, other_account
 from ._relay import INSTALL, MAX_FRAME, RELAYED, pack, read_frame, relay_name
-from ._shm_wire import peer_uid
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +39,7 @@ class RelayServer:
         self,
         worker: Any,
         pool: Any,
-        server: asyncio.AbstractServer,
+        server: StreamListener,
         scheduler: str,
         install: Install,
     ) -> None:
@@ -64,25 +63,21 @@ class RelayServer:
             logger.debug("deisa: another worker of this node relays to %s", scheduler)
             return None
         sock.listen(64)
-        sock.setblocking(False)
         relay: RelayServer | None = None
 
         async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             assert relay is not None
             await relay.serve(reader, writer)
 
-        server = await asyncio.start_unix_server(serve, sock=sock, limit=MAX_FRAME)
+        guard = Guard(f"the relay of worker {worker.address}", 1)
+        server = StreamListener(sock, serve, guard, authorize=other_account, limit=MAX_FRAME)
         relay = cls(worker, pool, server, scheduler, install)
         logger.info("deisa: worker %s relays rank 0's calls to %s", worker.address, scheduler)
         return relay
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """One rank's connection, from its uid check to its end."""
-        uid = peer_uid(writer.get_extra_info("socket"))
-        if uid != os.getuid():
-            logger.warning("deisa: the relay refused a process of uid %d", uid)
-            writer.close()
-            return
+        """One rank's connection (of this account: :func:`~._guard.other_account`), to its
+        end."""
         calls: set[asyncio.Task[None]] = set()
         self._connections[writer] = calls
         try:

@@ -40,6 +40,7 @@ import numpy as np
 from distributed import WorkerPlugin
 
 from .. import _dask_internals
+from ._guard import Guard, PausedError, other_account
 from ._relay_worker import RelayServer
 from ._shm_wire import (
     FREE,
@@ -50,7 +51,6 @@ from ._shm_wire import (
     decode,
     encode,
     key_from_wire,
-    peer_uid,
     plain_dtype,
     socket_name,
 )
@@ -202,29 +202,39 @@ class _Server:
         self.sock.bind(socket_name(str(worker.address)))
         self.sock.listen(128)
         self.peers: set[_Peer] = set()
-        self.loop.add_reader(self.sock.fileno(), self._accept)
+        self.guard = Guard(f"the shared-memory listener of worker {worker.address}", 0)
+        self._closed = False
+        self._resume()
         logger.debug("deisa: shared-memory listener on worker %s", worker.address)
 
+    def _resume(self) -> None:
+        if not self._closed:
+            self.loop.add_reader(self.sock.fileno(), self._accept)
+
     def _accept(self) -> None:
+        """Every connection waiting, each checked for this account's uid before a byte of it
+        is read (a refusal counted by :attr:`guard`, never raised into the worker's loop)."""
         try:
-            conn, _ = self.sock.accept()
-        except (BlockingIOError, InterruptedError):
-            return
-        uid = peer_uid(conn)
-        if uid != os.getuid():
-            logger.warning("deisa: shared-memory listener refused a process of uid %d", uid)
-            conn.close()
-            return
-        conn.setblocking(False)
-        peer = _Peer(self, conn)
-        self.peers.add(peer)
-        self.loop.add_reader(conn.fileno(), peer.readable)
+            while (conn := self.guard.accept(self.sock, self._resume)) is not None:
+                problem = other_account(conn)
+                if problem is not None:
+                    conn.close()
+                    self.guard.refuse(problem)
+                    continue
+                conn.setblocking(False)
+                peer = _Peer(self, conn)
+                self.peers.add(peer)
+                self.loop.add_reader(conn.fileno(), peer.readable)
+        except PausedError:
+            self.loop.remove_reader(self.sock.fileno())
 
     def close(self) -> None:
+        self._closed = True
         self.loop.remove_reader(self.sock.fileno())
         self.sock.close()
         for peer in list(self.peers):
             peer.close()
+        self.guard.flush()
 
 
 class _Peer:
