@@ -30,9 +30,11 @@ except ImportError:  # Python 3.10
 
 RECIPE = REPO / "packaging" / "spack" / "packages" / "py-deisa-insitu" / "package.py"
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
-# The extras without a variant: the test suite's, and ucx (distributed-ucxx-cu12, a RAPIDS wheel
-# that Spack does not package: pip-install it into the Spack environment; the recipe says so).
-NOT_VARIANTS = frozenset({"test", "ucx"})
+# The extras without a variant: the test suite's, ucx (distributed-ucxx-cu12, a RAPIDS wheel
+# that Spack does not package: pip-install it into the Spack environment; the recipe says so), and
+# adios2 (PyPI's serial adios2 wheel, for deisa.Replay of .bp output: Spack has no py-adios2, its
+# adios2 package's +python variant provides the module; the recipe says so).
+NOT_VARIANTS = frozenset({"test", "ucx", "adios2"})
 SPEC = re.compile(r"(?P<name>[a-z0-9-]+)(?:@(?P<versions>\S+))?(?P<variants>(?:\s*[+~]\w+)*)")
 
 

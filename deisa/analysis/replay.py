@@ -5,11 +5,12 @@
 >>> for step, field in gtemp.items(): ...             # every saved step  # doctest: +SKIP
 
 A :class:`Replay` reads what a run saved (decl_hdf5's files, or any HDF5 or Zarr data laid out
-the same way) and hands out :class:`ReplayArray` objects with the interface of the live arrays
-of :class:`deisa.Adapter` (:class:`deisa.analysis._reading.StepArray`): ``[t, ...]`` on step
-numbers, :meth:`~ReplayArray.items`, :meth:`~ReplayArray.windows`, :attr:`~ReplayArray.steps`,
-``len``, ``dtype``, ``shape``, and :meth:`Replay.zip`. An analysis written against them runs on
-a live stream unchanged.
+the same way, or an ADIOS2 code's BP4/BP5 output) and hands out :class:`ReplayArray` objects
+with the interface of the live arrays of :class:`deisa.Adapter`
+(:class:`deisa.analysis._reading.StepArray`): ``[t, ...]`` on step numbers,
+:meth:`~ReplayArray.items`, :meth:`~ReplayArray.windows`, :attr:`~ReplayArray.steps`, ``len``,
+``dtype``, ``shape``, and :meth:`Replay.zip`. An analysis written against them runs on a live
+stream unchanged.
 
 Sources
 -------
@@ -23,6 +24,10 @@ Sources
   ``{step:05d}`` field; the step numbers are read from the names), a glob (``"data_*.h5"``: the
   last number of each name) or a list of paths (steps ``0 .. n-1`` in the list's order). Each
   file holds the step's datasets with the spatial shape, or with a leading axis of length 1.
+
+- **ADIOS2 output** (``"out.bp"``, BP4 or BP5): every global array; its steps are the ADIOS2
+  steps holding it, its chunks the blocks the writers put (:mod:`deisa.analysis._replay_bp`);
+  :meth:`Replay.values` gives a step's global single values.
 
 ``steps=`` gives the step numbers explicitly, for any source.
 
@@ -56,6 +61,7 @@ from . import _labels
 from ._blocks import BLOCKS_DATASET, chunks_from_starts, is_block_starts
 from ._reading import StepReader
 from ._replay_array import ReplayArray, ReplayError, UnknownArrayError
+from ._replay_bp import BPFile, is_bp
 from ._replay_hdf5 import Dataset, HDF5Block, list_datasets, zarr_datasets
 
 __all__ = ["Replay", "ReplayArray", "ReplayError", "UnknownArrayError"]
@@ -76,7 +82,8 @@ class Replay(StepReader):
     source
         An HDF5 file or a Zarr store whose datasets have the time axis first; a pattern of one
         file per step (``"data_{step}.h5"``, ``"data_${step}.h5"``), a glob (``"data_*.h5"``)
-        or a list of per-step files. See the module's documentation.
+        or a list of per-step files; an ADIOS2 ``.bp`` directory. See the module's
+        documentation.
     client
         Optional :class:`distributed.Client`. Without one, computations run on dask's local
         scheduler; with one, on its cluster (it is the default scheduler of the process while
@@ -142,6 +149,7 @@ class Replay(StepReader):
         self._zarr = False
         self._path = ""
         self._time_steps: list[int] | None = None
+        self._bp: BPFile | None = None
         if isinstance(source, (str, os.PathLike)):
             text = os.fspath(source)
             if _STEP_FIELD.search(text):
@@ -183,6 +191,9 @@ class Replay(StepReader):
         if not os.path.exists(path):
             raise FileNotFoundError(f"{path}: no such file or Zarr store (the Replay source)")
         self._path = self._source = path
+        if is_bp(path):
+            self._bp = BPFile(path, self._explicit_steps)
+            return
         if os.path.isdir(path):
             self._zarr = True
             self._datasets = {d.name: d for d in zarr_datasets(path)}
@@ -281,7 +292,9 @@ class Replay(StepReader):
     @property
     def names(self) -> list[str]:
         """The arrays this source holds (datasets with a time axis, or those of the first
-        per-step file)."""
+        per-step file; the global arrays of ADIOS2 output)."""
+        if self._bp is not None:
+            return self._bp.names
         names = [n for n, d in self._datasets.items() if not is_block_starts(n, d)]
         if self._files:
             return sorted(names)
@@ -304,6 +317,28 @@ class Replay(StepReader):
         if name not in self._arrays:
             self._arrays[name] = self._make(name)
         return self._arrays[name]
+
+    def values(self, step: int) -> dict[str, Any]:
+        """The global single values an ADIOS2 code wrote at ``step`` (a counter, a time), by
+        name: numpy scalars, ``str`` for strings; ``{}`` for a step that wrote none.
+
+        Raises
+        ------
+        StepNotAvailableError
+            ``step`` is not one of the file's steps.
+        ReplayError
+            The source is not ADIOS2 output (HDF5 and Zarr hold arrays only).
+
+        Examples
+        --------
+        >>> Replay("out.bp").values(3)  # doctest: +SKIP
+        {'step': np.int32(3), 'time': np.float64(0.75)}
+        """
+        if self._bp is None:
+            raise ReplayError(
+                f"{self._source} holds no single values per step: only ADIOS2 output does"
+            )
+        return self._bp.values(step)
 
     def close(self) -> None:
         """Nothing to release (no file is kept open); for ``with`` blocks, as an Adapter's."""
@@ -338,6 +373,8 @@ class Replay(StepReader):
         return None
 
     def _make(self, name: str) -> ReplayArray:
+        if self._bp is not None:
+            return self._bp.array(name, self._chunks, self._dims.get(name))
         if self._files:
             return self._make_per_step(name)
         info = self._datasets.get(name)

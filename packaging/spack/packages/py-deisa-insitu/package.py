@@ -35,6 +35,8 @@ class PyDeisaInsitu(PythonPackage):
     variant("core", default=False, description="deisa.insitu: the deisa-core interface")
     # No variant for pyproject.toml's `ucx` extra (deisa-run --protocol ucx): Spack has no package
     # of distributed-ucxx, a RAPIDS wheel; `pip install distributed-ucxx-cu12` in the environment.
+    # Nor for the `adios2` extra (PyPI's serial adios2 wheel: deisa.Replay of .bp output): Spack
+    # has no py-adios2; its adios2 package built +python provides the module.
 
     # [build-system] requires and requires-python
     depends_on("py-setuptools@68:", type="build")

@@ -1,0 +1,334 @@
+"""ADIOS2 BP4/BP5 output for :class:`deisa.Replay`: its arrays chunked as the ranks wrote them.
+
+An ADIOS2 code that wrote ``out.bp`` (BP4 or BP5, a directory holding ``md.idx``) kept, for each
+step and each global array, every block a writer ``Put``: its start and count. A
+:class:`BPFile` reads that metadata once, in one pass over the steps (no data read), with the
+serial ``adios2`` package (``pip install 'deisa-insitu[adios2]'``); each array's step is then a
+lazy dask array whose chunks are those blocks (on each axis, from one block's start to the next,
+over every step: exactly the blocks for any decomposition that forms a grid, the same cut finer
+otherwise), each chunk read with ADIOS2 by whichever process computes it (:class:`BPBlock`).
+
+- The time axis is the ADIOS2 step (``0 .. N-1``, or ``Replay(steps=...)``'s numbers, one per
+  ADIOS2 step); an array written every 10th step has the steps 0, 10, 20...
+- Global single values (a ``Put`` of a variable defined without shape: a step counter, a time)
+  are read in the same pass: :meth:`BPFile.values` gives a step's, by name.
+- Local arrays and local values (no global shape) are not arrays of a Replay: they are left
+  out, with one log line naming them. A step whose blocks leave holes in the array or overlap,
+  or an array whose shape changes between steps, is a :class:`ReplayError` at
+  ``replay[name]``, never a wrong array.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import dask.array as da
+import numpy as np
+from dask.base import tokenize
+
+from . import _labels
+from ._reading import StepNotAvailableError, summary
+from ._replay_array import ReplayArray, ReplayError, UnknownArrayError
+
+__all__ = ["BPBlock", "BPFile", "is_bp"]
+
+logger = logging.getLogger("deisa.analysis.replay")
+
+#: ADIOS2's type names, those of a Replay's arrays (``long double`` has no portable numpy twin)
+DTYPES = {
+    "char": "int8", "int8_t": "int8", "uint8_t": "uint8", "int16_t": "int16",
+    "uint16_t": "uint16", "int32_t": "int32", "uint32_t": "uint32", "int64_t": "int64",
+    "uint64_t": "uint64", "float": "float32", "double": "float64", "float complex": "complex64",
+    "double complex": "complex128", "complex": "complex64",
+}  # fmt: skip
+_OPEN_READERS = 8  # BP files kept open per process by BPBlock (the oldest is closed first)
+
+
+def is_bp(path: str) -> bool:
+    """Whether ``path`` is ADIOS2 output: a BP4/BP5 directory (it holds ``md.idx``)."""
+    return os.path.isfile(os.path.join(path, "md.idx"))
+
+
+def _bindings(path: str) -> Any:
+    try:
+        import adios2.bindings as bindings
+    except ImportError as exc:
+        raise ReplayError(
+            f"{path} is ADIOS2 output: reading it needs the adios2 package "
+            "(pip install 'deisa-insitu[adios2]')"
+        ) from exc
+    return bindings
+
+
+@dataclass
+class _Variable:
+    """One global array of a BP file: what every step's metadata says of it."""
+
+    name: str
+    type: str
+    shape: tuple[int, ...]
+    steps: list[int] = field(default_factory=list)  # ADIOS2 steps holding blocks of it
+    blocks: list[list[tuple[tuple[int, ...], tuple[int, ...]]]] = field(default_factory=list)
+    reshaped: str | None = None  # how its shape changed between steps, if it did
+
+
+def _numbers(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.replace(" ", "").split(",") if x)
+
+
+class BPFile:
+    """The metadata of one ADIOS2 BP output, read in one pass over its steps.
+
+    Parameters
+    ----------
+    path
+        The ``.bp`` directory.
+    steps
+        The step number of each ADIOS2 step, in order (``Replay(steps=...)``); default: the
+        ADIOS2 step indices.
+
+    Raises
+    ------
+    ReplayError
+        Not readable by ADIOS2, the ``adios2`` package missing, or ``steps`` of another length
+        than the file's steps.
+    """
+
+    def __init__(self, path: str, steps: Sequence[int] | None = None) -> None:
+        self.path = path
+        self._variables: dict[str, _Variable] = {}
+        self._values: dict[int, dict[str, Any]] = {}
+        self._left_out: dict[str, str] = {}  # local arrays and values: their shape kind
+        self.count = self._scan(_bindings(path))
+        self._numbers = list(range(self.count)) if steps is None else [int(s) for s in steps]
+        if len(self._numbers) != self.count:
+            raise ReplayError(
+                f"steps= gives {len(self._numbers)} step numbers for the {self.count} ADIOS2 "
+                f"steps of {path}"
+            )
+        if self._left_out:
+            logger.info(
+                "deisa replay: %s: %s left out (not global arrays or global values)",
+                path,
+                ", ".join(f"{n!r} ({kind})" for n, kind in sorted(self._left_out.items())),
+            )
+
+    def _scan(self, bindings: Any) -> int:
+        """Read every step's metadata (and its single values); the number of steps."""
+        adios = bindings.ADIOS()
+        io = adios.DeclareIO("deisa-replay-scan")
+        try:
+            engine = io.Open(self.path, bindings.Mode.Read)
+        except Exception as exc:
+            raise ReplayError(f"{self.path}: not readable by ADIOS2 ({exc})") from exc
+        count = 0
+        try:
+            while True:
+                status = engine.BeginStep(bindings.StepMode.Read, 0.0)
+                if status != bindings.StepStatus.OK:
+                    if status == bindings.StepStatus.NotReady:
+                        logger.info(
+                            "deisa replay: %s is still being written: its first %d steps read",
+                            self.path, count,
+                        )  # fmt: skip
+                    break
+                self._scan_step(bindings, io, engine, count)
+                engine.EndStep()
+                count += 1
+        finally:
+            engine.Close()
+        return count
+
+    def _scan_step(self, bindings: Any, io: Any, engine: Any, step: int) -> None:
+        for name, info in io.AvailableVariables().items():
+            variable = io.InquireVariable(name)
+            kind = variable.ShapeID()
+            if kind == bindings.ShapeID.GlobalValue:
+                self._values.setdefault(step, {})[name] = _read_value(bindings, engine, variable)
+            elif kind == bindings.ShapeID.GlobalArray:
+                self._add_blocks(name, info, engine.BlocksInfo(name, step), step)
+            else:
+                self._left_out[name] = str(kind).rsplit(".", 1)[-1]
+
+    def _add_blocks(self, name: str, info: dict[str, str], blocks: list[Any], step: int) -> None:
+        shape = _numbers(info.get("Shape", ""))
+        found = self._variables.setdefault(name, _Variable(name, info["Type"], shape))
+        if shape != found.shape and found.reshaped is None:
+            found.reshaped = f"{found.shape} at step {found.steps[0]}, {shape} at step {step}"
+        if not blocks:
+            return
+        found.steps.append(step)
+        found.blocks.append([(_numbers(b["Start"]), _numbers(b["Count"])) for b in blocks])
+
+    # -- what Replay asks ------------------------------------------------------------------------
+
+    @property
+    def names(self) -> list[str]:
+        """The global arrays of at least one axis, in name order."""
+        return sorted(n for n, v in self._variables.items() if v.shape and v.steps)
+
+    @property
+    def steps(self) -> list[int]:
+        """The step number of every ADIOS2 step of the file."""
+        return list(self._numbers)
+
+    def values(self, step: int) -> dict[str, Any]:
+        """The global single values written at ``step``, by name (numpy scalars, ``str``)."""
+        try:
+            index = self._numbers.index(int(step))
+        except ValueError:
+            raise StepNotAvailableError(
+                f"step {step} is not a step of {self.path} (steps saved: {summary(self._numbers)})"
+            ) from None
+        return dict(self._values.get(index, {}))
+
+    def array(self, name: str, chunks: Any, dims: Any) -> ReplayArray:
+        """The saved array ``name``: its steps, each a lazy dask array chunked as written."""
+        variable = self._variables.get(name)
+        if variable is None or name not in self.names:
+            present = ", ".join(repr(n) for n in self.names) or "none"
+            raise UnknownArrayError(
+                f"no array {name!r} in {self.path}; the arrays there are: {present}"
+            )
+        if variable.reshaped is not None:
+            raise ReplayError(
+                f"{name!r} in {self.path} changes its shape between steps ({variable.reshaped})"
+                ": a Replay array has one shape"
+            )
+        dtype = _dtype(variable, self.path)
+        spec = chunks if chunks is not None else self._written_chunks(variable)
+        grid = da.core.normalize_chunks(spec, variable.shape, dtype=dtype)
+        token = tokenize(self.path, name, os.stat(os.path.join(self.path, "md.idx")).st_mtime_ns)
+
+        def build(i: int) -> da.Array:
+            block = BPBlock(self.path, name, i, variable.shape, dtype)
+            return da.from_array(
+                block,
+                chunks=grid,
+                name=f"replay-{name}-{token}-{tokenize(grid)}-{i}",
+                meta=np.empty((0,) * len(variable.shape), dtype),
+            )
+
+        labels = _labels.chosen(name, None, dims, len(variable.shape), self.path)
+        steps = [self._numbers[s] for s in variable.steps]
+        return ReplayArray(name, steps, variable.shape, dtype, grid, build, self.path, labels)
+
+    def _written_chunks(self, variable: _Variable) -> tuple[tuple[int, ...], ...]:
+        """On each axis, from one block's start or end to the next, over every step; checked
+        that every step's blocks cover the array once."""
+        shape = variable.shape
+        bounds = []
+        for axis, extent in enumerate(shape):
+            cuts = {0, extent}
+            for blocks in variable.blocks:
+                for start, count in blocks:
+                    cuts.update((start[axis], start[axis] + count[axis]))
+            if min(cuts) < 0 or max(cuts) > extent:
+                raise ReplayError(
+                    f"a block of {variable.name!r} in {self.path} lies outside its shape {shape} "
+                    f"on axis {axis}"
+                )
+            bounds.append(np.array(sorted(cuts)))
+        for step, blocks in zip(variable.steps, variable.blocks, strict=True):
+            _check_cover(variable.name, self._numbers[step], blocks, bounds, self.path)
+        return tuple(tuple(np.diff(b).tolist()) for b in bounds)
+
+
+def _check_cover(
+    name: str, step: int, blocks: list[Any], bounds: list[np.ndarray], path: str
+) -> None:
+    """Every cell of the grid ``bounds`` is in exactly one of the step's ``blocks``."""
+    covered = np.zeros([len(b) - 1 for b in bounds], dtype=np.int64)
+    for start, count in blocks:
+        cells = tuple(
+            slice(np.searchsorted(b, s), np.searchsorted(b, s + c))
+            for b, s, c in zip(bounds, start, count, strict=True)
+        )
+        covered[cells] += 1
+    if (covered != 1).any():
+        problem = "overlap" if (covered > 1).any() else "leave holes in it"
+        raise ReplayError(
+            f"the {len(blocks)} blocks of {name!r} at step {step} in {path} {problem}: "
+            "not an array a Replay can hand out"
+        )
+
+
+def _dtype(variable: _Variable, path: str) -> np.dtype:
+    if variable.type not in DTYPES:
+        raise ReplayError(
+            f"{variable.name!r} in {path} holds ADIOS2 type {variable.type!r}, which a Replay "
+            f"cannot read (types: {', '.join(DTYPES)})"
+        )
+    return np.dtype(DTYPES[variable.type])
+
+
+def _read_value(bindings: Any, engine: Any, variable: Any) -> Any:
+    if variable.Type() == "string":
+        return engine.Get(variable, bindings.Mode.Sync)
+    if variable.Type() not in DTYPES:
+        return None
+    out = np.empty(1, np.dtype(DTYPES[variable.Type()]))
+    engine.Get(variable, out, bindings.Mode.Sync)
+    return out[0]
+
+
+class BPBlock:
+    """The ``index``-th step of the array ``name`` of a BP file, sliced like an array: what
+    :func:`dask.array.from_array` reads a chunk from. Pickled as the path and the names, so a
+    worker opens the file itself; each process keeps a few files open (:func:`_reader`)."""
+
+    def __init__(
+        self, path: str, name: str, index: int, shape: tuple[int, ...], dtype: np.dtype
+    ) -> None:
+        self.path, self.name, self.index = path, name, index
+        self.shape, self.dtype, self.ndim = shape, dtype, len(shape)
+
+    def __getitem__(self, index: Any) -> np.ndarray:
+        index = index if isinstance(index, tuple) else (index,)
+        index = index + (slice(None),) * (self.ndim - len(index))
+        pairs = zip(index, self.shape, strict=True)
+        ranges = [s.indices(n) if isinstance(s, slice) else None for s, n in pairs]
+        if None in ranges or any(r[2] != 1 for r in ranges if r):  # not a box: read, then index
+            return self[tuple(slice(None) for _ in self.shape)][index]
+        start = [r[0] for r in ranges if r]
+        count = [max(r[1] - r[0], 0) for r in ranges if r]
+        out = np.empty(count, self.dtype)
+        if out.size == 0:
+            return out
+        bindings = _bindings(self.path)
+        lock, _, io, engine = _reader(bindings, self.path)
+        with lock:
+            variable = io.InquireVariable(self.name)
+            variable.SetStepSelection([self.index, 1])  # the index-th step holding the array
+            variable.SetSelection([start, count])
+            engine.Get(variable, out, bindings.Mode.Sync)
+        return out
+
+
+_READERS: OrderedDict[tuple[str, int], tuple[threading.Lock, Any, Any, Any]] = OrderedDict()
+_READERS_LOCK = threading.Lock()
+
+
+def _reader(bindings: Any, path: str) -> tuple[threading.Lock, Any, Any, Any]:
+    """This process's open reader of ``path`` (random access), opened again if the file
+    changed; a lock per file, since an ADIOS2 engine is not to be used by two threads at once."""
+    key = (path, os.stat(os.path.join(path, "md.idx")).st_mtime_ns)
+    with _READERS_LOCK:
+        if key in _READERS:
+            _READERS.move_to_end(key)
+            return _READERS[key]
+        adios = bindings.ADIOS()
+        io = adios.DeclareIO("deisa-replay-read")
+        engine = io.Open(path, bindings.Mode.ReadRandomAccess)
+        _READERS[key] = (threading.Lock(), adios, io, engine)
+        while len(_READERS) > _OPEN_READERS:
+            lock, _, _, old = _READERS.popitem(last=False)[1]
+            with lock:
+                old.Close()
+        return _READERS[key]

@@ -1,0 +1,218 @@
+"""deisa.Replay of ADIOS2 BP4/BP5 output (deisa/analysis/_replay_bp.py).
+
+The files are written here with the serial ``adios2`` package, as several writers would: each
+block a ``Put`` of its own start and count (a ragged 2-D decomposition, where the row bands are
+cut at different columns), a single value per step. Every step is compared bitwise with the
+numpy field it was cut from, and with a Replay of the same data saved to HDF5.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+import pytest
+from conftest import two_worker_client
+
+from deisa import Replay, ReplayError, StepNotAvailableError
+from deisa.analysis import _replay_bp
+from deisa.analysis.replay import UnknownArrayError
+
+adios2 = pytest.importorskip("adios2", reason="the adios2 package (pip install adios2) is absent")
+bindings = adios2.bindings
+
+ENGINES = ["BP4", "BP5"]
+SHAPE = (10, 7)
+STEPS = 4
+# (start, count) of each writer's block: rows 0-3 cut at column 3, rows 4-9 at columns 2 and 5
+RAGGED = [((0, 0), (4, 3)), ((0, 3), (4, 4)), ((4, 0), (6, 2)), ((4, 2), (6, 3)), ((4, 5), (6, 2))]
+GRID = [((0, 0), (4, 3)), ((0, 3), (4, 4)), ((4, 0), (6, 3)), ((4, 3), (6, 4))]
+
+
+def field(step: int, dtype: Any = np.float64, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(1000 * seed + step)
+    return (rng.standard_normal(SHAPE) * 100).astype(dtype)
+
+
+def write_bp(
+    path: Path,
+    engine: str,
+    arrays: dict[str, tuple[Any, list[Any]]],
+    *,
+    every: dict[str, int] | None = None,
+    shapes: Mapping[int, tuple[int, ...]] | None = None,
+) -> Path:
+    """``arrays``: name -> (dtype, blocks); each step Puts every block of every array (those
+    of ``every[name]``-th steps only), then the single values ``step`` and ``time``."""
+    adios = bindings.ADIOS()
+    io = adios.DeclareIO(f"write-{path.name}")
+    io.SetEngine(engine)
+    variables = {
+        name: io.DefineVariable(name, np.zeros(1, dtype), list(SHAPE), [0, 0], [1, 1], False)
+        for name, (dtype, _) in arrays.items()
+    }
+    step_value = io.DefineVariable("step", np.zeros(1, np.int32))
+    time_value = io.DefineVariable("time", np.zeros(1, np.float64))
+    label = io.DefineVariable("label", "text")
+    writer = io.Open(str(path), bindings.Mode.Write)
+    for step in range(STEPS):
+        writer.BeginStep()
+        for seed, (name, (dtype, blocks)) in enumerate(arrays.items()):
+            if step % (every or {}).get(name, 1):
+                continue
+            if shapes and step in shapes:
+                variables[name].SetShape(list(shapes[step]))
+            data = field(step, dtype, seed)
+            for start, count in blocks:
+                variables[name].SetSelection([list(start), list(count)])
+                box = tuple(slice(s, s + c) for s, c in zip(start, count, strict=True))
+                writer.Put(variables[name], np.ascontiguousarray(data[box]), bindings.Mode.Sync)
+        writer.Put(step_value, np.array([step], np.int32), bindings.Mode.Sync)
+        writer.Put(time_value, np.array([0.25 * step]), bindings.Mode.Sync)
+        writer.Put(label, f"step {step}")
+        writer.EndStep()
+    writer.Close()
+    return path
+
+
+def two_arrays(path: Path, engine: str) -> Path:
+    return write_bp(path, engine, {"U": (np.float64, RAGGED), "V": (np.float32, GRID)})
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_bp_steps_are_bitwise_the_written_fields(tmp_path: Path, engine: str) -> None:
+    replay = Replay(two_arrays(tmp_path / "out.bp", engine))
+    assert replay.names == ["U", "V"]
+    u, v = replay["U"], replay["V"]
+    assert u.steps == v.steps == list(range(STEPS)) and len(u) == STEPS
+    assert (u.shape, u.dtype, v.dtype) == (SHAPE, np.float64, np.float32)
+    for step in range(STEPS):
+        got = u[step].compute()
+        assert got.dtype == np.float64 and got.tobytes() == field(step).tobytes()
+        assert v[step].compute().tobytes() == field(step, np.float32, 1).tobytes()
+    assert np.array_equal(u[1:3, 2:8, 3].compute(), np.stack([field(1), field(2)])[:, 2:8, 3])
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_bp_chunks_are_the_writers_blocks(tmp_path: Path, engine: str) -> None:
+    replay = Replay(two_arrays(tmp_path / "out.bp", engine))
+    assert replay["V"].chunks == ((4, 6), (3, 4))  # a grid: exactly the blocks
+    assert replay["U"].chunks == ((4, 6), (2, 1, 2, 2))  # ragged: each chunk in one block
+    assert replay["U"][0].chunks == replay["U"].chunks
+    assert Replay(tmp_path / "out.bp", chunks=(5, 7))["U"].chunks == ((5, 5), (7,))
+
+
+def test_bp_and_hdf5_replays_give_the_same_steps(tmp_path: Path) -> None:
+    bp = Replay(two_arrays(tmp_path / "out.bp", "BP5"))
+    with h5py.File(tmp_path / "out.h5", "w") as f:
+        f.create_dataset("U", data=np.stack([field(s) for s in range(STEPS)]))
+        f.create_dataset("V", data=np.stack([field(s, np.float32, 1) for s in range(STEPS)]))
+    h5 = Replay(tmp_path / "out.h5")
+    assert bp.names == h5.names
+    for name in bp.names:
+        assert bp[name].steps == h5[name].steps
+        for (s, a), (t, b) in zip(bp[name].items(), h5[name].items(), strict=True):
+            assert s == t and a.compute().tobytes() == b.compute().tobytes()
+        windows = [(s, w.compute()) for s, w in bp[name].windows(2)]
+        expected = [(s, w.compute()) for s, w in h5[name].windows(2)]
+        assert [s for s, _ in windows] == [s for s, _ in expected] == [[0, 1], [1, 2], [2, 3]]
+        assert all(np.array_equal(a, b) for (_, a), (_, b) in zip(windows, expected, strict=True))
+    pairs = [
+        (s, u.compute(), v.compute())
+        for s, (u, v) in bp.zip("U", "V")
+        if u is not None and v is not None
+    ]
+    assert [s for s, _, _ in pairs] == list(range(STEPS))
+    assert all(np.array_equal(v, field(s, np.float32, 1)) for s, _, v in pairs)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_bp_single_values_per_step(tmp_path: Path, engine: str) -> None:
+    replay = Replay(two_arrays(tmp_path / "out.bp", engine))
+    for step in range(STEPS):
+        values = replay.values(step)
+        assert set(values) == {"step", "time", "label"}
+        assert values["step"] == step and values["step"].dtype == np.int32
+        assert values["time"] == 0.25 * step and values["label"] == f"step {step}"
+    assert "step" not in replay.names and "time" not in replay
+    with pytest.raises(StepNotAvailableError, match=r"step 9 is not a step of .*out.bp"):
+        replay.values(9)
+    numbered = Replay(tmp_path / "out.bp", steps=[0, 10, 20, 30])
+    assert numbered["U"].steps == [0, 10, 20, 30] and numbered.values(20)["step"] == 2
+    assert np.array_equal(numbered["U"][30].compute(), field(3))
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_bp_array_written_every_other_step_keeps_its_step_numbers(
+    tmp_path: Path, engine: str
+) -> None:
+    path = write_bp(
+        tmp_path / "out.bp", engine, {"U": (np.float64, GRID), "W": (np.int32, RAGGED)},
+        every={"W": 2},
+    )  # fmt: skip
+    replay = Replay(path)
+    assert replay["W"].steps == [0, 2] and replay["U"].steps == [0, 1, 2, 3]
+    assert np.array_equal(replay["W"][2].compute(), field(2, np.int32, 1))
+    with pytest.raises(StepNotAvailableError, match="step 1 of 'W' was not saved"):
+        replay["W"][1]
+    assert [s for s, _ in replay.zip("U", "W")] == [0, 2]
+
+
+def test_bp_is_lazy_and_computes_on_a_cluster(tmp_path: Path) -> None:
+    path = two_arrays(tmp_path / "out.bp", "BP4")
+    _replay_bp._READERS.clear()
+    replay = Replay(path)
+    total = sum(u.sum() for _, u in replay["U"].items())
+    assert not _replay_bp._READERS  # metadata only, so far
+    expected = sum(field(s).sum() for s in range(STEPS))
+    assert total.compute() == pytest.approx(expected, rel=1e-12)
+    assert _replay_bp._READERS
+    with two_worker_client() as client:
+        on_cluster = Replay(path, client)
+        steps = client.compute([u for _, u in on_cluster["U"].items()], sync=True)
+        assert all(a.tobytes() == field(s).tobytes() for s, a in enumerate(steps))
+
+
+def test_bp_refuses_what_is_not_one_array(tmp_path: Path) -> None:
+    holes = write_bp(tmp_path / "holes.bp", "BP5", {"U": (np.float64, RAGGED[:-1])})
+    with pytest.raises(ReplayError, match=r"blocks of 'U' at step 0 .* leave holes"):
+        Replay(holes)["U"]
+    overlap = [((0, 0), (10, 7)), ((2, 2), (3, 3))]
+    overlapping = write_bp(tmp_path / "overlap.bp", "BP4", {"U": (np.float64, overlap)})
+    with pytest.raises(ReplayError, match="overlap"):
+        Replay(overlapping)["U"]
+    shapes = {2: (10, 8)}
+    whole = [((0, 0), (10, 7))]
+    grown = write_bp(tmp_path / "grown.bp", "BP5", {"U": (np.float64, whole)}, shapes=shapes)
+    with pytest.raises(ReplayError, match=r"changes its shape between steps \(\(10, 7\) at step 0"):
+        Replay(grown)["U"]
+    with pytest.raises(UnknownArrayError, match=r"no array 'X' in .*grown.bp; the arrays there"):
+        Replay(grown)["X"]
+
+
+def test_bp_leaves_local_arrays_out(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    adios = bindings.ADIOS()
+    io = adios.DeclareIO("local")
+    io.SetEngine("BP5")
+    local = io.DefineVariable("particles", np.zeros(1), [], [], [5], False)
+    glob = io.DefineVariable("U", np.zeros(1), [3], [0], [3], False)
+    writer = io.Open(str(tmp_path / "local.bp"), bindings.Mode.Write)
+    writer.BeginStep()
+    writer.Put(local, np.arange(5.0), bindings.Mode.Sync)
+    writer.Put(glob, np.arange(3.0), bindings.Mode.Sync)
+    writer.EndStep()
+    writer.Close()
+    with caplog.at_level("INFO", logger="deisa.analysis.replay"):
+        replay = Replay(tmp_path / "local.bp")
+    assert replay.names == ["U"] and "'particles' (LocalArray) left out" in caplog.text
+    assert np.array_equal(replay["U"][0].compute(), np.arange(3.0))
+
+
+def test_values_of_an_hdf5_replay_say_why_not(tmp_path: Path) -> None:
+    with h5py.File(tmp_path / "run.h5", "w") as f:
+        f.create_dataset("U", data=np.zeros((2, *SHAPE)))
+    with pytest.raises(ReplayError, match="holds no single values per step: only ADIOS2"):
+        Replay(tmp_path / "run.h5").values(0)
