@@ -18,7 +18,7 @@ from typing import Any
 
 from ..bridge.options import BridgeOptionError, BridgeOptions, Constraint, Count, Positive
 from .defaults import UsageError
-from .security import output_problem
+from .security import output_problem, path_problem
 
 # finite: the Slurm job writes it out and waits for the scheduler a whole number of seconds
 SECONDS = Positive("seconds", finite=True)
@@ -208,11 +208,22 @@ def preload(name: str, value: Any) -> str | None:
 
 def output(label: str, value: Any) -> Path:
     """``--output``, absolute, refused where another account could tamper with the run's
-    files (:func:`~deisa.launcher.security.output_problem`)."""
+    files, at any of its existing parents (:func:`~deisa.launcher.security.output_problem`)."""
     if not isinstance(value, (str, Path)) or not str(value):
         raise UsageError(f"{label}={value!r} must be a directory")
     path = Path(value).resolve()
     problem = output_problem(path)
+    if problem is not None:
+        raise UsageError(f"{label}: {problem}")
+    return path
+
+
+def workdir(label: str, value: Any) -> str:
+    """``--workdir``: a path on one line (:func:`one_line`), refused where another account
+    could change it or any of its existing parents (:func:`~deisa.launcher.security.path_problem`):
+    the job runs there."""
+    path = one_line(label, value)
+    problem = path_problem(Path(path).resolve())
     if problem is not None:
         raise UsageError(f"{label}: {problem}")
     return path

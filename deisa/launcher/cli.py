@@ -183,7 +183,7 @@ def resolve_analytics_args(args: argparse.Namespace) -> argparse.Namespace:
     """
     values = resolve_values(args, defaults_of(args), ANALYTICS)
     for key in ("array", "n_components", "output", "timeout", "buffer_nb", "stop_when_converged",
-                "step_timeout"):  # fmt: skip
+                "step_timeout", "dashboard"):  # fmt: skip
         setattr(args, key, values[key])
     if args.scheduler_file is None and args.replay is None:
         raise UsageError("give --scheduler-file (the live stream) or --replay FILES (saved steps)")
@@ -214,7 +214,7 @@ def _analytics(args: argparse.Namespace, signals: Signals, security: Any = None)
     from distributed import Client
 
     from ..bridge.scheduler_file import read_scheduler_address
-    from .dask_processes import workers_connected
+    from .dask_processes import dashboard_available, workers_connected
     from .driver import Analysis, drive
     from .local import dashboard_line
     from .stall import StepWatch
@@ -240,7 +240,8 @@ def _analytics(args: argparse.Namespace, signals: Signals, security: Any = None)
             check=signals.check,
         )
         print(f"deisa-run analytics: connected to {address}", file=sys.stderr)
-        print(dashboard_line(client), file=sys.stderr)
+        dashboard = dashboard_line(client, args.dashboard, available=dashboard_available())
+        print(dashboard, file=sys.stderr)
         analysis = Analysis(
             args.array,
             args.n_components,

@@ -5,9 +5,11 @@ command lines (:func:`scheduler_command`, :func:`worker_command`) and starts and
 processes (:class:`DaskProcesses`), for the launcher (:mod:`deisa.launcher.local`), the tests
 (``tests/conftest.py``) and the benchmarks (``bench/``).
 
-What every one of them gets (``docs/security.md``): the servers listen on loopback
+What every one of them gets (``docs/security.md``): ``python -P`` (no directory of the caller
+on ``sys.path``: :func:`~deisa.launcher.processes.python_argv`); the servers listen on loopback
 (:data:`LOOPBACK`) on free ports, their HTTP servers (dashboard, health, metrics) on
-``127.0.0.1:0``; with a job's credentials, TLS only (``--protocol tls`` and the ``--tls-*``
+``127.0.0.1:0`` (``deisa-run`` keeps only ``/health`` there without ``--dashboard``:
+:func:`http_env`); with a job's credentials, TLS only (``--protocol tls`` and the ``--tls-*``
 files, never the key itself); BLAS and OpenMP pinned to one thread, no work stealing
 (:func:`~deisa.launcher.processes.child_env`); each process in its own session, logged to a
 private file (0600, no symbolic link followed) of :attr:`DaskProcesses.log_dir`, inheriting
@@ -19,13 +21,12 @@ calls the scheduler without distributed), unless a benchmark opts out.
 from __future__ import annotations
 
 import importlib.util
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from .processes import ProcessSet, child_env, terminate, wait_until
+from .processes import ProcessSet, child_env, python_argv, terminate, wait_until
 
 if TYPE_CHECKING:
     import subprocess
@@ -38,6 +39,24 @@ _Processes = TypeVar("_Processes", bound="DaskProcesses")
 def dashboard_available() -> bool:
     """Whether ``dask scheduler`` can serve its dashboard (it needs bokeh)."""
     return importlib.util.find_spec("bokeh") is not None
+
+
+HEALTH_ONLY = '["distributed.http.health"]'
+"""The HTTP routes of a scheduler and a worker without the dashboard: ``/health`` alone."""
+
+
+def http_env(dashboard: bool) -> dict[str, str]:
+    """The environment of the Dask processes for their HTTP servers: nothing with the
+    dashboard; without it, ``/health`` alone (distributed serves its ``/info`` pages, logs and
+    call stacks, and its metrics even with ``--no-dashboard``, to whoever reaches the port:
+    every account of the node, on loopback; it cannot make them ask for the run's TLS
+    certificate)."""
+    if dashboard:
+        return {}
+    return {
+        "DASK_DISTRIBUTED__SCHEDULER__HTTP__ROUTES": HEALTH_ONLY,
+        "DASK_DISTRIBUTED__WORKER__HTTP__ROUTES": HEALTH_ONLY,
+    }
 
 
 class TLSOptions(Protocol):
@@ -64,7 +83,7 @@ def scheduler_command(
     credentials
         The job's TLS files; ``None``: plain TCP.
     """
-    cmd = [sys.executable, "-m", "dask", "scheduler", "--host", LOOPBACK, "--port", "0"]
+    cmd = [*python_argv(), "-m", "dask", "scheduler", "--host", LOOPBACK, "--port", "0"]
     cmd += ["--scheduler-file", str(scheduler_file)]
     cmd += credentials.cli_args() if credentials is not None else []
     # --no-dashboard drops the pages, not the HTTP server (health, metrics): local too, any port
@@ -112,7 +131,7 @@ def worker_command(
     from .settings import preload_args
 
     return [
-        sys.executable, "-m", "dask", "worker",
+        *python_argv(), "-m", "dask", "worker",
         "--scheduler-file", str(scheduler_file),
         "--host", LOOPBACK,
         *(credentials.cli_args() if credentials is not None else []),

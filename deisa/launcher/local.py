@@ -34,12 +34,14 @@ from typing import IO, Any
 
 import yaml
 
-from .dask_processes import LOOPBACK, DaskProcesses, dashboard_available
+from .dask_processes import LOOPBACK, DaskProcesses, dashboard_available, http_env
+from .defaults import UsageError
 from .driver import Analysis, drive, hold, stream_stats, ways
 from .pipeline import PipelineError
+from .private_tmp import PrivateTmp, make_private_tmp
 from .processes import Child, ProcessSet, Signals, child_env, tail, wait_until
 from .report import ways_in_words
-from .security import Credentials, make_credentials
+from .security import Credentials, make_credentials, output_problem
 from .settings import RunSettings
 from .solver import (
     SCHEDULER_FILE_OVERRIDE,
@@ -86,14 +88,28 @@ def run_pipeline(settings: RunSettings, signals: Signals, out: IO[str] = sys.std
         first, with the tail of its log.
     Interrupted
         A signal came; every process was stopped.
+    UsageError
+        The output directory or the temporary directory is not this account's alone.
     """
+    scheduler_file = _prepare_output(settings.output)
+    tmp = make_private_tmp()  # every process's TMPDIR and Dask scratch: never a shared one
+    try:
+        _run(settings, signals, out, scheduler_file, tmp)
+    finally:
+        tmp.remove()
+
+
+def _run(
+    settings: RunSettings, signals: Signals, out: IO[str], scheduler_file: Path, tmp: PrivateTmp
+) -> None:
+    """:func:`run_pipeline` in the run's private temporary directory ``tmp``."""
     output = settings.output
-    scheduler_file = _prepare_output(output)
     credentials = _credentials(settings)
     secure = credentials.env() if credentials is not None else {}
     if settings.protocol == "ucx":  # every process, this one's client included
         secure = {**secure, **UCX().env()}
         os.environ.update(secure)
+    secure = {**secure, **tmp.env(), **http_env(settings.dashboard)}
     procs = ProcessSet(output / "logs", child_env(secure), settings.stop_timeout)
     signals.on_second = procs.kill
     simulation = _simulation(settings, scheduler_file, secure)
@@ -157,8 +173,18 @@ def _credentials(settings: RunSettings) -> Credentials | None:
 
 
 def _prepare_output(output: Path) -> Path:
-    """Make ``output/logs``, remove a previous run's files; the scheduler file's path."""
+    """Make ``output/logs``, remove a previous run's files; the scheduler file's path.
+
+    Raises
+    ------
+    UsageError
+        Once made, ``output`` is not this account's alone (another account made a missing
+        part first, since the options were checked).
+    """
     (output / "logs").mkdir(parents=True, exist_ok=True)
+    problem = output_problem(output) or output_problem(output / "logs")
+    if problem is not None:
+        raise UsageError(f"--output: {problem}")
     stale = ["scheduler.json", "timings.json", "results.json"]
     for path in [*map(output.joinpath, stale), *output.glob("heat-timings.*.json")]:
         path.unlink(missing_ok=True)
@@ -238,35 +264,41 @@ def _start_dask(
 ) -> Any:
     """Start the scheduler and the workers (with the job's TLS ``credentials``, if any) among
     the run's processes ``procs``; a client once every worker is connected."""
-    dashboard = dashboard_available()
+    dashboard = settings.dashboard and dashboard_available()
     # UCX: `--protocol ucx` in place of TLS credentials (it has none: --insecure)
     comm = UCX() if settings.protocol == "ucx" else credentials
     dask = DaskProcesses(scheduler_file, credentials=comm, processes=procs)
     dask.start_scheduler(settings.timeout, dashboard=dashboard, check=signals.check)
-    dask.start_workers(
-        settings.workers,
-        settings.threads,
-        local_dir=settings.output / "dask-scratch",
-        preload=settings.worker_preload,
-    )
+    # their scratch: the run's private TMPDIR (DASK_TEMPORARY_DIRECTORY in their environment)
+    dask.start_workers(settings.workers, settings.threads, preload=settings.worker_preload)
     client = dask.client(timeout=settings.timeout)
     dask.wait_for_workers(client, settings.workers, settings.timeout, check=signals.check)
-    print(dashboard_line(client, dashboard), file=sys.stderr)
+    print(dashboard_line(client, settings.dashboard, available=dashboard), file=sys.stderr)
     return client
 
 
-def dashboard_line(client: Any, dashboard: bool = True) -> str:
+DASHBOARD_OFF = (
+    "Dashboard: off (distributed cannot make it ask for the run's credentials: every account "
+    "of this node could read it on loopback); --dashboard (or dashboard: true in the run "
+    "section of --defaults) turns it on"
+)
+"""The one line that says the dashboard is off, and how to turn it on."""
+
+
+def dashboard_line(client: Any, dashboard: bool = True, *, available: bool = True) -> str:
     """Where the dashboard is (loopback only) and the ssh tunnel that reaches it from
-    another machine; or why there is none."""
+    another machine; or why there is none (:data:`DASHBOARD_OFF` when not asked for)."""
     if not dashboard:
+        return DASHBOARD_OFF
+    if not available:
         return "Dashboard: unavailable (bokeh is not installed; pip install bokeh)"
     port = client.scheduler_info().get("services", {}).get("dashboard")
     if port is None:
         return "Dashboard: off"
     return (
-        f"Dashboard: http://{LOOPBACK}:{port}/status, on loopback only; from your machine: "
-        f"ssh -L 8787:{LOOPBACK}:{port} {socket.gethostname()} and open "
-        "http://localhost:8787/status"
+        f"Dashboard: http://{LOOPBACK}:{port}/status, on loopback only, where every account of "
+        f"this node can read it; from your machine: ssh -L 8787:{LOOPBACK}:{port} "
+        f"{socket.gethostname()} and open http://localhost:8787/status"
     )
 
 

@@ -148,6 +148,15 @@ OPTIONS: tuple[Option, ...] = (
         check=checks.flag,
     ),
     Option("protocol", ("--protocol",), _both(), {"choices": list(PROTOCOLS)}),
+    # a flag that turns the defaults' `dashboard: false` on; the analytics client only says
+    # where it is
+    Option(
+        "dashboard",
+        ("--dashboard",),
+        _all(),
+        {"action": "store_const", "const": True},
+        check=checks.flag,
+    ),
     Option(
         "stop_when_converged",
         ("--stop-when-converged",),
@@ -185,7 +194,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("partition", ("--partition", "-p"), {SLURM: "slurm"}, check=_grammar("partition")),
     Option("account", ("--account", "-A"), {SLURM: "slurm"}, check=_grammar("account")),
     Option("job_name", ("--job-name",), {SLURM: "slurm"}, check=_grammar("job_name")),
-    Option("workdir", ("--workdir",), {SLURM: "slurm"}, check=checks.one_line),
+    Option("workdir", ("--workdir",), {SLURM: "slurm"}, check=checks.workdir),
     Option("python", ("--python",), {SLURM: "slurm"}, check=checks.interpreter),
     Option("mpi", ("--mpi",), {SLURM: "slurm"}, check=_grammar("mpi")),
     Option("interface", ("--interface",), {SLURM: "slurm"}, check=_grammar("interface")),

@@ -32,11 +32,25 @@ logger = logging.getLogger(__name__)
 # (an SVD on a 2-core machine is 10x slower with each process running threads on every core).
 THREAD_PINS = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
+# No directory that another account may write to on a Python's sys.path: `python -m` puts the
+# current directory first, `python script.py` the script's, where a planted `dask/` would be
+# imported as you. `-P` for every Python the run starts (Python >= 3.11), PYTHONSAFEPATH=1 in
+# the environment of every process it starts, for the Pythons those start in turn.
+SAFE_PATH: tuple[str, ...] = ("-P",) if sys.version_info >= (3, 11) else ()
+SAFE_PATH_ENV = {"PYTHONSAFEPATH": "1"}
+
+
+def python_argv(python: str = sys.executable) -> list[str]:
+    """The start of a command line running ``python`` without the current directory (nor a
+    script's) on its ``sys.path`` (:data:`SAFE_PATH`)."""
+    return [python, *SAFE_PATH]
+
 
 def child_env(
     extra: Mapping[str, str] | None = None, *, keep: Mapping[str, str] | None = None
 ) -> dict[str, str]:
-    """This environment for a child: BLAS pinned, mpirun allowed as root, no work stealing.
+    """This environment for a child: BLAS pinned, mpirun allowed as root, no work stealing,
+    no unsafe directory on a Python's ``sys.path`` (:data:`SAFE_PATH_ENV`).
 
     Parameters
     ----------
@@ -47,6 +61,7 @@ def child_env(
     """
     env = dict(os.environ)
     env.update(THREAD_PINS)
+    env.update(SAFE_PATH_ENV)
     if os.geteuid() == 0:
         env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
         env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")

@@ -200,29 +200,51 @@ def open_log(path: Path) -> IO[bytes]:
     return os.fdopen(fd, "wb")
 
 
+def path_problem(path: Path) -> str | None:
+    """Why another account could change what ``path`` names, or ``None``.
+
+    Every existing one of ``path`` and its ancestors must belong to this account or to root
+    and be writable by neither group nor others, unless it has the sticky bit (as ``/tmp``,
+    where nobody renames another's entries): otherwise whoever may write there can rename
+    what comes below it and put their own in its place. A part that does not exist yet is
+    made by the run, private; the caller checks it again once made.
+    """
+    uid = os.geteuid()
+    for part in [path, *path.parents]:
+        try:
+            info = part.stat()
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            return f"{part}: {exc.strerror}"
+        if info.st_uid not in (uid, 0):
+            return f"{part} belongs to another account (uid {info.st_uid})"
+        if info.st_mode & 0o022 and not info.st_mode & stat.S_ISVTX:
+            return (
+                f"{part} is writable by other accounts (mode {stat.S_IMODE(info.st_mode):o}) "
+                "without the sticky bit: pick a directory of your own"
+            )
+    return None
+
+
 def output_problem(path: Path) -> str | None:
     """Why ``path`` cannot hold a job's output, or ``None``.
 
-    Refused: a directory (or the nearest existing parent of a new one, when it is the
-    directory to be made) owned by another account, or writable by group or others without
-    the sticky bit, where anybody could replace the job's files.
+    Refused: a path where another account could change the job's files
+    (:func:`path_problem`, every existing ancestor included), or an existing ``path`` that is
+    not a directory of this account.
     """
     try:
         info = path.stat()
     except FileNotFoundError:
-        return None  # made by the run, private
+        return path_problem(path)  # made by the run, private
     except OSError as exc:
         return f"{path}: {exc.strerror}"
     if not stat.S_ISDIR(info.st_mode):
         return f"{path} is not a directory"
     if info.st_uid != os.geteuid():
         return f"{path} belongs to another account (uid {info.st_uid})"
-    if info.st_mode & 0o022 and not info.st_mode & stat.S_ISVTX:
-        return (
-            f"{path} is writable by other accounts (mode {stat.S_IMODE(info.st_mode):o}) "
-            "without the sticky bit: pick a directory of your own"
-        )
-    return None
+    return path_problem(path)
 
 
 def main(argv: list[str] | None = None) -> int:

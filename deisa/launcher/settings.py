@@ -124,6 +124,10 @@ class RunSettings:
     protocol: str = "tcp"
     """What the Dask processes speak: ``tcp`` (TLS unless ``--insecure``) or ``ucx``
     (:mod:`deisa.launcher.ucx`: only with ``--insecure``)."""
+    dashboard: bool = False
+    """Serve Dask's dashboard (on loopback, readable by every account of the node); ``False``:
+    only a health check answers on the HTTP servers
+    (:func:`~deisa.launcher.dask_processes.http_env`)."""
     step_timeout: float | None = None
     """Seconds without a step before the run fails, however alive the simulation is
     (:mod:`deisa.launcher.stall`); ``None``: as long as it runs."""
@@ -206,6 +210,7 @@ def resolve_options(args: argparse.Namespace, command: str = RUN) -> RunSettings
         mpi_env={str(k): str(v) for k, v in (mpi.get("env") or {}).items()},
         stop_when_converged=values["stop_when_converged"],
         tls=values["tls"],
+        dashboard=values["dashboard"],
         step_timeout=values["step_timeout"],
         command=list(getattr(args, "command", None) or []),
         analytics=values["analytics"],

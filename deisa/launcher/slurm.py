@@ -41,8 +41,8 @@ from pathlib import Path
 import yaml
 
 from ..bridge.options import BridgeOptions
-from .dask_processes import LOOPBACK, dashboard_available
-from .processes import THREAD_PINS
+from .dask_processes import LOOPBACK, dashboard_available, http_env
+from .processes import SAFE_PATH_ENV, THREAD_PINS
 from .security import tls_env
 from .settings import RunSettings, SlurmSettings, preload_args
 from .solver import analytics_argv, find_plugin, python_script, simulation_command
@@ -179,7 +179,7 @@ def job_script(settings: RunSettings) -> str:
         "solver": _comment(steps["solver"]),
         "tasks": f"1 scheduler + 1 analytics client + {workers} workers x {threads} threads + "
         f"{ranks} MPI ranks = {cpus}",
-        "environment": "\n".join(_environment(slurm)),
+        "environment": "\n".join(_environment(slurm, settings.dashboard)),
         "security": _security_lines(settings.tls, slurm.nodes, settings.protocol),
         "output": shlex.quote(str(output)),
         "simulation_yaml": yaml.safe_dump(
@@ -239,12 +239,15 @@ def _header(slurm: SlurmSettings, plan: list[_Node], output: Path) -> list[str]:
     return header
 
 
-def _environment(slurm: SlurmSettings) -> list[str]:
-    """The job's environment: thread pins, the scheduler's settings, Open MPI's network, the
-    interpreter."""
+def _environment(slurm: SlurmSettings, dashboard: bool = False) -> list[str]:
+    """The job's environment: thread pins, no unsafe directory on a Python's ``sys.path``, the
+    scheduler's settings, the HTTP routes (:func:`~deisa.launcher.dask_processes.http_env`),
+    Open MPI's network, the interpreter (which must take ``-P``)."""
+    pins = {**THREAD_PINS, **SAFE_PATH_ENV}
     return [
-        "export " + " ".join(f"{k}={v}" for k, v in THREAD_PINS.items()),
+        "export " + " ".join(f"{k}={v}" for k, v in pins.items()),
         "export DASK_DISTRIBUTED__SCHEDULER__WORK_STEALING=False",
+        *(f"export {k}={shlex.quote(v)}" for k, v in http_env(dashboard).items()),
         # a worker whose node vanished (no TCP reset) is dropped after this, not 5 minutes
         "export DASK_DISTRIBUTED__SCHEDULER__WORKER_TTL="
         f'"${{DASK_DISTRIBUTED__SCHEDULER__WORKER_TTL:-{WORKER_TTL}}}"',
@@ -252,6 +255,9 @@ def _environment(slurm: SlurmSettings) -> list[str]:
         # one node: Open MPI over shared memory, no TCP listener of the ranks on the network
         *(['export OMPI_MCA_btl="${OMPI_MCA_btl:-self,vader}"'] if slurm.nodes == 1 else []),
         f"PYTHON={shlex.quote(slurm.python or sys.executable)}",
+        # -P: no directory of the job (its --chdir) on sys.path, where a planted module would run
+        """"$PYTHON" -P -c '' 2>/dev/null || { echo "deisa: $PYTHON does not take -P """
+        """(Python 3.11 or newer): it would put the job's directory on sys.path" >&2; exit 1; }""",
     ]
 
 
@@ -270,7 +276,8 @@ def _dask_steps(
         listen = f" --interface {shlex.quote(slurm.interface)}" if slurm.interface else ""
     tls = _TLS_ARGS if settings.tls else _UCX_ARGS if settings.protocol == "ucx" else ""
     http = f" --dashboard-address {LOOPBACK}:0"
-    dashboard = " --dashboard" if dashboard_available() else " --no-dashboard"
+    pages = settings.dashboard and dashboard_available()
+    dashboard = " --dashboard" if pages else " --no-dashboard"
     # deisa's worker plugin (settings.BRIDGE_WORKER) is there before the ranks connect, and
     # the PCA's warm-up (or --worker-preload's module) runs while they start; the
     # configuration's preloads (DASK_DISTRIBUTED__WORKER__PRELOAD at sbatch time) are kept
@@ -279,17 +286,24 @@ def _dask_steps(
     return {
         "scheduler": srun(
             (0, 1), 1, 1, "scheduler-%N",
-            '"$PYTHON" -m dask scheduler --scheduler-file "$SCHEDULER_FILE" --port 0'
+            '"$PYTHON" -P -m dask scheduler --scheduler-file "$SCHEDULER_FILE" --port 0'
             f"{listen}{dashboard}{http}{tls}",
         ),
-        # each worker spills to a fresh private directory of its node (scratch.sh)
+        # each worker spills to its task's private TMPDIR (_srun)
         "workers": srun(
             worker_nodes, settings.workers, threads, "workers-%N-%t",
-            f'bash "$OUT/scratch.sh" "$PYTHON" -m dask worker --scheduler-file "$SCHEDULER_FILE" '
+            f'"$PYTHON" -P -m dask worker --scheduler-file "$SCHEDULER_FILE" '
             f"--nthreads {threads} \\\n    --no-nanny --no-dashboard{http}{preload}{listen}{tls}",
             no_kill=True,
         ),
     }  # fmt: skip
+
+
+PRIVATE_TMP = "bash -c 'deisa_private_tmp \"$@\"' deisa-tmp"
+"""What runs each task of the job: the job script's ``deisa_private_tmp`` (exported to the
+tasks), which makes a private directory of the task on its node (0700, checked, under a
+``TMPDIR`` that no other account can change), runs the task with it as ``TMPDIR`` and Dask's
+``temporary-directory``, and removes it when the task ends."""
 
 
 _TLS_ARGS = " --protocol tls"
@@ -331,7 +345,7 @@ def _security_lines(tls: bool, nodes: int, protocol: str = "tcp") -> str:
             "# Mutual TLS between every process of the job (docs/security.md): fresh credentials,",
             "# private to you, removed when the job ends; the key never leaves its file.",
             'TLS="$OUT/tls"',
-            '"$PYTHON" -m deisa.launcher.security "$TLS" || exit 1',
+            '"$PYTHON" -P -m deisa.launcher.security "$TLS" || exit 1',
             *(f"export {k}={v}" for k, v in env.items()),
         ]
     )
@@ -413,7 +427,8 @@ def _srun(
     no_kill: bool = False,
 ) -> str:
     """One ``srun --exact`` step: on ``nodes`` (first, count), ``ntasks`` tasks of ``cpus``
-    CPUs, logging to ``$LOGS/<log>.log``, running ``command`` (bash words)."""
+    CPUs, logging to ``$LOGS/<log>.log``, running ``command`` (bash words) in a private
+    temporary directory of its own (:data:`PRIVATE_TMP`)."""
     first, count = nodes
     options = f"--exact --nodes={count} --relative={first} --ntasks={ntasks} --cpus-per-task={cpus}"
     if no_kill:  # a node that fails ends its own tasks, the step goes on on the others
@@ -421,7 +436,7 @@ def _srun(
     if mpi is not None:  # the simulation: a rank that fails ends the step, as mpirun does
         # (an MPI that does not abort would leave the others hung, rank 0's heartbeat going)
         options += f" --mpi={shlex.quote(mpi)} --kill-on-bad-exit=1"
-    return f'srun {options} --output="$LOGS/{log}.log"{srun_args} \\\n    {command}'
+    return f'srun {options} --output="$LOGS/{log}.log"{srun_args} \\\n    {PRIVATE_TMP} {command}'
 
 
 def _user_words(words: list[str]) -> str:
@@ -440,12 +455,13 @@ def _analytics_step(settings: RunSettings, timings: bool) -> str:
     stop_option = "" if stop is None else f" --stop-when-converged {stop}"
     if settings.step_timeout is not None:
         stop_option += f" --step-timeout {settings.step_timeout}"
+    dashboard = " --dashboard" if settings.dashboard else ""
     return (
-        f'"$PYTHON" -m deisa.launcher analytics --scheduler-file "$SCHEDULER_FILE" '
+        f'"$PYTHON" -P -m deisa.launcher analytics --scheduler-file "$SCHEDULER_FILE" '
         f"--workers {settings.workers} \\\n"
         f"    --array {shlex.quote(settings.array)} --n-components {settings.n_components} "
         f'--output "$OUT"{timings_option} \\\n'
-        f"    --timeout {settings.timeout}{stop_option} --shutdown"
+        f"    --timeout {settings.timeout}{stop_option}{dashboard} --shutdown"
     )
 
 

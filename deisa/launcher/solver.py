@@ -24,6 +24,7 @@ from ..bridge.options import BridgeOptions
 from .checks import command_words
 from .defaults import UsageError, read_yaml
 from .options import RUN
+from .processes import python_argv
 from .settings import LAUNCHER_BRIDGE_OPTIONS, RunSettings, resolve_options
 
 PLUGIN_FILE = "libpdi_deisa_plugin.so"
@@ -232,7 +233,7 @@ def simulation_command(
             ),
             plugin_dir=settings.build_dir / "plugin",
         )
-    argv = [python, "-m", "deisa_simulation.heat", sim_config]
+    argv = [*python_argv(python), "-m", "deisa_simulation.heat", sim_config]
     argv += ["--scheduler-file", scheduler_file, "--array", settings.array]
     argv += [*settings.bridge.to_argv(), "--timings", timings]
     return SimulationCommand(argv=argv, timings=True)
@@ -277,7 +278,9 @@ def analytics_argv(command: str, python: str) -> list[str]:
 
 
 def python_script(words: list[str], python: str) -> list[str]:
-    """``words``, with ``python`` before a first word ending in ``.py`` (made absolute)."""
+    """``words``, with ``python -P`` before a first word ending in ``.py`` (made absolute):
+    neither the current directory nor the script's is on its ``sys.path``
+    (:func:`~deisa.launcher.processes.python_argv`)."""
     if words[0].endswith(".py"):
-        return [python, str(Path(words[0]).absolute()), *words[1:]]
+        return [*python_argv(python), str(Path(words[0]).absolute()), *words[1:]]
     return list(words)

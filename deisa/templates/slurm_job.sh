@@ -15,13 +15,62 @@
 
 set -u
 umask 077  # every file of the job private to you: results, logs, scheduler file, credentials
+
+# Whether another account could change $1 or one of its parents (docs/security.md): each
+# existing one must be yours or root's, and writable by neither group nor others unless sticky.
+deisa_safe_dir() {
+    local dir uid mode
+    dir=$(realpath -m -- "$1") || return 1
+    while :; do
+        if [ -e "$dir" ]; then
+            read -r uid mode < <(stat -L -c '%u %a' -- "$dir") || return 1
+            if [ "$uid" != 0 ] && [ "$uid" != "$(id -u)" ]; then
+                echo "deisa: $dir belongs to another account (uid $uid)" >&2
+                return 1
+            fi
+            if (( (8#$mode & 8#022) && !(8#$mode & 8#1000) )); then
+                echo "deisa: $dir is writable by other accounts (mode $mode) without the sticky bit" >&2
+                return 1
+            fi
+        fi
+        [ "$dir" = / ] && return 0
+        dir=$(dirname -- "$dir")
+    done
+}
+# Runs a task ("$@") with a directory of its own on its node as TMPDIR and Dask's
+# temporary-directory (never a shared dask-scratch-space, which another account can make first
+# and fill): made by mktemp (0700) under a TMPDIR no other account can change, checked, removed
+# at the task's end.
+deisa_private_tmp() {
+    deisa_safe_dir "${TMPDIR:-/tmp}" || exit 1
+    deisa_tmp=$(mktemp -d "${TMPDIR:-/tmp}/deisa-$SLURM_JOB_ID.XXXXXX") || exit 1
+    if [ ! -O "$deisa_tmp" ] || [ "$(stat -c %a -- "$deisa_tmp")" != 700 ]; then
+        echo "deisa: $deisa_tmp is not a private directory of yours" >&2
+        exit 1
+    fi
+    trap 'rm -rf "$deisa_tmp"' EXIT
+    trap 'kill -TERM "$deisa_child" 2>/dev/null; wait "$deisa_child"; exit 143' TERM INT
+    TMPDIR="$deisa_tmp" DASK_TEMPORARY_DIRECTORY="$deisa_tmp" "$@" &
+    deisa_child=$!
+    wait "$deisa_child"
+}
+export -f deisa_safe_dir deisa_private_tmp
 @@{environment}
+# Checked again now that the job runs, before it writes or runs anything: its output directory
+# and its working directory, where another account must not be able to swap what the job
+# writes, reads back or imports.
+deisa_safe_dir @@{output} || exit 1
+deisa_safe_dir "$PWD" || exit 1
 OUT=@@{output}/"$SLURM_JOB_ID"
 SCHEDULER_FILE="$OUT/scheduler.json"
 export DEISA_SCHEDULER_FILE="$SCHEDULER_FILE"  # read by the Bridge, the plugin and the Adapter
 export DEISA_SCHEDULER_FILE_OVERRIDE="$SCHEDULER_FILE"  # the plugin's, over the one its YAML names
 LOGS="$OUT/logs"
 mkdir -p "$LOGS"
+if [ ! -O "$OUT" ] || ! deisa_safe_dir "$LOGS"; then
+    echo "deisa: $OUT is not a directory of yours alone" >&2
+    exit 1
+fi
 # slurmd made this job's output file with the umask of `sbatch`: private too
 chmod go= @@{output}/"slurm-$SLURM_JOB_ID.out" 2>/dev/null
 rm -f "$SCHEDULER_FILE" "$OUT/timings.json" "$OUT/results.json"  # a requeued job's
@@ -40,16 +89,6 @@ trap 'exit 130' INT
 running() { kill -0 "$1" 2>/dev/null; }
 
 @@{security}
-# Runs a worker with its spill directory fresh and private on its node, removed at its end
-# (never a shared one such as /tmp/dask-scratch-space, which another account can make first).
-cat > "$OUT/scratch.sh" <<'DEISA_SCRATCH_SH'
-scratch=$(mktemp -d "${TMPDIR:-/tmp}/deisa-$SLURM_JOB_ID.XXXXXX") || exit 1
-trap 'rm -rf "$scratch"' EXIT
-trap 'kill -TERM "$child" 2>/dev/null; wait "$child"; exit 143' TERM INT
-"$@" --local-directory "$scratch" &
-child=$!
-wait "$child"
-DEISA_SCRATCH_SH
 
 # 1. Dask scheduler, on node 0, on a free port (written to the scheduler file)
 @@{scheduler} &

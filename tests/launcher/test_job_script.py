@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -307,8 +308,10 @@ def test_python_solver_step_quotes_the_interpreter(tmp_path: Path) -> None:
     assert not list(tmp_path.rglob(MARKER))
     simulation, client = steps["simulation"], steps["analytics"]
     at = simulation.index(str(python))
-    assert simulation[at - 1] == INJECT  # srun's last option, as given
-    assert simulation[at + 1 : at + 4] == [
+    # srun's last option, as given, then the task's private TMPDIR (deisa_private_tmp)
+    assert simulation[at - 5 : at] == [INJECT, "bash", "-c", 'deisa_private_tmp "$@"', "deisa-tmp"]
+    assert simulation[at + 1 : at + 5] == [
+        "-P",
         "-m",
         "deisa_simulation.heat",
         f"{output}/7/simulation.yml",
@@ -329,3 +332,100 @@ def test_quoting_holds_for_values_the_grammar_would_refuse(tmp_path: Path) -> No
     for step in ("simulation", "analytics"):
         argv = steps[step]
         assert argv[argv.index("--array") + 1] == INJECT
+
+
+# -- checked again when it runs, every task in a private TMPDIR ------------------------------------
+
+
+def _job(script: str, tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """``script`` run by a real ``bash`` in ``tmp_path``, ``srun`` a function that records
+    that it was called (in ``$CALLS``)."""
+    (tmp_path / "calls").mkdir(exist_ok=True)
+    (tmp_path / "job.sh").write_text(script)
+    base = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(tmp_path),
+        "SLURM_JOB_ID": "7",
+        "CALLS": str(tmp_path / "calls"),
+        "BASH_FUNC_srun%%": '() { touch "$CALLS/srun"; echo "{}" > "$DEISA_SCHEDULER_FILE"; }',
+    }
+    return subprocess.run(
+        ["bash", str(tmp_path / "job.sh")],
+        cwd=tmp_path, env={**base, **env}, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_the_job_checks_its_output_again_before_writing_anything(tmp_path: Path) -> None:
+    """A parent of ``--output`` opened to other accounts between ``deisa-run slurm`` and the
+    job's start: the job stops before it writes its credentials or starts a step."""
+    parent = tmp_path / "shared"
+    parent.mkdir()
+    output = parent / "out"
+    script = script_of("--solver", "python", "-o", str(output))
+    parent.chmod(0o777)  # the attack: another account may now rename out/ and plant its own
+    shutil.rmtree(output, ignore_errors=True)
+    done = _job(script, tmp_path)
+    assert done.returncode == 1, done.stderr
+    assert f"{parent} is writable by other accounts" in done.stderr
+    assert not (tmp_path / "calls" / "srun").exists()
+    assert not output.exists()  # nothing written, no credentials
+    parent.chmod(0o700)
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_the_job_checks_its_working_directory_again(tmp_path: Path) -> None:
+    script = script_of("--solver", "python", "-o", str(tmp_path / "out"))
+    tmp_path.chmod(0o777)  # the job's working directory (cwd, as sbatch --chdir), opened
+    try:
+        done = _job(script, tmp_path)
+    finally:
+        tmp_path.chmod(0o700)
+    assert done.returncode == 1 and f"{tmp_path} is writable" in done.stderr, done.stderr
+    assert not (tmp_path / "calls" / "srun").exists()
+
+
+def _functions(script: str) -> str:
+    """The job script's own bash functions (``deisa_safe_dir``, ``deisa_private_tmp``)."""
+    lines = script.splitlines()
+    first = lines.index("deisa_safe_dir() {")
+    last = next(i for i, line in enumerate(lines) if line.startswith("export -f "))
+    return "\n".join(lines[first : last + 1]) + "\n"
+
+
+PRINT_TMP = 'echo "$TMPDIR $DASK_TEMPORARY_DIRECTORY"; stat -c "%a %u" "$TMPDIR"; exit 3'
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_each_task_gets_a_private_tmpdir_removed_at_its_end(tmp_path: Path) -> None:
+    """What ``srun`` runs (:data:`deisa.launcher.slurm.PRIVATE_TMP`) gives the task a 0700
+    directory of its own as TMPDIR and Dask's temporary-directory, keeps its exit status,
+    removes it; under a TMPDIR that other accounts may change, it runs nothing."""
+    (tmp_path / "functions.sh").write_text(_functions(script_of("--solver", "python")))
+    shared = tmp_path / "tmp"
+    shared.mkdir()
+    shared.chmod(0o1777)  # as /tmp
+    (shared / "dask-scratch-space").mkdir(mode=0o777)  # planted by another account
+
+    def task(command: str) -> subprocess.CompletedProcess[str]:
+        wrapper = slurm.PRIVATE_TMP
+        line = f"source functions.sh; {wrapper} bash -c {shlex.quote(command)}"
+        env = {"PATH": os.environ["PATH"], "TMPDIR": str(shared), "SLURM_JOB_ID": "7"}
+        return subprocess.run(
+            ["bash", "-c", line], cwd=tmp_path, env=env, capture_output=True, text=True,
+            timeout=60,
+        )  # fmt: skip
+
+    done = task(PRINT_TMP)
+    assert done.returncode == 3, done.stderr
+    path, dask_path, mode = done.stdout.split()[0], done.stdout.split()[1], done.stdout.split()[2]
+    assert (
+        path == dask_path and Path(path).parent == shared and Path(path).name.startswith("deisa-7.")
+    )
+    assert mode == "700"
+    assert not Path(path).exists()  # removed with the task
+    assert sorted(p.name for p in shared.iterdir()) == ["dask-scratch-space"]
+    shared.chmod(0o777)  # no sticky bit: another account could rename the task's directory
+    done = task(f"touch {tmp_path / MARKER}")
+    assert done.returncode == 1 and "without the sticky bit" in done.stderr
+    assert not (tmp_path / MARKER).exists()

@@ -38,6 +38,7 @@ from deisa.launcher.security import (
     make_credentials,
     open_log,
     output_problem,
+    path_problem,
     tls_env,
 )
 
@@ -102,6 +103,40 @@ def test_output_owned_by_others_or_open_to_them_is_refused(tmp_path: Path) -> No
             assert cli.main(argv) == 2
     open_dir.chmod(0o777)
     assert cli.main(["--solver", "python", "--output", str(open_dir)]) == 2
+
+
+def test_every_existing_parent_of_output_and_workdir_is_checked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--output DIR/out`` under a DIR that another account may change (its own, or open
+    to all without the sticky bit) is refused, naming DIR: whoever may write DIR could rename
+    ``out`` and put their own in its place. ``--workdir`` alike (the job runs there)."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    deep = shared / "a" / "b" / "out"
+    assert f"{shared} is writable by other accounts" in (output_problem(deep) or "")
+    assert f"{shared} is writable" in (path_problem(shared / "work") or "")
+    runs = [
+        (["--solver", "python", "--output", str(deep)], "--output"),
+        (["slurm", "--solver", "python", "--output", str(deep)], "--output"),
+        (["slurm", "--solver", "python", "--output", str(tmp_path / "o"),
+          "--workdir", str(shared / "work")], "--workdir"),
+    ]  # fmt: skip
+    for argv, option in runs:
+        capsys.readouterr()
+        assert cli.main(argv) == 2
+        err = capsys.readouterr().err
+        assert option in err and str(shared) in err, err
+    assert not (shared / "a").exists() and not (tmp_path / "o").exists()
+    shared.chmod(0o1777)  # sticky, as /tmp: nobody renames another's entries
+    assert output_problem(deep) is None and path_problem(shared / "work") is None
+    if os.geteuid() == 0:
+        theirs = tmp_path / "theirs"
+        theirs.mkdir()
+        os.chown(theirs, 4242, 4242)
+        assert f"{theirs} belongs to another account" in (output_problem(theirs / "out") or "")
+        assert cli.main(["--solver", "python", "--output", str(theirs / "out")]) == 2
 
 
 def test_dask_commands_listen_on_loopback_with_the_job_credentials(tmp_path: Path) -> None:
