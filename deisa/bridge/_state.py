@@ -1,7 +1,7 @@
 """What the parts of one rank's Bridge share while it runs: :class:`RunState`.
 
 The Bridge (:mod:`.bridge`), its two publish modes (:mod:`._async`, :mod:`._sync`) and what it
-does when a worker or the scheduler is lost (:class:`._workers.Losses`) read and write this one
+does when a worker or the scheduler is lost (:class:`._losses.Losses`) read and write this one
 object, and call the scheduler through the :class:`~._link.SchedulerLink`; none reads another's
 private attributes.
 """

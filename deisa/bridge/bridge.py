@@ -46,10 +46,11 @@ from ._collective import (
     raise_first,
 )
 from ._link import SchedulerLink
+from ._losses import Losses
 from ._publisher import Connection, PublishTiming
 from ._state import RunState
 from ._sync import SyncPublisher
-from ._workers import Losses, Routing
+from ._workers import Routing
 from .decomposition import ArraySpec, Decomposition
 from .options import BridgeOptions
 from .placement import needs_hosts, this_host
