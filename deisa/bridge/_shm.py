@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from ._shm_pool import HUGETLB, SMALL, Pool, WarmRing, huge_memfd
 from ._shm_wire import (
     FREE,
     HEADER,
@@ -51,7 +52,8 @@ the worker has given back, whose pages exist (a mapping costs about a third of a
 them). A fresh slot is not prepared: :meth:`Slot.write` fills it faster than a first touch
 through a mapping, which zeroes every page before the copy."""
 KEEP_FREE = 2
-"""Free slots a channel keeps allocated; more are given back (the memory of a burst)."""
+"""Free slots a channel keeps allocated without a warm pool (:mod:`._shm_pool`); more are given
+back (the memory of a burst). With a pool, its warm slots stay and every other free slot goes."""
 POLL_S = 0.005
 """How often the preparer looks for a slot the worker has given back, while it waits for one."""
 HANDSHAKE_S = 10.0
@@ -67,11 +69,14 @@ class Slot:
     rank no resident memory.
     """
 
-    def __init__(self, channel: Channel, ident: int, size: int) -> None:
+    def __init__(self, channel: Channel, ident: int, size: int, kind: str = SMALL) -> None:
         self.channel = channel
         self.id = ident
         self.size = size
-        self.fd = memfd(f"deisa-slot-{ident}", size)  # sealed against shrinking and growing
+        self.kind = kind  # its pages (._shm_pool.page_kind): a hugetlb slot takes no pwrite
+        self.warm = False  # in the pool: stays mapped and populated for the run
+        make = huge_memfd if kind == HUGETLB else memfd
+        self.fd = make(f"deisa-slot-{ident}", size)  # sealed against shrinking and growing
         try:
             self.head = mmap.mmap(self.fd, HEADER)
         except BaseException:
@@ -115,6 +120,9 @@ class Slot:
         here: the kernel allocates a fresh slot's pages as it fills them, without zeroing them
         first, where a first touch through a mapping zeroes each page then copies into it
         (docs/benchmarks.md, section 11: 2.6 against 6.9 ms for a fresh 16 MiB slot)."""
+        if self.kind == HUGETLB:  # hugetlbfs has no write(): through the mapping
+            np.copyto(self.view(block.shape, block.dtype), block)
+            return
         data = block.reshape(-1).view(np.uint8).data
         done = 0
         while done < len(data):  # Linux writes at most about 2 GiB per call
@@ -160,15 +168,17 @@ class ChannelError(ConnectionError):
     failed TCP send, so that the loss policy applies the same."""
 
 
-class Channel:
+class Channel(WarmRing):
     """This rank's shared memory with one worker of its node (see the module docstring).
 
     Use :meth:`open`, on the Bridge's event loop.
     """
 
-    def __init__(self, worker: str, sock: socket.socket) -> None:
+    def __init__(self, worker: str, sock: socket.socket, pool: Pool | None = None) -> None:
         self.worker = worker
         self.sock = sock
+        self.pool = Pool() if pool is None else pool
+        self._cold = False  # the pool failed to grow here: no more tries
         self.slots: list[Slot] = []
         self.broken: str | None = None
         self._lock = threading.Condition()
@@ -186,7 +196,7 @@ class Channel:
         self._preparer.start()
 
     @classmethod
-    async def open(cls, worker: str) -> Channel | None:
+    async def open(cls, worker: str, pool: Pool | None = None) -> Channel | None:
         """A channel to ``worker``'s listener, or ``None`` when none of this account answers
         here (another node, a worker without the plugin): the blocks then go by TCP."""
         loop = asyncio.get_running_loop()
@@ -214,7 +224,7 @@ class Channel:
             )  # fmt: skip
             sock.close()
             return None
-        channel = cls(worker, sock)
+        channel = cls(worker, sock, pool)
         channel._reader = asyncio.ensure_future(channel._read())
         return channel
 
@@ -272,7 +282,7 @@ class Channel:
             slots = []
             for slot in list(self._unmap_later):
                 ready = [s for s in self.slots if s.free and s.prepared and s is not slot]
-                if slot.taken or slot not in self.slots or slot.data is None:
+                if slot.taken or slot not in self.slots or slot.data is None or slot.warm:
                     self._unmap_later.discard(slot)
                 elif slot.head[0] != FREE or len(ready) >= SPARE or not slot.populated:
                     slot.taken = True  # not lent while it is unmapped
@@ -286,8 +296,8 @@ class Channel:
                 if slot.data is None:
                     self._unmap_later.discard(slot)
 
-    def _new_slot(self, nbytes: int) -> Slot:
-        slot = Slot(self, self._next_id, slot_bytes(nbytes))
+    def _new_slot(self, nbytes: int, kind: str = SMALL, size: int = 0) -> Slot:
+        slot = Slot(self, self._next_id, size or slot_bytes(nbytes), kind)
         self._next_id += 1
         self.slots.append(slot)
         return slot
@@ -305,6 +315,14 @@ class Channel:
                 settle = self._settle_pending
             if settle:
                 self._settle()
+            with self._lock:
+                self._shrink()
+                if self.pool.budget:  # every free slot out of the pool goes
+                    self._retire_surplus()
+                grown = self._grow()
+            if grown is not None:
+                self._warm_up(grown)
+                continue
             with self._lock:
                 if not self._want:
                     continue
@@ -334,6 +352,10 @@ class Channel:
             return True
         if not self._want:
             return False
+        if self._may_grow() or (self.pool.over() and any(s.free and s.warm for s in self.slots)):
+            return True
+        if self.pool.budget and any(s.free and not s.warm for s in self.slots):
+            return True
         if self._ready(self._want) < SPARE and self._unprepared(self._want):
             return True
         return sum(1 for slot in self.slots if slot.free) > max(KEEP_FREE, SPARE)
@@ -355,13 +377,21 @@ class Channel:
         return self._ready(self._want) < SPARE and any(s.head[0] != FREE for s in self.slots)
 
     def _retire_surplus(self) -> None:
-        """Under the lock: close free slots past :data:`KEEP_FREE`, the unprepared first."""
-        free = sorted((s for s in self.slots if s.free), key=lambda s: s.prepared)
-        for slot in free[: max(0, len(free) - max(KEEP_FREE, SPARE))]:
-            self.slots.remove(slot)
-            if slot.shared:
-                self._retired.append(slot.id)
-            slot.close()
+        """Under the lock: close free slots past :data:`KEEP_FREE` (the unprepared first), or
+        with a pool, every free slot out of it."""
+        free = sorted((s for s in self.slots if s.free and not s.warm), key=lambda s: s.prepared)
+        keep = 0 if self.pool.budget else max(KEEP_FREE, SPARE)
+        for slot in free[: max(0, len(free) - keep)]:
+            self._retire(slot)
+
+    def _has_room(self) -> bool:
+        return len(self.slots) < MAX_SLOTS
+
+    def _retire(self, slot: Slot) -> None:
+        self.slots.remove(slot)
+        if slot.shared:
+            self._retired.append(slot.id)
+        slot.close()
 
     # -- the event-loop thread ---------------------------------------------------------------
 
@@ -458,5 +488,7 @@ class Channel:
         self.sock.close()
         with self._lock:
             for slot in self.slots:
+                if slot.warm:
+                    self.pool.release(slot.size)
                 slot.close()
             self.slots.clear()

@@ -34,6 +34,7 @@ __all__ = [
     "MODES",
     "ON_FULL",
     "ON_LOSS",
+    "POOL_SCOPES",
     "BridgeOptionError",
     "BridgeOptions",
     "Choice",
@@ -47,6 +48,9 @@ ON_FULL = ("block", "drop_oldest")
 
 MODES = ("async", "sync")
 """The publication modes of ``mode``."""
+
+POOL_SCOPES = ("rank", "node")
+"""What ``shm_pool_mib`` counts: each rank's pool, or the node's, shared by its ranks."""
 
 TRANSPORTS = ("auto", "tcp")
 """How blocks reach their workers (``transport``)."""
@@ -133,6 +137,7 @@ class Positive:
     unit: str = ""
     none: str | None = None
     finite: bool = False  # refuse infinity: a duration written out as a number, or counted
+    zero: str = ""  # what 0 means, where it is allowed ("no pool")
 
     @property
     def metavar(self) -> str:
@@ -150,8 +155,8 @@ class Positive:
         if isinstance(value, (float, np.floating)):
             number = value
         unit = f" of {self.unit}" if self.unit else ""
-        if number is None or not float(number) > 0:  # NaN fails too
-            or_none = " or None" if self.none else ""
+        if number is None or not (float(number) > 0 or (self.zero and float(number) == 0)):
+            or_none = (" or 0" if self.zero else "") + (" or None" if self.none else "")
             raise BridgeOptionError(
                 name, f"{name}={value!r} must be a positive number{unit}{or_none}"
             )
@@ -231,6 +236,14 @@ class BridgeOptions:
         ``"auto"``: blocks go through shared memory to the workers of the rank's node that
         answer the handshake, over the Dask connection (TCP or TLS) to the others; ``"tcp"``:
         over the Dask connection only. See :mod:`deisa.bridge.transport`.
+    shm_pool_mib
+        The warm pool of shared memory (:mod:`deisa.bridge._shm_pool`): MiB of slots kept
+        mapped and populated for the run, reused before anything new is allocated (as Ray's
+        ``object_store_memory``). ``None``: ``buffer_nb`` steps of the rank's blocks plus one
+        (5 steps when ``buffer_nb`` is unbounded); ``0``: no pool.
+    shm_pool_scope
+        ``"rank"``: ``shm_pool_mib`` is each rank's; ``"node"``: the node's, shared equally by
+        its ranks.
     on_scheduler_loss
         When the scheduler is unreachable for ``connect_timeout``: ``"continue"`` the
         simulation without in situ output (one error line is logged), or ``"fail"`` (raise).
@@ -251,8 +264,8 @@ class BridgeOptions:
     >>> options.to_argv()
     ['--placement', 'round_robin', '--buffer-nb', '2', '--timeout', '600.0', \
 '--connect-timeout', '30.0', '--min-workers', '1', '--on-full', 'drop_oldest', '--mode', \
-'async', '--max-in-flight', '2', '--on-worker-loss', 'continue', '--on-scheduler-loss', \
-'continue']
+'async', '--max-in-flight', '2', '--on-worker-loss', 'continue', '--transport', 'auto', \
+'--on-scheduler-loss', 'continue', '--shm-pool-mib', 'none', '--shm-pool-scope', 'rank']
     >>> BridgeOptions(buffer_nb=0)
     Traceback (most recent call last):
     ...
@@ -297,6 +310,13 @@ class BridgeOptions:
         "continue", Choice(ON_LOSS, "loss policy"),
         "the scheduler is lost: continue without output, or fail",
     )  # fmt: skip
+    shm_pool_mib: float | None = _option(
+        None, Positive("MiB", none="auto", zero="no pool"),
+        "shared-memory slots kept warm; none: buffer-nb steps + 1 of the rank's blocks; 0: none",
+    )  # fmt: skip
+    shm_pool_scope: str = _option(
+        "rank", Choice(POOL_SCOPES, "pool scope"), "shm-pool-mib per rank, or per node"
+    )
 
     def __post_init__(self) -> None:
         for option in dataclasses.fields(self):

@@ -27,6 +27,7 @@ import numpy as np
 
 from .. import _dask_internals
 from ._shm import Channel, Slot
+from ._shm_pool import Pool
 from ._shm_wire import key_to_wire, plain_dtype
 from .options import TRANSPORTS
 
@@ -64,6 +65,9 @@ class Transport:
     ----------
     blocks : collections.Counter
         Blocks sent so far, by ``"shared memory"`` and ``"tcp"``.
+    pool : deisa.bridge._shm_pool.Pool
+        The rank's warm pool of slots, over all its channels (budget 0 until the Bridge sizes
+        it: no pool).
     """
 
     def __init__(self, kind: str = "auto") -> None:
@@ -71,6 +75,7 @@ class Transport:
             raise ValueError(f"transport={kind!r}: choose one of {', '.join(TRANSPORTS)}")
         self.kind = kind
         self.blocks: Counter[str] = Counter()
+        self.pool = Pool()
         self._channels: dict[str, Channel] = {}
         self._opening: dict[str, asyncio.Future[Channel | None]] = {}
         self._tried_at: dict[str, float] = {}
@@ -207,7 +212,7 @@ class Transport:
             return await asyncio.shield(opening)
         if time.monotonic() - self._tried_at.get(worker, -RETRY_S) < RETRY_S:
             return None
-        opening = self._opening[worker] = asyncio.ensure_future(Channel.open(worker))
+        opening = self._opening[worker] = asyncio.ensure_future(Channel.open(worker, self.pool))
         try:
             channel = await asyncio.shield(opening)
         finally:

@@ -22,6 +22,8 @@ DEFAULTS = {
     "on_worker_loss": "continue",
     "transport": "auto",
     "on_scheduler_loss": "continue",
+    "shm_pool_mib": None,
+    "shm_pool_scope": "rank",
 }
 
 
@@ -63,6 +65,8 @@ BAD: list[tuple[dict[str, Any], str, str]] = [
     ({"on_worker_loss": "retry"}, "on_worker_loss", r"on_worker_loss='retry' is not a loss policy"),
     ({"on_scheduler_loss": None}, "on_scheduler_loss", r"on_scheduler_loss=None is not a loss"),
     ({"transport": "udp"}, "transport", r"transport='udp' is not a transport"),
+    ({"shm_pool_mib": -1}, "shm_pool_mib", r"shm_pool_mib=-1 must be a positive number of MiB"),
+    ({"shm_pool_scope": "job"}, "shm_pool_scope", r"shm_pool_scope='job' is not a pool scope"),
 ]
 
 
@@ -116,7 +120,8 @@ def test_options_from_mapping_rejects_unknown_keys_naming_them() -> None:
     assert str(info.value) == (
         "run.yml: unknown Bridge option(s) ['bufer_nb', 'zz']; valid options are "
         "['buffer_nb', 'connect_timeout', 'max_in_flight', 'min_workers', 'mode', 'on_full', "
-        "'on_scheduler_loss', 'on_worker_loss', 'placement', 'timeout', 'transport']"
+        "'on_scheduler_loss', 'on_worker_loss', 'placement', 'shm_pool_mib', 'shm_pool_scope', "
+        "'timeout', 'transport']"
     )
 
 
@@ -135,8 +140,10 @@ def test_options_from_mapping_prefixes_the_source() -> None:
         BridgeOptions(timeout=float("inf")),
         BridgeOptions(mode="sync", max_in_flight=5),
         BridgeOptions(on_worker_loss="fail", on_scheduler_loss="fail", transport="tcp"),
+        BridgeOptions(shm_pool_mib=0, shm_pool_scope="node"),
+        BridgeOptions(shm_pool_mib=1024.0),
     ],
-    ids=["defaults", "set", "none", "inf", "sync", "fail"],
+    ids=["defaults", "set", "none", "inf", "sync", "fail", "no pool", "pool"],
 )
 def test_options_argv_round_trip(options: BridgeOptions) -> None:
     argv = options.to_argv()
@@ -152,6 +159,8 @@ def test_options_argv_round_trip(options: BridgeOptions) -> None:
         "--on-worker-loss",
         "--transport",
         "--on-scheduler-loss",
+        "--shm-pool-mib",
+        "--shm-pool-scope",
     ]
     assert BridgeOptions.from_namespace(parser().parse_args(argv)) == options
 

@@ -1,0 +1,327 @@
+"""A rank's warm pool of shared-memory slots: memory kept mapped and populated for the run.
+
+A slot whose pages do not exist yet costs the kernel their allocation (2 to 9 times a memcpy of the
+block, docs/benchmarks.md, section 11): back to back, each block of a growing ring pays it.
+The pool keeps the slots a rank's ring has used mapped, with their page tables, up to a budget
+(:attr:`Pool.budget`, bytes): they are reused before anything new is allocated, and only slots
+beyond the budget are given back. The channel's own thread (:mod:`._shm`) populates the budget
+ahead, while the simulation computes its first steps, never on the publish path. As Ray's
+object store (``object_store_memory``) the budget is settable (``BridgeOptions.shm_pool_mib``,
+per rank or per node); by default it is what flow control can hold in flight: ``buffer_nb``
+steps of the rank's blocks, plus one (:data:`UNBOUNDED_STEPS` steps when ``buffer_nb`` is
+unbounded).
+
+The pool's pages are shared memory (``RssShmem`` in the rank and the worker), not the rank's
+private memory (``RssAnon``). When memory runs short (``MemAvailable`` under
+:data:`LOW_AVAILABLE` of the total, or the cgroup's ``memory.max`` within that of its use) the
+pool stops growing and gives back its free slots past what still fits, and says so once.
+
+Huge pages, where the node offers them (:func:`page_kind`): ``MFD_HUGETLB`` slots where
+``vm.nr_hugepages`` reserved enough free pages, else transparent huge pages for shared memory
+where ``/sys/kernel/mm/transparent_hugepage/shmem_enabled`` allows them (``madvise`` on the
+mapping in ``advise`` mode), else 4 KiB pages; a failure falls back silently.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import mmap
+import os
+import threading
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from ._shm_wire import SEALS, slot_bytes
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["HUGETLB", "SMALL", "THP", "Pool", "WarmRing", "describe", "page_kind"]
+
+UNBOUNDED_STEPS = 4
+"""Steps of the rank's blocks the default budget holds when ``buffer_nb`` is unbounded."""
+LOW_AVAILABLE = 0.10
+"""The pool shrinks when less than this share of the node's memory (or of the cgroup's limit)
+is left."""
+CHECK_S = 1.0
+"""Seconds between two looks at the memory left (two small files of /proc and /sys)."""
+HUGETLB, THP, SMALL = "hugetlb", "transparent huge pages", "4 KiB pages"
+"""What the pool's slots are made of (:func:`page_kind`)."""
+MADV_POPULATE_WRITE = 23
+"""Linux 5.14: fault in every page of a range, writable (not in Python's :mod:`mmap`)."""
+MEMINFO = Path("/proc/meminfo")
+SHMEM_THP = Path("/sys/kernel/mm/transparent_hugepage/shmem_enabled")
+
+
+def meminfo(path: Path | None = None) -> dict[str, int]:
+    """``/proc/meminfo``'s fields (or ``path``'s), in bytes (kB figures) or pages (counts)."""
+    fields: dict[str, int] = {}
+    for line in (path or MEMINFO).read_text().splitlines():
+        key, _, value = line.partition(":")
+        parts = value.split()
+        if parts and parts[0].isdigit():
+            fields[key] = int(parts[0]) * (1024 if parts[1:] == ["kB"] else 1)
+    return fields
+
+
+def page_kind(
+    nbytes: int, info: dict[str, int] | None = None, thp: Path | None = None
+) -> tuple[str, int]:
+    """The pages a pool slot for blocks of ``nbytes`` can be made of here, and the size of a
+    huge page: :data:`HUGETLB` where enough reserved huge pages are free (for a block of one
+    huge page at least), :data:`THP` where shared memory may use transparent huge pages, else
+    :data:`SMALL`."""
+    info = meminfo() if info is None else info
+    huge = info.get("Hugepagesize", 2 << 20)
+    free = info.get("HugePages_Free", 0) * huge
+    if hasattr(os, "MFD_HUGETLB") and nbytes >= huge and free >= round_up(slot_bytes(nbytes), huge):
+        return HUGETLB, huge
+    try:
+        mode = (thp or SHMEM_THP).read_text().split("[", 1)[1].split("]", 1)[0]
+    except (OSError, IndexError):
+        return SMALL, huge
+    return (THP if mode in ("always", "within_size", "advise", "force") else SMALL), huge
+
+
+def huge_memfd(name: str, size: int) -> int:
+    """A memfd of ``size`` bytes (whole huge pages) in reserved huge pages, sealed as every
+    slot (:data:`~._shm_wire.SEALS`); an ``OSError`` where there are none."""
+    fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING | os.MFD_HUGETLB)
+    try:
+        os.ftruncate(fd, size)
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, SEALS)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def round_up(nbytes: int, unit: int) -> int:
+    return -(-nbytes // unit) * unit
+
+
+def populate(region: mmap.mmap, kind: str) -> None:
+    """Fault in every page of ``region`` (a slot's shared mapping), off the publish path: its
+    pages allocated and zeroed, its page tables filled; with :data:`THP`, as huge pages where
+    the kernel can. Falls back to touching a byte per page where ``MADV_POPULATE_WRITE`` is
+    missing."""
+    if kind == THP:
+        with contextlib.suppress(OSError, AttributeError):
+            region.madvise(mmap.MADV_HUGEPAGE)
+    try:
+        region.madvise(MADV_POPULATE_WRITE)
+    except OSError:
+        view = memoryview(region)
+        try:
+            for offset in range(0, len(region), mmap.PAGESIZE):
+                view[offset] = view[offset]
+        finally:
+            view.release()
+
+
+def _cgroup_room(proc_cgroup: Path = Path("/proc/self/cgroup")) -> tuple[int, int] | None:
+    """``(limit, in use)`` of this process's cgroup v2 memory, or ``None`` without a limit."""
+    try:
+        relative = proc_cgroup.read_text().split("::", 1)[1].splitlines()[0].strip("/")
+        group = Path("/sys/fs/cgroup") / relative
+        limit = (group / "memory.max").read_text().strip()
+        if limit == "max":
+            return None
+        return int(limit), int((group / "memory.current").read_text())
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def room(info: dict[str, int] | None = None, cgroup: tuple[int, int] | None = None) -> int:
+    """Bytes the pool may still take before memory is short (see the module docstring);
+    negative: what it should give back."""
+    info = meminfo() if info is None else info
+    total = info.get("MemTotal", 0)
+    left = info.get("MemAvailable", total) - int(LOW_AVAILABLE * total)
+    if cgroup is not None:
+        limit, used = cgroup
+        left = min(left, limit - used - int(LOW_AVAILABLE * limit))
+    return left
+
+
+class Pool:
+    """A rank's budget of warm shared-memory slots, over all its channels (thread-safe).
+
+    Parameters
+    ----------
+    budget
+        Bytes of slots kept warm; ``0``: no pool (free slots past two are given back, as
+        before the pool). :meth:`size` sets it from the Bridge's options.
+
+    Attributes
+    ----------
+    held : int
+        Bytes of warm slots now.
+    kinds : collections.Counter-like dict
+        Warm slots made of each kind of page.
+    shrunk : str or None
+        Why the pool gave memory back under pressure (once), if it did.
+    """
+
+    def __init__(self, budget: int = 0) -> None:
+        self.budget = budget
+        self.held = 0
+        self.peak = 0
+        self.kinds: dict[str, int] = {}
+        self.shrunk: str | None = None
+        self._lock = threading.Lock()
+        self._checked = float("-inf")
+        self._cap = budget
+
+    def size(self, step_bytes: int, buffer_nb: int | None, mib: float | None, share: int) -> None:
+        """Set the budget: ``mib`` MiB shared by ``share`` ranks (the node's, or this one), or
+        by default ``buffer_nb`` steps of ``step_bytes`` (this rank's blocks) plus one."""
+        if mib is not None:
+            self.budget = int(mib * 2**20) // max(1, share)
+        else:
+            steps = UNBOUNDED_STEPS if buffer_nb is None else buffer_nb
+            self.budget = (steps + 1) * step_bytes
+        self._cap = self.budget
+
+    def allowed(self) -> int:
+        """The budget, less what memory pressure takes from it (looked at every
+        :data:`CHECK_S`, once it has a budget)."""
+        now = time.monotonic()
+        if self.budget and now - self._checked >= CHECK_S:
+            self._checked = now
+            try:
+                info = meminfo()
+            except OSError:
+                return self._cap
+            cap = max(0, min(self.budget, self.held + room(info, _cgroup_room())))
+            if cap < self.budget and self.shrunk is None:
+                self.shrunk = (
+                    f"memory is short (MemAvailable {info.get('MemAvailable', 0) >> 20} MiB of "
+                    f"{info.get('MemTotal', 0) >> 20} MiB): the shared-memory pool shrinks from "
+                    f"{self.budget >> 20} to {cap >> 20} MiB"
+                )
+                logger.warning("deisa bridge: %s", self.shrunk)
+            self._cap = cap
+        return self._cap
+
+    def grant(self, nbytes: int) -> bool:
+        """Count a slot of ``nbytes`` as warm, if the budget allows it."""
+        with self._lock:
+            if self.held + nbytes > self.allowed():
+                return False
+            self.held += nbytes
+            self.peak = max(self.peak, self.held)
+            return True
+
+    def made(self, kind: str) -> None:
+        """Count a warm slot made of ``kind`` pages."""
+        with self._lock:
+            self.kinds[kind] = self.kinds.get(kind, 0) + 1
+
+    def release(self, nbytes: int) -> None:
+        with self._lock:
+            self.held -= nbytes
+
+    def over(self) -> int:
+        """Bytes of warm slots past what is allowed now (to give back)."""
+        with self._lock:
+            return max(0, self.held - self.allowed())
+
+    def summary(self) -> dict[str, Any]:
+        """The pool in figures: budget, peak and held MiB, its pages, whether it shrank."""
+        return {
+            "budget_mib": self.budget / 2**20,
+            "peak_mib": self.peak / 2**20,
+            "pages": sorted(self.kinds) or [SMALL],
+            "shrunk": self.shrunk,
+        }
+
+
+def describe(summaries: Iterable[dict[str, Any]]) -> str:
+    """The ranks' pools in words, for the run's transport line: ``"pool 160 MiB of 160 MiB in
+    4 ranks (4 KiB pages)"``."""
+    pools = [s for s in summaries if s and s.get("budget_mib")]
+    if not pools:
+        return ""
+    peak = sum(s["peak_mib"] for s in pools)
+    budget = sum(s["budget_mib"] for s in pools)
+    pages = ", ".join(sorted({p for s in pools for p in s["pages"]}))
+    shrunk = sum(1 for s in pools if s.get("shrunk"))
+    text = f"warm pool {peak:.0f} MiB of {budget:.0f} MiB in {len(pools)} ranks ({pages})"
+    return text + (f", shrunk under memory pressure on {shrunk}" if shrunk else "")
+
+
+class WarmRing:
+    """How a channel (:class:`~._shm.Channel`, which defines the attributes used here) grows,
+    populates and shrinks its part of the pool, on its preparer thread."""
+
+    pool: Pool
+    slots: list[Any]
+    _cold: bool
+    _want: int
+    _lock: threading.Condition
+
+    def _has_room(self) -> bool:  # pragma: no cover - the channel's
+        raise NotImplementedError
+
+    def _new_slot(self, nbytes: int, kind: str = SMALL, size: int = 0) -> Any:  # pragma: no cover
+        raise NotImplementedError
+
+    def _retire(self, slot: Any) -> None:  # pragma: no cover
+        raise NotImplementedError
+
+    def _grow(self) -> Any:
+        """Under the lock: a new slot of the last block's size for the pool, lent to the
+        preparer (which populates it), if the pool's budget allows one; else ``None``."""
+        if self._cold or not self._want or not self._has_room():
+            return None
+        nbytes = self._want
+        kind, huge = page_kind(nbytes)
+        size = round_up(slot_bytes(nbytes), huge) if kind == HUGETLB else slot_bytes(nbytes)
+        if not self.pool.grant(size):
+            return None
+        try:
+            slot = self._new_slot(nbytes, kind, size)
+        except OSError:  # no huge page left: small ones
+            self.pool.release(size - slot_bytes(nbytes))
+            slot = self._new_slot(nbytes)
+        slot.warm = slot.taken = True
+        return slot
+
+    def _warm_up(self, slot: Any) -> None:
+        """The preparer thread: allocate and map ``slot``'s pages with their page tables, off
+        the publish path (a hugetlb slot reserves its huge pages first)."""
+        try:
+            if slot.kind == HUGETLB:
+                os.posix_fallocate(slot.fd, 0, slot.size)
+            slot.map(populate=False)
+            assert slot.data is not None
+            populate(slot.data, slot.kind)
+            slot.populated = True
+            self.pool.made(slot.kind)
+        except OSError as exc:  # no memory for it: the ring goes on without this slot
+            logger.info("deisa bridge: the shared-memory pool stops growing: %s", exc)
+            with self._lock:
+                self._cold = True
+                self.pool.release(slot.size)
+                self.slots.remove(slot)
+                slot.close()
+        finally:
+            with self._lock:
+                slot.taken = False
+
+    def _may_grow(self) -> bool:
+        """Under the lock: whether the pool has room for one more slot of the last block."""
+        room = self.pool.allowed() - self.pool.held
+        return not self._cold and self._has_room() and room >= slot_bytes(self._want)
+
+    def _shrink(self) -> None:
+        """Under the lock: give back free warm slots past what memory pressure allows."""
+        for slot in [s for s in self.slots if s.free and s.warm]:
+            if not self.pool.over():
+                return
+            self.pool.release(slot.size)
+            self._retire(slot)

@@ -1,0 +1,205 @@
+"""deisa.bridge._shm_pool: the warm pool of shared-memory slots, against real workers in process
+(``gen_cluster``): it is populated ahead on the channel's thread, its slots stay mapped and are
+reused (the publish copies into them, no fresh slot), only slots past the budget are given
+back, it shrinks once under memory pressure, and its pages are huge where the node reserved
+huge pages."""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import STARTUP
+from distributed.utils_test import async_poll_for, gen_cluster
+
+from deisa import _dask_internals
+from deisa.bridge import _shm, _shm_pool
+from deisa.bridge._shm_pool import HUGETLB, SMALL, THP, Pool, describe, meminfo, page_kind
+from deisa.bridge._shm_wire import FREE, slot_bytes
+from deisa.bridge._shm_worker import SharedMemoryPlugin
+from deisa.bridge.transport import Transport
+
+MIB = 2**20
+
+
+def key(step: int) -> tuple[Any, ...]:
+    return (f"deisa-test-pool-{step}", 0, 0)
+
+
+async def release(c: Any, s: Any, a: Any, step: int) -> None:
+    """The scheduler learns of the block of ``step`` on ``a``, then lets it go."""
+    _dask_internals.register_keys(s, {key(step): [a.address]}, {key(step): 1}, c.id)
+    _dask_internals.release_keys(s, [key(step)], c.id)
+    await async_poll_for(lambda: key(step) not in a.data, STARTUP)
+
+
+async def publish(transport: Transport, worker: str, block: np.ndarray, step: int) -> Any:
+    """``mode="async"``'s path: copy into a slot, send, give back; the slot it used."""
+    assert await transport.channel(worker) is not None
+    buffer = transport.copy_in(worker, block)
+    assert buffer is not None
+    slot = transport._lent[id(buffer)][0]
+    await transport.send_shared(worker, key(step), buffer)
+    assert transport.give_back(buffer)
+    del buffer
+    transport.settle()
+    return slot
+
+
+def fake_meminfo(tmp_path: Path, total_mib: int, available_mib: int, huge_free: int = 0) -> Path:
+    path = tmp_path / "meminfo"
+    path.write_text(
+        f"MemTotal: {total_mib * 1024} kB\nMemAvailable: {available_mib * 1024} kB\n"
+        f"HugePages_Free: {huge_free}\nHugepagesize: 2048 kB\n"
+    )
+    return path
+
+
+@gen_cluster(client=True, timeout=STARTUP)
+async def test_the_pool_is_populated_ahead_and_reused_by_every_burst(c, s, a, b) -> None:
+    """A burst that outruns the worker: the pool's slots were populated by the channel's
+    thread after the first block, the next blocks are copied into them (never written into a
+    fresh slot), and after the burst they stay mapped, populated and allocated for the next."""
+    await c.register_plugin(SharedMemoryPlugin())
+    transport = Transport()
+    block = np.random.default_rng(1).random((256, 512))  # 1 MiB
+    transport.pool.size(block.nbytes, buffer_nb=3, mib=None, share=1)
+    assert transport.pool.budget == 4 * block.nbytes
+    warm_size = slot_bytes(block.nbytes)
+    fresh: list[int] = []
+    real_write = _shm.Slot.write
+
+    def write(slot: Any, data: np.ndarray) -> None:
+        fresh.append(slot.id)
+        real_write(slot, data)
+
+    _shm.Slot.write = write  # type: ignore[method-assign,assignment]
+    try:
+        channel = await transport.channel(a.address)
+        assert channel is not None
+        await publish(transport, a.address, block, 0)  # the pool learns the block's size
+        await async_poll_for(
+            lambda: sum(x.warm and x.prepared for x in channel.slots) == 3, STARTUP
+        )  # a slot is a block and a header page: 3 fit in the budget of 4 blocks
+        assert transport.pool.held == 3 * warm_size
+        for burst in range(2):
+            used = [
+                await publish(transport, a.address, block + i, 10 * burst + i) for i in (1, 2, 3)
+            ]
+            assert all(slot.warm for slot in used), "a block of the burst missed the pool"
+            for i in (1, 2, 3):
+                np.testing.assert_array_equal(a.data[key(10 * burst + i)], block + i)
+                await release(c, s, a, 10 * burst + i)
+        assert fresh == [0]  # only the block before the pool was written into a fresh slot
+        await release(c, s, a, 0)
+        await async_poll_for(lambda: all(x.head[0] == FREE for x in channel.slots), STARTUP)
+        transport.settle()
+        # the fresh slot, out of the pool, is given back; the warm ones stay mapped
+        await async_poll_for(lambda: all(x.warm for x in channel.slots), STARTUP)
+        assert [(x.prepared, x.data is not None) for x in channel.slots] == [(True, True)] * 3
+        assert transport.pool.summary()["peak_mib"] == 3 * warm_size / MIB
+    finally:
+        _shm.Slot.write = real_write  # type: ignore[method-assign]
+        await transport.close()
+    assert transport.pool.held == 0
+
+
+@gen_cluster(client=True, timeout=STARTUP)
+async def test_no_pool_keeps_two_free_slots_as_before(c, s, a, b) -> None:
+    await c.register_plugin(SharedMemoryPlugin())
+    transport = Transport()
+    transport.pool.size(1 << 20, buffer_nb=None, mib=0, share=1)
+    block = np.ones((128, 1024))
+    try:
+        for step in range(4):
+            await publish(transport, a.address, block, step)
+        channel = await transport.channel(a.address)
+        assert channel is not None and not any(x.warm for x in channel.slots)
+        assert transport.pool.held == 0 and describe([transport.pool.summary()]) == ""
+    finally:
+        await transport.close()
+
+
+@gen_cluster(client=True, timeout=STARTUP)
+async def test_the_pool_shrinks_under_memory_pressure_and_says_so_once(c, s, a, b) -> None:
+    await c.register_plugin(SharedMemoryPlugin())
+    transport = Transport()
+    block = np.ones((128, 1024))  # 1 MiB
+    transport.pool.size(block.nbytes, buffer_nb=4, mib=None, share=1)
+    saved = _shm_pool.MEMINFO, _shm_pool.CHECK_S
+    directory = Path(tempfile.mkdtemp())
+    _shm_pool.MEMINFO, _shm_pool.CHECK_S = fake_meminfo(directory, 100_000, 90_000), 0.0
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign,assignment]
+    logging.getLogger("deisa.bridge._shm_pool").addHandler(handler)
+    try:
+        await publish(transport, a.address, block, 0)
+        channel = await transport.channel(a.address)
+        assert channel is not None
+        await async_poll_for(lambda: sum(x.warm for x in channel.slots) == 4, STARTUP)
+        # MemAvailable falls under a tenth of the total: the free warm slots go, said once
+        fake_meminfo(directory, 100_000, 9_000)
+        channel.settle()  # wakes the channel's thread
+        await async_poll_for(lambda: not any(x.warm for x in channel.slots), STARTUP)
+        assert transport.pool.held == 0
+        await publish(transport, a.address, block, 1)
+        shrunk = [r for r in records if "pool shrinks" in r.getMessage()]
+        assert len(shrunk) == 1 and "from 5 to 0 MiB" in shrunk[0].getMessage()
+        assert "shrunk under memory pressure on 1" in describe([transport.pool.summary()])
+    finally:
+        logging.getLogger("deisa.bridge._shm_pool").removeHandler(handler)
+        _shm_pool.MEMINFO, _shm_pool.CHECK_S = saved
+        await transport.close()
+
+
+def test_page_kind_follows_what_the_node_offers(tmp_path: Path) -> None:
+    thp = tmp_path / "shmem_enabled"
+    thp.write_text("always within_size [advise] never deny force\n")
+    info = meminfo(fake_meminfo(tmp_path, 1000, 900, huge_free=16))
+    assert page_kind(16 * MIB, info, thp) == (HUGETLB, 2 * MIB)  # 9 huge pages, 16 free
+    assert page_kind(64 * MIB, info, thp)[0] == THP  # 33 needed
+    assert page_kind(MIB, info, thp)[0] == THP  # under a huge page: never hugetlb
+    thp.write_text("always within_size advise [never] deny force\n")
+    assert page_kind(64 * MIB, info, thp)[0] == SMALL
+
+
+def test_the_budget_follows_the_options() -> None:
+    pool = Pool()
+    pool.size(16 * MIB, buffer_nb=None, mib=None, share=1)
+    assert pool.budget == (_shm_pool.UNBOUNDED_STEPS + 1) * 16 * MIB
+    pool.size(16 * MIB, buffer_nb=2, mib=None, share=1)
+    assert pool.budget == 3 * 16 * MIB
+    pool.size(16 * MIB, buffer_nb=2, mib=1024, share=4)  # per node, 4 ranks on it
+    assert pool.budget == 256 * MIB
+
+
+def _free_huge_pages() -> int:
+    return meminfo().get("HugePages_Free", 0)
+
+
+@pytest.mark.skipif(
+    _free_huge_pages() < 8,
+    reason="no reserved huge pages free (as root: sysctl vm.nr_hugepages=16 to run it)",
+)
+@gen_cluster(client=True, timeout=STARTUP)
+async def test_pool_slots_take_reserved_huge_pages(c, s, a, b) -> None:
+    await c.register_plugin(SharedMemoryPlugin())
+    transport = Transport()
+    block = np.random.default_rng(2).random((512, 1024))  # 4 MiB: 3 huge pages a slot
+    transport.pool.size(block.nbytes, buffer_nb=1, mib=None, share=1)
+    try:
+        await publish(transport, a.address, block, 0)
+        channel = await transport.channel(a.address)
+        assert channel is not None
+        await async_poll_for(lambda: any(x.warm and x.prepared for x in channel.slots), STARTUP)
+        slot = await publish(transport, a.address, block + 1, 1)
+        assert slot.kind == HUGETLB and slot.size % (2 * MIB) == 0
+        np.testing.assert_array_equal(a.data[key(1)], block + 1)
+        assert transport.pool.summary()["pages"] == [HUGETLB]
+    finally:
+        await transport.close()
