@@ -185,6 +185,74 @@ def test_imports_run_one_way(path: Path) -> None:
     assert wrong == [], f"{path.relative_to(PACKAGE)} ({side or 'shared'}) imports {wrong}"
 
 
+def _module_of(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Each module of deisa/ and the modules of deisa/ it imports: every import statement, at
+    module level, inside a function or under ``TYPE_CHECKING`` alike (an import inside a function
+    is a loop at run time all the same, and one for the types is a loop in the design)."""
+    modules = {_module_of(path) for path in PACKAGE.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        module = _module_of(path)
+        # "from .x import y": y may be a module or a name of x; keep what is a module
+        graph[module] = {
+            name if name in modules else name.rpartition(".")[0]
+            for name in _imports_of(path)
+            if name in modules or name.rpartition(".")[0] in modules
+        } - {module}
+    return graph
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for other in sorted(graph[module]):
+            if other not in index:
+                visit(other)
+                low[module] = min(low[module], low[other])
+            elif other in stack:
+                low[module] = min(low[module], index[other])
+        if low[module] == index[module]:
+            group = stack[stack.index(module) :]
+            del stack[stack.index(module) :]
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return found
+
+
+def test_circles_are_found_through_imports_inside_functions() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert _circles(graph) == [["a", "b", "c"]]
+    assert _circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_circle() -> None:
+    """No module of deisa/ reaches itself through its imports (docs/architecture.md, "Map")."""
+    graph = _import_graph()
+    assert "deisa.bridge._losses" in graph["deisa.bridge.bridge"]  # from ._losses import Losses
+    assert "deisa.bridge._shm_worker" in graph["deisa.bridge._connect"]  # inside a function
+    circles = [
+        "; ".join(f"{m} -> {', '.join(sorted(graph[m] & set(group)))}" for m in group)
+        for group in _circles(graph)
+    ]
+    assert circles == [], "import circles:\n" + "\n".join(circles)
+
+
 @pytest.mark.parametrize(
     "path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE))
 )

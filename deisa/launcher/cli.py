@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from .defaults import UsageError, load_defaults
+from .failures import PipelineError
 from .options import ANALYTICS, RUN, SLURM, add_options, resolve_values
-from .pipeline import PipelineError
 from .processes import THREAD_PINS, Interrupted, Signals, wait_until
 from .settings import defaults_of
 

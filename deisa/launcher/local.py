@@ -37,9 +37,9 @@ import yaml
 from .dask_processes import LOOPBACK, DaskProcesses, dashboard_available, http_env
 from .defaults import UsageError
 from .driver import Analysis, drive, hold, stream_stats, ways
-from .pipeline import PipelineError
+from .failures import PipelineError, tail
 from .private_tmp import PrivateTmp, make_private_tmp
-from .processes import Child, ProcessSet, Signals, child_env, tail, wait_until
+from .processes import Child, ProcessSet, Signals, child_env, wait_until
 from .report import ways_in_words
 from .security import Credentials, make_credentials, output_problem
 from .settings import RunSettings

@@ -32,6 +32,7 @@ from ..analysis._reading import StepArray
 from ..analysis.adapter import Adapter, EndOfStreamError, StepNotAvailableError
 from ..analysis.pca import IncrementalPCA, PendingFit
 from ..analysis.replay import Replay
+from .failures import PipelineError
 
 if TYPE_CHECKING:
     from .stall import StepWatch
@@ -40,10 +41,6 @@ if TYPE_CHECKING:
 ReplaySource = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
 
 logger = logging.getLogger(__name__)
-
-
-class PipelineError(RuntimeError):
-    """The simulation or the analytics of a pipeline failed; the message says which and why."""
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -24,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from .failures import PipelineError, tail
 from .security import open_log
 
 logger = logging.getLogger(__name__)
@@ -262,20 +262,6 @@ def terminate(
         popen.wait()
 
 
-def tail(path: Path, lines: int = 15) -> str:
-    """The end of a log, indented, led by its last Python exception line if it has one."""
-    try:
-        text = path.read_text(errors="replace").rstrip().splitlines()
-    except OSError:
-        return ""
-    errors = [line for line in text if _EXCEPTION_LINE.match(line)]
-    head = [f"  {errors[-1].strip()}"] if errors else []
-    return "\n".join(head + ["    " + line for line in text[-lines:]])
-
-
-_EXCEPTION_LINE = re.compile(r"^\s*[\w.]*(Error|Exception|Interrupt)\b[^ ]*: ")
-
-
 class Signals:
     """SIGINT and SIGTERM, while in a ``with`` block of the main thread, set a flag.
 
@@ -351,8 +337,6 @@ def wait_until(
         A process of ``procs`` exited first (with its log's tail), or ``timeout`` s passed;
         the message names what was awaited.
     """
-    from .pipeline import PipelineError  # the analytics' stack: not for a bare process start
-
     deadline = time.monotonic() + timeout
     while not ready():
         if check is not None:

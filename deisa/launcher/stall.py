@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from ..wire import WATCH_SECONDS, Route
-from .processes import tail
+from .failures import tail
 
 logger = logging.getLogger(__name__)
 

@@ -15,7 +15,8 @@ from conftest import REPO, DaskProcesses, deisa_run, mpirun, start_dask, test_en
 from distributed import Client, Event
 from sklearn.decomposition import PCA
 
-from deisa.launcher.pipeline import PipelineError, StepAnalytics, analyze_stream, warm_up
+from deisa.launcher.failures import PipelineError
+from deisa.launcher.pipeline import StepAnalytics, analyze_stream, warm_up
 
 PUBLISHER = REPO / "tests" / "publish_blocks.py"
 sys.path.insert(0, str(PUBLISHER.parent))

@@ -19,7 +19,8 @@ from distributed.utils_test import async_poll_for, gen_cluster
 from stream_driver import Rank0, install
 
 from deisa.launcher import stall
-from deisa.launcher.pipeline import PipelineError, analyze_stream
+from deisa.launcher.failures import PipelineError
+from deisa.launcher.pipeline import analyze_stream
 from deisa.launcher.stall import SILENT_AFTER, StepWatch, StreamState, verdict
 from deisa.wire import is_ok
 
