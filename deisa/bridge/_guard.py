@@ -31,10 +31,9 @@ import os
 import resource
 import socket
 import ssl
+import struct
 import time
 from collections.abc import Awaitable, Callable
-
-from ._shm_wire import peer_uid
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +63,14 @@ def descriptors_short(fd: int) -> bool:
     ``RLIMIT_NOFILE``: Linux gives the lowest free number, so every one below it is in use."""
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     return soft != resource.RLIM_INFINITY and fd >= soft - margin()
+
+
+def peer_uid(sock: socket.socket) -> int:
+    """The uid of the process at the other end of the Unix socket ``sock``."""
+    fmt = "3i"  # struct ucred: pid, uid, gid
+    _, uid, _ = struct.unpack(fmt, sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                   struct.calcsize(fmt)))  # fmt: skip
+    return int(uid)
 
 
 def other_account(conn: socket.socket) -> str | None:

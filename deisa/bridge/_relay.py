@@ -30,16 +30,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
-import os
 import socket
 import struct
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..wire import Route
-from ._shm_wire import peer_uid
+from ._names import connect_own, names, run_secret
 
 logger = logging.getLogger(__name__)
 
@@ -68,11 +66,16 @@ beyond that, distributed's own limits would apply)."""
 _LENGTH = struct.Struct(">I")
 
 
-def relay_name(scheduler: str, uid: int | None = None) -> bytes:
-    """The abstract socket name of the relay to ``scheduler`` for account ``uid``."""
-    uid = os.getuid() if uid is None else uid
-    digest = hashlib.sha256(f"{uid}\0relay\0{scheduler}".encode()).hexdigest()[:32]
-    return b"\0deisa-relay-" + digest.encode()
+def relay_names(scheduler: str, secret: bytes = b"", uid: int | None = None) -> list[bytes]:
+    """The abstract socket names of the relay to ``scheduler`` for account ``uid`` and the
+    run's ``secret``, in the order a worker tries them (:mod:`._names`)."""
+    return names("relay", scheduler, secret, uid)
+
+
+def relay_name(scheduler: str, uid: int | None = None, secret: bytes = b"") -> bytes:
+    """The first of :func:`relay_names`: the one a worker binds unless another account holds
+    it."""
+    return relay_names(scheduler, secret, uid)[0]
 
 
 def pack(message: dict[str, Any]) -> bytes:
@@ -136,17 +139,11 @@ class Relay:
     async def open(cls, scheduler: str, timeout: float) -> Relay | None:
         """Connect to the relay to ``scheduler`` of this node, or ``None`` (no worker of this
         node relays, or the name belongs to another account)."""
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        sock = await connect_own(socket.SOCK_STREAM, relay_names(scheduler, run_secret()))
+        if sock is None:  # no worker of this node relays (for this account)
+            logger.debug("deisa bridge: no relay to %s on this node", scheduler)
+            return None
         try:
-            sock.connect(relay_name(scheduler))
-            uid = peer_uid(sock)
-            if uid != os.getuid():
-                logger.warning(
-                    "deisa bridge: the relay's name is held by a process of uid %d: not used", uid
-                )
-                sock.close()
-                return None
-            sock.setblocking(False)
             reader, writer = await asyncio.open_unix_connection(sock=sock)
         except OSError as exc:  # ECONNREFUSED / ENOENT: no relay on this node
             logger.debug("deisa bridge: no relay to %s on this node: %s", scheduler, exc)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import logging
 import socket
 from collections.abc import Awaitable, Callable
@@ -22,7 +21,8 @@ from typing import Any
 
 from .. import _dask_internals
 from ._guard import Guard, StreamListener, other_account
-from ._relay import INSTALL, MAX_FRAME, RELAYED, pack, read_frame, relay_name
+from ._names import bind_first, worker_secret
+from ._relay import INSTALL, MAX_FRAME, RELAYED, pack, read_frame, relay_names
 
 logger = logging.getLogger(__name__)
 
@@ -55,11 +55,12 @@ class RelayServer:
         pool, scheduler = _dask_internals.worker_pool(worker)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         try:
-            sock.bind(relay_name(scheduler))
-        except OSError as exc:
+            bound = bind_first(sock, relay_names(scheduler, worker_secret(worker)))
+        except OSError:
             sock.close()
-            if exc.errno != errno.EADDRINUSE:
-                raise
+            raise
+        if bound is None:
+            sock.close()
             logger.debug("deisa: another worker of this node relays to %s", scheduler)
             return None
         sock.listen(64)

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from ._names import connect_own, run_secret
 from ._shm_pool import HUGETLB, SMALL, Pool, WarmRing, huge_memfd
 from ._shm_wire import (
     FREE,
@@ -37,9 +38,8 @@ from ._shm_wire import (
     encode,
     key_to_wire,
     memfd,
-    peer_uid,
     slot_bytes,
-    socket_name,
+    socket_names,
 )
 
 logger = logging.getLogger(__name__)
@@ -200,17 +200,10 @@ class Channel(WarmRing):
         """A channel to ``worker``'s listener, or ``None`` when none of this account answers
         here (another node, a worker without the plugin): the blocks then go by TCP."""
         loop = asyncio.get_running_loop()
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
-        sock.setblocking(False)
+        sock = await connect_own(socket.SOCK_SEQPACKET, socket_names(worker, run_secret()))
+        if sock is None:  # no listener of this account here: by TCP
+            return None
         try:
-            await loop.sock_connect(sock, socket_name(worker))
-            if peer_uid(sock) != os.getuid():
-                logger.warning(
-                    "deisa bridge: the shared-memory socket of worker %s belongs to another "
-                    "account; sending by TCP", worker,
-                )  # fmt: skip
-                sock.close()
-                return None
             await loop.sock_sendall(sock, encode(op="hello"))
             reply = decode(await asyncio.wait_for(loop.sock_recv(sock, MAX_MESSAGE), HANDSHAKE_S))
         except (OSError, ValueError, asyncio.TimeoutError, TimeoutError) as exc:

@@ -7,24 +7,24 @@ over a Unix socket (``SCM_RIGHTS``). A block is then copied into a slot and anno
 small message; the worker keeps a plain ``ndarray`` over the slot under the block's key
 (:mod:`._shm_worker`), and marks the slot free when that array is gone.
 
-The socket is in the abstract namespace (no file either), named from the worker's address and
-the account's uid; abstract names belong to a network namespace, so "same node" means that the
-handshake succeeded, not equal host names. Both sides check the other's uid (``SO_PEERCRED``)
-before anything else: an account that took the name first is refused, and the rank falls back
-to TCP. Messages are one JSON object per datagram (``SOCK_SEQPACKET``); nothing is unpickled.
+The socket is in the abstract namespace (no file either), named from the worker's address, the
+account's uid and the run's secret (:mod:`._names`: another account cannot guess the name, and
+one it holds anyway is replaced by the next); abstract names belong to a network namespace, so
+"same node" means that the handshake succeeded, not equal host names. Both sides check the
+other's uid (``SO_PEERCRED``) before anything else. Messages are one JSON object per datagram (``SOCK_SEQPACKET``); nothing is unpickled.
 """
 
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import json
 import mmap
 import os
-import socket
-import struct
 from collections.abc import Hashable
 from typing import Any
+
+from ._guard import peer_uid as peer_uid
+from ._names import names
 
 HEADER = mmap.PAGESIZE
 """Bytes before a slot's data: byte 0 is the slot's state, the data stays page-aligned."""
@@ -38,19 +38,16 @@ mapping (a read past the end is a ``SIGBUS``) nor grow it."""
 PLUGIN_NAME = "deisa-shared-memory"
 
 
-def socket_name(worker: str, uid: int | None = None) -> bytes:
-    """The abstract socket name of ``worker``'s shared-memory listener for account ``uid``."""
-    uid = os.getuid() if uid is None else uid
-    digest = hashlib.sha256(f"{uid}\0{worker}".encode()).hexdigest()[:32]
-    return b"\0deisa-shm-" + digest.encode()
+def socket_names(worker: str, secret: bytes = b"", uid: int | None = None) -> list[bytes]:
+    """The abstract socket names of ``worker``'s shared-memory listener for account ``uid``
+    and the run's ``secret``, in the order the listener tries them (:mod:`._names`)."""
+    return names("shm", worker, secret, uid)
 
 
-def peer_uid(sock: socket.socket) -> int:
-    """The uid of the process at the other end of the Unix socket ``sock``."""
-    fmt = "3i"  # struct ucred: pid, uid, gid
-    _, uid, _ = struct.unpack(fmt, sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
-                                                   struct.calcsize(fmt)))  # fmt: skip
-    return int(uid)
+def socket_name(worker: str, uid: int | None = None, secret: bytes = b"") -> bytes:
+    """The first of :func:`socket_names`: the one a listener binds unless another account
+    holds it."""
+    return socket_names(worker, secret, uid)[0]
 
 
 def slot_bytes(nbytes: int) -> int:

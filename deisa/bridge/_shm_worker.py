@@ -41,6 +41,7 @@ from distributed import WorkerPlugin
 
 from .. import _dask_internals
 from ._guard import Guard, PausedError, other_account
+from ._names import bind_first, worker_secret
 from ._relay_worker import RelayServer
 from ._shm_wire import (
     FREE,
@@ -52,7 +53,7 @@ from ._shm_wire import (
     encode,
     key_from_wire,
     plain_dtype,
-    socket_name,
+    socket_names,
 )
 
 logger = logging.getLogger(__name__)
@@ -199,7 +200,8 @@ class _Server:
         self.loop = asyncio.get_running_loop()
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
         self.sock.setblocking(False)
-        self.sock.bind(socket_name(str(worker.address)))
+        if bind_first(self.sock, socket_names(str(worker.address), worker_secret(worker))) is None:
+            raise OSError(f"another listener of this account serves worker {worker.address}")
         self.sock.listen(128)
         self.peers: set[_Peer] = set()
         self.guard = Guard(f"the shared-memory listener of worker {worker.address}", 0)
