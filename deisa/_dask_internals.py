@@ -21,6 +21,8 @@ file and one test, not the whole package.
 - :func:`send_batched`: a message on a client's batched stream to the scheduler.
 - :func:`future_in_memory`: a :class:`~distributed.Future` for a key the scheduler already
   counts as wanted by this client.
+- :func:`graph_mappings`: the mappings of the materialized layers of dask collections or of
+  an expression (``Client.get`` receives dask's expression of a computation).
 - :func:`count_handler_calls`: wrap the scheduler's handler tables to count the messages it
   handles (benchmarks and tests only).
 
@@ -35,7 +37,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections import Counter
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -172,6 +174,32 @@ def future_in_memory(key: Key, client: Any) -> Future:
     from distributed import Future
 
     return Future(key, client, state="memory")  # type: ignore[arg-type]
+
+
+def graph_mappings(obj: Any) -> Iterator[Mapping[Any, Any]]:
+    """The mapping of every materialized layer of the high-level graphs in ``obj``: a dask
+    collection, dask's expression of a computation (what ``Client.get`` receives: its
+    ``HLGExpr`` nodes hold a ``dsk``), or lists, tuples and dict values of them."""
+    from dask.base import is_dask_collection
+    from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
+
+    graphs: list[Any] = []
+    todo = [obj]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, (list, tuple, set)):
+            todo.extend(item)
+        elif isinstance(item, dict):
+            todo.extend(item.values())
+        elif callable(getattr(item, "walk", None)) and hasattr(item, "operands"):
+            graphs.extend(getattr(node, "dsk", None) for node in item.walk())
+        elif is_dask_collection(item):
+            graphs.append(item.__dask_graph__())
+    for graph in graphs:
+        if isinstance(graph, HighLevelGraph):
+            for layer in graph.layers.values():
+                if isinstance(layer, MaterializedLayer):
+                    yield layer.mapping
 
 
 def count_handler_calls(scheduler: Any, counter: Counter[str]) -> Callable[[], None]:

@@ -132,3 +132,21 @@ async def test_count_handler_calls(c: Client, s: Any, a: Any, b: Any) -> None:
     calls = sum(counter.values())
     await c.scheduler.identity()
     assert sum(counter.values()) == calls  # restored: no longer counted
+
+
+def test_graph_mappings_finds_a_layer_in_collections_and_in_dasks_expression() -> None:
+    """What a client's ``compute``/``persist`` (collections) and ``get`` (dask's expression of
+    a computation) are given: the mapping a dask array was built on is found in both."""
+    import dask.array as da
+    from dask.base import collections_to_expr
+
+    mapping = {("own", 0): np.zeros(2), ("own", 1): np.ones(2)}
+    array = da.Array(mapping, "own", chunks=((2, 2),), dtype=float)
+    derived = (array + 1).sum()
+
+    def found(obj: Any) -> bool:
+        return any(m is mapping for m in _dask_internals.graph_mappings(obj))
+
+    assert found(derived) and found([derived]) and found({"x": (array,)})
+    assert found(collections_to_expr([derived]))
+    assert not found(da.zeros(4, chunks=2)) and not found(3)

@@ -24,7 +24,7 @@ from conftest import STARTUP
 from distributed.utils_test import gen_cluster, poll_for
 from stream_driver import META, Rank0, block, install
 
-from deisa.analysis import compat
+from deisa.analysis import _compat_client, compat
 from deisa.analysis._released import Config, Selection, read_config
 from deisa.analysis.compat import Deisa, Initialization, NotSupportedError
 from deisa.contract import Contract, ContractError
@@ -202,7 +202,7 @@ with performance_report(filename="dask-report.html"):
 @pytest.fixture(autouse=True)
 def warned(monkeypatch: pytest.MonkeyPatch) -> None:
     """The one-time FutureWarning is given (its own test resets this)."""
-    monkeypatch.setattr(compat, "_warned", True)
+    monkeypatch.setattr(_compat_client, "_warned", True)
 
 
 def field(step: int) -> np.ndarray:
@@ -557,11 +557,11 @@ def test_config_is_the_launch_configuration_or_the_released_pdi_yaml(tmp_path: P
 def test_the_first_object_warns_once_pointing_to_the_guide(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(compat, "_warned", False)
+    monkeypatch.setattr(_compat_client, "_warned", False)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        compat._announce("deisa.Deisa")
-        compat._announce("deisa.Deisa")
+        _compat_client.announce("deisa.Deisa")
+        _compat_client.announce("deisa.Deisa")
     assert [(w.category, w.filename) for w in caught] == [(FutureWarning, __file__)]
     assert "deisa.Deisa: the DEISA 0.3 client API" in str(caught[0].message)
     assert "docs/migrating.md" in str(caught[0].message)
