@@ -1,0 +1,146 @@
+"""Listeners another account cannot flood (deisa.bridge._guard), server-side: rank 0's notices
+listener runs in a process of its own with 512 descriptors, a real process of uid 65534 opens
+1,000 connections to it and holds them. The positive control, the guard switched off (no cap,
+no margin, no handshake deadline), runs the listener's process out of descriptors; by default
+its files still open, a rank's notice still arrives, and the refusals make at most a few log
+lines. The refusal count's own rate limit is tested in process."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from conftest import STARTUP
+from test_transport import AS_NOBODY, FOREIGN_PYTHON, as_root
+
+from deisa.bridge import _guard
+
+CONNECTIONS = 1000
+
+LISTENER = """
+import asyncio, logging, os, resource, sys, time
+from deisa.bridge import _guard
+from deisa.bridge._notices import EarlyRegistration, Notifier
+
+resource.setrlimit(resource.RLIMIT_NOFILE, (512, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="LOG %(message)s")
+if {unsafe}:  # the positive control: no cap, no margin, no deadline
+    _guard.EXTRA, _guard.HANDSHAKE_S = 10**6, 1e9
+    _guard.margin = lambda: 0
+
+
+async def main():
+    early = EarlyRegistration(4, lambda entry, sent: None)
+    address = await early.listen("tcp://127.0.0.1:1")
+    print(address, flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+    try:
+        files = [os.open("/dev/null", os.O_RDONLY) for _ in range(32)]
+        print("files: ok", flush=True)
+        for fd in files:
+            os.close(fd)
+    except OSError as exc:
+        print("files:", exc, flush=True)
+    if {unsafe}:
+        return  # the control ends here: its descriptors are gone
+    start = time.monotonic()
+    notifier, deadline = Notifier(address, early.token, 1), start + {timeout}
+    while not early._sent and time.monotonic() < deadline:  # a rank's notice, retried
+        await notifier.notify(0, 8, "tcp://w:1")
+        await asyncio.sleep(0.5)
+    print("notice:", "arrived" if early._sent else "lost", time.monotonic() - start, flush=True)
+    await notifier.close()
+    await early.close()
+
+
+asyncio.run(main())
+"""
+
+ATTACKER = """
+import resource, socket, sys, time
+resource.setrlimit(resource.RLIMIT_NOFILE, (resource.getrlimit(resource.RLIMIT_NOFILE)[1],) * 2)
+held = []
+for _ in range({n}):
+    sock = socket.socket()
+    sock.settimeout(5)
+    try:
+        sock.connect(("127.0.0.1", {port}))
+    except OSError:
+        break
+    held.append(sock)
+print("held", len(held), flush=True)
+time.sleep({timeout})
+"""
+
+
+def flood(unsafe: bool) -> tuple[int, str, list[str]]:
+    """Connections the attacker held, what the listener's process printed, its log lines."""
+    assert FOREIGN_PYTHON is not None
+    listener = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(LISTENER).format(unsafe=unsafe, timeout=STARTUP)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    attacker = None
+    try:
+        assert listener.stdout is not None and listener.stdin is not None
+        port = int(listener.stdout.readline().rpartition(":")[2])
+        script = ATTACKER.format(n=CONNECTIONS, port=port, timeout=4 * STARTUP)
+        attacker = subprocess.Popen(
+            [FOREIGN_PYTHON, "-c", script], stdout=subprocess.PIPE, text=True, **AS_NOBODY
+        )
+        assert attacker.stdout is not None
+        held = int(attacker.stdout.readline().split()[1])
+        listener.stdin.write("\n")
+        listener.stdin.flush()
+        out, err = listener.communicate(timeout=4 * STARTUP)
+    finally:
+        if attacker is not None:
+            attacker.kill()
+            attacker.wait()
+        listener.kill()
+        listener.wait()
+    return held, out, [line for line in err.splitlines() if "Too many open" in line or
+                       line.startswith("LOG")]  # fmt: skip
+
+
+@pytest.mark.integration
+@as_root
+def test_a_thousand_connections_of_another_account_cost_the_listener_nothing() -> None:
+    held, out, lines = flood(unsafe=True)
+    assert "files: [Errno 24] Too many open files" in out, (held, out)  # the control
+    held, out, lines = flood(unsafe=False)
+    assert held == CONNECTIONS, out
+    assert "files: ok" in out and "notice: arrived" in out, out
+    assert not [line for line in lines if "Too many open files" in line], lines
+    assert len(lines) <= 3, lines  # the refusals, counted in one line (and one at the close)
+    assert "refused" in lines[0], lines
+
+
+def test_refusals_are_counted_and_logged_once_per_interval(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    guard = _guard.Guard("a test listener", peers=2)
+    with caplog.at_level(logging.WARNING, logger=_guard.__name__):
+        for _ in range(2000):
+            guard.refuse("a process of uid 65534")
+        guard.flush()
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2, lines  # the first at once, the other 1,999 at the flush
+    assert "refused 1 connection" in lines[0] and "refused 1999 connection" in lines[1]
+    assert guard.total_refused == 2000 and guard.cap == 2 + _guard.EXTRA
+
+
+def test_a_connection_beyond_the_cap_or_the_descriptors_is_closed() -> None:
+    guard = _guard.Guard("a test listener", peers=1)
+    left, right = socket.socketpair()
+    try:
+        assert guard.admit(left)
+        guard.pending = guard.cap
+        assert not guard.admit(left) and left.fileno() == -1  # closed
+    finally:
+        right.close()
+    assert _guard.descriptors_short(10**9) and not _guard.descriptors_short(3)
