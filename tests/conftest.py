@@ -275,7 +275,9 @@ PROCESS_TESTS: dict[str, frozenset[str] | None] = {
     "test_processes": None,
     "test_fortran": None,
     "test_grammars": None,
+    "test_released_clients": None,  # mpirun, dask processes, the analytics' python
     "test_pdi_plugin": None,
+    "test_adios2": None,  # mpirun, deisa-run, Slurm, the ADIOS2 codes
     "test_ecosystem": None,  # virtual environments, pip, mpirun, dask processes
     "test_insitu_mpi": None,  # deisa.insitu: mpirun, the analytics' python
     "test_insitu_conformance": None,  # the deisa-project tests: pip, a venv, pytest, clusters
@@ -413,6 +415,7 @@ class _Tally:
     def __init__(self) -> None:
         self.outcomes: dict[str, dict[str, int]] = {}
         self.skipped_pdi: list[str] = []
+        self.skipped_adios2: list[str] = []
 
     def add(self, kind: str, outcome: str) -> None:
         counts = self.outcomes.setdefault(kind, {})
@@ -420,7 +423,7 @@ class _Tally:
 
     def line(self) -> str:
         parts = []
-        for kind in ("PDI", "MPI", "Slurm"):
+        for kind in ("PDI", "ADIOS2", "MPI", "Slurm"):
             counts = self.outcomes.get(kind, {})
             done = ", ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items()))
             parts.append(f"{kind} tests: {done or 'none'}")
@@ -437,7 +440,8 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.when == "teardown" and not report.failed:
         return
     outcome = "skipped" if report.skipped else "failed" if report.failed else "passed"
-    kinds = [k for k, marker in (("PDI", "pdi"), ("Slurm", "slurm")) if marker in report.keywords]
+    markers = (("PDI", "pdi"), ("ADIOS2", "adios2"), ("Slurm", "slurm"))
+    kinds = [k for k, marker in markers if marker in report.keywords]
     if report.nodeid in _MPI_TESTS:
         kinds.append("MPI")
     for kind in kinds:
@@ -446,27 +450,50 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if "pdi" in report.keywords and "slurm" not in report.keywords and report.skipped:
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
         _TALLY.skipped_pdi.append(f"{report.nodeid}: {reason}")
+    if "adios2" in report.keywords and "slurm" not in report.keywords and report.skipped:
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
+        _TALLY.skipped_adios2.append(f"{report.nodeid}: {reason}")
+
+
+def adios2_installed() -> Path | None:
+    """ADIOS2's CMake package with MPI, where the project's CMake would find it."""
+    from deisa.doctor.adios2 import adios2_config_file, check_adios2
+
+    config = adios2_config_file()
+    return config if config is not None and check_adios2().details.get("mpi") else None
+
+
+def _skips(kind: str) -> tuple[list[str], Path | None, str]:
+    """The skipped tests of ``kind`` (PDI, ADIOS2), where it is installed, and the variable
+    that allows their skips."""
+    if kind == "PDI":
+        return _TALLY.skipped_pdi, pdi_installed(), "DEISA_ALLOW_PDI_SKIP"
+    return _TALLY.skipped_adios2, adios2_installed(), "DEISA_ALLOW_ADIOS2_SKIP"
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     terminalreporter.write_line(_TALLY.line())
-    config = pdi_installed()
-    if _TALLY.skipped_pdi and config is not None:
+    for kind in ("PDI", "ADIOS2"):
+        skipped, config, allow = _skips(kind)
+        if not skipped or config is None:
+            continue
         verdict = (
-            "allowed by DEISA_ALLOW_PDI_SKIP=1"
-            if os.environ.get("DEISA_ALLOW_PDI_SKIP") == "1"
-            else "the session fails (DEISA_ALLOW_PDI_SKIP=1 allows it)"
+            f"allowed by {allow}=1"
+            if os.environ.get(allow) == "1"
+            else f"the session fails ({allow}=1 allows it)"
         )
         terminalreporter.write_line(
-            f"deisa: PDI is installed ({config}) but {len(_TALLY.skipped_pdi)} PDI test(s) "
+            f"deisa: {kind} is installed ({config}) but {len(skipped)} {kind} test(s) "
             f"skipped; {verdict}:"
         )
-        for line in _TALLY.skipped_pdi:
+        for line in skipped:
             terminalreporter.write_line(f"  {line}")
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     # the C layer must not vanish from a run silently where it could have run
-    allowed = os.environ.get("DEISA_ALLOW_PDI_SKIP") == "1"
-    if _TALLY.skipped_pdi and not allowed and pdi_installed() is not None and exitstatus == 0:
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    for kind in ("PDI", "ADIOS2"):
+        skipped, config, allow = _skips(kind)
+        allowed = os.environ.get(allow) == "1"
+        if skipped and not allowed and config is not None and exitstatus == 0:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
