@@ -3,7 +3,8 @@ listener runs in a process of its own with 512 descriptors, a real process of ui
 1,000 connections to it and holds them. The positive control, the guard switched off (no cap,
 no margin, no handshake deadline), runs the listener's process out of descriptors; by default
 its files still open, a rank's notice still arrives, and the refusals make at most a few log
-lines. The refusal count's own rate limit is tested in process."""
+lines. The workers' listeners (shared memory, relay), flooded the same way, log one line each
+and serve the run's ranks; the control, a line per refusal as before the count."""
 
 from __future__ import annotations
 
@@ -12,12 +13,19 @@ import socket
 import subprocess
 import sys
 import textwrap
+from unittest import mock
 
+import numpy as np
 import pytest
 from conftest import STARTUP
-from test_transport import AS_NOBODY, FOREIGN_PYTHON, as_root
+from distributed.utils_test import gen_cluster
+from test_transport import AS_NOBODY, FOREIGN_PYTHON, as_root, attack
 
 from deisa.bridge import _guard
+from deisa.bridge._relay import Relay, relay_names
+from deisa.bridge._shm_wire import socket_name
+from deisa.bridge._shm_worker import SharedMemoryPlugin
+from deisa.bridge.transport import Transport
 
 CONNECTIONS = 1000
 
@@ -144,3 +152,54 @@ def test_a_connection_beyond_the_cap_or_the_descriptors_is_closed() -> None:
     finally:
         right.close()
     assert _guard.descriptors_short(10**9) and not _guard.descriptors_short(3)
+
+
+UNIX_FLOOD = """
+import resource, socket
+resource.setrlimit(resource.RLIMIT_NOFILE, (resource.getrlimit(resource.RLIMIT_NOFILE)[1],) * 2)
+held = []
+for _ in range({n}):
+    sock = socket.socket(socket.AF_UNIX, socket.{kind})  # blocking: waits for the backlog
+    try:
+        sock.connect({name!r})
+    except OSError:
+        break
+    held.append(sock)
+print("held", len(held))
+"""
+
+
+async def unix_flood(name: bytes, kind: str) -> tuple[int, list[str]]:
+    """Connections uid 65534 made to ``name`` (all held until the last), the guard's lines."""
+    lines: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: lines.append(record.getMessage())  # type: ignore[method-assign]
+    logging.getLogger(_guard.__name__).addHandler(handler)
+    try:
+        script = UNIX_FLOOD.format(n=CONNECTIONS, kind=kind, name=name)
+        held = int((await attack(script, **AS_NOBODY)).split()[1])
+    finally:
+        logging.getLogger(_guard.__name__).removeHandler(handler)
+    return held, lines
+
+
+@as_root
+@gen_cluster(client=True, timeout=4 * STARTUP)
+async def test_a_flood_of_another_account_on_the_workers_listeners_logs_a_line(c, s, a, b) -> None:
+    await c.register_plugin(SharedMemoryPlugin())
+    # the control: a line per refusal, as before the count
+    with mock.patch.object(_guard, "LOG_INTERVAL_S", 0.0):
+        held, lines = await unix_flood(socket_name(a.address), "SOCK_SEQPACKET")
+    assert held == CONNECTIONS and len(lines) >= CONNECTIONS, (held, len(lines))
+    for name, kind in ((socket_name(a.address), "SOCK_SEQPACKET"),
+                       (relay_names(s.address)[0], "SOCK_STREAM")):  # fmt: skip
+        held, lines = await unix_flood(name, kind)
+        assert held == CONNECTIONS and len(lines) <= 1, (kind, held, lines)
+    transport = Transport()
+    try:  # the run goes on: a rank's block through shared memory, rank 0's call relayed
+        assert await transport.send_shared(a.address, ("k", 0), np.ones(8)) == 64
+        relay = await Relay.open(s.address, STARTUP)
+        assert relay is not None
+        await relay.close()
+    finally:
+        await transport.close()
