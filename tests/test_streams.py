@@ -55,7 +55,8 @@ def consumers(adapter: Adapter, array: str) -> dict[str, Any]:
 
 
 class Reader(threading.Thread):
-    """A consumer with its own Client, running ``body(adapter)`` in a thread."""
+    """A consumer with its own Client, running ``body(adapter)`` in a thread; the body computes
+    on that client (:func:`computed`)."""
 
     def __init__(self, cluster: DaskProcesses, body: Callable[[Adapter], Any], **kw: Any):
         super().__init__(daemon=True)
@@ -66,11 +67,12 @@ class Reader(threading.Thread):
 
     def run(self) -> None:
         try:
-            # each thread's client is its own current one, not the process's default: clients
-            # set as default and closed out of order leave dask's `scheduler` setting behind
+            # the thread's client is neither the process's default nor made current with
+            # client.as_current(): both write dask's process-wide configuration (scheduler=),
+            # and a client made while another thread's setting is in force restores it when it
+            # closes, after every client is gone. The body computes on this client explicitly.
             with (
                 self.cluster.client(set_as_default=False) as client,
-                client.as_current(),
                 Adapter(client, timeout=STARTUP, **self.kw) as a,
             ):
                 self.consumer = a.consumer
@@ -84,6 +86,12 @@ class Reader(threading.Thread):
         if self.error is not None:
             raise self.error
         return self.result
+
+
+def computed(adapter: Adapter, array: Any) -> np.ndarray:
+    """``array`` computed on the Adapter's own client."""
+    result: np.ndarray = adapter.client.compute(array).result()
+    return result
 
 
 def change_reference(config: HeatConfig, step: int) -> np.ndarray:
@@ -101,13 +109,13 @@ def test_fan_out_group_windows_and_zip_on_one_heat_run(
     config = HeatConfig.from_yaml(config_path)
 
     def zipped(a: Adapter) -> list[tuple[int, np.ndarray, np.ndarray]]:
-        return [(s, t.compute(), d.compute()) for s, (t, d) in a.zip("gtemp", "gdtemp")]  # type: ignore[union-attr]
+        return [(s, computed(a, t), computed(a, d)) for s, (t, d) in a.zip("gtemp", "gdtemp")]
 
     def windows(a: Adapter) -> list[tuple[list[int], np.ndarray]]:
-        return [(steps, w.compute()) for steps, w in a["gtemp"].windows(3)]
+        return [(steps, computed(a, w)) for steps, w in a["gtemp"].windows(3)]
 
     def member(a: Adapter) -> dict[int, np.ndarray]:
-        return {s: f.compute() for s, f in a["gtemp"].items()}
+        return {s: computed(a, f) for s, f in a["gtemp"].items()}
 
     readers = [
         Reader(cluster, zipped),
@@ -185,7 +193,7 @@ def test_killed_consumer_unblocks_the_simulation_and_leaves_no_key(
             assert dying.poll() is None, dying.communicate()[1][-3000:]
             return True
 
-        reader = Reader(cluster, lambda a: {s: f.compute() for s, f in a["killed"].items()})
+        reader = Reader(cluster, lambda a: {s: computed(a, f) for s, f in a["killed"].items()})
         reader.start()
         poll_for(lambda: alive() and len(consumers(watcher, "killed")) == 2, HANG, period=0.1)
         sim = subprocess.Popen(
