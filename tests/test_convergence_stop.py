@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from deisa.launcher import cli, defaults, report, slurm, solver
+from deisa.launcher import cli, defaults, slurm, solver
 from deisa.launcher.defaults import UsageError
 from deisa.launcher.options import ANALYTICS, RUN
-from deisa.launcher.pipeline import StepAnalytics, _relative_change, stop_summary
+from deisa.pca_app import report
+from deisa.pca_app.pipeline import StepAnalytics, _relative_change, stop_summary
 
 
 def step(n: int, ratio: list[float], **fields: object) -> StepAnalytics:

@@ -151,7 +151,7 @@ def test_fortran_heat_reads_the_steering_stop(
 def test_fortran_heat_writes_heat_timings_as_the_c_solver(heat_f90: Path, tmp_path: Path) -> None:
     """With HEAT_TIMINGS=PREFIX, each rank of heat.f90 writes PREFIX.<rank>.json in heat.c's
     format (the same keys, in the same order, per step too), which deisa-run's report reads."""
-    from deisa.launcher.report import read_timings
+    from deisa.pca_app.report import read_timings
 
     steps = 4
     simulation = write_config(tmp_path / "simulation.yml", global_size=[30, 27],

@@ -3,7 +3,9 @@
 ``deisa.bridge`` (simulation side), ``deisa.scheduler`` and ``deisa.analysis`` share only
 ``deisa.wire``, ``deisa.contract``, ``deisa._dask_internals`` and ``deisa._lazy`` (the Bridge and
 the Adapter may install the scheduler extension); ``deisa.launcher`` imports anything and nothing
-imports it; ``deisa.doctor`` (``python -m deisa doctor``) imports only the launcher's lookups.
+imports it; ``deisa.pca_app`` (the built-in PCA that ``deisa-run`` runs) imports the analysis
+side only; ``deisa.doctor`` (``python -m deisa doctor``) imports only the launcher's lookups. No
+import circle anywhere in deisa/.
 Each check imports in a fresh interpreter, so what one test loaded does not hide another's.
 A rank's Bridge path is probed under mpirun: what a non-root rank loads, and that no rank's
 first publish waits for distributed's import (docs/benchmarks.md, "Start-up of a rank").
@@ -21,14 +23,16 @@ import pytest
 from conftest import STARTUP, DaskProcesses, modules_loaded, mpirun, test_env
 
 PACKAGE = Path(__file__).resolve().parents[1] / "deisa"
-SIDES = ("bridge", "scheduler", "analysis", "launcher", "doctor", "insitu")
+SIDES = ("bridge", "scheduler", "analysis", "launcher", "doctor", "insitu", "pca_app")
 SHARED = {"wire", "contract", "_dask_internals", "_lazy"}
 # who may import whom, besides the shared modules
 ALLOWED = {
     "bridge": {"bridge", "scheduler"},
     "scheduler": {"scheduler"},
     "analysis": {"analysis", "scheduler"},
-    "launcher": {"bridge", "scheduler", "analysis", "launcher"},
+    "launcher": {"bridge", "scheduler", "analysis", "launcher", "pca_app"},
+    # the built-in PCA app that deisa-run runs: an application of the analysis side
+    "pca_app": {"pca_app", "analysis"},
     "doctor": {"doctor", "launcher"},
     # deisa-core's backend (deisa.insitu) names the Bridge and the Deisa of one module, as
     # deisa.dask does; each is written in its own side (bridge/insitu.py, analysis/insitu.py)

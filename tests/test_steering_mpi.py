@@ -2,7 +2,7 @@
 
 - every rank of an mpirun reads the same steering value at the same step (tests/steered_ranks.py);
 - the Python heat solver (deisa_simulation/heat.py) and the C heat solver through PDI (configs/
-  heat_deisa.yml's ``read: [stop]``) are stopped by :func:`~deisa.launcher.pipeline.analyze_stream`
+  heat_deisa.yml's ``read: [stop]``) are stopped by :func:`~deisa.pca_app.pipeline.analyze_stream`
   once
   the PCA has converged: they exit 0, every step they published reaches the analytics, and the
   stream ends normally.
@@ -22,7 +22,7 @@ import pytest
 from conftest import BUILD, REPO, STARTUP, DaskProcesses, mpirun, start_heat, test_env, write_config
 
 from deisa import Adapter
-from deisa.launcher.pipeline import StepAnalytics, analyze_stream, stop_summary
+from deisa.pca_app.pipeline import PCASettings, StepAnalytics, analyze_stream, stop_summary
 
 STEERED = REPO / "tests" / "steered_ranks.py"
 # 32x32 heat field, 2 iterations per output: the explained variance ratio changes by less than
@@ -80,14 +80,14 @@ def analyze_until_stopped(
     """Run the converging PCA on the solver's stream; its results and the solver's output."""
     try:
         with dask_processes.client() as client:
-            analytics = analyze_stream(
-                client,
-                "gtemp",
+            settings = PCASettings(
+                array="gtemp",
                 n_components=2,
                 stall_timeout=STARTUP,
                 max_in_flight=1,
                 stop_when_converged=CONVERGED,
             )
+            analytics = analyze_stream(client, settings)
         stdout, stderr = proc.communicate(timeout=STARTUP)
     finally:
         if proc.poll() is None:

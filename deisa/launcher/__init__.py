@@ -1,7 +1,7 @@
 """The launcher ``deisa-run``, beside the library: it runs a simulation and its analytics.
 
-Modules, each importing only those before it (:mod:`~deisa.launcher.stall` beside the
-pipeline):
+Modules, each importing only those before it; the built-in PCA it runs is a package of its
+own, :mod:`deisa.pca_app`:
 
 - :mod:`~deisa.launcher.defaults`: the defaults file ``deisa/templates/defaults.yml`` (dask
   configuration: ``deisa.run``, ``deisa.mpi``, ``deisa.slurm``), its overrides and its
@@ -17,9 +17,6 @@ pipeline):
 - :mod:`~deisa.launcher.processes`: child processes, their environment, signals;
 - :mod:`~deisa.launcher.dask_processes`: the ``dask scheduler`` and ``dask worker`` command
   lines, started and stopped (for the launcher, the tests and the benchmarks);
-- :mod:`~deisa.launcher.pipeline`: the built-in analytics (a PCA of every step);
-- :mod:`~deisa.launcher.report`: the per-step table, the plot and ``results.json``;
-- :mod:`~deisa.launcher.driver`: the one driver of the built-in PCA, then the report;
 - :mod:`~deisa.launcher.local`: the whole pipeline on this machine;
 - :mod:`~deisa.launcher.slurm`: the same in one Slurm allocation, as a batch script;
 - :mod:`~deisa.launcher.cli`: the parsers and the commands of ``deisa-run``.

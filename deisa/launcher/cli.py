@@ -31,8 +31,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ..pca_app.failures import PipelineError
 from .defaults import UsageError, load_defaults
-from .failures import PipelineError
 from .options import ANALYTICS, RUN, SLURM, add_options, resolve_values
 from .processes import THREAD_PINS, Interrupted, Signals, wait_until
 from .settings import defaults_of
@@ -214,10 +214,10 @@ def _analytics(args: argparse.Namespace, signals: Signals, security: Any = None)
     from distributed import Client
 
     from ..bridge.scheduler_file import read_scheduler_address
+    from ..pca_app.driver import Analysis, drive
+    from ..pca_app.stall import StepWatch
     from .dask_processes import dashboard_available, workers_connected
-    from .driver import Analysis, drive
     from .local import dashboard_line
-    from .stall import StepWatch
 
     output = Path(args.output).resolve()
     output.mkdir(parents=True, exist_ok=True)

@@ -34,13 +34,14 @@ from typing import IO, Any
 
 import yaml
 
+from ..pca_app.driver import Analysis, drive, hold, stream_stats, ways
+from ..pca_app.failures import PipelineError, tail
+from ..pca_app.report import ways_in_words
+from ..pca_app.stall import StepWatch
 from .dask_processes import LOOPBACK, DaskProcesses, dashboard_available, http_env
 from .defaults import UsageError
-from .driver import Analysis, drive, hold, stream_stats, ways
-from .failures import PipelineError, tail
 from .private_tmp import PrivateTmp, make_private_tmp
 from .processes import Child, ProcessSet, Signals, child_env, wait_until
-from .report import ways_in_words
 from .security import Credentials, make_credentials, output_problem
 from .settings import RunSettings
 from .solver import (
@@ -50,7 +51,6 @@ from .solver import (
     python_script,
     simulation_command,
 )
-from .stall import StepWatch
 from .ucx import UCX
 
 logger = logging.getLogger(__name__)
@@ -373,7 +373,7 @@ def _builtin_analytics(
     timings: Path | None,
     out: IO[str],
 ) -> None:
-    """The built-in PCA of every step (:func:`~deisa.launcher.driver.drive`), with a progress
+    """The built-in PCA of every step (:func:`~deisa.pca_app.driver.drive`), with a progress
     bar; then, once the simulation has exited, the report."""
 
     def after_stream() -> Path | None:
@@ -411,7 +411,7 @@ def _builtin_analytics(
 
 
 def _held(totals: dict[str, Any]) -> str:
-    """:func:`~deisa.launcher.driver.hold` in words for the closing line; nothing before the
+    """:func:`~deisa.pca_app.driver.hold` in words for the closing line; nothing before the
     stream is closed."""
     held = hold(totals)
     if held is None:

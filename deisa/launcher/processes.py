@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from .failures import PipelineError, tail
+from ..pca_app.failures import PipelineError, tail
 from .security import open_log
 
 logger = logging.getLogger(__name__)

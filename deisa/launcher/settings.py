@@ -130,7 +130,7 @@ class RunSettings:
     (:func:`~deisa.launcher.dask_processes.http_env`)."""
     step_timeout: float | None = None
     """Seconds without a step before the run fails, however alive the simulation is
-    (:mod:`deisa.launcher.stall`); ``None``: as long as it runs."""
+    (:mod:`deisa.pca_app.stall`); ``None``: as long as it runs."""
 
     @property
     def placement(self) -> str:

@@ -8,7 +8,7 @@ at least every :data:`~deisa.wire.WATCH_SECONDS`, whatever the simulation's step
 notes, per array, when a run opened it or its rank 0 last asked or was answered
 (``deisa_stats()["contracts"]["silent_s"]``: seconds since). The analytics of ``deisa-run``
 tells a slow simulation from a gone one by it where it cannot see the ranks' processes
-(:mod:`deisa.launcher.stall`). It costs no message: the watch is there for contracts anyway.
+(:mod:`deisa.pca_app.stall`). It costs no message: the watch is there for contracts anyway.
 """
 
 from __future__ import annotations

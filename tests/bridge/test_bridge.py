@@ -313,7 +313,7 @@ def test_rank0_is_heard_between_its_connection_and_its_first_step(
     """A simulation computing long before its first publish (mode="async") still gives the
     scheduler news of rank 0: its contracts watch runs from its connection, not from its first
     exchange. The analytics of a Slurm job tells a slow simulation from a gone one by it
-    (deisa.launcher.stall)."""
+    (deisa.pca_app.stall)."""
     from user_code import write_user_code
 
     simulation, _ = write_user_code(tmp_path / "code")

@@ -39,14 +39,14 @@ from deisa.launcher import (
     defaults,
     options,
     processes,
-    report,
     settings,
     slurm,
     solver,
 )
 from deisa.launcher.defaults import UsageError
 from deisa.launcher.options import RUN
-from deisa.launcher.pipeline import StepAnalytics
+from deisa.pca_app import report
+from deisa.pca_app.pipeline import StepAnalytics
 
 LONG = ["--workers", "1", "--size", "64", "64", "--steps", "100000", "-o"]
 SMALL = ["--size", "64", "64", "--steps", "4", "--output-period", "2", "--n-components", "3"]

@@ -11,7 +11,7 @@ import pytest
 from conftest import STARTUP
 
 from deisa.launcher import processes
-from deisa.launcher.failures import PipelineError
+from deisa.pca_app.failures import PipelineError
 
 # -- waiting at start-up --------------------------------------------------------------------------
 

@@ -120,7 +120,7 @@ async def test_watch_returns_when_a_contract_changes_and_the_record_carries_it(c
 async def test_rank0s_contract_watch_is_the_arrays_heartbeat(c, s, a, b) -> None:
     """The opening and each ``deisa_watch_contracts`` call (when it comes and when it is
     answered) note when rank 0 was last heard of for its arrays; ``deisa_stats`` says since
-    when (deisa.launcher.stall tells a gone simulation by it)."""
+    when (deisa.pca_app.stall tells a gone simulation by it)."""
     await c.register_plugin(StreamExtension())
     store = s.plugins[PLUGIN_NAME].contracts
     assert store.stats()["silent_s"] == {}

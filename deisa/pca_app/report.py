@@ -1,16 +1,16 @@
 """The report of a run: the per-step table, the explained-variance plot and ``results.json``.
 
 :func:`step_table`, :func:`format_table`, :func:`plot_explained_variance` and
-:func:`write_results` turn what :func:`deisa.launcher.pipeline.analyze_stream` measured, plus the
+:func:`write_results` turn what :func:`deisa.pca_app.pipeline.analyze_stream` measured, plus the
 simulation's own per-step timings (:func:`read_timings`), into the table, the PNG and the JSON
 that ``deisa-run`` leaves in its output directory. matplotlib is imported here only, when a
-plot is drawn. They read the fields of :class:`~deisa.launcher.pipeline.StepAnalytics` by name, so
+plot is drawn. They read the fields of :class:`~deisa.pca_app.pipeline.StepAnalytics` by name, so
 fields added to it later reach ``results.json`` and leave the table as it is.
 
 Examples
 --------
 >>> with Client(scheduler_file="scheduler.json") as client:  # doctest: +SKIP
-...     steps = analyze_stream(client, "gtemp", n_components=4)
+...     steps = analyze_stream(client, PCASettings(array="gtemp", n_components=4))
 >>> print(format_table(step_table(steps, read_timings("timings.json"))))  # doctest: +SKIP
 """
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -176,7 +176,7 @@ def phases(
     Parameters
     ----------
     analytics
-        From :func:`~deisa.launcher.pipeline.analyze_stream`.
+        From :func:`~deisa.pca_app.pipeline.analyze_stream`.
     rows
         From :func:`step_table`.
     flow_control
@@ -210,18 +210,7 @@ def phases(
         return float(np.median(values)) if values else None
 
     by_step = {r["step"]: r for r in rows}
-    timed = [r for r in rows if r["compute_s"] is not None and r["publish_s"] is not None]
-    held = wall = None
-    if timed:
-
-        def in_publish(row: dict[str, Any]) -> float:
-            return float(row["wait_s"] if row["wait_s"] is not None else row["publish_s"])
-
-        last_warm = max(warm_up)
-        part = {"warm_up": [r for r in timed if r["step"] <= last_warm],
-                "steady": [r for r in timed if r["step"] > last_warm]}  # fmt: skip
-        held = {k: sum(map(in_publish, v)) for k, v in part.items()}
-        wall = {k: sum(r["compute_s"] + r["publish_s"] for r in v) for k, v in part.items()}
+    held, wall = _time_in_publish(rows, max(warm_up))
     return {
         "warm_up": warm_up,
         "steady": steady,
@@ -238,6 +227,26 @@ def phases(
         "wall": wall,
         "flow_control": flow_control,
     }
+
+
+def _time_in_publish(
+    rows: Sequence[dict[str, Any]], last_warm: int
+) -> tuple[dict[str, float] | None, dict[str, float] | None]:
+    """``held`` and ``wall`` of :func:`phases`: the simulation's seconds in publish, and in
+    compute plus publish, in the warm-up (up to step ``last_warm``) and in the steady state;
+    ``None, None`` without the simulation's timings."""
+    timed = [r for r in rows if r["compute_s"] is not None and r["publish_s"] is not None]
+    if not timed:
+        return None, None
+
+    def in_publish(row: dict[str, Any]) -> float:
+        return float(row["wait_s"] if row["wait_s"] is not None else row["publish_s"])
+
+    part = {"warm_up": [r for r in timed if r["step"] <= last_warm],
+            "steady": [r for r in timed if r["step"] > last_warm]}  # fmt: skip
+    held = {k: sum(map(in_publish, v)) for k, v in part.items()}
+    wall = {k: sum(r["compute_s"] + r["publish_s"] for r in v) for k, v in part.items()}
+    return held, wall
 
 
 def format_phases(summary: dict[str, Any]) -> str:
@@ -270,40 +279,49 @@ def format_phases(summary: dict[str, Any]) -> str:
                 f"; the simulation spent {held['steady']:.2f} s of {wall['steady']:.2f} s in "
                 f"publish ({100 * share:.1f} %): "
             )
-            measured = summary.get("flow_control")
-            if share <= KEEPS_UP:
-                line += "the analytics keeps up, the simulation runs at its own pace"
-            elif measured is not None and measured["open_s"] > 0:
-                held_share = measured["held_s"] / measured["open_s"]
-                line += (
-                    f"flow control held the simulation {measured['held_s']:.2f} s of the "
-                    f"{measured['open_s']:.2f} s its stream was open ({100 * held_share:.1f} %)"
-                )
-                if held_share > KEEPS_UP:
-                    line += (
-                        ": the analytics is slower than the simulation (more workers, or a "
-                        "longer --output-period, let it keep up)"
-                    )
-                else:
-                    line += (
-                        ", so the analytics keeps up: the rest is the publish itself, the "
-                        "ranks' exchange, copy and transfers waiting for CPU (more processes "
-                        "than cores, or other jobs on them)"
-                    )
-            elif compute is not None and median is not None and median > compute:
-                line += (
-                    "the analytics is slower than the simulation, so flow control holds the "
-                    "simulation until a step is taken (more workers, or a longer "
-                    "--output-period, let it keep up)"
-                )
-            else:
-                line += (
-                    "the PCA is faster than the compute, so this is not flow control alone: "
-                    "the ranks' exchange at each publish and their transfers waited for CPU "
-                    "(more processes than cores, or other jobs on them)"
-                )
+            line += _why_in_publish(share, summary.get("flow_control"), compute, median)
         lines.append(line)
     return "\n".join(lines)
+
+
+def _why_in_publish(
+    share: float,
+    measured: dict[str, float] | None,
+    compute: float | None,
+    median: float | None,
+) -> str:
+    """Why the simulation spent ``share`` of its steady state in publish: the flow-control
+    hold the Bridge measured decides where known, else the PCA's median against the
+    compute's (see :func:`phases`)."""
+    if share <= KEEPS_UP:
+        return "the analytics keeps up, the simulation runs at its own pace"
+    if measured is not None and measured["open_s"] > 0:
+        held_share = measured["held_s"] / measured["open_s"]
+        held = (
+            f"flow control held the simulation {measured['held_s']:.2f} s of the "
+            f"{measured['open_s']:.2f} s its stream was open ({100 * held_share:.1f} %)"
+        )
+        if held_share > KEEPS_UP:
+            return held + (
+                ": the analytics is slower than the simulation (more workers, or a "
+                "longer --output-period, let it keep up)"
+            )
+        return held + (
+            ", so the analytics keeps up: the rest is the publish itself, the "
+            "ranks' exchange, copy and transfers waiting for CPU (more processes "
+            "than cores, or other jobs on them)"
+        )
+    if compute is not None and median is not None and median > compute:
+        return (
+            "the analytics is slower than the simulation, so flow control holds the "
+            "simulation until a step is taken (more workers, or a longer "
+            "--output-period, let it keep up)"
+        )
+    return (
+        "the PCA is faster than the compute, so this is not flow control alone: "
+        "the ranks' exchange at each publish and their transfers waited for CPU "
+        "(more processes than cores, or other jobs on them)"
+    )
 
 
 def plot_explained_variance(
@@ -343,30 +361,45 @@ def plot_explained_variance(
     return path
 
 
+@dataclass(frozen=True, kw_only=True)
+class Measured:
+    """What the run measured besides the fits, for the report; ``None``: unknown.
+
+    Parameters
+    ----------
+    first_step_s
+        Seconds from the simulation's launch to the first step taken by the analytics, when
+        the caller started both (``deisa-run``); goes under the key of the same name.
+    flow_control
+        How long flow control held the simulation (see :func:`phases`); under ``phases``.
+    transports
+        How many ranks sent their blocks by each way (:func:`~deisa.pca_app.driver.ways`):
+        one line of the report, and under its name.
+    """
+
+    first_step_s: float | None = None
+    flow_control: dict[str, float] | None = None
+    transports: dict[str, int] | None = None
+
+
 def write_results(
     path: str | Path,
     analytics: Sequence[StepAnalytics],
     rows: Sequence[dict[str, Any]],
     settings: dict[str, Any],
-    first_step_s: float | None = None,
-    flow_control: dict[str, float] | None = None,
-    transports: dict[str, int] | None = None,
+    measured: Measured | None = None,
 ) -> Path:
-    """Write the run's settings, per-step PCA results and per-step table as JSON.
-
-    ``first_step_s`` (seconds from the simulation's start to the first step at the analytics,
-    ``None`` when unknown) goes under the key of the same name; ``flow_control`` (see
-    :func:`phases`) under ``phases``; ``transports`` (how many ranks sent their blocks by
-    each way, :func:`~deisa.launcher.driver.ways`) under its name.
-    """
+    """Write the run's settings, per-step PCA results and per-step table as JSON, with what
+    the run ``measured`` besides."""
+    measured = measured if measured is not None else Measured()
     path = Path(path)
     path.write_text(
         json.dumps(
             {
                 "settings": settings,
-                "first_step_s": first_step_s,
-                "transports": transports,
-                "phases": phases(analytics, rows, flow_control),
+                "first_step_s": measured.first_step_s,
+                "transports": measured.transports,
+                "phases": phases(analytics, rows, measured.flow_control),
                 "steps": [asdict(a) for a in analytics],
                 "table": list(rows),
             },
@@ -389,27 +422,18 @@ def report(
     settings: dict[str, Any],
     array: str,
     out: IO[str],
-    first_step_s: float | None = None,
-    flow_control: dict[str, float] | None = None,
-    transports: dict[str, int] | None = None,
+    measured: Measured | None = None,
 ) -> None:
-    """Print the per-step table and write results.json and explained_variance.png.
-
-    ``first_step_s``: seconds from the simulation's launch to the first step taken by the
-    analytics, when the caller started both (``deisa-run``); ``None`` leaves it out.
-    ``flow_control``: see :func:`phases`. ``transports``: how many ranks sent their blocks
-    by each way (one line; :func:`~deisa.launcher.driver.ways`).
-    """
+    """Print the per-step table and write results.json and explained_variance.png, with what
+    the run ``measured`` besides the fits (:class:`Measured`)."""
+    measured = measured if measured is not None else Measured()
     rows = step_table(analytics, read_timings(timings) if timings is not None else [])
-    results = write_results(
-        output / "results.json", analytics, rows, settings, first_step_s, flow_control,
-        transports,
-    )  # fmt: skip
+    results = write_results(output / "results.json", analytics, rows, settings, measured)
     plot = plot_explained_variance(analytics, output / "explained_variance.png", title=array)
-    print(format_table(rows, first_step_s), file=out)
-    if transports:
-        print(f"blocks sent {ways_in_words(transports)}", file=out)
-    summary = phases(analytics, rows, flow_control)
+    print(format_table(rows, measured.first_step_s), file=out)
+    if measured.transports:
+        print(f"blocks sent {ways_in_words(measured.transports)}", file=out)
+    summary = phases(analytics, rows, measured.flow_control)
     if summary["warm_up"]:
         print(format_phases(summary), file=out)
     stopped = stop_summary(analytics, (settings.get("simulation") or {}).get("steps"))

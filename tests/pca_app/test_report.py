@@ -1,4 +1,4 @@
-"""deisa.launcher.report: the time to first step reaches deisa-run's table and results.json."""
+"""deisa.pca_app.report: the time to first step reaches deisa-run's table and results.json."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import json
 import math
 from pathlib import Path
 
-from deisa.launcher import report
-from deisa.launcher.pipeline import StepAnalytics
+from deisa.pca_app import report
+from deisa.pca_app.pipeline import StepAnalytics
 
 
 def _steps() -> list[StepAnalytics]:
@@ -23,7 +23,8 @@ def test_time_to_first_step_is_printed_and_written(tmp_path: Path) -> None:
         "time to first step: the first step reached the analytics 1.23 s after the simulation "
         "started"
     )
-    path = report.write_results(tmp_path / "r.json", _steps(), rows, {}, first_step_s=1.234)
+    measured = report.Measured(first_step_s=1.234)
+    path = report.write_results(tmp_path / "r.json", _steps(), rows, {}, measured)
     assert math.isclose(json.loads(path.read_text())["first_step_s"], 1.234)
 
 
@@ -132,14 +133,14 @@ def test_results_json_carries_the_phases(tmp_path: Path) -> None:
 def test_the_ways_the_ranks_sent_are_one_line_and_in_results_json(tmp_path: Path) -> None:
     import io
 
-    from deisa.launcher.driver import ways
+    from deisa.pca_app.driver import ways
 
     totals = {"published": 3, "ranks by shared memory": 3, "ranks by tcp": 1, "bytes": 8}
     found = ways(totals)
     assert found == {"shared memory": 3, "tcp": 1}
     assert ways({"published": 3}) is None  # before the stream's end
     out = io.StringIO()
-    report.report(_steps(), None, tmp_path, {}, "field", out, transports=found)
+    report.report(_steps(), None, tmp_path, {}, "field", out, report.Measured(transports=found))
     assert "blocks sent by shared memory (3 ranks), by tcp (1 rank)" in out.getvalue().splitlines()
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["transports"] == {"shared memory": 3, "tcp": 1}

@@ -2,7 +2,7 @@
 
 Raised by the launcher when a process exits or a wait times out
 (:func:`deisa.launcher.processes.wait_until`), and by the built-in analytics when the simulation
-or the analytics fails (:mod:`deisa.launcher.pipeline`, :mod:`deisa.launcher.stall`); the message
+or the analytics fails (:mod:`deisa.pca_app.pipeline`, :mod:`deisa.pca_app.stall`); the message
 says which and why, with the tail of the log that tells more (:func:`tail`). Imports nothing of
 deisa: every module of a run may import it.
 """

@@ -1,4 +1,4 @@
-"""deisa.launcher.pipeline.analyze_stream on steps published by real MPI ranks
+"""deisa.pca_app.pipeline.analyze_stream on steps published by real MPI ranks
 (tests/publish_blocks.py)."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from conftest import REPO, DaskProcesses, deisa_run, mpirun, start_dask, test_en
 from distributed import Client, Event
 from sklearn.decomposition import PCA
 
-from deisa.launcher.failures import PipelineError
-from deisa.launcher.pipeline import StepAnalytics, analyze_stream, warm_up
+from deisa.pca_app.failures import PipelineError
+from deisa.pca_app.pipeline import Hooks, PCASettings, StepAnalytics, analyze_stream, warm_up
 
 PUBLISHER = REPO / "tests" / "publish_blocks.py"
 sys.path.insert(0, str(PUBLISHER.parent))
@@ -65,12 +65,8 @@ def test_analyze_stream_fits_every_step_in_order(
     with one_worker.client() as client:
         steps = analyze_stream(
             client,
-            name,
-            n_components=2,
-            stall_timeout=None,
-            max_in_flight=3,
-            on_start=started.append,
-            on_step=reported.append,
+            PCASettings(array=name, n_components=2, stall_timeout=None, max_in_flight=3),
+            hooks=Hooks(on_start=started.append, on_step=reported.append),
         )
     assert [s.step for s in steps] == list(range(5)) == started
     assert reported == steps
@@ -90,7 +86,7 @@ def test_analyze_stream_names_the_step_and_phase_of_a_stalled_fit(
     publish(one_worker, "stalled", (8, 6), nsteps=2)
     with one_worker.client() as client, worker_busy(client, "release-the-worker"):
         with pytest.raises(PipelineError) as failure:
-            analyze_stream(client, "stalled", stall_timeout=3, poll_s=0.5)
+            analyze_stream(client, PCASettings(array="stalled", stall_timeout=3, poll_s=0.5))
         stats = client.sync(client.scheduler.deisa_stats)["streams"]["stalled"]
     # the failed analytics detached: flow control no longer waits for it
     assert not stats["consumers"], stats
@@ -99,9 +95,15 @@ def test_analyze_stream_names_the_step_and_phase_of_a_stalled_fit(
     assert "phase: local reductions, 0 of 1 task(s) done" in message
 
 
-def test_analyze_stream_rejects_no_room_in_flight(one_worker: DaskProcesses) -> None:
-    with one_worker.client() as client, pytest.raises(ValueError, match="max_in_flight=0"):
-        analyze_stream(client, "unused", max_in_flight=0)
+def test_settings_name_the_value_out_of_range() -> None:
+    with pytest.raises(ValueError, match="max_in_flight=0"):
+        PCASettings(array="unused", max_in_flight=0)
+    with pytest.raises(ValueError, match="stop_when_converged=0"):
+        PCASettings(stop_when_converged=0)
+    with pytest.raises(ValueError, match="not with replay"):
+        PCASettings(stop_when_converged=0.1, replay="out.h5")
+    with pytest.raises(TypeError):
+        PCASettings("gtemp")  # type: ignore[misc]  # keyword-only
 
 
 def test_deisa_run_analytics_exits_non_zero_naming_a_stalled_fit(

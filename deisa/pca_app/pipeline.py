@@ -3,15 +3,16 @@
 :func:`analyze_stream` is the in situ client of the paper's experiments: it takes the steps of
 one array from an :class:`~deisa.Adapter` as they are published, fits a
 :class:`~deisa.IncrementalPCA` on each (rows are samples, columns features) and records
-the explained variance. With ``stop_when_converged`` it stops the simulation once the PCA has
+the explained variance; what it analyses and how long it waits is one keyword-only
+:class:`PCASettings`. With ``stop_when_converged`` it stops the simulation once the PCA has
 converged, through the steering value ``"stop"`` (:meth:`deisa.Adapter.set`), and keeps reading
 until the end of the stream. The run's report (table, plot, ``results.json``) is
-:mod:`deisa.launcher.report`'s; :func:`stop_summary` says why and when the run stopped.
+:mod:`deisa.pca_app.report`'s; :func:`stop_summary` says why and when the run stopped.
 
 Examples
 --------
 >>> with Client(scheduler_file="scheduler.json") as client:  # doctest: +SKIP
-...     steps = analyze_stream(client, "gtemp", n_components=4)
+...     steps = analyze_stream(client, PCASettings(array="gtemp", n_components=4))
 """
 
 from __future__ import annotations
@@ -114,56 +115,26 @@ class _InFlight:
         )
 
 
-def analyze_stream(
-    client: Client,
-    array: str = "gtemp",
-    *,
-    n_components: int = 4,
-    poll_s: float = 1.0,
-    stall_timeout: float | None = 120.0,
-    watch: StepWatch | None = None,
-    max_in_flight: int = 2,
-    check: Callable[[], None] | None = None,
-    on_start: Callable[[int], None] | None = None,
-    on_step: Callable[[StepAnalytics], None] | None = None,
-    stop_when_converged: float | None = None,
-    stop_value: str = "stop",
-    replay: ReplaySource | None = None,
-) -> list[StepAnalytics]:
-    """Fit a PCA on every step of ``array`` until the simulation closes the stream.
-
-    Steps are pipelined: the fit of a step is submitted to the workers
-    (:meth:`~deisa.IncrementalPCA.submit_fit`) and the next step is taken while it runs,
-    up to ``max_in_flight`` fits at once; results are reported in step order.
+@dataclass(frozen=True, kw_only=True)
+class PCASettings:
+    """What :func:`analyze_stream` analyses, and how long it waits: keyword-only, checked once.
 
     Parameters
     ----------
-    client
-        Connected client of the cluster the simulation publishes to.
     array
         Name of the published array (2D: rows are samples, columns features).
     n_components
         Components kept, capped at the array's smaller dimension.
     poll_s
-        Seconds of each wait on the scheduler or on the fits; ``check`` runs between two.
+        Seconds of each wait on the scheduler or on the fits; the hooks' ``check`` runs
+        between two.
     stall_timeout
         Seconds a running fit may go without progress (no task of it finishing, no step
         arriving) before giving up with :class:`PipelineError` naming the step, the phase and
-        how long. ``None``: forever. Not the wait for a step, which ``watch`` ends.
-    watch
-        Ends the wait for a step when the simulation is gone, or after its ``step_timeout``
-        (:class:`~deisa.launcher.stall.StepWatch`): the reason, after ``"analytics: "``, is
-        the :class:`PipelineError`'s message. ``None``: wait as long as it takes.
+        how long. ``None``: forever. Not the wait for a step, which the ``watch`` ends.
     max_in_flight
         Steps analysed at once. Each holds its blocks in worker memory until its fit ends, on
         top of the ``buffer_nb`` steps the stream may queue.
-    check
-        Called while waiting; raises (e.g. :class:`PipelineError`) to abort, typically when
-        the simulation process has died.
-    on_start
-        Called with the step number when a step's fit is submitted.
-    on_step
-        Called after each step's fit, in step order, e.g. to advance a progress bar.
     stop_when_converged
         ``EPS > 0``: once the relative change of the explained variance ratio between two
         consecutive steps falls below ``EPS`` (:attr:`StepAnalytics.relative_change`), set the
@@ -181,36 +152,44 @@ def analyze_stream(
         HDF5 file, a Zarr store, a per-step pattern): the same fits on the client's cluster,
         one per saved step. Not with ``stop_when_converged`` (nothing to steer).
 
-    Returns
-    -------
-    list of StepAnalytics
-        One entry per step, in order.
-
     Raises
     ------
-    PipelineError
-        A fit stalled, ``watch`` ended the wait for a step, or the PCA of a step failed.
+    ValueError
+        A value out of its range, naming it.
     """
-    if max_in_flight < 1:
-        raise ValueError(f"max_in_flight={max_in_flight} must be ≥ 1")
-    if stop_when_converged is not None and not stop_when_converged > 0:
-        raise ValueError(f"stop_when_converged={stop_when_converged} must be > 0")
-    if replay is not None and stop_when_converged is not None:
-        raise ValueError("stop_when_converged steers a running simulation: not with replay")
-    # closed at the end: a consumer left attached would hold back the array's next run
-    source = Adapter(client, timeout=poll_s) if replay is None else Replay(replay, client)
-    with source as adapter:
-        pipeline = _Pipeline(
-            adapter, client, array, n_components, poll_s, stall_timeout, watch, max_in_flight,
-            _Hooks(check, on_start, on_step),
-            None if stop_when_converged is None else _Stop(stop_when_converged, stop_value),
-        )  # fmt: skip
-        return pipeline.run()
+
+    array: str = "gtemp"
+    n_components: int = 4
+    poll_s: float = 1.0
+    stall_timeout: float | None = 120.0
+    max_in_flight: int = 2
+    stop_when_converged: float | None = None
+    stop_value: str = "stop"
+    replay: ReplaySource | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_in_flight < 1:
+            raise ValueError(f"max_in_flight={self.max_in_flight} must be ≥ 1")
+        if self.stop_when_converged is not None and not self.stop_when_converged > 0:
+            raise ValueError(f"stop_when_converged={self.stop_when_converged} must be > 0")
+        if self.replay is not None and self.stop_when_converged is not None:
+            raise ValueError("stop_when_converged steers a running simulation: not with replay")
 
 
-@dataclass(frozen=True)
-class _Hooks:
-    """The callbacks of :func:`analyze_stream` (see its parameters of the same names)."""
+@dataclass(frozen=True, kw_only=True)
+class Hooks:
+    """What :func:`analyze_stream` calls back.
+
+    Parameters
+    ----------
+    check
+        Called while waiting; raises (e.g. :class:`PipelineError`) to abort, typically when
+        the simulation process has died.
+    on_start
+        Called with the step number when a step's fit is submitted.
+    on_step
+        Called after each step's fit, in step order, e.g. to advance a progress bar.
+    """
 
     check: Callable[[], None] | None = None
     on_start: Callable[[int], None] | None = None
@@ -221,15 +200,58 @@ class _Hooks:
             self.check()
 
 
-@dataclass(frozen=True)
-class _Stop:
-    """``stop_when_converged``: the threshold, and the steering value set once it is met."""
+def analyze_stream(
+    client: Client,
+    settings: PCASettings | None = None,
+    *,
+    watch: StepWatch | None = None,
+    hooks: Hooks | None = None,
+) -> list[StepAnalytics]:
+    """Fit a PCA on every step of ``settings.array`` until the simulation closes the stream.
 
-    eps: float
-    value: str
+    Steps are pipelined: the fit of a step is submitted to the workers
+    (:meth:`~deisa.IncrementalPCA.submit_fit`) and the next step is taken while it runs,
+    up to ``settings.max_in_flight`` fits at once; results are reported in step order.
+
+    Parameters
+    ----------
+    client
+        Connected client of the cluster the simulation publishes to.
+    settings
+        What to analyse and how long to wait (default: :class:`PCASettings`'s defaults).
+    watch
+        Ends the wait for a step when the simulation is gone, or after its ``step_timeout``
+        (:class:`~deisa.pca_app.stall.StepWatch`): the reason, after ``"analytics: "``, is
+        the :class:`PipelineError`'s message. ``None``: wait as long as it takes.
+    hooks
+        The callbacks (:class:`Hooks`).
+
+    Returns
+    -------
+    list of StepAnalytics
+        One entry per step, in order.
+
+    Raises
+    ------
+    PipelineError
+        A fit stalled, ``watch`` ended the wait for a step, or the PCA of a step failed.
+    """
+    settings = settings if settings is not None else PCASettings()
+    replay = settings.replay
+    # closed at the end: a consumer left attached would hold back the array's next run
+    source = Adapter(client, timeout=settings.poll_s) if replay is None else Replay(replay, client)
+    with source as adapter:
+        pipeline = _Pipeline(
+            adapter=adapter,
+            client=client,
+            settings=settings,
+            watch=watch,
+            hooks=hooks if hooks is not None else Hooks(),
+        )
+        return pipeline.run()
 
 
-@dataclass
+@dataclass(kw_only=True)
 class _Pipeline:
     """One run of :func:`analyze_stream`: its settings, the fits in flight and the results.
 
@@ -241,14 +263,9 @@ class _Pipeline:
 
     adapter: Adapter | Replay
     client: Client
-    array: str
-    n_components: int
-    poll_s: float
-    stall_timeout: float | None
+    settings: PCASettings
     watch: StepWatch | None
-    max_in_flight: int
-    hooks: _Hooks
-    stop: _Stop | None
+    hooks: Hooks
     results: list[StepAnalytics] = field(default_factory=list)
     in_flight: deque[_InFlight] = field(default_factory=deque)
     step: int = 0  # the next step to take
@@ -259,17 +276,21 @@ class _Pipeline:
     waiting_since: float = 0.0
     last_progress: float = 0.0
 
+    @property
+    def array(self) -> str:
+        return self.settings.array
+
     def run(self) -> list[StepAnalytics]:
         stream = self.adapter[self.array]
-        if self.stop is not None:  # a value left by an earlier run would stop this one
-            _steered(self.adapter).set(self.stop.value, None)
+        if self.settings.stop_when_converged is not None:  # a value left by an earlier run
+            _steered(self.adapter).set(self.settings.stop_value, None)  # would stop this one
         self.began = self.waiting_since = self.last_progress = time.perf_counter()
         while not self.ended or self.in_flight:
             now = time.perf_counter()
             if any([f.moved(now) for f in self.in_flight]):
                 self.last_progress = now
             self._collect()
-            if self.ended or len(self.in_flight) >= self.max_in_flight:
+            if self.ended or len(self.in_flight) >= self.settings.max_in_flight:
                 self._wait_for_fits()
             else:
                 self._take(stream)
@@ -290,14 +311,14 @@ class _Pipeline:
     def _stop_if_converged(self, done: StepAnalytics) -> StepAnalytics:
         """``done``, with its ``stop_reason`` if it is the step the PCA converged at: the
         simulation is then asked to stop, once."""
-        change = done.relative_change
-        if self.stop is None or self.stop_sent or change is None or change >= self.stop.eps:
+        change, eps = done.relative_change, self.settings.stop_when_converged
+        if eps is None or self.stop_sent or change is None or change >= eps:
             return done
         reason = (
             f"the PCA converged: relative change of the explained variance ratio "
-            f"{change:.3g} < {self.stop.eps:g} since step {self.results[-1].step}"
+            f"{change:.3g} < {eps:g} since step {self.results[-1].step}"
         )
-        _steered(self.adapter).set(self.stop.value, True)
+        _steered(self.adapter).set(self.settings.stop_value, True)
         self.stop_sent = True
         logger.info("deisa pipeline: stop asked after step %d: %s", done.step, reason)
         return replace(done, stop_reason=reason)
@@ -305,7 +326,7 @@ class _Pipeline:
     def _wait_for_fits(self) -> None:
         """Wait up to ``poll_s`` on the oldest fit (none: the stream ended and all are in)."""
         if self.in_flight:
-            self.in_flight[0].pending.wait(self.poll_s)
+            self.in_flight[0].pending.wait(self.settings.poll_s)
         self.hooks.checked()
         self._stalled(time.perf_counter())
 
@@ -335,7 +356,7 @@ class _Pipeline:
         arrived = self.last_progress = time.perf_counter()
         if self.watch is not None:
             self.watch.arrived()
-        k = min(self.n_components, *step_field.shape)
+        k = min(self.settings.n_components, *step_field.shape)
         try:
             pending = IncrementalPCA(n_components=k, client=self.client).submit_fit(step_field)
         except Exception as exc:
@@ -350,8 +371,8 @@ class _Pipeline:
 
     def _stalled(self, now: float) -> None:
         """Give up if the oldest fit made no progress for ``stall_timeout`` seconds."""
-        stalled_s = now - self.last_progress
-        if self.in_flight and self.stall_timeout is not None and stalled_s > self.stall_timeout:
+        stalled_s, timeout = now - self.last_progress, self.settings.stall_timeout
+        if self.in_flight and timeout is not None and stalled_s > timeout:
             raise PipelineError(self.in_flight[0].describe(self.array, now))
 
 

@@ -1,4 +1,4 @@
-"""When the analytics stops waiting for a step (deisa.launcher.stall), in process.
+"""When the analytics stops waiting for a step (deisa.pca_app.stall), in process.
 
 The rules alone (:func:`verdict`, :class:`StepWatch` on a fake clock and fake scheduler answers),
 then :func:`analyze_stream` on a real scheduler and two workers (``gen_cluster``) fed as rank 0 of
@@ -18,10 +18,10 @@ from distributed import Client
 from distributed.utils_test import async_poll_for, gen_cluster
 from stream_driver import Rank0, install
 
-from deisa.launcher import stall
-from deisa.launcher.failures import PipelineError
-from deisa.launcher.pipeline import analyze_stream
-from deisa.launcher.stall import SILENT_AFTER, StepWatch, StreamState, verdict
+from deisa.pca_app import stall
+from deisa.pca_app.failures import PipelineError
+from deisa.pca_app.pipeline import PCASettings, analyze_stream
+from deisa.pca_app.stall import SILENT_AFTER, StepWatch, StreamState, verdict
 from deisa.wire import is_ok
 
 OPEN = StreamState(opened=True, published=3, silent_s=1.0)
@@ -156,7 +156,8 @@ async def test_analytics_waits_past_its_stall_timeout_while_the_simulation_runs(
         with Client(s.address, timeout=STARTUP) as client:
             watch = StepWatch("t", client, exit_status=running)
             # 0.2 s was the wait for a step before (stall_timeout): now only a fit's
-            return analyze_stream(client, "t", poll_s=0.1, stall_timeout=0.2, watch=watch)
+            settings = PCASettings(array="t", poll_s=0.1, stall_timeout=0.2)
+            return analyze_stream(client, settings, watch=watch)
 
     task = in_thread(analytics)
     assert is_ok(await rank0.open())
@@ -177,7 +178,7 @@ async def test_analytics_fails_at_once_when_the_simulation_leaves_without_closin
     def analytics() -> Any:
         with Client(s.address, timeout=STARTUP) as client:
             watch = StepWatch("t", client, exit_status=lambda: exited[0])
-            return analyze_stream(client, "t", poll_s=0.1, watch=watch)
+            return analyze_stream(client, PCASettings(array="t", poll_s=0.1), watch=watch)
 
     task = in_thread(analytics)
     await rank0.open()
@@ -201,7 +202,8 @@ async def test_unseen_simulation_whose_rank0_falls_silent_fails_the_analytics(
 
     def analytics() -> Any:
         with Client(s.address, timeout=STARTUP) as client:
-            return analyze_stream(client, "t", poll_s=0.1, watch=StepWatch("t", client))
+            settings = PCASettings(array="t", poll_s=0.1)
+            return analyze_stream(client, settings, watch=StepWatch("t", client))
 
     with pytest.MonkeyPatch.context() as patch:  # what is meant to expire, shortened
         patch.setattr(stall, "SILENT_AFTER", 0.5)

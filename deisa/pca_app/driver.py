@@ -3,10 +3,10 @@
 :func:`drive` is the one driver of the built-in PCA, for ``deisa-run`` (in its own process,
 beside the simulation it started: :mod:`deisa.launcher.local`) and for ``deisa-run analytics``
 (the Slurm job's client, or a replay: :mod:`deisa.launcher.cli`). It warms the PCA up while
-the ranks start, fits every step as it arrives (:func:`~deisa.launcher.pipeline.analyze_stream`,
+the ranks start, fits every step as it arrives (:func:`~deisa.pca_app.pipeline.analyze_stream`,
 as many at once as the stream may queue), optionally with a progress bar, waits for what
 follows the stream's end, asks the scheduler how long flow control held the simulation, and
-writes the table, ``results.json`` and the plot (:func:`~deisa.launcher.report.report`).
+writes the table, ``results.json`` and the plot (:func:`~deisa.pca_app.report.report`).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from ..wire import Route
-from .pipeline import StepAnalytics, analyze_stream, warm_up
-from .report import report
+from .pipeline import Hooks, PCASettings, StepAnalytics, analyze_stream, warm_up
+from .report import Measured, report
 from .stall import StepWatch
 
 logger = logging.getLogger(__name__)
@@ -66,6 +66,18 @@ class Analysis:
     settings: dict[str, Any] = field(default_factory=dict)
     steps: int | None = None
 
+    def pca_settings(self) -> PCASettings:
+        """What :func:`~deisa.pca_app.pipeline.analyze_stream` is given: as many fits at once
+        as the stream may queue steps (2 when it is unbounded)."""
+        return PCASettings(
+            array=self.array,
+            n_components=self.n_components,
+            stall_timeout=self.timeout,
+            max_in_flight=self.buffer_nb or 2,
+            stop_when_converged=self.stop_when_converged,
+            replay=self.replay,
+        )
+
 
 def drive(
     client: Any,
@@ -87,7 +99,7 @@ def drive(
     analysis
         What to analyse and how.
     watch
-        Tells a slow simulation from a gone one (:class:`~deisa.launcher.stall.StepWatch`).
+        Tells a slow simulation from a gone one (:class:`~deisa.pca_app.stall.StepWatch`).
     check
         Runs while waiting (raises on a signal, or when a part of the run failed).
     on_step
@@ -107,8 +119,37 @@ def drive(
     """
     # the first fit's start-up, paid on a small array while the ranks start (live only)
     warm = warm_up(client, analysis.n_components) if analysis.replay is None else None
+    analytics, first_step_s = _fit_every_step(client, analysis, watch, check, on_step, progress)
+    timings = after_stream()
+    # once the stream has ended, the scheduler knows how long flow control held the ranks,
+    # and how they sent their blocks
+    totals = array_totals(client, analysis.array) if analysis.replay is None else {}
+    steps = analysis.steps
+    if steps is not None and len(analytics) != steps and not any(a.stop_reason for a in analytics):
+        logger.warning("analysed %d steps of %d", len(analytics), steps)
+    measured = Measured(
+        first_step_s=first_step_s if progress else None,
+        flow_control=hold(totals),
+        transports=ways(totals),
+    )
+    report(analytics, timings, analysis.output, analysis.settings, analysis.array, out, measured)
+    del warm  # held until here: dropping the warm-up fit earlier would release its tasks
+    return analytics
+
+
+def _fit_every_step(
+    client: Any,
+    analysis: Analysis,
+    watch: StepWatch,
+    check: Callable[[], None],
+    on_step: Callable[[], None],
+    progress: bool,
+) -> tuple[list[StepAnalytics], float | None]:
+    """:func:`~deisa.pca_app.pipeline.analyze_stream` with the progress bar when ``progress``;
+    the steps analysed, and the seconds from this call to the first step's fit (``None``
+    without a step)."""
     launched = time.perf_counter()
-    first_step_s: list[float] = []  # time to first step, for the report
+    first_step_s: list[float] = []
     with _progress(analysis.steps if progress else None, progress) as (on_start, done):
 
         def started(step: int) -> None:
@@ -122,37 +163,11 @@ def drive(
 
         analytics = analyze_stream(
             client,
-            analysis.array,
-            n_components=analysis.n_components,
-            stall_timeout=analysis.timeout,
+            analysis.pca_settings(),
             watch=watch,
-            max_in_flight=analysis.buffer_nb or 2,
-            check=check,
-            on_start=started if progress else None,
-            on_step=stepped,
-            stop_when_converged=analysis.stop_when_converged,
-            replay=analysis.replay,
+            hooks=Hooks(check=check, on_start=started if progress else None, on_step=stepped),
         )
-    timings = after_stream()
-    # once the stream has ended, the scheduler knows how long flow control held the ranks,
-    # and how they sent their blocks
-    totals = array_totals(client, analysis.array) if analysis.replay is None else {}
-    steps = analysis.steps
-    if steps is not None and len(analytics) != steps and not any(a.stop_reason for a in analytics):
-        logger.warning("analysed %d steps of %d", len(analytics), steps)
-    report(
-        analytics,
-        timings,
-        analysis.output,
-        analysis.settings,
-        analysis.array,
-        out,
-        first_step_s=first_step_s[0] if progress and first_step_s else None,
-        flow_control=hold(totals),
-        transports=ways(totals),
-    )
-    del warm  # held until here: dropping the warm-up fit earlier would release its tasks
-    return analytics
+    return analytics, first_step_s[0] if first_step_s else None
 
 
 @contextmanager
