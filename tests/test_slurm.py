@@ -32,7 +32,7 @@ from deisa.bridge.tls_files import TLS_FILES_ENV
 from deisa.launcher import solver
 from deisa.launcher.cli import parse_args, slurm_main
 from deisa.launcher.processes import THREAD_PINS
-from deisa.launcher.slurm import JOB_ID, WORKER_TTL, job_script, layout
+from deisa.launcher.slurm import JOB_ID, PRIVATE_TMP, WORKER_TTL, job_script, layout
 
 _FLAGS = {"output": "-o", "srun_args": "--srun-arg", "build_dir": "--build-dir"}
 
@@ -368,7 +368,7 @@ def test_python_solver_by_default() -> None:
     script = slurm_script(placement="locality", buffer_nb=3)
     assert "# Simulation: the Python solver" in script
     command = simulation_step(script)
-    assert '"$PYTHON" -m deisa_simulation.heat "$OUT/simulation.yml"' in command
+    assert '"$PYTHON" -P -m deisa_simulation.heat "$OUT/simulation.yml"' in command
     assert "--placement locality --buffer-nb 3" in command
     assert '--timings "$OUT/timings.json"' in command
     assert "analytics" in script and script.count('--timings "$OUT/timings.json"') == 2
@@ -382,7 +382,7 @@ def test_c_solver_step(fake_build: Path, tmp_path: Path) -> None:
     )
     heat = fake_build / "simulation" / "heat"
     assert f"# Simulation: the C solver ({heat})" in script
-    assert f'    {heat} "$OUT/simulation.yml" "$OUT/pdi.yml" &\n' in script
+    assert f'    {PRIVATE_TMP} {heat} "$OUT/simulation.yml" "$OUT/pdi.yml" &\n' in script
     assert "deisa_simulation" not in script
     # the C solver writes no timings.json: the client must not wait for one
     assert "--timings" not in script
@@ -474,7 +474,7 @@ def test_user_simulation_and_analytics_steps(tmp_path: Path) -> None:
     assert simulation.endswith(" ./my_code my.yml '--flag=x y' &")
     assert "--mpi=pmix" in simulation and "--ntasks=4" in simulation
     assert placed(script)["simulation"] == ("1", "1")  # the layouts hold for user commands
-    assert client.endswith(f" \"$PYTHON\" '{analytics}' --steps 3 &")
+    assert client.endswith(f" \"$PYTHON\" -P '{analytics}' --steps 3 &")
     assert "deisa.launcher analytics" not in script and "deisa_simulation" not in script
     assert "# Simulation: your command (./my_code my.yml '--flag=x y')" in script
     env = {"PATH": os.environ["PATH"], "SLURM_JOB_ID": "7"}
@@ -798,8 +798,8 @@ def check_results(job: Job, steps: int, size: int = 64) -> list[dict]:
 def test_job_runs_the_pipeline(slurm: Slurm, tmp_path: Path) -> None:
     job = run_job(slurm, tmp_path, steps=4)
     table = check_results(job, steps=4)
-    # the job's output says how to reach the dashboard, on loopback: through an ssh tunnel
-    assert "ssh -L 8787:127.0.0.1:" in (job.out / f"slurm-{job.id}.out").read_text()
+    # the dashboard is off (every account of the node could read it), and says how to turn it on
+    assert "Dashboard: off" in (job.out / f"slurm-{job.id}.out").read_text()
     assert all(row["compute_s"] is not None for row in table)  # timings of all 4 ranks
     # the job's analytics asks the scheduler how long flow control held the ranks
     flow = json.loads((job.dir / "results.json").read_text())["phases"]["flow_control"]
@@ -957,7 +957,7 @@ def test_script_speaks_tls_on_loopback_unless_insecure(tmp_path: Path) -> None:
         command = step[: step.index("&\n")]
         assert "--host 127.0.0.1" in command and "--dashboard-address 127.0.0.1:0" in command
         assert command.endswith(" --protocol tls ")  # the files: from the environment
-    assert '"$PYTHON" -m deisa.launcher.security "$TLS" || exit 1' in script
+    assert '"$PYTHON" -P -m deisa.launcher.security "$TLS" || exit 1' in script
     assert 'export DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY="$TLS/key.pem"' in script
     # the same files under deisa's names, for rank 0's notices listener, quoted alike
     for name, file in zip(TLS_FILES_ENV, ("ca", "cert", "key"), strict=True):

@@ -1,8 +1,9 @@
 """The local run of ``deisa-run``: the whole pipeline on this machine, on loopback only.
 
-:func:`run_pipeline` starts a Dask scheduler (with a dashboard when bokeh is installed) and
-``workers`` workers, all listening on 127.0.0.1 only (dashboards included), then the analytics
-and the simulation under ``mpirun`` with Open MPI kept on shared memory and loopback
+:func:`run_pipeline` starts a Dask scheduler (with a dashboard only with ``--dashboard``: its
+HTTP servers answer ``/health`` alone otherwise) and ``workers`` workers, all listening on
+127.0.0.1 only, in a private temporary directory of the run (:mod:`.private_tmp`), then the
+analytics and the simulation under ``mpirun`` with Open MPI kept on shared memory and loopback
 (``mpi.env`` of the defaults), and stops every process it started, on success, failure or
 signal.
 

@@ -53,6 +53,10 @@ TEMPLATE = Path(__file__).resolve().parents[1] / "templates" / "slurm_job.sh"
 # In the C solver's PDI YAML, replaced by $SLURM_JOB_ID when the job starts: the scheduler file
 # is per job, and the YAML cannot go through an unquoted heredoc (PDI's `$` expressions).
 JOB_ID = "__SLURM_JOB_ID__"
+SHUTDOWN_GRACE = 30
+"""Seconds the steps of a job whose built-in analytics succeeded have to end by themselves
+(the analytics shut the cluster down) before the job stops what is left: killing ``srun``
+SIGKILLs its tasks, which then leave their private temporary directories behind."""
 WORKER_TTL = "60s"
 """The job's default ``distributed.scheduler.worker-ttl``: a worker silent this long (its node
 lost: no TCP reset) is dropped, and the Bridge places on the others. The environment's
@@ -187,6 +191,8 @@ def job_script(settings: RunSettings) -> str:
         ),
         "solver_setup": steps["solver_setup"],
         "start_timeout": math.ceil(settings.timeout),
+        # the built-in analytics shuts the cluster down (--shutdown): its steps end by themselves
+        "grace": SHUTDOWN_GRACE if settings.analytics is None else 0,
         **_dask_steps(settings, slurm, srun, worker_nodes),
         "analytics": srun((0, 1), 1, 1, "analytics-%N", steps["analytics_command"]),
         "simulation": srun(
@@ -243,9 +249,9 @@ def _environment(slurm: SlurmSettings, dashboard: bool = False) -> list[str]:
     """The job's environment: thread pins, no unsafe directory on a Python's ``sys.path``, the
     scheduler's settings, the HTTP routes (:func:`~deisa.launcher.dask_processes.http_env`),
     Open MPI's network, the interpreter (which must take ``-P``)."""
-    pins = {**THREAD_PINS, **SAFE_PATH_ENV}
     return [
-        "export " + " ".join(f"{k}={v}" for k, v in pins.items()),
+        "export " + " ".join(f"{k}={v}" for k, v in THREAD_PINS.items()),
+        "export " + " ".join(f"{k}={v}" for k, v in SAFE_PATH_ENV.items()),
         "export DASK_DISTRIBUTED__SCHEDULER__WORK_STEALING=False",
         *(f"export {k}={shlex.quote(v)}" for k, v in http_env(dashboard).items()),
         # a worker whose node vanished (no TCP reset) is dropped after this, not 5 minutes

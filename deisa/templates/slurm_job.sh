@@ -78,7 +78,14 @@ cat > "$OUT/simulation.yml" <<'DEISA_SIMULATION_YML'
 @@{simulation_yaml}DEISA_SIMULATION_YML
 @@{solver_setup}
 background=()
+grace=0  # seconds the steps have to end by themselves at the job's end
 cleanup() {
+    for _ in $(seq "$grace"); do
+        alive=
+        for pid in "${background[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+        [ -z "$alive" ] && break
+        sleep 1
+    done
     for pid in "${background[@]}"; do kill "$pid" 2>/dev/null; done
     wait
     rm -rf "$OUT/tls"  # the job's credentials die with it
@@ -133,4 +140,7 @@ fi
 cat "$LOGS"/analytics-*.log
 echo "deisa: simulation exit status $simulation_status, analytics exit status $client_status"
 echo "deisa: output in $OUT"
+# the built-in analytics shut the scheduler and the workers down: their tasks end by themselves
+# and remove their private TMPDIRs, where killing srun would SIGKILL them (leaving the directories)
+[ "$simulation_status" -eq 0 ] && [ "$client_status" -eq 0 ] && grace=@@{grace}
 [ "$simulation_status" -eq 0 ] && [ "$client_status" -eq 0 ]

@@ -36,6 +36,7 @@ from attack import job_security
 from bridge.test_transport import AS_NOBODY, FOREIGN_PYTHON, as_root
 from conftest import STARTUP, test_env
 from distributed.utils_test import poll_for
+from test_slurm import Slurm, check_results, run_job, slurm  # noqa: F401 - a fixture
 from user_code import write_user_code
 
 from deisa.bridge.scheduler_file import read_scheduler_address
@@ -297,3 +298,28 @@ def test_the_health_only_routes_close_the_info_pages_of_a_real_scheduler(tmp_pat
     finally:
         scheduler.kill()
         scheduler.wait()
+
+
+@pytest.mark.slurm
+@pytest.mark.timeout(420)
+def test_a_slurm_job_imports_nothing_planted_in_its_tmpdir(
+    slurm: Slurm,  # noqa: F811 - the fixture of test_slurm
+    shared: Path,
+    tmp_path: Path,
+) -> None:
+    """A job submitted with a shared TMPDIR where the item 1 attacker waits: every task runs in
+    a private directory of its own (deisa_private_tmp), the attacker finds no ``scheduler-*``
+    directory to swap, nothing planted runs, and the job analyses every step."""
+    marker = shared / "marker"
+    attacker = swapper(shared, marker)
+    planted = Slurm(env={**slurm.env, "TMPDIR": str(shared)}, root=slurm.root)
+    try:
+        job = run_job(planted, tmp_path, 3)
+    finally:
+        swapped = stop(attacker)
+    assert job.state == "COMPLETED", job.diagnostics()
+    check_results(job, steps=3)
+    assert "swapped" not in swapped, swapped
+    assert not marker.exists()
+    left = [str(q) for p in shared.iterdir() if p.name.startswith("deisa-") for q in p.rglob("*")]
+    assert [p.name for p in shared.iterdir() if p.name.startswith("deisa-")] == [], left  # removed
