@@ -7,17 +7,23 @@ between them: ``--compute-ms`` of busy work before each, none by default), each
 publish's duration, the resident memory before the Bridge and after the publishes, the
 transport the blocks took, and how the sustained publishes placed them in shared memory
 (``slots``: into a slot mapped ahead, a slot given back, or a fresh one; the Bridge's debug
-lines, :data:`deisa.bridge.transport.SLOT_PATHS`).
+lines, :data:`deisa.bridge.transport.SLOT_PATHS`). With ``--bursts N``, the sustained publishes
+are repeated N times, once the analytics has taken the last burst (``--taken``: its count of
+steps) and ``--pause-s`` after (the worker frees the slots): one
+entry of ``bursts`` each; the top-level figures are the first burst's. ``pool``: the Bridge's
+warm pool of shared memory (``Bridge.shm_pool``).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from mpi4py import MPI
@@ -56,6 +62,51 @@ def compute(seconds: float) -> float:
     return time.perf_counter() - t0
 
 
+def sustain(
+    bridge: Any, comm: Any, args: argparse.Namespace, block: np.ndarray, steps: range
+) -> dict[str, Any]:
+    """Publish ``steps`` (``--compute-ms`` of compute before each) until every one is
+    registered: the burst's figures."""
+    slots = SlotPaths()
+    placed = logging.getLogger("deisa.bridge.transport")
+    placed.addHandler(slots)
+    placed.setLevel(logging.DEBUG)
+    comm.Barrier()
+    durations = []
+    already = len(bridge.timings)
+    t0 = time.perf_counter()
+    computing = 0.0
+    for step in steps:
+        if args.compute_ms:
+            computing += compute(args.compute_ms / 1000)
+        called = time.perf_counter()
+        bridge.publish(args.name, block, step)
+        durations.append(time.perf_counter() - called)
+    bridge.flush()
+    wall = time.perf_counter() - t0
+    placed.removeHandler(slots)
+    timings = bridge.timings[already:]
+    return {
+        "sustained_s": wall - computing,
+        "wall_s": wall,
+        "compute_s": computing,
+        "publish_s": durations,
+        "copy_s": [t.copy_s for t in timings],
+        "wait_s": [t.wait_s for t in timings],
+        "slots": dict(slots.counts),
+    }
+
+
+def drained(taken: Path | None, steps: int, timeout: float = 300.0) -> None:
+    """Wait until the analytics has taken ``steps`` steps (its count in ``taken``)."""
+    deadline = time.monotonic() + timeout
+    while taken is not None and time.monotonic() < deadline:
+        with contextlib.suppress(OSError, ValueError):
+            if int(taken.read_text()) >= steps:
+                return
+        time.sleep(0.05)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("scheduler_file")
@@ -65,6 +116,10 @@ def main() -> None:
     parser.add_argument("--compute-ms", type=float, default=0.0)
     parser.add_argument("--transport", default="auto")
     parser.add_argument("--mode", default="async")
+    parser.add_argument("--bursts", type=int, default=1)
+    parser.add_argument("--pause-s", type=float, default=5.0)
+    parser.add_argument("--pool-mib", default="none", help="shm_pool_mib (none: the default)")
+    parser.add_argument("--taken", type=Path, help="the analytics' count of steps taken")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     comm = MPI.COMM_WORLD
@@ -85,48 +140,37 @@ def main() -> None:
     from deisa import ArraySpec, Bridge
 
     spec = ArraySpec(block.dtype, (size * rows, cols), (rank * rows, 0), block.shape)
+    pool = None if args.pool_mib == "none" else float(args.pool_mib)
     bridge = Bridge(
         args.scheduler_file, {args.name: spec}, mode=args.mode, transport=args.transport,
-        connect_timeout=300,
+        connect_timeout=300, shm_pool_mib=pool,
     )  # fmt: skip
     for step in range(2):
         bridge.publish(args.name, block, step)
     bridge.flush()
     start_cpu = time.process_time() - cpu0
 
-    slots = SlotPaths()
-    placed = logging.getLogger("deisa.bridge.transport")
-    placed.addHandler(slots)
-    placed.setLevel(logging.DEBUG)
-    comm.Barrier()
-    durations = []
-    t0 = time.perf_counter()
-    computing = 0.0
-    for step in range(2, 2 + args.steps):
-        if args.compute_ms:
-            computing += compute(args.compute_ms / 1000)
-        called = time.perf_counter()
-        bridge.publish(args.name, block, step)
-        durations.append(time.perf_counter() - called)
-    bridge.flush()
-    sustained = time.perf_counter() - t0 - computing
+    bursts = []
+    for burst in range(args.bursts):
+        if burst:  # the analytics drains the last burst
+            drained(args.taken, 2 + burst * args.steps)
+            time.sleep(args.pause_s)
+        first = 2 + burst * args.steps
+        bursts.append(sustain(bridge, comm, args, block, range(first, first + args.steps)))
     after = memory()
-    timings = bridge.timings[2:]  # the sustained publishes
-    transport = bridge.transport
+    transport, pool_summary = bridge.transport, bridge.shm_pool
     bridge.close()
     report = {
         "rank": rank,
         "nbytes": block.nbytes,
         "memcpy_s": float(np.median(copies)),
         "start_cpu_s": start_cpu,
-        "sustained_s": sustained,
-        "publish_s": durations,
-        "copy_s": [t.copy_s for t in timings],
-        "wait_s": [t.wait_s for t in timings],
+        **bursts[0],
+        "bursts": bursts,
         "memory_before": before,
         "memory_after": after,
         "transport": transport,
-        "slots": dict(slots.counts),
+        "pool": pool_summary,
     }
     (args.out / f"rank-{rank}.json").write_text(json.dumps(report))
 

@@ -329,7 +329,8 @@ def test_tls_startup_times_both_protocols(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(600)
 def test_node_local_runs_both_transports_side_by_side(tmp_path: Path) -> None:
-    args = ["--sizes", "1", "--steps", "3", "--repeat", "1", "--ranks", "2", "--compute-ms", "5"]
+    args = ["--sizes", "1", "--steps", "3", "--repeat", "1", "--ranks", "2", "--compute-ms", "5",
+            "--bursts", "2", "--pause-s", "0.2", "--pool-blocks", "4"]  # fmt: skip
     cmd = [sys.executable, "-m", "bench.node_local", *args, "--out", str(tmp_path)]
     proc = subprocess.run(cmd, cwd=REPO, env=test_env(), capture_output=True, text=True)
     assert proc.returncode in (0, 1), proc.stderr[-3000:]  # 1: a target missed, as printed
@@ -348,6 +349,10 @@ def test_node_local_runs_both_transports_side_by_side(tmp_path: Path) -> None:
     assert placed == {("tcp", "taking"): 0, ("tcp", "behind"): 0,
                       ("shared memory", "taking"): 6, ("shared memory", "behind"): 6}  # fmt: skip
     assert result["compute_ms"] == 5 and "copy of memcpy" in proc.stdout
+    # two bursts per run; the second finds the warm pool of shared memory populated
+    assert sorted({r["burst"] for r in result["rows"]}) == [1, 2]
+    shm = [r for r in result["rows"] if r["transport"] == "shared memory"]
+    assert all(r["pool_mib"] > 0 for r in shm), shm
     assert result["worker_preload"] is True  # as deisa-run's workers
     others = result["rows"][0]["start_cpu_others_s"]
     assert others == others and others > 0  # rank 1 measured apart (not NaN)

@@ -24,7 +24,7 @@ mapping in ``advise`` mode), else 4 KiB pages; a failure falls back silently.
 
 from __future__ import annotations
 
-import contextlib
+import ctypes
 import fcntl
 import logging
 import mmap
@@ -103,23 +103,27 @@ def round_up(nbytes: int, unit: int) -> int:
     return -(-nbytes // unit) * unit
 
 
-def populate(region: mmap.mmap, kind: str) -> None:
-    """Fault in every page of ``region`` (a slot's shared mapping), off the publish path: its
-    pages allocated and zeroed, its page tables filled; with :data:`THP`, as huge pages where
-    the kernel can. Falls back to touching a byte per page where ``MADV_POPULATE_WRITE`` is
-    missing."""
-    if kind == THP:
-        with contextlib.suppress(OSError, AttributeError):
-            region.madvise(mmap.MADV_HUGEPAGE)
+def populate(region: mmap.mmap, fd: int, kind: str) -> None:
+    """Fault in every page of ``region`` (a slot's shared mapping of ``fd``), off the publish
+    path: its pages allocated and zeroed, its page tables filled; with :data:`THP`, as huge
+    pages where the kernel can. ``madvise`` through ctypes, which releases the GIL (``mmap``'s
+    own holds it for the whole population: the publishing thread would wait). Where
+    ``MADV_POPULATE_WRITE`` is missing (Linux < 5.14), the pages are allocated with
+    ``fallocate`` and their page tables left to the first copy."""
+    anchor = ctypes.c_char.from_buffer(region)
     try:
-        region.madvise(MADV_POPULATE_WRITE)
-    except OSError:
-        view = memoryview(region)
-        try:
-            for offset in range(0, len(region), mmap.PAGESIZE):
-                view[offset] = view[offset]
-        finally:
-            view.release()
+        address = ctypes.addressof(anchor)
+        if kind == THP:
+            _LIBC.madvise(ctypes.c_void_p(address), len(region), mmap.MADV_HUGEPAGE)
+        populated = _LIBC.madvise(ctypes.c_void_p(address), len(region), MADV_POPULATE_WRITE)
+    finally:
+        del anchor  # the mapping's buffer export: it can be closed again
+    if populated != 0:
+        os.posix_fallocate(fd, 0, os.fstat(fd).st_size)
+
+
+_LIBC = ctypes.CDLL(None, use_errno=True)
+_LIBC.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
 
 
 def _cgroup_room(proc_cgroup: Path = Path("/proc/self/cgroup")) -> tuple[int, int] | None:
@@ -235,7 +239,7 @@ class Pool:
         return {
             "budget_mib": self.budget / 2**20,
             "peak_mib": self.peak / 2**20,
-            "pages": sorted(self.kinds) or [SMALL],
+            "pages": sorted(self.kinds),
             "shrunk": self.shrunk,
         }
 
@@ -248,7 +252,7 @@ def describe(summaries: Iterable[dict[str, Any]]) -> str:
         return ""
     peak = sum(s["peak_mib"] for s in pools)
     budget = sum(s["budget_mib"] for s in pools)
-    pages = ", ".join(sorted({p for s in pools for p in s["pages"]}))
+    pages = ", ".join(sorted({p for s in pools for p in s["pages"]})) or "not populated"
     shrunk = sum(1 for s in pools if s.get("shrunk"))
     text = f"warm pool {peak:.0f} MiB of {budget:.0f} MiB in {len(pools)} ranks ({pages})"
     return text + (f", shrunk under memory pressure on {shrunk}" if shrunk else "")
@@ -299,7 +303,7 @@ class WarmRing:
                 os.posix_fallocate(slot.fd, 0, slot.size)
             slot.map(populate=False)
             assert slot.data is not None
-            populate(slot.data, slot.kind)
+            populate(slot.data, slot.fd, slot.kind)
             slot.populated = True
             self.pool.made(slot.kind)
         except OSError as exc:  # no memory for it: the ring goes on without this slot

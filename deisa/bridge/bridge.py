@@ -309,6 +309,12 @@ class Bridge:
     on_full = _option_attribute("on_full", "The flow-control policy.")
 
     @property
+    def shm_pool(self) -> dict[str, Any]:
+        """This rank's warm pool of shared memory (:mod:`deisa.bridge._shm_pool`): its budget
+        and peak in MiB, the pages its slots are made of, why it shrank (or ``None``)."""
+        return self._state.transport.pool.summary()
+
+    @property
     def transport(self) -> str:
         """How this rank's blocks went so far: ``"shared memory"``, ``"tcp"``, ``"shared memory
         and tcp"`` or ``"none"`` (:mod:`deisa.bridge.transport`)."""
