@@ -62,3 +62,16 @@ def test_without_the_dashboard_only_the_health_check_answers() -> None:
     assert env["DASK_DISTRIBUTED__SCHEDULER__HTTP__ROUTES"] == '["distributed.http.health"]'
     assert env["DASK_DISTRIBUTED__WORKER__HTTP__ROUTES"] == '["distributed.http.health"]'
     assert http_env(True) == {}
+
+
+def test_dashboard_is_asked_for_in_a_job_too(tmp_path: Path) -> None:
+    from deisa.launcher import cli, slurm, solver
+
+    def script(*extra: str) -> str:
+        argv = ["--solver", "python", "-o", str(tmp_path / "o"), *extra]
+        return slurm.job_script(solver.resolve_settings(cli.parse_args("slurm", argv), "slurm"))
+
+    off, on = script(), script("--dashboard")
+    assert "--no-dashboard" in off and "HTTP__ROUTES" in off
+    assert "analytics" in off and " --dashboard " not in off
+    assert "HTTP__ROUTES" not in on and on.count(" --dashboard ") >= 1  # the analytics says where
