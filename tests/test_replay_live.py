@@ -205,11 +205,15 @@ def test_deisa_run_analytics_replays_a_file_into_the_table_and_plot(tmp_path: Pa
         f.create_dataset("step", data=np.array([0, 10, 20], dtype=np.int32))
     command = [sys.executable, "-m", "deisa.launcher", "analytics"]
     options = ["--replay", "run.h5", "--output", "out", "--n-components", "2", "--workers", "2"]
+    shared = tmp_path / "tmp"  # the node's TMPDIR, as /tmp
+    shared.mkdir(mode=0o1777)
+    shared.chmod(0o1777)
     proc = subprocess.run(
-        [*command, *options], cwd=tmp_path, env=test_env(), capture_output=True, text=True,
-        timeout=STARTUP,
+        [*command, *options], cwd=tmp_path, env={**test_env(), "TMPDIR": str(shared)},
+        capture_output=True, text=True, timeout=STARTUP,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert list(shared.iterdir()) == []  # its cluster's scratch was private, and removed
     table = [line.split()[0] for line in proc.stdout.splitlines() if line.split()[:1]]
     assert {"0", "10", "20", "total"} <= set(table), proc.stdout
     results = json.loads((tmp_path / "out" / "results.json").read_text())

@@ -286,22 +286,37 @@ def _timings(timings: str | None, signals: Signals) -> Path | None:
 
 def _with_local_cluster(args: argparse.Namespace, signals: Signals) -> int:
     """``deisa-run analytics --replay FILES`` without a scheduler: one on loopback, for the run,
-    speaking TLS with credentials held in memory (``Security.temporary``)."""
+    speaking TLS with credentials held in memory (``Security.temporary``), its scratch in a
+    private temporary directory (:mod:`.private_tmp`), its HTTP servers ``/health`` alone
+    unless ``--dashboard``."""
+    import dask.config
     from distributed import LocalCluster, Security
+
+    from .dask_processes import http_config
+    from .private_tmp import make_private_tmp
 
     security = Security.temporary()
 
     args.scheduler_file = Path(args.output).resolve() / "scheduler.json"
-    with LocalCluster(
-        n_workers=args.workers,
-        threads_per_worker=1,
-        host="127.0.0.1",
-        dashboard_address="127.0.0.1:0",
-        protocol="tls",
-        security=security,
-        scheduler_kwargs={"scheduler_file": str(args.scheduler_file)},
-    ):
-        return _analytics(args, signals, security)
+    tmp = make_private_tmp()  # the cluster's scratch: never a shared dask-scratch-space
+    config = {"temporary-directory": str(tmp.path), **http_config(args.dashboard)}
+    try:
+        with (
+            dask.config.set(config),
+            LocalCluster(
+                n_workers=args.workers,
+                threads_per_worker=1,
+                host="127.0.0.1",
+                dashboard_address="127.0.0.1:0",
+                protocol="tls",
+                security=security,
+                local_directory=str(tmp.path),
+                scheduler_kwargs={"scheduler_file": str(args.scheduler_file)},
+            ),
+        ):
+            return _analytics(args, signals, security)
+    finally:
+        tmp.remove()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -21,6 +21,7 @@ calls the scheduler without distributed), unless a benchmark opts out.
 from __future__ import annotations
 
 import importlib.util
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,12 +42,12 @@ def dashboard_available() -> bool:
     return importlib.util.find_spec("bokeh") is not None
 
 
-HEALTH_ONLY = '["distributed.http.health"]'
+HEALTH_ROUTES = ["distributed.http.health"]
 """The HTTP routes of a scheduler and a worker without the dashboard: ``/health`` alone."""
 
 
-def http_env(dashboard: bool) -> dict[str, str]:
-    """The environment of the Dask processes for their HTTP servers: nothing with the
+def http_config(dashboard: bool) -> dict[str, list[str]]:
+    """The dask configuration of the HTTP servers of the Dask processes: nothing with the
     dashboard; without it, ``/health`` alone (distributed serves its ``/info`` pages, logs and
     call stacks, and its metrics even with ``--no-dashboard``, to whoever reaches the port:
     every account of the node, on loopback; it cannot make them ask for the run's TLS
@@ -54,8 +55,17 @@ def http_env(dashboard: bool) -> dict[str, str]:
     if dashboard:
         return {}
     return {
-        "DASK_DISTRIBUTED__SCHEDULER__HTTP__ROUTES": HEALTH_ONLY,
-        "DASK_DISTRIBUTED__WORKER__HTTP__ROUTES": HEALTH_ONLY,
+        "distributed.scheduler.http.routes": HEALTH_ROUTES,
+        "distributed.worker.http.routes": HEALTH_ROUTES,
+    }
+
+
+def http_env(dashboard: bool) -> dict[str, str]:
+    """:func:`http_config` as the environment of processes to start
+    (``DASK_DISTRIBUTED__SCHEDULER__HTTP__ROUTES``...)."""
+    return {
+        "DASK_" + key.upper().replace(".", "__").replace("-", "_"): json.dumps(value)
+        for key, value in http_config(dashboard).items()
     }
 
 
