@@ -168,6 +168,12 @@ def meta(dec: Decomposition, run: str) -> dict[str, Any]:
 async def install(pool: Callable[[str], Any], address: str, shared_memory: bool = True) -> None:
     """:func:`deisa.bridge._shm_worker.install` (the extension and the workers' plugin), made by
     rank 0 itself where no worker relays it: distributed is imported only then."""
+    logger.info(
+        "deisa bridge: no worker of this node relays rank 0 (deisa's worker plugin is not "
+        "installed, or no worker is here): rank 0 imports distributed (about 0.4 s of CPU) and "
+        "installs the plugin; start the workers with --preload deisa.bridge.worker, or the "
+        "analytics (its Adapter installs it) before the simulation, to avoid it"
+    )
     import_distributed()
     from ._shm_worker import install as install_on_scheduler
 

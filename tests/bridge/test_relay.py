@@ -195,10 +195,11 @@ def test_frames_are_length_prefixed_msgpack_maps() -> None:
 
 
 RANK_0 = """
-import sys
+import logging, sys
 import numpy as np
 from deisa import ArraySpec, Bridge
 
+logging.basicConfig(level=logging.INFO, format="%%(name)s: %%(message)s")
 block = np.arange(64.0).reshape(8, 8)
 spec = ArraySpec(block.dtype, block.shape, (0, 0), block.shape)
 bridge = Bridge(sys.argv[1], {"field": spec}, connect_timeout=%(timeout)s)
@@ -209,18 +210,30 @@ print("distributed" in sys.modules, bridge.transport)
 """
 
 
-def test_a_rank_0_on_a_workers_node_never_imports_distributed(tmp_path: Path) -> None:
-    cluster = start_dask(tmp_path, n_workers=1)  # preloading deisa.bridge.worker, as deisa-run
+@pytest.mark.parametrize("first", ["workers", "analytics", "rank 0"])
+def test_a_rank_0_on_a_workers_node_imports_distributed_only_when_it_installs_the_plugin(
+    tmp_path: Path, first: str
+) -> None:
+    """Who installs deisa's worker plugin: the workers' preload (as deisa-run's), else the
+    first side to connect: the analytics' Adapter, or rank 0 itself (with distributed, said in
+    one log line)."""
+    cluster = start_dask(tmp_path, n_workers=1, bridge_preload=first == "workers")
     try:
         client = cluster.client()
         try:
+            adapter = Adapter(client, timeout=STARTUP) if first == "analytics" else None
             proc = subprocess.run(
                 [sys.executable, "-c", RANK_0 % {"timeout": STARTUP}, str(cluster.scheduler_file)],
                 env=test_env(), capture_output=True, text=True, timeout=3 * STARTUP,
             )  # fmt: skip
             assert proc.returncode == 0, proc.stderr
-            assert proc.stdout.split() == ["False", "shared", "memory"], proc.stderr
-            steps = [(s, f.compute()) for s, f in Adapter(client, timeout=STARTUP)["field"].items()]
+            installs = first == "rank 0"
+            assert proc.stdout.split() == [str(installs), "shared", "memory"], proc.stderr
+            said = [line for line in proc.stderr.splitlines() if "no worker of this node" in line]
+            assert len(said) == installs, proc.stderr
+            assert all("--preload deisa.bridge.worker" in line for line in said)
+            adapter = adapter or Adapter(client, timeout=STARTUP)
+            steps = [(s, f.compute()) for s, f in adapter["field"].items()]
             assert [s for s, _ in steps] == [0, 1, 2]
             for s, values in steps:
                 np.testing.assert_array_equal(values, np.arange(64.0).reshape(8, 8) + s)
