@@ -179,6 +179,7 @@ class Channel(WarmRing):
         self.sock = sock
         self.pool = Pool() if pool is None else pool
         self._cold = False  # the pool failed to grow here: no more tries
+        self._no_huge = False  # a hugetlb slot could not get its pages: no more tries
         self.slots: list[Slot] = []
         self.broken: str | None = None
         self._lock = threading.Condition()

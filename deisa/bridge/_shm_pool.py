@@ -76,7 +76,7 @@ def page_kind(
     :data:`SMALL`."""
     info = meminfo() if info is None else info
     huge = info.get("Hugepagesize", 2 << 20)
-    free = info.get("HugePages_Free", 0) * huge
+    free = (info.get("HugePages_Free", 0) - info.get("HugePages_Rsvd", 0)) * huge
     if hasattr(os, "MFD_HUGETLB") and nbytes >= huge and free >= round_up(slot_bytes(nbytes), huge):
         return HUGETLB, huge
     try:
@@ -265,6 +265,7 @@ class WarmRing:
     pool: Pool
     slots: list[Any]
     _cold: bool
+    _no_huge: bool
     _want: int
     _lock: threading.Condition
 
@@ -284,6 +285,8 @@ class WarmRing:
             return None
         nbytes = self._want
         kind, huge = page_kind(nbytes)
+        if kind == HUGETLB and self._no_huge:  # the reserve ran short once: small pages
+            kind = page_kind(nbytes, {**meminfo(), "HugePages_Free": 0})[0]
         size = round_up(slot_bytes(nbytes), huge) if kind == HUGETLB else slot_bytes(nbytes)
         if not self.pool.grant(size):
             return None
@@ -307,9 +310,12 @@ class WarmRing:
             slot.populated = True
             self.pool.made(slot.kind)
         except OSError as exc:  # no memory for it: the ring goes on without this slot
-            logger.info("deisa bridge: the shared-memory pool stops growing: %s", exc)
             with self._lock:
-                self._cold = True
+                if slot.kind == HUGETLB:  # the huge pages ran short: small ones from now on
+                    self._no_huge = True
+                else:
+                    logger.info("deisa bridge: the shared-memory pool stops growing: %s", exc)
+                    self._cold = True
                 self.pool.release(slot.size)
                 self.slots.remove(slot)
                 slot.close()
