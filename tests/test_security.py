@@ -32,6 +32,10 @@ PUBLISHER = REPO / "tests" / "publish_blocks.py"
 sys.path.insert(0, str(PUBLISHER.parent))
 from publish_blocks import expected  # noqa: E402
 
+sys.path.insert(0, str(REPO / "tests" / "bridge"))
+from test_guard import ATTACKER, CONNECTIONS  # noqa: E402
+from test_transport import AS_NOBODY, FOREIGN_PYTHON, as_root  # noqa: E402
+
 
 def test_local_mode_listens_on_loopback_only(tmp_path: Path) -> None:
     for dashboard in (False, True):
@@ -292,6 +296,63 @@ def test_notices_listener_runs_no_pickle(tmp_path: Path, dask_processes: DaskPro
     assert not marker.exists()
     root = json.loads((tmp_path / "out" / "rank-0.json").read_text())
     assert root["early"] >= 2  # steps 0 and 1 at least: the listener served after the attacks
+
+
+def _limit_ranks(proc: subprocess.Popen[str], nofile: int) -> int:
+    """Lower the soft descriptor limit of the ranks that ``proc`` (mpirun) started; how many."""
+    import resource
+
+    import psutil
+
+    ranks = [p for p in psutil.Process(proc.pid).children(recursive=True)
+             if "attacked_ranks.py" in " ".join(p.cmdline())]  # fmt: skip
+    for rank in ranks:
+        hard = resource.prlimit(rank.pid, resource.RLIMIT_NOFILE)[1]
+        resource.prlimit(rank.pid, resource.RLIMIT_NOFILE, (nofile, hard))
+    return len(ranks)
+
+
+@as_root
+def test_a_thousand_connections_of_another_account_cost_the_run_no_step(
+    tmp_path: Path, tls_cluster: tuple[Path, dict[str, str]]
+) -> None:
+    """uid 65534 holds 1,000 plain TCP connections to rank 0's TLS notices listener, whose
+    ranks have 512 descriptors, through the run (the control, the listener unguarded, is
+    tests/bridge/test_guard.py's): every step arrives, nothing runs short of descriptors, and
+    the refusals make a few log lines."""
+    assert FOREIGN_PYTHON is not None
+    sched_file, client_env = tls_cluster
+    proc = _start_attacked_ranks(tmp_path, sched_file, "0,1", env=client_env)
+    flooder = None
+    try:
+        _, host, port = _listener_address(tmp_path, proc)
+        assert _limit_ranks(proc, 512) == 2
+        script = ATTACKER.format(n=CONNECTIONS, host=host, port=port, timeout=4 * STARTUP)
+        flooder = subprocess.Popen(
+            [FOREIGN_PYTHON, "-c", script], stdout=subprocess.PIPE, text=True, **AS_NOBODY
+        )
+        assert flooder.stdout is not None
+        held = int(flooder.stdout.readline().split()[1])
+        from distributed import Client, Security
+
+        security = Security(
+            tls_ca_file=client_env["DASK_DISTRIBUTED__COMM__TLS__CA_FILE"],
+            tls_client_cert=client_env["DASK_DISTRIBUTED__COMM__TLS__CLIENT__CERT"],
+            tls_client_key=client_env["DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY"],
+        )
+        with Client(read_scheduler_address(sched_file), security=security, timeout=STARTUP) as c:
+            steps = _release_and_finish(tmp_path, proc, c, held=[0, 1])
+    finally:
+        if flooder is not None:
+            flooder.kill()
+            flooder.wait()
+        kill_if_running(proc)
+    _check_steps(steps)
+    assert held == CONNECTIONS
+    logs = [(tmp_path / "out" / f"log-{rank}.txt").read_text() for rank in (0, 1)]
+    assert not any("Too many open files" in log for log in logs)
+    refusals = [line for line in logs[0].splitlines() if "refused" in line]
+    assert 1 <= len(refusals) <= 3, refusals
 
 
 def _refused_by(host: str, port: int, context: ssl.SSLContext, line: bytes) -> str:

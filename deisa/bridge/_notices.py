@@ -35,6 +35,7 @@ address, read without distributed (:mod:`._net`; rank 0 need not import it):
 from __future__ import annotations
 
 import asyncio
+import collections
 import ipaddress
 import json
 import logging
@@ -58,17 +59,23 @@ MAX_LINE = 1024
 """Longest notice accepted, newline included (a notice is about 150 bytes)."""
 
 RETRY_S = 5.0
-"""A rank whose connection to the listener failed tries again after this long (the notices in
-between are not sent)."""
+"""A rank whose connection to the listener failed tries again after this long, with the notices
+not sent meanwhile."""
 
 CONNECT_S = 30.0
 """Longest a rank waits to open its connection to the listener (TLS handshake included)."""
+
+MAX_UNSENT = 256
+"""Notices a rank keeps to send again, at most (the oldest go first: the exchange has them)."""
 
 IDLE_S = 600.0
 """A rank's connection that brings no notice for this long is closed (the rank opens another
 at its next notice)."""
 
 LISTEN_BACKLOG = 128
+
+ADMITTED = b"+"
+"""What the listener sends first on a connection it serves (a refused one is closed first)."""
 
 _FIELDS = {"token": str, "seq": int, "rank": int, "nbytes": int, "worker": str}
 
@@ -188,9 +195,12 @@ class EarlyRegistration:
         """One rank's connection (TLS, if any, already verified): its notices, line by line,
         until one is not a notice of this job (the connection is then refused, counted by the
         listener's :class:`~._guard.Guard`), or none came for :data:`IDLE_S` (the rank opens
-        another at its next notice). Over plain TCP, the first notice authenticates it."""
+        another at its next notice). Over plain TCP, the first notice authenticates it. It
+        starts with :data:`ADMITTED`: a rank whose connection the listener refused (too many
+        unauthenticated, during a flood) reads none, and sends its notices again later."""
         assert self._server is not None
         try:
+            writer.write(ADMITTED)
             while line := await asyncio.wait_for(reader.readline(), IDLE_S):
                 if not self.notice(line):
                     self._server.guard.refuse("not a notice of this job")
@@ -262,8 +272,11 @@ class Notifier:
 
     Every coroutine runs on the rank's loop thread; making a Notifier costs nothing, and it
     needs neither distributed nor dask (a rank whose blocks all go through shared memory
-    imports neither). A notice that cannot be sent is dropped (logged at debug level): the
-    exchange carries the same fact, later.
+    imports neither). A notice that cannot be sent (rank 0's listener refused the connection,
+    flooded by another account, or is gone) is sent again after :data:`RETRY_S`, with those
+    after it, until the Notifier closes (the last :data:`MAX_UNSENT` kept): a refusal only
+    delays it, and rank 0 takes a notice twice as once. Failures are logged at debug level;
+    the exchange carries the same facts, later.
 
     Parameters
     ----------
@@ -288,18 +301,37 @@ class Notifier:
         self.tls = tls
         self._writer: asyncio.StreamWriter | None = None
         self._opening = asyncio.Lock()
+        self._sending = asyncio.Lock()
         self._retry_at = 0.0
+        self._unsent: collections.deque[bytes] = collections.deque(maxlen=MAX_UNSENT)
+        self._again: asyncio.TimerHandle | None = None
+        self._resending: asyncio.Task[None] | None = None
+        self._closed = False
 
     async def notify(self, seq: int, nbytes: int, worker: str) -> None:
         """Tell rank 0 that this rank's block of publication ``seq`` is on ``worker``."""
-        try:
-            writer = await self._connection()
-            if writer is not None:
-                writer.write(encode_notice(self.token, seq, self.rank, nbytes, worker))
-                await writer.drain()
-        except Exception as exc:
-            logger.debug("deisa bridge: notice of publication %d to %s: %r", seq, self.address, exc)
-            await self.close()
+        self._unsent.append(encode_notice(self.token, seq, self.rank, nbytes, worker))
+        await self._send()
+
+    async def _send(self) -> None:
+        """Send the notices not sent yet, in order; on a failure, try again later."""
+        async with self._sending:
+            try:
+                writer = await self._connection()
+                while writer is not None and self._unsent:
+                    writer.write(self._unsent[0])
+                    await writer.drain()
+                    self._unsent.popleft()
+            except Exception as exc:
+                logger.debug("deisa bridge: notices to %s: %r", self.address, exc)
+                await self._drop()
+            if self._unsent and self._again is None and not self._closed:
+                delay = max(self._retry_at - time.monotonic(), 0.0) + 0.05
+                self._again = asyncio.get_running_loop().call_later(delay, self._resend)
+
+    def _resend(self) -> None:
+        self._again = None
+        self._resending = asyncio.ensure_future(self._send())
 
     async def _connection(self) -> asyncio.StreamWriter | None:
         async with self._opening:
@@ -318,12 +350,21 @@ class Notifier:
                         "deisa bridge: no client certificate for notices to %s", self.address
                     )
                     return None
-            _, self._writer = await asyncio.wait_for(
+            reader, self._writer = await asyncio.wait_for(
                 asyncio.open_connection(host.strip("[]"), int(port), ssl=ssl_context), CONNECT_S
             )
+            if await asyncio.wait_for(reader.read(len(ADMITTED)), CONNECT_S) != ADMITTED:
+                raise ConnectionRefusedError("rank 0's listener did not admit the connection")
             return self._writer
 
     async def close(self) -> None:
+        """Close the connection, if open, and send nothing more."""
+        self._closed = True
+        if self._again is not None:
+            self._again.cancel()
+        await self._drop()
+
+    async def _drop(self) -> None:
         """Close the connection, if open (the next notice opens another)."""
         writer, self._writer = self._writer, None
         if writer is not None:

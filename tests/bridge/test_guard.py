@@ -76,7 +76,7 @@ for _ in range({n}):
     sock = socket.socket()
     sock.settimeout(5)
     try:
-        sock.connect(("127.0.0.1", {port}))
+        sock.connect(({host!r}, {port}))
     except OSError:
         break
     held.append(sock)
@@ -96,7 +96,7 @@ def flood(unsafe: bool) -> tuple[int, str, list[str]]:
     try:
         assert listener.stdout is not None and listener.stdin is not None
         port = int(listener.stdout.readline().rpartition(":")[2])
-        script = ATTACKER.format(n=CONNECTIONS, port=port, timeout=4 * STARTUP)
+        script = ATTACKER.format(n=CONNECTIONS, host="127.0.0.1", port=port, timeout=4 * STARTUP)
         attacker = subprocess.Popen(
             [FOREIGN_PYTHON, "-c", script], stdout=subprocess.PIPE, text=True, **AS_NOBODY
         )

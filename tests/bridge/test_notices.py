@@ -21,8 +21,9 @@ import pytest
 from conftest import test_env
 from distributed.utils_test import async_poll_for
 
-from deisa.bridge import _notices
+from deisa.bridge import _guard, _notices
 from deisa.bridge._notices import (
+    ADMITTED,
     MAX_LINE,
     EarlyRegistration,
     Notifier,
@@ -131,7 +132,8 @@ def test_loopback_listener_takes_the_ranks_notices_and_drops_the_rest() -> None:
         for junk in (b"\x80\x04\x95junk\n", line(token="x" * 32), b"y" * (2 * MAX_LINE)):
             reader, writer = await asyncio.open_connection(host, int(port))
             writer.write(junk)
-            assert await asyncio.wait_for(reader.read(), WAIT) == b""  # closed by the listener
+            # admitted, then closed by the listener
+            assert await asyncio.wait_for(reader.read(), WAIT) == ADMITTED
             writer.close()
         ranks = [Notifier(address, early.token, rank) for rank in (1, 2)]
         early.known(Entry(0, "a", 0, 0))
@@ -160,6 +162,35 @@ def test_a_notice_that_cannot_be_sent_is_dropped_quietly() -> None:
         await notifier.close()
 
     asyncio.run(body())
+
+
+def test_a_notice_refused_while_the_listener_is_full_arrives_later(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Silent connections hold every unauthenticated place of the listener: a rank's
+    connection is refused (it reads no ADMITTED), and its notices are sent again once those
+    places are dropped (after HANDSHAKE_S, shortened here)."""
+    monkeypatch.setattr(_guard, "HANDSHAKE_S", 1.0)
+    monkeypatch.setattr(_notices, "RETRY_S", 0.2)
+
+    async def body(early: EarlyRegistration, address: str) -> None:
+        host, port = address[len("tcp://") :].rsplit(":", 1)
+        assert early._server is not None
+        guard = early._server.guard
+        silent = [await asyncio.open_connection(host, int(port)) for _ in range(guard.cap)]
+        await async_poll_for(lambda: guard.pending == guard.cap, WAIT)
+        notifier = Notifier(address, early.token, 1)
+        early.known(Entry(0, "a", 0, 0))
+        early.sent(0, 0, 5, W)
+        await notifier.notify(0, 7, W)  # refused: the listener is full
+        assert early.next_seq == 0 and guard.total_refused >= 1
+        await async_poll_for(lambda: early.next_seq == 1, WAIT, period=0.05)
+        await notifier.close()
+        for _, writer in silent:
+            writer.close()
+
+    handed = asyncio.run(_serving("tcp://127.0.0.1:8786", 2, body))
+    assert handed == [(0, [(5, W), (7, W)])]
 
 
 # -- TLS: the job's credentials from the dask configuration, as the ranks have them ------------
