@@ -16,7 +16,9 @@ each publication to the registrar once, in order.
 The listener runs no code it receives: a notice is one line of JSON (:func:`encode_notice`),
 at most :data:`MAX_LINE` bytes, with four fields checked by type and the job's token (a random
 string that reaches the ranks through the exchange, never the network); anything else is
-dropped, logged at debug level, and its connection closed. A Bridge of one rank opens none (its
+dropped, and its connection closed (counted, and logged at most once a minute). Connections
+not yet authenticated are capped and dropped after a few seconds (:mod:`._guard`); a rank
+refused meanwhile sends its notices again later. A Bridge of one rank opens none (its
 own sends feed :class:`EarlyRegistration` directly). Where it listens follows the scheduler's
 address, read without distributed (:mod:`._net`; rank 0 need not import it):
 

@@ -6,18 +6,19 @@ other ranks of a node that send through shared memory import neither. So where a
 the job shares rank 0's node and runs deisa's worker plugin (:mod:`._shm_worker`; ``deisa-run``
 starts its workers with it, ``dask worker --preload deisa.bridge.worker`` does the same), that
 worker also relays rank 0's calls: it listens on an abstract Unix socket named from the
-scheduler's address and the account's uid (:func:`relay_name`; one per node and scheduler:
-the first worker of the node to bind it serves), and makes each call it receives on its own
-connection to the scheduler (:mod:`._relay_worker`).
+scheduler's address, the account's uid and the run's secret (:func:`relay_names`,
+:mod:`._names`; one per node and scheduler: the first worker of the node to bind it serves),
+and makes each call it receives on its own connection to the scheduler
+(:mod:`._relay_worker`).
 
 The wire: frames of a 4-byte big-endian length then a msgpack map, as distributed's own
 messages (tuples arrive as tuples). Rank 0 sends ``{"id": n, "op": route, "kwargs": {...}}``,
 where ``route`` is one of :data:`RELAYED` (deisa's routes, and ``"install"``: the scheduler
 extension and the workers' plugin); the worker answers ``{"id": n, "result": ...}``, or
 ``{"id": n, "error": type name, "message": ..., "kind": "os" | "timeout" | "other"}``. Both
-ends check the other's uid (``SO_PEERCRED``) before reading anything: a name taken first by
-another account is refused, and rank 0 connects through distributed instead. Nothing is
-unpickled; the worker relays nothing but those routes.
+ends check the other's uid (``SO_PEERCRED``) before reading anything: a name held by another
+account is skipped for the next (:mod:`._names`). Nothing is unpickled; the worker relays
+nothing but those routes.
 
 When the relay's connection is lost (its worker left the job), the calls still waiting and
 every later call go through distributed, as without a relay: rank 0 behaves as over TCP,

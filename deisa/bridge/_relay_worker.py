@@ -4,7 +4,8 @@
 (:class:`~._shm_worker.SharedMemoryPlugin`). It binds the node's relay name for the worker's
 scheduler; where another worker of the node holds it already, this one does not relay (one
 relay per node is enough: rank 0 needs one). Each connection is checked for the worker's own
-uid before a byte of it is read; each call is one of :data:`~._relay.RELAYED`, made with the
+uid before a byte of it is read (a flood of another account's is counted and logged once a
+minute: :mod:`._guard`); each call is one of :data:`~._relay.RELAYED`, made with the
 worker's connection to the scheduler (its TLS credentials), in a task of its own (a
 registration may wait on flow control while the contracts' watch waits for a change). A
 connection that closes cancels its calls still running.

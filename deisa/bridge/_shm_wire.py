@@ -11,7 +11,8 @@ The socket is in the abstract namespace (no file either), named from the worker'
 account's uid and the run's secret (:mod:`._names`: another account cannot guess the name, and
 one it holds anyway is replaced by the next); abstract names belong to a network namespace, so
 "same node" means that the handshake succeeded, not equal host names. Both sides check the
-other's uid (``SO_PEERCRED``) before anything else. Messages are one JSON object per datagram (``SOCK_SEQPACKET``); nothing is unpickled.
+other's uid (``SO_PEERCRED``) before anything else. Messages are one JSON object per datagram
+(``SOCK_SEQPACKET``); nothing is unpickled.
 """
 
 from __future__ import annotations
