@@ -138,9 +138,11 @@ class SchedulerLink:
         held_s: float,
         open_s: float,
         transports: dict[str, int],
+        pool: dict[str, int] | None = None,
     ) -> Call:
         """Rank 0: ``deisa_close``, the end of the stream of array ``name`` after ``nsteps``
-        steps, with the flow-control wait, the Bridge's lifetime and how the ranks sent."""
+        steps, with the flow-control wait, the Bridge's lifetime, how the ranks sent and their
+        warm pools of shared memory (:func:`~deisa.bridge._shm_pool.pool_totals`)."""
         return route(self.pool, self.scheduler, Route.CLOSE)(
             name=name,
             run=self.run,
@@ -148,6 +150,7 @@ class SchedulerLink:
             held_s=held_s,
             open_s=open_s,
             transports=transports,
+            pool=pool,
         )
 
     def watch_contracts(

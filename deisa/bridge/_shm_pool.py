@@ -39,7 +39,7 @@ from ._shm_wire import SEALS, slot_bytes
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["HUGETLB", "SMALL", "THP", "Pool", "WarmRing", "describe", "page_kind"]
+__all__ = ["HUGETLB", "SMALL", "THP", "Pool", "WarmRing", "page_kind", "pool_totals"]
 
 UNBOUNDED_STEPS = 4
 """Steps of the rank's blocks the default budget holds when ``buffer_nb`` is unbounded."""
@@ -244,18 +244,22 @@ class Pool:
         }
 
 
-def describe(summaries: Iterable[dict[str, Any]]) -> str:
-    """The ranks' pools in words, for the run's transport line: ``"pool 160 MiB of 160 MiB in
-    4 ranks (4 KiB pages)"``."""
+def pool_totals(summaries: Iterable[dict[str, Any]]) -> dict[str, int]:
+    """The ranks' pools (:meth:`Pool.summary` each) in whole figures, for the scheduler's
+    totals: ``peak KiB``, ``budget KiB``, ``ranks``, ``ranks shrunk``, ``ranks with <pages>``;
+    empty without a pool."""
     pools = [s for s in summaries if s and s.get("budget_mib")]
     if not pools:
-        return ""
-    peak = sum(s["peak_mib"] for s in pools)
-    budget = sum(s["budget_mib"] for s in pools)
-    pages = ", ".join(sorted({p for s in pools for p in s["pages"]})) or "not populated"
-    shrunk = sum(1 for s in pools if s.get("shrunk"))
-    text = f"warm pool {peak:.0f} MiB of {budget:.0f} MiB in {len(pools)} ranks ({pages})"
-    return text + (f", shrunk under memory pressure on {shrunk}" if shrunk else "")
+        return {}
+    totals = {
+        "peak KiB": round(1024 * sum(s["peak_mib"] for s in pools)),
+        "budget KiB": round(1024 * sum(s["budget_mib"] for s in pools)),
+        "ranks": len(pools),
+        "ranks shrunk": sum(1 for s in pools if s.get("shrunk")),
+    }
+    for pages in sorted({p for s in pools for p in s["pages"]}):
+        totals[f"ranks with {pages}"] = sum(1 for s in pools if pages in s["pages"])
+    return totals
 
 
 class WarmRing:

@@ -49,6 +49,7 @@ from ._collective import (
 from ._link import SchedulerLink
 from ._losses import Losses
 from ._publisher import Connection, PublishTiming
+from ._shm_pool import pool_totals
 from ._state import RunState
 from ._sync import SyncPublisher
 from ._workers import Routing
@@ -247,7 +248,8 @@ class Bridge:
         )
         here = hosts.count(this_host()) if by_node and hosts else 1  # ranks sharing the pool
         step_bytes = sum(math.prod(spec.shape) * spec.dtype.itemsize for spec in arrays.values())
-        state.transport.pool.size(step_bytes, options.buffer_nb, options.shm_pool_mib, here)
+        if options.transport == "auto":  # the warm pool of shared memory, once the blocks known
+            state.transport.pool.size(step_bytes, options.buffer_nb, options.shm_pool_mib, here)
         placed_by_host = hosts if needs_hosts(options.placement) else None
         state.routing = Routing(options.placement, state.decompositions, self.rank, placed_by_host)
         if self.asynchronous:
@@ -544,7 +546,9 @@ class Bridge:
         nsteps = dict(self._state.nsteps)
         open_s = time.perf_counter() - self._opened
 
-        def end_streams(used: list[str]) -> None:
+        def end_streams(gathered: list[tuple[str, dict[str, Any]]]) -> None:
+            used = [way for way, _ in gathered]
+            pool = pool_totals([pool for _, pool in gathered])
             for name in self.decompositions:
                 held_s = sum(t.held_s for t in self.timings if t.name == name)
                 reply = self._state.loop.run(
@@ -554,6 +558,7 @@ class Bridge:
                         held_s=held_s,
                         open_s=open_s,
                         transports={way: used.count(way) for way in set(used)},
+                        pool=pool,
                     ),
                     timeout=30,
                 )
@@ -565,8 +570,9 @@ class Bridge:
             # a lost scheduler is known everywhere too
             connected = not self.asynchronous or self._async.ledger.connection is not None
             if connected and self.detached is None:
-                used = self.comm.gather(self.transport, root=0)  # how each rank sent
-                on_root(self.comm, lambda: end_streams(used))
+                # how each rank sent, and its warm pool of shared memory
+                gathered = self.comm.gather((self.transport, self.shm_pool), root=0)
+                on_root(self.comm, lambda: end_streams(gathered))
         except BridgeError:
             if error is None:
                 raise

@@ -131,6 +131,7 @@ def drive(
         first_step_s=first_step_s if progress else None,
         flow_control=hold(totals),
         transports=ways(totals),
+        shm_pool=pool(totals),
     )
     report(analytics, timings, analysis.output, analysis.settings, analysis.array, out, measured)
     del warm  # held until here: dropping the warm-up fit earlier would release its tasks
@@ -220,6 +221,15 @@ def ways(totals: dict[str, Any]) -> dict[str, int] | None:
         key.removeprefix("ranks by "): int(n)
         for key, n in sorted(totals.items())
         if key.startswith("ranks by ") and n
+    }
+    return found or None
+
+
+def pool(totals: dict[str, Any]) -> dict[str, int] | None:
+    """The ranks' warm pools of shared memory (``peak KiB``, ``budget KiB``, ``ranks``...), as
+    the Bridge reported them at the end of the stream; ``None`` before, or without a pool."""
+    found = {
+        k.removeprefix("pool "): int(n) for k, n in sorted(totals.items()) if k.startswith("pool ")
     }
     return found or None
 

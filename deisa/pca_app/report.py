@@ -375,11 +375,15 @@ class Measured:
     transports
         How many ranks sent their blocks by each way (:func:`~deisa.pca_app.driver.ways`):
         one line of the report, and under its name.
+    shm_pool
+        The ranks' warm pools of shared memory (:func:`~deisa.pca_app.driver.pool`): on the
+        same line, and under its name.
     """
 
     first_step_s: float | None = None
     flow_control: dict[str, float] | None = None
     transports: dict[str, int] | None = None
+    shm_pool: dict[str, int] | None = None
 
 
 def write_results(
@@ -399,6 +403,7 @@ def write_results(
                 "settings": settings,
                 "first_step_s": measured.first_step_s,
                 "transports": measured.transports,
+                "shm_pool": measured.shm_pool,
                 "phases": phases(analytics, rows, measured.flow_control),
                 "steps": [asdict(a) for a in analytics],
                 "table": list(rows),
@@ -413,6 +418,23 @@ def ways_in_words(ways: dict[str, int]) -> str:
     """How many ranks sent their blocks by each way, in words: ``"by shared memory (3 ranks),
     by tcp (1 rank)"``."""
     return ", ".join(f"by {way} ({n} rank{'s' if n != 1 else ''})" for way, n in ways.items())
+
+
+def pool_in_words(totals: dict[str, int]) -> str:
+    """The ranks' warm pools (``deisa.bridge._shm_pool.pool_totals``) in words, for the run's
+    transport line: ``"warm pool 160 MiB of 160 MiB in 4 ranks (4 KiB pages)"``; empty
+    without a pool."""
+    if not totals.get("ranks"):
+        return ""
+    pages = [k.removeprefix("ranks with ") for k in sorted(totals) if k.startswith("ranks with")]
+    text = (
+        f"warm pool {totals.get('peak KiB', 0) / 1024:.0f} MiB of "
+        f"{totals.get('budget KiB', 0) / 1024:.0f} MiB in "
+        f"{totals['ranks']} rank{'s' if totals['ranks'] != 1 else ''} "
+        f"({', '.join(pages) or 'not populated'})"
+    )
+    shrunk = totals.get("ranks shrunk", 0)
+    return text + (f", shrunk under memory pressure on {shrunk}" if shrunk else "")
 
 
 def report(
@@ -432,7 +454,9 @@ def report(
     plot = plot_explained_variance(analytics, output / "explained_variance.png", title=array)
     print(format_table(rows, measured.first_step_s), file=out)
     if measured.transports:
-        print(f"blocks sent {ways_in_words(measured.transports)}", file=out)
+        pool = pool_in_words(measured.shm_pool or {})
+        print(f"blocks sent {ways_in_words(measured.transports)}{'; ' if pool else ''}{pool}",
+              file=out)  # fmt: skip
     summary = phases(analytics, rows, measured.flow_control)
     if summary["warm_up"]:
         print(format_phases(summary), file=out)

@@ -175,11 +175,13 @@ class Publishing(StreamState):
         held_s: float = 0.0,
         open_s: float = 0.0,
         transports: dict[str, int] | None = None,
+        pool: dict[str, int] | None = None,
     ) -> Reply:
         """End ``name``'s stream after ``nsteps`` steps; ``held_s`` of rank 0's ``open_s``
         seconds with its Bridge went to flow control (totals ``held_ms`` and ``open_ms``);
         ``transports``: how many ranks sent their blocks by each way (``"shared memory"``,
-        ``"tcp"``, ...: totals ``ranks by <way>``)."""
+        ``"tcp"``, ...: totals ``ranks by <way>``); ``pool``: the ranks' warm pools of shared
+        memory, in MiB and ranks (totals ``pool <figure>``)."""
         self.calls["close"] += 1
         stream = self.streams.get(name)
         if stream is None or stream.run != run:
@@ -190,6 +192,8 @@ class Publishing(StreamState):
         self.totals.setdefault(name, Counter()).update(ms)
         for way, ranks in (transports or {}).items():
             self.totals[name][f"ranks by {way}"] = int(ranks)
+        for figure, value in (pool or {}).items():
+            self.totals[name][f"pool {figure}"] = int(value)
         stream.some_reader(run)
         for reader in stream.readers.values():
             reader.queue.append(End(nsteps, run))

@@ -23,6 +23,7 @@ from distributed.utils_test import poll_for
 
 from deisa import Adapter
 from deisa.bridge._shm_wire import socket_name
+from deisa.pca_app.driver import array_totals, pool
 
 PUBLISHER = REPO / "tests" / "publish_blocks.py"
 sys.path.insert(0, str(PUBLISHER.parent))
@@ -86,6 +87,8 @@ def test_every_block_arrives_bitwise_whichever_way(
             values = take_all(client, "shm")
             _, err = sim.communicate(timeout=2 * STARTUP)
             assert sim.returncode == 0, err[-3000:]
+            # the ranks' warm pools, reported with the end of the stream (the run's summary)
+            shm_pool = pool(array_totals(client, "shm"))
             # once every step is released, no worker maps a slot any more
             poll_for(lambda: all(n == (0, 0) for n in slots_on_workers(client).values()),
                      STARTUP, period=0.2)  # fmt: skip
@@ -96,6 +99,11 @@ def test_every_block_arrives_bitwise_whichever_way(
         np.testing.assert_array_equal(value, expected(step, SHAPE))
     way = "shared memory" if transport == "auto" else "tcp"
     assert transports(done) == [way] * 4
+    if transport == "auto":  # default budget: 5 steps of the rank's block (buffer_nb unbounded)
+        assert shm_pool is not None and shm_pool["ranks"] == 4, shm_pool
+        assert shm_pool["budget KiB"] == round(5 * SHAPE[0] * SHAPE[1] * 8 / 1024)
+    else:
+        assert shm_pool is None
     assert dev_shm() == set()  # slots are memfds: nothing named in /dev/shm
 
 

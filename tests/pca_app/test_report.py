@@ -144,3 +144,32 @@ def test_the_ways_the_ranks_sent_are_one_line_and_in_results_json(tmp_path: Path
     assert "blocks sent by shared memory (3 ranks), by tcp (1 rank)" in out.getvalue().splitlines()
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["transports"] == {"shared memory": 3, "tcp": 1}
+
+
+def test_the_ranks_warm_pools_are_on_the_transport_line_and_in_results_json(
+    tmp_path: Path,
+) -> None:
+    import io
+
+    from deisa.bridge._shm_pool import SMALL, THP, pool_totals
+    from deisa.pca_app.driver import pool
+
+    summaries = [  # Bridge.shm_pool of 3 ranks
+        {"budget_mib": 80.0, "peak_mib": 80.0, "pages": [THP], "shrunk": None},
+        {"budget_mib": 80.0, "peak_mib": 64.4, "pages": [SMALL, THP], "shrunk": "memory short"},
+        {"budget_mib": 80.0, "peak_mib": 80.0, "pages": [THP], "shrunk": None},
+    ]
+    sent = pool_totals(summaries)  # what rank 0 sends with the end of the stream
+    totals = {"ranks by shared memory": 3, **{f"pool {k}": v for k, v in sent.items()}}
+    found = pool(totals)
+    assert found == {"peak KiB": 229786, "budget KiB": 245760, "ranks": 3, "ranks shrunk": 1,
+                     f"ranks with {SMALL}": 1, f"ranks with {THP}": 3}  # fmt: skip
+    assert pool({"ranks by tcp": 2}) is None and pool_totals([{"budget_mib": 0}]) == {}
+    out = io.StringIO()
+    measured = report.Measured(transports={"shared memory": 3}, shm_pool=found)
+    report.report(_steps(), None, tmp_path, {}, "field", out, measured)
+    assert (
+        "blocks sent by shared memory (3 ranks); warm pool 224 MiB of 240 MiB in 3 ranks "
+        f"({SMALL}, {THP}), shrunk under memory pressure on 1"
+    ) in out.getvalue().splitlines()
+    assert json.loads((tmp_path / "results.json").read_text())["shm_pool"] == found
