@@ -121,9 +121,20 @@ def _mpirun(ranks: int, *cmd: str) -> list[str]:
     return ["mpirun", "--oversubscribe", "-n", str(ranks), *cmd]
 
 
+class LaneFailedError(RuntimeError):
+    """A lane's process failed: ``args[0]`` says how in one line, ``log`` is its stderr's tail."""
+
+    def __init__(self, message: str, log: str) -> None:
+        super().__init__(message)
+        self.log = log
+
+
 def _json_line(proc: subprocess.CompletedProcess[str], what: str) -> dict[str, Any]:
     if proc.returncode != 0:
-        raise RuntimeError(f"{what} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+        lines = [x.strip() for x in proc.stderr.splitlines() if x.strip()]
+        telling = [x for x in lines if "signal" in x or "Error" in x or "error" in x]
+        how = (telling or lines or [f"exit status {proc.returncode}"])[-1]
+        raise LaneFailedError(f"{what} failed ({proc.returncode}): {how}", proc.stderr[-4000:])
     line = next(x for x in reversed(proc.stdout.splitlines()) if x.startswith("{"))
     result: dict[str, Any] = json.loads(line)
     return result
@@ -131,40 +142,50 @@ def _json_line(proc: subprocess.CompletedProcess[str], what: str) -> dict[str, A
 
 def run_writer(
     binary: Path, engine: str, parameters: dict[str, str], target: str, args: Any, mib: int,
-    env: dict[str, str], workdir: Path,
+    env: dict[str, str], workdir: Path, lane: str,
 ) -> dict[str, Any]:  # fmt: skip
-    """One run of the C++ writer with ``engine`` and its ``parameters``."""
+    """One run of the C++ writer with ``engine`` and its ``parameters`` (the ``lane``)."""
     lines = "\n".join(f'      <parameter key="{k}" value="{v}"/>' for k, v in parameters.items())
     config = workdir / f"{engine}.xml"
     config.write_text(XML.format(engine=engine, parameters=lines))
     cmd = _mpirun(args.ranks, str(binary), str(config), "BenchOutput", target, str(mib),
                   str(args.steps))  # fmt: skip
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=TIMEOUT)
-    return _json_line(proc, f"the {engine} writer")
+    return _json_line(proc, f"the {lane} writer")
 
 
 def run_deisa(binary: Path, engine_dir: Path, args: Any, mib: int, workdir: Path) -> dict:
     """The deisa lane: a cluster, an Adapter taking every step, the writer with the engine."""
+    import dask
     from distributed import Client
 
     from deisa import Adapter
 
-    with local_cluster(args.workers) as cluster, Client(cluster) as client:
+    with (
+        dask.config.set({"temporary-directory": str(workdir)}),  # its scratch space, removed
+        local_cluster(args.workers) as cluster,
+        Client(cluster) as client,
+    ):
         scheduler_file = workdir / "scheduler.json"
         scheduler_file.write_text(json.dumps({"address": cluster.scheduler_address}))
         arrived: list[float] = []
         adapter = Adapter(client, timeout=TIMEOUT)
 
         def take() -> None:
-            for _, _array in adapter["block"].items():
-                arrived.append(time.time())
+            try:
+                for _, _array in adapter["block"].items():
+                    arrived.append(time.time())
+            except Exception as exc:  # the writer failed and the client is closing
+                arrived.append(float("nan"))
+                print(f"  the Adapter stopped: {exc}", flush=True)
 
         taker = threading.Thread(target=take, daemon=True)
         taker.start()
         parameters = {"PluginName": "deisa", "PluginLibrary": "deisa_adios2_engine",
                       "SchedulerFile": str(scheduler_file)}  # fmt: skip
         env = child_env(ADIOS2_PLUGIN_PATH=str(engine_dir), TMPDIR=str(workdir))
-        result = run_writer(binary, "plugin", parameters, "deisa.bp", args, mib, env, workdir)
+        result = run_writer(binary, "plugin", parameters, "deisa.bp", args, mib, env, workdir,
+                            "deisa")  # fmt: skip
         taker.join(TIMEOUT)
         result["arrived"] = arrived
     return result
@@ -174,7 +195,7 @@ def run_bp5(binary: Path, args: Any, mib: int, workdir: Path) -> dict[str, Any]:
     target = workdir / "out.bp"
     env = child_env(TMPDIR=str(workdir))
     try:
-        return run_writer(binary, "BP5", {}, str(target), args, mib, env, workdir)
+        return run_writer(binary, "BP5", {}, str(target), args, mib, env, workdir, "BP5")
     finally:
         shutil.rmtree(target, ignore_errors=True)
 
@@ -253,7 +274,8 @@ def print_table(records: list[dict[str, Any]]) -> None:
     rows = [[r["mib"], r["lane"], r["ranks"], f"{1000 * r['step_s']:.2f}",
              f"{1000 * r['memcpy_s']:.2f}", f"{r['step_s'] / r['memcpy_s']:.1f}",
              f"{1000 * r['bound_s']:.2f}", f"{r['writer_gib_s']:.2f}",
-             f"{r['delivered_gib_s']:.2f}"] for r in records]  # fmt: skip
+             "-" if r["lane"] == "BP5" else f"{r['delivered_gib_s']:.2f}"]
+            for r in records]  # fmt: skip
     headers = ["MiB/rank", "lane", "ranks", "step ms", "memcpy ms", "step/memcpy",
                "2.5 memcpy + 2 ms", "writer GiB/s", "delivered GiB/s"]  # fmt: skip
     print(table(headers, rows), flush=True)
@@ -300,20 +322,25 @@ def main(argv: list[str] | None = None) -> int:
     runners, skipped = lanes_here()
     for lane, why in skipped.items():
         print(f"lane {lane} skipped: {why}", flush=True)
-    records, load = [], [loadavg()]
+    records, load, logs = [], [loadavg()], {}
     for mib in [int(s) for s in args.sizes.split(",")]:
         runs: dict[str, list[dict[str, Any]]] = {lane: [] for lane in runners}
         for r in range(args.repeats):
             for lane in list(runners)[:: 1 if r % 2 == 0 else -1]:
                 print(f"{mib} MiB, {lane} ...", flush=True)
-                with tempfile.TemporaryDirectory(prefix="deisa-bench-adios2-") as tmp:
-                    runs[lane].append(runners[lane](args, mib, Path(tmp)))
+                try:
+                    with tempfile.TemporaryDirectory(prefix="deisa-bench-adios2-") as tmp:
+                        runs[lane].append(runners[lane](args, mib, Path(tmp)))
+                except LaneFailedError as exc:  # the lane is left out from here on
+                    print(f"lane {lane} failed at {mib} MiB: {exc}", flush=True)
+                    skipped[lane], logs[lane] = f"failed at {mib} MiB: {exc}", exc.log
+                    del runners[lane], runs[lane]
         records += [summarize(lane, mib, lane_runs) for lane, lane_runs in runs.items()]
         load.append(loadavg())
     print_table(records)
     return finish(args.out, "adios2_endstep", targets_of(records, skipped), records=records,
-                  skipped=skipped, loadavg=load, steps=args.steps, repeats=args.repeats,
-                  sst_queue=args.queue)  # fmt: skip
+                  skipped=skipped, failure_logs=logs, loadavg=load, steps=args.steps,
+                  repeats=args.repeats, sst_queue=args.queue)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -30,15 +30,20 @@ def test_adios2_endstep_runs_every_lane_here_and_names_the_others(tmp_path: Path
                           text=True)  # fmt: skip
     assert proc.returncode in (0, 1), proc.stderr[-3000:]  # 1: a target missed, as printed
     result = json.loads((tmp_path / "adios2_endstep.json").read_text())
-    assert {r["lane"] for r in result["records"]} == expected
-    assert set(result["skipped"]) == {"deisa", "BP5", "SST"} - expected
+    # the engine is another component: a crash of its lane is reported, not the bench's failure
+    failed = {lane for lane, why in result["skipped"].items() if why.startswith("failed at")}
+    assert failed <= {"deisa"}, result["skipped"]
+    assert {r["lane"] for r in result["records"]} == expected - failed
+    assert set(result["skipped"]) == {"deisa", "BP5", "SST"} - expected | failed
     for lane, why in result["skipped"].items():
-        assert f"lane {lane} skipped: {why}" in proc.stdout
+        assert f"lane {lane} {'' if lane in failed else 'skipped: '}" in proc.stdout
+        assert why.split(": ", 1)[-1] in proc.stdout
     for record in result["records"]:
         assert record["step_s"] > 0 and record["memcpy_s"] > 0, record
         if record["lane"] != "BP5":  # a reader saw every step
             assert record["steps_seen"] == [4], record
     assert len(result["targets"]) == 2
     measured = [t["passed"] is not None for t in result["targets"]]
-    assert measured == [("deisa" in expected), ("deisa" in expected and "SST" in expected)]
+    deisa = "deisa" in expected - failed
+    assert measured == [deisa, deisa and "SST" in expected]
     assert not list(tmp.iterdir())
