@@ -270,6 +270,14 @@ PROCESS_TESTS: dict[str, frozenset[str] | None] = {
     "test_async_publish": None,
     "test_bench": None,
     "test_bench_contracts": None,
+    "test_bench_adios2": None,  # mpirun, the C++ writer's CMake build, SST processes, a cluster
+    "test_bench_tls_link": None,  # network namespaces, dask processes, mpirun
+    "test_replay_bp": frozenset(  # a LocalCluster; mpirun of bench/adios2's C++ writer
+        {
+            "test_bp_is_lazy_and_computes_on_a_cluster",
+            "test_bp_written_by_mpi_ranks_replays_their_blocks",
+        }
+    ),
     "test_cli": None,
     "test_local": None,
     "test_processes": None,

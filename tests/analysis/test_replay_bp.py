@@ -8,6 +8,7 @@ numpy field it was cut from, and with a Replay of the same data saved to HDF5.
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -216,3 +217,29 @@ def test_values_of_an_hdf5_replay_say_why_not(tmp_path: Path) -> None:
         f.create_dataset("U", data=np.zeros((2, *SHAPE)))
     with pytest.raises(ReplayError, match="holds no single values per step: only ADIOS2"):
         Replay(tmp_path / "run.h5").values(0)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_bp_written_by_mpi_ranks_replays_their_blocks(tmp_path: Path, engine: str) -> None:
+    """Three MPI ranks of a C++ code (bench/adios2's writer, ADIOS2 with MPI) each Put a row;
+    the Replay's chunks are the ranks' rows, every step bitwise what they wrote."""
+    from conftest import mpirun, test_env
+
+    from bench.adios2_endstep import build_writer
+
+    writer, why = build_writer()
+    if writer is None:
+        pytest.skip(why)
+    config = tmp_path / "config.xml"
+    config.write_text(f'<adios-config><io name="Out"><engine type="{engine}"/></io></adios-config>')
+    cmd = mpirun(3, str(writer), str(config), "Out", str(tmp_path / "out.bp"), "1", "3")
+    proc = subprocess.run(cmd, env=test_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    block = Replay(tmp_path / "out.bp")["block"]
+    n = 2**20 // 8
+    assert block.steps == [0, 1, 2] and block.shape == (3, n)
+    assert block.chunks == ((1, 1, 1), (n,))
+    for step in block.steps:
+        expected = np.arange(3.0)[:, None] + 1e-9 * np.arange(n, dtype=np.float64)
+        expected[:, 0] = step  # each step marks its first element
+        assert block[step].compute().tobytes() == expected.tobytes()
