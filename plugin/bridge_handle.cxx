@@ -22,7 +22,7 @@
 #include <pdi/scalar_datatype.h>
 
 #include "bridge_handle.h"
-#include "python_interpreter.h"
+#include "core/python_interpreter.h"
 
 namespace py = pybind11;
 using namespace pybind11::literals;
@@ -60,16 +60,6 @@ Ref_r evaluate(Context& ctx, const Config_expression& value, const char* key)
 	} catch (const PDI::Error& e) {
 		throw Spectree_error{value.tree, "Cannot evaluate `{}' in deisa configuration: {}", key, e.what()};
 	}
-}
-
-template <typename T>
-py::tuple to_tuple(const vector<T>& values)
-{
-	py::tuple result(values.size());
-	for (size_t ii = 0; ii < values.size(); ++ii) {
-		result[ii] = py::int_(values[ii]);
-	}
-	return result;
 }
 
 /// The Fortran handle of the communicator designated by `expression' (an MPI_Comm or a Fortran handle)
@@ -117,18 +107,7 @@ Bridge_handle::~Bridge_handle()
 {
 	if (!Py_IsInitialized()) return;
 	py::gil_scoped_acquire gil;
-	if (m_preload) {
-		// close() was not reached (e.g. a configuration error in PDI_init): no import may run
-		// while the interpreter is finalized
-		try {
-			m_preload.attr("join")();
-		} catch (const py::error_already_set&) {
-		}
-	}
-	m_bridge = py::object();
 	m_bridge_options = py::object();
-	m_preload = py::object();
-	m_module = py::object();
 }
 
 void Bridge_handle::scheduler_file(PC_tree_t value, const string& key)
@@ -164,29 +143,29 @@ void Bridge_handle::validate(Context& ctx, PC_tree_t config, double interpreter_
 	}
 	py::gil_scoped_acquire gil;
 	try {
-		m_module = py::module_::import("deisa");
+		m_python.import_deisa();
 		if (!m_scheduler_file && !m_scheduler_overridden) {
 			// no `scheduler_file' key: $DEISA_SCHEDULER_FILE, by the rule the Python Bridge follows
 			try {
 				m_scheduler_path = py::module_::import("deisa.bridge.scheduler_file").attr("resolve_scheduler_file")(py::none()).cast<string>();
 			} catch (const py::error_already_set& e) {
-				throw Spectree_error{config, "deisa configuration: {}", py::str(e.value()).cast<string>()};
+				const string message = py::str(e.value());
+				m_python.join_imports(); // PDI's error handler may exit() next: no import under way then
+				throw Spectree_error{config, "deisa configuration: {}", message};
 			}
 		}
-		// numpy, deisa.bridge, mpi4py: seconds, overlapped with the simulation's first steps
-		m_preload = py::module_::import("deisa.bridge._preload").attr("start")();
 		// no option key to check: PDI_init waits for no import at all
 		if (m_options.empty()) return;
-		m_preload.attr("wait")("options");
+		m_python.wait("options");
 	} catch (const py::error_already_set& e) {
-		m_module = py::object(); // disables the bridge (on_error: warn)
+		m_python.forget(); // disables the bridge (on_error: warn)
 		handle_python_error(ctx, "importing the deisa Python package", e);
 		return; // on_error: warn, without deisa the keys cannot be checked
 	}
 	try {
-		m_options.check_keys(m_module);
+		m_options.check_keys(m_python.module());
 		// bad options are reported now, unless they depend on data not shared yet
-		m_bridge_options = m_options.build(ctx, m_module, true);
+		m_bridge_options = m_options.build(ctx, m_python, true);
 	} catch (const py::error_already_set& e) {
 		handle_python_error(ctx, "checking the deisa Bridge options", e);
 	}
@@ -194,21 +173,8 @@ void Bridge_handle::validate(Context& ctx, PC_tree_t config, double interpreter_
 
 py::object Bridge_handle::array_spec(const Array_geometry& geometry) const
 {
-	py::dict names; // `dims' only when the YAML gives them, so that ArraySpec's default stays its own
-	if (!geometry.dims.empty()) {
-		py::tuple dims(geometry.dims.size());
-		for (size_t axis = 0; axis < geometry.dims.size(); ++axis) {
-			dims[axis] = py::str(geometry.dims[axis]);
-		}
-		names["dims"] = dims;
-	}
 	try {
-		return m_module.attr("ArraySpec"
-		)("dtype"_a = geometry.dtype,
-		  "global_shape"_a = to_tuple(geometry.global_shape),
-		  "start"_a = to_tuple(geometry.start),
-		  "shape"_a = to_tuple(geometry.shape),
-		  **names);
+		return m_python.array_spec(geometry.dtype, geometry.global_shape, geometry.start, geometry.shape, geometry.dims);
 	} catch (py::error_already_set& e) {
 		if (!e.matches(PyExc_ValueError) && !e.matches(PyExc_TypeError)) throw;
 		throw Spectree_error{
@@ -263,12 +229,12 @@ void Bridge_handle::open(Context& ctx, const vector<Array_transfer>& transfers)
 	}
 	const string scheduler_file = m_scheduler_path;
 	py::gil_scoped_acquire gil;
-	if (!m_module) {
+	if (!m_python.imported()) {
 		m_disabled = true;
 		return;
 	}
 	try {
-		m_preload.attr("wait")("bridge");
+		m_python.wait("bridge");
 	} catch (const py::error_already_set& e) {
 		m_disabled = true;
 		handle_python_error(ctx, "importing the deisa Python package", e);
@@ -277,7 +243,7 @@ void Bridge_handle::open(Context& ctx, const vector<Array_transfer>& transfers)
 	// a bad option or block position is a PDI error on its YAML node, whatever on_error says
 	py::dict specs;
 	try {
-		if (!m_bridge_options || m_bridge_options.is_none()) m_bridge_options = m_options.build(ctx, m_module, false);
+		if (!m_bridge_options || m_bridge_options.is_none()) m_bridge_options = m_options.build(ctx, m_python, false);
 		for (auto&& array: m_arrays) {
 			specs[py::str(array.first)] = array_spec(array.second);
 		}
@@ -286,42 +252,21 @@ void Bridge_handle::open(Context& ctx, const vector<Array_transfer>& transfers)
 		handle_python_error(ctx, "checking the deisa Bridge options", e);
 		return;
 	}
-	using Clock = std::chrono::steady_clock;
-	auto seconds_since = [](Clock::time_point start) {
-		return std::chrono::duration<double>(Clock::now() - start).count();
-	};
 	try {
-		// on this thread: importing mpi4py.MPI calls MPI, which the simulation may allow on its own thread only
-		const auto mpi_start = Clock::now();
-		py::object mpi = py::module_::import("mpi4py.MPI");
-		py::object py_comm = mpi.attr("Intracomm")(mpi.attr("Comm").attr("f2py")(comm));
-		const double mpi_seconds = seconds_since(mpi_start);
 		ctx.logger().debug(
 			"Creating deisa.Bridge({}, {}, options={})",
 			scheduler_file,
 			py::str(specs).cast<string>(),
 			py::repr(m_bridge_options).cast<string>()
 		);
-		const auto bridge_start = Clock::now();
-		if (array_comms.empty()) {
-			m_bridge = m_module.attr("Bridge")(scheduler_file, specs, "comm"_a = py_comm, "options"_a = m_bridge_options);
-		} else {
-			py::dict comms;
-			for (auto&& array: array_comms) {
-				comms[py::str(array.first)] = array.second == MPI_Comm_c2f(MPI_COMM_NULL)
-				                                ? mpi.attr("COMM_NULL")
-				                                : mpi.attr("Intracomm")(mpi.attr("Comm").attr("f2py")(array.second));
-			}
-			m_bridge
-				= m_module.attr("BridgeGroup")(scheduler_file, specs, "comm"_a = py_comm, "array_comms"_a = comms, "options"_a = m_bridge_options);
-		}
+		const Startup startup = m_python.create(scheduler_file, specs, comm, array_comms, m_bridge_options);
 		ctx.logger().info(
 			"deisa.Bridge created for `{}' in {:.3f} s; start-up: interpreter {:.3f} s, imports {}, mpi4py.MPI {:.3f} s",
 			scheduler_file,
-			seconds_since(bridge_start),
+			startup.bridge_seconds,
 			m_interpreter_seconds,
-			m_preload.attr("summary")().cast<string>(),
-			mpi_seconds
+			startup.imports,
+			startup.mpi_seconds
 		);
 	} catch (const py::error_already_set& e) {
 		m_disabled = true;
@@ -377,12 +322,11 @@ void Bridge_handle::publish(Context& ctx, const string& dataset, const Block& bl
 	}
 	py::gil_scoped_acquire gil;
 	try {
-		py::array view{py::dtype(block.dtype), block.shape, block.strides, block.data, py::capsule{new Ref{block.ref}, [](void* ref) {
-																									   delete static_cast<Ref*>(ref);
-																								   }}};
-		view.attr("flags").attr("writeable") = false;
+		py::capsule owner{new Ref{block.ref}, [](void* ref) {
+							  delete static_cast<Ref*>(ref);
+						  }};
 		ctx.logger().trace("Publishing `{}' step {}", dataset, block.step);
-		m_bridge.attr("publish")(dataset, view, block.step);
+		m_python.publish(dataset, {block.data, block.dtype, block.shape, block.strides}, block.step, std::move(owner));
 	} catch (const py::error_already_set& e) {
 		handle_python_error(
 			ctx,
@@ -394,14 +338,8 @@ void Bridge_handle::publish(Context& ctx, const string& dataset, const Block& bl
 
 void Bridge_handle::join_imports(Context& ctx)
 {
-	if (!Py_IsInitialized()) return;
-	py::gil_scoped_acquire gil;
-	if (!m_preload) return;
-	try {
-		m_preload.attr("join")();
-	} catch (const py::error_already_set& e) {
-		ctx.logger().error("Python failure while waiting for the deisa imports:\n{}", python_traceback(e));
-	}
+	const string failure = m_python.join_imports();
+	if (!failure.empty()) ctx.logger().error("Python failure while waiting for the deisa imports:\n{}", failure);
 }
 
 void Bridge_handle::close(Context& ctx)
@@ -409,27 +347,26 @@ void Bridge_handle::close(Context& ctx)
 	if (!Py_IsInitialized()) return;
 	join_imports(ctx); // the interpreter must not be finalized under a running import
 	py::gil_scoped_acquire gil;
-	if (!m_bridge) return;
+	if (!m_python.created()) return;
 	try {
-		m_bridge.attr("close")();
+		m_python.close();
 		ctx.logger().info("Stream closed");
 	} catch (const py::error_already_set& e) {
 		// no exception can leave PDI_finalize: report, whatever on_error says
 		ctx.logger().error("Python failure while closing the deisa Bridge ({}: `{}'):\n{}", m_scheduler_key, m_scheduler_path, python_traceback(e));
 	}
-	m_bridge = py::object();
 }
 
 bool Bridge_handle::get(Context& ctx, const string& name, const std::function<void(py::handle)>& fill)
 {
-	if (m_disabled || !m_bridge) {
+	if (m_disabled || !m_python.created()) {
 		ctx.logger().debug("Not reading steering value `{}': {}", name, m_disabled ? "the bridge is disabled" : "no publication yet");
 		return false;
 	}
 	py::gil_scoped_acquire gil;
 	py::object value;
 	try {
-		value = m_bridge.attr("get")(name);
+		value = m_python.get(name);
 	} catch (const py::error_already_set& e) {
 		handle_python_error(ctx, "reading steering value `" + name + "' (" + m_scheduler_key + ": `" + m_scheduler_path + "')", e);
 		return false;

@@ -18,6 +18,7 @@
 
 #include "array_transfer.h"
 #include "bridge_options.h"
+#include "core/python_bridge.h"
 
 namespace deisa {
 
@@ -84,14 +85,8 @@ class Bridge_handle
 	/// what a Python failure does
 	On_error m_on_error = On_error::ABORT;
 
-	/// the deisa.Bridge, None until opened
-	pybind11::object m_bridge;
-
-	/// the deisa Python module
-	pybind11::object m_module;
-
-	/// the imports running in a Python thread while the simulation computes (deisa.bridge._preload.Preload)
-	pybind11::object m_preload;
+	/// the deisa module, its background imports and the deisa.Bridge (the part shared with the ADIOS2 engine)
+	Python_bridge m_python;
 
 	/// wall time of the embedded interpreter's start, for the start-up report
 	double m_interpreter_seconds = 0;
@@ -175,7 +170,7 @@ public:
 	/** Whether the bridge exists or failed to be created
 	 * \return true once open was called
 	 */
-	bool opened() const { return m_disabled || m_bridge; }
+	bool opened() const { return m_disabled || m_python.created(); }
 
 	/** Creates the bridge (collective over the communicator), once the imports are done
 	 *

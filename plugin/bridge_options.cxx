@@ -13,6 +13,7 @@
 #include <pdi/scalar_datatype.h>
 
 #include "bridge_options.h"
+#include "core/python_bridge.h"
 
 namespace py = pybind11;
 using PDI::Context;
@@ -87,7 +88,7 @@ py::object Bridge_options::to_python(Context& ctx, const Option& option)
 	return py::str(option.value->to_string(ctx));
 }
 
-py::object Bridge_options::build(Context& ctx, py::handle deisa, bool may_defer) const
+py::object Bridge_options::build(Context& ctx, const Python_bridge& python, bool may_defer) const
 {
 	py::dict mapping;
 	for (auto&& option: m_options) {
@@ -99,13 +100,11 @@ py::object Bridge_options::build(Context& ctx, py::handle deisa, bool may_defer)
 		}
 	}
 	try {
-		return deisa.attr("BridgeOptions").attr("from_mapping")(mapping);
-	} catch (py::error_already_set& e) {
-		if (!e.matches(deisa.attr("BridgeOptionError"))) throw;
-		const string at_fault = py::str(e.value().attr("option"));
-		const string message = py::str(e.value());
+		return python.options(mapping);
+	} catch (const Option_error& e) {
+		const string& message = e.message;
 		for (auto&& option: m_options) {
-			if (option.key == at_fault) {
+			if (option.key == e.option) {
 				throw Spectree_error{
 					option.value_tree,
 					"Invalid value for `{}' in deisa configuration: `{}' ({})",

@@ -15,6 +15,8 @@
 
 namespace deisa {
 
+class Python_bridge;
+
 /** The Bridge options of the configuration, checked by Python.
  *
  * The plugin does not know the options: every key it does not handle itself
@@ -85,11 +87,11 @@ public:
 	 * other Python failures propagate as pybind11::error_already_set.
 	 *
 	 * \param ctx the context in which to evaluate the $-expressions
-	 * \param deisa the deisa Python module
+	 * \param python the deisa module (the core, shared with the ADIOS2 engine, builds the options)
 	 * \param may_defer whether to return None, rather than fail, when a $-expression cannot be evaluated yet
 	 * \return the options, or None if deferred
 	 */
-	pybind11::object build(PDI::Context& ctx, pybind11::handle deisa, bool may_defer) const;
+	pybind11::object build(PDI::Context& ctx, const Python_bridge& python, bool may_defer) const;
 };
 
 } // namespace deisa

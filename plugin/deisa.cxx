@@ -17,7 +17,7 @@
 
 #include "bridge_handle.h"
 #include "configuration.h"
-#include "python_interpreter.h"
+#include "core/python_interpreter.h"
 #include "steering_read.h"
 
 namespace {
@@ -50,9 +50,13 @@ class deisa_plugin: public Plugin
 public:
 	deisa_plugin(Context& ctx, PC_tree_t config)
 		: Plugin{ctx}
-		, m_interpreter{ctx}
 		, m_config{ctx, config, m_bridge}
 	{
+		if (m_interpreter.started()) {
+			ctx.logger().debug("Python interpreter started by the plugin in {:.3f} s", m_interpreter.start_seconds());
+		} else {
+			ctx.logger().debug("Using the host program's Python interpreter");
+		}
 		m_bridge.validate(ctx, config, m_interpreter.start_seconds());
 		if (!m_config.events().empty() || !m_config.init_on().empty()) {
 			ctx.callbacks().add_event_callback([this](const string& name) { this->event(name); });

@@ -1,4 +1,6 @@
-/* Embedded Python for the deisa PDI plugin. */
+/* Embedded Python, shared by the deisa PDI plugin and the deisa ADIOS2 engine. */
+
+#include <dlfcn.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -6,9 +8,6 @@
 
 #include <pybind11/embed.h>
 #include <pybind11/pybind11.h>
-
-#include <pdi/context.h>
-#include <pdi/logger.h>
 
 #include "python_interpreter.h"
 
@@ -21,24 +20,34 @@ namespace {
 /// set by an atexit handler: exit() is under way, e.g. PDI's error handler stopping the program
 bool g_exiting = false;
 
+/** Makes libpython's symbols global: a host that loaded this library with RTLD_LOCAL (ADIOS2
+ * loads its plugin engines so) hides them from the extension modules Python loads (`math'
+ * would fail with `undefined symbol: PyFloat_Type')
+ */
+void promote_libpython()
+{
+	Dl_info info;
+	if (dladdr(reinterpret_cast<void*>(&Py_IsInitialized), &info) && info.dli_fname) {
+		dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_GLOBAL);
+	}
+}
+
 } // namespace
 
-Python_interpreter::Python_interpreter(PDI::Context& ctx)
+Python_interpreter::Python_interpreter()
 {
-	if (Py_IsInitialized()) {
-		ctx.logger().debug("Using the host program's Python interpreter");
-		return;
-	}
+	if (Py_IsInitialized()) return;
 	const auto start = std::chrono::steady_clock::now();
+	promote_libpython();
 	// no signal handlers: Ctrl-C and SIGTERM belong to the MPI launcher, not to Python
 	py::initialize_interpreter(false);
 	m_started = true;
-	// registered after PDI's static context, so it runs before the context (and this plugin) is destroyed
+	// registered after the host's static state (PDI's context, ADIOS2's plugin manager), so it runs
+	// before that state (and the plugin or engine owning this object) is destroyed
 	static const bool exit_watch = std::atexit([] { g_exiting = true; }) == 0;
 	(void)exit_watch;
 	m_saved_state = PyEval_SaveThread();
 	m_start_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-	ctx.logger().debug("Python interpreter started by the plugin in {:.3f} s", m_start_seconds);
 }
 
 Python_interpreter::~Python_interpreter()

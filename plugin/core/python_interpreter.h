@@ -1,4 +1,4 @@
-/* Embedded Python for the deisa PDI plugin. */
+/* Embedded Python, shared by the deisa PDI plugin and the deisa ADIOS2 engine. */
 
 #ifndef DEISA_PYTHON_INTERPRETER_H_
 #define DEISA_PYTHON_INTERPRETER_H_
@@ -6,8 +6,6 @@
 #include <string>
 
 #include <pybind11/pybind11.h>
-
-#include <pdi/pdi_fwd.h>
 
 namespace deisa {
 
@@ -30,10 +28,9 @@ class Python_interpreter
 	double m_start_seconds = 0;
 
 public:
-	/** Starts an interpreter if none is running
-	 * \param ctx the PDI context, for logging
+	/** Starts an interpreter if none is running (started() says which; the caller logs it)
 	 */
-	explicit Python_interpreter(PDI::Context& ctx);
+	Python_interpreter();
 
 	Python_interpreter(const Python_interpreter&) = delete;
 

@@ -1,0 +1,334 @@
+/* The deisa ADIOS2 engine: an ADIOS2 code's steps, published to Dask through one deisa.Bridge per MPI rank. */
+
+#include <mpi.h>
+
+#include <complex>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <pybind11/complex.h>
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include "core/python_interpreter.h"
+#include "deisa_engine.h"
+
+namespace py = pybind11;
+using std::invalid_argument;
+using std::string;
+using std::vector;
+
+namespace deisa {
+
+namespace {
+
+/// The process's interpreter: started by the first engine, never finalized (numpy cannot start twice)
+void start_interpreter()
+{
+	static Python_interpreter* interpreter = new Python_interpreter;
+	(void)interpreter;
+}
+
+/// Logs a line through Python's logging, logger `deisa.adios2' (the GIL must be held)
+void log(const char* level, const string& message)
+{
+	py::module_::import("logging").attr("getLogger")("deisa.adios2").attr(level)(message);
+}
+
+/// The numpy name of an ADIOS2 element type
+template <typename T>
+string dtype_name()
+{
+	if constexpr (std::is_same_v<T, char>) {
+		return "int8"; // ADIOS2 stores char as a signed byte
+	} else {
+		py::gil_scoped_acquire gil;
+		return py::str(py::dtype::of<T>()).cast<string>();
+	}
+}
+
+vector<long> to_longs(const adios2::Dims& dims)
+{
+	return vector<long>(dims.begin(), dims.end());
+}
+
+string refused(const string& name, const string& feature, const string& instead)
+{
+	return "deisa ADIOS2 engine: variable `" + name + "' is " + feature + ", which the deisa engine does not publish: " + instead;
+}
+
+} // namespace
+
+Deisa_engine::Deisa_engine(adios2::IO io, const std::string& name, adios2::Mode mode)
+	: PluginEngineInterface{io, name, mode}
+{}
+
+Deisa_engine::~Deisa_engine()
+{
+	if (m_values_comm != MPI_COMM_NULL) MPI_Comm_free(&m_values_comm);
+	if (!Py_IsInitialized()) return;
+	py::gil_scoped_acquire gil;
+	m_parameters = py::object();
+}
+
+template <typename Call>
+void Deisa_engine::python(const string& action, const Call& call)
+{
+	try {
+		call();
+	} catch (py::error_already_set& e) {
+		py::gil_scoped_acquire gil;
+		log("error", "Python failure while " + action + " (scheduler file `" + m_scheduler_file + "'):\n" + python_traceback(e));
+		throw std::runtime_error{"deisa ADIOS2 engine: Python failure while " + action + ": " + py::str(e.value()).cast<string>()};
+	}
+}
+
+void Deisa_engine::Init()
+{
+	if (m_OpenMode != adios2::Mode::Write && m_OpenMode != adios2::Mode::Append) {
+		throw invalid_argument{
+			"deisa ADIOS2 engine: io `" + m_IO.Name()
+			+ "' is opened for reading, and the deisa engine only writes (a stream to Dask): read the output with BP5, "
+			  "or the live steps with deisa.Adapter"};
+	}
+	MPI_Comm_rank(m_comm, &m_rank);
+	start_interpreter();
+	py::gil_scoped_acquire gil;
+	try {
+		m_python.import_deisa();
+		py::dict parameters;
+		for (auto&& parameter: m_IO.Parameters()) {
+			parameters[py::str(parameter.first)] = parameter.second;
+		}
+		m_parameters = py::module_::import("deisa.bridge.engine_parameters").attr("parse")(parameters);
+		m_scheduler_file = m_parameters.attr("scheduler_file").cast<string>();
+	} catch (py::error_already_set& e) {
+		// a bad parameter: its one-line message; anything else with its traceback
+		if (!e.matches(py::module_::import("deisa.bridge.engine_parameters").attr("EngineParameterError"))) {
+			log("error", "Python failure while opening the deisa ADIOS2 engine:\n" + python_traceback(e));
+		}
+		throw invalid_argument{py::str(e.value()).cast<string>()};
+	}
+	check_defined_variables();
+}
+
+bool Deisa_engine::publishes(const string& name) const
+{
+	py::gil_scoped_acquire gil;
+	return m_parameters.attr("publishes")(name).cast<bool>();
+}
+
+void Deisa_engine::check(const string& name, adios2::ShapeID shape_id, const vector<string>& operators) const
+{
+	if (!publishes(name)) return;
+	if (shape_id == adios2::ShapeID::LocalArray || shape_id == adios2::ShapeID::LocalValue) {
+		throw invalid_argument{
+			refused(name, "a local array or value (no global shape)", "define it with a shape, or leave it out with the `Variables' parameter")};
+	}
+	if (shape_id == adios2::ShapeID::JoinedArray) {
+		throw invalid_argument{refused(
+			name,
+			"a joined array (its blocks' positions are known only once all are written)",
+			"define it with a start, or leave it out with the `Variables' parameter"
+		)};
+	}
+	if (!operators.empty()) {
+		throw invalid_argument{refused(
+			name,
+			"transformed by an operator (`" + operators.front() + "')",
+			"remove the operation from the variable (the analytics receives the array itself), or leave it out with the `Variables' parameter"
+		)};
+	}
+}
+
+void Deisa_engine::check_defined_variables()
+{
+	for (auto&& variable: m_IO.AvailableVariables(true)) {
+		const string& name = variable.first;
+		const string type = m_IO.VariableType(name);
+#define DEISA_CHECK(T)                                                                                                                               \
+	if (type == adios2::GetType<T>()) {                                                                                                              \
+		adios2::Variable<T> var = m_IO.InquireVariable<T>(name);                                                                                     \
+		vector<string> operators;                                                                                                                    \
+		for (auto&& op: var.Operations()) {                                                                                                          \
+			operators.emplace_back(op.Type());                                                                                                       \
+		}                                                                                                                                            \
+		check(name, var.ShapeID(), operators);                                                                                                       \
+		if (std::is_same_v<T, std::string> && publishes(name)) {                                                                                     \
+			throw invalid_argument{refused(name, "a string", "leave it out with the `Variables' parameter")};                                        \
+		}                                                                                                                                            \
+	}
+		ADIOS2_FOREACH_STDTYPE_1ARG(DEISA_CHECK)
+#undef DEISA_CHECK
+	}
+}
+
+template <typename T>
+void Deisa_engine::put(adios2::Variable<T> variable, const T* values, bool copy)
+{
+	const string name = variable.Name();
+	if constexpr (std::is_same_v<T, std::string>) {
+		if (publishes(name)) throw invalid_argument{refused(name, "a string", "leave it out with the `Variables' parameter")};
+		return;
+	} else {
+		vector<string> operators;
+		for (auto&& op: variable.Operations()) {
+			operators.emplace_back(op.Type());
+		}
+		check(name, variable.ShapeID(), operators);
+		if (!publishes(name)) return;
+		Step_block block;
+		block.name = name;
+		block.dtype = dtype_name<T>();
+		block.value = variable.ShapeID() == adios2::ShapeID::GlobalValue;
+		block.global_shape = block.value ? vector<long>{1} : to_longs(variable.Shape());
+		block.start = block.value ? vector<long>{0} : to_longs(variable.Start());
+		block.shape = block.value ? vector<long>{1} : to_longs(variable.Count());
+		block.data = values;
+		block.nbytes = sizeof(T) * (block.value ? 1 : variable.SelectionSize());
+		if (copy || block.value) block.keep_copy();
+		m_step_blocks.add(std::move(block), m_step);
+	}
+}
+
+#define DEISA_DEFINE_PUT(T)                                                                                                                          \
+	void Deisa_engine::DoPutSync(adios2::Variable<T> variable, const T* values)                                                                      \
+	{                                                                                                                                                \
+		put(variable, values, true);                                                                                                                 \
+	}                                                                                                                                                \
+	void Deisa_engine::DoPutDeferred(adios2::Variable<T> variable, const T* values)                                                                  \
+	{                                                                                                                                                \
+		put(variable, values, false);                                                                                                                \
+	}
+ADIOS2_FOREACH_STDTYPE_1ARG(DEISA_DEFINE_PUT)
+#undef DEISA_DEFINE_PUT
+
+#define DEISA_DEFINE_SPAN(T)                                                                                                                         \
+	void Deisa_engine::DoPut(adios2::Variable<T> variable, typename adios2::Variable<T>::Span&, const bool, const T&)                                \
+	{                                                                                                                                                \
+		throw invalid_argument{refused(                                                                                                              \
+			variable.Name(),                                                                                                                         \
+			"Put as a Span (Put(variable) returning the engine's memory)",                                                                           \
+			"ADIOS2's plugin interface cannot lend an engine's memory to the code (a Span's data() would be null); Put the code's "                  \
+			"own buffer instead"                                                                                                                     \
+		)};                                                                                                                                          \
+	}
+ADIOS2_FOREACH_PRIMITIVE_STDTYPE_1ARG(DEISA_DEFINE_SPAN)
+#undef DEISA_DEFINE_SPAN
+
+adios2::StepStatus Deisa_engine::BeginStep(adios2::StepMode, const float)
+{
+	if (m_in_step) throw invalid_argument{"deisa ADIOS2 engine: BeginStep called twice without EndStep"};
+	m_in_step = true;
+	return adios2::StepStatus::OK;
+}
+
+size_t Deisa_engine::CurrentStep() const
+{
+	return m_step;
+}
+
+void Deisa_engine::PerformPuts()
+{
+	m_step_blocks.keep_copies();
+}
+
+void Deisa_engine::EndStep()
+{
+	publish_step();
+	m_step_blocks.clear();
+	m_in_step = false;
+	++m_step;
+}
+
+void Deisa_engine::create_bridge()
+{
+	// rank 0's single values are the arrays of a communicator of rank 0 alone: every rank names them
+	string names;
+	if (m_rank == 0) {
+		for (auto&& name: m_step_blocks.value_names()) {
+			names += name + "\n";
+		}
+	}
+	int length = static_cast<int>(names.size());
+	MPI_Bcast(&length, 1, MPI_INT, 0, m_comm);
+	names.resize(length);
+	MPI_Bcast(names.data(), length, MPI_CHAR, 0, m_comm);
+	vector<string> value_names;
+	for (size_t begin = 0, end; (end = names.find('\n', begin)) != string::npos; begin = end + 1) {
+		value_names.emplace_back(names.substr(begin, end - begin));
+	}
+	m_step_blocks.declare(value_names);
+	MPI_Comm_split(m_comm, m_rank == 0 ? 0 : MPI_UNDEFINED, 0, &m_values_comm);
+	python("creating the deisa Bridge", [&] {
+		py::gil_scoped_acquire gil;
+		m_python.wait("bridge");
+		py::dict specs;
+		vector<std::pair<string, MPI_Fint>> array_comms;
+		for (auto&& array: m_step_blocks.arrays()) {
+			if (array.value) array_comms.emplace_back(array.name, MPI_Comm_c2f(m_values_comm));
+			if (array.value && m_rank != 0) continue;
+			specs[py::str(array.name)] = m_python.array_spec(array.dtype, array.global_shape, array.start, array.shape);
+		}
+		const Startup startup = m_python.create(m_scheduler_file, specs, MPI_Comm_c2f(m_comm), array_comms, m_parameters.attr("options"));
+		if (m_rank == 0) {
+			log("info",
+			    py::str("deisa.Bridge created for `{}' in {:.3f} s; start-up: imports {}, mpi4py.MPI {:.3f} s")
+			        .format(m_scheduler_file, startup.bridge_seconds, startup.imports, startup.mpi_seconds)
+			        .cast<string>());
+		}
+	});
+}
+
+void Deisa_engine::publish_step()
+{
+	bool published;
+	{
+		py::gil_scoped_acquire gil;
+		published = m_parameters.attr("publishes_step")(m_step).cast<bool>();
+	}
+	if (!published || (m_step_blocks.empty() && !m_step_blocks.declared())) return;
+	if (!m_step_blocks.declared()) create_bridge();
+	for (auto&& block: m_step_blocks.to_publish(m_step, m_rank)) {
+		python("publishing `" + block->name + "' step " + std::to_string(m_step), [&] {
+			py::gil_scoped_acquire gil;
+			const long itemsize = py::dtype(block->dtype).itemsize();
+			m_python.publish(block->name, block->strided(itemsize), static_cast<long>(m_step), py::none());
+		});
+	}
+}
+
+void Deisa_engine::DoClose(const int)
+{
+	if (m_closed) return;
+	m_closed = true;
+	if (!m_step_blocks.empty()) EndStep(); // Puts without BeginStep/EndStep: one step, as BP5 writes it
+	python("closing the deisa Bridge", [&] {
+		const bool created = m_python.created();
+		m_python.close();
+		if (created && m_rank == 0) {
+			py::gil_scoped_acquire gil;
+			log("info", "Stream closed (" + std::to_string(m_step) + " steps written)");
+		}
+	});
+	const string failure = m_python.join_imports();
+	if (!failure.empty()) {
+		py::gil_scoped_acquire gil;
+		log("error", "Python failure while waiting for the deisa imports:\n" + failure);
+	}
+}
+
+} // namespace deisa
+
+adios2::plugin::PluginEngineInterface* EngineCreate(adios2::IO io, const std::string& name, const adios2::Mode mode)
+{
+	return new deisa::Deisa_engine(io, name, mode);
+}
+
+void EngineDestroy(adios2::plugin::PluginEngineInterface* engine)
+{
+	delete engine;
+}

@@ -1,0 +1,155 @@
+/* The deisa ADIOS2 engine: an ADIOS2 code's steps, published to Dask through one deisa.Bridge per MPI rank. */
+
+#ifndef DEISA_ADIOS2_ENGINE_H_
+#define DEISA_ADIOS2_ENGINE_H_
+
+#include <mpi.h>
+
+#include <string>
+#include <vector>
+
+#include <adios2.h>
+#include <adios2/plugin/PluginEngineInterface.h>
+#include <pybind11/pybind11.h>
+
+#include "core/python_bridge.h"
+#include "step_blocks.h"
+
+#if !defined(ADIOS2_PLUGIN_ENGINE_INTERFACE) || ADIOS2_PLUGIN_ENGINE_INTERFACE < 2
+#error "the deisa ADIOS2 engine needs ADIOS2's plugin engine interface v2 (ADIOS2 >= 2.12)"
+#endif
+
+namespace deisa {
+
+/** The `deisa' engine of ADIOS2 (`<engine type="plugin">', PluginName `deisa').
+ *
+ * Each rank's Put of a global array is this rank's block of the array of the variable's name;
+ * a global single value is a one-element array published by rank 0.  EndStep publishes the
+ * step's blocks, in name order, through this rank's deisa.Bridge (created at the first
+ * published step, with the variables Put then), the ADIOS2 step being the time index.  A sync
+ * Put is copied (the code may reuse its buffer at once), a deferred Put is read at EndStep, or
+ * copied at PerformPuts, as BP5 does.  What has no meaning here (reading, local arrays,
+ * operators, strings, a Span) is a std::invalid_argument naming the feature and the variable,
+ * at Open for the variables defined then, else at their Put.  See docs/adios2.md.
+ */
+class Deisa_engine: public adios2::plugin::PluginEngineInterface
+{
+	/// the deisa module, its background imports and the Bridge (shared with the PDI plugin)
+	Python_bridge m_python;
+
+	/// the engine's parameters (deisa.bridge.engine_parameters.EngineParameters)
+	pybind11::object m_parameters;
+
+	/// the scheduler file, for messages
+	std::string m_scheduler_file;
+
+	/// the blocks Put in the step being written
+	Step_blocks m_step_blocks;
+
+	/// the index of the step being written (the time index of what it publishes)
+	size_t m_step = 0;
+
+	/// whether BeginStep was called and EndStep not yet
+	bool m_in_step = false;
+
+	/// whether Close was called
+	bool m_closed = false;
+
+	/// the communicator of the Bridge: MPI_COMM_WORLD (ADIOS2 2.12 gives a plugin engine no communicator, see EngineCreate)
+	MPI_Comm m_comm = MPI_COMM_WORLD;
+
+	/// this rank in the engine's communicator
+	int m_rank = 0;
+
+	/// the communicator of the single values: rank 0 alone (MPI_COMM_NULL elsewhere), once the Bridge exists
+	MPI_Comm m_values_comm = MPI_COMM_NULL;
+
+	/** Whether a variable is published (the `Variables' parameter)
+	 * \param name the variable
+	 */
+	bool publishes(const std::string& name) const;
+
+	/** Refuses what the engine cannot publish right: reading, local arrays, operators, strings
+	 * \param name the variable
+	 * \param shape_id its kind of shape
+	 * \param operators the types of its operators (compression...)
+	 */
+	void check(const std::string& name, adios2::ShapeID shape_id, const std::vector<std::string>& operators) const;
+
+	/// Checks every variable defined before Open
+	void check_defined_variables();
+
+	/** Records this rank's block of a variable for the step
+	 * \param variable the variable
+	 * \param values the code's memory
+	 * \param copy whether to copy it now (a sync Put)
+	 */
+	template <typename T>
+	void put(adios2::Variable<T> variable, const T* values, bool copy);
+
+	/// Creates the Bridge from the step's blocks (collective)
+	void create_bridge();
+
+	/// Publishes the step's blocks, if the step is published (collective)
+	void publish_step();
+
+	/** Runs a call to Python, turning a failure into one std::runtime_error naming `action' (the traceback is logged)
+	 * \param action what is done, for the message
+	 * \param call the call
+	 */
+	template <typename Call>
+	void python(const std::string& action, const Call& call);
+
+public:
+	/** The engine of an io opened by the code (ADIOS2's EngineCreate)
+	 * \param io the io
+	 * \param name the name given to Open
+	 * \param mode the open mode: Write or Append
+	 */
+	Deisa_engine(adios2::IO io, const std::string& name, adios2::Mode mode);
+
+	~Deisa_engine() override;
+
+	adios2::StepStatus BeginStep(adios2::StepMode mode, const float timeoutSeconds = -1.0f) override;
+
+	void EndStep() override;
+
+	size_t CurrentStep() const override;
+
+	void PerformPuts() override;
+
+protected:
+	void Init() override;
+
+#define DEISA_DECLARE_PUT(T)                                                                                                                         \
+	void DoPutSync(adios2::Variable<T> variable, const T* values) override;                                                                          \
+	void DoPutDeferred(adios2::Variable<T> variable, const T* values) override;
+	ADIOS2_FOREACH_STDTYPE_1ARG(DEISA_DECLARE_PUT)
+#undef DEISA_DECLARE_PUT
+
+#define DEISA_DECLARE_SPAN(T)                                                                                                                        \
+	void DoPut(adios2::Variable<T> variable, typename adios2::Variable<T>::Span& span, const bool initialize, const T& value) override;
+	ADIOS2_FOREACH_PRIMITIVE_STDTYPE_1ARG(DEISA_DECLARE_SPAN)
+#undef DEISA_DECLARE_SPAN
+
+	void DoClose(const int transportIndex = -1) override;
+};
+
+} // namespace deisa
+
+extern "C" {
+
+/** ADIOS2's entry point: the engine of an io opened with PluginName `deisa'
+ *
+ * Without the communicator: ADIOS2 2.12.1 compiles its PluginEngine, which calls this, in its
+ * serial core, where the plugin manager's signature has no MPI_Comm (what the MPI signature
+ * would receive there is garbage); the engine runs over MPI_COMM_WORLD.
+ */
+__attribute__((visibility("default"))) adios2::plugin::PluginEngineInterface*
+EngineCreate(adios2::IO io, const std::string& name, const adios2::Mode mode);
+
+/// ADIOS2's exit point
+__attribute__((visibility("default"))) void EngineDestroy(adios2::plugin::PluginEngineInterface* engine);
+}
+
+#endif // DEISA_ADIOS2_ENGINE_H_

@@ -1,0 +1,183 @@
+/* The deisa.Bridge of this MPI rank, seen from C++: shared by the PDI plugin and the ADIOS2 engine. */
+
+#ifndef DEISA_PYTHON_BRIDGE_H_
+#define DEISA_PYTHON_BRIDGE_H_
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <mpi.h>
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+namespace deisa {
+
+/// One block to publish: a strided, zero-copy description of the simulation's memory
+struct Strided_block {
+	/// address of the first element
+	const void* data;
+
+	/// numpy name of the element type (`float64', `int32'...)
+	std::string dtype;
+
+	/// number of elements in each dimension
+	std::vector<long> shape;
+
+	/// distance in bytes between two consecutive elements in each dimension
+	std::vector<long> strides;
+};
+
+/// What creating the Bridge cost, for the start-up report
+struct Startup {
+	/// the Bridge's construction, seconds
+	double bridge_seconds;
+
+	/// the background imports, per stage (deisa.bridge._preload.Preload.summary)
+	std::string imports;
+
+	/// importing mpi4py.MPI, seconds
+	double mpi_seconds;
+};
+
+/// A bad Bridge option (deisa.BridgeOptionError): the option at fault and the message naming it
+struct Option_error {
+	/// the option at fault, a field of deisa.BridgeOptions
+	std::string option;
+
+	/// the message, which names the option and its value
+	std::string message;
+};
+
+/** A read-only numpy view of a strided block, without copying it (the GIL must be held)
+ * \param block the block
+ * \param owner what keeps the memory alive while the view lives (None: the caller's lifetime rule)
+ * \return the view
+ */
+pybind11::array numpy_view(const Strided_block& block, pybind11::object owner);
+
+/** The Python side of this rank's deisa.Bridge, for a C++ front end (the PDI plugin, the ADIOS2 engine).
+ *
+ * Owns the deisa module, the background imports (deisa.bridge._preload) and the deisa.Bridge
+ * (or deisa.BridgeGroup); each front end keeps its own configuration, error policy and
+ * messages.  Every method that calls Python acquires the GIL and lets a Python failure out as
+ * pybind11::error_already_set, except where said otherwise.
+ */
+class Python_bridge
+{
+	/// the deisa Python module, None until imported
+	pybind11::object m_module;
+
+	/// the imports running in a Python thread while the simulation computes
+	pybind11::object m_preload;
+
+	/// the deisa.Bridge or deisa.BridgeGroup, None until created
+	pybind11::object m_bridge;
+
+public:
+	Python_bridge() = default;
+
+	Python_bridge(const Python_bridge&) = delete;
+
+	Python_bridge& operator= (const Python_bridge&) = delete;
+
+	/// Waits for the imports and releases the Python objects (acquires the GIL)
+	~Python_bridge();
+
+	/** Imports deisa and starts the background imports (numpy, deisa.bridge, mpi4py)
+	 */
+	void import_deisa();
+
+	/** Whether deisa was imported
+	 * \return true once import_deisa succeeded
+	 */
+	bool imported() const { return static_cast<bool>(m_module); }
+
+	/** Forgets the deisa module: the front end goes on without it
+	 */
+	void forget() { m_module = pybind11::object(); }
+
+	/** The deisa Python module (the GIL must be held)
+	 * \return the module
+	 */
+	pybind11::handle module() const { return m_module; }
+
+	/** Waits for a stage of the background imports (`options', `bridge')
+	 * \param stage the stage
+	 */
+	void wait(const char* stage);
+
+	/** Waits for the background imports to end; a failure is returned, not raised
+	 * \return the traceback of the failure, empty if none
+	 */
+	std::string join_imports();
+
+	/** Builds a deisa.BridgeOptions from option names to Python values (the GIL must be held)
+	 * \param mapping the options
+	 * \return the options
+	 * \throws Option_error for a bad option (deisa.BridgeOptionError)
+	 */
+	pybind11::object options(const pybind11::dict& mapping) const;
+
+	/** A deisa.ArraySpec (the GIL must be held); it checks the block's position
+	 * \param dtype numpy name of the element type
+	 * \param global_shape the global array's shape
+	 * \param start first index of this rank's block
+	 * \param shape size of this rank's block
+	 * \param dims names of the axes, empty for ArraySpec's default
+	 * \return the ArraySpec (a ValueError or TypeError if it refuses the block)
+	 */
+	pybind11::object array_spec(
+		const std::string& dtype,
+		const std::vector<long>& global_shape,
+		const std::vector<long>& start,
+		const std::vector<long>& shape,
+		const std::vector<std::string>& dims = {}
+	) const;
+
+	/** Creates the deisa.Bridge, collective over `comm' (a deisa.BridgeGroup if some arrays have a communicator of their own)
+	 *
+	 * Imports mpi4py.MPI on this thread: it calls MPI, which the simulation may allow on its
+	 * own thread only.
+	 * \param scheduler_file the Dask scheduler file
+	 * \param specs the deisa.ArraySpec of every array this rank holds, by name
+	 * \param comm the Fortran handle of the communicator of the arrays every rank holds
+	 * \param array_comms the arrays with a communicator of their own, and its Fortran handle (MPI_COMM_NULL's outside it)
+	 * \param options the deisa.BridgeOptions
+	 * \return what the start-up cost
+	 */
+	Startup create(
+		const std::string& scheduler_file,
+		const pybind11::dict& specs,
+		MPI_Fint comm,
+		const std::vector<std::pair<std::string, MPI_Fint>>& array_comms,
+		const pybind11::object& options
+	);
+
+	/** Whether the Bridge exists
+	 * \return true once create succeeded, until close
+	 */
+	bool created() const { return static_cast<bool>(m_bridge); }
+
+	/** Publishes one block (deisa.Bridge.publish, collective); returns when its memory may be reused
+	 * \param name the global array
+	 * \param block the block
+	 * \param step the index on the time axis
+	 * \param owner what keeps the block's memory alive while Python holds a view of it
+	 */
+	void publish(const std::string& name, const Strided_block& block, long step, pybind11::object owner);
+
+	/** Reads a steering value (deisa.Bridge.get, collective) with the GIL held
+	 * \param name the steering value's name
+	 * \return the value, None if the analytics set none
+	 */
+	pybind11::object get(const std::string& name);
+
+	/** Closes the stream (collective) and drops the Bridge; nothing if none was created
+	 */
+	void close();
+};
+
+} // namespace deisa
+
+#endif // DEISA_PYTHON_BRIDGE_H_

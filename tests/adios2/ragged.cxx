@@ -1,0 +1,111 @@
+/* An MPI code written against ADIOS2's C++ API, as an ADIOS2 user writes one: the test code of
+ * the deisa ADIOS2 engine (tests/test_adios2.py).
+ *
+ *   mpirun -np 4 deisa_adios2_ragged CONFIG.xml OUTPUT STEPS [--misuse local|span|read]
+ *
+ * Writes STEPS steps to OUTPUT through io `SimulationOutput', whose engine CONFIG.xml chooses
+ * (BP5, or deisa): a 13 x 10 global array `U' (double, a sync Put) and `V' (int32, a deferred
+ * Put) over a ragged 2-D decomposition (uneven blocks, from MPI_Dims_create's grid), and two
+ * global single values, `step' (int) and `time' (double).  On odd steps PerformPuts comes
+ * before EndStep and the code overwrites V's buffer after it: what is written must be the
+ * buffer at PerformPuts, as BP5 writes it.  --misuse makes it do what the deisa engine
+ * refuses: a local array, a Put returning a Span, a reader.  An error is one line on rank 0's
+ * stderr and exit status 1.
+ */
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include <adios2.h>
+
+namespace {
+
+constexpr size_t NX = 13;
+constexpr size_t NY = 10;
+
+/// A ragged split of `size' into `parts': part 0 is the largest, the others share the rest
+void ragged_split(size_t size, int parts, int index, size_t& start, size_t& count)
+{
+	const size_t rest = size / 2 / parts;
+	const size_t first = size - rest * (parts - 1);
+	start = index == 0 ? 0 : first + rest * (index - 1);
+	count = index == 0 ? first : rest;
+}
+
+void run(const std::string& config, const std::string& output, int steps, const std::string& misuse)
+{
+	int rank = 0, size = 1;
+	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+	MPI_Comm_size(MPI_COMM_WORLD, &size);
+	int dims[2] = {0, 0};
+	MPI_Dims_create(size, 2, dims);
+	size_t start[2], count[2];
+	ragged_split(NX, dims[0], rank / dims[1], start[0], count[0]);
+	ragged_split(NY, dims[1], rank % dims[1], start[1], count[1]);
+
+	adios2::ADIOS adios(config, MPI_COMM_WORLD);
+	adios2::IO io = adios.DeclareIO("SimulationOutput");
+	auto var_u = io.DefineVariable<double>("U", {NX, NY}, {start[0], start[1]}, {count[0], count[1]});
+	auto var_v = io.DefineVariable<int32_t>("V", {NX, NY}, {start[0], start[1]}, {count[0], count[1]});
+	auto var_step = io.DefineVariable<int>("step");
+	auto var_time = io.DefineVariable<double>("time");
+	if (misuse == "local") io.DefineVariable<double>("L", {}, {}, {count[0]});
+	adios2::Engine writer = io.Open(output, misuse == "read" ? adios2::Mode::Read : adios2::Mode::Write);
+
+	std::vector<double> u(count[0] * count[1]);
+	std::vector<int32_t> v(u.size());
+	for (int step = 0; step < steps; ++step) {
+		for (size_t i = 0; i < count[0]; ++i) {
+			for (size_t j = 0; j < count[1]; ++j) {
+				const size_t gi = start[0] + i, gj = start[1] + j;
+				u[i * count[1] + j] = std::sin(0.3 * gi + step) * std::cos(0.2 * gj) + 1e-3 * rank;
+				v[i * count[1] + j] = static_cast<int32_t>(gi * 1000 + gj + step * 100000);
+			}
+		}
+		double time = 0.125 * step;
+		writer.BeginStep();
+		writer.Put(var_step, step);
+		writer.Put(var_time, time);
+		writer.Put(var_u, u.data(), adios2::Mode::Sync);
+		writer.Put(var_v, v.data(), adios2::Mode::Deferred);
+		if (misuse == "span") writer.Put(var_u);
+		if (step % 2 == 1) {
+			writer.PerformPuts();
+			for (auto&& value: v)
+				value = -1; // after PerformPuts: not written
+		}
+		std::fill(u.begin(), u.end(), -1.0); // after a sync Put: not written
+		writer.EndStep();
+	}
+	writer.Close();
+}
+
+} // namespace
+
+int main(int argc, char* argv[])
+{
+	MPI_Init(&argc, &argv);
+	int rank = 0;
+	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+	int status = 0;
+	if (argc != 4 && !(argc == 6 && std::string(argv[4]) == "--misuse")) {
+		if (rank == 0) std::fprintf(stderr, "usage: %s CONFIG.xml OUTPUT STEPS [--misuse local|span|read]\n", argv[0]);
+		status = 2;
+	} else {
+		try {
+			run(argv[1], argv[2], std::stoi(argv[3]), argc == 6 ? argv[5] : "");
+		} catch (const std::exception& e) {
+			if (rank == 0) std::fprintf(stderr, "%s\n", e.what());
+			status = 1;
+		}
+	}
+	MPI_Finalize();
+	return status;
+}
