@@ -33,6 +33,7 @@ BENCHMARKS = (
     "publish",
     "tls_startup",
     "node_local",
+    "shm_pages",
 )
 
 

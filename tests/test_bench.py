@@ -356,3 +356,15 @@ def test_node_local_runs_both_transports_side_by_side(tmp_path: Path) -> None:
     assert result["worker_preload"] is True  # as deisa-run's workers
     others = result["rows"][0]["start_cpu_others_s"]
     assert others == others and others > 0  # rank 1 measured apart (not NaN)
+
+
+def test_shm_pages_measures_each_kind_of_page_offered(tmp_path: Path) -> None:
+    cmd = [sys.executable, "-m", "bench.shm_pages", "--sizes", "1", "--repeat", "2",
+           "--out", str(tmp_path)]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=REPO, env=test_env(), capture_output=True, text=True)
+    assert proc.returncode in (0, 1), proc.stderr[-3000:]  # 1: a target missed, as printed
+    result = json.loads((tmp_path / "shm_pages.json").read_text())
+    rows = {row["pages"]: row for row in result["rows"]}
+    assert "4 KiB pages" in rows  # the others where the node offers them
+    assert all(r["populate_ms"] > 0 and r["copy_ms"] > 0 for r in rows.values())
+    assert len(result["targets"]) == len(rows) and "copy into the slot" in proc.stdout
