@@ -493,3 +493,55 @@ def test_doctor_here_finds_pdi_the_built_plugin_and_the_mpiruns_mpi(
     for part, finding in found.items():  # one line each, as in the JSON
         assert f"{finding['status']:<8} {part:<13} " in [line[:23] for line in lines], part
     assert "Everything a local run (deisa-run) needs is here." in lines
+
+
+# -- ADIOS2 (deisa.doctor.adios2) ------------------------------------------------------------
+
+
+def fake_adios2(prefix: Path, version: str = "2.12.1", mpi: str = "ON") -> Path:
+    """An ADIOS2 CMake package under ``prefix``, as ADIOS2's install writes it."""
+    config = prefix / "lib" / "cmake" / "adios2"
+    config.mkdir(parents=True)
+    (config / "adios2-config.cmake").write_text("include(adios2-config-common.cmake)\n")
+    (config / "adios2-config-version.cmake").write_text(f'set(PACKAGE_VERSION "{version}")\n')
+    common_file = config / "adios2-config-common.cmake"
+    common_file.write_text(f"set(ADIOS2_HAVE_Fortran OFF)\nset(ADIOS2_HAVE_MPI {mpi})\n")
+    return config
+
+
+@pytest.mark.parametrize(
+    ("version", "mpi", "status", "says"),
+    [
+        ("2.12.1", "ON", WARNING, "ADIOS2 2.12.1 ("),
+        ("2.12.1", "OFF", WARNING, "the deisa engine needs ADIOS2 >= 2.12 built with MPI"),
+        ("2.10.2", "ON", WARNING, "the deisa engine needs ADIOS2 >= 2.12 built with MPI"),
+    ],
+)
+def test_adios2_version_mpi_and_the_engine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, version: str, mpi: str, status: str, says: str
+) -> None:
+    """ADIOS2_DIR's package: its version, MPI or not, Fortran or not, and no engine built in a
+    build directory without one (a warning: how to build it)."""
+    from deisa.doctor import adios2
+
+    config = fake_adios2(tmp_path / "adios2", version, mpi)
+    monkeypatch.setenv("ADIOS2_DIR", str(config))
+    monkeypatch.setattr(adios2, "project_build_dir", lambda: tmp_path / "build")
+    monkeypatch.setattr("deisa.launcher.adios2_engine.PREFIXES", (str(tmp_path / "none"),))
+    finding = adios2.check_adios2()
+    assert finding.status == status and says in finding.found, finding
+    with_mpi = "with MPI" if mpi == "ON" else "without MPI"
+    assert f"{with_mpi}, without Fortran; libdeisa_adios2_engine.so not found" in finding.found
+    assert finding.details["mpi"] == (mpi == "ON") and finding.details["version"] == version
+    assert "cmake" in finding.fix or "install it" in finding.fix
+
+
+def test_adios2_absent_is_optional(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from deisa.doctor import adios2
+
+    monkeypatch.delenv("ADIOS2_DIR", raising=False)
+    monkeypatch.setenv("CMAKE_PREFIX_PATH", str(tmp_path))
+    monkeypatch.setattr(adios2, "SYSTEM_PREFIXES", (str(tmp_path / "none"),))
+    finding = adios2.check_adios2()
+    assert finding.status == MISSING and not finding.required
+    assert "install ADIOS2 >= 2.12 with MPI" in finding.fix

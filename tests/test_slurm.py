@@ -496,6 +496,22 @@ def test_user_simulation_gets_the_built_plugin(fake_build: Path, tmp_path: Path)
     assert "deisa.launcher analytics" in client  # without --analytics: the built-in PCA
 
 
+def test_user_simulation_gets_the_built_adios2_engine(fake_build: Path, tmp_path: Path) -> None:
+    """An ADIOS2 code's job finds the engine CMake built, first in ADIOS2_PLUGIN_PATH (and the
+    variable's value before it, after)."""
+    engine = fake_build / "plugin" / "adios2"
+    engine.mkdir(parents=True)
+    (engine / "libdeisa_adios2_engine.so").touch()
+    script = slurm_script("./my_code", "my.xml", build_dir=fake_build, output=tmp_path / "out")
+    assert f"export ADIOS2_PLUGIN_PATH={engine}" in script
+    env = {"PATH": os.environ["PATH"], "SLURM_JOB_ID": "42", "ADIOS2_PLUGIN_PATH": "/opt/a"}
+    proc = subprocess.run(
+        ["bash", "-c", preamble(script) + 'echo "$ADIOS2_PLUGIN_PATH"'],
+        env=env, capture_output=True, text=True, cwd=tmp_path, timeout=60,
+    )  # fmt: skip
+    assert proc.stdout.strip().splitlines()[-1] == f"{engine}:/opt/a", proc.stderr
+
+
 # -- options shared with deisa-run ----------------------------------------------------------------
 
 

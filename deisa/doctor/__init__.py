@@ -8,6 +8,7 @@ One line per part, with a ``fix:`` line under each part that is missing or suspi
   (:mod:`.python`, :mod:`.mpi`);
 - optional: PDI (its CMake package, version and plugin directory, ``PDI_PLUGIN_PATH``), the
   Python that PDI would embed, the deisa PDI plugin that ``deisa-run`` finds (:mod:`.pdi`);
+  ADIOS2 (version, MPI, the deisa ADIOS2 engine that ``deisa-run`` finds: :mod:`.adios2`);
   Slurm (``deisa-run slurm``); UCX (distributed-ucxx, ``deisa-run --protocol ucx``); HDF5
   (h5py for :class:`deisa.Replay`, serial or parallel, and the C library's
   ``h5pcc -showconfig``).
@@ -24,6 +25,7 @@ import json
 from collections.abc import Callable, Iterable
 from dataclasses import asdict
 
+from .adios2 import check_adios2
 from .common import MISSING, OK, Finding
 from .mpi import check_mpi, check_mpi4py, check_slurm
 from .pdi import check_pdi, check_pdi_python, check_plugin
@@ -41,6 +43,7 @@ CHECKS: tuple[Callable[[], Finding], ...] = (
     check_pdi,
     check_pdi_python,
     check_plugin,
+    check_adios2,
     check_slurm,
     check_ucx,
     check_hdf5,

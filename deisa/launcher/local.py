@@ -39,6 +39,9 @@ from ..pca_app.driver import Analysis, drive, hold, stream_stats, ways
 from ..pca_app.failures import PipelineError, tail
 from ..pca_app.report import ways_in_words
 from ..pca_app.stall import StepWatch
+from .adios2_engine import PLUGIN_PATH as ADIOS2_PLUGIN_PATH
+from .adios2_engine import find_engine
+from .adios2_engine import plugin_path as adios2_plugin_path
 from .dask_processes import LOOPBACK, DaskProcesses, dashboard_available, http_env
 from .defaults import UsageError
 from .private_tmp import PrivateTmp, make_private_tmp
@@ -202,6 +205,9 @@ def _user_env(
     plugin = find_plugin(settings.build_dir)
     if plugin.directory is not None:
         extra["PDI_PLUGIN_PATH"] = _plugin_path(plugin.directory)
+    engine = find_engine(settings.build_dir)
+    if engine.directory is not None:
+        extra[ADIOS2_PLUGIN_PATH] = adios2_plugin_path(engine.directory)
     return child_env(extra, keep=settings.mpi_env)
 
 
@@ -216,6 +222,8 @@ def _simulation(settings: RunSettings, scheduler_file: Path, secure: dict[str, s
     if settings.command:
         plugin = find_plugin(settings.build_dir)
         print(f"deisa-run: the deisa PDI plugin: {plugin.origin}", file=sys.stderr)
+        engine = find_engine(settings.build_dir)
+        print(f"deisa-run: the deisa ADIOS2 engine: {engine.origin}", file=sys.stderr)
         print(
             f"deisa-run: the scheduler file is {scheduler_file.absolute()}: it overrides the one "
             f"a PDI YAML names (scheduler_file, scheduler_info) through {SCHEDULER_FILE_OVERRIDE}",

@@ -41,6 +41,7 @@ from pathlib import Path
 import yaml
 
 from ..bridge.options import BridgeOptions
+from .adios2_engine import find_engine
 from .dask_processes import LOOPBACK, dashboard_available, http_env
 from .processes import SAFE_PATH_ENV, THREAD_PINS
 from .security import tls_env
@@ -411,6 +412,10 @@ def _simulation_step(
         if plugin.directory is not None:
             setup = f"\n# the deisa PDI plugin, {_comment(plugin.origin)}\n"
             setup += _plugin_path(plugin.directory)
+        engine = find_engine(settings.build_dir)
+        if engine.directory is not None:
+            setup += f"\n# the deisa ADIOS2 engine, {_comment(engine.origin)}\n"
+            setup += _engine_path(engine.directory)
     else:
         command, description, setup, timings = _solver_step(settings, bridge, output)
     return {
@@ -468,6 +473,13 @@ def _analytics_step(settings: RunSettings, timings: bool) -> str:
         f"    --array {shlex.quote(settings.array)} --n-components {settings.n_components} "
         f'--output "$OUT"{timings_option} \\\n'
         f"    --timeout {settings.timeout}{stop_option}{dashboard} --shutdown"
+    )
+
+
+def _engine_path(directory: Path) -> str:
+    return (
+        f"export ADIOS2_PLUGIN_PATH={shlex.quote(str(directory))}"
+        '"${ADIOS2_PLUGIN_PATH:+:$ADIOS2_PLUGIN_PATH}"\n'
     )
 
 

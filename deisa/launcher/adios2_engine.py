@@ -1,0 +1,55 @@
+"""The deisa ADIOS2 engine for a user's ADIOS2 code: where it is, and the variable that hands it
+over (``ADIOS2_PLUGIN_PATH``).
+
+ADIOS2 loads the library of a ``plugin`` engine (``PluginLibrary`` ``deisa_adios2_engine``:
+``libdeisa_adios2_engine.so``) from each directory of ``ADIOS2_PLUGIN_PATH``, else from the
+dynamic loader's path. ``deisa-run`` puts the engine it finds first in that variable, for a
+local run (:mod:`.local`) and in the Slurm job (:mod:`.slurm`), as it does with
+``PDI_PLUGIN_PATH`` for the PDI plugin: the engine CMake built in ``<build>/plugin/adios2``,
+else one installed in a directory of ``ADIOS2_PLUGIN_PATH``, else one installed beside ADIOS2's
+libraries (``cmake --install build --component deisa_adios2_engine``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from .solver import Plugin
+
+ENGINE_FILE = "libdeisa_adios2_engine.so"
+PLUGIN_PATH = "ADIOS2_PLUGIN_PATH"
+PREFIXES = (sys.prefix, "/usr/local", "/usr")
+"""Where an installed ADIOS2 (and the engine beside its libraries) is looked for."""
+
+
+def find_engine(build_dir: Path, environ: Mapping[str, str] | None = None) -> Plugin:
+    """The deisa ADIOS2 engine: built in ``build_dir/plugin/adios2``, else installed (in an
+    ``ADIOS2_PLUGIN_PATH`` directory, or in ``lib*`` of this Python's prefix, ``/usr/local``
+    or ``/usr``).
+
+    Returns
+    -------
+    Plugin
+        Its directory (``None``: not found) and where it was found, in words.
+    """
+    environ = os.environ if environ is None else environ
+    built = build_dir / "plugin" / "adios2"
+    if (built / ENGINE_FILE).exists():
+        return Plugin(built, f"built in {built}")
+    for entry in filter(None, environ.get(PLUGIN_PATH, "").split(os.pathsep)):
+        if (Path(entry) / ENGINE_FILE).exists():
+            return Plugin(Path(entry), f"installed in {entry} ({PLUGIN_PATH})")
+    for prefix in dict.fromkeys(PREFIXES):
+        for found in sorted(Path(prefix).glob(f"lib*/{ENGINE_FILE}")):
+            return Plugin(found.parent, f"installed in {found.parent}")
+    missing = f"not found ({built} has no {ENGINE_FILE}; ADIOS2 searches the loader's path)"
+    return Plugin(None, missing)
+
+
+def plugin_path(directory: Path, environ: Mapping[str, str] | None = None) -> str:
+    """``ADIOS2_PLUGIN_PATH`` with ``directory`` first, then what it held."""
+    environ = os.environ if environ is None else environ
+    return os.pathsep.join(filter(None, [str(directory), environ.get(PLUGIN_PATH)]))
