@@ -10,11 +10,13 @@ otherwise), each chunk read with ADIOS2 by whichever process computes it (:class
 
 - The time axis is the ADIOS2 step (``0 .. N-1``, or ``Replay(steps=...)``'s numbers, one per
   ADIOS2 step); an array written every 10th step has the steps 0, 10, 20...
-- Global single values (a ``Put`` of a variable defined without shape: a step counter, a time)
-  are read in the same pass: :meth:`BPFile.values` gives a step's, by name.
-- Local arrays and local values (no global shape) are not arrays of a Replay: they are left
-  out, with one log line naming them. A step whose blocks leave holes in the array or overlap,
-  or an array whose shape changes between steps, is a :class:`ReplayError` at
+- A global single value (a ``Put`` of a variable defined without shape: a step counter, a time)
+  is a one-element array of its name, with the steps that wrote it, as the deisa ADIOS2 engine
+  publishes it (docs/adios2.md): ``replay["step"][t].compute()[0]``, ``replay.zip("U",
+  "step")``. The values are read in the same pass (they are in the metadata).
+- Local arrays and local values (no global shape), and strings, are not arrays of a Replay: they
+  are left out, with one log line naming them. A step whose blocks leave holes in the array or
+  overlap, or an array whose shape changes between steps, is a :class:`ReplayError` at
   ``replay[name]``, never a wrong array.
 """
 
@@ -33,7 +35,6 @@ import numpy as np
 from dask.base import tokenize
 
 from . import _labels
-from ._reading import StepNotAvailableError, summary
 from ._replay_array import ReplayArray, ReplayError, UnknownArrayError
 
 __all__ = ["BPBlock", "BPFile", "is_bp"]
@@ -103,7 +104,7 @@ class BPFile:
     def __init__(self, path: str, steps: Sequence[int] | None = None) -> None:
         self.path = path
         self._variables: dict[str, _Variable] = {}
-        self._values: dict[int, dict[str, Any]] = {}
+        self._values: dict[str, dict[int, Any]] = {}  # a single value: step -> value
         self._left_out: dict[str, str] = {}  # local arrays and values: their shape kind
         self.count = self._scan(_bindings(path))
         self._numbers = list(range(self.count)) if steps is None else [int(s) for s in steps]
@@ -149,8 +150,10 @@ class BPFile:
         for name, info in io.AvailableVariables().items():
             variable = io.InquireVariable(name)
             kind = variable.ShapeID()
-            if kind == bindings.ShapeID.GlobalValue:
-                self._values.setdefault(step, {})[name] = _read_value(bindings, engine, variable)
+            if kind == bindings.ShapeID.GlobalValue and variable.Type() in DTYPES:
+                self._values.setdefault(name, {})[step] = _read_value(bindings, engine, variable)
+            elif kind == bindings.ShapeID.GlobalValue:
+                self._left_out[name] = f"a single value of type {variable.Type()}"
             elif kind == bindings.ShapeID.GlobalArray:
                 self._add_blocks(name, info, engine.BlocksInfo(name, step), step)
             else:
@@ -171,25 +174,18 @@ class BPFile:
     @property
     def names(self) -> list[str]:
         """The global arrays of at least one axis, in name order."""
-        return sorted(n for n, v in self._variables.items() if v.shape and v.steps)
+        arrays = [n for n, v in self._variables.items() if v.shape and v.steps]
+        return sorted(arrays + list(self._values))
 
     @property
     def steps(self) -> list[int]:
         """The step number of every ADIOS2 step of the file."""
         return list(self._numbers)
 
-    def values(self, step: int) -> dict[str, Any]:
-        """The global single values written at ``step``, by name (numpy scalars, ``str``)."""
-        try:
-            index = self._numbers.index(int(step))
-        except ValueError:
-            raise StepNotAvailableError(
-                f"step {step} is not a step of {self.path} (steps saved: {summary(self._numbers)})"
-            ) from None
-        return dict(self._values.get(index, {}))
-
     def array(self, name: str, chunks: Any, dims: Any) -> ReplayArray:
         """The saved array ``name``: its steps, each a lazy dask array chunked as written."""
+        if name in self._values:
+            return self._value_array(name, dims)
         variable = self._variables.get(name)
         if variable is None or name not in self.names:
             present = ", ".join(repr(n) for n in self.names) or "none"
@@ -218,6 +214,21 @@ class BPFile:
         labels = _labels.chosen(name, None, dims, len(variable.shape), self.path)
         steps = [self._numbers[s] for s in variable.steps]
         return ReplayArray(name, steps, variable.shape, dtype, grid, build, self.path, labels)
+
+    def _value_array(self, name: str, dims: Any) -> ReplayArray:
+        """The single value ``name`` as a one-element array per step that wrote it."""
+        written = self._values[name]
+        steps = sorted(written)
+        dtype = np.asarray(written[steps[0]]).dtype
+        token = tokenize(self.path, name, [written[s] for s in steps])
+
+        def build(i: int) -> da.Array:
+            value = np.asarray([written[steps[i]]], dtype=dtype)
+            return da.from_array(value, chunks=(1,), name=f"replay-{name}-{token}-{i}")
+
+        labels = _labels.chosen(name, None, dims, 1, self.path)
+        numbers = [self._numbers[s] for s in steps]
+        return ReplayArray(name, numbers, (1,), dtype, ((1,),), build, self.path, labels)
 
     def _written_chunks(self, variable: _Variable) -> tuple[tuple[int, ...], ...]:
         """On each axis, from one block's start or end to the next, over every step; checked
@@ -269,10 +280,6 @@ def _dtype(variable: _Variable, path: str) -> np.dtype:
 
 
 def _read_value(bindings: Any, engine: Any, variable: Any) -> Any:
-    if variable.Type() == "string":
-        return engine.Get(variable, bindings.Mode.Sync)
-    if variable.Type() not in DTYPES:
-        return None
     out = np.empty(1, np.dtype(DTYPES[variable.Type()]))
     engine.Get(variable, out, bindings.Mode.Sync)
     return out[0]

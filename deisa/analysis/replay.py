@@ -26,8 +26,8 @@ Sources
   file holds the step's datasets with the spatial shape, or with a leading axis of length 1.
 
 - **ADIOS2 output** (``"out.bp"``, BP4 or BP5): every global array; its steps are the ADIOS2
-  steps holding it, its chunks the blocks the writers put (:mod:`deisa.analysis._replay_bp`);
-  :meth:`Replay.values` gives a step's global single values.
+  steps holding it, its chunks the blocks the writers put (:mod:`deisa.analysis._replay_bp`); a
+  global single value is a one-element array, as the deisa ADIOS2 engine publishes it.
 
 ``steps=`` gives the step numbers explicitly, for any source.
 
@@ -317,28 +317,6 @@ class Replay(StepReader):
         if name not in self._arrays:
             self._arrays[name] = self._make(name)
         return self._arrays[name]
-
-    def values(self, step: int) -> dict[str, Any]:
-        """The global single values an ADIOS2 code wrote at ``step`` (a counter, a time), by
-        name: numpy scalars, ``str`` for strings; ``{}`` for a step that wrote none.
-
-        Raises
-        ------
-        StepNotAvailableError
-            ``step`` is not one of the file's steps.
-        ReplayError
-            The source is not ADIOS2 output (HDF5 and Zarr hold arrays only).
-
-        Examples
-        --------
-        >>> Replay("out.bp").values(3)  # doctest: +SKIP
-        {'step': np.int32(3), 'time': np.float64(0.75)}
-        """
-        if self._bp is None:
-            raise ReplayError(
-                f"{self._source} holds no single values per step: only ADIOS2 output does"
-            )
-        return self._bp.values(step)
 
     def close(self) -> None:
         """Nothing to release (no file is kept open); for ``with`` blocks, as an Adapter's."""

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from conftest import two_worker_client
 
-from deisa import Replay, ReplayError, StepNotAvailableError
+from deisa import EndOfStreamError, Replay, ReplayError, StepNotAvailableError
 from deisa.analysis import _replay_bp
 from deisa.analysis.replay import UnknownArrayError
 
@@ -86,7 +86,7 @@ def two_arrays(path: Path, engine: str) -> Path:
 @pytest.mark.parametrize("engine", ENGINES)
 def test_bp_steps_are_bitwise_the_written_fields(tmp_path: Path, engine: str) -> None:
     replay = Replay(two_arrays(tmp_path / "out.bp", engine))
-    assert replay.names == ["U", "V"]
+    assert replay.names == ["U", "V", "step", "time"]  # the string value left out
     u, v = replay["U"], replay["V"]
     assert u.steps == v.steps == list(range(STEPS)) and len(u) == STEPS
     assert (u.shape, u.dtype, v.dtype) == (SHAPE, np.float64, np.float32)
@@ -112,8 +112,8 @@ def test_bp_and_hdf5_replays_give_the_same_steps(tmp_path: Path) -> None:
         f.create_dataset("U", data=np.stack([field(s) for s in range(STEPS)]))
         f.create_dataset("V", data=np.stack([field(s, np.float32, 1) for s in range(STEPS)]))
     h5 = Replay(tmp_path / "out.h5")
-    assert bp.names == h5.names
-    for name in bp.names:
+    assert [n for n in bp.names if n in "UV"] == h5.names
+    for name in h5.names:
         assert bp[name].steps == h5[name].steps
         for (s, a), (t, b) in zip(bp[name].items(), h5[name].items(), strict=True):
             assert s == t and a.compute().tobytes() == b.compute().tobytes()
@@ -131,18 +131,35 @@ def test_bp_and_hdf5_replays_give_the_same_steps(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-def test_bp_single_values_per_step(tmp_path: Path, engine: str) -> None:
-    replay = Replay(two_arrays(tmp_path / "out.bp", engine))
-    for step in range(STEPS):
-        values = replay.values(step)
-        assert set(values) == {"step", "time", "label"}
-        assert values["step"] == step and values["step"].dtype == np.int32
-        assert values["time"] == 0.25 * step and values["label"] == f"step {step}"
-    assert "step" not in replay.names and "time" not in replay
-    with pytest.raises(StepNotAvailableError, match=r"step 9 is not a step of .*out.bp"):
-        replay.values(9)
+def test_bp_single_values_are_one_element_arrays_as_live(
+    tmp_path: Path, engine: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """As the deisa engine publishes them (docs/adios2.md): ``replay["step"][t].compute()[0]``."""
+    with caplog.at_level("INFO", logger="deisa.analysis.replay"):
+        replay = Replay(two_arrays(tmp_path / "out.bp", engine))
+    assert "'label' (a single value of type string) left out" in caplog.text
+    step, time = replay["step"], replay["time"]
+    assert step.steps == time.steps == list(range(STEPS))
+    assert (step.shape, step.dtype, time.dtype, step.chunks) == (
+        (1,),
+        np.int32,
+        np.float64,
+        ((1,),),
+    )
+    for t in range(STEPS):
+        assert step[t].compute()[0] == t and time[t].compute().tolist() == [0.25 * t]
+    pairs = [
+        (t, u.compute(), s.compute())
+        for t, (u, s) in replay.zip("U", "step")
+        if u is not None and s is not None
+    ]
+    assert [(t, s.tolist()) for t, _, s in pairs] == [(t, [t]) for t in range(STEPS)]
+    assert all(np.array_equal(u, field(t)) for t, u, _ in pairs)
+    with pytest.raises(EndOfStreamError, match="step 9 is past the end"):
+        step[9]
     numbered = Replay(tmp_path / "out.bp", steps=[0, 10, 20, 30])
-    assert numbered["U"].steps == [0, 10, 20, 30] and numbered.values(20)["step"] == 2
+    assert numbered["U"].steps == numbered["step"].steps == [0, 10, 20, 30]
+    assert numbered["step"][20].compute()[0] == 2
     assert np.array_equal(numbered["U"][30].compute(), field(3))
 
 
@@ -210,13 +227,6 @@ def test_bp_leaves_local_arrays_out(tmp_path: Path, caplog: pytest.LogCaptureFix
         replay = Replay(tmp_path / "local.bp")
     assert replay.names == ["U"] and "'particles' (LocalArray) left out" in caplog.text
     assert np.array_equal(replay["U"][0].compute(), np.arange(3.0))
-
-
-def test_values_of_an_hdf5_replay_say_why_not(tmp_path: Path) -> None:
-    with h5py.File(tmp_path / "run.h5", "w") as f:
-        f.create_dataset("U", data=np.zeros((2, *SHAPE)))
-    with pytest.raises(ReplayError, match="holds no single values per step: only ADIOS2"):
-        Replay(tmp_path / "run.h5").values(0)
 
 
 @pytest.mark.parametrize("engine", ENGINES)
