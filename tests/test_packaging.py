@@ -33,8 +33,11 @@ PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 # The extras without a variant: the test suite's, ucx (distributed-ucxx-cu12, a RAPIDS wheel
 # that Spack does not package: pip-install it into the Spack environment; the recipe says so), and
 # adios2 (PyPI's serial adios2 wheel, for deisa.Replay of .bp output: Spack has no py-adios2, its
-# adios2 package's +python variant provides the module; the recipe says so).
+# adios2 package's +python variant provides the module; the recipe says so). The recipe's
+# +adios2 is not that extra: like +plugin, it builds C++ (the deisa ADIOS2 engine).
+BUILD_VARIANTS = ("plugin", "adios2")
 NOT_VARIANTS = frozenset({"test", "ucx", "adios2"})
+BUILDS = frozenset(f"+{variant}" for variant in BUILD_VARIANTS)
 SPEC = re.compile(r"(?P<name>[a-z0-9-]+)(?:@(?P<versions>\S+))?(?P<variants>(?:\s*[+~]\w+)*)")
 
 
@@ -168,20 +171,20 @@ def test_recipe_python_dependencies_are_pyprojects(recipe: Any) -> None:
     ours = {
         d
         for d in recipe.directives.dependencies
-        if d.when != "+plugin" and (d.name == "python" or d.name.startswith("py-"))
+        if d.when not in BUILDS and (d.name == "python" or d.name.startswith("py-"))
     }
     expected = expected_python_dependencies()
     assert sorted(ours - expected, key=str) == [], "in the recipe, not in pyproject.toml"
     assert sorted(expected - ours, key=str) == [], "in pyproject.toml, not in the recipe"
-    others = {d.name for d in recipe.directives.dependencies if d.when != "+plugin"} - {
+    others = {d.name for d in recipe.directives.dependencies if d.when not in BUILDS} - {
         d.name for d in ours
     }
     assert others == set()
 
 
-def test_recipe_variants_are_the_extras_and_the_plugin(recipe: Any) -> None:
+def test_recipe_variants_are_the_extras_and_the_builds(recipe: Any) -> None:
     extras = set(PYPROJECT["project"]["optional-dependencies"]) - NOT_VARIANTS
-    assert set(recipe.directives.variants) == extras | {"plugin"}
+    assert set(recipe.directives.variants) == extras | set(BUILD_VARIANTS)
     whens = {d.when for d in recipe.directives.dependencies} - {None}
     assert whens == {f"+{variant}" for variant in recipe.directives.variants}
 
@@ -238,6 +241,7 @@ def test_recipe_plugin_installs_the_cmake_component_on_pdi_plugin_path(recipe: A
     build = "/stage/spack-build-plugin"
     configure = ["-S", "/stage/src", "-B", build, "-DCMAKE_BUILD_TYPE=Release"]
     configure += ["-DPython3_EXECUTABLE=/spack/python3", f"-DINSTALL_PDIPLUGINDIR={plugin_dir}"]
+    configure += [f"-DINSTALL_ADIOS2PLUGINDIR={plugin_dir}"]
     assert built.spec.commands["cmake"].calls == [
         configure,
         ["--build", build, "--target", "pdi_deisa_plugin", "--parallel", "3"],
@@ -260,7 +264,22 @@ def test_recipe_plugin_installs_the_cmake_component_on_pdi_plugin_path(recipe: A
     env = Environment()
     built.setup_run_environment(env)
     assert env.prepended == [("PDI_PLUGIN_PATH", plugin_dir)]
-    without = package(recipe, "~plugin +launcher")
+    engine = package(recipe, "+adios2 +launcher")
+    engine.install_plugin()
+    engine.setup_run_environment(env := Environment())
+    assert engine.spec.commands["cmake"].calls == [
+        configure,
+        ["--build", build, "--target", "deisa_adios2_engine", "--parallel", "3"],
+        ["--install", build, "--component", "deisa_adios2_engine"],
+    ]
+    assert env.prepended == [("ADIOS2_PLUGIN_PATH", plugin_dir)]
+    adios2_cmake = (REPO / "plugin" / "adios2" / "CMakeLists.txt").read_text()
+    engine_install = (
+        r'install\(TARGETS deisa_adios2_engine .*"\$\{INSTALL_ADIOS2PLUGINDIR\}" '
+        r"COMPONENT deisa_adios2_engine\)"
+    )
+    assert re.search(engine_install, adios2_cmake)
+    without = package(recipe, "~plugin ~adios2 +launcher")
     without.install_plugin()
     without.setup_run_environment(env := Environment())
     assert without.spec.commands["cmake"].calls == [] and env.prepended == []

@@ -4,7 +4,7 @@
 #
 #   spack repo add packaging/spack
 #   spack develop --path "$PWD" py-deisa-insitu@0.1.0
-#   spack add py-deisa-insitu@0.1.0 +plugin && spack install
+#   spack add py-deisa-insitu@0.1.0 +plugin +adios2 && spack install
 #
 # then `python -m deisa doctor` says what it found. Once published, give `pypi` (or `git`) and
 # each version's sha256 here.
@@ -28,6 +28,7 @@ class PyDeisaInsitu(PythonPackage):
     version("0.1.0")
 
     variant("plugin", default=False, description="Build the deisa PDI plugin (C++, CMake)")
+    variant("adios2", default=False, description="Build the deisa ADIOS2 engine (C++, CMake)")
     variant("launcher", default=True, description="deisa-run: plot, progress, dashboard, TLS")
     variant("posthoc", default=False, description="deisa.Replay of HDF5 files (h5py)")
     variant("zarr", default=False, description="deisa.Replay of Zarr stores")
@@ -73,6 +74,15 @@ class PyDeisaInsitu(PythonPackage):
     depends_on("c", type="build", when="+plugin")
     depends_on("cxx", type="build", when="+plugin")
 
+    # +adios2: CMake builds plugin/adios2 against ADIOS2 with MPI and this Python, embedded too
+    depends_on("adios2@2.12: +mpi", type=("build", "link", "run"), when="+adios2")
+    depends_on("mpi", type=("build", "link", "run"), when="+adios2")
+    depends_on("python@3.10:", type=("build", "link", "run"), when="+adios2")
+    depends_on("py-pybind11@2.9:", type="build", when="+adios2")
+    depends_on("cmake@3.22:", type="build", when="+adios2")
+    depends_on("c", type="build", when="+adios2")
+    depends_on("cxx", type="build", when="+adios2")
+
     @property
     def import_modules(self):
         modules = ["deisa", "deisa.bridge", "deisa.scheduler", "deisa.analysis", "deisa.doctor"]
@@ -88,9 +98,18 @@ class PyDeisaInsitu(PythonPackage):
 
     @run_after("install")
     def install_plugin(self):
-        """+plugin: configure the project, build the plugin's target and install its
-        component (`cmake --install build --component deisa_plugin`, README) into plugin_dir."""
-        if not self.spec.satisfies("+plugin"):
+        """+plugin, +adios2: configure the project, build the PDI plugin's and the ADIOS2
+        engine's targets and install their components (`cmake --install build --component
+        deisa_plugin` and `deisa_adios2_engine`, README) into plugin_dir."""
+        components = [
+            (target, component)
+            for variant, target, component in (
+                ("+plugin", "pdi_deisa_plugin", "deisa_plugin"),
+                ("+adios2", "deisa_adios2_engine", "deisa_adios2_engine"),
+            )
+            if self.spec.satisfies(variant)
+        ]
+        if not components:
             return
         cmake = self.spec["cmake"].command
         build = join_path(self.stage.path, "spack-build-plugin")
@@ -102,10 +121,14 @@ class PyDeisaInsitu(PythonPackage):
             "-DCMAKE_BUILD_TYPE=Release",
             f"-DPython3_EXECUTABLE={self.spec['python'].command.path}",
             f"-DINSTALL_PDIPLUGINDIR={self.plugin_dir}",
+            f"-DINSTALL_ADIOS2PLUGINDIR={self.plugin_dir}",
         )
-        cmake("--build", build, "--target", "pdi_deisa_plugin", "--parallel", str(make_jobs))
-        cmake("--install", build, "--component", "deisa_plugin")
+        for target, component in components:
+            cmake("--build", build, "--target", target, "--parallel", str(make_jobs))
+            cmake("--install", build, "--component", component)
 
     def setup_run_environment(self, env):
         if self.spec.satisfies("+plugin"):
             env.prepend_path("PDI_PLUGIN_PATH", self.plugin_dir)
+        if self.spec.satisfies("+adios2"):
+            env.prepend_path("ADIOS2_PLUGIN_PATH", self.plugin_dir)

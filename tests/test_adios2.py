@@ -1,0 +1,293 @@
+"""The deisa ADIOS2 engine with real ADIOS2 and real processes (docs/adios2.md).
+
+Two ADIOS2 codes, each run once with BP5 (the reference, read back with the serial ``adios2``
+wheel) and once with its XML's engine swapped for deisa, every step compared bitwise by the
+analytics: the project's own C++ code (tests/adios2/ragged.cxx: a ragged 2-D decomposition, a
+sync and a deferred Put, PerformPuts, two single values, 4 ranks) under ``deisa-run`` (async,
+shared memory) and in a one-node Slurm job (sync, TCP), and ADIOS2's own Gray-Scott example
+(its source untouched, noise 0) under ``deisa-run`` (sync, TCP). Bad configurations stop the
+code at ``Open`` (or at the Put) with one line naming the problem.
+
+Every test skips, saying why, where ADIOS2 >= 2.12 with MPI is not installed; where it is, a
+skipped test here fails the run (tests/conftest.py, ``DEISA_ALLOW_ADIOS2_SKIP=1`` allows it).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+from conftest import REPO, deisa_run, mpirun, test_env
+from test_slurm import Slurm, run_job, slurm  # noqa: F401  (slurm: the fixture)
+
+from deisa.doctor.adios2 import adios2_config_file, check_adios2
+from deisa.launcher.adios2_engine import ENGINE_FILE
+
+pytestmark = pytest.mark.adios2
+
+STEPS = 5
+GRAY_SCOTT = Path("/usr/local/bin/adios2_simulations_gray-scott")
+# its XML, where ADIOS2 installs it as a standalone example (an ADIOS2 build with
+# -DADIOS2_BUILD_EXAMPLES=ON installs the binary only): else its io, as that XML declares it
+GRAY_SCOTT_XML = Path("/usr/local/share/adios2/gray-scott/adios2.xml")
+
+ENGINE = """<?xml version="1.0"?>
+<adios-config>
+  <io name="SimulationOutput">
+    <engine type="{engine}">
+      {parameters}
+    </engine>
+    {variables}
+  </io>
+</adios-config>
+"""
+
+CHECKER = r"""
+import sys
+
+import adios2
+import numpy as np
+
+from deisa import Adapter
+
+reference, steps, names = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(",")
+expected = {name: [] for name in names}
+with adios2.Stream(reference, "r") as stream:
+    for _ in stream.steps():
+        for name in names:
+            expected[name].append(np.atleast_1d(stream.read(name)))
+assert all(len(values) == steps for values in expected.values()), expected
+with Adapter.from_env() as adapter:
+    for step in range(steps):
+        chunks = None
+        for name in names:
+            live = adapter[name][step]  # each step of each array taken once
+            chunks = chunks or live.chunks
+            got = live.compute()
+            want = expected[name][step]
+            assert got.dtype == want.dtype and got.shape == want.shape, (name, step, got, want)
+            assert got.tobytes() == want.tobytes(), (name, step, got, want)
+        print(f"step {step}: chunks {chunks}", flush=True)
+print(f"adios2 checker: {','.join(names)} steps 0 to {steps - 1} bitwise", flush=True)
+"""
+
+
+def engine_xml(path: Path, **parameters: str) -> Path:
+    """The ragged code's XML with the deisa engine and ``parameters``."""
+    words = {"PluginName": "deisa", "PluginLibrary": "deisa_adios2_engine", **parameters}
+    lines = "\n      ".join(f'<parameter key="{k}" value="{v}"/>' for k, v in words.items())
+    path.write_text(ENGINE.format(engine="plugin", parameters=lines, variables=""))
+    return path
+
+
+def bp5_xml(path: Path) -> Path:
+    path.write_text(ENGINE.format(engine="BP5", parameters="", variables=""))
+    return path
+
+
+@pytest.fixture(scope="module")
+def adios2_build(built: Path) -> Path:
+    """The project's build with the engine and the ragged code; skips without ADIOS2."""
+    config = adios2_config_file()
+    if config is None:
+        pytest.skip("ADIOS2 >= 2.12 with MPI is not installed (README.md: ADIOS2)")
+    finding = check_adios2()
+    if not finding.details.get("mpi"):
+        pytest.skip(f"ADIOS2 without MPI: {finding.found}")
+    engine = built / "plugin" / "adios2" / ENGINE_FILE
+    if not engine.exists():  # configured before ADIOS2 was installed: look again
+        for cmd in (["cmake", "-S", str(REPO), "-B", str(built), f"-DADIOS2_DIR={config.parent}"],
+                    ["cmake", "--build", str(built), "-j2"]):  # fmt: skip
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+            assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert engine.exists()
+    return built
+
+
+def ragged(build: Path) -> str:
+    return str(build / "tests" / "adios2" / "deisa_adios2_ragged")
+
+
+def run_mpi(
+    nranks: int, *argv: str, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    cmd = mpirun(nranks, *argv)
+    return subprocess.run(
+        cmd, env=env or test_env(), cwd=cwd, capture_output=True, text=True, timeout=300
+    )
+
+
+@pytest.fixture(scope="module")
+def ragged_reference(adios2_build: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """What the ragged code writes with BP5, on 4 ranks."""
+    work = tmp_path_factory.mktemp("ragged-bp5")
+    proc = run_mpi(4, ragged(adios2_build), str(bp5_xml(work / "bp5.xml")), "out.bp",
+                   str(STEPS), cwd=work)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return work / "out.bp"
+
+
+def checker(tmp_path: Path, reference: Path, steps: int, names: str) -> str:
+    script = tmp_path / "adios2_checker.py"
+    script.write_text(CHECKER)
+    return f"{script} {reference} {steps} {names}"
+
+
+@pytest.mark.timeout(600)
+def test_ragged_code_under_deisa_run_async_shared_memory_bitwise(
+    adios2_build: Path, ragged_reference: Path, tmp_path: Path
+) -> None:
+    """deisa-run -- ./code deisa.xml: deisa-run hands the built engine over
+    (ADIOS2_PLUGIN_PATH) and its scheduler file; every step of U (sync Put), V (deferred, and
+    overwritten after PerformPuts), step and time arrives bitwise as BP5 writes it, in the
+    ragged blocks of the ranks."""
+    xml = engine_xml(tmp_path / "deisa.xml", Mode="async", Transport="auto", BufferNb="2")
+    out = tmp_path / "out"
+    proc = deisa_run(
+        "--ranks", "4", "--workers", "2", "--timeout", "240", "--output", str(out),
+        "--analytics", checker(tmp_path, ragged_reference, STEPS, "U,V,step,time"),
+        "--", ragged(adios2_build), str(xml), "ignored.bp", str(STEPS), timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:] + proc.stdout[-2000:]
+    assert f"adios2 checker: U,V,step,time steps 0 to {STEPS - 1} bitwise" in proc.stdout
+    assert "step 0: chunks ((10, 3), (8, 2))" in proc.stdout  # the ragged blocks
+    engine_dir = adios2_build / "plugin" / "adios2"
+    assert f"deisa-run: the deisa ADIOS2 engine: built in {engine_dir}" in proc.stderr
+    assert not (REPO / "ignored.bp").exists()  # nothing written to a file
+
+
+@pytest.mark.timeout(600)
+def test_gray_scott_example_sync_tcp_bitwise(adios2_build: Path, tmp_path: Path) -> None:
+    """ADIOS2's own Gray-Scott example, its source untouched: its XML's SimulationOutput
+    engine swapped for deisa (sync, TCP), every output step (U, V, step) equal to its BP5
+    output, bitwise (noise 0)."""
+    if not GRAY_SCOTT.exists():
+        pytest.skip(f"ADIOS2's Gray-Scott example is not installed ({GRAY_SCOTT})")
+    base = GRAY_SCOTT_XML
+    if not base.exists():
+        base = bp5_xml(tmp_path / "adios2.xml")
+    settings = (
+        '{{"L": 16, "Du": 0.2, "Dv": 0.1, "F": 0.02, "k": 0.048, "dt": 1.0, "plotgap": 5, '
+        '"steps": 20, "noise": 0.0, "output": "gs.bp", "checkpoint": false, '
+        '"checkpoint_freq": 700, "checkpoint_output": "ckpt.bp", "restart": false, '
+        '"restart_input": "ckpt.bp", "adios_config": "{xml}", "adios_span": false, '
+        '"adios_memory_selection": false, "mesh_type": "image"}}'
+    )
+    (tmp_path / "bp5").mkdir()
+    bp5 = tmp_path / "bp5" / "settings.json"
+    bp5.write_text(settings.format(xml=base))
+    proc = run_mpi(4, str(GRAY_SCOTT), str(bp5), cwd=bp5.parent)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    tree = ET.parse(base)
+    engine = tree.getroot().find("io[@name='SimulationOutput']/engine")
+    assert engine is not None
+    engine.clear()  # BP5's parameters go with BP5
+    engine.set("type", "plugin")
+    for key, value in {"PluginName": "deisa", "PluginLibrary": "deisa_adios2_engine",
+                       "Mode": "sync", "Transport": "tcp"}.items():  # fmt: skip
+        ET.SubElement(engine, "parameter", key=key, value=value)
+    xml = tmp_path / "adios2-deisa.xml"
+    tree.write(xml)
+    live = tmp_path / "settings.json"
+    live.write_text(settings.format(xml=xml))
+    out = tmp_path / "out"
+    proc = deisa_run(
+        "--ranks", "4", "--workers", "2", "--timeout", "240", "--output", str(out),
+        "--analytics", checker(tmp_path, bp5.parent / "gs.bp", 4, "U,V,step"),
+        "--", str(GRAY_SCOTT), str(live), timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:] + proc.stdout[-2000:]
+    assert "adios2 checker: U,V,step steps 0 to 3 bitwise" in proc.stdout
+
+
+@pytest.mark.slurm
+@pytest.mark.timeout(600)
+def test_ragged_code_in_a_slurm_job_sync_tcp(
+    slurm: Slurm,  # noqa: F811
+    adios2_build: Path,
+    ragged_reference: Path,
+    tmp_path: Path,
+) -> None:
+    """deisa-run slurm -- ./code deisa.xml: the job exports ADIOS2_PLUGIN_PATH for the
+    simulation's step; sync publication over TCP, every step bitwise as BP5 writes it."""
+    xml = engine_xml(tmp_path / "deisa.xml", Mode="sync", Transport="tcp")
+    job = run_job(slurm, tmp_path, STEPS, ragged(adios2_build), str(xml), "x.bp", str(STEPS),
+                  analytics=checker(tmp_path, ragged_reference, STEPS, "U,V,step,time"),
+                  build_dir=adios2_build)  # fmt: skip
+    assert job.state == "COMPLETED", job.diagnostics()
+    logs = "".join(p.read_text() for p in (job.dir / "logs").glob("analytics-*.log"))
+    assert f"adios2 checker: U,V,step,time steps 0 to {STEPS - 1} bitwise" in logs, logs
+    script = (tmp_path / "job.sh").read_text()
+    assert f"export ADIOS2_PLUGIN_PATH={adios2_build / 'plugin' / 'adios2'}" in script
+
+
+BAD = {
+    "unknown parameter": (
+        {"Scheduler": "s.json"}, "", "",
+        "deisa ADIOS2 engine: unknown parameter `Scheduler'",
+    ),
+    "bad value": (
+        {"SchedulerFile": "s.json", "BufferNb": "0"}, "", "",
+        "deisa ADIOS2 engine: parameter `BufferNb': buffer_nb=0 must be a positive integer",
+    ),
+    "no scheduler": ({}, "", "", "deisa ADIOS2 engine: no scheduler file"),
+    "operator": (
+        {"SchedulerFile": "s.json"}, '<variable name="U"><operation type="null"/></variable>',
+        "", "deisa ADIOS2 engine: variable `U' is transformed by an operator (`null')",
+    ),
+    "local array": (
+        {"SchedulerFile": "s.json"}, "", "local",
+        "deisa ADIOS2 engine: variable `L' is a local array or value",
+    ),
+    "read mode": (
+        {"SchedulerFile": "s.json"}, "", "read",
+        "deisa ADIOS2 engine: io `SimulationOutput' is opened for reading",
+    ),
+    "span": (
+        {"SchedulerFile": "s.json"}, "", "span",
+        "deisa ADIOS2 engine: variable `U' is Put as a Span",
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_bad_configuration_stops_with_one_line(
+    adios2_build: Path, tmp_path: Path, case: str
+) -> None:
+    """What the engine cannot publish right stops the code at Open (a Span: at its Put),
+    before any step, with one line naming it: no Dask is needed to say so."""
+    parameters, variables, misuse, message = BAD[case]
+    words = {"PluginName": "deisa", "PluginLibrary": "deisa_adios2_engine", **parameters}
+    lines = "\n".join(f'<parameter key="{k}" value="{v}"/>' for k, v in words.items())
+    xml = tmp_path / "bad.xml"
+    xml.write_text(ENGINE.format(engine="plugin", parameters=lines, variables=variables))
+    env = test_env()
+    env["ADIOS2_PLUGIN_PATH"] = str(adios2_build / "plugin" / "adios2")
+    for key in ("DEISA_SCHEDULER_FILE", "DEISA_SCHEDULER_FILE_OVERRIDE"):
+        env.pop(key, None)
+    argv = [ragged(adios2_build), str(xml), "out.bp", "2"]
+    proc = run_mpi(2, *argv, *(["--misuse", misuse] if misuse else []), cwd=tmp_path, env=env)
+    assert proc.returncode != 0, proc.stdout + proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if "deisa ADIOS2 engine" in line]
+    assert len(errors) == 1 and errors[0].startswith(message), proc.stderr
+    assert not (tmp_path / "out.bp").exists()
+
+
+def test_doctor_reports_adios2_and_the_built_engine(adios2_build: Path) -> None:
+    finding = check_adios2()
+    assert finding.status == "ok", finding
+    assert finding.details["mpi"] is True
+    assert finding.details["engine"] == str(adios2_build / "plugin" / "adios2")
+
+
+def test_python_side_of_the_engine_is_importable_in_a_rank() -> None:
+    """The engine imports deisa.bridge.engine_parameters in each rank: no analytics there."""
+    proc = subprocess.run(
+        [sys.executable, "-c", "import deisa.bridge.engine_parameters, sys; "
+         "print('deisa.analysis' in sys.modules)"],
+        capture_output=True, text=True, env=test_env(), timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0 and proc.stdout.strip() == "False", proc.stderr
