@@ -154,6 +154,10 @@ def test_ragged_code_under_deisa_run_async_shared_memory_bitwise(
     assert proc.returncode == 0, proc.stderr[-4000:] + proc.stdout[-2000:]
     assert f"adios2 checker: U,V,step,time steps 0 to {STEPS - 1} bitwise" in proc.stdout
     assert "step 0: chunks ((10, 3), (8, 2))" in proc.stdout  # the ragged blocks
+    # the arrays through shared memory, the single values from rank 0 alone
+    assert "U: 5 steps published, 5 taken" in proc.stdout + proc.stderr
+    assert "blocks by shared memory (4 ranks)" in proc.stdout + proc.stderr
+    assert "time: 5 steps published, 5 taken" in proc.stdout + proc.stderr
     engine_dir = adios2_build / "plugin" / "adios2"
     assert f"deisa-run: the deisa ADIOS2 engine: built in {engine_dir}" in proc.stderr
     assert not (REPO / "ignored.bp").exists()  # nothing written to a file
@@ -201,6 +205,7 @@ def test_gray_scott_example_sync_tcp_bitwise(adios2_build: Path, tmp_path: Path)
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-4000:] + proc.stdout[-2000:]
     assert "adios2 checker: U,V,step steps 0 to 3 bitwise" in proc.stdout
+    assert "blocks by tcp (4 ranks)" in proc.stdout + proc.stderr
 
 
 @pytest.mark.slurm
