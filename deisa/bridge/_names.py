@@ -3,17 +3,19 @@
 The shared-memory listener (:mod:`._shm_worker`) and the relay (:mod:`._relay_worker`) listen
 on abstract Unix sockets, which any account of the node can bind, and connect to, by name.
 Their names are an HMAC of the listener's address and the account's uid under a secret of the
-run: the SHA-256 of the job's TLS key (``DEISA_TLS_KEY`` in every process ``deisa-run``
-starts: :mod:`.tls_files`; a worker started otherwise uses its own TLS key, the same file in a
-job with one key). Another account cannot compute them, so it cannot bind them first.
+run: the SHA-256 of the job's TLS key, named by ``DEISA_TLS_KEY`` (:mod:`.tls_files`), which
+``deisa-run`` sets for every process it starts, workers and ranks alike. Another account
+cannot compute them, so it cannot bind them first.
 
 Each listener has :data:`TRIES` names, in order. It binds the first one free; one held by
 another account is skipped (whoever holds it), so a name found taken is replaced by the next,
 not given up for TCP. A rank connects to them in order: a name no one holds ends the search
 (its listener would have taken it), a name held by another account is skipped, the first held
-by this account is the listener. Without the run's TLS key (``deisa-run --no-tls``, or a
-cluster of plain ``tcp://``) the secret is empty: the names are then as public as the address
-and uid, and an account that binds all of them sends the ranks by TCP, as before.
+by this account is the listener; a rank with a secret then tries the names without one (a
+worker started without ``DEISA_TLS_KEY``: safe, since the uid is checked all the same). Without
+the variable (``deisa-run --no-tls``, or processes started otherwise: set it, for the workers
+and the ranks, to the same key file) the secret is empty: the names are then as public as the
+address and uid, and an account that binds all of them sends the ranks by TCP, as before.
 """
 
 from __future__ import annotations
@@ -27,7 +29,6 @@ import hmac
 import logging
 import os
 import socket
-from typing import Any
 
 from ._guard import other_account
 from .tls_files import TLS_FILES_ENV
@@ -52,16 +53,15 @@ def names(kind: str, address: str, secret: bytes = b"", uid: int | None = None) 
 
 
 def run_secret() -> bytes:
-    """The run's secret in a rank: from the job's TLS key (``DEISA_TLS_KEY``); empty without."""
+    """The run's secret: the SHA-256 of the job's TLS key (``DEISA_TLS_KEY``); empty without."""
     return _key_secret(os.environ.get(TLS_FILES_ENV[2]) or "")
 
 
-def worker_secret(worker: Any) -> bytes:
-    """The run's secret on ``worker``: the job's TLS key as the ranks have it
-    (``DEISA_TLS_KEY``), else the worker's own TLS key; empty without either."""
-    security = getattr(worker, "security", None)
-    key = os.environ.get(TLS_FILES_ENV[2]) or getattr(security, "tls_worker_key", None) or ""
-    return _key_secret(str(key))
+def rank_secrets() -> list[bytes]:
+    """The secrets a rank tries the names of, in order: the run's, then none (a worker started
+    without the run's key binds the names without a secret)."""
+    secret = run_secret()
+    return [secret, b""] if secret else [b""]
 
 
 @functools.lru_cache(maxsize=8)
@@ -111,9 +111,18 @@ def _holder_is_other(name: bytes, kind: int) -> bool:
         probe.close()
 
 
-async def connect_own(kind: int, candidates: list[bytes]) -> socket.socket | None:
-    """A non-blocking socket of type ``kind`` connected to the first of ``candidates`` held by
-    this account (see the module); ``None`` when there is none."""
+async def connect_own(kind: int, groups: list[list[bytes]]) -> socket.socket | None:
+    """A non-blocking socket of type ``kind`` connected to the first name held by this account
+    of the first of ``groups`` (the names of a listener under each of :func:`rank_secrets`)
+    that has one (see the module); ``None`` when there is none."""
+    for candidates in groups:
+        sock = await _connect_first(kind, candidates)
+        if sock is not None:
+            return sock
+    return None
+
+
+async def _connect_first(kind: int, candidates: list[bytes]) -> socket.socket | None:
     loop = asyncio.get_running_loop()
     for name in candidates:
         sock = socket.socket(socket.AF_UNIX, kind | socket.SOCK_CLOEXEC)

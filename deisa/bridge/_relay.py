@@ -38,7 +38,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..wire import Route
-from ._names import connect_own, names, run_secret
+from ._names import connect_own, names, rank_secrets
 
 logger = logging.getLogger(__name__)
 
@@ -140,7 +140,8 @@ class Relay:
     async def open(cls, scheduler: str, timeout: float) -> Relay | None:
         """Connect to the relay to ``scheduler`` of this node, or ``None`` (no worker of this
         node relays, or the name belongs to another account)."""
-        sock = await connect_own(socket.SOCK_STREAM, relay_names(scheduler, run_secret()))
+        groups = [relay_names(scheduler, secret) for secret in rank_secrets()]
+        sock = await connect_own(socket.SOCK_STREAM, groups)
         if sock is None:  # no worker of this node relays (for this account)
             logger.debug("deisa bridge: no relay to %s on this node", scheduler)
             return None

@@ -22,7 +22,7 @@ from typing import Any
 
 from .. import _dask_internals
 from ._guard import Guard, StreamListener, other_account
-from ._names import bind_first, worker_secret
+from ._names import bind_first, run_secret
 from ._relay import INSTALL, MAX_FRAME, RELAYED, pack, read_frame, relay_names
 
 logger = logging.getLogger(__name__)
@@ -56,7 +56,7 @@ class RelayServer:
         pool, scheduler = _dask_internals.worker_pool(worker)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         try:
-            bound = bind_first(sock, relay_names(scheduler, worker_secret(worker)))
+            bound = bind_first(sock, relay_names(scheduler, run_secret()))
         except OSError:
             sock.close()
             raise

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from ._names import connect_own, run_secret
+from ._names import connect_own, rank_secrets
 from ._shm_pool import HUGETLB, SMALL, Pool, WarmRing, huge_memfd
 from ._shm_wire import (
     FREE,
@@ -201,7 +201,8 @@ class Channel(WarmRing):
         """A channel to ``worker``'s listener, or ``None`` when none of this account answers
         here (another node, a worker without the plugin): the blocks then go by TCP."""
         loop = asyncio.get_running_loop()
-        sock = await connect_own(socket.SOCK_SEQPACKET, socket_names(worker, run_secret()))
+        groups = [socket_names(worker, secret) for secret in rank_secrets()]
+        sock = await connect_own(socket.SOCK_SEQPACKET, groups)
         if sock is None:  # no listener of this account here: by TCP
             return None
         try:

@@ -41,7 +41,7 @@ from distributed import WorkerPlugin
 
 from .. import _dask_internals
 from ._guard import Guard, PausedError, other_account
-from ._names import bind_first, worker_secret
+from ._names import bind_first, run_secret
 from ._relay_worker import RelayServer
 from ._shm_wire import (
     FREE,
@@ -200,7 +200,7 @@ class _Server:
         self.loop = asyncio.get_running_loop()
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
         self.sock.setblocking(False)
-        if bind_first(self.sock, socket_names(str(worker.address), worker_secret(worker))) is None:
+        if bind_first(self.sock, socket_names(str(worker.address), run_secret())) is None:
             raise OSError(f"another listener of this account serves worker {worker.address}")
         self.sock.listen(128)
         self.peers: set[_Peer] = set()

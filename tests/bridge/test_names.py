@@ -2,7 +2,8 @@
 a real process of uid 65534 binds names before a real worker's listener and relay do. The
 positive control: without the run's secret (the names as public as address and uid), holding
 them all sends the ranks by TCP and rank 0 through distributed. With the run's TLS key, the
-names are others, and a name held anyway (leaked) is replaced by the next, on both sides."""
+names are others, and a name held anyway (leaked) is replaced by the next, on both sides; a
+rank with the key still finds a worker started without it."""
 
 from __future__ import annotations
 
@@ -43,20 +44,15 @@ def test_the_secret_is_the_hash_of_the_runs_key(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     key = tmp_path / "key.pem"
-    key.write_text(KEY)
-    expected = hashlib.sha256(KEY.strip().encode()).digest()
+    key.write_text(KEY + "\n")
+    expected = hashlib.sha256(KEY.encode()).digest()
     monkeypatch.setenv(TLS_FILES_ENV[2], str(key))
     assert _names.run_secret() == expected
-
-    class Security:
-        tls_worker_key = KEY  # a key given as its text
-
-    class Worker:
-        security = Security()
-
-    assert _names.worker_secret(Worker()) == expected  # the variable first, the same key here
+    assert _names.rank_secrets() == [expected, b""]  # then the names of a worker without it
+    monkeypatch.setenv(TLS_FILES_ENV[2], KEY)  # the key itself, not a file
+    assert _names.run_secret() == expected
     monkeypatch.delenv(TLS_FILES_ENV[2])
-    assert _names.worker_secret(Worker()) == expected and _names.run_secret() == b""
+    assert _names.run_secret() == b"" and _names.rank_secrets() == [b""]
     assert _names._key_secret(str(tmp_path / "missing")) == b""
 
 
@@ -96,3 +92,22 @@ async def test_names_held_by_another_account_are_replaced(c, s, a, b) -> None:
         for squatter in squatters:
             squatter.kill()
             squatter.wait()
+
+
+@gen_cluster(client=True, timeout=STARTUP)
+async def test_a_rank_with_the_secret_finds_a_worker_started_without_it(c, s, a, b) -> None:
+    await c.register_plugin(SharedMemoryPlugin())  # no DEISA_TLS_KEY: the names without secret
+    key = Path(os.environ.get("TMPDIR", "/tmp")) / f"deisa-test-key-{os.getpid()}.pem"
+    key.write_text(KEY)
+    os.environ[TLS_FILES_ENV[2]] = str(key)
+    try:
+        channel = await _shm.Channel.open(a.address)
+        assert channel is not None
+        assert channel.sock.getpeername() == socket_names(a.address)[0]
+        await channel.close()
+        relay = await Relay.open(s.address, STARTUP)
+        assert relay is not None
+        await relay.close()
+    finally:
+        os.environ.pop(TLS_FILES_ENV[2], None)
+        key.unlink()
