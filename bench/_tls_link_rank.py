@@ -39,61 +39,73 @@ def _turns(step: int, lanes: list[str]) -> list[str]:
     return lanes if step % 2 == 0 else lanes[::-1]
 
 
+def _adapters(spec: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Rank 0's Adapter per lane, and the cipher each lane's connection negotiated."""
+    from distributed import Client, Security
+
+    from deisa import Adapter
+
+    adapters, ciphers = {}, {}
+    for lane, path in spec["lanes"].items():
+        security = Security() if lane != "tcp" else None
+        client = Client(scheduler_file=path, security=security, timeout=STARTUP)
+        adapters[lane] = Adapter(client, timeout=STARTUP)
+        scheduler_comm: Any = client.scheduler_comm
+        ciphers[lane] = (getattr(scheduler_comm.comm, "extra_info", {}) or {}).get("cipher")
+    return adapters, ciphers
+
+
+def _publish_size(
+    spec: dict[str, Any], comm: Any, mib: int, adapters: dict[str, Any], out: dict[str, Any]
+) -> dict[str, Any]:
+    """Every step of a ``mib`` MiB block over each lane in turns; the Bridges, closed."""
+    import numpy as np
+
+    from deisa import ArraySpec, Bridge
+
+    rank, ranks, n = comm.Get_rank(), comm.Get_size(), mib * MiB // 8
+    block = np.random.default_rng(rank).standard_normal((1, n))
+    array = ArraySpec("float64", global_shape=(ranks, n), start=(rank, 0), shape=(1, n))
+    name = f"b{mib}"
+    bridges = {
+        lane: Bridge(path, {name: array}, mode="sync", transport="tcp",
+                     min_workers=spec["workers"], connect_timeout=STARTUP)
+        for lane, path in spec["lanes"].items()
+    }  # fmt: skip
+    try:
+        for step in range(spec["repeat"] + 1):
+            for lane in _turns(step, list(spec["lanes"])):
+                comm.Barrier()
+                w0 = _cpu_s(spec["worker_pids"][lane]) if rank == 0 else 0.0
+                t0, c0 = time.perf_counter(), time.process_time()
+                bridges[lane].publish(name, block, step)
+                cpu = time.process_time() - c0
+                comm.Barrier()
+                wall = time.perf_counter() - t0
+                if rank == 0:
+                    adapters[lane][name][step, :, :]  # take it: the worker frees it
+                    if step:
+                        worker = _cpu_s(spec["worker_pids"][lane]) - w0
+                        sample = {"lane": lane, "mib": mib, "wall_s": wall, "cpu_s": cpu}
+                        out["samples"].append({**sample, "worker_cpu_s": worker})
+    finally:
+        for bridge in bridges.values():
+            bridge.close()
+    return bridges
+
+
 def main(spec_path: str) -> None:
     import dask
-    import numpy as np
     from mpi4py import MPI
-
-    from deisa import Adapter, ArraySpec, Bridge
 
     spec = json.loads(Path(spec_path).read_text())
     dask.config.set(spec["tls_config"])  # TLS files for tls:// (tcp:// ignores them)
     comm = MPI.COMM_WORLD
-    rank, ranks = comm.Get_rank(), comm.Get_size()
-    lanes: list[str] = list(spec["lanes"])
-    adapters: dict[str, Any] = {}
-    out_cipher: dict[str, Any] = {}
-    if rank == 0:
-        from distributed import Client, Security
-
-        for lane, path in spec["lanes"].items():
-            security = Security() if lane != "tcp" else None
-            client = Client(scheduler_file=path, security=security, timeout=STARTUP)
-            adapters[lane] = Adapter(client, timeout=STARTUP)
-            scheduler_comm: Any = client.scheduler_comm
-            comm_info = getattr(scheduler_comm.comm, "extra_info", {}) or {}
-            out_cipher[lane] = comm_info.get("cipher")
-    out: dict[str, Any] = {"ranks": ranks, "samples": [], "cipher": out_cipher}
+    rank = comm.Get_rank()
+    adapters, ciphers = _adapters(spec) if rank == 0 else ({}, {})
+    out: dict[str, Any] = {"ranks": comm.Get_size(), "samples": [], "cipher": ciphers}
     for mib in spec["sizes"]:
-        n = mib * MiB // 8
-        block = np.random.default_rng(rank).standard_normal((1, n))
-        array = ArraySpec("float64", global_shape=(ranks, n), start=(rank, 0), shape=(1, n))
-        name = f"b{mib}"
-        bridges = {
-            lane: Bridge(path, {name: array}, mode="sync", transport="tcp",
-                         min_workers=spec["workers"], connect_timeout=STARTUP)
-            for lane, path in spec["lanes"].items()
-        }  # fmt: skip
-        try:
-            for step in range(spec["repeat"] + 1):
-                for lane in _turns(step, lanes):
-                    comm.Barrier()
-                    if rank == 0:
-                        w0 = _cpu_s(spec["worker_pids"][lane])
-                    t0, c0 = time.perf_counter(), time.process_time()
-                    bridges[lane].publish(name, block, step)
-                    cpu = time.process_time() - c0
-                    comm.Barrier()
-                    wall = time.perf_counter() - t0
-                    if rank == 0:
-                        adapters[lane][name][step, :, :]  # take it: the worker frees it
-                        if step:
-                            worker = _cpu_s(spec["worker_pids"][lane]) - w0
-                            sample = {"lane": lane, "mib": mib, "wall_s": wall, "cpu_s": cpu}
-                            out["samples"].append({**sample, "worker_cpu_s": worker})
-        finally:
-            for bridge in bridges.values():
-                bridge.close()
+        bridges = _publish_size(spec, comm, mib, adapters, out)
         own = {lane: [t.send_s + t.sync_s for t in b.timings[1:]] for lane, b in bridges.items()}
         every = comm.gather(own, root=0)
         if rank == 0:

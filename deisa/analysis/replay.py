@@ -159,13 +159,7 @@ class Replay(StepReader):
             else:
                 self._one_file(text)
         else:
-            paths = [os.path.abspath(os.fspath(p)) for p in source]
-            if not paths:
-                raise FileNotFoundError("Replay was given an empty list of files")
-            for path in paths:
-                if not os.path.isfile(path):
-                    raise FileNotFoundError(f"{path}: no such file (a per-step file of Replay)")
-            self._files, self._file_steps = paths, list(range(len(paths)))
+            self._per_step_list(source)
         if self._files:
             self._source = (
                 self._files[0]
@@ -200,6 +194,15 @@ class Replay(StepReader):
         else:
             self._datasets = {d.name: d for d in list_datasets(path)}
         self._time_steps = self._steps_of_the_file()
+
+    def _per_step_list(self, source: Sequence[str | os.PathLike[str]]) -> None:
+        paths = [os.path.abspath(os.fspath(p)) for p in source]
+        if not paths:
+            raise FileNotFoundError("Replay was given an empty list of files")
+        for path in paths:
+            if not os.path.isfile(path):
+                raise FileNotFoundError(f"{path}: no such file (a per-step file of Replay)")
+        self._files, self._file_steps = paths, list(range(len(paths)))
 
     def _per_step_pattern(self, pattern: str) -> None:
         pattern = os.path.abspath(pattern)
