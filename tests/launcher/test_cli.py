@@ -514,7 +514,7 @@ def test_python_solver_gets_the_bridge_options_as_flags(tmp_path: Path) -> None:
         timings="t.json",
         pdi_file="pdi.yml",
     )
-    assert sim.argv[:4] == ["python", "-m", "deisa_simulation.heat", "sim.yml"]
+    assert sim.argv[:5] == ["python", "-P", "-m", "deisa_simulation.heat", "sim.yml"]
     assert " ".join(settings.bridge.to_argv()) in " ".join(sim.argv)
     assert "--placement locality --buffer-nb none" in " ".join(sim.argv)
     assert sim.timings and sim.pdi is None
@@ -584,6 +584,7 @@ def test_user_command_and_analytics_are_parsed_apart() -> None:
     assert settings.analytics == "a.py --x 1" and settings.solver == "user"
     assert solver.analytics_argv(settings.analytics, "py") == [
         "py",
+        "-P",  # neither the current directory nor the script's on its sys.path
         str(Path("a.py").absolute()),
         "--x",
         "1",
