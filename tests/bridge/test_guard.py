@@ -74,7 +74,7 @@ resource.setrlimit(resource.RLIMIT_NOFILE, (resource.getrlimit(resource.RLIMIT_N
 held = []
 for _ in range({n}):
     sock = socket.socket()
-    sock.settimeout(5)
+    sock.settimeout(10)  # SYN retries at 1, 3 and 7 s, a loaded listener catches up
     try:
         sock.connect(({host!r}, {port}))
     except OSError:
