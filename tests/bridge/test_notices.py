@@ -170,7 +170,7 @@ def test_a_notice_refused_while_the_listener_is_full_arrives_later(
     """Silent connections hold every unauthenticated place of the listener: a rank's
     connection is refused (it reads no ADMITTED), and its notices are sent again once those
     places are dropped (after HANDSHAKE_S, shortened here)."""
-    monkeypatch.setattr(_guard, "HANDSHAKE_S", 1.0)
+    monkeypatch.setattr(_guard, "HANDSHAKE_S", 5.0)
     monkeypatch.setattr(_notices, "RETRY_S", 0.2)
 
     async def body(early: EarlyRegistration, address: str) -> None:
