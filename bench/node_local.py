@@ -198,6 +198,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="shm_pool_mib of each rank (none: the Bridge's default)")  # fmt: skip
     parser.add_argument("--pool-blocks", type=int, default=0,
                         help="shm_pool_mib of each rank: this many blocks")  # fmt: skip
+    parser.add_argument("--analytics-first", action="store_true",
+                        help="an Adapter connects before the first run (with "
+                             "--no-worker-preload: it installs the workers' plugin)")  # fmt: skip
     parser.add_argument("--ray", action="store_true", help="Ray's object store beside, per size")
     parser.add_argument("--ray-python", default="/tmp/bench-venv/bin/python")
     add_worker_preload_option(parser)
@@ -218,6 +221,10 @@ def main(argv: list[str] | None = None) -> int:
         )
         try:
             with cluster.client() as client:
+                if args.analytics_first:  # as a user's analytics started before the simulation
+                    from deisa import Adapter
+
+                    Adapter(client)
                 run = 0
                 for mib in args.sizes:
                     for mode in args.modes:
@@ -306,7 +313,7 @@ def report(args: argparse.Namespace, rows: list[dict[str, Any]], load_before: li
     return finish(args.out, "node_local", targets(args, medians), rows=rows, ranks=args.ranks,
                   workers=args.workers, steps=args.steps, compute_ms=args.compute_ms,
                   bursts=args.bursts, pause_s=args.pause_s, pool_mib=args.pool_mib,
-                  pool_blocks=args.pool_blocks,
+                  pool_blocks=args.pool_blocks, analytics_first=args.analytics_first,
                   worker_preload=args.worker_preload, bytecode=args.bytecode,
                   loadavg_before=load_before, loadavg_after=loadavg())  # fmt: skip
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import ctypes
 import fcntl
 import logging
+import math
 import mmap
 import os
 import threading
@@ -36,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from ._shm_wire import SEALS, slot_bytes
+from .placement import Host, this_host
 
 logger = logging.getLogger(__name__)
 
@@ -139,6 +141,11 @@ def _cgroup_room(proc_cgroup: Path = Path("/proc/self/cgroup")) -> tuple[int, in
         return None
 
 
+def by_node(options: Any) -> bool:
+    """Whether the Bridge's ``options`` give a pool budget per node (shared by its ranks)."""
+    return bool(options.shm_pool_scope == "node" and options.shm_pool_mib is not None)
+
+
 def room(info: dict[str, int] | None = None, cgroup: tuple[int, int] | None = None) -> int:
     """Bytes the pool may still take before memory is short (see the module docstring);
     negative: what it should give back."""
@@ -189,6 +196,15 @@ class Pool:
             steps = UNBOUNDED_STEPS if buffer_nb is None else buffer_nb
             self.budget = (steps + 1) * step_bytes
         self._cap = self.budget
+
+    def size_for(self, options: Any, specs: Iterable[Any], hosts: list[Host] | None) -> None:
+        """Set the budget from the Bridge's ``options`` (``transport="auto"`` only), this rank's
+        array ``specs`` and, for a budget per node (:func:`by_node`), every rank's host."""
+        if options.transport != "auto":
+            return
+        step_bytes = sum(math.prod(spec.shape) * spec.dtype.itemsize for spec in specs)
+        here = hosts.count(this_host()) if by_node(options) and hosts else 1
+        self.size(step_bytes, options.buffer_nb, options.shm_pool_mib, here)
 
     def allowed(self) -> int:
         """The budget, less what memory pressure takes from it (looked at every

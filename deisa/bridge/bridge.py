@@ -28,7 +28,6 @@ rank 0 ever talks to it. See ``docs/architecture.md``.
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -49,7 +48,7 @@ from ._collective import (
 from ._link import SchedulerLink
 from ._losses import Losses
 from ._publisher import Connection, PublishTiming
-from ._shm_pool import pool_totals
+from ._shm_pool import by_node, pool_totals
 from ._state import RunState
 from ._sync import SyncPublisher
 from ._workers import Routing
@@ -241,17 +240,11 @@ class Bridge:
             state.decompositions[name] = Decomposition.from_specs(name, specs)
         state.specs = arrays
         self._link.open()
-        options = self.options
-        by_node = options.shm_pool_scope == "node" and options.shm_pool_mib is not None
-        hosts = (
-            self.comm.allgather(this_host()) if needs_hosts(options.placement) or by_node else None
-        )
-        here = hosts.count(this_host()) if by_node and hosts else 1  # ranks sharing the pool
-        step_bytes = sum(math.prod(spec.shape) * spec.dtype.itemsize for spec in arrays.values())
-        if options.transport == "auto":  # the warm pool of shared memory, once the blocks known
-            state.transport.pool.size(step_bytes, options.buffer_nb, options.shm_pool_mib, here)
-        placed_by_host = hosts if needs_hosts(options.placement) else None
-        state.routing = Routing(options.placement, state.decompositions, self.rank, placed_by_host)
+        by_host = needs_hosts(self.options.placement)
+        hosts = self.comm.allgather(this_host()) if by_host or by_node(self.options) else None
+        state.transport.pool.size_for(self.options, arrays.values(), hosts)
+        placed = hosts if by_host else None
+        state.routing = Routing(self.options.placement, state.decompositions, self.rank, placed)
         if self.asynchronous:
             if self.rank == 0:  # the other ranks learn the outcome through the exchanges
                 state.background.append(self._async.start_connecting(scheduler_file))

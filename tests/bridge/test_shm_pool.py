@@ -203,3 +203,20 @@ async def test_pool_slots_take_reserved_huge_pages(c, s, a, b) -> None:
         assert transport.pool.summary()["pages"] == [HUGETLB]
     finally:
         await transport.close()
+
+
+def test_the_bridge_sizes_the_pool_per_rank_or_per_node() -> None:
+    from deisa import ArraySpec, BridgeOptions
+    from deisa.bridge.placement import Host, this_host
+
+    spec = ArraySpec("float64", (16, 1024), (0, 0), (8, 1024))  # 64 KiB on this rank
+    here, elsewhere = this_host(), Host("another-node")
+    pool = Pool()
+    pool.size_for(BridgeOptions(buffer_nb=2), [spec, spec], None)
+    assert pool.budget == 3 * 2 * 64 * 1024  # 3 steps of both arrays
+    node = BridgeOptions(shm_pool_mib=300, shm_pool_scope="node")
+    pool.size_for(node, [spec], [here, elsewhere, here, here])  # 3 ranks on this node
+    assert pool.budget == 100 * MIB
+    tcp = Pool()
+    tcp.size_for(BridgeOptions(transport="tcp"), [spec], None)
+    assert tcp.budget == 0
