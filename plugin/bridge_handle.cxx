@@ -174,7 +174,10 @@ void Bridge_handle::validate(Context& ctx, PC_tree_t config, double interpreter_
 py::object Bridge_handle::array_spec(const Array_geometry& geometry) const
 {
 	try {
-		return m_python.array_spec(geometry.dtype, geometry.global_shape, geometry.start, geometry.shape, geometry.dims);
+		// the older grammars' fixed time axis (Past_end::END: later steps are not published) is the analytics' time length
+		const bool declared = geometry.past_end == Past_end::END && geometry.time_extent != LONG_MAX;
+		const long time_length = declared ? geometry.time_extent : 0;
+		return m_python.array_spec(geometry.dtype, geometry.global_shape, geometry.start, geometry.shape, geometry.dims, time_length);
 	} catch (py::error_already_set& e) {
 		if (!e.matches(PyExc_ValueError) && !e.matches(PyExc_TypeError)) throw;
 		throw Spectree_error{

@@ -111,12 +111,6 @@ def test_each_generations_analytics_runs_unchanged_and_equals_numpy(
     assert shut_down  # by the analytics, as its generation's launch scripts expect
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the plugin does not send the declared time length yet: its one call of "
-    "deisa.ArraySpec (plugin/core/python_bridge.cxx after the plugin's split) needs "
-    "time_length=, the patch of issue 45",
-)
 def test_main_analytics_of_a_run_that_stops_early_names_the_missing_step(
     built: Path, tmp_path: Path
 ) -> None:

@@ -108,11 +108,13 @@ py::object Python_bridge::array_spec(
 	const vector<long>& global_shape,
 	const vector<long>& start,
 	const vector<long>& shape,
-	const vector<string>& dims
+	const vector<string>& dims,
+	long time_length
 ) const
 {
-	py::dict names; // `dims' only when given, so that ArraySpec's default stays its own
+	py::dict names; // `dims' and `time_length' only when given, so that ArraySpec's defaults stay its own
 	if (!dims.empty()) names["dims"] = to_tuple(dims);
+	if (time_length > 0) names["time_length"] = time_length;
 	return m_module.attr("ArraySpec"
 	)("dtype"_a = dtype, "global_shape"_a = to_tuple(global_shape), "start"_a = to_tuple(start), "shape"_a = to_tuple(shape), **names);
 }

@@ -125,6 +125,7 @@ public:
 	 * \param start first index of this rank's block
 	 * \param shape size of this rank's block
 	 * \param dims names of the axes, empty for ArraySpec's default
+	 * \param time_length the steps the time axis declares (a fixed time size of the older grammars), 0: none
 	 * \return the ArraySpec (a ValueError or TypeError if it refuses the block)
 	 */
 	pybind11::object array_spec(
@@ -132,7 +133,8 @@ public:
 		const std::vector<long>& global_shape,
 		const std::vector<long>& start,
 		const std::vector<long>& shape,
-		const std::vector<std::string>& dims = {}
+		const std::vector<std::string>& dims = {},
+		long time_length = 0
 	) const;
 
 	/** Creates the deisa.Bridge, collective over `comm' (a deisa.BridgeGroup if some arrays have a communicator of their own)
