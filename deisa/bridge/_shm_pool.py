@@ -309,7 +309,10 @@ class WarmRing:
             kind = page_kind(nbytes, {**meminfo(), "HugePages_Free": 0})[0]
         size = round_up(slot_bytes(nbytes), huge) if kind == HUGETLB else slot_bytes(nbytes)
         if not self.pool.grant(size):
-            return None
+            if kind != HUGETLB or not self.pool.grant(slot_bytes(nbytes)):
+                return None
+            size = slot_bytes(nbytes)  # what _may_grow counted: no spin on a rounded size
+            kind = page_kind(nbytes, {**meminfo(), "HugePages_Free": 0})[0]
         try:
             slot = self._new_slot(nbytes, kind, size)
         except OSError:  # no huge page left: small ones
