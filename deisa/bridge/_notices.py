@@ -302,6 +302,7 @@ class Notifier:
         self.rank = rank
         self.tls = tls
         self._writer: asyncio.StreamWriter | None = None
+        self._reader: asyncio.StreamReader | None = None  # at EOF: the listener closed it
         self._opening = asyncio.Lock()
         self._sending = asyncio.Lock()
         self._retry_at = 0.0
@@ -337,8 +338,10 @@ class Notifier:
 
     async def _connection(self) -> asyncio.StreamWriter | None:
         async with self._opening:
-            if self._writer is not None and not self._writer.is_closing():
-                return self._writer
+            if self._writer is not None and self._reader is not None:
+                if not (self._writer.is_closing() or self._reader.at_eof()):
+                    return self._writer
+                await self._drop()  # closed by rank 0 (idle, or gone): another one
             if time.monotonic() < self._retry_at:
                 return None
             self._retry_at = time.monotonic() + RETRY_S
@@ -357,6 +360,7 @@ class Notifier:
             )
             if await asyncio.wait_for(reader.read(len(ADMITTED)), CONNECT_S) != ADMITTED:
                 raise ConnectionRefusedError("rank 0's listener did not admit the connection")
+            self._reader = reader
             return self._writer
 
     async def close(self) -> None:
@@ -368,7 +372,7 @@ class Notifier:
 
     async def _drop(self) -> None:
         """Close the connection, if open (the next notice opens another)."""
-        writer, self._writer = self._writer, None
+        writer, self._writer, self._reader = self._writer, None, None
         if writer is not None:
             writer.close()
             try:

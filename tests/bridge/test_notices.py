@@ -193,6 +193,33 @@ def test_a_notice_refused_while_the_listener_is_full_arrives_later(
     assert handed == [(0, [(5, W), (7, W)])]
 
 
+def test_a_rank_idle_past_the_bound_is_dropped_and_its_next_notice_arrives(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_notices, "IDLE_S", 0.5)
+    monkeypatch.setattr(_notices, "RETRY_S", 0.0)
+
+    async def body(early: EarlyRegistration, address: str) -> None:
+        server = early._server
+        assert server is not None
+        notifier = Notifier(address, early.token, 1)
+
+        async def deliver(seq: int) -> None:
+            early.known(Entry(seq, "a", seq, 0))
+            early.sent(seq, 0, 5, W)
+            await notifier.notify(seq, 7, W)
+            await async_poll_for(lambda: early.next_seq == seq + 1, WAIT, period=0.05)
+            # the listener closes the connection idle past IDLE_S
+            await async_poll_for(lambda: not server.writers, WAIT, period=0.05)
+
+        await deliver(0)
+        await deliver(1)  # on a new connection
+        await notifier.close()
+
+    handed = asyncio.run(_serving("tcp://127.0.0.1:8786", 2, body))
+    assert [seq for seq, _ in handed] == [0, 1]
+
+
 # -- TLS: the job's credentials from the dask configuration, as the ranks have them ------------
 
 
