@@ -36,7 +36,8 @@ def announce(call: str) -> None:
     while frame is not None and str(frame.f_globals.get("__name__")).startswith(_OWN_MODULES):
         frame, level = frame.f_back, level + 1
     warnings.warn(
-        f"{call}: the DEISA 0.3 client API, kept so that existing analytics run; "
+        f"{call}: a released DEISA client API (0.3.x, dask_interface, pdidev/deisa main), "
+        "kept so that existing analytics run; "
         f"{GUIDE} gives each call's form with deisa.Adapter",
         FutureWarning,
         stacklevel=level,

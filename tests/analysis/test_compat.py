@@ -563,5 +563,5 @@ def test_the_first_object_warns_once_pointing_to_the_guide(
         _compat_client.announce("deisa.Deisa")
         _compat_client.announce("deisa.Deisa")
     assert [(w.category, w.filename) for w in caught] == [(FutureWarning, __file__)]
-    assert "deisa.Deisa: the DEISA 0.3 client API" in str(caught[0].message)
+    assert "deisa.Deisa: a released DEISA client API (0.3.x" in str(caught[0].message)
     assert "docs/migrating.md" in str(caught[0].message)

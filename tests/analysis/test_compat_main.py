@@ -231,6 +231,29 @@ async def test_declared_time_length_is_there_before_any_step_and_missing_steps_s
 
 
 @gen_cluster(client=True, timeout=STARTUP)
+async def test_main_connects_by_address(c, s, a, b) -> None:
+    def connect() -> str:
+        deisa = compat.Deisa(2, scheduler_address=s.address)
+        address: str = deisa.get_client().scheduler.address
+        deisa.get_client().close()
+        return address
+
+    assert await in_thread(connect) == s.address
+
+
+def test_main_connects_by_cluster_object_first() -> None:
+    """``cluster=`` (a LocalCluster here) wins over a scheduler file given too."""
+    from distributed import LocalCluster
+
+    with LocalCluster(n_workers=1, processes=False, dashboard_address=":0") as cluster:
+        deisa = compat.Deisa(nb_workers=1, scheduler_file_name="absent.json", cluster=cluster)
+        try:
+            assert deisa.get_client().scheduler.address == cluster.scheduler_address
+        finally:
+            deisa.get_client().close()
+
+
+@gen_cluster(client=True, timeout=STARTUP)
 async def test_v03_selection_ends_at_the_declared_length_without_the_streams_end(
     c, s, a, b, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
