@@ -54,6 +54,8 @@ import numpy as np
 from deisa import Adapter
 
 reference, steps, names = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(",")
+every = int(sys.argv[4]) if len(sys.argv) > 4 else 1  # the engine's `Every'
+published = list(range(0, steps, every))
 expected = {name: [] for name in names}
 with adios2.Stream(reference, "r") as stream:
     for _ in stream.steps():
@@ -61,7 +63,7 @@ with adios2.Stream(reference, "r") as stream:
             expected[name].append(np.atleast_1d(stream.read(name)))
 assert all(len(values) == steps for values in expected.values()), expected
 with Adapter.from_env() as adapter:
-    for step in range(steps):
+    for step in published:
         chunks = None
         for name in names:
             live = adapter[name][step]  # each step of each array taken once
@@ -71,7 +73,10 @@ with Adapter.from_env() as adapter:
             assert got.dtype == want.dtype and got.shape == want.shape, (name, step, got, want)
             assert got.tobytes() == want.tobytes(), (name, step, got, want)
         print(f"step {step}: chunks {chunks}", flush=True)
-print(f"adios2 checker: {','.join(names)} steps 0 to {steps - 1} bitwise", flush=True)
+    streams = adapter.stats()["streams"]  # `Variables' leaves the others unpublished
+    assert set(streams) == set(names), sorted(streams)
+    assert all(streams[name]["published"] == len(published) for name in names), streams
+print(f"adios2 checker: {','.join(names)} steps {published} bitwise", flush=True)
 """
 
 
@@ -130,10 +135,11 @@ def ragged_reference(adios2_build: Path, tmp_path_factory: pytest.TempPathFactor
     return work / "out.bp"
 
 
-def checker(tmp_path: Path, reference: Path, steps: int, names: str) -> str:
+def checker(tmp_path: Path, reference: Path, steps: int, names: str, every: int = 1) -> str:
+    """The analytics comparing every published step of ``names`` with ``reference``."""
     script = tmp_path / "adios2_checker.py"
     script.write_text(CHECKER)
-    return f"{script} {reference} {steps} {names}"
+    return f"{script} {reference} {steps} {names} {every}"
 
 
 @pytest.mark.timeout(600)
@@ -152,7 +158,7 @@ def test_ragged_code_under_deisa_run_async_shared_memory_bitwise(
         "--", ragged(adios2_build), str(xml), "ignored.bp", str(STEPS), timeout=600,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-4000:] + proc.stdout[-2000:]
-    assert f"adios2 checker: U,V,step,time steps 0 to {STEPS - 1} bitwise" in proc.stdout
+    assert "adios2 checker: U,V,step,time steps [0, 1, 2, 3, 4] bitwise" in proc.stdout
     assert "step 0: chunks ((10, 3), (8, 2))" in proc.stdout  # the ragged blocks
     # the arrays through shared memory, the single values from rank 0 alone
     assert "U: 5 steps published, 5 taken" in proc.stdout + proc.stderr
@@ -204,7 +210,7 @@ def test_gray_scott_example_sync_tcp_bitwise(adios2_build: Path, tmp_path: Path)
         "--", str(GRAY_SCOTT), str(live), timeout=600,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-4000:] + proc.stdout[-2000:]
-    assert "adios2 checker: U,V,step steps 0 to 3 bitwise" in proc.stdout
+    assert "adios2 checker: U,V,step steps [0, 1, 2, 3] bitwise" in proc.stdout
     assert "blocks by tcp (4 ranks)" in proc.stdout + proc.stderr
 
 
@@ -217,14 +223,16 @@ def test_ragged_code_in_a_slurm_job_sync_tcp(
     tmp_path: Path,
 ) -> None:
     """deisa-run slurm -- ./code deisa.xml: the job exports ADIOS2_PLUGIN_PATH for the
-    simulation's step; sync publication over TCP, every step bitwise as BP5 writes it."""
-    xml = engine_xml(tmp_path / "deisa.xml", Mode="sync", Transport="tcp")
+    simulation's step; sync publication over TCP of every second step (`Every`) of U and step
+    only (`Variables`), each bitwise as BP5 writes it, nothing else published."""
+    xml = engine_xml(tmp_path / "deisa.xml", Mode="sync", Transport="tcp", Every="2",
+                     Variables="U, step")  # fmt: skip
     job = run_job(slurm, tmp_path, STEPS, ragged(adios2_build), str(xml), "x.bp", str(STEPS),
-                  analytics=checker(tmp_path, ragged_reference, STEPS, "U,V,step,time"),
+                  analytics=checker(tmp_path, ragged_reference, STEPS, "U,step", every=2),
                   build_dir=adios2_build)  # fmt: skip
     assert job.state == "COMPLETED", job.diagnostics()
     logs = "".join(p.read_text() for p in (job.dir / "logs").glob("analytics-*.log"))
-    assert f"adios2 checker: U,V,step,time steps 0 to {STEPS - 1} bitwise" in logs, logs
+    assert "adios2 checker: U,step steps [0, 2, 4] bitwise" in logs, logs
     script = (tmp_path / "job.sh").read_text()
     assert f"export ADIOS2_PLUGIN_PATH={adios2_build / 'plugin' / 'adios2'}" in script
 
