@@ -68,7 +68,18 @@ Deisa_engine::Deisa_engine(adios2::IO io, const std::string& name, adios2::Mode 
 
 Deisa_engine::~Deisa_engine()
 {
-	if (m_values_comm != MPI_COMM_NULL) MPI_Comm_free(&m_values_comm);
+	int finalized = 0;
+	MPI_Finalized(&finalized);
+	if (!m_closed && !finalized) {
+		// the code never called Close: the stream ends here, as BP5 closes its file in its destructor
+		try {
+			DoClose();
+		} catch (const std::exception& e) {
+			py::gil_scoped_acquire gil;
+			log("error", string{"closing the stream in the engine's destructor: "} + e.what());
+		}
+	}
+	if (m_values_comm != MPI_COMM_NULL && !finalized) MPI_Comm_free(&m_values_comm);
 	if (!Py_IsInitialized()) return;
 	py::gil_scoped_acquire gil;
 	m_parameters = py::object();

@@ -1,7 +1,7 @@
 /* An MPI code written against ADIOS2's C++ API, as an ADIOS2 user writes one: the test code of
  * the deisa ADIOS2 engine (tests/test_adios2.py).
  *
- *   mpirun -np 4 deisa_adios2_ragged CONFIG.xml OUTPUT STEPS [--misuse local|span|read]
+ *   mpirun -np 4 deisa_adios2_ragged CONFIG.xml OUTPUT STEPS [--misuse local|span|read|no-close]
  *
  * Writes STEPS steps to OUTPUT through io `SimulationOutput', whose engine CONFIG.xml chooses
  * (BP5, or deisa): a 13 x 10 global array `U' (double, a sync Put) and `V' (int32, a deferred
@@ -9,7 +9,8 @@
  * global single values, `step' (int) and `time' (double).  On odd steps PerformPuts comes
  * before EndStep and the code overwrites V's buffer after it: what is written must be the
  * buffer at PerformPuts, as BP5 writes it.  --misuse makes it do what the deisa engine
- * refuses: a local array, a Put returning a Span, a reader.  An error is one line on rank 0's
+ * refuses: a local array, a Put returning a Span, a reader; --misuse no-close leaves the engine to
+ * the ADIOS object's destructor.  An error is one line on rank 0's
  * stderr and exit status 1.
  */
 
@@ -84,7 +85,7 @@ void run(const std::string& config, const std::string& output, int steps, const 
 		std::fill(u.begin(), u.end(), -1.0); // after a sync Put: not written
 		writer.EndStep();
 	}
-	writer.Close();
+	if (misuse != "no-close") writer.Close(); // else the engine is closed by the ADIOS object's destructor
 }
 
 } // namespace
@@ -96,7 +97,7 @@ int main(int argc, char* argv[])
 	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
 	int status = 0;
 	if (argc != 4 && !(argc == 6 && std::string(argv[4]) == "--misuse")) {
-		if (rank == 0) std::fprintf(stderr, "usage: %s CONFIG.xml OUTPUT STEPS [--misuse local|span|read]\n", argv[0]);
+		if (rank == 0) std::fprintf(stderr, "usage: %s CONFIG.xml OUTPUT STEPS [--misuse local|span|read|no-close]\n", argv[0]);
 		status = 2;
 	} else {
 		try {
