@@ -3,6 +3,7 @@
 #include <mpi.h>
 
 #include <complex>
+#include <exception>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -70,8 +71,9 @@ Deisa_engine::~Deisa_engine()
 {
 	int finalized = 0;
 	MPI_Finalized(&finalized);
-	if (!m_closed && !finalized) {
-		// the code never called Close: the stream ends here, as BP5 closes its file in its destructor
+	if (!m_closed && !finalized && std::uncaught_exceptions() == 0) {
+		// the code never called Close: the stream ends here, as BP5 closes its file in its
+		// destructor; not while an error unwinds the code (a step half Put, ranks apart)
 		try {
 			DoClose();
 		} catch (const std::exception& e) {
