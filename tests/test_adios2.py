@@ -14,6 +14,7 @@ skipped test here fails the run (tests/conftest.py, ``DEISA_ALLOW_ADIOS2_SKIP=1`
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -304,3 +305,17 @@ def test_python_side_of_the_engine_is_importable_in_a_rank() -> None:
         capture_output=True, text=True, env=test_env(), timeout=120,
     )  # fmt: skip
     assert proc.returncode == 0 and proc.stdout.strip() == "False", proc.stderr
+
+
+def test_step_blocks_checks_every_step_against_the_first(adios2_build: Path) -> None:
+    """plugin/adios2/tests/step_blocks_test.cxx (CTest deisa_step_blocks): the arrays declared
+    from the first published step, each later one checked against them, errors naming the
+    variable, the step and what differs (a count, a new variable, a value missing on rank 0, a
+    second Put)."""
+    ctest = shutil.which("ctest")
+    if ctest is None:
+        pytest.skip("ctest (from CMake) is not on PATH")
+    cmd = [ctest, "--test-dir", str(adios2_build), "-R", "deisa_step_blocks", "--output-on-failure"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "100% tests passed, 0 tests failed out of 1" in proc.stdout, proc.stdout
