@@ -8,6 +8,7 @@ own event (``init_on: init_pdi_w_deisa``). Each analytics, written against one g
 (tests/grammars/ekin_*.py), runs as a process in that generation's launch order:
 
 - pdidev/deisa main (its benchmark's ``run_experiment``): scheduler, workers, analytics, ranks;
+  and, as its ``Deisa`` waits for the workers, scheduler, analytics, workers, ranks;
 - 0.3.x and the ``dask_interface`` adaptor (the released example's Script.sh): scheduler,
   analytics, workers, ranks.
 
@@ -60,9 +61,11 @@ def start_analytics(script: str, cwd: Path) -> subprocess.Popen[str]:
     )
 
 
-def run_generation(built: Path, tmp_path: Path, script: str, nsteps: int) -> tuple[int, str, bool]:
-    """Launch the run in ``script``'s generation's order; the analytics' status and output,
-    and whether the scheduler exited after it without being stopped."""
+def run_generation(
+    built: Path, tmp_path: Path, script: str, nsteps: int, workers_first: bool = False
+) -> tuple[int, str, bool]:
+    """Launch the run (the workers before the analytics if ``workers_first``); the analytics'
+    status and output, and whether the scheduler exited after it without being stopped."""
     settings = {"ncell": list(NCELL), "mpi_dims": list(MPI_DIMS), "ghost": list(GHOST)}
     (tmp_path / "settings.yml").write_text(yaml.safe_dump({**settings, "nsteps": nsteps}))
     (tmp_path / "config.yml").write_text(yaml.safe_dump({"workers": WORKERS}))
@@ -72,7 +75,7 @@ def run_generation(built: Path, tmp_path: Path, script: str, nsteps: int) -> tup
     analytics = None
     try:
         cluster.start_scheduler(STARTUP)
-        if script == "ekin_main.py":  # its benchmark starts the workers before the analytics
+        if workers_first:
             cluster.start_workers(WORKERS)
             analytics = start_analytics(script, tmp_path)
         else:
@@ -95,11 +98,20 @@ def run_generation(built: Path, tmp_path: Path, script: str, nsteps: int) -> tup
         cluster.stop()
 
 
-@pytest.mark.parametrize("script", ["ekin_main.py", "ekin_v03.py", "ekin_initialization.py"])
+@pytest.mark.parametrize(
+    ("script", "workers_first"),
+    [
+        ("ekin_main.py", True),
+        ("ekin_main.py", False),
+        ("ekin_v03.py", False),
+        ("ekin_initialization.py", False),
+    ],
+    ids=["main", "main-analytics-first", "0.3", "dask_interface"],
+)
 def test_each_generations_analytics_runs_unchanged_and_equals_numpy(
-    built: Path, tmp_path: Path, script: str
+    built: Path, tmp_path: Path, script: str, workers_first: bool
 ) -> None:
-    status, output, shut_down = run_generation(built, tmp_path, script, TIME_LENGTH)
+    status, output, shut_down = run_generation(built, tmp_path, script, TIME_LENGTH, workers_first)
     assert status == 0, output[-5000:]
     got = np.load(tmp_path / "ekin.npz")
     expected = ekin(field(TIME_LENGTH))
@@ -116,7 +128,7 @@ def test_main_analytics_of_a_run_that_stops_early_names_the_missing_step(
 ) -> None:
     """4 steps of the 6 declared: the time axis still has 6 steps, and the computation fails
     naming the first step that never came."""
-    status, output, _ = run_generation(built, tmp_path, "ekin_main.py", 4)
+    status, output, _ = run_generation(built, tmp_path, "ekin_main.py", 4, workers_first=True)
     assert status != 0
     assert "EndOfStreamError" in output
     assert "of 'global_t' never came: the simulation ended the stream after 4 step(s)" in output
