@@ -17,8 +17,11 @@ own, :mod:`deisa.pca_app`:
 - :mod:`~deisa.launcher.processes`: child processes, their environment, signals;
 - :mod:`~deisa.launcher.dask_processes`: the ``dask scheduler`` and ``dask worker`` command
   lines, started and stopped (for the launcher, the tests and the benchmarks);
-- :mod:`~deisa.launcher.local`: the whole pipeline on this machine;
-- :mod:`~deisa.launcher.slurm`: the same in one Slurm allocation, as a batch script;
+- :mod:`~deisa.launcher.plan`: the settings made into one plan, every process (name, command,
+  environment, nodes, tasks, cores) and the files written first, for both launches;
+- :mod:`~deisa.launcher.local`: the plan started on this machine;
+- :mod:`~deisa.launcher.slurm_layout`: which node of a Slurm allocation runs what;
+- :mod:`~deisa.launcher.slurm`: the same plan rendered into one batch script;
 - :mod:`~deisa.launcher.cli`: the parsers and the commands of ``deisa-run``.
 
 The library (:class:`deisa.Bridge`, :class:`deisa.Adapter`, the splitter, the PCA) never imports

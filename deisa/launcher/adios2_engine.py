@@ -3,8 +3,8 @@ over (``ADIOS2_PLUGIN_PATH``).
 
 ADIOS2 loads the library of a ``plugin`` engine (``PluginLibrary`` ``deisa_adios2_engine``:
 ``libdeisa_adios2_engine.so``) from each directory of ``ADIOS2_PLUGIN_PATH``, else from the
-dynamic loader's path. ``deisa-run`` puts the engine it finds first in that variable, for a
-local run (:mod:`.local`) and in the Slurm job (:mod:`.slurm`), as it does with
+dynamic loader's path. ``deisa-run`` puts the engine it finds first in that variable, in its
+plan (:mod:`.plan`), for a local run and in the Slurm job alike, as it does with
 ``PDI_PLUGIN_PATH`` for the PDI plugin: the engine CMake built in ``<build>/plugin/adios2``,
 else one installed in a directory of ``ADIOS2_PLUGIN_PATH``, else one installed beside ADIOS2's
 libraries (``cmake --install build --component deisa_adios2_engine``).
@@ -47,9 +47,3 @@ def find_engine(build_dir: Path, environ: Mapping[str, str] | None = None) -> Pl
             return Plugin(found.parent, f"installed in {found.parent}")
     missing = f"not found ({built} has no {ENGINE_FILE}; ADIOS2 searches the loader's path)"
     return Plugin(None, missing)
-
-
-def plugin_path(directory: Path, environ: Mapping[str, str] | None = None) -> str:
-    """``ADIOS2_PLUGIN_PATH`` with ``directory`` first, then what it held."""
-    environ = os.environ if environ is None else environ
-    return os.pathsep.join(filter(None, [str(directory), environ.get(PLUGIN_PATH)]))

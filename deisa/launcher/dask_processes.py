@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -79,9 +80,16 @@ class TLSOptions(Protocol):
 
 
 def scheduler_command(
-    scheduler_file: Path, dashboard: bool = False, credentials: TLSOptions | None = None
+    scheduler_file: Path | str,
+    dashboard: bool = False,
+    credentials: TLSOptions | None = None,
+    *,
+    python: str = sys.executable,
+    listen: Sequence[str] = ("--host", LOOPBACK),
+    comm: Sequence[str] = (),
 ) -> list[str]:
-    """``dask scheduler`` on loopback, on free ports, writing ``scheduler_file``.
+    """``dask scheduler`` on free ports, writing ``scheduler_file``: the one command line of
+    the local run, the tests, the benchmarks and the Slurm job (:mod:`deisa.launcher.plan`).
 
     Parameters
     ----------
@@ -91,19 +99,29 @@ def scheduler_command(
         Serve the dashboard's pages (they need bokeh); its HTTP server (health, metrics) runs
         either way, on ``127.0.0.1:0``.
     credentials
-        The job's TLS files; ``None``: plain TCP.
+        The job's TLS files; ``None``: plain TCP, or ``comm``.
+    python
+        The interpreter (``"$PYTHON"`` in a job), run with ``-P``.
+    listen
+        Where it listens: loopback by default (a job on several nodes: ``--interface``).
+    comm
+        Options of its protocol when ``credentials`` is ``None`` (``--protocol tls`` with the
+        files in the environment, ``--protocol ucx``).
     """
-    cmd = [*python_argv(), "-m", "dask", "scheduler", "--host", LOOPBACK, "--port", "0"]
-    cmd += ["--scheduler-file", str(scheduler_file)]
-    cmd += credentials.cli_args() if credentials is not None else []
+    cmd = [*python_argv(python), "-m", "dask", "scheduler"]
+    cmd += ["--scheduler-file", str(scheduler_file), "--port", "0", *listen]
     # --no-dashboard drops the pages, not the HTTP server (health, metrics): local too, any port
-    cmd += ["--dashboard" if dashboard else "--no-dashboard"]
-    return [*cmd, "--dashboard-address", f"{LOOPBACK}:0"]
+    cmd += ["--dashboard" if dashboard else "--no-dashboard", "--dashboard-address"]
+    return [*cmd, f"{LOOPBACK}:0", *_comm(credentials, comm)]
+
+
+def _comm(credentials: TLSOptions | None, comm: Sequence[str]) -> list[str]:
+    return credentials.cli_args() if credentials is not None else list(comm)
 
 
 def worker_command(
-    scheduler_file: Path,
-    index: int,
+    scheduler_file: Path | str,
+    index: int | None,
     threads: int = 1,
     local_dir: Path | None = None,
     preload: str | None = None,
@@ -111,10 +129,13 @@ def worker_command(
     extra: Sequence[str] = (),
     *,
     bridge_preload: bool = True,
+    python: str = sys.executable,
+    listen: Sequence[str] = ("--host", LOOPBACK),
+    comm: Sequence[str] = (),
 ) -> list[str]:
-    """``dask worker`` number ``index`` (named ``worker-<index>``) on loopback, without nanny
-    (a killed worker stays dead) nor dashboard, preloading deisa's worker plugin
-    (:data:`~deisa.launcher.settings.BRIDGE_WORKER`).
+    """``dask worker`` number ``index`` (named ``worker-<index>``; ``None``: unnamed, each
+    task of a job's step) without nanny (a killed worker stays dead) nor dashboard, preloading
+    deisa's worker plugin (:data:`~deisa.launcher.settings.BRIDGE_WORKER`).
 
     Parameters
     ----------
@@ -131,25 +152,27 @@ def worker_command(
         :mod:`deisa.analysis._warm`), beside those of the dask configuration
         (:func:`~deisa.launcher.settings.preload_args`).
     credentials
-        The job's TLS files; ``None``: plain TCP.
+        The job's TLS files; ``None``: plain TCP, or ``comm``.
     extra
         More options, last.
     bridge_preload
         Preload :data:`~deisa.launcher.settings.BRIDGE_WORKER`; ``False``: rank 0 calls the
         scheduler through distributed (a benchmark's comparison).
+    python, listen, comm
+        As :func:`scheduler_command`'s.
     """
     from .settings import preload_args
 
     return [
-        *python_argv(), "-m", "dask", "worker",
+        *python_argv(python), "-m", "dask", "worker",
         "--scheduler-file", str(scheduler_file),
-        "--host", LOOPBACK,
-        *(credentials.cli_args() if credentials is not None else []),
         "--nthreads", str(threads),
         "--no-nanny", "--no-dashboard", "--dashboard-address", f"{LOOPBACK}:0",
-        "--name", f"worker-{index}",
-        *(["--local-directory", str(local_dir)] if local_dir is not None else []),
         *preload_args(preload, bridge=bridge_preload),
+        *listen,
+        *_comm(credentials, comm),
+        *(["--name", f"worker-{index}"] if index is not None else []),
+        *(["--local-directory", str(local_dir)] if local_dir is not None else []),
         *extra,
     ]  # fmt: skip
 
@@ -218,18 +241,19 @@ class DaskProcesses:
         dashboard: bool = False,
         check: Callable[[], None] | None = None,
         interval: float = 0.1,
+        command: list[str] | None = None,
     ) -> subprocess.Popen[bytes]:
-        """Start the scheduler (:func:`scheduler_command`); return once its file is written
-        (looked for every ``interval`` s).
+        """Start the scheduler (``command``, by default :func:`scheduler_command`'s); return
+        once its file is written (looked for every ``interval`` s).
 
         Raises
         ------
         PipelineError
             It exited first (with its log's tail), or ``timeout`` s passed.
         """
-        popen = self._start(
-            "scheduler", scheduler_command(self.scheduler_file, dashboard, self.credentials)
-        )
+        if command is None:
+            command = scheduler_command(self.scheduler_file, dashboard, self.credentials)
+        popen = self._start("scheduler", command)
         wait_until(
             self.scheduler_file.exists,
             f"the scheduler file {self.scheduler_file}",
@@ -248,9 +272,16 @@ class DaskProcesses:
         local_dir: Path | None = None,
         preload: str | None = None,
         extra: Sequence[str] = (),
+        command: list[str] | None = None,
     ) -> list[subprocess.Popen[bytes]]:
-        """Start ``n`` more workers (:func:`worker_command`), numbered after those started."""
+        """Start ``n`` more workers (``command`` with ``--name worker-<i>``, by default
+        :func:`worker_command`'s), numbered after those started."""
         first = max(0, len(self.procs) - 1)
+        if command is not None:
+            return [
+                self._start(f"worker-{i}", [*command, "--name", f"worker-{i}"])
+                for i in range(first, first + n)
+            ]
         return [
             self._start(
                 f"worker-{i}",

@@ -29,46 +29,24 @@ import os
 import socket
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
-
-import yaml
 
 from ..pca_app.driver import Analysis, drive, hold, stream_stats, ways
 from ..pca_app.failures import PipelineError, tail
 from ..pca_app.report import ways_in_words
 from ..pca_app.stall import StepWatch
-from .adios2_engine import PLUGIN_PATH as ADIOS2_PLUGIN_PATH
-from .adios2_engine import find_engine
-from .adios2_engine import plugin_path as adios2_plugin_path
 from .dask_processes import LOOPBACK, DaskProcesses, dashboard_available, http_env
 from .defaults import UsageError
+from .plan import Plan, local_where, make_plan
 from .private_tmp import PrivateTmp, make_private_tmp
 from .processes import Child, ProcessSet, Signals, child_env, wait_until
 from .security import Credentials, make_credentials, output_problem
 from .settings import RunSettings
-from .solver import (
-    SCHEDULER_FILE_OVERRIDE,
-    analytics_argv,
-    find_plugin,
-    python_script,
-    simulation_command,
-)
+from .solver import SCHEDULER_FILE_OVERRIDE
 from .ucx import UCX
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class _Simulation:
-    """What runs under ``mpirun``: its command, its environment, and the timings it writes
-    (``None``: none, a user's command)."""
-
-    argv: list[str]
-    env: dict[str, str]
-    timings: Path | None
-    description: str
 
 
 def run_pipeline(settings: RunSettings, signals: Signals, out: IO[str] = sys.stdout) -> None:
@@ -106,42 +84,36 @@ def run_pipeline(settings: RunSettings, signals: Signals, out: IO[str] = sys.std
 def _run(
     settings: RunSettings, signals: Signals, out: IO[str], scheduler_file: Path, tmp: PrivateTmp
 ) -> None:
-    """:func:`run_pipeline` in the run's private temporary directory ``tmp``."""
-    output = settings.output
+    """:func:`run_pipeline` in the run's private temporary directory ``tmp``: the run's
+    :class:`~deisa.launcher.plan.Plan` started."""
     credentials = _credentials(settings)
     secure = credentials.env() if credentials is not None else {}
+    # UCX: `--protocol ucx` in place of TLS credentials (it has none: --insecure)
+    comm = UCX() if settings.protocol == "ucx" else credentials
     if settings.protocol == "ucx":  # every process, this one's client included
         secure = {**secure, **UCX().env()}
         os.environ.update(secure)
     secure = {**secure, **tmp.env(), **http_env(settings.dashboard)}
-    procs = ProcessSet(output / "logs", child_env(secure), settings.stop_timeout)
+    plan = make_plan(settings, local_where(settings.output, comm.cli_args() if comm else []))
+    procs = ProcessSet(settings.output / "logs", child_env(secure), settings.stop_timeout)
     signals.on_second = procs.kill
-    simulation = _simulation(settings, scheduler_file, secure)
-    print(
-        f"deisa-run: {settings.ranks} ranks of {simulation.description}, {settings.workers} "
-        f"workers x {settings.threads} threads; output in {output}",
-        file=sys.stderr,
-    )
+    _announce(settings, plan, scheduler_file)
     client = None
     started = time.perf_counter()
     try:
-        client = _start_dask(settings, procs, scheduler_file, signals, credentials)
+        dask = DaskProcesses(scheduler_file, credentials=comm)
+        client = _start_dask(settings, plan, procs, signals, dask)
+        env = {p.name: child_env({**secure, **p.environment()}, keep=settings.mpi_env)
+               for p in plan.processes}  # fmt: skip
         analytics = None
-        if settings.analytics is not None:
-            analytics = procs.start(
-                "analytics",
-                analytics_argv(settings.analytics, sys.executable),
-                _user_env(settings, scheduler_file, secure),
-                echo=out,
-            )
+        if plan.analytics is not None:
+            analytics = procs.start("analytics", plan.analytics.argv, env["analytics"], echo=out)
         signals.check()
-        sim = procs.start(
-            "simulation",
-            [*settings.mpirun, "-np", str(settings.ranks), *simulation.argv],
-            simulation.env,
-        )
+        mpirun = [*settings.mpirun, "-np", str(settings.ranks)]
+        sim = procs.start("simulation", [*mpirun, *plan.simulation.argv], env["simulation"])
         if analytics is None:
-            _builtin_analytics(settings, client, procs, sim, signals, simulation.timings, out)
+            timings = Path(plan.timings) if plan.timings else None
+            _builtin_analytics(settings, client, procs, sim, signals, timings, out)
         else:
             _wait_for_user_analytics(settings, procs, sim, analytics, signals)
             analytics.join_echo()
@@ -154,6 +126,32 @@ def _run(
         signals.on_second = None
         if credentials is not None:
             credentials.remove()
+
+
+def _announce(settings: RunSettings, plan: Plan, scheduler_file: Path) -> None:
+    """Write the plan's files into the output; say what runs (and, for a user's command,
+    the plugins found and the scheduler file it is given)."""
+    for name, text in plan.files.items():
+        (settings.output / name).write_text(text)
+    description = plan.description
+    if settings.command:
+        for what, _, plugin in plan.found:
+            print(f"deisa-run: {what}: {plugin.origin}", file=sys.stderr)
+        print(
+            f"deisa-run: the scheduler file is {scheduler_file.absolute()}: it overrides the one "
+            f"a PDI YAML names (scheduler_file, scheduler_info) through {SCHEDULER_FILE_OVERRIDE}",
+            file=sys.stderr,
+        )
+    else:
+        description = (
+            f"the {settings.solver} solver ({settings.solver_reason}), field "
+            f"{settings.simulation['global_size']}, {settings.simulation['steps']} steps"
+        )
+    print(
+        f"deisa-run: {settings.ranks} ranks of {description}, {settings.workers} "
+        f"workers x {settings.threads} threads; output in {settings.output}",
+        file=sys.stderr,
+    )
 
 
 def _credentials(settings: RunSettings) -> Credentials | None:
@@ -195,91 +193,16 @@ def _prepare_output(output: Path) -> Path:
     return output / "scheduler.json"
 
 
-def _user_env(
-    settings: RunSettings, scheduler_file: Path, secure: dict[str, str]
-) -> dict[str, str]:
-    """The environment of the user's processes: the scheduler file, the TLS settings
-    (``secure``), the plugin, the thread pins and the loopback settings of Open MPI."""
-    path = str(scheduler_file.absolute())
-    extra = {"DEISA_SCHEDULER_FILE": path, SCHEDULER_FILE_OVERRIDE: path, **secure}
-    plugin = find_plugin(settings.build_dir)
-    if plugin.directory is not None:
-        extra["PDI_PLUGIN_PATH"] = _plugin_path(plugin.directory)
-    engine = find_engine(settings.build_dir)
-    if engine.directory is not None:
-        extra[ADIOS2_PLUGIN_PATH] = adios2_plugin_path(engine.directory)
-    return child_env(extra, keep=settings.mpi_env)
-
-
-def _plugin_path(directory: Path) -> str:
-    return os.pathsep.join(filter(None, [str(directory), os.environ.get("PDI_PLUGIN_PATH")]))
-
-
-def _simulation(settings: RunSettings, scheduler_file: Path, secure: dict[str, str]) -> _Simulation:
-    """The user's command, or the heat solver with its configuration files written; both get
-    the TLS settings ``secure`` in their environment."""
-    output = settings.output
-    if settings.command:
-        plugin = find_plugin(settings.build_dir)
-        print(f"deisa-run: the deisa PDI plugin: {plugin.origin}", file=sys.stderr)
-        engine = find_engine(settings.build_dir)
-        print(f"deisa-run: the deisa ADIOS2 engine: {engine.origin}", file=sys.stderr)
-        print(
-            f"deisa-run: the scheduler file is {scheduler_file.absolute()}: it overrides the one "
-            f"a PDI YAML names (scheduler_file, scheduler_info) through {SCHEDULER_FILE_OVERRIDE}",
-            file=sys.stderr,
-        )
-        return _Simulation(
-            python_script(settings.command, sys.executable),
-            _user_env(settings, scheduler_file, secure),
-            None,
-            f"`{' '.join(settings.command)}`",
-        )
-    sim_config = output / "simulation.yml"
-    sim_config.write_text(yaml.safe_dump(settings.simulation, sort_keys=False))
-    pdi_file = output / "pdi.yml"
-    timings = output / "timings.json"
-    sim = simulation_command(
-        settings,
-        python=sys.executable,
-        sim_config=str(sim_config),
-        scheduler_file=str(scheduler_file),
-        timings=str(timings),
-        pdi_file=str(pdi_file),
-    )
-    extra = dict(secure)
-    if sim.pdi is not None:
-        pdi_file.write_text(yaml.safe_dump(sim.pdi, sort_keys=False))
-    if sim.plugin_dir is not None:
-        extra["PDI_PLUGIN_PATH"] = _plugin_path(sim.plugin_dir)
-    heat_timings = output / "heat-timings"  # the C solver's HEAT_TIMINGS prefix
-    if not sim.timings:  # the C solver: per-rank files, read by the report
-        extra["HEAT_TIMINGS"] = str(heat_timings)
-    return _Simulation(
-        sim.argv,
-        child_env(extra, keep=settings.mpi_env),
-        timings if sim.timings else heat_timings,
-        f"the {settings.solver} solver ({settings.solver_reason}), field "
-        f"{settings.simulation['global_size']}, {settings.simulation['steps']} steps",
-    )
-
-
 def _start_dask(
-    settings: RunSettings,
-    procs: ProcessSet,
-    scheduler_file: Path,
-    signals: Signals,
-    credentials: Credentials | None,
+    settings: RunSettings, plan: Plan, procs: ProcessSet, signals: Signals, dask: DaskProcesses
 ) -> Any:
-    """Start the scheduler and the workers (with the job's TLS ``credentials``, if any) among
-    the run's processes ``procs``; a client once every worker is connected."""
+    """Start the plan's scheduler and workers among the run's processes ``procs`` (``dask``
+    has the client's credentials); a client once every worker is connected."""
     dashboard = settings.dashboard and dashboard_available()
-    # UCX: `--protocol ucx` in place of TLS credentials (it has none: --insecure)
-    comm = UCX() if settings.protocol == "ucx" else credentials
-    dask = DaskProcesses(scheduler_file, credentials=comm, processes=procs)
-    dask.start_scheduler(settings.timeout, dashboard=dashboard, check=signals.check)
+    dask.processes = procs
+    dask.start_scheduler(settings.timeout, check=signals.check, command=plan.scheduler.argv)
     # their scratch: the run's private TMPDIR (DASK_TEMPORARY_DIRECTORY in their environment)
-    dask.start_workers(settings.workers, settings.threads, preload=settings.worker_preload)
+    dask.start_workers(plan.workers.tasks, command=plan.workers.argv)
     client = dask.client(timeout=settings.timeout)
     dask.wait_for_workers(client, settings.workers, settings.timeout, check=signals.check)
     print(dashboard_line(client, settings.dashboard, available=dashboard), file=sys.stderr)

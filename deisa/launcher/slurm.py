@@ -27,33 +27,25 @@ See ``docs/slurm.md``.
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import math
 import re
 import shlex
 import string
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
-from ..bridge.options import BridgeOptions
-from .adios2_engine import find_engine
-from .dask_processes import LOOPBACK, dashboard_available, http_env
+from .dask_processes import LOOPBACK, http_env
+from .plan import JOB_ID, USER_PYTHON, Plan, Process, Where, make_plan
 from .processes import SAFE_PATH_ENV, THREAD_PINS
 from .security import tls_env
-from .settings import RunSettings, SlurmSettings, preload_args
-from .solver import analytics_argv, find_plugin, python_script, simulation_command
+from .settings import RunSettings, SlurmSettings
+from .slurm_layout import SCHEDULER_NODES, Node, allocation, describe, layout
 from .ucx import INSTALL as UCX_INSTALL
 from .ucx import MODULE as UCX_MODULE
 
+__all__ = ["JOB_ID", "PRIVATE_TMP", "SCHEDULER_NODES", "WORKER_TTL", "job_script", "layout"]
+
 TEMPLATE = Path(__file__).resolve().parents[1] / "templates" / "slurm_job.sh"
-# In the C solver's PDI YAML, replaced by $SLURM_JOB_ID when the job starts: the scheduler file
-# is per job, and the YAML cannot go through an unquoted heredoc (PDI's `$` expressions).
-JOB_ID = "__SLURM_JOB_ID__"
 SHUTDOWN_GRACE = 30
 """Seconds the steps of a job whose built-in analytics succeeded have to end by themselves
 (the analytics shut the cluster down) before the job stops what is left: killing ``srun``
@@ -66,72 +58,6 @@ lost: no TCP reset) is dropped, and the Bridge places on the others. The environ
 
 class _ScriptTemplate(string.Template):
     delimiter = "@@"  # `$` belongs to bash
-
-
-SCHEDULER_NODES = ("auto", "own", "shared")
-
-
-def layout(
-    nodes: int, worker_nodes: int | None = None, scheduler_node: str = "auto"
-) -> tuple[tuple[int, int], tuple[int, int]]:
-    """``((first, count), (first, count))`` of the worker nodes and the simulation nodes.
-
-    The scheduler and the analytics client always run on node 0; the worker nodes come next,
-    then the simulation nodes.
-
-    Parameters
-    ----------
-    nodes
-        Nodes of the allocation; ``1`` runs everything on one node.
-    worker_nodes
-        Nodes that run the workers and no rank; ``0``: the workers run on the simulation nodes,
-        beside the ranks (co-located). Default: ``max(1, (nodes - 1) // 2)``, or ``0`` on one
-        node.
-    scheduler_node
-        ``"own"``: node 0 runs only the scheduler and the client; ``"shared"``: node 0 is also
-        the first worker node (co-located: the first simulation node); ``"auto"``: ``"own"``
-        when ``nodes >= 3`` and the other nodes are enough, else ``"shared"``.
-
-    Raises
-    ------
-    ValueError
-        Counts that leave no node for the simulation, or an unknown ``scheduler_node``.
-
-    Examples
-    --------
-    >>> layout(3, 1)  # node 0: scheduler + client; node 1: workers; node 2: ranks
-    ((1, 1), (2, 1))
-    >>> layout(2, 1)  # node 0: scheduler + client + workers; node 1: ranks
-    ((0, 1), (1, 1))
-    >>> layout(2, 0)  # both nodes: ranks + workers; node 0 also the scheduler + client
-    ((0, 2), (0, 2))
-    """
-    if scheduler_node not in SCHEDULER_NODES:
-        raise ValueError(f"scheduler_node={scheduler_node!r}: one of {', '.join(SCHEDULER_NODES)}")
-    if not isinstance(nodes, int) or nodes < 1:
-        raise ValueError(f"nodes={nodes!r} must be a positive integer")
-    if worker_nodes is None:
-        worker_nodes = max(1, (nodes - 1) // 2) if nodes > 1 else 0
-    if not isinstance(worker_nodes, int) or not 0 <= worker_nodes <= nodes - 1:
-        raise ValueError(
-            f"worker_nodes={worker_nodes!r} must be between 0 (workers beside the ranks) and "
-            f"nodes - 1 = {nodes - 1}, so that at least one node runs the simulation"
-        )
-    if scheduler_node == "auto":
-        own = nodes >= 3 and nodes >= worker_nodes + 2
-    else:
-        own = scheduler_node == "own"
-    first = 1 if own else 0
-    if own and nodes < worker_nodes + 2:
-        others = f"{worker_nodes} worker node(s), " if worker_nodes else ""
-        raise ValueError(
-            f"scheduler_node='own' with worker_nodes={worker_nodes} needs nodes >= "
-            f"{worker_nodes + 2} (node 0 for the scheduler, {others}at least one simulation "
-            f"node); nodes={nodes}"
-        )
-    if worker_nodes == 0:
-        return (first, nodes - first), (first, nodes - first)
-    return (first, worker_nodes), (first + worker_nodes, nodes - first - worker_nodes)
 
 
 def job_script(settings: RunSettings) -> str:
@@ -170,61 +96,65 @@ def job_script(settings: RunSettings) -> str:
     True
     """
     slurm = settings.slurm or SlurmSettings()
-    plan, worker_nodes, sim_nodes = _allocation(settings, slurm)
-    cpus = sum(node.cpus for node in plan)
+    nodes, worker_nodes, sim_nodes = allocation(settings, slurm)
+    cpus = sum(node.cpus for node in nodes)
     output = settings.output.absolute()
-    # the placement is fixed once every worker is there, however slowly they start
-    bridge = settings.bridge.replace(min_workers=settings.workers, connect_timeout=settings.timeout)
-    steps = _simulation_step(settings, bridge, output=output)
-    srun = functools.partial(_srun, "".join(f" {shlex.quote(a)}" for a in slurm.srun_args))
+    plan = make_plan(settings, _where(settings, slurm, output, (worker_nodes, sim_nodes)))
+    srun_args = "".join(f" {shlex.quote(a)}" for a in slurm.srun_args)
     workers, threads, ranks = settings.workers, settings.threads, settings.ranks
+    description = plan.description
+    if settings.command:
+        description = f"your command ({shlex.join(settings.command)})"
     fields = {
-        "header": "\n".join(f"#SBATCH {line}" for line in _header(slurm, plan, output)),
-        "layout": _describe(plan, threads),
-        "solver": _comment(steps["solver"]),
+        "header": "\n".join(f"#SBATCH {line}" for line in _header(slurm, nodes, output)),
+        "layout": describe(nodes, threads),
+        "solver": _comment(description),
         "tasks": f"1 scheduler + 1 analytics client + {workers} workers x {threads} threads + "
         f"{ranks} MPI ranks = {cpus}",
         "environment": "\n".join(_environment(slurm, settings.dashboard)),
         "security": _security_lines(settings.tls, slurm.nodes, settings.protocol),
         "output": shlex.quote(str(output)),
-        "simulation_yaml": yaml.safe_dump(
-            settings.simulation, sort_keys=False, default_flow_style=None
-        ),
-        "solver_setup": steps["solver_setup"],
+        "simulation_yaml": plan.files["simulation.yml"],
+        "solver_setup": _setup(plan, settings),
         "start_timeout": math.ceil(settings.timeout),
         # the built-in analytics shuts the cluster down (--shutdown): its steps end by themselves
         "grace": SHUTDOWN_GRACE if settings.analytics is None else 0,
-        **_dask_steps(settings, slurm, srun, worker_nodes),
-        "analytics": srun((0, 1), 1, 1, "analytics-%N", steps["analytics_command"]),
-        "simulation": srun(
-            sim_nodes, ranks, 1, "simulation-%N-%t", steps["simulation_command"], mpi=slurm.mpi
-        ),
+        "scheduler": _srun(srun_args, plan.scheduler, "scheduler-%N"),
+        # each worker spills to its task's private TMPDIR (_srun)
+        "workers": _srun(srun_args, plan.workers, "workers-%N-%t", no_kill=True),
+        "analytics": _srun(srun_args, plan.analytics, "analytics-%N") if plan.analytics else "",
+        "simulation": _srun(srun_args, plan.simulation, "simulation-%N-%t", mpi=slurm.mpi),
     }
     return _ScriptTemplate(TEMPLATE.read_text()).substitute(fields)
 
 
-def _allocation(
-    settings: RunSettings, slurm: SlurmSettings
-) -> tuple[list[_Node], tuple[int, int], tuple[int, int]]:
-    """What each node runs, and the (first, count) of the worker and the simulation nodes.
+def _where(
+    settings: RunSettings,
+    slurm: SlurmSettings,
+    output: Path,
+    nodes: tuple[tuple[int, int], tuple[int, int]],
+) -> Where:
+    """How the job spells the plan: its own variables (``$PYTHON``, ``$OUT``,
+    ``$SCHEDULER_FILE``), where its Dask servers listen and which protocol they speak."""
+    # one node: every Dask server on loopback; several: on --interface (or every interface),
+    # which TLS keeps to the job's own processes. HTTP servers (dashboard, health) stay local.
+    listen: tuple[str, ...] = ("--host", LOOPBACK)
+    if slurm.nodes > 1:
+        listen = ("--interface", slurm.interface) if slurm.interface else ()
+    # TLS: the files come from the environment (the job exports Dask's
+    # DASK_DISTRIBUTED__COMM__TLS__* variables and deisa's DEISA_TLS_*, security.tls_env):
+    # --tls-* options would make `dask scheduler` refuse --interface
+    comm = ("--protocol", "tls") if settings.tls else ()
+    if not settings.tls and settings.protocol == "ucx":
+        comm = ("--protocol", "ucx")
+    # The Python solver reads the job's scheduler file from the script's variable; the C
+    # solver's PDI YAML is written by a quoted heredoc, where `sed` puts the job ID in.
+    pdi_scheduler_file = f"{output}/{JOB_ID}/scheduler.json"
+    return Where("$PYTHON", USER_PYTHON, "$OUT", "$SCHEDULER_FILE", pdi_scheduler_file,
+                 job=True, listen=listen, comm=comm, nodes=nodes)  # fmt: skip
 
-    Raises
-    ------
-    ValueError
-        A layout that cannot work (see :func:`layout`), or a node left without a task.
-    """
-    worker_nodes, sim_nodes = layout(slurm.nodes, slurm.worker_nodes, slurm.scheduler_node)
-    workers, ranks = settings.workers, settings.ranks
-    if workers < worker_nodes[1] or ranks < sim_nodes[1]:
-        raise ValueError(
-            f"{workers} workers on {worker_nodes[1]} nodes and {ranks} ranks on {sim_nodes[1]} "
-            "nodes: every node needs at least one task"
-        )
-    plan = _plan(slurm.nodes, worker_nodes, sim_nodes, workers, settings.threads, ranks)
-    return plan, worker_nodes, sim_nodes
 
-
-def _header(slurm: SlurmSettings, plan: list[_Node], output: Path) -> list[str]:
+def _header(slurm: SlurmSettings, plan: list[Node], output: Path) -> list[str]:
     """The ``#SBATCH`` options: the allocation of ``plan``, every value quoted for sbatch."""
     header = [
         f"--job-name={_sbatch_word(slurm.job_name)}", f"--nodes={slurm.nodes}",
@@ -268,61 +198,11 @@ def _environment(slurm: SlurmSettings, dashboard: bool = False) -> list[str]:
     ]
 
 
-def _dask_steps(
-    settings: RunSettings,
-    slurm: SlurmSettings,
-    srun: Callable[..., str],
-    worker_nodes: tuple[int, int],
-) -> dict[str, str]:
-    """The template fields ``scheduler`` and ``workers``: their ``srun`` steps."""
-    # one node: every Dask server on loopback; several: on --interface (or every interface),
-    # which TLS keeps to the job's own processes. HTTP servers (dashboard, health) stay local.
-    if slurm.nodes == 1:
-        listen = f" --host {LOOPBACK}"
-    else:
-        listen = f" --interface {shlex.quote(slurm.interface)}" if slurm.interface else ""
-    tls = _TLS_ARGS if settings.tls else _UCX_ARGS if settings.protocol == "ucx" else ""
-    http = f" --dashboard-address {LOOPBACK}:0"
-    pages = settings.dashboard and dashboard_available()
-    dashboard = " --dashboard" if pages else " --no-dashboard"
-    # deisa's worker plugin (settings.BRIDGE_WORKER) is there before the ranks connect, and
-    # the PCA's warm-up (or --worker-preload's module) runs while they start; the
-    # configuration's preloads (DASK_DISTRIBUTED__WORKER__PRELOAD at sbatch time) are kept
-    preload = "".join(f" {shlex.quote(a)}" for a in preload_args(settings.worker_preload))
-    threads = settings.threads
-    return {
-        "scheduler": srun(
-            (0, 1), 1, 1, "scheduler-%N",
-            '"$PYTHON" -P -m dask scheduler --scheduler-file "$SCHEDULER_FILE" --port 0'
-            f"{listen}{dashboard}{http}{tls}",
-        ),
-        # each worker spills to its task's private TMPDIR (_srun)
-        "workers": srun(
-            worker_nodes, settings.workers, threads, "workers-%N-%t",
-            f'"$PYTHON" -P -m dask worker --scheduler-file "$SCHEDULER_FILE" '
-            f"--nthreads {threads} \\\n    --no-nanny --no-dashboard{http}{preload}{listen}{tls}",
-            no_kill=True,
-        ),
-    }  # fmt: skip
-
-
 PRIVATE_TMP = "bash -c 'deisa_private_tmp \"$@\"' deisa-tmp"
 """What runs each task of the job: the job script's ``deisa_private_tmp`` (exported to the
 tasks), which makes a private directory of the task on its node (0700, checked, under a
 ``TMPDIR`` that no other account can change), runs the task with it as ``TMPDIR`` and Dask's
 ``temporary-directory``, and removes it when the task ends."""
-
-
-_TLS_ARGS = " --protocol tls"
-"""``dask scheduler`` and ``dask worker``: TLS only. The files come from the environment (the
-job exports Dask's ``DASK_DISTRIBUTED__COMM__TLS__*`` variables, and deisa's ``DEISA_TLS_*``
-for the ranks' notices: :func:`~deisa.launcher.security.tls_env`): ``--tls-*`` options would
-make ``dask scheduler`` refuse ``--interface`` ("Can not specify both interface and host")."""
-
-
-_UCX_ARGS = " --protocol ucx"
-"""``dask scheduler`` and ``dask worker`` with ``--protocol ucx`` (``--insecure`` only:
-:func:`deisa.launcher.ucx.check_protocol`)."""
 
 
 def _security_lines(tls: bool, nodes: int, protocol: str = "tcp") -> str:
@@ -362,10 +242,6 @@ _JOB_WORD = re.compile(r"\$(PYTHON|SCHEDULER_FILE|OUT(/[A-Za-z0-9_.-]+)*)")
 """The words that name the job's own variables (``$PYTHON``, ``$SCHEDULER_FILE``,
 ``$OUT/simulation.yml``...), the only words the script leaves for bash to expand."""
 
-_PYTHON = "\0$PYTHON"
-"""Stands for the job's interpreter in a user's command (:func:`_user_words`): no argument
-holds a NUL, so no word a user gives is taken for it."""
-
 
 def _shell_word(word: str) -> str:
     """``word`` for bash: one of the job's variables (:data:`_JOB_WORD`) in double quotes,
@@ -398,191 +274,73 @@ def _comment(text: str) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
-def _simulation_step(
-    settings: RunSettings, bridge: BridgeOptions, *, output: Path
-) -> dict[str, str]:
-    """Template fields of the simulation and client steps: ``solver`` (words),
-    ``solver_setup``, ``simulation_command`` and ``analytics_command``."""
-    timings = False
-    if settings.command:  # the user's simulation: the scheduler file comes from the environment
-        command = _user_words(python_script(settings.command, _PYTHON))
-        description = f"your command ({shlex.join(settings.command)})"
-        plugin = find_plugin(settings.build_dir)
-        setup = ""
-        if plugin.directory is not None:
-            setup = f"\n# the deisa PDI plugin, {_comment(plugin.origin)}\n"
-            setup += _plugin_path(plugin.directory)
-        engine = find_engine(settings.build_dir)
-        if engine.directory is not None:
-            setup += f"\n# the deisa ADIOS2 engine, {_comment(engine.origin)}\n"
-            setup += _engine_path(engine.directory)
-    else:
-        command, description, setup, timings = _solver_step(settings, bridge, output)
-    return {
-        "solver": description,
-        "solver_setup": setup,
-        "simulation_command": command,
-        "analytics_command": _analytics_step(settings, timings),
-    }
+_BREAKS = {"workers": ("--no-nanny",), "analytics": ("--array", "--timeout"),
+           "simulation": ("--array",)}  # fmt: skip
+"""The options that begin a line of their own in each of deisa's commands."""
 
 
 def _srun(
-    srun_args: str,
-    nodes: tuple[int, int],
-    ntasks: int,
-    cpus: int,
-    log: str,
-    command: str,
-    *,
-    mpi: str | None = None,
-    no_kill: bool = False,
+    srun_args: str, process: Process, log: str, *, mpi: str | None = None, no_kill: bool = False
 ) -> str:
-    """One ``srun --exact`` step: on ``nodes`` (first, count), ``ntasks`` tasks of ``cpus``
-    CPUs, logging to ``$LOGS/<log>.log``, running ``command`` (bash words) in a private
-    temporary directory of its own (:data:`PRIVATE_TMP`)."""
-    first, count = nodes
-    options = f"--exact --nodes={count} --relative={first} --ntasks={ntasks} --cpus-per-task={cpus}"
+    """The ``srun --exact`` step of ``process``: on its nodes (first, count), its tasks of its
+    cores, logging to ``$LOGS/<log>.log``, running its command in a private temporary
+    directory of each task (:data:`PRIVATE_TMP`)."""
+    first, count = process.nodes
+    options = f"--exact --nodes={count} --relative={first} --ntasks={process.tasks}"
+    options += f" --cpus-per-task={process.cores}"
     if no_kill:  # a node that fails ends its own tasks, the step goes on on the others
         options += " --no-kill"
     if mpi is not None:  # the simulation: a rank that fails ends the step, as mpirun does
         # (an MPI that does not abort would leave the others hung, rank 0's heartbeat going)
         options += f" --mpi={shlex.quote(mpi)} --kill-on-bad-exit=1"
-    return f'srun {options} --output="$LOGS/{log}.log"{srun_args} \\\n    {PRIVATE_TMP} {command}'
+    return (
+        f'srun {options} --output="$LOGS/{log}.log"{srun_args} \\\n    {PRIVATE_TMP} '
+        + _command(process)
+    )
+
+
+def _command(process: Process) -> str:
+    """``process``'s command for bash: a user's every word quoted (:func:`_user_words`);
+    deisa's with the job's variables left to bash (:func:`_shell_word`)."""
+    if process.user:
+        return _user_words(process.argv)
+    breaks = _BREAKS.get(process.name, ())
+    return "".join(
+        (" \\\n    " if i and word in breaks else " " if i else "") + _shell_word(word)
+        for i, word in enumerate(process.argv)
+    )
+
+
+def _first_in(variable: str, directory: Path) -> str:
+    """The line putting ``directory`` first in the search path ``variable``."""
+    return f'export {variable}={shlex.quote(str(directory))}"${{{variable}:+:${variable}}}"\n'
+
+
+def _setup(plan: Plan, settings: RunSettings) -> str:
+    """The lines before the steps: the C solver's PDI YAML, the search paths the simulation
+    gets (the deisa PDI plugin, the ADIOS2 engine)."""
+    setup = ""
+    if "pdi.yml" in plan.files:
+        setup = (
+            f"\n# PDI configuration of the C solver: {_comment(str(settings.pdi_config))}, its "
+            "deisa block set for this job\n"
+            f'sed "s/{JOB_ID}/$SLURM_JOB_ID/g" > "$OUT/pdi.yml" <<\'DEISA_PDI_YML\'\n'
+            f"{plan.files['pdi.yml']}DEISA_PDI_YML\n"
+        )
+    found = {var: (what, plugin) for what, var, plugin in plan.found}
+    for variable, directory in plan.simulation.first_in.items():
+        if variable in found:
+            what, plugin = found[variable]
+            setup += f"\n# {what}, {_comment(plugin.origin)}\n"
+        setup += _first_in(variable, directory)
+    return setup
 
 
 def _user_words(words: list[str]) -> str:
-    """The user's command for bash: every word quoted as it is, but :data:`_PYTHON` (the
-    job's interpreter, put before a ``.py`` script), which becomes ``"$PYTHON"``."""
-    return " ".join('"$PYTHON"' if w == _PYTHON else shlex.quote(w) for w in words)
-
-
-def _analytics_step(settings: RunSettings, timings: bool) -> str:
-    """The client step's command: the user's analytics, else ``deisa-run analytics``."""
-    if settings.analytics is not None:
-        return _user_words(analytics_argv(settings.analytics, _PYTHON))
-    # the C solver writes no timings.json: the client must not wait for one
-    stop = settings.stop_when_converged
-    timings_option = ' --timings "$OUT/timings.json"' if timings else ""
-    stop_option = "" if stop is None else f" --stop-when-converged {stop}"
-    if settings.step_timeout is not None:
-        stop_option += f" --step-timeout {settings.step_timeout}"
-    dashboard = " --dashboard" if settings.dashboard else ""
-    return (
-        f'"$PYTHON" -P -m deisa.launcher analytics --scheduler-file "$SCHEDULER_FILE" '
-        f"--workers {settings.workers} \\\n"
-        f"    --array {shlex.quote(settings.array)} --n-components {settings.n_components} "
-        f'--output "$OUT"{timings_option} \\\n'
-        f"    --timeout {settings.timeout}{stop_option}{dashboard} --shutdown"
-    )
-
-
-def _engine_path(directory: Path) -> str:
-    return (
-        f"export ADIOS2_PLUGIN_PATH={shlex.quote(str(directory))}"
-        '"${ADIOS2_PLUGIN_PATH:+:$ADIOS2_PLUGIN_PATH}"\n'
-    )
-
-
-def _plugin_path(directory: Path) -> str:
-    return (
-        f"export PDI_PLUGIN_PATH={shlex.quote(str(directory))}"
-        '"${PDI_PLUGIN_PATH:+:$PDI_PLUGIN_PATH}"\n'
-    )
-
-
-def _solver_step(
-    settings: RunSettings, bridge: BridgeOptions, output: Path
-) -> tuple[str, str, str, bool]:
-    """The heat solver's command, description, setup lines, and whether it writes timings."""
-    # The Python solver reads the job's scheduler file from the script's variable; the C
-    # solver's PDI YAML is written by a quoted heredoc, where `sed` puts the job ID in.
-    scheduler_file = (
-        "$SCHEDULER_FILE" if settings.solver == "python" else f"{output}/{JOB_ID}/scheduler.json"
-    )
-    sim = simulation_command(
-        dataclasses.replace(settings, bridge=bridge),
-        python="$PYTHON",
-        sim_config="$OUT/simulation.yml",
-        scheduler_file=scheduler_file,
-        timings="$OUT/timings.json",
-        pdi_file="$OUT/pdi.yml",
-    )
-    words = [_shell_word(w) for w in sim.argv]
-    if "--array" in sim.argv:  # the Python solver's options, on a line of their own
-        at = sim.argv.index("--array")
-        command = " ".join(words[:at]) + " \\\n    " + " ".join(words[at:])
-    else:
-        command = " ".join(words)
-    setup = ""
-    if sim.pdi is not None and sim.plugin_dir is not None:
-        # as the Python solver's flags: wait for every worker, as long as the job waits
-        sim.pdi["plugins"]["deisa"].update(
-            min_workers=bridge.min_workers, connect_timeout=bridge.connect_timeout
-        )
-        setup = (
-            f"\n# PDI configuration of the C solver: {_comment(str(settings.pdi_config))}, its "
-            "deisa block set "
-            "for this job\n"
-            f'sed "s/{JOB_ID}/$SLURM_JOB_ID/g" > "$OUT/pdi.yml" <<\'DEISA_PDI_YML\'\n'
-            f"{yaml.safe_dump(sim.pdi, sort_keys=False, default_flow_style=None)}DEISA_PDI_YML\n"
-            + _plugin_path(sim.plugin_dir)
-        )
-    return command, sim.description, setup, sim.timings
-
-
-@dataclass(frozen=True)
-class _Node:
-    """What one node of the allocation runs."""
-
-    index: int
-    scheduler: bool
-    workers: int
-    ranks: int
-    cpus: int
-
-
-def _even(total: int, count: int) -> list[int]:
-    """``total`` tasks over ``count`` nodes as Slurm spreads a step's tasks: evenly, the first
-    nodes taking one more."""
-    return [total // count + (1 if i < total % count else 0) for i in range(count)]
-
-
-def _plan(
-    nodes: int,
-    worker_nodes: tuple[int, int],
-    simulation_nodes: tuple[int, int],
-    workers: int,
-    threads: int,
-    ranks: int,
-) -> list[_Node]:
-    """Every node's scheduler (node 0), workers and ranks, and the CPUs they take."""
-    on_node = {i: [0, 0] for i in range(nodes)}
-    for (first, count), total, slot in ((worker_nodes, workers, 0), (simulation_nodes, ranks, 1)):
-        for offset, n in enumerate(_even(total, count)):
-            on_node[first + offset][slot] = n
-    return [
-        _Node(i, i == 0, w, r, (2 if i == 0 else 0) + w * threads + r)
-        for i, (w, r) in on_node.items()
-    ]
-
-
-def _describe(plan: list[_Node], threads: int) -> str:
-    """The layout as comment lines, one per node (or per run of identical nodes)."""
-    lines: list[tuple[list[int], str]] = []
-    for node in plan:
-        parts = ["scheduler + client"] if node.scheduler else []
-        if node.workers:
-            worker = "worker" if node.workers == 1 else "workers"
-            thread = "thread" if threads == 1 else "threads"
-            parts.append(f"{node.workers} {worker} x {threads} {thread}")
-        if node.ranks:
-            parts.append(f"{node.ranks} rank{'s' if node.ranks > 1 else ''}")
-        text = f"{', '.join(parts)} ({node.cpus} CPUs)"
-        if lines and lines[-1][1] == text and not node.scheduler:
-            lines[-1][0].append(node.index)
-        else:
-            lines.append(([node.index], text))
-    return "\n".join(f"#   {_nodes(indices[0], len(indices))}: {text}" for indices, text in lines)
+    """The user's command for bash: every word quoted as it is, but
+    :data:`~deisa.launcher.plan.USER_PYTHON` (the job's interpreter, put before a ``.py``
+    script), which becomes ``"$PYTHON"``."""
+    return " ".join('"$PYTHON"' if w == USER_PYTHON else shlex.quote(w) for w in words)
 
 
 def _mpi_interface(interface: str | None) -> str:
@@ -591,7 +349,3 @@ def _mpi_interface(interface: str | None) -> str:
         return ""
     quoted = shlex.quote(interface)
     return f"export OMPI_MCA_btl_tcp_if_include={quoted} OMPI_MCA_oob_tcp_if_include={quoted}"
-
-
-def _nodes(first: int, count: int) -> str:
-    return f"node {first}" if count == 1 else f"nodes {first}-{first + count - 1}"

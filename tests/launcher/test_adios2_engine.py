@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from deisa.launcher import adios2_engine
-from deisa.launcher.adios2_engine import ENGINE_FILE, find_engine, plugin_path
+from deisa.launcher.adios2_engine import ENGINE_FILE, find_engine
 
 
 def built_engine(build: Path) -> Path:
@@ -52,8 +52,3 @@ def test_no_engine_says_where_it_looked(tmp_path: Path, monkeypatch: pytest.Monk
     found = find_engine(tmp_path / "build", {})
     assert found.directory is None
     assert f"{tmp_path / 'build' / 'plugin' / 'adios2'} has no {ENGINE_FILE}" in found.origin
-
-
-def test_plugin_path_puts_the_engine_first(tmp_path: Path) -> None:
-    assert plugin_path(tmp_path, {}) == str(tmp_path)
-    assert plugin_path(tmp_path, {"ADIOS2_PLUGIN_PATH": "/a:/b"}) == f"{tmp_path}:/a:/b"
