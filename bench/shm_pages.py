@@ -36,7 +36,7 @@ from deisa.bridge._shm_pool import (
     populate,
     round_up,
 )
-from deisa.bridge._shm_wire import HEADER, memfd, slot_bytes
+from deisa.wire.shm import HEADER, memfd, slot_bytes
 
 
 def one_slot(kind: str, nbytes: int, block: np.ndarray) -> tuple[float, float]:

@@ -8,7 +8,7 @@ file and one test, not the whole package.
   ``Client.scatter(direct=True)`` does internally, without the scheduler round trips
   scatter adds (a cores query and a registration per call).
 - :func:`store_on_worker`: the same ``update_data``, called inside the worker (the
-  shared-memory path, :mod:`deisa.bridge._shm_worker`, hands it arrays over shared slots).
+  shared-memory path, :mod:`deisa.worker.plugin`, hands it arrays over shared slots).
 - :func:`open_comm` and :func:`send_blocks_on`: the same RPC in two halves, the connection
   (``ConnectionPool.connect``, documented "for internal use") then the call over it, so that
   a caller can watch the connection being made (``mode="sync"`` sends, docs/reliability.md).
@@ -17,7 +17,7 @@ file and one test, not the whole package.
   ``remove_client``, called from inside our scheduler extension (the same calls distributed's
   Queue and Variable extensions make).
 - :func:`worker_pool`: a worker's connection pool and its scheduler's address (the relay of
-  rank 0's calls, :mod:`deisa.bridge._relay_worker`, calls the scheduler as the worker does).
+  rank 0's calls, :mod:`deisa.worker.relay`, calls the scheduler as the worker does).
 - :func:`send_batched`: a message on a client's batched stream to the scheduler.
 - :func:`future_in_memory`: a :class:`~distributed.Future` for a key the scheduler already
   counts as wanted by this client.

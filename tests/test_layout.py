@@ -1,9 +1,11 @@
 """The package's layout holds: three sides that import one way, small modules.
 
-``deisa.bridge`` (simulation side), ``deisa.scheduler`` and ``deisa.analysis`` share only
-``deisa.wire``, ``deisa.contract``, ``deisa._dask_internals`` and ``deisa._lazy`` (the Bridge and
-the Adapter may install the scheduler extension, and the Adapter the workers' plugin through
-``deisa.bridge.worker``, the workers' side of the Bridge); ``deisa.launcher`` imports anything
+``deisa.bridge`` (simulation side), ``deisa.worker`` (what runs inside Dask workers),
+``deisa.scheduler`` and ``deisa.analysis`` share only ``deisa.wire`` (the message formats and
+socket names two sides share), ``deisa.contract``, ``deisa._dask_internals`` and ``deisa._lazy``
+(the Bridge and the workers may install the scheduler extension; the Bridge and the Adapter
+install the workers' plugin through the ``deisa.worker`` package's functions, nothing deeper;
+``deisa.bridge.worker`` is the older name of that preload); ``deisa.launcher`` imports anything
 and nothing imports it; ``deisa.pca_app`` (the built-in PCA that ``deisa-run`` runs) imports the
 analysis side only; ``deisa.doctor`` (``python -m deisa doctor``) imports only the launcher's
 lookups. No import circle anywhere in deisa/.
@@ -24,25 +26,33 @@ import pytest
 from conftest import STARTUP, DaskProcesses, modules_loaded, mpirun, test_env
 
 PACKAGE = Path(__file__).resolve().parents[1] / "deisa"
-SIDES = ("bridge", "scheduler", "analysis", "launcher", "doctor", "insitu", "pca_app")
+SIDES = ("bridge", "worker", "scheduler", "analysis", "launcher", "doctor", "insitu", "pca_app")
 SHARED = {"wire", "contract", "_dask_internals", "_lazy"}
 # who may import whom, besides the shared modules
 ALLOWED = {
     "bridge": {"bridge", "scheduler"},
+    # inside Dask workers: the plugin installs the scheduler extension for rank 0's relay
+    "worker": {"worker", "scheduler"},
     "scheduler": {"scheduler"},
     "analysis": {"analysis", "scheduler"},
-    "launcher": {"bridge", "scheduler", "analysis", "launcher", "pca_app"},
+    "launcher": {"bridge", "worker", "scheduler", "analysis", "launcher", "pca_app"},
     # the built-in PCA app that deisa-run runs: an application of the analysis side
     "pca_app": {"pca_app", "analysis"},
     "doctor": {"doctor", "launcher"},
     # deisa-core's backend (deisa.insitu) names the Bridge and the Deisa of one module, as
     # deisa.dask does; each is written in its own side (bridge/insitu.py, analysis/insitu.py)
     "insitu": {"insitu", "bridge", "analysis"},
-    "": set(),  # deisa/wire.py, contract.py, _dask_internals.py, _lazy.py
+    "": set(),  # deisa/wire/, contract.py, _dask_internals.py, _lazy.py
 }
-# single modules a side may import besides: the Adapter installs the workers' plugin when the
-# analytics connects before the simulation (deisa.bridge.worker.install, issue 46)
-ALLOWED_MODULES = {"analysis": {"deisa.bridge.worker", "deisa.bridge.worker.install"}}
+# what a side may import of another besides: the workers' package, never its modules. The
+# Adapter installs the workers' plugin when the analytics connects before the simulation
+# (issue 46); rank 0 installs it where no worker relays its calls; deisa.bridge.worker is the
+# older name of the workers' preload (dask worker --preload deisa.bridge.worker)
+WORKER_PACKAGE = {"deisa.worker", "deisa.worker.install"}
+ALLOWED_MODULES = {
+    "analysis": WORKER_PACKAGE,
+    "bridge": WORKER_PACKAGE | {"deisa.worker.install_on_scheduler", "deisa.worker.dask_setup"},
+}
 
 
 def _heavy(loaded: list[str], prefixes: tuple[str, ...]) -> list[str]:
@@ -255,7 +265,7 @@ def test_no_import_circle() -> None:
     """No module of deisa/ reaches itself through its imports (docs/architecture.md, "Map")."""
     graph = _import_graph()
     assert "deisa.bridge._losses" in graph["deisa.bridge.bridge"]  # from ._losses import Losses
-    assert "deisa.bridge._shm_worker" in graph["deisa.bridge._connect"]  # inside a function
+    assert "deisa.worker" in graph["deisa.bridge._connect"]  # inside a function
     circles = [
         "; ".join(f"{m} -> {', '.join(sorted(graph[m] & set(group)))}" for m in group)
         for group in _circles(graph)

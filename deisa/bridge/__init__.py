@@ -7,7 +7,7 @@ on the simulation's main thread and loads the rest in the background. Nothing he
 Modules: :mod:`~deisa.bridge.bridge` (the Bridge), :mod:`~deisa.bridge.group` (BridgeGroup),
 :mod:`~deisa.bridge.options` (its options, declared once), :mod:`~deisa.bridge.decomposition`
 (ArraySpec, the global grid), :mod:`~deisa.bridge.placement` (rank to worker),
-:mod:`~deisa.bridge.scheduler_file`, :mod:`~deisa.bridge.tls_files` (deisa's names of the job's
+:mod:`~deisa.bridge.scheduler_file`, :mod:`~deisa.bridge.tls_files` (a name of :mod:`deisa.wire.tls_files`) (deisa's names of the job's
 TLS files, which ``deisa-run`` sets), :mod:`~deisa.bridge.contracts` (the contracts in force);
 private: the collective error protocol and exchange fields (``_collective``), rank 0's
 connection (``_connect``), the scheduler link and its routes (``_link``), the Bridge's shared

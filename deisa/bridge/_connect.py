@@ -22,10 +22,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._dask_internals import import_distributed
 from ..wire import PROTOCOL, Route, is_ok
+from ..wire.relay import INSTALL, RELAYED
 from ._collective import BridgeError
 from ._notices import EarlyRegistration
 from ._publisher import Connection
-from ._relay import INSTALL, RELAYED, Relay, through
+from ._relay import Relay, through
 from .contracts import ContractBook
 from .decomposition import Decomposition
 from .options import BridgeOptions
@@ -166,7 +167,7 @@ def meta(dec: Decomposition, run: str) -> dict[str, Any]:
 
 
 async def install(pool: Callable[[str], Any], address: str, shared_memory: bool = True) -> None:
-    """:func:`deisa.bridge._shm_worker.install` (the extension and the workers' plugin), made by
+    """:func:`deisa.worker.install_on_scheduler` (the extension and the workers' plugin), made by
     rank 0 itself where no worker relays it: distributed is imported only then."""
     logger.info(
         "deisa bridge: no worker of this node relays rank 0 (deisa's worker plugin is not "
@@ -175,7 +176,7 @@ async def install(pool: Callable[[str], Any], address: str, shared_memory: bool 
         "analytics (its Adapter installs it) before the simulation, to avoid it"
     )
     import_distributed()
-    from ._shm_worker import install as install_on_scheduler
+    from ..worker import install_on_scheduler
 
     await install_on_scheduler(pool, address, shared_memory)
 

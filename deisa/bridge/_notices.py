@@ -17,7 +17,7 @@ The listener runs no code it receives: a notice is one line of JSON (:func:`enco
 at most :data:`MAX_LINE` bytes, with four fields checked by type and the job's token (a random
 string that reaches the ranks through the exchange, never the network); anything else is
 dropped, and its connection closed (counted, and logged at most once a minute). Connections
-not yet authenticated are capped and dropped after a few seconds (:mod:`._guard`); a rank
+not yet authenticated are capped and dropped after a few seconds (:mod:`deisa.wire.guard`); a rank
 refused meanwhile sends its notices again later. A Bridge of one rank opens none (its
 own sends feed :class:`EarlyRegistration` directly). Where it listens follows the scheduler's
 address, read without distributed (:mod:`._net`; rank 0 need not import it):
@@ -26,7 +26,7 @@ address, read without distributed (:mod:`._net`; rank 0 need not import it):
   credentials, mutually: a peer without a certificate signed by the job's CA is refused
   during the handshake, before any byte of it is read. The credentials are the files that
   ``deisa-run`` names under deisa's own variables (``DEISA_TLS_CA_FILE``, ``DEISA_TLS_CERT``,
-  ``DEISA_TLS_KEY``: :mod:`.tls_files`), read without dask or distributed; without them, the
+  ``DEISA_TLS_KEY``: :mod:`deisa.wire.tls_files`), read without dask or distributed; without them, the
   dask configuration's (``distributed.comm.tls.ca-file``, ``.client.cert``, ``.client.key``),
   through distributed's ``Security`` (:func:`_listen_tls`);
 - ``tcp://`` on a loopback address (``deisa-run``'s local mode): on ``127.0.0.1`` only;
@@ -50,10 +50,10 @@ from collections.abc import Callable
 from typing import Any
 
 from .._dask_internals import import_distributed
-from ._guard import Guard, StreamListener
+from ..wire.guard import Guard, StreamListener
+from ..wire.tls_files import TLS_FILES_ENV
 from ._net import host_port, interface_to, split_address
 from ._publisher import Entry, Sent
-from .tls_files import TLS_FILES_ENV
 
 logger = logging.getLogger(__name__)
 
@@ -196,7 +196,7 @@ class EarlyRegistration:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """One rank's connection (TLS, if any, already verified): its notices, line by line,
         until one is not a notice of this job (the connection is then refused, counted by the
-        listener's :class:`~._guard.Guard`), or none came for :data:`IDLE_S` (the rank opens
+        listener's :class:`~deisa.wire.guard.Guard`), or none came for :data:`IDLE_S` (the rank opens
         another at its next notice). Over plain TCP, the first notice authenticates it. It
         starts with :data:`ADMITTED`: a rank whose connection the listener refused (too many
         unauthenticated, during a flood) reads none, and sends its notices again later."""
@@ -429,7 +429,7 @@ def _listen_tls() -> tuple[ssl.SSLContext | None, tuple[str, str, str | None] | 
 
 def _job_files() -> tuple[str, str, str | None] | None:
     """The job's TLS files (CA, certificate, key) that deisa-run names in the environment
-    (:data:`~deisa.bridge.tls_files.TLS_FILES_ENV`, the same files as its Dask variables);
+    (:data:`~deisa.wire.tls_files.TLS_FILES_ENV`, the same files as its Dask variables);
     ``None`` where they are not set, or do not name files (logged at debug level): the dask
     configuration's settings then."""
     ca, cert, key = (os.environ.get(name) or None for name in TLS_FILES_ENV)

@@ -3,13 +3,13 @@
 Rank 0 is the rank that talks to the scheduler. With distributed that costs it about 0.4 s of
 CPU and 27 MiB of memory, for the import alone (docs/benchmarks.md, section 11), where the
 other ranks of a node that send through shared memory import neither. So where a worker of
-the job shares rank 0's node and runs deisa's worker plugin (:mod:`._shm_worker`; ``deisa-run``
+the job shares rank 0's node and runs deisa's worker plugin (:mod:`deisa.worker.plugin`; ``deisa-run``
 starts its workers with it, ``dask worker --preload deisa.bridge.worker`` does the same), that
 worker also relays rank 0's calls: it listens on an abstract Unix socket named from the
 scheduler's address, the account's uid and the run's secret (:func:`relay_names`,
-:mod:`._names`; one per node and scheduler: the first worker of the node to bind it serves),
+:mod:`deisa.wire.names`; one per node and scheduler: the first worker of the node to bind it serves),
 and makes each call it receives on its own connection to the scheduler
-(:mod:`._relay_worker`).
+(:mod:`deisa.worker.relay`).
 
 The wire: frames of a 4-byte big-endian length then a msgpack map, as distributed's own
 messages (tuples arrive as tuples). Rank 0 sends ``{"id": n, "op": route, "kwargs": {...}}``,
@@ -17,7 +17,7 @@ where ``route`` is one of :data:`RELAYED` (deisa's routes, and ``"install"``: th
 extension and the workers' plugin); the worker answers ``{"id": n, "result": ...}``, or
 ``{"id": n, "error": type name, "message": ..., "kind": "os" | "timeout" | "other"}``. Both
 ends check the other's uid (``SO_PEERCRED``) before reading anything: a name held by another
-account is skipped for the next (:mod:`._names`). Nothing is unpickled; the worker relays
+account is skipped for the next (:mod:`deisa.wire.names`). Nothing is unpickled; the worker relays
 nothing but those routes.
 
 When the relay's connection is lost (its worker left the job), the calls still waiting and
@@ -33,76 +33,13 @@ import asyncio
 import contextlib
 import logging
 import socket
-import struct
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ..wire import Route
-from ._names import connect_own, names, rank_secrets
+from ..wire.names import connect_own, rank_secrets
+from ..wire.relay import pack, read_frame, relay_names
 
 logger = logging.getLogger(__name__)
-
-INSTALL = "install"
-"""The op that installs the scheduler extension and the workers' plugin (relayed as rank 0
-would make it: :func:`deisa.bridge._connect.install`)."""
-
-RELAYED = frozenset(
-    {
-        INSTALL,
-        Route.WORKERS.value,
-        Route.OPEN.value,
-        Route.PUBLISH.value,
-        Route.GET_VALUE.value,
-        Route.CLOSE.value,
-        Route.WATCH_CONTRACTS.value,
-        Route.WATCH_WORKERS.value,
-    }
-)
-"""What a relay makes on the scheduler: exactly the calls of rank 0's Bridge."""
-
-MAX_FRAME = 64 << 20
-"""Longest frame either end reads (a registration of a step of a million ranks is ~100 MiB:
-beyond that, distributed's own limits would apply)."""
-
-_LENGTH = struct.Struct(">I")
-
-
-def relay_names(scheduler: str, secret: bytes = b"", uid: int | None = None) -> list[bytes]:
-    """The abstract socket names of the relay to ``scheduler`` for account ``uid`` and the
-    run's ``secret``, in the order a worker tries them (:mod:`._names`)."""
-    return names("relay", scheduler, secret, uid)
-
-
-def relay_name(scheduler: str, uid: int | None = None, secret: bytes = b"") -> bytes:
-    """The first of :func:`relay_names`: the one a worker binds unless another account holds
-    it."""
-    return relay_names(scheduler, secret, uid)[0]
-
-
-def pack(message: dict[str, Any]) -> bytes:
-    """One frame: its length, then ``message`` in msgpack."""
-    import msgpack
-
-    data: bytes = msgpack.packb(message, use_bin_type=True)
-    return _LENGTH.pack(len(data)) + data
-
-
-async def read_frame(reader: asyncio.StreamReader) -> dict[str, Any]:
-    """The next frame's message; an ``OSError`` when the stream ends or breaks, a
-    ``ValueError`` for a frame too long or not a msgpack map."""
-    import msgpack
-
-    try:
-        (length,) = _LENGTH.unpack(await reader.readexactly(_LENGTH.size))
-        if length > MAX_FRAME:
-            raise ValueError(f"a frame of {length} bytes (at most {MAX_FRAME})")
-        data = await reader.readexactly(length)
-    except asyncio.IncompleteReadError as exc:
-        raise ConnectionResetError("the relay's connection closed") from exc
-    message = msgpack.unpackb(data, raw=False, use_list=False, strict_map_key=False)
-    if not isinstance(message, dict):
-        raise ValueError("a relay frame is a map")
-    return message
 
 
 class RemoteError(Exception):

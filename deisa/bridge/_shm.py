@@ -1,7 +1,7 @@
 """The rank's side of the shared-memory path: one :class:`Channel` per worker of its node.
 
-A channel is a Unix socket to the worker's listener (:mod:`._shm_worker`) and a ring of slots,
-each an anonymous ``memfd`` mapped here and there (:mod:`._shm_wire`). A block is copied into a
+A channel is a Unix socket to the worker's listener (:mod:`deisa.worker.plugin`) and a ring of slots,
+each an anonymous ``memfd`` mapped here and there (:mod:`deisa.wire.shm`). A block is copied into a
 free slot (by ``publish`` itself in ``mode="async"``: the copy the Bridge makes anyway), then a
 ``put`` message names its key, dtype and shape; the worker's ``stored`` answer means the block is
 in its memory, as after a TCP send. The ring grows while every slot is held by the worker (steps
@@ -27,9 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from ._names import connect_own, rank_secrets
-from ._shm_pool import HUGETLB, SMALL, Pool, WarmRing, huge_memfd
-from ._shm_wire import (
+from ..wire.names import connect_own, rank_secrets
+from ..wire.shm import (
     FREE,
     HEADER,
     HELD,
@@ -41,6 +40,7 @@ from ._shm_wire import (
     slot_bytes,
     socket_names,
 )
+from ._shm_pool import HUGETLB, SMALL, Pool, WarmRing, huge_memfd
 
 logger = logging.getLogger(__name__)
 

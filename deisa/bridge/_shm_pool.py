@@ -36,7 +36,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ._shm_wire import SEALS, slot_bytes
+from ..wire.shm import SEALS, slot_bytes
 from .placement import Host, this_host
 
 logger = logging.getLogger(__name__)
@@ -90,7 +90,7 @@ def page_kind(
 
 def huge_memfd(name: str, size: int) -> int:
     """A memfd of ``size`` bytes (whole huge pages) in reserved huge pages, sealed as every
-    slot (:data:`~._shm_wire.SEALS`); an ``OSError`` where there are none."""
+    slot (:data:`~deisa.wire.shm.SEALS`); an ``OSError`` where there are none."""
     fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING | os.MFD_HUGETLB)
     try:
         os.ftruncate(fd, size)

@@ -1,7 +1,7 @@
 """How a rank's blocks reach their workers: shared memory on the node, TCP otherwise.
 
 With ``transport="auto"`` (the default) a rank tries, once per worker, the handshake with that
-worker's shared-memory listener (:mod:`._shm`, :mod:`._shm_worker`): where it succeeds (the
+worker's shared-memory listener (:mod:`._shm`, :mod:`deisa.worker.plugin`): where it succeeds (the
 worker is on this node, runs as the same account and has the listener, which rank 0 installs
 on every worker), the blocks for that worker go through a ring of shared slots, one copy, and
 the worker keeps them as they are; elsewhere they go over distributed's connection (TCP, or
@@ -26,9 +26,9 @@ from typing import Any
 import numpy as np
 
 from .. import _dask_internals
+from ..wire.shm import key_to_wire, plain_dtype
 from ._shm import Channel, Slot
 from ._shm_pool import Pool
-from ._shm_wire import key_to_wire, plain_dtype
 from .options import TRANSPORTS
 
 logger = logging.getLogger(__name__)

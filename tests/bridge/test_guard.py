@@ -1,4 +1,4 @@
-"""Listeners another account cannot flood (deisa.bridge._guard), server-side: rank 0's notices
+"""Listeners another account cannot flood (deisa.wire.guard), server-side: rank 0's notices
 listener runs in a process of its own with 512 descriptors, a real process of uid 65534 opens
 1,000 connections to it and holds them. The positive control, the guard switched off (no cap,
 no margin, no handshake deadline), runs the listener's process out of descriptors; by default
@@ -21,17 +21,18 @@ from conftest import STARTUP
 from distributed.utils_test import gen_cluster
 from test_transport import AS_NOBODY, FOREIGN_PYTHON, as_root, attack
 
-from deisa.bridge import _guard
-from deisa.bridge._relay import Relay, relay_names
-from deisa.bridge._shm_wire import socket_name
-from deisa.bridge._shm_worker import SharedMemoryPlugin
+from deisa.bridge._relay import Relay
 from deisa.bridge.transport import Transport
+from deisa.wire import guard as _guard
+from deisa.wire.relay import relay_names
+from deisa.wire.shm import socket_name
+from deisa.worker.plugin import SharedMemoryPlugin
 
 CONNECTIONS = 1000
 
 LISTENER = """
 import asyncio, logging, os, resource, sys, time
-from deisa.bridge import _guard
+from deisa.wire import guard as _guard
 from deisa.bridge._notices import EarlyRegistration, Notifier
 
 resource.setrlimit(resource.RLIMIT_NOFILE, (512, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))

@@ -1,4 +1,4 @@
-"""Abstract socket names another account cannot take first (deisa.bridge._names), server-side:
+"""Abstract socket names another account cannot take first (deisa.wire.names), server-side:
 a real process of uid 65534 binds names before a real worker's listener and relay do. The
 positive control: without the run's secret (the names as public as address and uid), holding
 them all sends the ranks by TCP and rank 0 through distributed. With the run's TLS key, the
@@ -17,11 +17,13 @@ from conftest import STARTUP
 from distributed.utils_test import gen_cluster
 from test_transport import as_root, squat
 
-from deisa.bridge import _names, _shm
-from deisa.bridge._relay import Relay, relay_names
-from deisa.bridge._shm_wire import socket_names
-from deisa.bridge._shm_worker import SharedMemoryPlugin
-from deisa.bridge.tls_files import TLS_FILES_ENV
+from deisa.bridge import _shm
+from deisa.bridge._relay import Relay
+from deisa.wire import names as _names
+from deisa.wire.relay import relay_names
+from deisa.wire.shm import socket_names
+from deisa.wire.tls_files import TLS_FILES_ENV
+from deisa.worker.plugin import SharedMemoryPlugin
 
 KEY = "-----BEGIN PRIVATE KEY-----\na stand-in, secret all the same\n-----END PRIVATE KEY-----"
 

@@ -21,7 +21,7 @@ import pytest
 from conftest import test_env
 from distributed.utils_test import async_poll_for
 
-from deisa.bridge import _guard, _notices
+from deisa.bridge import _notices
 from deisa.bridge._notices import (
     ADMITTED,
     MAX_LINE,
@@ -31,8 +31,9 @@ from deisa.bridge._notices import (
     encode_notice,
 )
 from deisa.bridge._publisher import Entry, Sent
-from deisa.bridge.tls_files import TLS_FILES_ENV
 from deisa.launcher.security import make_credentials
+from deisa.wire import guard as _guard
+from deisa.wire.tls_files import TLS_FILES_ENV
 
 W = "tcp://127.0.0.1:4242"
 TOKEN = "f" * 32

@@ -1,4 +1,4 @@
-"""Rank 0's calls relayed by a worker of its node (deisa.bridge._relay, ._relay_worker): against
+"""Rank 0's calls relayed by a worker of its node (deisa.bridge._relay, deisa.worker.relay): against
 real workers in process (``gen_cluster``), the routes answer as through distributed, a call the
 relay does not make is refused, a lost relay hands its calls to distributed, and the relay and
 rank 0 each refuse a process of another account (server-side: a real process of uid 65534);
@@ -22,9 +22,10 @@ from test_transport import AS_NOBODY, REFUSED, as_root, attack, squat
 
 from deisa import Adapter
 from deisa.bridge._connect import Pool, route
-from deisa.bridge._relay import Relay, RemoteError, pack, read_frame, relay_name
-from deisa.bridge._shm_worker import SharedMemoryPlugin
+from deisa.bridge._relay import Relay, RemoteError
 from deisa.wire import Route
+from deisa.wire.relay import pack, read_frame, relay_name
+from deisa.worker.plugin import SharedMemoryPlugin
 
 
 async def relayed(c: Any, s: Any) -> Relay:

@@ -22,8 +22,8 @@ from conftest import REPO, STARTUP, DaskProcesses, kill_if_running, mpirun, star
 from distributed.utils_test import poll_for
 
 from deisa import Adapter
-from deisa.bridge._shm_wire import socket_name
 from deisa.pca_app.driver import array_totals, pool
+from deisa.wire.shm import socket_name
 
 PUBLISHER = REPO / "tests" / "publish_blocks.py"
 sys.path.insert(0, str(PUBLISHER.parent))

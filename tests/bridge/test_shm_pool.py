@@ -19,9 +19,9 @@ from distributed.utils_test import async_poll_for, gen_cluster
 from deisa import _dask_internals
 from deisa.bridge import _shm, _shm_pool
 from deisa.bridge._shm_pool import HUGETLB, SMALL, THP, Pool, meminfo, page_kind, pool_totals
-from deisa.bridge._shm_wire import FREE, slot_bytes
-from deisa.bridge._shm_worker import SharedMemoryPlugin
 from deisa.bridge.transport import Transport
+from deisa.wire.shm import FREE, slot_bytes
+from deisa.worker.plugin import SharedMemoryPlugin
 
 MIB = 2**20
 

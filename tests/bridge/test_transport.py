@@ -1,5 +1,5 @@
-"""The shared-memory path (deisa.bridge.transport, ._shm, ._shm_worker) against real workers in
-process (``gen_cluster``): the block a worker keeps is a view of the rank's slot, the slot comes
+"""The shared-memory path (deisa.bridge.transport, ._shm; deisa.worker.plugin) against real workers
+in process (``gen_cluster``): the block a worker keeps is a view of the rank's slot, the slot comes
 back when the block is dropped, what cannot go that way goes by TCP, and the listener and the
 rank each refuse a process of another account (server-side: the attacker is a real process of
 uid 65534)."""
@@ -23,9 +23,9 @@ from deisa import _dask_internals
 from deisa.bridge import _shm
 from deisa.bridge._connect import Pool
 from deisa.bridge._loop import LoopThread
-from deisa.bridge._shm_wire import FREE, HELD, key_from_wire, key_to_wire, socket_name
-from deisa.bridge._shm_worker import SharedMemoryPlugin
 from deisa.bridge.transport import Transport
+from deisa.wire.shm import FREE, HELD, key_from_wire, key_to_wire, socket_name
+from deisa.worker.plugin import SharedMemoryPlugin
 
 NOBODY = 65534
 

@@ -1,6 +1,6 @@
 """Abstract socket names another account cannot guess, nor take first.
 
-The shared-memory listener (:mod:`._shm_worker`) and the relay (:mod:`._relay_worker`) listen
+The shared-memory listener (:mod:`deisa.worker.plugin`) and the relay (:mod:`deisa.worker.relay`) listen
 on abstract Unix sockets, which any account of the node can bind, and connect to, by name.
 Their names are an HMAC of the listener's address and the account's uid under a secret of the
 run: the SHA-256 of the job's TLS key, named by ``DEISA_TLS_KEY`` (:mod:`.tls_files`), which
@@ -30,7 +30,7 @@ import logging
 import os
 import socket
 
-from ._guard import other_account
+from .guard import other_account
 from .tls_files import TLS_FILES_ENV
 
 logger = logging.getLogger(__name__)

@@ -3,7 +3,7 @@
 :class:`SharedMemoryPlugin` is a :class:`distributed.WorkerPlugin` that rank 0 registers on the
 scheduler beside the stream extension (:func:`install`), so every worker,
 present or future, runs it; nothing is added to the worker's command line. On each worker it
-listens on an abstract Unix socket (:func:`._shm_wire.socket_name`), on the worker's own event
+listens on an abstract Unix socket (:func:`deisa.wire.shm.socket_name`), on the worker's own event
 loop, and serves each rank that connects with the same uid:
 
 - ``hello``: answers with the worker's address (the rank checks it is the one it wanted);
@@ -13,7 +13,7 @@ loop, and serves each rank that connects with the same uid:
 - ``drop``: forgets a slot the rank has retired.
 
 The first worker of a node to run the plugin also relays rank 0's calls to the scheduler
-(:mod:`._relay_worker`), so that a rank 0 on that node need not import distributed.
+(:mod:`.relay`), so that a rank 0 on that node need not import distributed.
 
 The array's memory is the slot's: spilling, pickling and transfers to other workers see a
 plain ndarray. When the last reference to the array (and to any view of it) is gone, the slot
@@ -40,10 +40,9 @@ import numpy as np
 from distributed import WorkerPlugin
 
 from .. import _dask_internals
-from ._guard import Guard, PausedError, other_account
-from ._names import bind_first, run_secret
-from ._relay_worker import RelayServer
-from ._shm_wire import (
+from ..wire.guard import Guard, PausedError, other_account
+from ..wire.names import bind_first, run_secret
+from ..wire.shm import (
     FREE,
     HEADER,
     MAX_MESSAGE,
@@ -55,6 +54,7 @@ from ._shm_wire import (
     plain_dtype,
     socket_names,
 )
+from .relay import RelayServer
 
 logger = logging.getLogger(__name__)
 
@@ -152,7 +152,7 @@ class _SlotView:
 def slot_problem(fd: int, size: int) -> str | None:
     """Why the descriptor ``fd`` cannot be mapped as a slot of ``size`` bytes, or ``None``: it
     must be a memfd (not a file, a pipe or a device), hold ``size`` bytes, and carry the seals
-    :data:`~._shm_wire.SEALS`."""
+    :data:`~deisa.wire.shm.SEALS`."""
     try:
         target = os.readlink(f"/proc/self/fd/{fd}")
         if not target.startswith("/memfd:"):

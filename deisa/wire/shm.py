@@ -5,10 +5,10 @@ The rank owns a small ring of *slots* per worker (:mod:`._shm`): each slot is an
 last process that maps it closes or dies), whose file descriptor is passed once to the worker
 over a Unix socket (``SCM_RIGHTS``). A block is then copied into a slot and announced by a
 small message; the worker keeps a plain ``ndarray`` over the slot under the block's key
-(:mod:`._shm_worker`), and marks the slot free when that array is gone.
+(:mod:`deisa.worker.plugin`), and marks the slot free when that array is gone.
 
 The socket is in the abstract namespace (no file either), named from the worker's address, the
-account's uid and the run's secret (:mod:`._names`: another account cannot guess the name, and
+account's uid and the run's secret (:mod:`.names`: another account cannot guess the name, and
 one it holds anyway is replaced by the next); abstract names belong to a network namespace, so
 "same node" means that the handshake succeeded, not equal host names. Both sides check the
 other's uid (``SO_PEERCRED``) before anything else. Messages are one JSON object per datagram
@@ -24,8 +24,8 @@ import os
 from collections.abc import Hashable
 from typing import Any
 
-from ._guard import peer_uid as peer_uid
-from ._names import names
+from .guard import peer_uid as peer_uid
+from .names import names
 
 HEADER = mmap.PAGESIZE
 """Bytes before a slot's data: byte 0 is the slot's state, the data stays page-aligned."""
@@ -41,7 +41,7 @@ PLUGIN_NAME = "deisa-shared-memory"
 
 def socket_names(worker: str, secret: bytes = b"", uid: int | None = None) -> list[bytes]:
     """The abstract socket names of ``worker``'s shared-memory listener for account ``uid``
-    and the run's ``secret``, in the order the listener tries them (:mod:`._names`)."""
+    and the run's ``secret``, in the order the listener tries them (:mod:`.names`)."""
     return names("shm", worker, secret, uid)
 
 
@@ -59,7 +59,7 @@ def slot_bytes(nbytes: int) -> int:
 
 def memfd(name: str, size: int) -> int:
     """A fresh memfd of ``size`` bytes, sealed with :data:`SEALS`: the worker maps only slots
-    sealed so (:func:`deisa.bridge._shm_worker._Slot`)."""
+    sealed so (:class:`deisa.worker.plugin._Slot`)."""
     fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     try:
         os.ftruncate(fd, size)

@@ -1,7 +1,7 @@
 """Listeners that another account cannot flood: what every listener deisa opens shares.
 
 A rank 0's notices listener (:mod:`._notices`), a worker's shared-memory listener
-(:mod:`._shm_worker`) and its relay (:mod:`._relay_worker`) all accept connections from anyone
+(:mod:`deisa.worker.plugin`) and its relay (:mod:`deisa.worker.relay`) all accept connections from anyone
 who can reach them, and learn who the peer is only afterwards (a TLS handshake, ``SO_PEERCRED``,
 the job's token). Each therefore:
 

@@ -1,11 +1,11 @@
-"""The worker's side of the relay (:mod:`._relay`): rank 0's calls, made on the scheduler.
+"""The worker's side of the relay (:mod:`deisa.bridge._relay`): rank 0's calls, made on the scheduler.
 
 :class:`RelayServer` runs on the worker's event loop, started by the worker's deisa plugin
-(:class:`~._shm_worker.SharedMemoryPlugin`). It binds the node's relay name for the worker's
+(:class:`~.plugin.SharedMemoryPlugin`). It binds the node's relay name for the worker's
 scheduler; where another worker of the node holds it already, this one does not relay (one
 relay per node is enough: rank 0 needs one). Each connection is checked for the worker's own
 uid before a byte of it is read (a flood of another account's is counted and logged once a
-minute: :mod:`._guard`); each call is one of :data:`~._relay.RELAYED`, made with the
+minute: :mod:`deisa.wire.guard`); each call is one of :data:`~deisa.wire.relay.RELAYED`, made with the
 worker's connection to the scheduler (its TLS credentials), in a task of its own (a
 registration may wait on flow control while the contracts' watch waits for a change). A
 connection that closes cancels its calls still running.
@@ -21,9 +21,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from .. import _dask_internals
-from ._guard import Guard, StreamListener, other_account
-from ._names import bind_first, run_secret
-from ._relay import INSTALL, MAX_FRAME, RELAYED, pack, read_frame, relay_names
+from ..wire.guard import Guard, StreamListener, other_account
+from ..wire.names import bind_first, run_secret
+from ..wire.relay import INSTALL, MAX_FRAME, RELAYED, pack, read_frame, relay_names
 
 logger = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ class RelayServer:
         return relay
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """One rank's connection (of this account: :func:`~._guard.other_account`), to its
+        """One rank's connection (of this account: :func:`~deisa.wire.guard.other_account`), to its
         end."""
         calls: set[asyncio.Task[None]] = set()
         self._connections[writer] = calls
