@@ -39,6 +39,9 @@ THREAD_PINS = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THR
 SAFE_PATH: tuple[str, ...] = ("-P",) if sys.version_info >= (3, 11) else ()
 SAFE_PATH_ENV = {"PYTHONSAFEPATH": "1"}
 
+# The scheduler never moves a task the Bridge placed: every process of a run, local or in a job.
+NO_WORK_STEALING = {"DASK_DISTRIBUTED__SCHEDULER__WORK_STEALING": "False"}
+
 
 def python_argv(python: str = sys.executable) -> list[str]:
     """The start of a command line running ``python`` without the current directory (nor a
@@ -65,7 +68,7 @@ def child_env(
     if os.geteuid() == 0:
         env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
         env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-    env["DASK_DISTRIBUTED__SCHEDULER__WORK_STEALING"] = "False"
+    env.update(NO_WORK_STEALING)
     for key, value in (keep or {}).items():
         env.setdefault(key, value)
     env.update(extra or {})

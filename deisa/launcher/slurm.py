@@ -36,7 +36,7 @@ from pathlib import Path
 
 from .dask_processes import LOOPBACK, http_env
 from .plan import JOB_ID, USER_PYTHON, Plan, Process, Where, make_plan
-from .processes import SAFE_PATH_ENV, THREAD_PINS
+from .processes import NO_WORK_STEALING, SAFE_PATH_ENV, THREAD_PINS
 from .security import tls_env
 from .settings import RunSettings, SlurmSettings
 from .slurm_layout import SCHEDULER_NODES, Node, allocation, describe, layout
@@ -183,7 +183,7 @@ def _environment(slurm: SlurmSettings, dashboard: bool = False) -> list[str]:
     return [
         "export " + " ".join(f"{k}={v}" for k, v in THREAD_PINS.items()),
         "export " + " ".join(f"{k}={v}" for k, v in SAFE_PATH_ENV.items()),
-        "export DASK_DISTRIBUTED__SCHEDULER__WORK_STEALING=False",
+        "export " + " ".join(f"{k}={v}" for k, v in NO_WORK_STEALING.items()),
         *(f"export {k}={shlex.quote(v)}" for k, v in http_env(dashboard).items()),
         # a worker whose node vanished (no TCP reset) is dropped after this, not 5 minutes
         "export DASK_DISTRIBUTED__SCHEDULER__WORKER_TTL="
