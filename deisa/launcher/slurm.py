@@ -3,8 +3,10 @@
 :func:`job_script` fills ``deisa/templates/slurm_job.sh``: a Dask scheduler and the analytics
 client (``deisa-run analytics``) on node 0, the Dask workers, then the MPI ranks of the heat
 simulation (the Python solver, or the C solver through PDI and the deisa plugin), each a
-concurrent ``srun --exact`` step, as in the DEISA paper's experiments. The simulation's command
-is :func:`deisa.launcher.solver.simulation_command`'s, as for a local run.
+concurrent ``srun --exact`` step, as in the DEISA paper's experiments. Every step is a process
+of the run's :class:`~deisa.launcher.plan.Plan`, the one a local run starts: this module only
+renders it (each command quoted for bash, the job's own variables left to it, its nodes,
+tasks and cores as ``srun`` options) into the template, as dask-jobqueue's ``Job`` does.
 
 Three parameters choose the layout (:func:`layout`): ``nodes``, ``worker_nodes`` (nodes of
 their own for the workers, or ``0``: workers beside the ranks on the simulation nodes) and

@@ -1,11 +1,11 @@
-"""The simulation: which solver runs, and the one command line that runs it.
+"""The simulation: which solver runs, and the deisa PDI plugin.
 
 :func:`resolve_settings` completes :func:`~deisa.launcher.settings.resolve_options` with the
 solver (``--solver auto | c | python``: the C solver through PDI and the deisa plugin when it
-is built and PDI loads, else the Python solver). :func:`simulation_command` turns settings into
-the solver's command line, for ``mpirun`` (local run) as for ``srun`` (Slurm job): the Python
-solver gets the Bridge options as flags (:meth:`deisa.bridge.options.BridgeOptions.to_argv`), the C
-solver a copy of its PDI YAML with the deisa block completed (:func:`deisa_pdi_config`).
+is built and PDI loads, else the Python solver), checked once: a C solver's PDI YAML must
+publish ``--array`` (:func:`deisa_pdi_config`, which also writes the deisa block of a run).
+:func:`find_plugin` says where the deisa PDI plugin is for a user's code. The command lines
+are the plan's (:func:`deisa.launcher.plan.simulation_command`).
 """
 
 from __future__ import annotations
@@ -18,13 +18,11 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from ..bridge.options import BridgeOptions
-from .checks import command_words
 from .defaults import UsageError, read_yaml
 from .options import RUN
-from .processes import python_argv
 from .settings import LAUNCHER_BRIDGE_OPTIONS, RunSettings, resolve_options
 
 PLUGIN_FILE = "libpdi_deisa_plugin.so"
@@ -160,85 +158,6 @@ def deisa_pdi_config(
     return pdi
 
 
-class SolverSettings(Protocol):
-    """What :func:`simulation_command` reads (a :class:`RunSettings` has it all)."""
-
-    @property
-    def solver(self) -> str: ...
-    @property
-    def build_dir(self) -> Path: ...
-    @property
-    def pdi_config(self) -> Path: ...
-    @property
-    def array(self) -> str: ...
-    @property
-    def bridge(self) -> BridgeOptions: ...
-
-
-@dataclass(frozen=True)
-class SimulationCommand:
-    """What runs under the MPI launcher, and what it needs.
-
-    Attributes
-    ----------
-    argv
-        The solver's command line, without the MPI launcher.
-    pdi
-        C solver: the PDI configuration to write to the ``pdi_file`` that ``argv`` names.
-    plugin_dir
-        C solver: the directory of the deisa plugin, to put first in ``PDI_PLUGIN_PATH``.
-    timings
-        Whether the solver writes the per-step timings file (the Python solver does).
-    """
-
-    argv: list[str]
-    pdi: dict[str, Any] | None = None
-    plugin_dir: Path | None = None
-    timings: bool = False
-
-    @property
-    def description(self) -> str:
-        if self.pdi is None:
-            return "the Python solver (deisa_simulation.heat)"
-        return f"the C solver ({self.argv[0]}) through PDI and the deisa plugin"
-
-
-def simulation_command(
-    settings: SolverSettings,
-    *,
-    python: str,
-    sim_config: str,
-    scheduler_file: str,
-    timings: str,
-    pdi_file: str,
-) -> SimulationCommand:
-    """The command of ``settings.solver`` (``"c"`` or ``"python"``) for one run.
-
-    Parameters
-    ----------
-    settings
-        From :func:`resolve_settings`: ``solver`` (``"c"`` or ``"python"``, as
-        :func:`resolve_solver` chose), ``build_dir``, ``pdi_config``, ``array``, ``bridge``.
-    python, sim_config, scheduler_file, timings, pdi_file
-        The interpreter, the simulation YAML, the scheduler file, the Python solver's timings
-        file and the C solver's PDI YAML, as the command line must spell them (paths, or
-        shell words such as ``$OUT/simulation.yml`` in a batch script).
-    """
-    if settings.solver == "c":
-        heat = settings.build_dir / "simulation" / "heat"
-        return SimulationCommand(
-            argv=[str(heat), sim_config, pdi_file],
-            pdi=deisa_pdi_config(
-                settings.pdi_config, scheduler_file, settings.bridge, settings.array
-            ),
-            plugin_dir=settings.build_dir / "plugin",
-        )
-    argv = [*python_argv(python), "-m", "deisa_simulation.heat", sim_config]
-    argv += ["--scheduler-file", scheduler_file, "--array", settings.array]
-    argv += [*settings.bridge.to_argv(), "--timings", timings]
-    return SimulationCommand(argv=argv, timings=True)
-
-
 @dataclass(frozen=True)
 class Plugin:
     """Where the deisa PDI plugin is: :attr:`directory` (``None``: not found, PDI's own
@@ -262,25 +181,3 @@ def find_plugin(build_dir: Path) -> Plugin:
         for found in sorted(Path(prefix).glob(f"lib*/pdi/plugins_*/{PLUGIN_FILE}")):
             return Plugin(found.parent, f"installed in {found.parent}")
     return Plugin(None, f"not found ({built} has no {PLUGIN_FILE}; PDI searches its own paths)")
-
-
-def analytics_argv(command: str, python: str) -> list[str]:
-    """``command`` split as a shell would (no shell runs it,
-    :func:`~deisa.launcher.checks.command_words`); a first word ending in ``.py`` runs with
-    ``python``, its path made absolute.
-
-    Raises
-    ------
-    UsageError
-        An empty command, or one that shlex cannot split (an open quote).
-    """
-    return python_script(command_words(command), python)
-
-
-def python_script(words: list[str], python: str) -> list[str]:
-    """``words``, with ``python -P`` before a first word ending in ``.py`` (made absolute):
-    neither the current directory nor the script's is on its ``sys.path``
-    (:func:`~deisa.launcher.processes.python_argv`)."""
-    if words[0].endswith(".py"):
-        return [*python_argv(python), str(Path(words[0]).absolute()), *words[1:]]
-    return list(words)

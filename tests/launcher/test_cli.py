@@ -38,6 +38,7 @@ from deisa.launcher import (
     dask_processes,
     defaults,
     options,
+    plan,
     processes,
     settings,
     slurm,
@@ -506,7 +507,7 @@ def test_python_solver_gets_the_bridge_options_as_flags(tmp_path: Path) -> None:
     settings = solver.resolve_settings(
         parse("--solver", "python", "--placement", "locality", "--buffer-nb", "none")
     )
-    sim = solver.simulation_command(
+    sim = plan.simulation_command(
         settings,
         python="python",
         sim_config="sim.yml",
@@ -582,14 +583,14 @@ def test_user_command_and_analytics_are_parsed_apart() -> None:
     settings = solver.resolve_settings(args)
     assert settings.command == ["./sim", "-n", "2"] and settings.ranks == 2
     assert settings.analytics == "a.py --x 1" and settings.solver == "user"
-    assert solver.analytics_argv(settings.analytics, "py") == [
+    assert plan.analytics_argv(settings.analytics, "py") == [
         "py",
         "-P",  # neither the current directory nor the script's on its sys.path
         str(Path("a.py").absolute()),
         "--x",
         "1",
     ]
-    assert solver.analytics_argv("my-tool 'a b'", "py") == ["my-tool", "a b"]  # no shell
+    assert plan.analytics_argv("my-tool 'a b'", "py") == ["my-tool", "a b"]  # no shell
     assert cli.parse_args(RUN, ["-n", "2"]).command == []  # the heat demo
 
 

@@ -13,9 +13,9 @@ import pytest
 
 from deisa.launcher.dask_processes import http_env, scheduler_command, worker_command
 from deisa.launcher.defaults import UsageError
+from deisa.launcher.plan import python_script
 from deisa.launcher.private_tmp import make_private_tmp
 from deisa.launcher.processes import child_env
-from deisa.launcher.solver import python_script
 
 
 def test_private_tmp_is_made_0700_beside_a_planted_scratch_space(tmp_path: Path) -> None:
