@@ -1,7 +1,8 @@
 """The rank's side of the shared-memory path: one :class:`Channel` per worker of its node.
 
-A channel is a Unix socket to the worker's listener (:mod:`deisa.worker.plugin`) and a ring of slots,
-each an anonymous ``memfd`` mapped here and there (:mod:`deisa.wire.shm`). A block is copied into a
+A channel is a Unix socket to the worker's listener (:mod:`deisa.worker.plugin`) and a ring of
+slots, each an anonymous ``memfd`` mapped here and there (:mod:`deisa.wire.shm`). A block is
+copied into a
 free slot (by ``publish`` itself in ``mode="async"``: the copy the Bridge makes anyway), then a
 ``put`` message names its key, dtype and shape; the worker's ``stored`` answer means the block is
 in its memory, as after a TCP send. The ring grows while every slot is held by the worker (steps
@@ -353,7 +354,8 @@ class Channel(WarmRing):
             return True
         if self._ready(self._want) < SPARE and self._unprepared(self._want):
             return True
-        return sum(1 for slot in self.slots if slot.free) > max(KEEP_FREE, SPARE)
+        # the pool's warm slots stay: counting them, the thread would spin (and starve take())
+        return sum(1 for s in self.slots if s.free and not s.warm) > max(KEEP_FREE, SPARE)
 
     def _ready(self, nbytes: int) -> int:
         """Under the lock: free slots for ``nbytes`` that are mapped (prepared)."""

@@ -101,6 +101,8 @@ async def test_the_pool_is_populated_ahead_and_reused_by_every_burst(c, s, a, b)
         # the fresh slot, out of the pool, is given back; the warm ones stay mapped
         await async_poll_for(lambda: all(x.warm for x in channel.slots), STARTUP)
         assert [(x.prepared, x.data is not None) for x in channel.slots] == [(True, True)] * 3
+        with channel._lock:  # three free warm slots: the channel's thread rests (it spun)
+            assert not channel._work()
         assert transport.pool.summary()["peak_mib"] == 3 * warm_size / MIB
     finally:
         _shm.Slot.write = real_write  # type: ignore[method-assign]
