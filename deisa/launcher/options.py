@@ -300,15 +300,13 @@ def add_options(
         )
 
 
-@dataclass(frozen=True)
-class Values:
+class Values(dict[str, Any]):
     """Every option of one command, resolved in one pass over :data:`OPTIONS`: as given, else
-    its key in the defaults in force, each checked by its declaration's ``check``.
+    its key in the defaults in force, each checked by its declaration's ``check``; a ``dict``
+    of ``{key: value}``.
 
     Attributes
     ----------
-    values
-        ``{key: value}``.
     names
         ``{key: name}``: how messages name each value, its flag if given, else where its key
         came from (``deisa/templates/defaults.yml: run.workers``, ``DASK_DEISA__RUN__WORKERS:
@@ -317,12 +315,12 @@ class Values:
         The keys given on the command line.
     """
 
-    values: Mapping[str, Any]
-    names: Mapping[str, str]
-    given: frozenset[str]
-
-    def __getitem__(self, key: str) -> Any:
-        return self.values[key]
+    def __init__(
+        self, values: Mapping[str, Any], names: Mapping[str, str], given: frozenset[str]
+    ) -> None:
+        super().__init__(values)
+        self.names = dict(names)
+        self.given = given
 
     def name(self, key: str) -> str:
         return self.names[key]
