@@ -107,6 +107,27 @@ def dask_processes(tmp_path: Path) -> Iterator[DaskProcesses]:
     cluster.stop()
 
 
+@pytest.fixture(scope="module")
+def module_dask(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaskProcesses]:
+    """A scheduler and two one-thread workers shared by the tests of one module (a start and a
+    stop, 5-10 s on two loaded cores, once rather than per test). For tests whose runs end and
+    are read to their end: the next run of an array name replaces a finished one
+    (deisa/scheduler/_streams.py), a test sets no steering value that a later run reads (or
+    clears it), and compares the scheduler's counters with their values before its run. Not
+    for tests that kill a process or count what the workers hold."""
+    cluster = start_dask(tmp_path_factory.mktemp("dask"))
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def shared_dask(module_dask: DaskProcesses, tmp_path: Path) -> DaskProcesses:
+    """:func:`module_dask`, its scheduler file copied to the test's ``scheduler.json`` (where a
+    YAML's relative ``scheduler_file: scheduler.json`` finds it, as with :func:`dask_processes`)."""
+    shutil.copy2(module_dask.scheduler_file, tmp_path / "scheduler.json")
+    return module_dask
+
+
 def mpirun(nranks: int, *args: str) -> list[str]:
     """The mpirun command line for ``nranks`` ranks (oversubscribed, root allowed)."""
     _uses_mpi()
@@ -254,6 +275,8 @@ def built() -> Path:
 PROCESS_FIXTURES = frozenset(
     {
         "dask_processes",
+        "module_dask",
+        "shared_dask",
         "local_client",
         "built",
         "cluster",  # test_adapter, test_faults, test_integrity

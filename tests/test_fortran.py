@@ -102,7 +102,7 @@ def test_fortran_heat_hdf5_equals_c_and_reference_bitwise(
 
 
 def test_fortran_heat_through_deisa_reaches_dask_bitwise(
-    heat_f90: Path, tmp_path: Path, dask_processes: DaskProcesses
+    heat_f90: Path, tmp_path: Path, shared_dask: DaskProcesses
 ) -> None:
     """Both arrays of configs/heat_deisa.yml reach real Dask workers through the plugin, equal
     bitwise to the Fortran solver's own decl_hdf5 file and to the C solver's."""
@@ -116,7 +116,7 @@ def test_fortran_heat_through_deisa_reaches_dask_bitwise(
     # the analytics connects after the run: every step waits on the workers (buffer_nb: none)
     output = run(heat_f90, 3, simulation, deisa_config(tmp_path, steering=False), tmp_path)
     assert "deisa.Bridge created" in output
-    with dask_processes.client() as client:
+    with shared_dask.client() as client:
         adapter = Adapter(client)
         for name in ("gtemp", "gdtemp"):
             received = {step: field.compute() for step, field in adapter[name].items()}
@@ -128,7 +128,7 @@ def test_fortran_heat_through_deisa_reaches_dask_bitwise(
 
 
 def test_fortran_heat_reads_the_steering_stop(
-    heat_f90: Path, tmp_path: Path, dask_processes: DaskProcesses
+    heat_f90: Path, tmp_path: Path, shared_dask: DaskProcesses
 ) -> None:
     """`stop', exposed PDI_INOUT inside a PDI transaction, is filled by the plugin's `read'
     section from the analytics' steering value: every rank leaves after the same early step
@@ -137,10 +137,11 @@ def test_fortran_heat_reads_the_steering_stop(
 
     steps = 20
     simulation = write_config(tmp_path / "simulation.yml", steps=steps)
-    with dask_processes.client() as client:
+    with shared_dask.client() as client:
         adapter = Adapter(client)
         adapter.set("stop", 1)  # set before the run
         output = run(heat_f90, 4, simulation, deisa_config(tmp_path, steering=True), tmp_path)
+        adapter.set("stop", None)  # the module's cluster is shared: later runs read no stop
         stopped = re.findall(rf"heat_f90: stopped after step (\d+) of {steps}", output)
         assert len(stopped) == 1, output[-3000:]  # rank 0 says it, for every rank
         last = int(stopped[0])

@@ -52,9 +52,9 @@ def _run_both(
 
 
 def test_deisa_dasks_getting_started_runs_on_deisa_insitu(
-    tmp_path: Path, dask_processes: DaskProcesses
+    tmp_path: Path, shared_dask: DaskProcesses
 ) -> None:
-    _, out = _run_both(tmp_path, dask_processes, _ours(SIMULATION), _ours(ANALYSIS), 4)
+    _, out = _run_both(tmp_path, shared_dask, _ours(SIMULATION), _ours(ANALYSIS), 4)
     sums = {}
     for line in out.splitlines():
         if line.startswith("latest temperature t="):
@@ -114,9 +114,9 @@ deisa.close()
 
 
 def test_windows_and_triggers_and_feedback_on_four_ranks(
-    tmp_path: Path, dask_processes: DaskProcesses
+    tmp_path: Path, shared_dask: DaskProcesses
 ) -> None:
-    sim, out = _run_both(tmp_path, dask_processes, FEEDBACK_SIMULATION, FEEDBACK_ANALYSIS, 4)
+    sim, out = _run_both(tmp_path, shared_dask, FEEDBACK_SIMULATION, FEEDBACK_ANALYSIS, 4)
     assert "arrays ['edge', 'field']" in out, out
     totals = {t: 12 * sum(10.0 * t + r for r in range(4)) + 2 * t * 100 + 1 for t in range(4)}
     for t in range(4):

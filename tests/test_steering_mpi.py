@@ -31,16 +31,27 @@ CONVERGED = 0.01
 STEPS = 40
 
 
+@pytest.fixture
+def steered_dask(shared_dask: DaskProcesses) -> DaskProcesses:
+    """The module's scheduler and workers, with no steering value that an earlier test of the
+    module set (``param``, the converged PCA's ``stop``): a run starts as on a fresh cluster."""
+    with shared_dask.client() as client:
+        adapter = Adapter(client, timeout=STARTUP)
+        for name in ("param", "stop"):
+            adapter.set(name, None)
+    return shared_dask
+
+
 def test_steering_value_seen_by_every_rank_at_the_same_step(
-    tmp_path: Path, dask_processes: DaskProcesses
+    tmp_path: Path, steered_dask: DaskProcesses
 ) -> None:
     out = tmp_path / "seen"
-    cmd = mpirun(4, sys.executable, str(STEERED), str(dask_processes.scheduler_file), str(out))
+    cmd = mpirun(4, sys.executable, str(STEERED), str(steered_dask.scheduler_file), str(out))
     proc = subprocess.Popen(
         cmd, env=test_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
     try:
-        with dask_processes.client() as client:
+        with steered_dask.client() as client:
             adapter = Adapter(client, timeout=STARTUP)
             taken = []
             for step, _ in adapter["steered"].items():
@@ -75,13 +86,14 @@ def check_stopped_run(analytics: list[StepAnalytics], last_published: int) -> No
 
 
 def analyze_until_stopped(
-    proc: subprocess.Popen[str], dask_processes: DaskProcesses
+    proc: subprocess.Popen[str], cluster: DaskProcesses, array: str = "gtemp"
 ) -> tuple[list[StepAnalytics], str, str]:
-    """Run the converging PCA on the solver's stream; its results and the solver's output."""
+    """Run the converging PCA on the solver's stream ``array``; its results and the solver's
+    output."""
     try:
-        with dask_processes.client() as client:
+        with cluster.client() as client:
             settings = PCASettings(
-                array="gtemp",
+                array=array,
                 n_components=2,
                 stall_timeout=STARTUP,
                 max_in_flight=1,
@@ -96,7 +108,7 @@ def analyze_until_stopped(
 
 
 def test_python_heat_stopped_by_the_converged_pca(
-    tmp_path: Path, dask_processes: DaskProcesses
+    tmp_path: Path, steered_dask: DaskProcesses
 ) -> None:
     config = write_config(
         tmp_path / "simulation.yml", global_size=[32, 32], steps=STEPS, output_period=2
@@ -105,10 +117,11 @@ def test_python_heat_stopped_by_the_converged_pca(
     proc = start_heat(
         4,
         config,
-        *("--scheduler-file", str(dask_processes.scheduler_file), "--timings", str(timings)),
+        *("--scheduler-file", str(steered_dask.scheduler_file), "--timings", str(timings)),
         *("--buffer-nb", "1", "--connect-timeout", str(STARTUP)),
+        *("--array", "python_heat"),  # the module's cluster is shared: the C solver's is gtemp
     )
-    analytics, stdout, stderr = analyze_until_stopped(proc, dask_processes)
+    analytics, stdout, stderr = analyze_until_stopped(proc, steered_dask, "python_heat")
     assert proc.returncode == 0, stdout + stderr
     ranks = json.loads(timings.read_text())["ranks"]
     published = [[t["step"] for t in rank] for rank in ranks]
@@ -121,7 +134,7 @@ def test_python_heat_stopped_by_the_converged_pca(
 
 @pytest.mark.pdi
 def test_c_heat_stopped_by_the_converged_pca_through_pdi(
-    built: Path, tmp_path: Path, dask_processes: DaskProcesses
+    built: Path, tmp_path: Path, steered_dask: DaskProcesses
 ) -> None:
     """configs/heat_deisa.yml as shipped: its `read: [stop]` fills the solver's `stop`."""
     simulation = write_config(
@@ -134,7 +147,7 @@ def test_c_heat_stopped_by_the_converged_pca_through_pdi(
     proc = subprocess.Popen(
         cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
-    analytics, stdout, stderr = analyze_until_stopped(proc, dask_processes)
+    analytics, stdout, stderr = analyze_until_stopped(proc, steered_dask)
     assert proc.returncode == 0, stdout + stderr
     last = analytics[-1].step
     assert f"heat: stopped after step {last} of {STEPS}: `stop' set by the analytics" in stderr

@@ -1,4 +1,8 @@
-"""End-to-end data path: `mpirun` heat ranks -> Bridge -> real Dask processes -> Adapter."""
+"""End-to-end data path: `mpirun` heat ranks -> Bridge -> real Dask processes -> Adapter.
+
+The tests share one scheduler and two workers (conftest's ``shared_dask``), each run under an
+array name of its own; the scheduler's call counters are compared with their values before the
+run."""
 
 from __future__ import annotations
 
@@ -40,18 +44,27 @@ def until_no_keys(client) -> None:
     poll_for(lambda: not scheduler_keys(client), STARTUP, left, period=0.1)
 
 
+def calls(adapter: Adapter) -> dict[str, int]:
+    """The scheduler's count of deisa calls per route so far. The module's tests share one
+    cluster (each run under an array name of its own): a test counts the calls of its run as the
+    difference from before it."""
+    return dict(adapter.stats()["calls"])
+
+
 def test_bridge_delivers_every_block_bitwise_ragged(
-    dask_processes: DaskProcesses, tmp_path: Path
+    shared_dask: DaskProcesses, tmp_path: Path
 ) -> None:
     # 31 x 34 over 2 x 2 ranks: rows split 16 + 15 (N % P != 0)
     config = write_config(tmp_path / "sim.yml", global_size=[31, 34], steps=5)
     timings = tmp_path / "timings.json"
+    with shared_dask.client() as client:
+        before = calls(Adapter(client))
     sim = start_heat(
-        4, config, "--scheduler-file", str(dask_processes.scheduler_file),
+        4, config, "--scheduler-file", str(shared_dask.scheduler_file), "--array", "ragged",
         "--buffer-nb", "2", "--checksums", "--timings", str(timings),
     )  # fmt: skip
-    with dask_processes.client() as client:
-        gtemp = Adapter(client, timeout=STARTUP)["gtemp"]
+    with shared_dask.client() as client:
+        gtemp = Adapter(client, timeout=STARTUP)["ragged"]
         received: dict[tuple[int, tuple[int, int]], str] = {}
         for step, field in gtemp.items():
             assert field.chunks == ((16, 15), (17, 17))
@@ -67,8 +80,8 @@ def test_bridge_delivers_every_block_bitwise_ragged(
             del field
         assert sim.wait(timeout=STARTUP) == 0, sim.stderr.read() if sim.stderr else ""
         assert gtemp.ended
-        stats = Adapter(client).stats()
-        assert stats["calls"]["publish"] == 5  # one scheduler message per step, not per rank
+        # one scheduler message per step, not per rank
+        assert calls(Adapter(client))["publish"] - before.get("publish", 0) == 5
         until_no_keys(client)
 
     published = {
@@ -80,18 +93,19 @@ def test_bridge_delivers_every_block_bitwise_ragged(
     assert received == published
 
 
-def test_bridge_flow_control_blocks_and_resumes(
-    dask_processes: DaskProcesses, tmp_path: Path
-) -> None:
+def test_bridge_flow_control_blocks_and_resumes(shared_dask: DaskProcesses, tmp_path: Path) -> None:
     config = write_config(tmp_path / "sim.yml", steps=6, output_period=1)
+    with shared_dask.client() as client:
+        before = calls(Adapter(client)).get("publish", 0)
     sim = start_heat(
-        4, config, "--scheduler-file", str(dask_processes.scheduler_file), "--buffer-nb", "2"
-    )
-    with dask_processes.client() as client:
+        4, config, "--scheduler-file", str(shared_dask.scheduler_file), "--buffer-nb", "2",
+        "--array", "flow",
+    )  # fmt: skip
+    with shared_dask.client() as client:
         adapter = Adapter(client, timeout=STARTUP)
 
         def queued() -> dict:
-            return adapter.stats()["streams"].get("gtemp", {})
+            return adapter.stats()["streams"].get("flow", {})
 
         def running() -> bool:
             assert sim.poll() is None, "the simulation exited"
@@ -100,12 +114,12 @@ def test_bridge_flow_control_blocks_and_resumes(
         hang = 2 * STARTUP  # the waits below only report a hang
 
         # one publish call per step: the third has reached the scheduler, which holds it
-        poll_for(lambda: running() and adapter.stats()["calls"].get("publish", 0) >= 3, hang)
+        poll_for(lambda: running() and calls(adapter).get("publish", 0) - before >= 3, hang)
         assert queued()["queued"] == 2
         assert queued()["published"] == 2
         assert sim.poll() is None, "the simulation ran past buffer_nb"
 
-        gtemp = adapter["gtemp"]
+        gtemp = adapter["flow"]
         first = gtemp[0]  # frees one slot: the blocked step goes through
         poll_for(lambda: running() and queued().get("published", 0) >= 3, hang)  # step 2
         assert queued()["published"] == 3
@@ -119,16 +133,18 @@ def test_bridge_flow_control_blocks_and_resumes(
         until_no_keys(client)
 
 
-def test_adapter_first_then_simulation(dask_processes: DaskProcesses, tmp_path: Path) -> None:
+def test_adapter_first_then_simulation(shared_dask: DaskProcesses, tmp_path: Path) -> None:
     config = write_config(tmp_path / "sim.yml", steps=3)
-    with dask_processes.client() as client:
+    with shared_dask.client() as client:
         adapter = Adapter(client, timeout=STARTUP)
-        gtemp = adapter["gtemp"]
+        before = calls(adapter).get("meta", 0)
+        gtemp = adapter["late"]
 
         def simulate_once_the_adapter_waits() -> None:
-            # the Adapter asked for 'gtemp' (only reports a hang)
-            poll_for(lambda: adapter.stats()["calls"].get("meta", 0) >= 1, STARTUP, period=0.1)
-            run_heat(4, config, "--scheduler-file", str(dask_processes.scheduler_file))
+            # the Adapter asked for 'late' (only reports a hang)
+            poll_for(lambda: calls(adapter).get("meta", 0) > before, STARTUP, period=0.1)
+            run_heat(4, config, "--scheduler-file", str(shared_dask.scheduler_file),
+                     "--array", "late")  # fmt: skip
 
         later = threading.Thread(target=simulate_once_the_adapter_waits)
         later.start()
@@ -140,18 +156,18 @@ def test_adapter_first_then_simulation(dask_processes: DaskProcesses, tmp_path: 
         finally:
             later.join(timeout=2 * STARTUP)
         assert [s for s, _ in gtemp.items()] == [0, 1]  # cached on the way to step 2
-        with pytest.raises(EndOfStreamError, match="past the end of the stream of 'gtemp'"):
+        with pytest.raises(EndOfStreamError, match="past the end of the stream of 'late'"):
             gtemp[3]
         del last
         until_no_keys(client)
 
 
-def test_simulation_first_then_adapter(dask_processes: DaskProcesses, tmp_path: Path) -> None:
+def test_simulation_first_then_adapter(shared_dask: DaskProcesses, tmp_path: Path) -> None:
     config = write_config(tmp_path / "sim.yml", steps=3)
-    run_heat(4, config, "--scheduler-file", str(dask_processes.scheduler_file))
+    run_heat(4, config, "--scheduler-file", str(shared_dask.scheduler_file), "--array", "early")
     # every rank has exited: the data lives on, held by the stream on the scheduler
-    with dask_processes.client() as client:
-        gtemp = Adapter(client, timeout=30)["gtemp"]
+    with shared_dask.client() as client:
+        gtemp = Adapter(client, timeout=30)["early"]
         fields = gtemp[0:3]
         assert fields.shape == (3, 32, 32)
         expected = [reference_field(HeatConfig.from_yaml(config), s) for s in range(3)]
@@ -164,15 +180,15 @@ def test_simulation_first_then_adapter(dask_processes: DaskProcesses, tmp_path: 
 # every rank and worker on this machine: one node, so node_local places as locality
 @pytest.mark.parametrize("placement", ["locality", "node_local"])
 def test_bridge_locality_placement_keeps_row_bands_together(
-    dask_processes: DaskProcesses, tmp_path: Path, placement: str
+    shared_dask: DaskProcesses, tmp_path: Path, placement: str
 ) -> None:
     config = write_config(tmp_path / "sim.yml", process_grid=[2, 2], steps=1)
     run_heat(
-        4, config, "--scheduler-file", str(dask_processes.scheduler_file),
-        "--placement", placement,
+        4, config, "--scheduler-file", str(shared_dask.scheduler_file),
+        "--placement", placement, "--array", f"bands_{placement}",
     )  # fmt: skip
-    with dask_processes.client() as client:
-        field = Adapter(client, timeout=30)["gtemp"][0]
+    with shared_dask.client() as client:
+        field = Adapter(client, timeout=30)[f"bands_{placement}"][0]
         keys = field.__dask_keys__()
         who_has = client.who_has(list(field.dask.values()))
         bands = [{who_has[key][0] for key in row} for row in keys]
@@ -187,12 +203,12 @@ def test_bridge_locality_placement_keeps_row_bands_together(
 
 
 def test_bridge_round_robin_placement_spreads_ranks(
-    dask_processes: DaskProcesses, tmp_path: Path
+    shared_dask: DaskProcesses, tmp_path: Path
 ) -> None:
     config = write_config(tmp_path / "sim.yml", process_grid=[2, 2], steps=1)
-    run_heat(4, config, "--scheduler-file", str(dask_processes.scheduler_file))
-    with dask_processes.client() as client:
-        field = Adapter(client, timeout=30)["gtemp"][0]
+    run_heat(4, config, "--scheduler-file", str(shared_dask.scheduler_file), "--array", "spread")
+    with shared_dask.client() as client:
+        field = Adapter(client, timeout=30)["spread"][0]
         who_has = client.who_has(list(field.dask.values()))
         keys = [key for row in field.__dask_keys__() for key in row]  # rank order
         workers = [who_has[key][0] for key in keys]
@@ -268,11 +284,11 @@ with Bridge(sys.argv[1], {"field": spec}) as bridge:
 
 
 def test_step_published_again_replaces_or_is_dropped_and_the_run_finishes(
-    dask_processes: DaskProcesses, tmp_path: Path
+    shared_dask: DaskProcesses, tmp_path: Path
 ) -> None:
     script = tmp_path / "republish.py"
     script.write_text(REPUBLISHER)
-    cmd = mpirun(2, sys.executable, str(script), str(dask_processes.scheduler_file))
+    cmd = mpirun(2, sys.executable, str(script), str(shared_dask.scheduler_file))
     sim = subprocess.Popen(
         cmd, cwd=tmp_path, env=test_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
@@ -283,7 +299,7 @@ def test_step_published_again_replaces_or_is_dropped_and_the_run_finishes(
             return (tmp_path / "published").exists()
 
         poll_for(published, 120)
-        with dask_processes.client() as client:
+        with shared_dask.client() as client:
             field = Adapter(client, timeout=120)["field"]
             first = field[0:2].compute()  # takes steps 0 and 1
             (tmp_path / "taken").touch()
@@ -308,7 +324,7 @@ def test_step_published_again_replaces_or_is_dropped_and_the_run_finishes(
 
 
 def test_rank0_is_heard_between_its_connection_and_its_first_step(
-    dask_processes: DaskProcesses, tmp_path: Path
+    shared_dask: DaskProcesses, tmp_path: Path
 ) -> None:
     """A simulation computing long before its first publish (mode="async") still gives the
     scheduler news of rank 0: its contracts watch runs from its connection, not from its first
@@ -317,12 +333,12 @@ def test_rank0_is_heard_between_its_connection_and_its_first_step(
     from user_code import write_user_code
 
     simulation, _ = write_user_code(tmp_path / "code")
-    env = test_env() | {"DEISA_SCHEDULER_FILE": str(dask_processes.scheduler_file)}
+    env = test_env() | {"DEISA_SCHEDULER_FILE": str(shared_dask.scheduler_file)}
     gate = tmp_path / "compute-done"  # its first publish waits for this file
     command = mpirun(2, sys.executable, str(simulation), "1", "-1", "2", f"gate={gate}")
     proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
-        with dask_processes.client() as client:
+        with shared_dask.client() as client:
 
             def watched_and_published() -> tuple[int, int | None]:
                 stats = client.sync(client.scheduler.deisa_stats) or {}  # None: no extension yet
