@@ -142,7 +142,7 @@ def received(dask: DaskProcesses, name: str) -> dict[int, np.ndarray]:
 
 
 def test_paper_listings_reach_dask_bitwise(
-    built: Path, tmp_path: Path, dask_processes: DaskProcesses
+    built: Path, tmp_path: Path, shared_dask: DaskProcesses
 ) -> None:
     """Listing 3's code with Listing 4's data and Listing 6's plugin section: the virtual
     global array `gtemp' with an `inf' time axis, `temp' mapped into it by `+map_in', the steps
@@ -151,11 +151,11 @@ def test_paper_listings_reach_dask_bitwise(
     steps = PAPER_SIMULATION["nb_steps"]
     assert written.shape == (steps, 8, 6)
     assert not np.array_equal(written[1], written[2])  # every step its own values
-    listing_6 = LISTING_6.replace("/home/user/xp/sched.json", str(dask_processes.scheduler_file))
+    listing_6 = LISTING_6.replace("/home/user/xp/sched.json", str(shared_dask.scheduler_file))
     output = run(program("paper_heat"), [paper_yaml(tmp_path / "paper_deisa.yml", listing_6),
                                          simulation], tmp_path)  # fmt: skip
     assert "deisa.Bridge created" in output
-    got = received(dask_processes, "gtemp")
+    got = received(shared_dask, "gtemp")
     assert sorted(got) == list(range(1, steps)), output[-3000:]  # when: '$step>0'
     for step, field in got.items():
         assert np.array_equal(field, written[step]), step
@@ -163,7 +163,7 @@ def test_paper_listings_reach_dask_bitwise(
 
 @pytest.mark.parametrize("binary", ["released_heat", "released_heat_f90"], ids=["c", "fortran"])
 def test_released_example_reaches_dask_bitwise(
-    built: Path, tmp_path: Path, dask_processes: DaskProcesses, binary: str
+    built: Path, tmp_path: Path, shared_dask: DaskProcesses, binary: str
 ) -> None:
     """The released plugin's example YAML, unchanged (its `scheduler_info: scheduler.json' is
     relative: the run's directory holds the scheduler file): the inside of every rank's ghosted
@@ -175,12 +175,12 @@ def test_released_example_reaches_dask_bitwise(
         assert np.array_equal(written, released_reference(tmp_path, "released_heat")[1])
     maxsteps = RELEASED_CONFIG["MaxtimeSteps"]
     assert written.shape == (maxsteps, 8, 12)
-    assert dask_processes.scheduler_file == tmp_path / "scheduler.json"
+    assert (tmp_path / "scheduler.json").read_text() == shared_dask.scheduler_file.read_text()
     output = run(program(binary), [config, SOURCES / "released_deisa.yml"], tmp_path)
     past = re.findall(r"Step (\d+) of `global_t' is past the end of its time axis \(length "
                       r"(\d+), `deisa_arrays.global_t.size\[0\]'\)", output)  # fmt: skip
     assert past == [(str(maxsteps), str(maxsteps))], output[-3000:]
-    got = received(dask_processes, "global_t")
+    got = received(shared_dask, "global_t")
     assert sorted(got) == list(range(maxsteps))
     for step, field in got.items():
         assert np.array_equal(field, written[step]), step

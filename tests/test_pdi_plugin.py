@@ -359,7 +359,7 @@ def mpi_thread_check(directory: Path) -> Path:
 
 
 def test_c_heat_through_deisa_reaches_dask_bitwise_async_and_sync(
-    built: Path, tmp_path: Path, dask_processes: DaskProcesses
+    built: Path, tmp_path: Path, shared_dask: DaskProcesses
 ) -> None:
     """The C solver (MPI_Init: MPI_THREAD_SINGLE) through the plugin, `mode: async' then
     `mode: sync' (YAML keys): every step reaches Dask bitwise equal to the decl_hdf5 run, and
@@ -390,7 +390,7 @@ def test_c_heat_through_deisa_reaches_dask_bitwise_async_and_sync(
             # the solver makes none: these are the Bridge's (mpi4py's calls were seen)
             assert int(collectives) >= config.steps, mode
         assert "deisa.Bridge created" in run.stdout + run.stderr
-        with dask_processes.client() as client:  # deisa_config publishes gtemp only
+        with shared_dask.client() as client:  # deisa_config publishes gtemp only
             received = {step: field.compute() for step, field in Adapter(client)["gtemp"].items()}
         assert sorted(received) == list(range(config.steps)), mode
         for step, field in received.items():
@@ -398,7 +398,7 @@ def test_c_heat_through_deisa_reaches_dask_bitwise_async_and_sync(
 
 
 def test_dims_of_a_dataset_name_the_axes_of_the_adapters_xarray_arrays(
-    built: Path, tmp_path: Path, dask_processes: DaskProcesses
+    built: Path, tmp_path: Path, shared_dask: DaskProcesses
 ) -> None:
     """`dims: [x, y]' in a `datasets' entry reaches deisa.ArraySpec(dims=...): the Adapter's
     labelled arrays (as_xarray=True) of the C solver's steps have those axes and the step as
@@ -415,7 +415,7 @@ def test_dims_of_a_dataset_name_the_axes_of_the_adapters_xarray_arrays(
 
     # the analytics starts after the run: every step waits on the workers (buffer_nb: none)
     run_c_heat(3, simulation, deisa_config(tmp_path, edit), tmp_path)
-    with dask_processes.client() as client:
+    with shared_dask.client() as client:
         gtemp = Adapter(client)["gtemp"]
         received = list(gtemp.items(as_xarray=True))
         assert gtemp.dims == ("x", "y")
@@ -427,7 +427,7 @@ def test_dims_of_a_dataset_name_the_axes_of_the_adapters_xarray_arrays(
 
 
 def test_pca_in_situ_equals_post_hoc(
-    built: Path, tmp_path: Path, dask_processes: DaskProcesses
+    built: Path, tmp_path: Path, shared_dask: DaskProcesses
 ) -> None:
     simulation = write_config(tmp_path / "simulation.yml")
     env = test_env()
@@ -435,7 +435,7 @@ def test_pca_in_situ_equals_post_hoc(
     def analytics(kind: str) -> list[str]:  # analytics/pca.py, live or on heat_hdf5.yml's file
         script = str(REPO / "analytics" / "pca.py")
         source = (
-            ["--scheduler-file", str(dask_processes.scheduler_file)]
+            ["--scheduler-file", str(shared_dask.scheduler_file)]
             if kind == "insitu"
             else ["--replay", "heat.h5"]
         )
@@ -564,7 +564,7 @@ def test_to_deisa_changes_exactly_two_lines() -> None:
 
 @pytest.mark.parametrize("case", sorted(DECL_HDF5_PLUGINS))
 def test_decl_hdf5_configuration_goes_in_situ_by_renaming_two_keys(
-    built: Path, tmp_path: Path, dask_processes: DaskProcesses, case: str
+    built: Path, tmp_path: Path, shared_dask: DaskProcesses, case: str
 ) -> None:
     import h5py
 
@@ -594,7 +594,7 @@ def test_decl_hdf5_configuration_goes_in_situ_by_renaming_two_keys(
         "`temp')\n"
     )
     assert ignored in run.stdout + run.stderr
-    with dask_processes.client() as client:
+    with shared_dask.client() as client:
         adapter = Adapter(client)
         for name, values in written.items():
             received = {step: field.compute() for step, field in adapter[name].items()}
