@@ -53,8 +53,8 @@ the worker has given back, whose pages exist (a mapping costs about a third of a
 them). A fresh slot is not prepared: :meth:`Slot.write` fills it faster than a first touch
 through a mapping, which zeroes every page before the copy."""
 KEEP_FREE = 2
-"""Free slots a channel keeps allocated without a warm pool (:mod:`._shm_pool`); more are given
-back (the memory of a burst). With a pool, its warm slots stay and every other free slot goes."""
+"""Free slots a channel keeps allocated (the pool's free ones counted); more are given back (the
+memory of a burst). The warm pool's slots (:mod:`._shm_pool`) stay, free or not."""
 POLL_S = 0.005
 """How often the preparer looks for a slot the worker has given back, while it waits for one."""
 HANDSHAKE_S = 10.0
@@ -313,8 +313,7 @@ class Channel(WarmRing):
                 self._settle()
             with self._lock:
                 self._shrink()
-                if self.pool.budget:  # every free slot out of the pool goes
-                    self._retire_surplus()
+                self._retire_surplus()
                 grown = self._grow()
             if grown is not None:
                 self._warm_up(grown)
@@ -350,12 +349,9 @@ class Channel(WarmRing):
             return False
         if self._may_grow() or (self.pool.over() and any(s.free and s.warm for s in self.slots)):
             return True
-        if self.pool.budget and any(s.free and not s.warm for s in self.slots):
-            return True
         if self._ready(self._want) < SPARE and self._unprepared(self._want):
             return True
-        # the pool's warm slots stay: counting them, the thread would spin (and starve take())
-        return sum(1 for s in self.slots if s.free and not s.warm) > max(KEEP_FREE, SPARE)
+        return bool(self._surplus())  # never the pool's warm slots: the thread would spin
 
     def _ready(self, nbytes: int) -> int:
         """Under the lock: free slots for ``nbytes`` that are mapped (prepared)."""
@@ -373,12 +369,19 @@ class Channel(WarmRing):
             return False
         return self._ready(self._want) < SPARE and any(s.head[0] != FREE for s in self.slots)
 
-    def _retire_surplus(self) -> None:
-        """Under the lock: close free slots past :data:`KEEP_FREE` (the unprepared first), or
-        with a pool, every free slot out of it."""
+    def _surplus(self) -> list[Slot]:
+        """Under the lock: the free slots out of the pool past :data:`KEEP_FREE` free ones,
+        counting the pool's free slots for the last block (the unprepared first). With a pool,
+        the ring keeps at least what it keeps without one: its slots given back mid-burst are
+        reused, not closed while the pool's are held."""
         free = sorted((s for s in self.slots if s.free and not s.warm), key=lambda s: s.prepared)
-        keep = 0 if self.pool.budget else max(KEEP_FREE, SPARE)
-        for slot in free[: max(0, len(free) - keep)]:
+        warm = sum(1 for s in self.slots if s.free and s.warm and s.fits(self._want))
+        keep = max(0, max(KEEP_FREE, SPARE) - warm)
+        return free[: max(0, len(free) - keep)]
+
+    def _retire_surplus(self) -> None:
+        """Under the lock: close the free slots :meth:`_surplus` names."""
+        for slot in self._surplus():
             self._retire(slot)
 
     def _has_room(self) -> bool:

@@ -54,6 +54,10 @@ HUGETLB, THP, SMALL = "hugetlb", "transparent huge pages", "4 KiB pages"
 """What the pool's slots are made of (:func:`page_kind`)."""
 MADV_POPULATE_WRITE = 23
 """Linux 5.14: fault in every page of a range, writable (not in Python's :mod:`mmap`)."""
+POPULATE_CHUNK = 4 << 20
+"""Bytes populated per ``madvise`` call: the kernel holds the process's mmap lock through each
+call, and the publishing thread's ``mmap`` of a fresh slot waits for it (a 128 MiB slot in one
+call: an mmap's p99 16-22 ms, against 0.03 ms by chunks, on a loaded 2-core VM)."""
 MEMINFO = Path("/proc/meminfo")
 SHMEM_THP = Path("/sys/kernel/mm/transparent_hugepage/shmem_enabled")
 
@@ -117,7 +121,12 @@ def populate(region: mmap.mmap, fd: int, kind: str) -> None:
         address = ctypes.addressof(anchor)
         if kind == THP:
             _LIBC.madvise(ctypes.c_void_p(address), len(region), mmap.MADV_HUGEPAGE)
-        populated = _LIBC.madvise(ctypes.c_void_p(address), len(region), MADV_POPULATE_WRITE)
+        populated = 0
+        for start in range(0, len(region), POPULATE_CHUNK):  # the mmap lock, a chunk at a time
+            length = min(POPULATE_CHUNK, len(region) - start)
+            populated = _LIBC.madvise(ctypes.c_void_p(address + start), length, MADV_POPULATE_WRITE)
+            if populated != 0:
+                break
     finally:
         del anchor  # the mapping's buffer export: it can be closed again
     if populated != 0:

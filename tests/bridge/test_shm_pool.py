@@ -7,6 +7,9 @@ huge pages."""
 from __future__ import annotations
 
 import logging
+import mmap
+import os
+import socket
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -14,13 +17,13 @@ from typing import Any
 import numpy as np
 import pytest
 from conftest import STARTUP
-from distributed.utils_test import async_poll_for, gen_cluster
+from distributed.utils_test import async_poll_for, gen_cluster, poll_for
 
 from deisa import _dask_internals
 from deisa.bridge import _shm, _shm_pool
 from deisa.bridge._shm_pool import HUGETLB, SMALL, THP, Pool, meminfo, page_kind, pool_totals
 from deisa.bridge.transport import Transport
-from deisa.wire.shm import FREE, slot_bytes
+from deisa.wire.shm import FREE, HELD, slot_bytes
 from deisa.worker.plugin import SharedMemoryPlugin
 
 MIB = 2**20
@@ -222,3 +225,59 @@ def test_the_bridge_sizes_the_pool_per_rank_or_per_node() -> None:
     tcp = Pool()
     tcp.size_for(BridgeOptions(transport="tcp"), [spec], None)
     assert tcp.budget == 0
+
+
+def test_a_pool_keeps_the_free_slots_a_ring_without_one_keeps() -> None:
+    """While the worker holds every warm slot, two slots given back mid-burst stay for the next
+    blocks, as without a pool (they were closed, and each next block took a fresh slot); once
+    warm slots are free again, the others go."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    channel = _shm.Channel("w", ours, Pool(2 * slot_bytes(MIB)))
+    try:
+        first = channel.take(MIB, mapped=False)  # the pool learns the block's size
+        assert first is not None
+        channel.untake(first)
+        poll_for(lambda: sum(x.warm and x.prepared for x in channel.slots) == 2, STARTUP)
+        warm = [x for x in channel.slots if x.warm]
+        for slot in warm:
+            slot.head[0] = HELD  # the worker holds them
+        given_back = [x for x in (channel.take(MIB, mapped=False) for _ in "ab") if x is not None]
+        assert len(given_back) == 2 and not any(x.warm for x in given_back)
+        for slot in given_back:
+            channel.untake(slot)
+        with channel._lock:
+            channel._retire_surplus()
+            assert all(x in channel.slots for x in given_back)
+            warm[0].head[0] = FREE
+            channel._retire_surplus()  # a warm slot free: one of the others goes
+            assert sum(x in channel.slots for x in given_back) == 1
+    finally:
+        channel._break("closed")
+        ours.close()
+        theirs.close()
+
+
+def test_population_goes_chunk_by_chunk_to_the_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pages of a slot are populated by ``madvise`` calls of POPULATE_CHUNK (the mmap lock
+    is released between them), every page of it."""
+    calls: list[int] = []
+    real = _shm_pool._LIBC
+
+    class Libc:  # the real madvise, each call's length noted
+        @staticmethod
+        def madvise(address: Any, length: int, advice: int) -> int:
+            calls.append(length)
+            return int(real.madvise(address, length, advice))
+
+    monkeypatch.setattr(_shm_pool, "POPULATE_CHUNK", 64 * 1024)
+    monkeypatch.setattr(_shm_pool, "_LIBC", Libc)
+    fd = os.memfd_create("deisa-test-populate")
+    try:
+        os.ftruncate(fd, MIB + 4096)
+        region = mmap.mmap(fd, MIB + 4096)
+        _shm_pool.populate(region, fd, SMALL)
+        assert os.fstat(fd).st_blocks * 512 == MIB + 4096
+        assert max(calls) == 64 * 1024 and sum(calls) == MIB + 4096
+        region.close()
+    finally:
+        os.close(fd)
