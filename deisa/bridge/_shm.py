@@ -181,6 +181,7 @@ class Channel(WarmRing):
         self.pool = Pool() if pool is None else pool
         self._cold = False  # the pool failed to grow here: no more tries
         self._no_huge = False  # a hugetlb slot could not get its pages: no more tries
+        self._outran = False  # the ring needed more slots than it keeps without a pool
         self.slots: list[Slot] = []
         self.broken: str | None = None
         self._lock = threading.Condition()
@@ -238,6 +239,7 @@ class Channel(WarmRing):
             if fitting:  # a prepared one if any
                 slot = max(fitting, key=lambda s: (s.prepared, -s.capacity))
             elif len(self.slots) < MAX_SLOTS:
+                self._outran |= len(self.slots) >= max(KEEP_FREE, SPARE)  # the pool may grow
                 slot = self._new_slot(nbytes)
             else:
                 return None

@@ -5,7 +5,8 @@ block, docs/benchmarks.md, section 11): back to back, each block of a growing ri
 The pool keeps the slots a rank's ring has used mapped, with their page tables, up to a budget
 (:attr:`Pool.budget`, bytes): they are reused before anything new is allocated, and only slots
 beyond the budget are given back. The channel's own thread (:mod:`._shm`) populates the budget
-ahead, while the simulation computes its first steps, never on the publish path. As Ray's
+ahead, never on the publish path, once the ring has needed more slots than it keeps without a
+pool (a burst: the simulation outran the worker); never in a steady state that needs no more. As Ray's
 object store (``object_store_memory``) the budget is settable (``BridgeOptions.shm_pool_mib``,
 per rank or per node); by default it is what flow control can hold in flight: ``buffer_nb``
 steps of the rank's blocks, plus one (:data:`UNBOUNDED_STEPS` steps when ``buffer_nb`` is
@@ -289,12 +290,18 @@ def pool_totals(summaries: Iterable[dict[str, Any]]) -> dict[str, int]:
 
 class WarmRing:
     """How a channel (:class:`~._shm.Channel`, which defines the attributes used here) grows,
-    populates and shrinks its part of the pool, on its preparer thread."""
+    populates and shrinks its part of the pool, on its preparer thread.
+
+    The pool grows only once the ring has needed more slots than it keeps without a pool
+    (``_outran``: a third slot taken while the others were held, a burst). While each block's
+    slot comes back before the next (a simulation's steady state), and at the start, it
+    populates nothing: neither the rank's core nor its start pays for slots no block needs."""
 
     pool: Pool
     slots: list[Any]
     _cold: bool
     _no_huge: bool
+    _outran: bool
     _want: int
     _lock: threading.Condition
 
@@ -310,7 +317,7 @@ class WarmRing:
     def _grow(self) -> Any:
         """Under the lock: a new slot of the last block's size for the pool, lent to the
         preparer (which populates it), if the pool's budget allows one; else ``None``."""
-        if self._cold or not self._want or not self._has_room():
+        if not self._may_grow():
             return None
         nbytes = self._want
         kind, huge = page_kind(nbytes)
@@ -357,8 +364,9 @@ class WarmRing:
 
     def _may_grow(self) -> bool:
         """Under the lock: whether the pool has room for one more slot of the last block."""
-        room = self.pool.allowed() - self.pool.held
-        return not self._cold and self._has_room() and room >= slot_bytes(self._want)
+        if self._cold or not self._outran or not self._want or not self._has_room():
+            return False
+        return self.pool.allowed() - self.pool.held >= slot_bytes(self._want)
 
     def _shrink(self) -> None:
         """Under the lock: give back free warm slots past what memory pressure allows."""

@@ -65,8 +65,9 @@ def fake_meminfo(tmp_path: Path, total_mib: int, available_mib: int, huge_free: 
 @gen_cluster(client=True, timeout=STARTUP)
 async def test_the_pool_is_populated_ahead_and_reused_by_every_burst(c, s, a, b) -> None:
     """A burst that outruns the worker: the pool's slots were populated by the channel's
-    thread after the first block, the next blocks are copied into them (never written into a
-    fresh slot), and after the burst they stay mapped, populated and allocated for the next."""
+    thread once a third block found the two slots a ring keeps held, the next blocks are copied
+    into them (never written into a fresh slot), and after the burst they stay mapped,
+    populated and allocated for the next."""
     await c.register_plugin(SharedMemoryPlugin())
     transport = Transport()
     block = np.random.default_rng(1).random((256, 512))  # 1 MiB
@@ -85,6 +86,9 @@ async def test_the_pool_is_populated_ahead_and_reused_by_every_burst(c, s, a, b)
         channel = await transport.channel(a.address)
         assert channel is not None
         await publish(transport, a.address, block, 0)  # the pool learns the block's size
+        await publish(transport, a.address, block, 90)
+        assert not any(x.warm for x in channel.slots)  # two slots: no more than without a pool
+        await publish(transport, a.address, block, 91)  # a third while both are held: a burst
         await async_poll_for(
             lambda: sum(x.warm and x.prepared for x in channel.slots) == 3, STARTUP
         )  # a slot is a block and a header page: 3 fit in the budget of 4 blocks
@@ -97,8 +101,9 @@ async def test_the_pool_is_populated_ahead_and_reused_by_every_burst(c, s, a, b)
             for i in (1, 2, 3):
                 np.testing.assert_array_equal(a.data[key(10 * burst + i)], block + i)
                 await release(c, s, a, 10 * burst + i)
-        assert fresh == [0]  # only the block before the pool was written into a fresh slot
-        await release(c, s, a, 0)
+        assert fresh == [0, 1, 2]  # only the blocks before the pool went into fresh slots
+        for step in (0, 90, 91):
+            await release(c, s, a, step)
         await async_poll_for(lambda: all(x.head[0] == FREE for x in channel.slots), STARTUP)
         transport.settle()
         # the fresh slot, out of the pool, is given back; the warm ones stay mapped
@@ -111,6 +116,25 @@ async def test_the_pool_is_populated_ahead_and_reused_by_every_burst(c, s, a, b)
         _shm.Slot.write = real_write  # type: ignore[method-assign]
         await transport.close()
     assert transport.pool.held == 0
+
+
+@gen_cluster(client=True, timeout=STARTUP)
+async def test_a_steady_state_populates_nothing(c, s, a, b) -> None:
+    """Each block's slot back before the next (compute between steps): the ring needs no
+    more than without a pool, and the pool populates nothing."""
+    await c.register_plugin(SharedMemoryPlugin())
+    transport = Transport()
+    block = np.ones((128, 1024))  # 1 MiB
+    transport.pool.size(block.nbytes, buffer_nb=3, mib=None, share=1)
+    try:
+        for step in range(5):
+            await publish(transport, a.address, block, step)
+            await release(c, s, a, step)
+        channel = await transport.channel(a.address)
+        assert channel is not None and len(channel.slots) <= 2
+        assert not any(x.warm for x in channel.slots) and transport.pool.held == 0
+    finally:
+        await transport.close()
 
 
 @gen_cluster(client=True, timeout=STARTUP)
@@ -143,7 +167,8 @@ async def test_the_pool_shrinks_under_memory_pressure_and_says_so_once(c, s, a, 
     handler.emit = records.append  # type: ignore[method-assign,assignment]
     logging.getLogger("deisa.bridge._shm_pool").addHandler(handler)
     try:
-        await publish(transport, a.address, block, 0)
+        for step in range(3):  # held by the worker: the ring outruns it
+            await publish(transport, a.address, block, step)
         channel = await transport.channel(a.address)
         assert channel is not None
         await async_poll_for(lambda: sum(x.warm for x in channel.slots) == 4, STARTUP)
@@ -152,7 +177,7 @@ async def test_the_pool_shrinks_under_memory_pressure_and_says_so_once(c, s, a, 
         channel.settle()  # wakes the channel's thread
         await async_poll_for(lambda: not any(x.warm for x in channel.slots), STARTUP)
         assert transport.pool.held == 0
-        await publish(transport, a.address, block, 1)
+        await publish(transport, a.address, block, 3)
         shrunk = [r for r in records if "pool shrinks" in r.getMessage()]
         assert len(shrunk) == 1 and "from 5 to 0 MiB" in shrunk[0].getMessage()
         assert pool_totals([transport.pool.summary()])["ranks shrunk"] == 1
@@ -198,13 +223,14 @@ async def test_pool_slots_take_reserved_huge_pages(c, s, a, b) -> None:
     block = np.random.default_rng(2).random((512, 1024))  # 4 MiB: 3 huge pages a slot
     transport.pool.size(block.nbytes, buffer_nb=1, mib=None, share=1)
     try:
-        await publish(transport, a.address, block, 0)
+        for step in range(3):  # held by the worker: the ring outruns it
+            await publish(transport, a.address, block, step)
         channel = await transport.channel(a.address)
         assert channel is not None
         await async_poll_for(lambda: any(x.warm and x.prepared for x in channel.slots), STARTUP)
-        slot = await publish(transport, a.address, block + 1, 1)
+        slot = await publish(transport, a.address, block + 1, 3)
         assert slot.kind == HUGETLB and slot.size % (2 * MIB) == 0
-        np.testing.assert_array_equal(a.data[key(1)], block + 1)
+        np.testing.assert_array_equal(a.data[key(3)], block + 1)
         assert transport.pool.summary()["pages"] == [HUGETLB]
     finally:
         await transport.close()
@@ -234,9 +260,10 @@ def test_a_pool_keeps_the_free_slots_a_ring_without_one_keeps() -> None:
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     channel = _shm.Channel("w", ours, Pool(2 * slot_bytes(MIB)))
     try:
-        first = channel.take(MIB, mapped=False)  # the pool learns the block's size
-        assert first is not None
-        channel.untake(first)
+        first = [channel.take(MIB, mapped=False) for _ in "abc"]  # a third while two are lent
+        for slot in first:
+            assert slot is not None
+            channel.untake(slot)
         poll_for(lambda: sum(x.warm and x.prepared for x in channel.slots) == 2, STARTUP)
         warm = [x for x in channel.slots if x.warm]
         for slot in warm:
