@@ -319,6 +319,6 @@ def _private_reads(path: Path) -> list[str]:
 
 @pytest.mark.parametrize("path", sorted((PACKAGE / "bridge").glob("*.py")), ids=lambda p: p.name)
 def test_bridge_modules_read_no_private_state_of_another_object(path: Path) -> None:
-    """The Bridge's parts share a run state and a scheduler link through public names
-    (deisa/bridge/_state.py, _link.py), not through each other's private attributes."""
+    """The Bridge's parts hold the same parts and a scheduler link through public names
+    (deisa/bridge/_parts.py, _link.py), not through each other's private attributes."""
     assert _private_reads(path) == []

@@ -7,14 +7,18 @@ on the simulation's main thread and loads the rest in the background. Nothing he
 Modules: :mod:`~deisa.bridge.bridge` (the Bridge), :mod:`~deisa.bridge.group` (BridgeGroup),
 :mod:`~deisa.bridge.options` (its options, declared once), :mod:`~deisa.bridge.decomposition`
 (ArraySpec, the global grid), :mod:`~deisa.bridge.placement` (rank to worker),
-:mod:`~deisa.bridge.scheduler_file`, :mod:`~deisa.bridge.tls_files` (a name of :mod:`deisa.wire.tls_files`) (deisa's names of the job's
-TLS files, which ``deisa-run`` sets), :mod:`~deisa.bridge.contracts` (the contracts in force);
+:mod:`~deisa.bridge.scheduler_file`, :mod:`~deisa.bridge.tls_files` (deisa's names of the job's
+TLS files, which ``deisa-run`` sets: :mod:`deisa.wire.tls_files`),
+:mod:`~deisa.bridge.contracts` (the contracts in force);
 private: the collective error protocol and exchange fields (``_collective``), rank 0's
-connection (``_connect``), the scheduler link and its routes (``_link``), the Bridge's shared
-run state (``_state``), the two publish modes (``_async``, ``_sync``), the exchange's
-decisions (``_publisher``), the worker list and the placement in use, and what a lost worker
-or scheduler does (``_workers``), the event-loop thread (``_loop``), early registration
-(``_notices``), the plugin's background imports (``_preload``).
+connection (``_connect``), the scheduler link and its routes (``_link``), the Bridge's parts,
+each owning its fields (``_parts``: ``_arrays``, ``_steps``, ``_workers``, ``_loop``...), how
+it opens and closes (``_opening``, ``_closing``), the two publish modes (``_async`` and its
+rank 0 side ``_registrar``, ``_sync``), the exchange's decisions (``_publisher``), the worker
+list and the placement in use (``_workers``), what a lost worker or scheduler does
+(``_losses``), the event-loop thread (``_loop``), early registration (``_notices``), the
+plugin's background imports (``_preload``). What runs inside the Dask workers is
+:mod:`deisa.worker`; what the two sides exchange, :mod:`deisa.wire`.
 """
 
 from __future__ import annotations

@@ -1,5 +1,4 @@
-"""The asynchronous publish (``mode="async"``): block copies, background sends, the exchange,
-the registrar.
+"""The asynchronous publish (``mode="async"``): block copies, background sends, the exchange.
 
 :meth:`~deisa.Bridge.publish` copies the block into a shared slot of its worker's ring when the
 worker is on the rank's node (:mod:`.transport`), else into a buffer the Bridge owns
@@ -14,9 +13,10 @@ Who owns what:
 - the caller's (main) thread: MPI, the ledger, :attr:`AsyncPublisher.sends`, the buffers,
   the counters; it is the only thread that calls MPI;
 - the loop thread: the sends' coroutines, rank 0's connection, its registrar (the steps'
-  ``deisa_publish`` calls, in publication order) and early registration
-  (:mod:`._notices`); it writes rank 0's :class:`RootNews`, which the main thread reads when
-  it posts an exchange, and wakes the main thread through :attr:`AsyncPublisher.progress`.
+  ``deisa_publish`` calls, in publication order) and early registration (:mod:`._registrar`,
+  :mod:`._notices`); it writes rank 0's :class:`~._registrar.RootNews`, which the main thread
+  reads when it posts an exchange, and wakes the main thread through
+  :attr:`AsyncPublisher.progress`.
 
 A send that fails because its worker left (``on_worker_loss="continue"``) is not reported:
 it waits for the exchange that spreads the new worker list, and is then sent again to the
@@ -25,7 +25,6 @@ worker the new placement gives, from its buffer (kept until the send succeeds).
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import logging
 import threading
@@ -36,13 +35,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..contract import FULL as FULL_PLAN
-from ..contract import Plan
-from ..wire import Status, step_key_name
+from ..wire import step_key_name
 from ._buffers import Buffers
 from ._collective import BridgeError
 from ._exchange import Exchanger
-from ._notices import EarlyRegistration, Notifier
 from ._publisher import (
     Connection,
     Entry,
@@ -51,13 +47,13 @@ from ._publisher import (
     PublishTiming,
     RankReport,
     RootReport,
-    Sent,
-    registration,
 )
+from ._registrar import Registrar, plan_of
 
 if TYPE_CHECKING:
     from ._link import SchedulerLink
-    from ._state import RunState
+    from ._notices import EarlyRegistration
+    from ._parts import BridgeParts
 
 logger = logging.getLogger(__name__)
 
@@ -75,148 +71,32 @@ class _Send:
     lost: bool = False  # its worker left and none is left to take it
 
 
-@dataclass
-class RootNews:
-    """Rank 0's news for the next exchange: written by the loop thread, read by the main thread
-    (each field is one assignment of an immutable value)."""
-
-    connection: Connection | None = None
-    connect_error: str | None = None
-    registered: int = 0  # publications below this are registered (or reported lost)
-    error: str | None = None  # a registration failed; names the step
-
-
 class AsyncPublisher:
     """The async machinery of one :class:`~deisa.Bridge` (see the module docstring)."""
 
     def __init__(
         self,
-        state: RunState,
+        parts: BridgeParts,
         link: SchedulerLink,
         on_connection: Callable[[Connection], str | None],
     ) -> None:
-        self.state = state
+        self.parts = parts
         self.link = link
         self.on_connection = on_connection  # every rank, the connection known: its problem
-        self.ledger = Ledger(state.comm.Get_size())
+        self.ledger = Ledger(parts.comm.Get_size())
         self.sends: dict[int, _Send] = {}
         self.buffers = Buffers()
         self.peak_in_flight: dict[str, int] = {}
-        self.exchanger = Exchanger(state.comm)
+        self.exchanger = Exchanger(parts.comm)
         self.raised: str | None = None  # the background failure already raised here
         self.progress = threading.Event()  # set by the loop thread: a send, a registration...
-        self.news = RootNews()
+        self.registrar = Registrar(parts, link, self.progress)  # rank 0's; every rank's notices
         self._announced = False  # rank 0, main thread: the connection went in an exchange
-        self._register_queue: asyncio.Queue[tuple[Entry, list[Any]] | None] | None = None
-        self.early: EarlyRegistration | None = None  # rank 0: registration on sent notices
-        self.notices: Notifier | None = None  # the other ranks: to rank 0's listener, if any
 
-    # -- rank 0's background connection and registrar ------------------------------------------
-
-    def start_connecting(self, scheduler_file: str) -> concurrent.futures.Future[Any]:
-        """Rank 0: connect in the background; the exchanges carry the outcome."""
-        state = self.state
-        self.early = EarlyRegistration(state.comm.Get_size(), self._queue_now)
-
-        async def run() -> None:
-            try:
-                self.news.connection = connection = await self.link.connect(
-                    scheduler_file, state.options, state.decompositions, state.contracts,
-                    self.early,
-                )  # fmt: skip
-            except Exception as exc:
-                logger.error("deisa bridge: connecting failed: %s", exc)
-                self.news.connect_error = f"{type(exc).__name__}: {exc}"
-                return
-            finally:
-                self.progress.set()
-            # now, not once an exchange has told every rank: the scheduler hears from rank 0
-            # however long the simulation computes before its first publish
-            names = sorted(state.decompositions)
-            await self.link.watch_contracts(
-                connection.address, state.contracts, names, self.progress.set
-            )
-
-        return state.loop.spawn(run())
-
-    def notify_to(self, connection: Connection) -> None:
-        """Every rank, connected: the ranks but 0 send their notices to rank 0's listener, if
-        any (rank 0 takes its own directly)."""
-        if connection.notices is not None and self.state.rank != 0:
-            self.notices = Notifier(
-                connection.notices, connection.token, self.state.rank, connection.notices_tls
-            )
-
-    async def close_notices(self) -> None:
-        """Close rank 0's notices listener, or this rank's connection to it."""
-        if self.early is not None:
-            await self.early.close()
-        if self.notices is not None:
-            await self.notices.close()
-
-    def start_registrar(self) -> concurrent.futures.Future[Any]:
-        """Rank 0, once connected: start the registrar (and early registration)."""
-        self._register_queue = asyncio.Queue()
-        if self.early is not None:
-            self.state.loop.loop.call_soon_threadsafe(self.early.activate)
-        return self.state.loop.spawn(self._registrar())
-
-    def _queue_now(self, entry: Entry, sent: list[Sent]) -> None:
-        """Rank 0, loop thread: hand ``entry`` (every block on its worker) to the registrar."""
-        state = self.state
-        dec = state.decompositions[entry.name]
-        name = step_key_name(self.link.run or "", entry.name, entry.step, entry.revision)
-        plan = _plan_of(entry)
-        blocks = [
-            ((name, *plan.key_index(dec.block_index[rank])), worker, nbytes)
-            for rank, (nbytes, worker) in enumerate(sent)
-            if entry.senders is None or rank in entry.senders
-        ]
-        queue = self._register_queue
-        assert queue is not None
-        queue.put_nowait((entry, blocks))
-
-    async def _registrar(self) -> None:
-        """Rank 0: register the steps on the scheduler, in publication order, one at a time."""
-        state = self.state
-        queue = self._register_queue
-        assert queue is not None
-        while (item := await queue.get()) is not None:
-            entry, blocks = item
-            outcome = await self._register(entry, blocks)
-            kind, message = registration(
-                outcome, entry.name, entry.step, state.options.on_worker_loss
-            )
-            if kind == "error":
-                logger.error("deisa bridge: %s", message)
-                self.news.error = message
-                self.progress.set()
-                return
-            if kind == "queued":
-                state.queued(entry.name)
-            self.news.registered = entry.seq + 1
-            self.progress.set()
-
-    async def _register(self, entry: Entry, blocks: list[Any]) -> dict[str, Any]:
-        """``deisa_publish`` of ``entry``; a scheduler that does not answer is retried (until
-        the Bridge detaches) with ``on_scheduler_loss="continue"``."""
-        state = self.state
-        while True:
-            try:
-                return await self.link.register(
-                    name=entry.name,
-                    step=entry.step,
-                    blocks=blocks,
-                    timeout=state.options.timeout,
-                    contract=_plan_of(entry).wire(),
-                )
-            except Exception as exc:
-                message = self.link.register_failed(entry.name, entry.step, exc)
-                if state.options.on_scheduler_loss == "fail" or not isinstance(exc, OSError):
-                    return {"status": Status.ERROR.value, "message": message}
-                state.worker_book.failing(exc)  # the exchange detaches once it counts as lost
-                self.progress.set()
-                await asyncio.sleep(0.5)
+    @property
+    def early(self) -> EarlyRegistration | None:
+        """Rank 0's early registration, once it connects (:attr:`Registrar.early`)."""
+        return self.registrar.early
 
     # -- the main thread -------------------------------------------------------------------------
 
@@ -236,45 +116,44 @@ class AsyncPublisher:
         A rank whose call is wrong (``problem``) sends nothing: every rank raises it at the
         next call.
         """
-        state = self.state
+        parts = self.parts
         self.complete()
         self.raise_failure()
-        if self.ledger.connection is None and state.detached is None:
+        if self.ledger.connection is None and not parts.detached:
             # rank 0 may be connected already (a Bridge created at PDI's `init_on' event, or
             # before the simulation's first step): one more exchange tells every rank now, so
             # that this block goes straight to its worker instead of being copied twice
             self.exchange()
             self.raise_failure()
-        if state.detached is not None:
+        if parts.detached:
             return
         step_ok = isinstance(step, (int, np.integer))
-        valid = step_ok and isinstance(name, str) and name in state.decompositions
+        valid = step_ok and isinstance(name, str) and name in parts.arrays.decompositions
         # plain values only in the exchange: whatever a wrong call passed, it pickles
         call = (name if isinstance(name, str) else repr(name), int(step) if step_ok else repr(step))
         t1 = time.perf_counter()
-        plan = state.plan(name, int(step)) if valid and int(step) >= 0 else None
+        plan = parts.plan(name, int(step)) if valid and int(step) >= 0 else None
         if plan is None or not plan.send:  # wrong, or not wanted by the contract in force
             self.post(call, problem)
-            state.timings.append(
+            parts.timings.add(
                 PublishTiming(name, int(step) if valid else -1, 0, 0.0, time.perf_counter() - t0,
                               mode="async")
             )  # fmt: skip
             return
-        limit = state.options.max_in_flight
+        limit = parts.options.max_in_flight
         if not self.wait_until(lambda: self.ledger.in_flight(name) < limit, call, problem):
             return  # this call is wrong: the next call raises it on every rank
-        if state.detached is not None:
+        if parts.detached:
             return
         t2 = time.perf_counter()
         entry = self.ledger.add(name, int(step), revision, plan.ranks, plan)
-        if self.early is not None:
-            state.loop.loop.call_soon_threadsafe(self.early.known, entry)
+        self.registrar.known(entry)
         self.reclaim()
         nbytes = 0
-        if problem is None and plan.sends(state.rank):  # else outside the contract's region
-            spec = state.specs[name]
-            worker = state.routing.worker_of.get(name) if self.ledger.connection else None
-            buffer = state.transport.copy_in(worker, block) if worker else None
+        if problem is None and plan.sends(parts.rank):  # else outside the contract's region
+            spec = parts.arrays.specs[name]
+            worker = parts.routing.worker_of.get(name) if self.ledger.connection else None
+            buffer = parts.transport.copy_in(worker, block) if worker else None
             if buffer is None:  # no shared slot: a buffer of the Bridge's own
                 buffer = self.buffers.take(name, spec.shape, spec.dtype)
                 np.copyto(buffer, block)
@@ -288,7 +167,7 @@ class AsyncPublisher:
         t4 = time.perf_counter()
         in_flight = self.ledger.in_flight(name)
         self.peak_in_flight[name] = max(self.peak_in_flight.get(name, 0), in_flight)
-        state.timings.append(
+        parts.timings.add(
             PublishTiming(
                 name, int(step), nbytes, t3 - t2, (t1 - t0) + (t2 - t1) + (t4 - t3), t3 - t2,
                 t2 - t1, "async",
@@ -301,17 +180,17 @@ class AsyncPublisher:
 
     def start_send(self, send: _Send) -> None:
         """Send ``send``'s buffer to this rank's worker under the current placement."""
-        state = self.state
+        parts = self.parts
         name, entry = send.entry.name, send.entry
         key = (
             step_key_name(self.link.run or "", name, entry.step, entry.revision),
-            *_plan_of(entry).key_index(state.decompositions[name].block_index[state.rank]),
+            *plan_of(entry).key_index(parts.arrays.decompositions[name].block_index[parts.rank]),
         )
-        send.worker = state.routing.worker_of[name]
+        send.worker = parts.routing.worker_of[name]
         send.failed_at = None
         assert send.buffer is not None
-        sending = state.transport.send(self.link.pool, send.worker, key, send.buffer)
-        future = state.loop.spawn(sending)
+        sending = parts.transport.send(self.link.pool, send.worker, key, send.buffer)
+        future = parts.loop.spawn(sending)
         send.future = future
         worker = send.worker
         future.add_done_callback(lambda done: self._sent(entry.seq, worker, done))
@@ -321,12 +200,7 @@ class AsyncPublisher:
         self.progress.set()
         if future.cancelled() or future.exception() is not None:
             return  # the exchange reports the failure
-        state = self.state
-        nbytes = int(next(iter(future.result().values())))
-        if self.early is not None:
-            state.loop.loop.call_soon_threadsafe(self.early.sent, seq, state.rank, nbytes, worker)
-        elif self.notices is not None:
-            state.loop.spawn(self.notices.notify(seq, nbytes, worker))
+        self.registrar.sent(seq, int(next(iter(future.result().values()))), worker)
 
     def reroute(self, departed: list[str]) -> None:
         """The workers ``departed`` left: send again what was on its way to them (same call
@@ -343,11 +217,11 @@ class AsyncPublisher:
             self._resend(send)
 
     def _resend(self, send: _Send) -> None:
-        if self.state.routing.workers:
+        if self.parts.routing.workers:
             logger.info(
                 "deisa bridge: step %d of %r: worker %s left, sending to %s",
                 send.entry.step, send.entry.name, send.worker,
-                self.state.routing.worker_of[send.entry.name],
+                self.parts.routing.worker_of[send.entry.name],
             )  # fmt: skip
             self.start_send(send)
         else:
@@ -355,10 +229,10 @@ class AsyncPublisher:
 
     def report(self, call: tuple[Any, Any] | None, problem: str | None) -> RankReport:
         """This rank's part of the next exchange."""
-        state = self.state
+        parts = self.parts
         sent: list[tuple[int, int, str]] = []
         failed: list[tuple[int, str]] = []
-        hold = 2 * state.options.connect_timeout
+        hold = 2 * parts.options.connect_timeout
         for seq, send in self.sends.items():
             if send.reported:
                 continue
@@ -374,8 +248,8 @@ class AsyncPublisher:
                 send.reported = True
                 sent.append((seq, int(next(iter(future.result().values()))), send.worker))
                 continue
-            if state.options.on_worker_loss == "continue" and isinstance(exc, OSError):
-                if send.worker not in state.routing.workers:  # left already: send again
+            if parts.options.on_worker_loss == "continue" and isinstance(exc, OSError):
+                if send.worker not in parts.routing.workers:  # left already: send again
                     self._resend(send)
                     continue
                 now = time.monotonic()
@@ -391,8 +265,8 @@ class AsyncPublisher:
                 )
             )
         report = RankReport(call, problem, tuple(sent), tuple(failed))
-        if state.rank == 0:
-            news = self.news
+        if parts.rank == 0:
+            news = self.registrar.news
             connection = None
             if news.connection is not None and not self._announced:
                 connection, self._announced = news.connection, True
@@ -401,7 +275,7 @@ class AsyncPublisher:
                 connect_error=news.connect_error,
                 registered=news.registered,
                 error=news.error,
-                fields=state.fields.collect(),
+                fields=parts.fields.collect(),
             )
         return report
 
@@ -410,9 +284,9 @@ class AsyncPublisher:
         if problem is not None and len(problem) > _PROBLEM_CHARS:
             # the whole message stays here; the exchange carries a short one, so that it fits
             # its slot and needs no second, blocking, collective
-            logger.error("deisa bridge: rank %d: %s", self.state.rank, problem)
+            logger.error("deisa bridge: rank %d: %s", self.parts.rank, problem)
             problem = problem[: _PROBLEM_CHARS - 1] + "…"
-        self.exchanger.post(self.report(call, problem), self.state.routing.workers)
+        self.exchanger.post(self.report(call, problem), self.parts.routing.workers)
 
     def complete(self) -> Exchanged:
         """Complete the exchange in flight, if any, and take in its decisions (every rank)."""
@@ -428,7 +302,7 @@ class AsyncPublisher:
         return self.complete()
 
     def _absorb(self, reports: list[Any]) -> Exchanged:
-        state = self.state
+        parts = self.parts
         exchanged = self.ledger.absorb(reports)
         if exchanged.connection is not None:
             failure = self.on_connection(exchanged.connection)
@@ -438,20 +312,12 @@ class AsyncPublisher:
                 for send in self.sends.values():
                     if send.future is None:
                         self.start_send(send)
-        if state.rank == 0 and self._register_queue is not None:
+        if parts.rank == 0 and self.registrar.started:
             for entry, sent in exchanged.ready:
-                self._queue_registration(entry, sent)
+                self.registrar.ready(entry, sent)
         self.reclaim()
-        state.fields.deliver(exchanged.fields)
+        parts.fields.deliver(exchanged.fields)
         return exchanged
-
-    def _queue_registration(self, entry: Entry, sent: list[Sent]) -> None:
-        """Rank 0, main thread: the exchange found ``entry`` sent by every rank."""
-        loop = self.state.loop.loop
-        if self.early is not None:  # unless its notices got it registered already
-            loop.call_soon_threadsafe(self.early.ready, entry, sent)
-        else:
-            loop.call_soon_threadsafe(self._queue_now, entry, sent)
 
     def reclaim(self) -> None:
         """Give back the buffers of sends done; forget the sends reported and registered."""
@@ -462,7 +328,7 @@ class AsyncPublisher:
             if not done and not send.lost:
                 continue
             if send.buffer is not None:
-                transport = self.state.transport
+                transport = self.parts.transport
                 if transport.give_back(send.buffer):
                     pass  # a slot
                 elif transport.node_local(send.worker):
@@ -472,7 +338,7 @@ class AsyncPublisher:
                 send.buffer = None
             if send.reported and seq < registered:
                 del self.sends[seq]
-        self.state.transport.settle()  # no view of a slot given back is left here
+        self.parts.transport.settle()  # no view of a slot given back is left here
 
     def wait_until(
         self,
@@ -490,7 +356,7 @@ class AsyncPublisher:
         self.complete()
         self.raise_failure()
         rounds = 0
-        while not done() and self.state.detached is None:
+        while not done() and not self.parts.detached:
             # the first round at once: the exchange completed above is one publish old, a fresh
             # one may show room already (the price of a blocking exchange, as before the lag);
             # then wake on this rank's progress (a send, rank 0's registration or connection),
@@ -513,7 +379,7 @@ class AsyncPublisher:
         included, on every rank), then the same answer on every rank, without waiting for the
         connection. For callers that need ``scheduler_address`` on rank 0 (``Bridge.get``).
         """
-        if not self.state.asynchronous:
+        if not self.parts.asynchronous:
             return True
         self.exchange()
         self.raise_failure()
@@ -536,12 +402,10 @@ class AsyncPublisher:
         if self.exchanger.pending:  # only after an exception outside the Bridge's own calls
             logger.warning(
                 "deisa bridge: rank %d: shut down with an exchange in flight (not completed: "
-                "the other ranks may not have posted it)", self.state.rank,
+                "the other ranks may not have posted it)", self.parts.rank,
             )  # fmt: skip
             _ABANDONED.append(self.exchanger)  # MPI may still write its buffers
-        loop = self.state.loop.loop
-        if self._register_queue is not None:
-            loop.call_soon_threadsafe(self._register_queue.put_nowait, None)
+        self.registrar.stop()
         for send in self.sends.values():
             if send.future is not None:
                 send.future.cancel()
@@ -553,8 +417,3 @@ _ABANDONED: list[Exchanger] = []
 
 def _succeeded(future: concurrent.futures.Future[Any]) -> bool:
     return not future.cancelled() and future.exception() is None
-
-
-def _plan_of(entry: Entry) -> Plan:
-    plan: Plan = entry.plan if entry.plan is not None else FULL_PLAN
-    return plan

@@ -66,8 +66,14 @@ class ExchangeFields:
     def add(
         self, name: str, provide: Callable[[], Any] | None, receive: Callable[[Any], None]
     ) -> None:
-        """``provide()`` (rank 0; ``None``: nothing to pass) and ``receive(value)`` (every
-        rank) of the field ``name``."""
+        """Let rank 0 pass a value named ``name`` to every rank at a step boundary.
+
+        At each exchange (every ``publish``, and the waits of ``publish`` and ``close``), rank 0
+        calls ``provide()`` on its main thread (``provide`` is ``None`` on the other ranks); a
+        value other than ``None`` is carried to every rank, which calls ``receive(value)`` on
+        its main thread right after the exchange, at the same call on every rank. In
+        ``mode="sync"`` the value rides on the broadcast that ends each ``publish``.
+        """
         self._fields[name] = (provide, receive)
 
     def collect(self) -> dict[str, Any]:

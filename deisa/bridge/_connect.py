@@ -206,6 +206,33 @@ async def connect(
     connect_timeout = options.connect_timeout
     min_workers = options.min_workers
     address = await in_thread(read_scheduler_address, scheduler_file, connect_timeout)
+    await _reach_and_install(pool, address, scheduler_file, options)
+    try:
+        workers = await asyncio.wait_for(wait_workers(pool, address, min_workers), connect_timeout)
+    except (asyncio.TimeoutError, TimeoutError) as exc:
+        raise BridgeError(
+            f"fewer than min_workers={min_workers} Dask worker(s) connected to the "
+            f"scheduler at {address} within connect_timeout={connect_timeout:g} s"
+        ) from exc
+    run = uuid.uuid4().hex[:8]
+    await _open_arrays(pool, address, run, decompositions, options, contracts)
+    if early is None:
+        return Connection(address, run, tuple(workers))
+    try:
+        notices = await early.listen(address)
+    except OSError as exc:  # registration at the next publish, as without notices
+        logger.warning("deisa bridge: no listener for early registration: %s", exc)
+        notices = None
+    tls = early.client_files if notices is not None else None
+    return Connection(address, run, tuple(workers), notices, early.token, tls)
+
+
+async def _reach_and_install(
+    pool: Pool, address: str, scheduler_file: str, options: BridgeOptions
+) -> None:
+    """Rank 0: reach the scheduler at ``address`` (through a worker's relay where one is on
+    this node) and install deisa's extension (and the workers' plugin) there."""
+    connect_timeout = options.connect_timeout
     shared_memory = options.transport == "auto"
     try:
         pool.relay = await Relay.open(address, connect_timeout)
@@ -231,14 +258,19 @@ async def connect(
             f"{scheduler_file!r}) failed: {type(exc).__name__}: {exc}; for a tls:// "
             "address, check the TLS settings (dask config distributed.comm.tls.*)"
         ) from exc
-    try:
-        workers = await asyncio.wait_for(wait_workers(pool, address, min_workers), connect_timeout)
-    except (asyncio.TimeoutError, TimeoutError) as exc:
-        raise BridgeError(
-            f"fewer than min_workers={min_workers} Dask worker(s) connected to the "
-            f"scheduler at {address} within connect_timeout={connect_timeout:g} s"
-        ) from exc
-    run = uuid.uuid4().hex[:8]
+
+
+async def _open_arrays(
+    pool: Pool,
+    address: str,
+    run: str,
+    decompositions: Mapping[str, Decomposition],
+    options: BridgeOptions,
+    contracts: ContractBook,
+) -> None:
+    """Rank 0: open every array's stream of ``run`` on the scheduler; the contracts it serves
+    are in force from the first step."""
+    connect_timeout = options.connect_timeout
     for name, dec in decompositions.items():
         reply = await asyncio.wait_for(
             route(pool, address, Route.OPEN)(
@@ -260,12 +292,3 @@ async def connect(
                 "stays with the scheduler; start a new scheduler (deisa-run starts one per job)"
             )
         contracts.served(name, reply.get("contract"))  # in force from the first step
-    if early is None:
-        return Connection(address, run, tuple(workers))
-    try:
-        notices = await early.listen(address)
-    except OSError as exc:  # registration at the next publish, as without notices
-        logger.warning("deisa bridge: no listener for early registration: %s", exc)
-        notices = None
-    tls = early.client_files if notices is not None else None
-    return Connection(address, run, tuple(workers), notices, early.token, tls)

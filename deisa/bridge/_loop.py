@@ -22,6 +22,7 @@ class LoopThread:
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
         self._thread.start()
+        self._kept: list[concurrent.futures.Future[Any]] = []
 
     def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         """Run ``coro`` on the loop and return its result (``TimeoutError`` after ``timeout``)."""
@@ -31,6 +32,16 @@ class LoopThread:
     def spawn(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
         """Start ``coro`` on the loop; its future, which the caller may wait for or cancel."""
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def keep(self, future: concurrent.futures.Future[Any]) -> None:
+        """Hold ``future``, a coroutine that runs until :meth:`cancel_kept` (rank 0's connection,
+        registrar and watches run until the close, or until the Bridge detaches)."""
+        self._kept.append(future)
+
+    def cancel_kept(self) -> None:
+        """Cancel the coroutines :meth:`keep` holds."""
+        for future in self._kept:
+            future.cancel()
 
     def stop(self) -> None:
         if self.loop.is_running():

@@ -12,7 +12,7 @@ from ._collective import BridgeError
 
 if TYPE_CHECKING:
     from ._async import AsyncPublisher
-    from ._state import RunState
+    from ._parts import BridgeParts
 
 logger = logging.getLogger(__name__)
 
@@ -23,47 +23,47 @@ class Losses:
     (or the broadcast of a sync publish) that carried the news. Main thread only.
     """
 
-    def __init__(self, state: RunState, publisher: AsyncPublisher) -> None:
-        self.state = state
+    def __init__(self, parts: BridgeParts, publisher: AsyncPublisher) -> None:
+        self.parts = parts
         self.publisher = publisher
 
     def use_workers(self, workers: list[str]) -> None:
         """Place over the workers the scheduler now has; send again what went to one that left."""
-        state = self.state
-        routing = state.routing
+        parts = self.parts
+        routing = parts.routing
         used = {worker for ranks in routing.placements.values() for worker in ranks}
         departed = routing.use(workers)
         lost = sorted(set(departed) & used)
-        if lost and state.options.on_worker_loss == "fail":
-            name, step = list(state.revisions)[-1] if state.revisions else ("", -1)
+        if lost and parts.options.on_worker_loss == "fail":
+            name, step = parts.steps.last()
             self._fail(
                 f"worker(s) {', '.join(lost)} holding blocks of this Bridge left the cluster "
                 f"at step {step} of {name!r} (on_worker_loss='fail')"
             )
-        elif departed and state.asynchronous:
+        elif departed and parts.asynchronous:
             self.publisher.reroute(departed)
 
     def lose_scheduler(self, message: str) -> None:
         """The scheduler is gone: fail, or detach (publish sends nothing, close returns)."""
-        state = self.state
-        if state.detached is not None:
+        parts = self.parts
+        if parts.detached:
             return
-        if state.options.on_scheduler_loss == "fail":
+        if parts.options.on_scheduler_loss == "fail":
             self._fail(message)
             return
-        state.detached = message
-        if state.rank == 0:
+        parts.detachment.detach(message)
+        if parts.rank == 0:
             logger.error(
                 "deisa bridge: %s; publish() sends nothing from now on and the simulation "
                 "goes on (on_scheduler_loss='continue')",
                 message,
             )
         self.publisher.shutdown()
-        state.cancel_background()
+        parts.loop.cancel_kept()
 
     def _fail(self, message: str) -> None:
         """A failure decided at the same call on every rank."""
-        if self.state.asynchronous:
+        if self.parts.asynchronous:
             self.publisher.fail(message)
         else:
             raise BridgeError(message)

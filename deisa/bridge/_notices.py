@@ -26,7 +26,8 @@ address, read without distributed (:mod:`._net`; rank 0 need not import it):
   credentials, mutually: a peer without a certificate signed by the job's CA is refused
   during the handshake, before any byte of it is read. The credentials are the files that
   ``deisa-run`` names under deisa's own variables (``DEISA_TLS_CA_FILE``, ``DEISA_TLS_CERT``,
-  ``DEISA_TLS_KEY``: :mod:`deisa.wire.tls_files`), read without dask or distributed; without them, the
+  ``DEISA_TLS_KEY``: :mod:`deisa.wire.tls_files`), read without dask or distributed; without
+  them, the
   dask configuration's (``distributed.comm.tls.ca-file``, ``.client.cert``, ``.client.key``),
   through distributed's ``Security`` (:func:`_listen_tls`);
 - ``tcp://`` on a loopback address (``deisa-run``'s local mode): on ``127.0.0.1`` only;
@@ -196,8 +197,8 @@ class EarlyRegistration:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """One rank's connection (TLS, if any, already verified): its notices, line by line,
         until one is not a notice of this job (the connection is then refused, counted by the
-        listener's :class:`~deisa.wire.guard.Guard`), or none came for :data:`IDLE_S` (the rank opens
-        another at its next notice). Over plain TCP, the first notice authenticates it. It
+        listener's :class:`~deisa.wire.guard.Guard`), or none came for :data:`IDLE_S` (the rank
+        opens another at its next notice). Over plain TCP, the first notice authenticates it. It
         starts with :data:`ADMITTED`: a rank whose connection the listener refused (too many
         unauthenticated, during a flood) reads none, and sends its notices again later."""
         assert self._server is not None

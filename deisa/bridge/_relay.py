@@ -3,11 +3,13 @@
 Rank 0 is the rank that talks to the scheduler. With distributed that costs it about 0.4 s of
 CPU and 27 MiB of memory, for the import alone (docs/benchmarks.md, section 11), where the
 other ranks of a node that send through shared memory import neither. So where a worker of
-the job shares rank 0's node and runs deisa's worker plugin (:mod:`deisa.worker.plugin`; ``deisa-run``
-starts its workers with it, ``dask worker --preload deisa.bridge.worker`` does the same), that
+the job shares rank 0's node and runs deisa's worker plugin (:mod:`deisa.worker.plugin`;
+``deisa-run`` starts its workers with it, ``dask worker --preload deisa.worker`` does the
+same), that
 worker also relays rank 0's calls: it listens on an abstract Unix socket named from the
 scheduler's address, the account's uid and the run's secret (:func:`relay_names`,
-:mod:`deisa.wire.names`; one per node and scheduler: the first worker of the node to bind it serves),
+:mod:`deisa.wire.names`; one per node and scheduler: the first worker of the node to bind it
+serves),
 and makes each call it receives on its own connection to the scheduler
 (:mod:`deisa.worker.relay`).
 

@@ -37,7 +37,7 @@ from ._workers import refuses_connections
 
 if TYPE_CHECKING:
     from ._link import SchedulerLink
-    from ._state import RunState
+    from ._parts import BridgeParts
 
 logger = logging.getLogger(__name__)
 
@@ -66,44 +66,46 @@ class _SendFailure(NamedTuple):
 class SyncPublisher:
     """The sync publish of one :class:`~deisa.Bridge`; the caller's thread only."""
 
-    def __init__(self, state: RunState, link: SchedulerLink) -> None:
-        self.state = state
+    def __init__(self, parts: BridgeParts, link: SchedulerLink) -> None:
+        self.parts = parts
         self.link = link
 
     def publish(
         self, name: str, block: np.ndarray, step: int, revision: int, problem: str | None, t0: float
     ) -> None:
         reply: _Sent | _SendFailure | str | None
-        plan = None if problem else self.state.plan(name, step)
+        plan = None if problem else self.parts.plan(name, step)
         key: tuple[Any, ...] | None = None
         if problem:
             reply = problem
-        elif plan is not None and not plan.sends(self.state.rank):
+        elif plan is not None and not plan.sends(self.parts.rank):
             reply = None  # not wanted by the contract in force (deisa.contract)
         else:
             assert plan is not None
             key = (
                 step_key_name(self.link.run or "", name, step, revision),
-                *plan.key_index(self.state.decompositions[name].block_index[self.state.rank]),
+                *plan.key_index(
+                    self.parts.arrays.decompositions[name].block_index[self.parts.rank]
+                ),
             )
             reply = self._send(name, step, key, block)
         t1 = time.perf_counter()
-        replies = self.state.comm.gather((name, step, reply), root=0)
-        placed, fields = on_root(self.state.comm, lambda: self._queue(name, step, plan, replies))
+        replies = self.parts.comm.gather((name, step, reply), root=0)
+        placed, fields = on_root(self.parts.comm, lambda: self._queue(name, step, plan, replies))
         if placed == "retry":  # a worker left: place again, send again what failed, once
-            self.state.fields.deliver(fields)
+            self.parts.fields.deliver(fields)
             if isinstance(reply, _SendFailure) and key is not None:
                 reply = self._send(name, step, key, block)
-            replies = self.state.comm.gather((name, step, reply), root=0)
+            replies = self.parts.comm.gather((name, step, reply), root=0)
             placed, fields = on_root(
-                self.state.comm, lambda: self._queue(name, step, plan, replies, retried=True)
+                self.parts.comm, lambda: self._queue(name, step, plan, replies, retried=True)
             )
         if placed == "queued":
-            self.state.queued(name)
-        self.state.fields.deliver(fields)
+            self.parts.steps.queued(name)
+        self.parts.fields.deliver(fields)
         t2 = time.perf_counter()
         nbytes_sent = reply.nbytes if isinstance(reply, _Sent) else 0
-        self.state.timings.append(PublishTiming(name, step, nbytes_sent, t1 - t0, t2 - t1))
+        self.parts.timings.add(PublishTiming(name, step, nbytes_sent, t1 - t0, t2 - t1))
         logger.debug(
             "deisa bridge: %s step %d: send %.4f s, sync %.4f s", name, step, t1 - t0, t2 - t1
         )
@@ -111,13 +113,13 @@ class SyncPublisher:
     def _send(
         self, name: str, step: int, key: tuple[Any, ...], block: np.ndarray
     ) -> _Sent | _SendFailure | str:
-        worker = self.state.routing.worker_of[name]
+        worker = self.parts.routing.worker_of[name]
         try:
-            nbytes = self.state.loop.run(self._send_unless_refused(worker, {key: block}))
+            nbytes = self.parts.loop.run(self._send_unless_refused(worker, {key: block}))
             return _Sent(key, worker, int(nbytes[key]))
         except Exception as exc:
             message = f"sending step {step} of {name!r} to worker {worker} failed: {exc!r}"
-            if isinstance(exc, OSError) and self.state.options.on_worker_loss == "continue":
+            if isinstance(exc, OSError) and self.parts.options.on_worker_loss == "continue":
                 return _SendFailure(key, worker, message)  # its worker may have left
             return message
 
@@ -128,7 +130,7 @@ class SyncPublisher:
         connection is not made and the worker refuses connections (see the module docstring).
         Through shared memory when the worker is on this node (:mod:`.transport`)."""
         ((key, block),) = blocks.items()
-        nbytes = await self.state.transport.send_shared(worker, key, block)
+        nbytes = await self.parts.transport.send_shared(worker, key, block)
         if nbytes is not None:
             return {key: nbytes}
         pool = await self.link.pool.opened()
@@ -143,7 +145,7 @@ class SyncPublisher:
                 )
             wait = min(2 * wait, REFUSAL_CHECK_MAX_S)
         stored = await _dask_internals.send_blocks_on(pool, worker, connecting.result(), blocks)
-        self.state.transport.sent_by_tcp()
+        self.parts.transport.sent_by_tcp()
         return stored
 
     def _queue(
@@ -158,7 +160,7 @@ class SyncPublisher:
         raise_first([reply_problem(r, name, step) for r in replies])
         assert plan is not None
         if not plan.send:  # no rank sent anything: nothing to register
-            return "skipped", self.state.fields.collect()
+            return "skipped", self.parts.fields.collect()
         failed = [(rank, r[2]) for rank, r in enumerate(replies) if isinstance(r[2], _SendFailure)]
         if failed and not retried:
             departed = self._await_departure({failure.worker for _, failure in failed})
@@ -171,37 +173,37 @@ class SyncPublisher:
                 step, name, len(failed), ", ".join(sorted({f.worker for _, f in failed})),
                 rank, failure.message,
             )  # fmt: skip
-            return "retry", self.state.fields.collect()  # with the new worker list
+            return "retry", self.parts.fields.collect()  # with the new worker list
         blocks = [
             (r.key, r.worker, r.nbytes if isinstance(r, _Sent) else 0)
             for _, _, r in replies
             if isinstance(r, (_Sent, _SendFailure))
         ]  # a block that failed twice names its departed worker: the scheduler says "lost"
         try:
-            outcome = self.state.loop.run(
+            outcome = self.parts.loop.run(
                 self.link.register(
                     name=name,
                     step=step,
                     blocks=blocks,
-                    timeout=self.state.options.timeout,
+                    timeout=self.parts.options.timeout,
                     contract=plan.wire(),
                 )
             )
         except OSError as exc:
-            if self.state.options.on_scheduler_loss == "fail":
+            if self.parts.options.on_scheduler_loss == "fail":
                 raise
-            self.state.worker_book.failing(exc)
+            self.parts.worker_book.failing(exc)
             lost = self.link.register_failed(name, step, exc)
-            return "detached", {**self.state.fields.collect(), "scheduler_lost": lost}
-        kind, message = registration(outcome, name, step, self.state.options.on_worker_loss)
+            return "detached", {**self.parts.fields.collect(), "scheduler_lost": lost}
+        kind, message = registration(outcome, name, step, self.parts.options.on_worker_loss)
         if kind == "error":
             raise BridgeError(message)
-        return kind, self.state.fields.collect()
+        return kind, self.parts.fields.collect()
 
     def _await_departure(self, workers: set[str]) -> bool:
         """Rank 0: whether the scheduler drops ``workers`` within ``connect_timeout``."""
-        deadline = time.monotonic() + self.state.options.connect_timeout
-        while workers & set(self.state.worker_book.latest()):
+        deadline = time.monotonic() + self.parts.options.connect_timeout
+        while workers & set(self.parts.worker_book.latest()):
             if time.monotonic() > deadline:
                 return False
             time.sleep(0.05)

@@ -127,6 +127,25 @@ class WorkerBook:
                 on_change()
 
 
+class Detachment:
+    """Whether the Bridge stopped sending: its scheduler lost, with
+    ``on_scheduler_loss="continue"``. The same on every rank: :class:`~._losses.Losses` detaches
+    at the same call on every rank, once."""
+
+    def __init__(self) -> None:
+        self._reason: str | None = None
+
+    @property
+    def reason(self) -> str | None:
+        """Why the Bridge detached; ``None`` while it sends."""
+        return self._reason
+
+    def detach(self, reason: str) -> None:
+        """Stop sending, for ``reason`` (the first reason stays)."""
+        if self._reason is None:
+            self._reason = reason
+
+
 async def refuses_connections(address: str, timeout: float) -> bool:
     """Whether nothing listens at ``address`` any more: a TCP connection to it is refused.
 
@@ -184,6 +203,14 @@ class Routing:
         self.workers: list[str] = []
         self.placements: dict[str, list[str]] = {}  # name -> worker of each rank
         self.worker_of: dict[str, str] = {}  # name -> this rank's worker
+
+    def declare(
+        self, decompositions: Mapping[str, Decomposition], hosts: Sequence[Host] | None
+    ) -> None:
+        """The arrays to place, and every rank's host (for ``node_local``), once they are
+        known (the Bridge's construction), before the first :meth:`place`."""
+        self.decompositions = decompositions
+        self.hosts = hosts
 
     def place(self, workers: Sequence[str]) -> None:
         """Place every array over ``workers`` (raises the policy's ``ValueError``)."""

@@ -29,32 +29,28 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from ..wire import decode_value, is_ok
+from ..wire import decode_value
 from ._async import AsyncPublisher
+from ._closing import end_streams, shut_down
 from ._collective import (
     BridgeError,
     build_options,
-    check_arrays,
     check_block,
-    names_disagree,
     on_root,
-    raise_first,
 )
 from ._link import SchedulerLink
 from ._losses import Losses
+from ._opening import connect_now, declare_arrays, take_connection
+from ._parts import BridgeParts
 from ._publisher import Connection, PublishTiming
-from ._shm_pool import by_node, pool_totals
-from ._state import RunState
 from ._sync import SyncPublisher
-from ._workers import Routing
 from .decomposition import ArraySpec, Decomposition
 from .options import BridgeOptions
-from .placement import needs_hosts, this_host
 from .scheduler_file import SchedulerFileError, resolve_scheduler_file
 
 __all__ = ["Bridge", "BridgeError", "PublishTiming"]
@@ -184,21 +180,17 @@ class Bridge:
         self._opened = time.perf_counter()  # the simulation's time with the Bridge, at close
         self._closed = False
         # what the Bridge's parts share (the loop thread among it), and its calls to the scheduler
-        self._state = state = RunState(comm, self.options)
+        self._parts = parts = BridgeParts.new(comm, self.options)
         self._link = SchedulerLink()  # opened once the arrays are checked
-        self._async = AsyncPublisher(state, self._link, self._connected)
-        self._sync = SyncPublisher(state, self._link)
-        self._losses = Losses(state, self._async)
-        # rank 0 caches what the scheduler tells it; the exchange spreads it (_add_exchange_field)
-        root, book = self.rank == 0, state.worker_book
-        contracts = state.contracts
-        self._add_exchange_field(
-            "contracts", contracts.to_spread if root else None, contracts.receive
-        )
-        self._add_exchange_field(
-            "workers", book.to_spread if root else None, self._losses.use_workers
-        )
-        self._add_exchange_field(
+        self._async = AsyncPublisher(parts, self._link, self._connected)
+        self._sync = SyncPublisher(parts, self._link)
+        self._losses = Losses(parts, self._async)
+        # rank 0 caches what the scheduler tells it; the exchange spreads it (ExchangeFields.add)
+        root, book, contracts = self.rank == 0, parts.worker_book, parts.contracts
+        fields = parts.fields
+        fields.add("contracts", contracts.to_spread if root else None, contracts.receive)
+        fields.add("workers", book.to_spread if root else None, self._losses.use_workers)
+        fields.add(
             "scheduler_lost", book.scheduler_lost if root else None, self._losses.lose_scheduler
         )
         if arrays is None:
@@ -216,7 +208,7 @@ class Bridge:
     @property
     def asynchronous(self) -> bool:
         """Whether :meth:`publish` returns before the step is registered (``mode="async"``)."""
-        return self._state.asynchronous
+        return self._parts.asynchronous
 
     # -- construction ------------------------------------------------------------------------
 
@@ -226,76 +218,21 @@ class Bridge:
         arrays: dict[str, ArraySpec],
         problem: str | None,
     ) -> None:
-        problem = problem or check_arrays(arrays)
-        everyone = self.comm.allgather((problem, sorted(arrays)))
-        raise_first(
-            [p for p, _ in everyone],
-            extra=names_disagree([names for _, names in everyone]),
-        )
-        # ArraySpec objects travel as they are: their dtype is converted once, in ArraySpec
-        all_specs = self.comm.allgather(arrays)
-        state = self._state
-        for name in sorted(arrays):
-            specs = [specs[name] for specs in all_specs]
-            state.decompositions[name] = Decomposition.from_specs(name, specs)
-        state.specs = arrays
+        parts = self._parts
+        declare_arrays(parts, arrays, problem)
         self._link.open()
-        by_host = needs_hosts(self.options.placement)
-        hosts = self.comm.allgather(this_host()) if by_host or by_node(self.options) else None
-        state.transport.pool.size_for(self.options, arrays.values(), hosts)
-        placed = hosts if by_host else None
-        state.routing = Routing(self.options.placement, state.decompositions, self.rank, placed)
         if self.asynchronous:
             if self.rank == 0:  # the other ranks learn the outcome through the exchanges
-                state.background.append(self._async.start_connecting(scheduler_file))
+                parts.loop.keep(self._async.registrar.connect(scheduler_file))
             return
-        connection = on_root(
-            self.comm,
-            lambda: state.loop.run(
-                self._link.connect(scheduler_file, self.options, state.decompositions,
-                                   state.contracts, None)
-            ),
-        )  # fmt: skip
-        failure = self._connected(connection)
+        failure = self._connected(connect_now(parts, self._link, scheduler_file))
         if failure:
             raise BridgeError(failure)
-        state.fields.deliver(on_root(self.comm, state.fields.collect))  # contracts, first step
+        parts.fields.deliver(on_root(self.comm, parts.fields.collect))  # contracts, first step
 
     def _connected(self, connection: Connection) -> str | None:
-        """Take in rank 0's connection (every rank): the run, the workers, the placement.
-
-        Returns the placement's problem, the same on every rank, if any.
-        """
-        state = self._state
-        self._link.connected(connection)
-        try:  # the same outcome on every rank: all compute the whole placement
-            state.routing.place(connection.workers)
-        except ValueError as exc:
-            return str(exc)
-        self._async.notify_to(connection)
-        if self.asynchronous:  # the handshakes with this rank's workers, before its next copy
-            for worker in sorted(set(state.routing.worker_of.values())):
-                state.transport.open_soon(worker, state.loop.spawn)
-        if self.rank != 0:
-            return None
-        logger.info(
-            "deisa bridge: run %s, %d ranks, %d workers, arrays %s, placement %s, "
-            "buffer_nb %s, mode %s",
-            self.run, self.comm.Get_size(), len(connection.workers), sorted(self.decompositions),
-            self.options.placement, self.options.buffer_nb, self.options.mode,
-        )  # fmt: skip
-        wake, address = self._async.progress.set, connection.address
-        if self.asynchronous:  # its contracts watch runs since it connected
-            state.background.append(self._async.start_registrar())
-        else:  # contracts set during the run, and the scheduler's heartbeat (deisa.contract)
-            names = sorted(state.decompositions)
-            watch = self._link.watch_contracts(address, state.contracts, names, wake)
-            state.background.append(state.loop.spawn(watch))
-        state.worker_book.known(connection.workers)
-        state.background.append(  # a worker that joins or leaves (docs/reliability.md)
-            state.loop.spawn(self._link.watch_workers(address, state.worker_book, wake))
-        )
-        return None
+        """Take in rank 0's connection (every rank); the placement's problem, if any."""
+        return take_connection(self._parts, self._link, self._async, connection)
 
     # the options and the state most read from a Bridge, as attributes (read-only)
     placement = _option_attribute("placement", "The placement policy.")
@@ -307,23 +244,23 @@ class Bridge:
     def shm_pool(self) -> dict[str, Any]:
         """This rank's warm pool of shared memory (:mod:`deisa.bridge._shm_pool`): its budget
         and peak in MiB, the pages its slots are made of, why it shrank (or ``None``)."""
-        return self._state.transport.pool.summary()
+        return self._parts.transport.pool.summary()
 
     @property
     def transport(self) -> str:
         """How this rank's blocks went so far: ``"shared memory"``, ``"tcp"``, ``"shared memory
         and tcp"`` or ``"none"`` (:mod:`deisa.bridge.transport`)."""
-        return self._state.transport.used
+        return self._parts.transport.used
 
     @property
     def workers(self) -> list[str]:
         """The workers blocks are placed on (changes when a worker joins or leaves)."""
-        return list(self._state.routing.workers)
+        return list(self._parts.routing.workers)
 
     @property
     def worker_of(self) -> dict[str, str]:
         """This rank's worker, per array, under the current placement."""
-        return dict(self._state.routing.worker_of)
+        return dict(self._parts.routing.worker_of)
 
     @property
     def peak_buffers(self) -> dict[str, int]:
@@ -343,22 +280,22 @@ class Bridge:
     @property
     def timings(self) -> list[PublishTiming]:
         """One :class:`PublishTiming` per :meth:`publish` on this rank."""
-        return self._state.timings
+        return self._parts.timings.all
 
     @property
     def detached(self) -> str | None:
         """Why the Bridge stopped sending (the scheduler lost); ``None`` while it sends."""
-        return self._state.detached
+        return self._parts.detachment.reason
 
     @property
     def decompositions(self) -> dict[str, Decomposition]:
         """The arrays, as every rank declared them."""
-        return self._state.decompositions
+        return self._parts.arrays.decompositions
 
     @property
     def specs(self) -> dict[str, ArraySpec]:
         """This rank's block of each array."""
-        return self._state.specs
+        return self._parts.arrays.specs
 
     @property
     def scheduler_address(self) -> str | None:
@@ -369,23 +306,6 @@ class Bridge:
     def run(self) -> str | None:
         """The run's name, once the connection is known (``None`` before)."""
         return self._link.run
-
-    # -- what rank 0 passes to every rank at a step boundary ----------------------------------
-
-    def _add_exchange_field(
-        self, name: str, provide: Callable[[], Any] | None, receive: Callable[[Any], None]
-    ) -> None:
-        """Let rank 0 pass a named value to every rank at a step boundary.
-
-        At each exchange (every :meth:`publish`, and the waits of :meth:`publish` and
-        :meth:`close`), rank 0 calls ``provide()`` on its main thread; a value other than
-        ``None`` is carried to every rank, which calls ``receive(value)`` on its main thread
-        right after the exchange, at the same call on every rank. In ``mode="sync"`` the value
-        rides on the broadcast that ends each :meth:`publish`. For contracts, the worker list
-        and the scheduler's loss (rank 0 caches what the scheduler told it; the exchange
-        spreads it).
-        """
-        self._state.fields.add(name, provide, receive)
 
     # -- publishing --------------------------------------------------------------------------
 
@@ -439,9 +359,7 @@ class Bridge:
         problem = check_block(self.decompositions, self.specs, name, block, step)
         revision = 0
         if isinstance(step, (int, np.integer)):  # counted on every rank, whatever happens next
-            revisions = self._state.revisions
-            revision = revisions.get((name, int(step)), 0)
-            revisions[name, int(step)] = revision + 1
+            revision = self._parts.steps.publication(name, int(step))
         if self.asynchronous:
             self._async.publish(name, block, step, revision, problem, t0)
         else:
@@ -508,7 +426,7 @@ class Bridge:
             for rank, other in enumerate(names):
                 if other != name:
                     raise BridgeError(f"rank {rank} called get({other!r}), rank 0 get({name!r})")
-            reply = self._state.loop.run(
+            reply = self._parts.loop.run(
                 self._link.get_value(name),
                 timeout=self.options.connect_timeout,
             )
@@ -536,28 +454,8 @@ class Bridge:
             except BridgeError as exc:
                 error = exc
         self._closed = True
-        nsteps = dict(self._state.nsteps)
+        nsteps = self._parts.steps.queued_steps()
         open_s = time.perf_counter() - self._opened
-
-        def end_streams(gathered: list[tuple[str, dict[str, Any]]]) -> None:
-            used = [way for way, _ in gathered]
-            pool = pool_totals([pool for _, pool in gathered])
-            for name in self.decompositions:
-                held_s = sum(t.held_s for t in self.timings if t.name == name)
-                reply = self._state.loop.run(
-                    self._link.end_stream(
-                        name=name,
-                        nsteps=nsteps.get(name, 0),
-                        held_s=held_s,
-                        open_s=open_s,
-                        transports={way: used.count(way) for way in set(used)},
-                        pool=pool,
-                    ),
-                    timeout=30,
-                )
-                if not is_ok(reply):
-                    raise BridgeError(reply["message"])
-
         try:
             # the same decision on every rank: the connection is known everywhere, or nowhere;
             # a lost scheduler is known everywhere too
@@ -565,7 +463,10 @@ class Bridge:
             if connected and self.detached is None:
                 # how each rank sent, and its warm pool of shared memory
                 gathered = self.comm.gather((self.transport, self.shm_pool), root=0)
-                on_root(self.comm, lambda: end_streams(gathered))
+                on_root(
+                    self.comm,
+                    lambda: end_streams(self._parts, self._link, gathered, nsteps, open_s),
+                )
         except BridgeError:
             if error is None:
                 raise
@@ -576,21 +477,7 @@ class Bridge:
             raise error
 
     def _shutdown(self) -> None:
-        state = self._state
-        self._async.shutdown()
-        state.cancel_background()
-        if self._async.early is not None or self._async.notices is not None:
-            try:
-                state.loop.run(self._async.close_notices(), timeout=10)
-            except Exception:  # best effort, as below
-                logger.debug("deisa bridge: closing the notices failed", exc_info=True)
-        if self._link.is_open:
-            try:
-                state.loop.run(state.transport.close(), timeout=10)
-                state.loop.run(self._link.close(), timeout=10)
-            except Exception:  # closing is best effort; the process may be going down
-                logger.debug("deisa bridge: closing connections failed", exc_info=True)
-        state.loop.stop()
+        shut_down(self._parts, self._async, self._link)
 
     def __enter__(self) -> Bridge:
         return self

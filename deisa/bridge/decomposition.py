@@ -175,25 +175,7 @@ class Decomposition:
         if not specs:
             raise DecompositionError(f"array {name!r}: no rank describes a block")
         ref = specs[0]
-        for rank, spec in enumerate(specs):
-            if spec.dtype != ref.dtype:
-                raise DecompositionError(
-                    f"array {name!r}: rank {rank} has dtype {spec.dtype}, rank 0 has {ref.dtype}"
-                )
-            if spec.global_shape != ref.global_shape:
-                raise DecompositionError(
-                    f"array {name!r}: rank {rank} has global shape {spec.global_shape}, "
-                    f"rank 0 has {ref.global_shape}"
-                )
-            if spec.dims != ref.dims:
-                raise DecompositionError(
-                    f"array {name!r}: rank {rank} has dims={spec.dims}, rank 0 has dims={ref.dims}"
-                )
-            if spec.time_length != ref.time_length:
-                raise DecompositionError(
-                    f"array {name!r}: rank {rank} has time_length={spec.time_length}, rank 0 "
-                    f"has time_length={ref.time_length}"
-                )
+        _check_agree(name, specs)
         ndim = len(ref.global_shape)
         boundaries = []
         for axis in range(ndim):
@@ -215,30 +197,66 @@ class Decomposition:
                     )
                 pos.append(i)
             index.append(tuple(pos))
-        owners: dict[tuple[int, ...], int] = {}
-        for rank, block in enumerate(index):
-            if block in owners:
-                raise DecompositionError(
-                    f"array {name!r}: ranks {owners[block]} and {rank} publish the same block "
-                    f"{_block_slices(specs[rank])}"
-                )
-            owners[block] = rank
-        grid = [len(edges) - 1 for edges in boundaries]
-        missing = [tuple(p) for p in itertools.product(*map(range, grid)) if tuple(p) not in owners]
-        if missing:
-            where = ", ".join(
-                "[" + ", ".join(f"{b[a][i]}:{b[a][i + 1]}" for a, i in enumerate(p)) + "]"
-                for p, b in zip(missing[:4], itertools.repeat(boundaries), strict=False)
-            )
-            raise DecompositionError(
-                f"array {name!r}: {len(missing)} block(s) of the global shape "
-                f"{ref.global_shape} are published by no rank: {where}; if only some ranks "
-                "hold this array, publish it over a communicator of those ranks (a Bridge "
-                "with comm=comm.Split(...), or deisa.BridgeGroup's array_comms)"
-            )
+        _check_one_owner_each(name, specs, index, boundaries)
         chunks = tuple(tuple(int(d) for d in np.diff(edges)) for edges in boundaries)
         return cls(
             name, ref.dtype, ref.global_shape, chunks, tuple(index), ref.dims, ref.time_length
+        )
+
+
+def _check_agree(name: str, specs: Sequence[ArraySpec]) -> None:
+    """Every rank declares ``name`` with rank 0's dtype, global shape, dims and time length."""
+    ref = specs[0]
+    for rank, spec in enumerate(specs):
+        if spec.dtype != ref.dtype:
+            raise DecompositionError(
+                f"array {name!r}: rank {rank} has dtype {spec.dtype}, rank 0 has {ref.dtype}"
+            )
+        if spec.global_shape != ref.global_shape:
+            raise DecompositionError(
+                f"array {name!r}: rank {rank} has global shape {spec.global_shape}, "
+                f"rank 0 has {ref.global_shape}"
+            )
+        if spec.dims != ref.dims:
+            raise DecompositionError(
+                f"array {name!r}: rank {rank} has dims={spec.dims}, rank 0 has dims={ref.dims}"
+            )
+        if spec.time_length != ref.time_length:
+            raise DecompositionError(
+                f"array {name!r}: rank {rank} has time_length={spec.time_length}, rank 0 "
+                f"has time_length={ref.time_length}"
+            )
+
+
+def _check_one_owner_each(
+    name: str,
+    specs: Sequence[ArraySpec],
+    index: list[tuple[int, ...]],
+    boundaries: list[list[int]],
+) -> None:
+    """Each block of the grid (``boundaries``: its lines along each axis) is published by one
+    rank (``index``: each rank's block), none by two, none by none."""
+    ref = specs[0]
+    owners: dict[tuple[int, ...], int] = {}
+    for rank, block in enumerate(index):
+        if block in owners:
+            raise DecompositionError(
+                f"array {name!r}: ranks {owners[block]} and {rank} publish the same block "
+                f"{_block_slices(specs[rank])}"
+            )
+        owners[block] = rank
+    grid = [len(edges) - 1 for edges in boundaries]
+    missing = [tuple(p) for p in itertools.product(*map(range, grid)) if tuple(p) not in owners]
+    if missing:
+        where = ", ".join(
+            "[" + ", ".join(f"{b[a][i]}:{b[a][i + 1]}" for a, i in enumerate(p)) + "]"
+            for p, b in zip(missing[:4], itertools.repeat(boundaries), strict=False)
+        )
+        raise DecompositionError(
+            f"array {name!r}: {len(missing)} block(s) of the global shape "
+            f"{ref.global_shape} are published by no rank: {where}; if only some ranks "
+            "hold this array, publish it over a communicator of those ranks (a Bridge "
+            "with comm=comm.Split(...), or deisa.BridgeGroup's array_comms)"
         )
 
 

@@ -1,6 +1,7 @@
 """Abstract socket names another account cannot guess, nor take first.
 
-The shared-memory listener (:mod:`deisa.worker.plugin`) and the relay (:mod:`deisa.worker.relay`) listen
+The shared-memory listener (:mod:`deisa.worker.plugin`) and the relay
+(:mod:`deisa.worker.relay`) listen
 on abstract Unix sockets, which any account of the node can bind, and connect to, by name.
 Their names are an HMAC of the listener's address and the account's uid under a secret of the
 run: the SHA-256 of the job's TLS key, named by ``DEISA_TLS_KEY`` (:mod:`.tls_files`), which

@@ -1,0 +1,65 @@
+"""How one rank's Bridge closes: rank 0 ends every array's stream on the scheduler (with what
+the ranks report of their run), then every rank stops its background work and its loop."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from ..wire import is_ok
+from ._collective import BridgeError
+from ._shm_pool import pool_totals
+
+if TYPE_CHECKING:
+    from ._async import AsyncPublisher
+    from ._link import SchedulerLink
+    from ._parts import BridgeParts
+
+logger = logging.getLogger(__name__)
+
+
+def end_streams(
+    parts: BridgeParts,
+    link: SchedulerLink,
+    gathered: list[tuple[str, dict[str, Any]]],
+    nsteps: dict[str, int],
+    open_s: float,
+) -> None:
+    """Rank 0: end the stream of every array, reporting its steps queued (``nsteps``), the
+    seconds flow control held the simulation (of ``open_s`` with the Bridge), how the ranks
+    sent and their warm pools (``gathered``: each rank's ``(transport, shm_pool)``)."""
+    used = [way for way, _ in gathered]
+    pool = pool_totals([pool for _, pool in gathered])
+    for name in parts.arrays.decompositions:
+        reply = parts.loop.run(
+            link.end_stream(
+                name=name,
+                nsteps=nsteps.get(name, 0),
+                held_s=parts.timings.held_s(name),
+                open_s=open_s,
+                transports={way: used.count(way) for way in set(used)},
+                pool=pool,
+            ),
+            timeout=30,
+        )
+        if not is_ok(reply):
+            raise BridgeError(reply["message"])
+
+
+def shut_down(parts: BridgeParts, publisher: AsyncPublisher, link: SchedulerLink) -> None:
+    """Stop the sends and the background coroutines, close the notices, the transport and
+    the link (best effort), then the loop thread."""
+    publisher.shutdown()
+    parts.loop.cancel_kept()
+    if publisher.registrar.noticing:
+        try:
+            parts.loop.run(publisher.registrar.close_notices(), timeout=10)
+        except Exception:  # best effort, as below
+            logger.debug("deisa bridge: closing the notices failed", exc_info=True)
+    if link.is_open:
+        try:
+            parts.loop.run(parts.transport.close(), timeout=10)
+            parts.loop.run(link.close(), timeout=10)
+        except Exception:  # closing is best effort; the process may be going down
+            logger.debug("deisa bridge: closing connections failed", exc_info=True)
+    parts.loop.stop()

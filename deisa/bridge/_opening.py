@@ -1,0 +1,92 @@
+"""How one rank's Bridge opens: its arrays declared on every rank, rank 0's connection (at once
+in ``mode="sync"``, in the background in ``mode="async"``), and what every rank takes in once
+the connection is known (the run, the workers, the placement; rank 0's watches)."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from ._collective import check_arrays, names_disagree, on_root, raise_first
+from ._shm_pool import by_node
+from .placement import needs_hosts, this_host
+
+if TYPE_CHECKING:
+    from ._async import AsyncPublisher
+    from ._link import SchedulerLink
+    from ._parts import BridgeParts
+    from ._publisher import Connection
+    from .decomposition import ArraySpec
+
+logger = logging.getLogger(__name__)
+
+
+def declare_arrays(parts: BridgeParts, arrays: dict[str, ArraySpec], problem: str | None) -> None:
+    """Every rank: check ``arrays`` (``problem``: one found before), the same names on every
+    rank, then declare them (:class:`~._arrays.Arrays`), size the shared-memory pool and give
+    the routing what it places; a :class:`~._collective.BridgeError` on every rank otherwise."""
+    comm, options = parts.comm, parts.options
+    problem = problem or check_arrays(arrays)
+    everyone = comm.allgather((problem, sorted(arrays)))
+    raise_first(
+        [p for p, _ in everyone],
+        extra=names_disagree([names for _, names in everyone]),
+    )
+    # ArraySpec objects travel as they are: their dtype is converted once, in ArraySpec
+    parts.arrays.declare(arrays, comm.allgather(arrays))
+    by_host = needs_hosts(options.placement)
+    hosts = comm.allgather(this_host()) if by_host or by_node(options) else None
+    parts.transport.pool.size_for(options, arrays.values(), hosts)
+    parts.routing.declare(parts.arrays.decompositions, hosts if by_host else None)
+
+
+def connect_now(parts: BridgeParts, link: SchedulerLink, scheduler_file: str) -> Connection:
+    """``mode="sync"``, every rank: rank 0 connects, every rank gets its connection (or its
+    error)."""
+    return on_root(
+        parts.comm,
+        lambda: parts.loop.run(
+            link.connect(scheduler_file, parts.options, parts.arrays.decompositions,
+                         parts.contracts, None)
+        ),
+    )  # fmt: skip
+
+
+def take_connection(
+    parts: BridgeParts, link: SchedulerLink, publisher: AsyncPublisher, connection: Connection
+) -> str | None:
+    """Take in rank 0's connection (every rank): the run, the workers, the placement; rank 0
+    starts its registrar (``mode="async"``) and its watches of the contracts and the workers.
+
+    Returns the placement's problem, the same on every rank, if any.
+    """
+    options = parts.options
+    link.connected(connection)
+    try:  # the same outcome on every rank: all compute the whole placement
+        parts.routing.place(connection.workers)
+    except ValueError as exc:
+        return str(exc)
+    publisher.registrar.notify_to(connection)
+    if parts.asynchronous:  # the handshakes with this rank's workers, before its next copy
+        for worker in sorted(set(parts.routing.worker_of.values())):
+            parts.transport.open_soon(worker, parts.loop.spawn)
+    if parts.rank != 0:
+        return None
+    logger.info(
+        "deisa bridge: run %s, %d ranks, %d workers, arrays %s, placement %s, "
+        "buffer_nb %s, mode %s",
+        link.run, parts.comm.Get_size(), len(connection.workers),
+        sorted(parts.arrays.decompositions), options.placement, options.buffer_nb, options.mode,
+    )  # fmt: skip
+    wake, address = publisher.progress.set, connection.address
+    if parts.asynchronous:  # its contracts watch runs since it connected
+        parts.loop.keep(publisher.registrar.start())
+    else:  # contracts set during the run, and the scheduler's heartbeat (deisa.contract)
+        names = sorted(parts.arrays.decompositions)
+        watch = link.watch_contracts(address, parts.contracts, names, wake)
+        parts.loop.keep(parts.loop.spawn(watch))
+    parts.worker_book.known(connection.workers)
+    parts.loop.keep(  # a worker that joins or leaves (docs/reliability.md)
+        parts.loop.spawn(link.watch_workers(address, parts.worker_book, wake))
+    )
+    return None

@@ -1,0 +1,57 @@
+"""What one rank's Bridge counts of the steps it published: :class:`StepBook`, :class:`Timings`."""
+
+from __future__ import annotations
+
+from ._publisher import PublishTiming
+
+
+class StepBook:
+    """The publications of each ``(array, step)`` on this rank, and rank 0's steps queued.
+
+    Publications are counted on every rank, on the main thread, whatever happens to them next
+    (the same count on every rank: a step published again is a new revision of it). Rank 0
+    counts the distinct steps of each array queued on the scheduler (its registrar, on the
+    event-loop thread in ``mode="async"``), which the end of each stream reports.
+    """
+
+    def __init__(self) -> None:
+        self._revisions: dict[tuple[str, int], int] = {}
+        self._queued: dict[str, int] = {}
+
+    def publication(self, name: str, step: int) -> int:
+        """Count one more publication of ``step`` of ``name``; its revision (0 the first)."""
+        revision = self._revisions.get((name, step), 0)
+        self._revisions[name, step] = revision + 1
+        return revision
+
+    def last(self) -> tuple[str, int]:
+        """The array and step of the last publication counted; ``("", -1)`` before any."""
+        return list(self._revisions)[-1] if self._revisions else ("", -1)
+
+    def queued(self, name: str) -> None:
+        """Rank 0: one more distinct step of ``name`` queued on the scheduler."""
+        self._queued[name] = self._queued.get(name, 0) + 1
+
+    def queued_steps(self) -> dict[str, int]:
+        """Rank 0: the distinct steps queued on the scheduler so far, per array."""
+        return dict(self._queued)
+
+
+class Timings:
+    """One :class:`PublishTiming` per publish on this rank, in order (main thread)."""
+
+    def __init__(self) -> None:
+        self._all: list[PublishTiming] = []
+
+    def add(self, timing: PublishTiming) -> None:
+        """Record the cost of one more publish."""
+        self._all.append(timing)
+
+    @property
+    def all(self) -> list[PublishTiming]:
+        """Every publish's timing so far (the Bridge's ``timings``)."""
+        return self._all
+
+    def held_s(self, name: str) -> float:
+        """Seconds flow control held the publishes of ``name`` (:attr:`PublishTiming.held_s`)."""
+        return sum(t.held_s for t in self._all if t.name == name)
