@@ -315,6 +315,7 @@ class Channel(WarmRing):
                 self._settle()
             with self._lock:
                 self._shrink()
+                self._adopt()
                 self._retire_surplus()
                 grown = self._grow()
             if grown is not None:
@@ -324,10 +325,7 @@ class Channel(WarmRing):
                 if not self._want:
                     continue
                 nbytes = self._want
-                if self._ready(nbytes) >= SPARE:
-                    self._retire_surplus()
-                    continue
-                unmapped = self._unprepared(nbytes)
+                unmapped = self._to_map(nbytes)
                 if not unmapped:  # a fresh slot is filled by write(), never zeroed first
                     self._retire_surplus()
                     continue
@@ -351,7 +349,7 @@ class Channel(WarmRing):
             return False
         if self._may_grow() or (self.pool.over() and any(s.free and s.warm for s in self.slots)):
             return True
-        if self._ready(self._want) < SPARE and self._unprepared(self._want):
+        if self._adoptable() or self._to_map(self._want):
             return True
         return bool(self._surplus())  # never the pool's warm slots: the thread would spin
 
@@ -364,6 +362,13 @@ class Channel(WarmRing):
         (what the preparer maps; a fresh slot is filled by :meth:`Slot.write` instead)."""
         return [s for s in self.slots if s.free and s.fits(nbytes) and s.shared and not s.prepared]
 
+    def _to_map(self, nbytes: int) -> list[Slot]:
+        """Under the lock: the slots the preparer maps next, the pool's first (all of them stay
+        mapped), then a spare while fewer than :data:`SPARE` are ready."""
+        unmapped = self._unprepared(nbytes)
+        warm = [s for s in unmapped if s.warm]
+        return warm or (unmapped if self._ready(nbytes) < SPARE else [])
+
     def _awaiting_slot(self) -> bool:
         """Under the lock: fewer than :data:`SPARE` slots are ready while the worker holds
         some, which it may give back at any time."""
@@ -373,9 +378,8 @@ class Channel(WarmRing):
 
     def _surplus(self) -> list[Slot]:
         """Under the lock: the free slots out of the pool past :data:`KEEP_FREE` free ones,
-        counting the pool's free slots for the last block (the unprepared first). With a pool,
-        the ring keeps at least what it keeps without one: its slots given back mid-burst are
-        reused, not closed while the pool's are held."""
+        the pool's counted (the unprepared first): with a pool, the ring keeps at least what it
+        keeps without one (slots given back mid-burst reused while the pool's are held)."""
         free = sorted((s for s in self.slots if s.free and not s.warm), key=lambda s: s.prepared)
         warm = sum(1 for s in self.slots if s.free and s.warm and s.fits(self._want))
         keep = max(0, max(KEEP_FREE, SPARE) - warm)

@@ -4,9 +4,11 @@ A slot whose pages do not exist yet costs the kernel their allocation (2 to 9 ti
 block, docs/benchmarks.md, section 11): back to back, each block of a growing ring pays it.
 The pool keeps the slots a rank's ring has used mapped, with their page tables, up to a budget
 (:attr:`Pool.budget`, bytes): they are reused before anything new is allocated, and only slots
-beyond the budget are given back. The channel's own thread (:mod:`._shm`) populates the budget
-ahead, never on the publish path, once the ring has needed more slots than it keeps without a
-pool (a burst: the simulation outran the worker); never in a steady state that needs no more. As Ray's
+beyond the budget are given back. Once the ring has needed more slots than it keeps without a
+pool (a burst: the simulation outran the worker; never in a steady state, never at the start),
+the channel's own thread (:mod:`._shm`) adopts the burst's slots into the pool as the worker
+gives them back, and maps them; with huge pages it populates the budget ahead instead. Never on
+the publish path: the rank's core pays nothing a ring without a pool does not. As Ray's
 object store (``object_store_memory``) the budget is settable (``BridgeOptions.shm_pool_mib``,
 per rank or per node); by default it is what flow control can hold in flight: ``buffer_nb``
 steps of the rank's blocks, plus one (:data:`UNBOUNDED_STEPS` steps when ``buffer_nb`` is
@@ -302,6 +304,7 @@ class WarmRing:
     _cold: bool
     _no_huge: bool
     _outran: bool
+    _kind_for: tuple[int, str] = (0, SMALL)  # the pages of the last block's size
     _want: int
     _lock: threading.Condition
 
@@ -363,10 +366,37 @@ class WarmRing:
                 slot.taken = False
 
     def _may_grow(self) -> bool:
-        """Under the lock: whether the pool has room for one more slot of the last block."""
+        """Under the lock: whether the pool has room for one more slot of the last block, to
+        populate ahead: in huge pages only (:func:`page_kind`, looked at once per block size).
+        Populating 4 KiB pages ahead zeroes them before the copy fills them, on the rank's own
+        core: more work than the burst's fresh slots, which the pool adopts instead."""
         if self._cold or not self._outran or not self._want or not self._has_room():
             return False
+        if self._kind_for[0] != self._want:
+            self._kind_for = (self._want, page_kind(self._want)[0])
+        if self._kind_for[1] == SMALL:
+            return False
         return self.pool.allowed() - self.pool.held >= slot_bytes(self._want)
+
+    def _adoptable(self) -> list[Any]:
+        """Under the lock: free slots of a burst (its pages written) out of the pool that its
+        budget can keep, once the ring has outrun the worker."""
+        if not self._outran or not self.pool.budget:
+            return []
+        room, slots = self.pool.allowed() - self.pool.held, []
+        for slot in self.slots:
+            fits = slot.kind == SMALL and slot.fits(self._want) and slot.size <= room
+            if slot.free and not slot.warm and fits:
+                room -= slot.size
+                slots.append(slot)
+        return slots
+
+    def _adopt(self) -> None:
+        """Under the lock: keep :meth:`_adoptable`'s slots in the pool (mapped, for the run)."""
+        for slot in self._adoptable():
+            if self.pool.grant(slot.size):
+                slot.warm = True
+                self.pool.made(slot.kind)
 
     def _shrink(self) -> None:
         """Under the lock: give back free warm slots past what memory pressure allows."""
