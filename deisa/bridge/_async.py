@@ -264,20 +264,20 @@ class AsyncPublisher:
                     f"{send.worker} failed: {exc!r}",
                 )
             )
-        report = RankReport(call, problem, tuple(sent), tuple(failed))
+        root = None
         if parts.rank == 0:
             news = self.registrar.news
             connection = None
             if news.connection is not None and not self._announced:
                 connection, self._announced = news.connection, True
-            report.root = RootReport(
+            root = RootReport(
                 connection=connection,
                 connect_error=news.connect_error,
                 registered=news.registered,
                 error=news.error,
                 fields=parts.fields.collect(),
             )
-        return report
+        return RankReport(call, problem, tuple(sent), tuple(failed), root)
 
     def post(self, call: tuple[Any, Any] | None = None, problem: str | None = None) -> None:
         """Post this rank's report for the next exchange (the next call completes it)."""
@@ -306,8 +306,8 @@ class AsyncPublisher:
         exchanged = self.ledger.absorb(reports)
         if exchanged.connection is not None:
             failure = self.on_connection(exchanged.connection)
-            if failure and self.ledger.failure is None:
-                self.ledger.failure = failure
+            if failure:
+                self.ledger.fail(failure)
             if self.ledger.failure is None:
                 for send in self.sends.values():
                     if send.future is None:
@@ -388,8 +388,7 @@ class AsyncPublisher:
     def fail(self, message: str) -> None:
         """A failure decided at the same call on every rank (a worker lost): the next call
         raises it, unless an earlier failure is raised first."""
-        if self.ledger.failure is None:
-            self.ledger.failure = message
+        self.ledger.fail(message)
 
     def raise_failure(self) -> None:
         failure = self.ledger.failure

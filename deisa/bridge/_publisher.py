@@ -152,6 +152,12 @@ class Ledger:
         self._ready = 0  # publications below were handed to rank 0 for registration
         self._sent: dict[int, list[Sent | None]] = {}
 
+    def fail(self, message: str) -> None:
+        """A failure decided at the same call on every rank (the connection's placement, a
+        worker lost); the first failure stays."""
+        if self.failure is None:
+            self.failure = message
+
     def add(
         self,
         name: str,
