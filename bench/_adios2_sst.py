@@ -1,15 +1,16 @@
 """The SST lane of ``bench.adios2_endstep``: a writer and its Python reader, with the ``adios2``
 wheel (serial, SST over its EVPath ``WAN`` data plane: TCP on this node).
 
-    python -P -m bench._adios2_sst write DIR RANK MIB STEPS QUEUE   # writes DIR/sst-RANK
+    python -P -m bench._adios2_sst write DIR RANK MIB STEPS QUEUE COMPUTE  # writes DIR/sst-RANK
     python -P -m bench._adios2_sst read DIR/sst-RANK                # one reader per writer
 
 The wheel has no MPI (and segfaults under ``mpirun`` with mpi4py loaded here), so each "rank" is
 a process of its own writing a stream of its own, read by a reader of its own, without barriers.
 A writer times a copy of its block (``np.copyto``) and every step (``BeginStep`` + ``Put`` +
-``EndStep``) as the C++ writer of ``bench/adios2/`` does, and prints the same JSON (its own
-times; ``bench.adios2_endstep`` takes the slowest writer's per step). A reader ``Get``s every
-step into its own array and prints the time each arrived (seconds since the epoch) as JSON.
+``EndStep``, after ``COMPUTE`` untimed passes of ``np.add`` over the block) as the C++ writer of
+``bench/adios2/`` does, and prints the same JSON (its own times; ``bench.adios2_endstep`` takes
+the slowest writer's per step). A reader ``Get``s every step into its own array and prints the
+time each arrived (seconds since the epoch) as JSON.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ def sst_io(adios: Any, queue: int) -> Any:
     return io
 
 
-def write(directory: str, rank: int, mib: int, steps: int, queue: int) -> None:
+def write(directory: str, rank: int, mib: int, steps: int, queue: int, compute: int) -> None:
     import adios2.bindings as bindings
     import numpy as np
 
@@ -47,6 +48,8 @@ def write(directory: str, rank: int, mib: int, steps: int, queue: int) -> None:
     variable = io.DefineVariable("block", block, [n], [0], [n], True)
     engine = io.Open(f"{directory}/sst-{rank}", bindings.Mode.Write)
     for step in range(steps):
+        for _ in range(compute):
+            np.add(block, 1e-9, out=block)
         block[0] = step
         t0 = time.time()
         engine.BeginStep()
@@ -80,6 +83,6 @@ def read(stream: str) -> None:
 
 if __name__ == "__main__":
     if sys.argv[1] == "write":
-        write(sys.argv[2], *(int(a) for a in sys.argv[3:7]))
+        write(sys.argv[2], *(int(a) for a in sys.argv[3:8]))
     else:
         read(sys.argv[2])

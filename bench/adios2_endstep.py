@@ -1,11 +1,15 @@
 """The cost of ``EndStep`` with the deisa ADIOS2 engine, against a memcpy of the rank's data and
 beside ADIOS2's own SST engine to a Python reader (issue 44, item 7).
 
-    python -m bench.adios2_endstep --out results/        # ~2 minutes on 2 cores
+    python -m bench.adios2_endstep --out results/        # ~3 minutes on 2 cores
 
 Each lane runs an ADIOS2 writer whose ``--ranks`` MPI ranks each ``Put`` one block of every
 ``--sizes`` MiB per step, ``--steps`` steps, and time every step (``BeginStep`` + ``Put`` +
-``EndStep``, the slowest rank's) and, in the same process, a memcpy of the same block:
+``EndStep``, the slowest rank's) and, in the same process, a memcpy of the same block. Before
+each step, untimed, each of ``--compute`` passes over the block (an add in place, as
+``bench.publish`` computes between publications): ``0`` puts the steps back to back, where an
+asynchronous engine's step also waits for the previous steps' transfers (deisa: its Bridge's
+``max_in_flight``); every lane runs at every value given:
 
 ``deisa``   the C++ writer of ``bench/adios2/`` (ADIOS2's C++ API, built by this benchmark
             with CMake against ADIOS2 with MPI: ``ADIOS2_DIR``, else CMake's prefixes), its XML
@@ -24,8 +28,9 @@ A lane that cannot run here is skipped with the reason (no ADIOS2 with MPI, no e
 no SST in the wheel); the lanes take turns at every ``--repeats``. Delivered bandwidth: the
 bytes of every step after the first over the time from the first's arrival to the last's.
 
-Targets: deisa's median step <= 2.5 x memcpy + 2 ms (the PDI plugin's), every size; deisa's
-delivered bandwidth ahead of SST's, every size. Writes ``adios2_endstep.json``.
+Targets: deisa's median step <= 2.5 x memcpy + 2 ms (the PDI plugin's, which ``bench.publish``
+measures with 40 passes), every size, at the largest ``--compute``; deisa's delivered bandwidth
+ahead of SST's, every size, at the smallest. Writes ``adios2_endstep.json``.
 """
 
 from __future__ import annotations
@@ -149,7 +154,7 @@ def run_writer(
     config = workdir / f"{engine}.xml"
     config.write_text(XML.format(engine=engine, parameters=lines))
     cmd = _mpirun(args.ranks, str(binary), str(config), "BenchOutput", target, str(mib),
-                  str(args.steps))  # fmt: skip
+                  str(args.steps), str(args.compute))  # fmt: skip
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=TIMEOUT)
     return _json_line(proc, f"the {lane} writer")
 
@@ -208,8 +213,8 @@ def run_sst(args: Any, mib: int, workdir: Path) -> dict[str, Any]:
     spawn = lambda *cmd: subprocess.Popen([*py, *cmd], env=env, stdout=subprocess.PIPE,  # noqa: E731
                                           stderr=subprocess.PIPE, text=True)  # fmt: skip
     readers = [spawn("read", str(workdir / f"sst-{r}")) for r in range(args.ranks)]
-    writers = [spawn("write", str(workdir), str(r), str(mib), str(args.steps), str(args.queue))
-               for r in range(args.ranks)]  # fmt: skip
+    writers = [spawn("write", str(workdir), str(r), str(mib), str(args.steps), str(args.queue),
+                     str(args.compute)) for r in range(args.ranks)]  # fmt: skip
     try:
         ends = [p.communicate(timeout=TIMEOUT) for p in writers + readers]
     finally:
@@ -229,7 +234,7 @@ def run_sst(args: Any, mib: int, workdir: Path) -> dict[str, Any]:
     return result
 
 
-def summarize(lane: str, mib: int, runs: list[dict[str, Any]]) -> dict[str, Any]:
+def summarize(lane: str, mib: int, compute: int, runs: list[dict[str, Any]]) -> dict[str, Any]:
     """The medians over every run's steps after the first, and the delivered bandwidth."""
     steps = [s for run in runs for s in run["step_s"][1:]]
     copies = [s for run in runs for s in run["memcpy_s"][1:]]
@@ -240,18 +245,20 @@ def summarize(lane: str, mib: int, runs: list[dict[str, Any]]) -> dict[str, Any]
         if len(times) >= 2 and times[-1] > times[0]:
             delivered.append(moved * (len(times) - 1) / (times[-1] - times[0]) / 2**30)
     step, copy = median(steps), median(copies)
-    return {"lane": lane, "mib": mib, "ranks": runs[0]["ranks"], "step_s": step,
+    return {"lane": lane, "mib": mib, "compute": compute, "ranks": runs[0]["ranks"], "step_s": step,
             "memcpy_s": copy, "bound_s": 2.5 * copy + 0.002,
             "writer_gib_s": moved / step / 2**30, "delivered_gib_s": median(delivered),
             "steps_seen": [len(run.get("arrived", [])) for run in runs]}  # fmt: skip
 
 
 def targets_of(records: list[dict[str, Any]], skipped: dict[str, str]) -> list[Any]:
+    """EndStep at the largest compute (bench.publish's method), bandwidth at the smallest."""
     targets: list[tuple[str, bool | None, str]] = []
-    by = {(r["lane"], r["mib"]): r for r in records}
+    by = {(r["lane"], r["mib"], r["compute"]): r for r in records}
+    computes = sorted({r["compute"] for r in records}) or [0]
     for mib in sorted({r["mib"] for r in records}):
-        deisa, sst = by.get(("deisa", mib)), by.get(("SST", mib))
-        what = f"deisa EndStep <= 2.5 x memcpy + 2 ms at {mib} MiB"
+        deisa = by.get(("deisa", mib, computes[-1]))
+        what = f"deisa EndStep <= 2.5 x memcpy + 2 ms at {mib} MiB, compute {computes[-1]}"
         if deisa is None:
             targets.append((what, None, f"not measured: {skipped.get('deisa')}"))
         else:
@@ -260,7 +267,8 @@ def targets_of(records: list[dict[str, Any]], skipped: dict[str, str]) -> list[A
                 f"{1000 * deisa['bound_s']:.2f} ms (memcpy {1000 * deisa['memcpy_s']:.2f})"
             )
             targets.append((what, deisa["step_s"] <= deisa["bound_s"], measured))  # fmt: skip
-        what = f"deisa delivers ahead of SST at {mib} MiB"
+        deisa, sst = by.get(("deisa", mib, computes[0])), by.get(("SST", mib, computes[0]))
+        what = f"deisa delivers ahead of SST at {mib} MiB, compute {computes[0]}"
         if deisa is None or sst is None:
             why = skipped.get("deisa") or skipped.get("SST")
             targets.append((what, None, f"not measured: {why}"))
@@ -271,12 +279,12 @@ def targets_of(records: list[dict[str, Any]], skipped: dict[str, str]) -> list[A
 
 
 def print_table(records: list[dict[str, Any]]) -> None:
-    rows = [[r["mib"], r["lane"], r["ranks"], f"{1000 * r['step_s']:.2f}",
+    rows = [[r["mib"], r["compute"], r["lane"], r["ranks"], f"{1000 * r['step_s']:.2f}",
              f"{1000 * r['memcpy_s']:.2f}", f"{r['step_s'] / r['memcpy_s']:.1f}",
              f"{1000 * r['bound_s']:.2f}", f"{r['writer_gib_s']:.2f}",
              "-" if r["lane"] == "BP5" else f"{r['delivered_gib_s']:.2f}"]
             for r in records]  # fmt: skip
-    headers = ["MiB/rank", "lane", "ranks", "step ms", "memcpy ms", "step/memcpy",
+    headers = ["MiB/rank", "compute", "lane", "ranks", "step ms", "memcpy ms", "step/memcpy",
                "2.5 memcpy + 2 ms", "writer GiB/s", "delivered GiB/s"]  # fmt: skip
     print(table(headers, rows), flush=True)
 
@@ -305,6 +313,26 @@ def lanes_here() -> tuple[dict[str, Callable[..., dict[str, Any]]], dict[str, st
     return {lane: runners[lane] for lane in LANES if lane in runners}, skipped
 
 
+def run_lanes(
+    runners: dict[str, Callable[..., dict[str, Any]]], args: Any, mib: int,
+    skipped: dict[str, str], logs: dict[str, str],
+) -> dict[str, list[dict[str, Any]]]:  # fmt: skip
+    """Every lane's ``--repeats`` runs at ``mib`` and ``args.compute``, in turns; a lane that
+    fails is left out from here on (``runners``), with why (``skipped``) and its log."""
+    runs: dict[str, list[dict[str, Any]]] = {lane: [] for lane in runners}
+    for r in range(args.repeats):
+        for lane in list(runners)[:: 1 if r % 2 == 0 else -1]:
+            print(f"{mib} MiB, compute {args.compute}, {lane} ...", flush=True)
+            try:
+                with tempfile.TemporaryDirectory(prefix="deisa-bench-adios2-") as tmp:
+                    runs[lane].append(runners[lane](args, mib, Path(tmp)))
+            except LaneFailedError as exc:  # the lane is left out from here on
+                print(f"lane {lane} failed at {mib} MiB: {exc}", flush=True)
+                skipped[lane], logs[lane] = f"failed at {mib} MiB: {exc}", exc.log
+                del runners[lane], runs[lane]
+    return runs
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="1,16,64", help="MiB per rank and step")
@@ -313,6 +341,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=20, help="steps per run (the first: warm-up)")
     parser.add_argument("--repeats", type=int, default=1, help="runs per lane and size, in turns")
     parser.add_argument("--queue", type=int, default=4, help="SST QueueLimit (steps buffered)")
+    parser.add_argument("--compute", default="0,40",
+                        help="untimed passes over the block per step, one run each")  # fmt: skip
     parser.add_argument("--quick", action="store_true", help="--sizes 1,16 --steps 8")
     parser.add_argument("--out", type=Path, default=Path("results"))
     args = parser.parse_args(argv)
@@ -322,25 +352,21 @@ def main(argv: list[str] | None = None) -> int:
     runners, skipped = lanes_here()
     for lane, why in skipped.items():
         print(f"lane {lane} skipped: {why}", flush=True)
-    records, load, logs = [], [loadavg()], {}
+    records, load = [], [loadavg()]
+    logs: dict[str, str] = {}
+    computes = [int(c) for c in args.compute.split(",")]
     for mib in [int(s) for s in args.sizes.split(",")]:
-        runs: dict[str, list[dict[str, Any]]] = {lane: [] for lane in runners}
-        for r in range(args.repeats):
-            for lane in list(runners)[:: 1 if r % 2 == 0 else -1]:
-                print(f"{mib} MiB, {lane} ...", flush=True)
-                try:
-                    with tempfile.TemporaryDirectory(prefix="deisa-bench-adios2-") as tmp:
-                        runs[lane].append(runners[lane](args, mib, Path(tmp)))
-                except LaneFailedError as exc:  # the lane is left out from here on
-                    print(f"lane {lane} failed at {mib} MiB: {exc}", flush=True)
-                    skipped[lane], logs[lane] = f"failed at {mib} MiB: {exc}", exc.log
-                    del runners[lane], runs[lane]
-        records += [summarize(lane, mib, lane_runs) for lane, lane_runs in runs.items()]
-        load.append(loadavg())
+        for compute in computes:
+            runs = run_lanes(runners, argparse.Namespace(**{**vars(args), "compute": compute}),
+                             mib, skipped, logs)  # fmt: skip
+            records += [
+                summarize(lane, mib, compute, lane_runs) for lane, lane_runs in runs.items()
+            ]
+            load.append(loadavg())
     print_table(records)
     return finish(args.out, "adios2_endstep", targets_of(records, skipped), records=records,
                   skipped=skipped, failure_logs=logs, loadavg=load, steps=args.steps,
-                  repeats=args.repeats, sst_queue=args.queue)  # fmt: skip
+                  repeats=args.repeats, sst_queue=args.queue, compute=computes)  # fmt: skip
 
 
 if __name__ == "__main__":

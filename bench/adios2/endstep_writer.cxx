@@ -1,14 +1,15 @@
 // The writer of bench.adios2_endstep: each MPI rank Puts one block of MIB MiB per step through
 // the engine its ADIOS2 XML names (the deisa plugin engine, BP5, SST...), and times every step
-// (BeginStep + Put + EndStep) and a memcpy of the same block. Written against ADIOS2's C++ API
-// only, as a user's code is.
+// (BeginStep + Put + EndStep) and a memcpy of the same block. Before each step, untimed, COMPUTE
+// passes over the block (an add in place, memory-bound like a stencil; bench.publish's compute):
+// 0 steps back to back. Written against ADIOS2's C++ API only, as a user's code is.
 //
-//   mpirun -n R deisa_bench_endstep CONFIG.xml IO_NAME TARGET MIB STEPS
+//   mpirun -n R deisa_bench_endstep CONFIG.xml IO_NAME TARGET MIB STEPS [COMPUTE]
 //
 // Rank 0 prints one JSON object: per step the slowest rank's time and its start (seconds since
 // the epoch, for the reader's arrival times), and per repetition the slowest rank's memcpy.
-#include <adios2.h>
 #include <mpi.h>
+#include <adios2.h>
 
 #include <algorithm>
 #include <chrono>
@@ -35,7 +36,8 @@ double slowest(double seconds)
 void print_list(const char* name, const std::vector<double>& values, bool last = false)
 {
 	std::printf("\"%s\": [", name);
-	for (size_t i = 0; i < values.size(); ++i) std::printf(i ? ", %.9f" : "%.9f", values[i]);
+	for (size_t i = 0; i < values.size(); ++i)
+		std::printf(i ? ", %.9f" : "%.9f", values[i]);
 	std::printf(last ? "]" : "], ");
 }
 
@@ -44,8 +46,8 @@ void print_list(const char* name, const std::vector<double>& values, bool last =
 int main(int argc, char** argv)
 {
 	MPI_Init(&argc, &argv);
-	if (argc != 6) {
-		std::fprintf(stderr, "usage: %s CONFIG.xml IO_NAME TARGET MIB STEPS\n", argv[0]);
+	if (argc != 6 && argc != 7) {
+		std::fprintf(stderr, "usage: %s CONFIG.xml IO_NAME TARGET MIB STEPS [COMPUTE]\n", argv[0]);
 		MPI_Abort(MPI_COMM_WORLD, 2);
 	}
 	int rank = 0, ranks = 1;
@@ -53,8 +55,10 @@ int main(int argc, char** argv)
 	MPI_Comm_size(MPI_COMM_WORLD, &ranks);
 	const size_t n = std::stoul(argv[4]) * 1048576 / sizeof(double);
 	const int steps = std::stoi(argv[5]);
+	const int compute = argc == 7 ? std::stoi(argv[6]) : 0;
 	std::vector<double> block(n), copy(n, 0.0);
-	for (size_t i = 0; i < n; ++i) block[i] = rank + 1e-9 * static_cast<double>(i);
+	for (size_t i = 0; i < n; ++i)
+		block[i] = rank + 1e-9 * static_cast<double>(i);
 
 	std::vector<double> memcpy_s, step_s, step_start;
 	for (int k = 0; k < steps; ++k) {
@@ -66,10 +70,14 @@ int main(int argc, char** argv)
 	{
 		adios2::ADIOS adios(argv[1], MPI_COMM_WORLD);
 		adios2::IO io = adios.DeclareIO(argv[2]);
-		auto variable = io.DefineVariable<double>(
-		    "block", {static_cast<size_t>(ranks), n}, {static_cast<size_t>(rank), 0}, {1, n});
+		auto variable = io.DefineVariable<double>("block", {static_cast<size_t>(ranks), n}, {static_cast<size_t>(rank), 0}, {1, n});
 		adios2::Engine engine = io.Open(argv[3], adios2::Mode::Write);
 		for (int step = 0; step < steps; ++step) {
+			for (int pass = 0; pass < compute; ++pass) {
+				for (double& x: block)
+					x += 1e-9;
+				asm volatile("" : : "r"(block.data()) : "memory"); // a pass over memory each: no loop interchange
+			}
 			block[0] = step;
 			MPI_Barrier(MPI_COMM_WORLD);
 			const double t0 = now();

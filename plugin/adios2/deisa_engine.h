@@ -5,6 +5,7 @@
 
 #include <mpi.h>
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,12 @@ class Deisa_engine: public adios2::plugin::PluginEngineInterface
 
 	/// the scheduler file, for messages
 	std::string m_scheduler_file;
+
+	/// whether the logger `deisa.adios2' logs at debug level (the phases of every EndStep), as at Open
+	bool m_debug = false;
+
+	/// whether each variable asked so far is published: a Put takes no GIL once its variable is known
+	mutable std::map<std::string, bool> m_publishes;
 
 	/// the blocks Put in the step being written
 	Step_blocks m_step_blocks;
