@@ -349,11 +349,13 @@ def test_node_local_runs_both_transports_side_by_side(tmp_path: Path) -> None:
     assert placed == {("tcp", "taking"): 0, ("tcp", "behind"): 0,
                       ("shared memory", "taking"): 6, ("shared memory", "behind"): 6}  # fmt: skip
     assert result["compute_ms"] == 5 and "copy of memcpy" in proc.stdout
-    # two bursts per run; the second finds the warm pool of shared memory populated
+    # two bursts per run; the warm pool of shared memory holds slots where a burst outran the
+    # worker (steps 5 ms apart: some run does), never at the start or in a steady state
     assert sorted({r["burst"] for r in result["rows"]}) == [1, 2]
     shm = [r for r in result["rows"] if r["transport"] == "shared memory"]
-    assert all(r["pool_mib"] > 0 for r in shm), shm
+    assert any(r["pool_mib"] > 0 for r in shm), shm
     assert result["worker_preload"] is True  # as deisa-run's workers
+    assert result["warm_up_s"] > 0  # an unreported first run took the cluster's cold start
     others = result["rows"][0]["start_cpu_others_s"]
     assert others == others and others > 0  # rank 1 measured apart (not NaN)
 
