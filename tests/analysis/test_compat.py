@@ -240,7 +240,7 @@ def simulate(scheduler_file: Path, wait_for_contract: bool = False) -> list[int]
     with Bridge(str(scheduler_file), {"global_t": spec}, comm=MPI.COMM_SELF, mode="sync") as br:
         if wait_for_contract:  # the analytics sets it
             poll_for(
-                lambda: bool(br._state.contracts.known_versions().get("global_t")),
+                lambda: bool(br._parts.contracts.known_versions().get("global_t")),
                 STARTUP,
                 period=0.01,
             )
