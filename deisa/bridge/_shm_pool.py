@@ -28,7 +28,6 @@ mapping in ``advise`` mode), else 4 KiB pages; a failure falls back silently.
 from __future__ import annotations
 
 import ctypes
-import fcntl
 import logging
 import math
 import mmap
@@ -39,7 +38,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ..wire.shm import SEALS, slot_bytes
+from ..wire.shm import memfd, slot_bytes
 from .placement import Host, this_host
 
 logger = logging.getLogger(__name__)
@@ -96,16 +95,9 @@ def page_kind(
 
 
 def huge_memfd(name: str, size: int) -> int:
-    """A memfd of ``size`` bytes (whole huge pages) in reserved huge pages, sealed as every
-    slot (:data:`~deisa.wire.shm.SEALS`); an ``OSError`` where there are none."""
-    fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING | os.MFD_HUGETLB)
-    try:
-        os.ftruncate(fd, size)
-        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, SEALS)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+    """A sealed memfd of ``size`` bytes in reserved huge pages; an ``OSError`` where there are
+    none (:func:`deisa.wire.shm.memfd`)."""
+    return memfd(name, size, huge=True)
 
 
 def round_up(nbytes: int, unit: int) -> int:

@@ -57,10 +57,12 @@ def slot_bytes(nbytes: int) -> int:
     return HEADER + max(pages, 1) * mmap.PAGESIZE
 
 
-def memfd(name: str, size: int) -> int:
+def memfd(name: str, size: int, *, huge: bool = False) -> int:
     """A fresh memfd of ``size`` bytes, sealed with :data:`SEALS`: the worker maps only slots
-    sealed so (:class:`deisa.worker.plugin._Slot`)."""
-    fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    sealed so (:class:`deisa.worker.plugin._Slot`). ``huge``: in the node's reserved huge
+    pages (``size`` a whole number of them), an ``OSError`` where there are none."""
+    flags = os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING | (os.MFD_HUGETLB if huge else 0)
+    fd = os.memfd_create(name, flags)
     try:
         os.ftruncate(fd, size)
         fcntl.fcntl(fd, fcntl.F_ADD_SEALS, SEALS)
