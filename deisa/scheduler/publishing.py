@@ -69,7 +69,25 @@ class Publishing(StreamState):
             return self._drop_late(stream, record)
         if step in stream.pending:
             return await self._replace(stream, stream.pending[step], record)
-        limit = stream.buffer_nb
+        refused = await self._make_room(stream, record, timeout)
+        if refused is not None:
+            return refused
+        stream.some_reader(run)
+        for reader in stream.readers.values():
+            insert(reader.queue, record)  # in place of its lost marker, if it was lost before
+        stream.lost = [(lost, worker) for lost, worker in stream.lost if lost != step]
+        record.pending = len(stream.readers)
+        stream.pending[step] = record
+        stream.published += 1
+        nbytes = sum(n for *_, n in present)
+        self.totals.setdefault(name, Counter()).update(published=1, bytes=nbytes)
+        await stream.notify()
+        return ok()
+
+    async def _make_room(self, stream: Stream, record: Step, timeout: float | None) -> Reply | None:
+        """Flow control: room in ``stream``'s buffer for ``record`` (dropping the oldest step, or
+        waiting up to ``timeout``), or the reply that refuses it."""
+        limit, step, keys = stream.buffer_nb, record.step, record.keys
         if limit and stream.on_full == "drop_oldest":
             while stream.queued_steps() >= limit:
                 self._drop_oldest(stream)
@@ -84,7 +102,7 @@ class Publishing(StreamState):
                     else f"slowest reader: {slowest.name}"
                 )
                 return error(
-                    f"the analytics took no step of {name!r} for {timeout} s while "
+                    f"the analytics took no step of {stream.name!r} for {timeout} s while "
                     f"buffer_nb={limit} steps were waiting (taken so far: {stream.taken}); "
                     f"step {step} was not delivered ({who})",
                     Status.TIMEOUT,
@@ -94,17 +112,7 @@ class Publishing(StreamState):
             departed = sorted({w for w in record.workers if w not in self.scheduler.workers})
             if departed:  # left while it waited for room
                 return await self._lost_on_arrival(stream, record, departed)
-        stream.some_reader(run)
-        for reader in stream.readers.values():
-            insert(reader.queue, record)  # in place of its lost marker, if it was lost before
-        stream.lost = [(lost, worker) for lost, worker in stream.lost if lost != step]
-        record.pending = len(stream.readers)
-        stream.pending[step] = record
-        stream.published += 1
-        nbytes = sum(n for *_, n in present)
-        self.totals.setdefault(name, Counter()).update(published=1, bytes=nbytes)
-        await stream.notify()
-        return ok()
+        return None
 
     async def _lost_on_arrival(self, stream: Stream, record: Step, departed: list[str]) -> Reply:
         """A step with blocks on workers that left: released, and lost for every reader."""

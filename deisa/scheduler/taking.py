@@ -7,7 +7,7 @@ from collections import Counter
 
 from .. import _dask_internals
 from ..wire import Reply, Status, error, ok
-from ._streams import End, Lost, Reader, end_reply
+from ._streams import End, Lost, Reader, Step, Stream, end_reply
 from .consumers import Consumers
 
 
@@ -75,21 +75,32 @@ class Taking(Consumers):
         if mine is None:
             return error(f"consumer {consumer} was detached from {name!r}")
         entry = mine.queue[0]
+        if isinstance(entry, (Lost, End)):
+            return await self._pass_marker(stream, mine, entry, consumer)
+        return await self._hand_over(stream, mine, entry, client)
+
+    async def _pass_marker(
+        self, stream: Stream, mine: Reader, entry: Lost | End, consumer: str
+    ) -> Reply:
+        """The reader's next entry is a marker: a lost step, which it passes, or the run's end."""
+        name = stream.name
         if isinstance(entry, Lost):  # its place: the reader learns it was lost, and passes it
             mine.queue.popleft()
             stream.passed(entry.step)
             await stream.notify()
             return entry.reply(name)
-        if isinstance(entry, End):  # this consumer is done with the run
-            mine.members.discard(consumer)
-            if mine.members:  # a group: its other members read the end too
-                await stream.notify()
-                return entry.reply(name)
-            del stream.readers[mine.name]
-            if not any(r.run == stream.run for r in stream.readers.values()):
-                self._retire(stream)  # in place: readers of the next run may already wait on it
+        mine.members.discard(consumer)  # this consumer is done with the run
+        if mine.members:  # a group: its other members read the end too
             await stream.notify()
             return entry.reply(name)
+        del stream.readers[mine.name]
+        if not any(r.run == stream.run for r in stream.readers.values()):
+            self._retire(stream)  # in place: readers of the next run may already wait on it
+        await stream.notify()
+        return entry.reply(name)
+
+    async def _hand_over(self, stream: Stream, mine: Reader, entry: Step, client: str) -> Reply:
+        """The reader's next step ``entry``: its keys shared with ``client``, its description."""
         mine.queue.popleft()
         _dask_internals.share_keys(self.scheduler, entry.keys, client)
         again = client in entry.clients
@@ -104,7 +115,7 @@ class Taking(Consumers):
             self._untake(stream, entry)
         mine.taken += 1
         stream.taken += 1
-        self.totals.setdefault(name, Counter())["taken"] += 1
+        self.totals.setdefault(stream.name, Counter())["taken"] += 1
         stream.passed(entry.step)
         await stream.notify()
         return ok(
