@@ -1,0 +1,327 @@
+"""One array a simulation publishes, read step by step from the scheduler's stream.
+
+:class:`ArrayDescriptor` is what ``Adapter(client)[name]`` returns (:mod:`deisa.analysis.adapter`,
+where it and :class:`StepLostError` are importable from, as before): it takes the array's steps
+out of the scheduler in order (``deisa_get``), caches those taken ahead, builds each step's dask
+array from its blocks' keys, and asks for contracts (:mod:`deisa.contract`).
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+import weakref
+from collections.abc import Iterator
+from typing import Any, Literal, Protocol
+
+import dask.array as da
+import numpy as np
+from distributed import Client, Future
+
+from .. import _dask_internals
+from ..contract import Contract
+from ..wire import Reply, Route, Status, is_ok, status
+from . import _block_locations, contracts
+from ._reading import StepArray, StepNotAvailableError
+
+__all__ = ["ArrayDescriptor", "StepLostError"]
+
+logger = logging.getLogger("deisa.analysis.adapter")
+
+
+class Consumer(Protocol):
+    """What a descriptor needs of its :class:`~deisa.analysis.adapter.Adapter`: the consumer's
+    identity and settings, and the scheduler's routes."""
+
+    client: Client
+    timeout: float | None
+    group: str | None
+    on_lost: Literal["warn", "raise"]
+    consumer: str
+
+    def _request(self, route: Route, **kwargs: Any) -> Reply: ...
+
+
+class StepLostError(StepNotAvailableError):
+    """A step whose blocks died with a worker that left the cluster: it will never be read."""
+
+
+class ArrayDescriptor(StepArray):
+    """One published array, indexed as ``descriptor[t, x, y]`` with a leading time axis.
+
+    The reading interface (time selection, :meth:`~StepArray.items`,
+    :meth:`~StepArray.windows`, :attr:`~StepArray.steps`, labelled arrays with ``as_xarray=True``
+    or :meth:`~StepArray.to_xarray`) is :class:`StepArray`'s, shared with the arrays of a
+    :class:`~deisa.analysis.replay.Replay`. The time index selects published
+    step numbers: an integer, a slice or ``range`` of steps (open-ended and negative bounds wait
+    for the end of the stream), a list of steps, or ``...``. An integer step gives a spatial
+    array with no tasks in its graph; several steps are stacked along a new leading axis by
+    :func:`dask.array.stack`.
+
+    Steps are taken out of the scheduler in order, each handed out once. Steps taken to reach
+    a later one but not asked for yet stay cached here (holding their data) until asked for.
+    """
+
+    def __init__(self, adapter: Consumer, name: str) -> None:
+        super().__init__(name)
+        self.adapter = adapter
+        self._meta: dict[str, Any] | None = None
+        self._cached: dict[int, dict[Any, Future]] = {}
+        self._handed: dict[int, dict[Any, weakref.ref[Future]]] = {}
+        self._run: str | None = None  # the simulation run whose steps this reads
+        self._contract_of: dict[int, dict[str, Any] | None] = {}  # the contract of each step
+        # the worker of each block of a step, and their threads, as the stream reported them
+        self._holders: dict[int, tuple[list[str], dict[str, int]]] = {}
+        self._lost: dict[int, list[str]] = {}  # steps lost with a worker: the workers
+        self._unreported: set[int] = set()  # lost steps the iteration has not passed yet
+        self._reached: int | None = None  # the latest step received, lost ones included
+
+    # -- metadata ----------------------------------------------------------------------------
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        if self._meta is None:
+            adapter = self.adapter
+            reply = adapter._request(
+                Route.META,
+                name=self.name,
+                timeout=adapter.timeout,
+                client=adapter.client.id,
+                consumer=adapter.consumer,
+                group=adapter.group,
+            )
+            if not is_ok(reply):
+                raise TimeoutError(
+                    f"no simulation has opened array {self.name!r} within {self.adapter.timeout} s"
+                )
+            self._meta = reply["meta"]
+        return self._meta
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(self.meta["dtype"])
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """Spatial shape (the time axis is unbounded and not included)."""
+        return tuple(self.meta["shape"])
+
+    @property
+    def chunks(self) -> tuple[tuple[int, ...], ...]:
+        return tuple(tuple(c) for c in self.meta["chunks"])
+
+    @property
+    def dims(self) -> tuple[str, ...] | None:
+        """Names of the spatial axes as the simulation gave them (``ArraySpec(dims=...)``),
+        ``None`` if it did not (or its Bridge predates them)."""
+        dims = self.meta.get("dims")
+        return None if dims is None else tuple(dims)
+
+    @property
+    def time_length(self) -> int | None:
+        """The number of steps the simulation declared its time axis holds (a PDI YAML's
+        fixed time size in the older grammars, ``ArraySpec(time_length=...)``), ``None`` if
+        unbounded. Steps past it are not published; a simulation may stop before it."""
+        length = self.meta.get("time_length")
+        return None if length is None else int(length)
+
+    def __repr__(self) -> str:
+        state = "ended" if self._ended else "open"
+        return f"<ArrayDescriptor {self.name!r}: {len(self._seen)} steps received, {state}>"
+
+    # -- pulling steps -----------------------------------------------------------------------
+
+    def _attach(self) -> None:
+        """Become a consumer of this array now (otherwise: at the first scheduler request)."""
+        if self._run is None and not self._ended:
+            adapter = self.adapter
+            adapter._request(
+                Route.ATTACH,
+                name=self.name,
+                client=adapter.client.id,
+                consumer=adapter.consumer,
+                group=adapter.group,
+            )
+
+    def _pull(self) -> bool:
+        """Take the next record from the scheduler; False at the end of the stream."""
+        if self._ended:
+            return False
+        client = self.adapter.client
+        reply = self.adapter._request(
+            Route.GET,
+            name=self.name,
+            client=client.id,
+            timeout=self.adapter.timeout,
+            run=self._run,
+            consumer=self.adapter.consumer,
+            group=self.adapter.group,
+        )
+        answer = status(reply)
+        if answer is Status.ERROR:
+            raise RuntimeError(f"deisa_get of {self.name!r} refused: {reply['message']}")
+        if answer is Status.END:
+            self._ended = True
+            logger.info("deisa adapter: end of %r after %d steps", self.name, len(self._seen))
+            return False
+        if answer is Status.LOST:
+            step = int(reply["step"])
+            self._run = reply["run"]
+            self._lost[step] = list(reply["workers"])
+            self._unreported.add(step)
+            self._reached = max(step, self._reached if self._reached is not None else step)
+            logger.info("deisa adapter: %s", reply["message"])
+            return True
+        if answer is Status.TIMEOUT:
+            last = self._seen[-1] if self._seen else None
+            state = (
+                f"the simulation has published {reply['published']} step(s) so far, the last "
+                f"one received here being {last}"
+                if reply["open"]
+                else "no simulation has opened it yet"
+            )
+            raise TimeoutError(
+                f"waited {self.adapter.timeout} s for the next step of {self.name!r}: {state}"
+            )
+        self._meta, self._run = reply["meta"], reply["run"]
+        step = int(reply["step"])
+        futures = {key: _dask_internals.future_in_memory(key, client) for key in reply["keys"]}
+        self._holders[step] = (reply["workers"], reply["nthreads"])
+        if reply.get("confirm"):  # this client took the step before, through another consumer
+            _dask_internals.send_batched(
+                client, Route.STEP_TAKEN.value, name=self.name, run=self._run, step=step
+            )
+        self._cached[step] = futures
+        self._contract_of[step] = reply.get("contract")
+        self._seen.append(step)
+        self._reached = max(step, self._reached if self._reached is not None else step)
+        return True
+
+    def _pull_until(self, step: int | None) -> None:
+        """Pull until ``step`` (or a later one) was received, or to the end if ``None``."""
+        while step is None or self._reached is None or self._reached < step:
+            if not self._pull():
+                return
+
+    # -- the StepArray hooks -----------------------------------------------------------------
+
+    def _has(self, step: int) -> bool:
+        if step in self._lost:
+            self._unreported.discard(step)
+            raise StepLostError(self._lost_message(step))
+        return step in self._cached or step in self._handed
+
+    def _next_steps(self) -> Iterator[int]:
+        while self._cached or self._unreported or self._pull():
+            lost = min(self._unreported, default=None)
+            if lost is None or (self._cached and min(self._cached) < lost):
+                if self._cached:
+                    yield min(self._cached)
+                continue
+            self._unreported.discard(lost)  # in step order: the iteration passes it
+            if self.adapter.on_lost == "raise":
+                raise StepLostError(self._lost_message(lost))
+            warnings.warn(self._lost_message(lost) + "; skipped", RuntimeWarning, stacklevel=3)
+
+    def _lost_message(self, step: int) -> str:
+        return (
+            f"step {step} of {self.name!r} was lost: worker(s) {', '.join(self._lost[step])} "
+            "holding its blocks left the cluster before this Adapter took it"
+        )
+
+    def _step_array(self, step: int) -> da.Array:
+        if step in self._cached:
+            futures = self._cached.pop(step)
+            self._handed[step] = {key: weakref.ref(f) for key, f in futures.items()}
+        else:
+            refs = self._handed[step]
+            alive = {key: ref() for key, ref in refs.items()}
+            if any(f is None for f in alive.values()):
+                raise StepNotAvailableError(
+                    f"step {step} of {self.name!r} was handed out before and its data has "
+                    "been released since; keep the first array to use it again"
+                )
+            futures = alive  # type: ignore[assignment]
+        meta = self.meta
+        if self._contract_of.get(step) is not None:  # sent under a contract: its region
+            array = contracts.region_array(futures, meta, self._contract_of[step])  # type: ignore[arg-type]
+        else:
+            array = da.Array(
+                dict(futures),
+                next(iter(futures))[0],
+                chunks=self.chunks,
+                dtype=np.dtype(meta["dtype"]),
+                shape=tuple(meta["shape"]),
+            )
+        workers, nthreads = self._holders[step]
+        return _block_locations.located(array, futures, workers, nthreads)
+
+    # -- contracts (deisa.contract) ---------------------------------------------------------
+
+    def require(self, region: Any = None, steps: Any = None) -> Contract:
+        """Ask the simulation to send only ``region`` of this array, on ``steps`` only.
+
+        The contract replaces any earlier one of the array (whoever set it: it applies to
+        every consumer) and reaches every rank of the simulation at the same step: steps not
+        wanted are not sent at all, and on the others only the blocks that intersect
+        ``region`` are. The arrays of steps sent under it are exactly ``region`` (spatial
+        indices of a selection are then relative to the region). Steps published before it
+        came into force keep the shape they were sent with: see :meth:`contract_of`.
+
+        Parameters
+        ----------
+        region
+            ``None`` (the whole array) or one ``slice(start, stop)`` per spatial axis, in
+            global indices (``None`` bounds: the array's edges; no negative bounds or slice
+            steps).
+        steps
+            ``None`` (every step), an ``int`` stride (``5``: steps 0, 5, 10...), or a
+            ``range`` or ``slice`` of step numbers (open-ended: ``slice(10, None, 5)``).
+
+        Returns
+        -------
+        Contract
+            The contract as stored, with its bounds resolved and its version.
+
+        Raises
+        ------
+        deisa.contract.ContractError
+            A malformed region or steps, a region outside the array or empty, a stride below
+            1; or no simulation opened the array within the Adapter's timeout (the contract
+            is then withdrawn). If the array is not open yet, waits for it to be (so that the
+            region can be checked), up to the Adapter's ``timeout``; the contract is already
+            in place when the simulation opens the array, and applies from its first step.
+
+        Examples
+        --------
+        >>> gtemp = Adapter(client)["gtemp"]  # doctest: +SKIP
+        >>> gtemp.require(region=(slice(0, 512), slice(0, 512)), steps=5)  # doctest: +SKIP
+        >>> for step, corner in gtemp.items(): ...  # steps 0, 5, 10...: 512 x 512  # doctest: +SKIP
+        """
+        contract = Contract.build(region, steps)
+        adapter = self.adapter
+        stored = contracts.set_contract(adapter.client, self.name, contract, adapter.timeout)
+        assert stored is not None
+        return stored
+
+    def drop_contract(self) -> None:
+        """Withdraw the array's contract: the simulation sends every block of every step again,
+        from a step boundary on (see :meth:`require`)."""
+        contracts.set_contract(self.adapter.client, self.name, None, self.adapter.timeout)
+
+    @property
+    def contract(self) -> Contract | None:
+        """The array's contract as the scheduler holds it now (``None``: everything is sent)."""
+        wire = self.adapter._request(Route.GET_CONTRACT, name=self.name)["contract"]
+        return None if wire is None else Contract.from_wire(wire)
+
+    def contract_of(self, step: int) -> Contract | None:
+        """The contract ``step`` was sent under, as its record says (``None``: whole array).
+
+        Raises
+        ------
+        KeyError
+            ``step`` was not received by this descriptor.
+        """
+        wire = self._contract_of[step]
+        return None if wire is None else Contract.from_wire(wire)
