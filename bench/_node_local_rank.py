@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _memcpy import memcpy_times
 from mpi4py import MPI
 
 
@@ -127,13 +128,7 @@ def main() -> None:
     cols = 1024
     rows = max(1, int(args.mib * 2**20 / 8 / cols))
     block = np.random.default_rng(rank).random((rows, cols))
-    scratch = np.empty_like(block)
-    copies = []
-    for _ in range(7):
-        t0 = time.perf_counter()
-        np.copyto(scratch, block)
-        copies.append(time.perf_counter() - t0)
-    del scratch
+    copies = memcpy_times(block)
     before = memory()
 
     cpu0 = time.process_time()

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import ray
+from _memcpy import memcpy_times
 
 
 @ray.remote
@@ -39,13 +40,7 @@ def main() -> None:
     args = parser.parse_args()
     rows = max(1, int(args.mib * 2**20 / 8 / 1024))
     block = np.random.default_rng(0).random((rows, 1024))
-    scratch = np.empty_like(block)
-    copies = []
-    for _ in range(7):
-        t0 = time.perf_counter()
-        np.copyto(scratch, block)
-        copies.append(time.perf_counter() - t0)
-    del scratch
+    copies = memcpy_times(block)
     ray.init(
         num_cpus=1, include_dashboard=False, _node_ip_address="127.0.0.1",
         object_store_memory=args.store_mib * 2**20, log_to_driver=False,
