@@ -329,7 +329,9 @@ PROCESS_TESTS: dict[str, frozenset[str] | None] = {
     "test_layout": frozenset(  # mpirun, dask processes with and without the Bridge's preload
         {"test_no_rank_waits_for_distributed_and_only_rank_0_loads_the_scheduler_side"}
     ),
-    "test_relay": frozenset({"test_a_rank_0_on_a_workers_node_never_imports_distributed"}),
+    "test_relay": frozenset(  # dask processes, rank 0 in a fresh interpreter
+        {"test_a_rank_0_on_a_workers_node_imports_distributed_only_when_it_installs_the_plugin"}
+    ),
     "test_ucx": frozenset(  # deisa-run over UCX, where distributed-ucxx imports; the job script
         {
             "test_local_run_over_ucx",

@@ -33,8 +33,8 @@ sys.path.insert(0, str(PUBLISHER.parent))
 from publish_blocks import expected  # noqa: E402
 
 sys.path.insert(0, str(REPO / "tests" / "bridge"))
-from test_guard import ATTACKER, CONNECTIONS  # noqa: E402
 from test_transport import AS_NOBODY, FOREIGN_PYTHON, as_root  # noqa: E402
+from wire.test_guard import ATTACKER, CONNECTIONS  # noqa: E402
 
 
 def test_local_mode_listens_on_loopback_only(tmp_path: Path) -> None:
@@ -318,7 +318,7 @@ def test_a_thousand_connections_of_another_account_cost_the_run_no_step(
 ) -> None:
     """uid 65534 holds 1,000 plain TCP connections to rank 0's TLS notices listener, whose
     ranks have 512 descriptors, through the run (the control, the listener unguarded, is
-    tests/bridge/test_guard.py's): every step arrives, nothing runs short of descriptors, and
+    tests/wire/test_guard.py's): every step arrives, nothing runs short of descriptors, and
     the refusals make a few log lines."""
     assert FOREIGN_PYTHON is not None
     sched_file, client_env = tls_cluster

@@ -142,7 +142,7 @@ def test_a_listener_name_taken_by_another_account_is_replaced(
     if FOREIGN_PYTHON is None:
         pytest.skip("no Python that uid 65534 may run")
     # the listeners start with rank 0's connection, after the squatter took the first name (a
-    # run of plain TCP has no secret: its names are public, tests/bridge/test_names.py)
+    # run of plain TCP has no secret: its names are public, tests/wire/test_names.py)
     cluster = start_dask(tmp_path, n_workers=2, bridge_preload=False)
     done = tmp_path / "done"
     done.mkdir()

@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+from bridge.test_transport import AS_NOBODY, REFUSED, as_root, attack, squat
 from conftest import STARTUP, start_dask, test_env
 from distributed.utils_test import gen_cluster
-from test_transport import AS_NOBODY, REFUSED, as_root, attack, squat
 
 from deisa import Adapter
 from deisa.bridge._connect import Pool, route

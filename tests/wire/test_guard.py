@@ -17,9 +17,9 @@ from unittest import mock
 
 import numpy as np
 import pytest
+from bridge.test_transport import AS_NOBODY, FOREIGN_PYTHON, as_root, attack
 from conftest import STARTUP
 from distributed.utils_test import gen_cluster
-from test_transport import AS_NOBODY, FOREIGN_PYTHON, as_root, attack
 
 from deisa.bridge._relay import Relay
 from deisa.bridge.transport import Transport

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from bridge.test_transport import as_root, squat
 from conftest import STARTUP
 from distributed.utils_test import gen_cluster
-from test_transport import as_root, squat
 
 from deisa.bridge import _shm
 from deisa.bridge._relay import Relay
