@@ -15,7 +15,7 @@ there with its message if it raises. A key is read as ADIOS2 reads its own: case
 matter, nor do underscores (``BufferNb``, ``buffer_nb`` and ``BUFFERNB`` are one key). Every
 :class:`~deisa.bridge.options.BridgeOptions` field is a parameter, read from its text by the
 field's own constraint (one declaration of the options, for the Bridge's keyword arguments, the
-PDI YAML, the command line and these parameters); the engine adds its own three:
+PDI YAML, the command line and these parameters); the engine adds its own four:
 
 ``SchedulerFile``
     The Dask scheduler file; ``$DEISA_SCHEDULER_FILE`` without it. ``deisa-run``'s scheduler
@@ -26,6 +26,12 @@ PDI YAML, the command line and these parameters); the engine adds its own three:
 ``Every``
     Publish every N-th step only (step indices 0, N, 2N...: the analytics sees the ADIOS2
     step index as the time index); 1 by default.
+``MemorySelections``
+    ``guard`` (the default): the engine opens only where the memory selection guard
+    (``libdeisa_adios2_guard.so``, which ``deisa-run`` preloads) tells it the memory selections
+    the code sets, which ADIOS2's plugin interface hides from an engine; ``none``: the code sets
+    no memory selection, and the engine opens without the guard (a selection set anyway would
+    then go unseen: the guard, where loaded, is still obeyed).
 """
 
 from __future__ import annotations
@@ -47,13 +53,16 @@ ADIOS2_KEYS = ("PluginName", "PluginLibrary", "verbose")
 """ADIOS2's own parameters of a plugin engine (its plugin manager reads ``verbose``): read by
 ADIOS2, ignored here."""
 
-OWN_KEYS = ("SchedulerFile", "Variables", "Every")
+OWN_KEYS = ("SchedulerFile", "Variables", "Every", "MemorySelections")
 """The engine's parameters that are not Bridge options."""
 
 OVERRIDE = "DEISA_SCHEDULER_FILE_OVERRIDE"
 """deisa-run's scheduler file, which wins over ``SchedulerFile``."""
 
 SOURCE = "deisa ADIOS2 engine"
+
+MEMORY_SELECTIONS = ("guard", "none")
+"""The values of ``MemorySelections``: the guard is needed, or the code sets no selection."""
 
 
 class EngineParameterError(ValueError):
@@ -79,12 +88,16 @@ class EngineParameters:
         Publish the steps whose index is a multiple of it.
     options
         The Bridge's options.
+    memory_selections
+        ``"guard"``: the engine needs the memory selection guard; ``"none"``: the code sets no
+        memory selection.
     """
 
     scheduler_file: str
     variables: tuple[str, ...] | None
     every: int
     options: BridgeOptions
+    memory_selections: str = "guard"
 
     def publishes(self, variable: str) -> bool:
         """Whether ``variable`` is published."""
@@ -146,6 +159,7 @@ def parse(
         _variables(values.get("Variables")),
         _every(values.get("Every", "1")),
         _options(given_options, written),
+        _memory_selections(values.get("MemorySelections", "guard")),
     )
 
 
@@ -201,3 +215,13 @@ def _every(text: str) -> int:
             f"{SOURCE}: parameter `Every'={text!r} must be a positive integer"
         )
     return every
+
+
+def _memory_selections(text: str) -> str:
+    value = text.strip().lower()
+    if value not in MEMORY_SELECTIONS:
+        raise EngineParameterError(
+            f"{SOURCE}: parameter `MemorySelections'={text!r} must be one of "
+            f"{', '.join(MEMORY_SELECTIONS)}"
+        )
+    return value

@@ -138,7 +138,38 @@ void Deisa_engine::Init()
 		}
 		throw invalid_argument{py::str(e.value()).cast<string>()};
 	}
+	find_guard();
 	check_defined_variables();
+}
+
+void Deisa_engine::find_guard()
+{
+	const string problem = m_memory_selections.find_guard();
+	if (problem.empty()) return;
+	bool none;
+	{
+		py::gil_scoped_acquire gil;
+		none = m_parameters.attr("memory_selections").cast<string>() == "none";
+	}
+	if (none) return; // the code says it sets no memory selection
+	throw invalid_argument{
+		"deisa ADIOS2 engine: " + problem
+		+ " (ADIOS2's plugin interface hides a variable's memory selection from an engine, and without the guard a SetMemorySelection "
+		  "would publish a wrong array): run the code under deisa-run, which preloads the guard, or with LD_PRELOAD="
+		+ guard_path() + "; or, if the code sets no memory selection, give the engine the parameter MemorySelections=none"};
+}
+
+template <typename T>
+void Deisa_engine::select_memory(const adios2::Variable<T>& variable, Step_block& block, const T* values) const
+{
+	// the public variable's only member is its core variable (a core::VariableBase, single inheritance)
+	static_assert(sizeof(adios2::Variable<T>) == sizeof(void*), "adios2::Variable<T> is its core variable's pointer");
+	const void* core_variable = *reinterpret_cast<void* const *>(&variable);
+	Memory_box box;
+	if (!m_memory_selections.find(core_variable, box)) return;
+	long offset = 0;
+	deisa::select_memory(block.name, box, block.shape, offset, block.memory_strides);
+	block.data = values + offset;
 }
 
 bool Deisa_engine::publishes(const string& name) const
@@ -217,6 +248,7 @@ void Deisa_engine::put(adios2::Variable<T> variable, const T* values, bool copy)
 		block.shape = block.value ? vector<long>{1} : to_longs(variable.Count());
 		block.data = values;
 		block.nbytes = sizeof(T) * (block.value ? 1 : variable.SelectionSize());
+		if (!block.value) select_memory(variable, block, values);
 		if (copy || block.value) block.keep_copy();
 		m_step_blocks.add(std::move(block), m_step);
 	}
@@ -240,8 +272,8 @@ ADIOS2_FOREACH_STDTYPE_1ARG(DEISA_DEFINE_PUT)
 		throw invalid_argument{refused(                                                                                                              \
 			variable.Name(),                                                                                                                         \
 			"Put as a Span (Put(variable) returning the engine's memory)",                                                                           \
-			"ADIOS2's plugin interface cannot lend an engine's memory to the code (a Span's data() would be null); Put the code's "                  \
-			"own buffer instead"                                                                                                                     \
+			"in ADIOS2 2.12 a Span's data() asks the core engine's BufferData, which ADIOS2's PluginEngine does not forward to a plugin "            \
+			"(it returns null): Put the code's own buffer instead"                                                                                   \
 		)};                                                                                                                                          \
 	}
 ADIOS2_FOREACH_PRIMITIVE_STDTYPE_1ARG(DEISA_DEFINE_SPAN)

@@ -14,6 +14,7 @@
 #include <pybind11/pybind11.h>
 
 #include "core/python_bridge.h"
+#include "memory_selection.h"
 #include "step_blocks.h"
 
 #if !defined(ADIOS2_PLUGIN_ENGINE_INTERFACE) || ADIOS2_PLUGIN_ENGINE_INTERFACE < 2
@@ -29,7 +30,8 @@ namespace deisa {
  * step's blocks, in name order, through this rank's deisa.Bridge (created at the first
  * published step, with the variables Put then), the ADIOS2 step being the time index.  A sync
  * Put is copied (the code may reuse its buffer at once), a deferred Put is read at EndStep, or
- * copied at PerformPuts, as BP5 does.  What has no meaning here (reading, local arrays,
+ * copied at PerformPuts, as BP5 does; with a memory selection, the block is its sub-box of the
+ * code's buffer (the memory selection guard tells it).  What has no meaning here (reading, local arrays,
  * operators, strings, a Span) is a std::invalid_argument naming the feature and the variable,
  * at Open for the variables defined then, else at their Put.  See docs/adios2.md.
  */
@@ -52,6 +54,9 @@ class Deisa_engine: public adios2::plugin::PluginEngineInterface
 
 	/// the blocks Put in the step being written
 	Step_blocks m_step_blocks;
+
+	/// the memory selections the code sets, from the guard (memory_selection_guard.h)
+	Memory_selections m_memory_selections;
 
 	/// the index of the step being written (the time index of what it publishes)
 	size_t m_step = 0;
@@ -85,6 +90,17 @@ class Deisa_engine: public adios2::plugin::PluginEngineInterface
 
 	/// Checks every variable defined before Open
 	void check_defined_variables();
+
+	/// Refuses to open without the memory selection guard, unless the code says it sets no selection
+	void find_guard();
+
+	/** Points a block at its sub-box of the code's buffer, if the code set a memory selection
+	 * \param variable the variable (its core variable: the public one's only member)
+	 * \param block the block, its shape set
+	 * \param values the code's buffer
+	 */
+	template <typename T>
+	void select_memory(const adios2::Variable<T>& variable, Step_block& block, const T* values) const;
 
 	/** Records this rank's block of a variable for the step
 	 * \param variable the variable

@@ -41,8 +41,39 @@ void Step_block::keep_copy()
 {
 	if (!copy.empty() || nbytes == 0) return;
 	const auto* bytes = static_cast<const unsigned char*>(data);
-	copy.assign(bytes, bytes + nbytes); // one pass: no zeroing first, as resize would
+	if (memory_strides.empty()) {
+		copy.assign(bytes, bytes + nbytes); // one pass: no zeroing first, as resize would
+	} else {
+		copy_rows(bytes);
+		memory_strides.clear();
+	}
 	data = copy.data();
+}
+
+void Step_block::copy_rows(const unsigned char* bytes)
+{
+	// a sub-box of the code's buffer: one memcpy per row of the last axis (contiguous there)
+	const size_t ndims = shape.size();
+	size_t rows = 1;
+	for (size_t axis = 0; axis + 1 < ndims; ++axis) {
+		rows *= static_cast<size_t>(shape[axis]);
+	}
+	const size_t row_bytes = nbytes / rows;
+	const size_t itemsize = row_bytes / static_cast<size_t>(shape.back());
+	copy.reserve(nbytes);
+	vector<long> index(ndims, 0);
+	for (size_t row = 0; row < rows; ++row) {
+		long element = 0;
+		for (size_t axis = 0; axis + 1 < ndims; ++axis) {
+			element += index[axis] * memory_strides[axis];
+		}
+		const unsigned char* first = bytes + element * static_cast<long>(itemsize);
+		copy.insert(copy.end(), first, first + row_bytes);
+		for (size_t axis = ndims - 1; axis-- > 0;) { // the next row, the last axis but one fastest
+			if (++index[axis] < shape[axis]) break;
+			index[axis] = 0;
+		}
+	}
 }
 
 Strided_block Step_block::strided(long itemsize) const
@@ -50,7 +81,7 @@ Strided_block Step_block::strided(long itemsize) const
 	vector<long> strides(shape.size());
 	long stride = itemsize;
 	for (size_t axis = shape.size(); axis-- > 0;) {
-		strides[axis] = stride;
+		strides[axis] = memory_strides.empty() ? stride : memory_strides[axis] * itemsize;
 		stride *= shape[axis];
 	}
 	return {data, dtype, shape, strides};

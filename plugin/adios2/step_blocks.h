@@ -33,17 +33,25 @@ struct Step_block {
 	/// the block's memory: the code's (a deferred Put) or `copy'
 	const void* data = nullptr;
 
+	/// strides in elements of the code's buffer when the block is a sub-box of it (a memory selection), empty: contiguous
+	std::vector<long> memory_strides;
+
 	/// the engine's copy of the block, if it was copied
 	std::vector<unsigned char> copy;
 
-	/// the block's size in bytes
+	/// the block's size in bytes (contiguous)
 	size_t nbytes = 0;
 
-	/** Copies the block into `copy' and points `data' there, if not done yet
+	/** Copies the block into `copy', contiguous, and points `data' there, if not done yet
 	 */
 	void keep_copy();
 
-	/** The block as a contiguous C-order numpy description
+	/** Copies the sub-box of the code's buffer that `memory_strides' describes into `copy'
+	 * \param bytes the block's first element in the buffer
+	 */
+	void copy_rows(const unsigned char* bytes);
+
+	/** The block as a numpy description: C-order, contiguous or strided as the code's buffer
 	 * \param itemsize the size of an element in bytes
 	 */
 	Strided_block strided(long itemsize) const;

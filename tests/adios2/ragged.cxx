@@ -1,7 +1,7 @@
 /* An MPI code written against ADIOS2's C++ API, as an ADIOS2 user writes one: the test code of
  * the deisa ADIOS2 engine (tests/test_adios2.py).
  *
- *   mpirun -np 4 deisa_adios2_ragged CONFIG.xml OUTPUT STEPS [--misuse local|span|read|no-close]
+ *   mpirun -np 4 deisa_adios2_ragged CONFIG.xml OUTPUT STEPS [--ghosts | --misuse local|span|read|no-close|bad-selection]
  *
  * Writes STEPS steps to OUTPUT through io `SimulationOutput', whose engine CONFIG.xml chooses
  * (BP5, or deisa): a 13 x 10 global array `U' (double, a sync Put) and `V' (int32, a deferred
@@ -9,9 +9,12 @@
  * global single values, `step' (int) and `time' (double).  On odd steps PerformPuts comes
  * before EndStep and the code overwrites V's buffer after it: what is written must be the
  * buffer at PerformPuts, as BP5 writes it.  --misuse makes it do what the deisa engine
- * refuses: a local array, a Put returning a Span, a reader; --misuse no-close leaves the engine to
- * the ADIOS object's destructor.  An error is one line on rank 0's
- * stderr and exit status 1.
+ * refuses: a local array, a Put returning a Span, a reader, a memory selection whose buffer is
+ * too small for the block; --misuse no-close leaves the engine to the ADIOS object's destructor.
+ * --ghosts puts U and V from buffers with ghost cells (uneven: 1 before and 2 after the block
+ * on the first axis, 2 and 1 on the second, filled with garbage) through SetMemorySelection,
+ * as a stencil code does; from step 3 on V's selection is reset ({{}, {}}) and V is Put from a
+ * buffer of its own size.  An error is one line on rank 0's stderr and exit status 1.
  */
 
 #include <mpi.h>
@@ -60,27 +63,40 @@ void run(const std::string& config, const std::string& output, int steps, const 
 	if (misuse == "local") io.DefineVariable<double>("L", {}, {}, {count[0]});
 	adios2::Engine writer = io.Open(output, misuse == "read" ? adios2::Mode::Read : adios2::Mode::Write);
 
-	std::vector<double> u(count[0] * count[1]);
-	std::vector<int32_t> v(u.size());
+	// --ghosts: the block at `before' in a buffer of `rows' x `cols' (the ghost cells around it)
+	const bool ghosts = misuse == "ghosts" || misuse == "bad-selection";
+	const size_t before[2] = {ghosts ? 1u : 0u, ghosts ? 2u : 0u};
+	const size_t rows = count[0] + (ghosts ? 3 : 0), cols = count[1] + (ghosts ? 3 : 0);
+	if (ghosts) {
+		const adios2::Dims memory_start{before[0], misuse == "bad-selection" ? 4 : before[1]};
+		var_u.SetMemorySelection({memory_start, {rows, cols}});
+		var_v.SetMemorySelection({memory_start, {rows, cols}});
+	}
+	std::vector<double> u(rows * cols);
+	std::vector<int32_t> v(rows * cols), v_alone(count[0] * count[1]);
 	for (int step = 0; step < steps; ++step) {
+		std::fill(u.begin(), u.end(), -999.0); // the ghost cells: never written
+		std::fill(v.begin(), v.end(), -999);
 		for (size_t i = 0; i < count[0]; ++i) {
 			for (size_t j = 0; j < count[1]; ++j) {
-				const size_t gi = start[0] + i, gj = start[1] + j;
-				u[i * count[1] + j] = std::sin(0.3 * gi + step) * std::cos(0.2 * gj) + 1e-3 * rank;
-				v[i * count[1] + j] = static_cast<int32_t>(gi * 1000 + gj + step * 100000);
+				const size_t gi = start[0] + i, gj = start[1] + j, at = (before[0] + i) * cols + before[1] + j;
+				u[at] = std::sin(0.3 * gi + step) * std::cos(0.2 * gj) + 1e-3 * rank;
+				v[at] = v_alone[i * count[1] + j] = static_cast<int32_t>(gi * 1000 + gj + step * 100000);
 			}
 		}
+		const bool reset = ghosts && step >= 3;
+		if (ghosts && step == 3) var_v.SetMemorySelection({{}, {}}); // no selection: V's own buffer
 		double time = 0.125 * step;
 		writer.BeginStep();
 		writer.Put(var_step, step);
 		writer.Put(var_time, time);
 		writer.Put(var_u, u.data(), adios2::Mode::Sync);
-		writer.Put(var_v, v.data(), adios2::Mode::Deferred);
+		writer.Put(var_v, reset ? v_alone.data() : v.data(), adios2::Mode::Deferred);
 		if (misuse == "span") writer.Put(var_u);
 		if (step % 2 == 1) {
 			writer.PerformPuts();
-			for (auto&& value: v)
-				value = -1; // after PerformPuts: not written
+			std::fill(v.begin(), v.end(), -1); // after PerformPuts: not written
+			std::fill(v_alone.begin(), v_alone.end(), -1);
 		}
 		std::fill(u.begin(), u.end(), -1.0); // after a sync Put: not written
 		writer.EndStep();
@@ -96,12 +112,15 @@ int main(int argc, char* argv[])
 	int rank = 0;
 	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
 	int status = 0;
-	if (argc != 4 && !(argc == 6 && std::string(argv[4]) == "--misuse")) {
-		if (rank == 0) std::fprintf(stderr, "usage: %s CONFIG.xml OUTPUT STEPS [--misuse local|span|read|no-close]\n", argv[0]);
+	const bool ghosts = argc == 5 && std::string(argv[4]) == "--ghosts";
+	if (argc != 4 && !ghosts && !(argc == 6 && std::string(argv[4]) == "--misuse")) {
+		if (rank == 0) {
+			std::fprintf(stderr, "usage: %s CONFIG.xml OUTPUT STEPS [--ghosts | --misuse local|span|read|no-close|bad-selection]\n", argv[0]);
+		}
 		status = 2;
 	} else {
 		try {
-			run(argv[1], argv[2], std::stoi(argv[3]), argc == 6 ? argv[5] : "");
+			run(argv[1], argv[2], std::stoi(argv[3]), ghosts ? "ghosts" : argc == 6 ? argv[5] : "");
 		} catch (const std::exception& e) {
 			if (rank == 0) std::fprintf(stderr, "%s\n", e.what());
 			status = 1;

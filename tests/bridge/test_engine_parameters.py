@@ -26,6 +26,17 @@ def test_defaults_are_the_bridges_and_every_variable_and_step_is_published() -> 
     assert parameters.options == BridgeOptions()
     assert parameters.variables is None and parameters.every == 1
     assert parameters.publishes("anything") and parameters.publishes_step(7)
+    assert parameters.memory_selections == "guard"  # the engine needs the guard
+
+
+def test_memory_selections_none_in_any_case() -> None:
+    """A code that sets no memory selection may say so: the engine then opens without the
+    memory selection guard."""
+    for text in ("none", " None ", "NONE"):
+        parsed = parse({"SchedulerFile": "s", "memory_selections": text}, {})
+        assert parsed.memory_selections == "none"
+    guarded = parse({"SchedulerFile": "s", "MemorySelections": "Guard"}, {})
+    assert guarded.memory_selections == "guard"
 
 
 def test_variables_and_every_choose_what_is_published() -> None:
@@ -55,6 +66,8 @@ def test_scheduler_file_from_the_environment_and_deisa_runs_override() -> None:
          "parameter `Mode': mode='fast' is not a publication mode"),
         ({"SchedulerFile": "s", "Every": "0"}, "parameter `Every'='0' must be a positive integer"),
         ({"SchedulerFile": "s", "Variables": " , "}, "parameter `Variables' names no variable"),
+        ({"SchedulerFile": "s", "MemorySelections": "off"},
+         "parameter `MemorySelections'='off' must be one of guard, none"),
         ({}, "no scheduler file: give the parameter SchedulerFile or set DEISA_SCHEDULER_FILE"),
     ],
 )  # fmt: skip

@@ -1,0 +1,139 @@
+/* The memory selection guard, libdeisa_adios2_guard.so: preloaded (LD_PRELOAD) in an ADIOS2
+ * code, it records the memory selection of each core variable for the deisa ADIOS2 engine.
+ *
+ * It defines two functions of libadios2_core, which the bindings call through the dynamic
+ * loader (a preloaded definition comes first), and calls ADIOS2's own: the definition seen
+ * from the calling library (dlsym on its handle searches it and its dependencies, not what is
+ * preloaded), else the next one (RTLD_NEXT).  No link dependency on ADIOS2; nothing runs at
+ * load time: preloaded in a process without ADIOS2 (mpirun, a PDI code) it does nothing.
+ */
+
+#include <dlfcn.h>
+
+#include <cstddef>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "memory_selection_guard.h"
+
+namespace {
+
+/// ADIOS2's Box<Dims>: memory start, memory count
+using Box = std::pair<std::vector<size_t>, std::vector<size_t>>;
+
+std::mutex g_mutex;
+
+/// the selection of every core variable that has one
+std::map<const void*, Box>& selections()
+{
+	static auto* recorded = new std::map<const void*, Box>; // never destroyed: a variable may outlive static destruction
+	return *recorded;
+}
+
+/** ADIOS2's own definition of `name' for a call from `caller'
+ * \param name the mangled name
+ * \param caller an address in the calling library
+ * \param own the guard's definition, never returned
+ */
+void* adios2_definition(const char* name, const void* caller, const void* own)
+{
+	Dl_info info;
+	if (dladdr(caller, &info) != 0 && info.dli_fname != nullptr && *info.dli_fname != '\0') {
+		if (void* handle = dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD)) {
+			void* found = dlsym(handle, name);
+			dlclose(handle);
+			if (found != nullptr && found != own) return found;
+		}
+	}
+	void* next = dlsym(RTLD_NEXT, name);
+	if (next != nullptr && next != own) return next;
+	throw std::runtime_error{
+		std::string{"deisa ADIOS2 memory selection guard: ADIOS2's own "} + name + " is not found from "
+		+ (info.dli_fname ? info.dli_fname : "the caller")};
+}
+
+} // namespace
+
+extern "C" {
+
+/// adios2::core::VariableBase::SetMemorySelection, recorded, then ADIOS2's own
+__attribute__((visibility("default"))) void
+deisa_adios2_guard_set_memory_selection(void* variable, const Box& box) __asm__(DEISA_ADIOS2_SET_MEMORY_SELECTION);
+
+/// adios2::core::VariableBase's constructor: a new variable has no selection yet, then ADIOS2's own
+__attribute__((visibility("default"))) void deisa_adios2_guard_variable_base(
+	void* variable,
+	const void* name,
+	int type,
+	size_t element_size,
+	const void* shape,
+	const void* start,
+	const void* count,
+	bool constant_shape
+) __asm__(DEISA_ADIOS2_VARIABLE_BASE_C2);
+
+__attribute__((visibility("default"))) size_t
+deisa_adios2_guard_memory_selection(const void* variable, size_t capacity, size_t* start, size_t* count);
+
+__attribute__((visibility("default"))) void deisa_adios2_guard_definitions(const void** set_memory_selection, const void** variable_base);
+}
+
+void deisa_adios2_guard_set_memory_selection(void* variable, const Box& box)
+{
+	using Function = void (*)(void*, const Box&);
+	auto* own = reinterpret_cast<const void*>(&deisa_adios2_guard_set_memory_selection);
+	auto adios2 = reinterpret_cast<Function>(adios2_definition(DEISA_ADIOS2_SET_MEMORY_SELECTION, __builtin_return_address(0), own));
+	adios2(variable, box); // ADIOS2 checks the selection: what it refuses is not recorded
+	std::lock_guard<std::mutex> lock{g_mutex};
+	if (box.first.empty() && box.second.empty()) {
+		selections().erase(variable); // {{}, {}}: no selection, as ADIOS2 reads it
+	} else {
+		selections()[variable] = box;
+	}
+}
+
+void deisa_adios2_guard_variable_base(
+	void* variable,
+	const void* name,
+	int type,
+	size_t element_size,
+	const void* shape,
+	const void* start,
+	const void* count,
+	bool constant_shape
+)
+{
+	using Function = void (*)(void*, const void*, int, size_t, const void*, const void*, const void*, bool);
+	auto* own = reinterpret_cast<const void*>(&deisa_adios2_guard_variable_base);
+	auto adios2 = reinterpret_cast<Function>(adios2_definition(DEISA_ADIOS2_VARIABLE_BASE_C2, __builtin_return_address(0), own));
+	{
+		std::lock_guard<std::mutex> lock{g_mutex};
+		selections().erase(variable); // a removed variable's memory, reused
+	}
+	adios2(variable, name, type, element_size, shape, start, count, constant_shape);
+}
+
+size_t deisa_adios2_guard_memory_selection(const void* variable, size_t capacity, size_t* start, size_t* count)
+{
+	std::lock_guard<std::mutex> lock{g_mutex};
+	auto&& found = selections().find(variable);
+	if (found == selections().end()) return 0;
+	const Box& box = found->second;
+	const size_t ndims = box.second.size();
+	if (ndims > capacity || box.first.size() != ndims) return ndims;
+	for (size_t axis = 0; axis < ndims; ++axis) {
+		start[axis] = box.first[axis];
+		count[axis] = box.second[axis];
+	}
+	return ndims;
+}
+
+void deisa_adios2_guard_definitions(const void** set_memory_selection, const void** variable_base)
+{
+	*set_memory_selection = reinterpret_cast<const void*>(&deisa_adios2_guard_set_memory_selection);
+	*variable_base = reinterpret_cast<const void*>(&deisa_adios2_guard_variable_base);
+}
