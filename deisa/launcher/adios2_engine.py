@@ -8,6 +8,11 @@ plan (:mod:`.plan`), for a local run and in the Slurm job alike, as it does with
 ``PDI_PLUGIN_PATH`` for the PDI plugin: the engine CMake built in ``<build>/plugin/adios2``,
 else one installed in a directory of ``ADIOS2_PLUGIN_PATH``, else one installed beside ADIOS2's
 libraries (``cmake --install build --component deisa_adios2_engine``).
+
+Beside the engine lies its memory selection guard (``libdeisa_adios2_guard.so``), which the
+simulation must preload: ADIOS2's plugin interface hides from an engine the memory selection a
+code sets (``SetMemorySelection``), the guard records it (docs/adios2.md). ``deisa-run`` puts it
+first in ``LD_PRELOAD`` (:func:`find_guard`) wherever it hands the engine over.
 """
 
 from __future__ import annotations
@@ -20,7 +25,9 @@ from pathlib import Path
 from .solver import Plugin
 
 ENGINE_FILE = "libdeisa_adios2_engine.so"
+GUARD_FILE = "libdeisa_adios2_guard.so"
 PLUGIN_PATH = "ADIOS2_PLUGIN_PATH"
+PRELOAD = "LD_PRELOAD"
 PREFIXES = (sys.prefix, "/usr/local", "/usr")
 """Where an installed ADIOS2 (and the engine beside its libraries) is looked for."""
 
@@ -47,3 +54,17 @@ def find_engine(build_dir: Path, environ: Mapping[str, str] | None = None) -> Pl
             return Plugin(found.parent, f"installed in {found.parent}")
     missing = f"not found ({built} has no {ENGINE_FILE}; ADIOS2 searches the loader's path)"
     return Plugin(None, missing)
+
+
+def find_guard(engine: Path | None) -> Plugin:
+    """The memory selection guard beside the engine found in the directory ``engine``.
+
+    Returns
+    -------
+    Plugin
+        Its directory (``None``: not found) and, in words, what preloading it does.
+    """
+    if engine is not None and (engine / GUARD_FILE).exists():
+        return Plugin(engine, f"preloaded from {engine / GUARD_FILE} ({PRELOAD})")
+    where = f"{engine} has no {GUARD_FILE}" if engine is not None else "no engine"
+    return Plugin(None, f"not found ({where}): the engine will refuse to open")

@@ -24,8 +24,8 @@ from typing import Any, Protocol
 import yaml
 
 from ..bridge.options import BridgeOptions
+from .adios2_engine import GUARD_FILE, PRELOAD, find_engine, find_guard
 from .adios2_engine import PLUGIN_PATH as ADIOS2_PLUGIN_PATH
-from .adios2_engine import find_engine
 from .checks import command_words
 from .dask_processes import dashboard_available, scheduler_command, worker_command
 from .processes import python_argv
@@ -104,7 +104,8 @@ class Process:
         Variables set for it, over the run's environment.
     first_in
         ``{variable: directory}``: search paths it gets with ``directory`` first, then what
-        the variable held (``PDI_PLUGIN_PATH``, ``ADIOS2_PLUGIN_PATH``).
+        the variable held (``PDI_PLUGIN_PATH``, ``ADIOS2_PLUGIN_PATH``); for ``LD_PRELOAD``, a
+        library's path.
     nodes
         ``(first, count)`` of the nodes it runs on.
     tasks
@@ -219,6 +220,19 @@ def _user_paths(settings: RunSettings) -> tuple[dict[str, Path], Found]:
     return paths, found
 
 
+def _simulation_paths(settings: RunSettings) -> tuple[dict[str, Path], Found]:
+    """A user's simulation's search paths (:func:`_user_paths`) and, wherever it gets the
+    ADIOS2 engine, the memory selection guard beside it first in ``LD_PRELOAD``: the user's
+    own preloads after it."""
+    paths, found = _user_paths(settings)
+    if ADIOS2_PLUGIN_PATH in paths:
+        guard = find_guard(paths[ADIOS2_PLUGIN_PATH])
+        if guard.directory is not None:
+            paths[PRELOAD] = guard.directory / GUARD_FILE
+        found = (*found, ("the ADIOS2 memory selection guard", PRELOAD, guard))
+    return paths, found
+
+
 def user_env(where: Where) -> dict[str, str]:
     """What a user's process is told: the scheduler file, under the name the Bridge and the
     Adapter read and under the one the PDI plugin prefers to its YAML's."""
@@ -234,7 +248,7 @@ def _simulation(
     # the job's template writes the simulation's YAML whatever runs
     files = {"simulation.yml": _yaml(settings.simulation)} if where.job else {}
     if settings.command:
-        searched, found = _user_paths(settings)
+        searched, found = _simulation_paths(settings)
         argv = python_script(settings.command, where.user_python)
         user = {} if where.job else user_env(where)  # the job exports them for every step
         process = Process("simulation", argv, user, searched, user=True)

@@ -36,6 +36,7 @@ import string
 import sys
 from pathlib import Path
 
+from .adios2_engine import PRELOAD
 from .dask_processes import LOOPBACK, http_env
 from .plan import JOB_ID, USER_PYTHON, Plan, Process, Where, make_plan
 from .processes import NO_WORK_STEALING, SAFE_PATH_ENV, THREAD_PINS
@@ -295,8 +296,10 @@ def _srun(
     if mpi is not None:  # the simulation: a rank that fails ends the step, as mpirun does
         # (an MPI that does not abort would leave the others hung, rank 0's heartbeat going)
         options += f" --mpi={shlex.quote(mpi)} --kill-on-bad-exit=1"
+    # a preload (the ADIOS2 memory selection guard) for this step's processes only (_setup)
+    preload = f'{PRELOAD}="${PRELOADED}" ' if PRELOAD in process.first_in else ""
     return (
-        f'srun {options} --output="$LOGS/{log}.log"{srun_args} \\\n    {PRIVATE_TMP} '
+        f'{preload}srun {options} --output="$LOGS/{log}.log"{srun_args} \\\n    {PRIVATE_TMP} '
         + _command(process)
     )
 
@@ -313,9 +316,16 @@ def _command(process: Process) -> str:
     )
 
 
+PRELOADED = "DEISA_LD_PRELOAD"
+"""The job's variable holding what the simulation's step gets as ``LD_PRELOAD`` (the ADIOS2
+memory selection guard first, then the user's own): not exported, the other steps keep theirs."""
+
+
 def _first_in(variable: str, directory: Path) -> str:
-    """The line putting ``directory`` first in the search path ``variable``."""
-    return f'export {variable}={shlex.quote(str(directory))}"${{{variable}:+:${variable}}}"\n'
+    """The line putting ``directory`` first in the search path ``variable`` (for
+    ``LD_PRELOAD``: into :data:`PRELOADED`, which only the simulation's step gets)."""
+    value = f'{shlex.quote(str(directory))}"${{{variable}:+:${variable}}}"'
+    return f"{PRELOADED}={value}\n" if variable == PRELOAD else f"export {variable}={value}\n"
 
 
 def _setup(plan: Plan, settings: RunSettings) -> str:
