@@ -63,8 +63,8 @@ def worker_preloads(bridge: bool = True) -> list[str]:
     plugin before the ranks connect: shared memory from the first step, rank 0 calling the
     scheduler through a worker's relay), as ``deisa-run``'s workers do, beside the dask
     configuration's preloads; ``bridge`` false (``--no-worker-preload``): those alone, rank 0
-    through distributed (:func:`deisa.launcher.settings.worker_preloads`)."""
-    from deisa.launcher.settings import worker_preloads as preloads
+    through distributed (:func:`deisa.launcher.dask_processes.worker_preloads`)."""
+    from deisa.launcher.dask_processes import worker_preloads as preloads
 
     return preloads(bridge=bridge)
 

@@ -91,7 +91,7 @@ def test_benchmarks_pin_threads_as_the_launcher_does() -> None:
 
 def test_benchmark_workers_preload_the_bridge_as_the_launcher_does() -> None:
     from bench._common import worker_preloads
-    from deisa.launcher.settings import BRIDGE_WORKER, preload_args
+    from deisa.launcher.dask_processes import BRIDGE_WORKER, preload_args
 
     assert worker_preloads() == preload_args()[1::2] and BRIDGE_WORKER in worker_preloads()
     assert BRIDGE_WORKER not in worker_preloads(False)  # --no-worker-preload

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from deisa.launcher import cli, defaults, slurm, solver
+from deisa.launcher import defaults, options, parse, slurm
 from deisa.launcher.defaults import UsageError
-from deisa.launcher.options import ANALYTICS, RUN
+from deisa.launcher.options import RUN
 from deisa.pca_app import report
 from deisa.pca_app.pipeline import StepAnalytics, _relative_change, stop_summary
 
@@ -62,38 +62,31 @@ def test_report_says_why_the_run_stopped(tmp_path: Path) -> None:
 
 
 def test_stop_when_converged_option_of_the_three_commands(tmp_path: Path) -> None:
-    args = cli.parse_args(RUN, ["--solver", "python", "--stop-when-converged", "1e-3"])
-    settings = solver.resolve_settings(args)
+    settings = parse.run_settings(RUN, ["--solver", "python", "--stop-when-converged", "1e-3"])
     assert settings.stop_when_converged == 1e-3
     assert settings.summary()["stop_when_converged"] == 1e-3
     assert (
-        solver.resolve_settings(cli.parse_args(RUN, ["--solver", "python"])).summary()[
-            "stop_when_converged"
-        ]
-        is None
+        parse.run_settings(RUN, ["--solver", "python"]).summary()["stop_when_converged"] is None
     )  # the packaged default: never
     for bad in ("0", "-1"):
-        args = cli.parse_args(RUN, ["--solver", "python", "--stop-when-converged", bad])
         with pytest.raises(UsageError, match=f"--stop-when-converged={float(bad)!r} must be"):
-            solver.resolve_settings(args)
+            parse.run_settings(RUN, ["--solver", "python", "--stop-when-converged", bad])
     user = tmp_path / "defaults.yml"
     user.write_text("run: {stop_when_converged: yes}\n")
-    args = cli.parse_args(RUN, ["--solver", "python", "--defaults", str(user)])
     with pytest.raises(UsageError, match=r"run\.stop_when_converged=True must be a positive"):
-        solver.resolve_settings(args)
-    analytics = cli.resolve_analytics_args(
-        cli.parse_args(ANALYTICS, ["--scheduler-file", "s.json", "--stop-when-converged", "0.5"])
+        parse.run_settings(RUN, ["--solver", "python", "--defaults", str(user)])
+    analytics = parse.analytics_settings(
+        ["--scheduler-file", "s.json", "--stop-when-converged", "0.5"]
     )
     assert analytics.stop_when_converged == 0.5
-    help_text = cli.build_parser(RUN, defaults.load_defaults()).format_help().replace("\n", " ")
+    help_text = options.build_parser(RUN, defaults.load_defaults()).format_help().replace("\n", " ")
     assert "--stop-when-converged EPS" in help_text
     assert "stop the simulation once the explained variance ratio" in " ".join(help_text.split())
 
 
 def test_slurm_job_passes_stop_when_converged_to_the_client() -> None:
     def script(*argv: str) -> str:
-        args = cli.parse_args("slurm", ["--solver", "python", *argv])
-        return slurm.job_script(solver.resolve_settings(args, "slurm"))
+        return slurm.job_script(parse.run_settings("slurm", ["--solver", "python", *argv]))
 
     with_stop = script("--stop-when-converged", "0.01")
     client = next(line for line in with_stop.splitlines() if "--timeout" in line)

@@ -8,12 +8,14 @@ own, :mod:`deisa.pca_app`:
   comments (the options' help);
 - :mod:`~deisa.launcher.checks`: the check of each option's value;
 - :mod:`~deisa.launcher.options`: the one declaration of every option (flags, defaults key,
-  check), argparse, and every value resolved in one pass;
-- :mod:`~deisa.launcher.settings`: :class:`~deisa.launcher.settings.RunSettings`, resolved and
-  checked (the Bridge's options and the launcher's counts with the constraints of
-  :mod:`deisa.bridge.options`);
-- :mod:`~deisa.launcher.solver`: which solver runs and the one command line that runs it, the
-  deisa PDI plugin for a user's code, the user's analytics command;
+  check) and the parsers built from it;
+- :mod:`~deisa.launcher.settings`: the frozen settings of a run
+  (:class:`~deisa.launcher.settings.RunSettings`) and of the analytics client;
+- :mod:`~deisa.launcher.solver`, :mod:`~deisa.launcher.ucx`: services the settings ask (can
+  the C solver run here, its PDI YAML, the deisa PDI plugin; can the run speak UCX);
+- :mod:`~deisa.launcher.parse`: the one pass from the command line, the defaults and the config
+  file to settings, every value checked once (the Bridge's options and the launcher's counts
+  with the constraints of :mod:`deisa.bridge.options`);
 - :mod:`~deisa.launcher.processes`: child processes, their environment, signals;
 - :mod:`~deisa.launcher.dask_processes`: the ``dask scheduler`` and ``dask worker`` command
   lines, started and stopped (for the launcher, the tests and the benchmarks);
@@ -22,7 +24,7 @@ own, :mod:`deisa.pca_app`:
 - :mod:`~deisa.launcher.local`: the plan started on this machine;
 - :mod:`~deisa.launcher.slurm_layout`: which node of a Slurm allocation runs what;
 - :mod:`~deisa.launcher.slurm`: the same plan rendered into one batch script;
-- :mod:`~deisa.launcher.cli`: the parsers and the commands of ``deisa-run``.
+- :mod:`~deisa.launcher.cli`: the commands of ``deisa-run``, their messages and exit status.
 
 The library (:class:`deisa.Bridge`, :class:`deisa.Adapter`, the splitter, the PCA) never imports
 this package, nor its plotting and progress-bar dependencies (the ``launcher`` extra).

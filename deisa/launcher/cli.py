@@ -22,7 +22,7 @@ started is stopped; a second signal kills them at once). Defaults:
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import logging
 import os
 import shlex
@@ -32,72 +32,13 @@ from pathlib import Path
 from typing import Any
 
 from ..pca_app.failures import PipelineError
-from .defaults import UsageError, load_defaults
-from .options import ANALYTICS, RUN, SLURM, add_options, resolve_values
+from .defaults import UsageError
+from .options import RUN, SLURM
+from .parse import analytics_settings, run_settings
 from .processes import THREAD_PINS, Interrupted, Signals, wait_until
-from .settings import defaults_of
+from .settings import AnalyticsSettings, RunSettings
 
 logger = logging.getLogger(__name__)
-
-_DESCRIPTIONS = {
-    RUN: "Run a simulation with in situ analytics on Dask, all on this machine: the heat demo "
-    "and a PCA, or `deisa-run [options] [--analytics COMMAND] -- SIMULATION COMMAND` for your "
-    "own MPI program and analytics. Sub-commands: "
-    "`deisa-run slurm --help` (batch script), `deisa-run analytics --help` (the client alone). "
-    "Defaults: deisa/templates/defaults.yml (or --defaults FILE).",
-    SLURM: "Print a Slurm batch script that runs the scheduler, the workers, the analytics "
-    "client (or your --analytics) and the MPI simulation (the heat demo, or your command after "
-    "`--`) in one allocation (see docs/slurm.md). The options shared "
-    "with deisa-run mean the same. Defaults: deisa/templates/defaults.yml (or --defaults FILE).",
-    ANALYTICS: "Only the analytics client: PCA of every step published to an existing "
-    "scheduler, then the table, results.json and the plot. Run by the Slurm job. With --replay "
-    "FILES, the same of saved steps (deisa.Replay), on a local cluster unless --scheduler-file.",
-}
-_PROGS = {RUN: "deisa-run", SLURM: "deisa-run slurm", ANALYTICS: "deisa-run analytics"}
-
-
-def build_parser(command: str, defaults: dict[str, dict[str, Any]]) -> argparse.ArgumentParser:
-    """The parser of ``command`` (``"run"``, ``"slurm"`` or ``"analytics"``), its help showing
-    the defaults in force."""
-    usage = None
-    if command != ANALYTICS:
-        usage = "%(prog)s [options] [--analytics COMMAND] [-- SIMULATION COMMAND ...]"
-    parser = argparse.ArgumentParser(
-        prog=_PROGS[command], usage=usage, description=_DESCRIPTIONS[command]
-    )
-    add_options(parser, command, defaults)
-    return parser
-
-
-def parse_args(command: str, argv: Sequence[str]) -> argparse.Namespace:
-    """``argv`` parsed for ``command``, the help's defaults those in force
-    (:func:`~deisa.launcher.defaults.load_defaults`: the packaged file, the dask configuration,
-    ``--defaults``), kept in ``defaults_in_force`` for the settings.
-
-    For ``run`` and ``slurm``, the words after the first ``--`` are the user's simulation
-    command, in ``command`` (empty: the heat demo).
-
-    Raises
-    ------
-    UsageError
-        ``--defaults`` is unreadable or invalid.
-    SystemExit
-        argparse's: ``--help``, or options it refuses (status 2).
-    """
-    argv = list(argv)
-    simulation: list[str] = []
-    if command != ANALYTICS and "--" in argv:
-        at = argv.index("--")
-        argv, simulation = argv[:at], argv[at + 1 :]
-    pre = argparse.ArgumentParser(add_help=False)
-    pre.add_argument("--defaults")
-    known, _ = pre.parse_known_args(argv)
-    defaults = load_defaults(known.defaults)
-    args = build_parser(command, defaults).parse_args(argv)
-    args.defaults_in_force = defaults  # loaded once: the settings resolve against these
-    if command != ANALYTICS:
-        args.command = simulation
-    return args
 
 
 def _setup_logging(verbose: int) -> None:
@@ -109,13 +50,11 @@ def run_main(argv: Sequence[str]) -> int:
     """``deisa-run [run]``: the whole pipeline on this machine."""
     with Signals("deisa-run") as signals:
         try:
-            args = parse_args(RUN, argv)
-            _setup_logging(args.verbose)
+            settings = run_settings(RUN, argv)
+            _setup_logging(settings.verbose)
             os.environ.update(THREAD_PINS)  # this process's own PCA and the children's
             from .local import run_pipeline
-            from .solver import resolve_settings
 
-            settings = resolve_settings(args, RUN)
             signals.check()
             run_pipeline(settings, signals)
         except UsageError as exc:
@@ -147,10 +86,9 @@ def slurm_main(argv: Sequence[str]) -> int:
         Exit status: 0, or 2 for options that cannot work (the reason on stderr).
     """
     from .slurm import job_script
-    from .solver import resolve_settings
 
     try:
-        settings = resolve_settings(parse_args(SLURM, argv), SLURM)
+        settings = run_settings(SLURM, argv)
         script = job_script(settings)
     except ValueError as exc:  # UsageError included
         print(f"deisa-run slurm: error: {exc}", file=sys.stderr)
@@ -166,37 +104,17 @@ def slurm_main(argv: Sequence[str]) -> int:
     return 0
 
 
-def _simulation_name(settings: Any) -> str:
+def _simulation_name(settings: RunSettings) -> str:
     if settings.command:
         return f"your command `{shlex.join(settings.command)}`"
     return f"the {settings.solver} solver"
-
-
-def resolve_analytics_args(args: argparse.Namespace) -> argparse.Namespace:
-    """Fill the options of ``deisa-run analytics`` left unset from the launch defaults, every
-    one checked by its declaration (:func:`~deisa.launcher.options.resolve_values`).
-
-    Raises
-    ------
-    UsageError
-        ``--defaults`` is unreadable or invalid, or a value is refused.
-    """
-    values = resolve_values(args, defaults_of(args), ANALYTICS)
-    for key in ("array", "n_components", "output", "timeout", "buffer_nb", "stop_when_converged",
-                "step_timeout", "dashboard"):  # fmt: skip
-        setattr(args, key, values[key])
-    if args.scheduler_file is None and args.replay is None:
-        raise UsageError("give --scheduler-file (the live stream) or --replay FILES (saved steps)")
-    if args.replay is not None and args.stop_when_converged is not None:
-        raise UsageError("--stop-when-converged steers a running simulation: not with --replay")
-    return args
 
 
 def analytics_main(argv: Sequence[str]) -> int:
     """``deisa-run analytics``: the client alone, against a running scheduler."""
     with Signals("deisa-run analytics") as signals:
         try:
-            args = resolve_analytics_args(parse_args(ANALYTICS, argv))
+            args = analytics_settings(argv)
         except UsageError as exc:
             print(f"deisa-run analytics: error: {exc}", file=sys.stderr)
             return 2
@@ -208,7 +126,7 @@ def analytics_main(argv: Sequence[str]) -> int:
             return _exit_status("deisa-run analytics", exc)
 
 
-def _analytics(args: argparse.Namespace, signals: Signals, security: Any = None) -> int:
+def _analytics(args: AnalyticsSettings, signals: Signals, security: Any = None) -> int:
     """The client's work; ``security``: its :class:`distributed.Security` (``None``: from
     the dask configuration, which the Slurm job sets)."""
     from distributed import Client
@@ -284,7 +202,7 @@ def _timings(timings: str | None, signals: Signals) -> Path | None:
     return path
 
 
-def _with_local_cluster(args: argparse.Namespace, signals: Signals) -> int:
+def _with_local_cluster(args: AnalyticsSettings, signals: Signals) -> int:
     """``deisa-run analytics --replay FILES`` without a scheduler: one on loopback, for the run,
     speaking TLS with credentials held in memory (``Security.temporary``), its scratch in a
     private temporary directory (:mod:`.private_tmp`), its HTTP servers ``/health`` alone
@@ -297,7 +215,8 @@ def _with_local_cluster(args: argparse.Namespace, signals: Signals) -> int:
 
     security = Security.temporary()
 
-    args.scheduler_file = Path(args.output).resolve() / "scheduler.json"
+    scheduler_file = Path(args.output).resolve() / "scheduler.json"
+    args = dataclasses.replace(args, scheduler_file=str(scheduler_file))
     tmp = make_private_tmp()  # the cluster's scratch: never a shared dask-scratch-space
     config = {"temporary-directory": str(tmp.path), **http_config(args.dashboard)}
     try:
@@ -311,7 +230,7 @@ def _with_local_cluster(args: argparse.Namespace, signals: Signals) -> int:
                 protocol="tls",
                 security=security,
                 local_directory=str(tmp.path),
-                scheduler_kwargs={"scheduler_file": str(args.scheduler_file)},
+                scheduler_kwargs={"scheduler_file": str(scheduler_file)},
             ),
         ):
             return _analytics(args, signals, security)

@@ -135,7 +135,7 @@ def worker_command(
 ) -> list[str]:
     """``dask worker`` number ``index`` (named ``worker-<index>``; ``None``: unnamed, each
     task of a job's step) without nanny (a killed worker stays dead) nor dashboard, preloading
-    deisa's worker plugin (:data:`~deisa.launcher.settings.BRIDGE_WORKER`).
+    deisa's worker plugin (:data:`BRIDGE_WORKER`).
 
     Parameters
     ----------
@@ -150,19 +150,17 @@ def worker_command(
     preload
         A module for ``--preload`` (the settings' ``worker_preload``, e.g. the PCA's warm-up
         :mod:`deisa.analysis._warm`), beside those of the dask configuration
-        (:func:`~deisa.launcher.settings.preload_args`).
+        (:func:`preload_args`).
     credentials
         The job's TLS files; ``None``: plain TCP, or ``comm``.
     extra
         More options, last.
     bridge_preload
-        Preload :data:`~deisa.launcher.settings.BRIDGE_WORKER`; ``False``: rank 0 calls the
+        Preload :data:`BRIDGE_WORKER`; ``False``: rank 0 calls the
         scheduler through distributed (a benchmark's comparison).
     python, listen, comm
         As :func:`scheduler_command`'s.
     """
-    from .settings import preload_args
-
     return [
         *python_argv(python), "-m", "dask", "worker",
         "--scheduler-file", str(scheduler_file),
@@ -175,6 +173,43 @@ def worker_command(
         *(["--local-directory", str(local_dir)] if local_dir is not None else []),
         *extra,
     ]  # fmt: skip
+
+
+BRIDGE_WORKER = "deisa.bridge.worker"
+"""The module every ``dask worker`` that deisa starts preloads (:mod:`deisa.bridge.worker`):
+deisa's worker plugin runs on it from the start, so that the ranks of its node send their
+blocks through shared memory from the first step and a rank 0 on its node calls the scheduler
+through its relay, without importing distributed. Without it, rank 0 goes through distributed
+and registers the plugin itself."""
+
+
+def worker_preloads(module: str | None = None, *, bridge: bool = True) -> list[str]:
+    """The modules a ``dask worker`` preloads, in order: those of the dask configuration
+    (``distributed.worker.preload``, e.g. from ``DASK_DISTRIBUTED__WORKER__PRELOAD``), which a
+    ``--preload`` option would otherwise replace, :data:`BRIDGE_WORKER` (unless ``bridge`` is
+    false), then ``module`` (the settings' ``worker_preload``), each once.
+
+    Examples
+    --------
+    >>> worker_preloads("deisa.analysis._warm")  # doctest: +SKIP
+    ['deisa.bridge.worker', 'deisa.analysis._warm']
+    """
+    import dask.config
+
+    configured = dask.config.get("distributed.worker.preload", default=None) or []
+    if isinstance(configured, str):
+        configured = [configured]
+    ours = [*([BRIDGE_WORKER] if bridge else []), *([module] if module is not None else [])]
+    return list(dict.fromkeys([*map(str, configured), *ours]))
+
+
+def preload_args(module: str | None = None, *, bridge: bool = True) -> list[str]:
+    """``dask worker`` options that preload :func:`worker_preloads`; ``[]`` when deisa
+    preloads nothing (``module`` is ``None`` and ``bridge`` false: the configuration's
+    preloads apply by themselves)."""
+    if module is None and not bridge:
+        return []
+    return [arg for m in worker_preloads(module, bridge=bridge) for arg in ("--preload", m)]
 
 
 def workers_connected(client: Any, n: int) -> Callable[[], bool]:

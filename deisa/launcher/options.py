@@ -2,8 +2,9 @@
 
 Every option is declared in :data:`OPTIONS`, once: its flags, the section of the defaults
 (``deisa.<section>`` of the dask configuration) it falls back to for each command, and its
-check (:mod:`.checks`). :func:`resolve_values` turns parsed options and the defaults in force
-into checked :class:`Values` in one pass. Its help is the comment after its key in
+check (:mod:`.checks`); :func:`build_parser` makes the parser of each command from them, and
+:func:`deisa.launcher.parse.resolve` reads every value once, given or from the defaults in
+force, checked by its declaration. Its help is the comment after its key in
 ``deisa/templates/defaults.yml``, followed by the value in force. The Bridge options take their
 type, choices and metavar from :class:`~deisa.bridge.options.BridgeOptions`'s table.
 """
@@ -17,7 +18,7 @@ from typing import Any
 
 from ..bridge.options import BridgeOptions, Choice
 from . import checks
-from .defaults import Defaults, default_comments
+from .defaults import default_comments
 
 RUN, SLURM, ANALYTICS = "run", "slurm", "analytics"
 
@@ -48,7 +49,7 @@ class Option:
     check
         ``check(name, value)``: the value as the settings hold it, or a
         :class:`~deisa.launcher.defaults.UsageError` naming ``name`` (:mod:`.checks`);
-        ``None``: checked with the options it goes with (:mod:`deisa.launcher.settings`).
+        ``None``: checked with the options it goes with (:mod:`deisa.launcher.parse`).
     dest
         Attribute of the parsed namespace, if not ``key``.
     checked_in
@@ -278,7 +279,8 @@ def add_options(
     parser: argparse.ArgumentParser, command: str, defaults: Mapping[str, Mapping[str, Any]]
 ) -> None:
     """Declare on ``parser`` every option ``command`` takes; defaults-file options are left
-    ``None`` when not given, so that :func:`resolve_values` can tell them from the defaults."""
+    ``None`` when not given, so that :func:`deisa.launcher.parse.resolve` can tell them from
+    the defaults."""
     comments = default_comments()
     for opt in OPTIONS:
         if command not in opt.sections:
@@ -300,56 +302,33 @@ def add_options(
         )
 
 
-class Values(dict[str, Any]):
-    """Every option of one command, resolved in one pass over :data:`OPTIONS`: as given, else
-    its key in the defaults in force, each checked by its declaration's ``check``; a ``dict``
-    of ``{key: value}``.
-
-    Attributes
-    ----------
-    names
-        ``{key: name}``: how messages name each value, its flag if given, else where its key
-        came from (``deisa/templates/defaults.yml: run.workers``, ``DASK_DEISA__RUN__WORKERS:
-        run.workers``, ``my.yml: run.workers``...).
-    given
-        The keys given on the command line.
-    """
-
-    def __init__(
-        self, values: Mapping[str, Any], names: Mapping[str, str], given: frozenset[str]
-    ) -> None:
-        super().__init__(values)
-        self.names = dict(names)
-        self.given = given
-
-    def name(self, key: str) -> str:
-        return self.names[key]
+_DESCRIPTIONS = {
+    RUN: "Run a simulation with in situ analytics on Dask, all on this machine: the heat demo "
+    "and a PCA, or `deisa-run [options] [--analytics COMMAND] -- SIMULATION COMMAND` for your "
+    "own MPI program and analytics. Sub-commands: "
+    "`deisa-run slurm --help` (batch script), `deisa-run analytics --help` (the client alone). "
+    "Defaults: deisa/templates/defaults.yml (or --defaults FILE).",
+    SLURM: "Print a Slurm batch script that runs the scheduler, the workers, the analytics "
+    "client (or your --analytics) and the MPI simulation (the heat demo, or your command after "
+    "`--`) in one allocation (see docs/slurm.md). The options shared "
+    "with deisa-run mean the same. Defaults: deisa/templates/defaults.yml (or --defaults FILE).",
+    ANALYTICS: "Only the analytics client: PCA of every step published to an existing "
+    "scheduler, then the table, results.json and the plot. Run by the Slurm job. With --replay "
+    "FILES, the same of saved steps (deisa.Replay), on a local cluster unless --scheduler-file.",
+}
+_PROGS = {RUN: "deisa-run", SLURM: "deisa-run slurm", ANALYTICS: "deisa-run analytics"}
 
 
-def resolve_values(args: argparse.Namespace, defaults: Defaults, command: str) -> Values:
-    """The options of ``command``: those given in ``args``, the others from ``defaults``
-    (:func:`~deisa.launcher.defaults.load_defaults`), all checked.
-
-    Raises
-    ------
-    UsageError
-        The first value its check refuses, named as :attr:`Values.names` says.
-    """
-    values: dict[str, Any] = {}
-    names: dict[str, str] = {}
-    given: set[str] = set()
-    for opt in OPTIONS:
-        if command not in opt.sections:
-            continue
-        value = getattr(args, opt.dest or opt.key, None)
-        section = opt.sections[command]
-        if value is not None:
-            given.add(opt.key)
-        if value is not None or section is None:
-            names[opt.key] = opt.flag
-        else:
-            value = defaults[section][opt.key]
-            names[opt.key] = defaults.origin(section, opt.key)
-        check = opt.check if opt.checked_in is None or command in opt.checked_in else None
-        values[opt.key] = value if check is None else check(names[opt.key], value)
-    return Values(values, names, frozenset(given))
+def build_parser(
+    command: str, defaults: Mapping[str, Mapping[str, Any]]
+) -> argparse.ArgumentParser:
+    """The parser of ``command`` (``"run"``, ``"slurm"`` or ``"analytics"``), its help showing
+    the defaults in force."""
+    usage = None
+    if command != ANALYTICS:
+        usage = "%(prog)s [options] [--analytics COMMAND] [-- SIMULATION COMMAND ...]"
+    parser = argparse.ArgumentParser(
+        prog=_PROGS[command], usage=usage, description=_DESCRIPTIONS[command]
+    )
+    add_options(parser, command, defaults)
+    return parser

@@ -1,16 +1,16 @@
-"""The simulation: which solver runs, and the deisa PDI plugin.
+"""The simulation's services: whether the C solver can run, its PDI YAML, the deisa PDI plugin.
 
-:func:`resolve_settings` completes :func:`~deisa.launcher.settings.resolve_options` with the
-solver (``--solver auto | c | python``: the C solver through PDI and the deisa plugin when it
-is built and PDI loads, else the Python solver), checked once: a C solver's PDI YAML must
-publish ``--array`` (:func:`deisa_pdi_config`, which also writes the deisa block of a run).
-:func:`find_plugin` says where the deisa PDI plugin is for a user's code. The command lines
-are the plan's (:func:`deisa.launcher.plan.simulation_command`).
+:func:`c_solver_problem` says why the C solver (through PDI and the deisa plugin) cannot run
+here, which the one pass of the settings asks to pick the solver
+(:func:`deisa.launcher.parse.resolve_solver`: ``--solver auto | c | python``);
+:func:`deisa_pdi_config` writes the deisa block of a run into the C solver's PDI YAML (the
+settings check that it publishes ``--array``, the plan writes it); :func:`find_plugin` says
+where the deisa PDI plugin is for a user's code. The command lines are the plan's
+(:func:`deisa.launcher.plan.simulation_command`).
 """
 
 from __future__ import annotations
 
-import argparse
 import ctypes
 import os
 import shutil
@@ -22,57 +22,13 @@ from typing import Any
 
 from ..bridge.options import BridgeOptions
 from .defaults import UsageError, read_yaml
-from .options import RUN
-from .settings import LAUNCHER_BRIDGE_OPTIONS, RunSettings, resolve_options
+from .settings import LAUNCHER_BRIDGE_OPTIONS
 
 PLUGIN_FILE = "libpdi_deisa_plugin.so"
 SCHEDULER_FILE_OVERRIDE = "DEISA_SCHEDULER_FILE_OVERRIDE"
 """The variable naming ``deisa-run``'s scheduler file to the deisa PDI plugin, which then uses it
 whatever its YAML's ``scheduler_file`` or ``scheduler_info`` says (the older grammars name a file
 of their own launch scripts), with one info line."""
-
-
-def resolve_settings(args: argparse.Namespace, command: str = RUN) -> RunSettings:
-    """Every setting of a run or a job script, checked, and the solver that will run.
-
-    Raises
-    ------
-    UsageError
-        An option or file that cannot work (see :func:`~deisa.launcher.settings.resolve_options`),
-        ``--solver c`` where the C solver cannot run, or a PDI YAML that does not publish
-        ``--array``.
-    """
-    settings = resolve_options(args, command)
-    if settings.command:  # the user's simulation: no solver to pick
-        settings.solver, settings.solver_reason = "user", "the command after --"
-        return settings
-    settings.solver, settings.solver_reason = resolve_solver(
-        settings.solver, settings.build_dir, settings.pdi_config
-    )
-    if settings.solver == "c":  # a wrong --array would only show as a stalled run
-        deisa_pdi_config(settings.pdi_config, "", settings.bridge, settings.array)
-    return settings
-
-
-def resolve_solver(solver: str, build_dir: Path, pdi_config: Path) -> tuple[str, str]:
-    """``("c" | "python", why)``: the solver that ``--solver auto | c | python`` runs.
-
-    Raises
-    ------
-    UsageError
-        ``solver`` is none of the three, or is ``c`` and the C solver cannot run here
-        (:func:`c_solver_problem` says why).
-    """
-    if solver == "python":
-        return "python", "--solver python"
-    if solver not in ("auto", "c"):
-        raise UsageError(f"--solver {solver!r}: one of auto, c, python")
-    reason = c_solver_problem(build_dir, pdi_config)
-    if reason is None:
-        return "c", "C solver built and PDI loads"
-    if solver == "c":
-        raise UsageError(f"--solver c: {reason}")
-    return "python", reason
 
 
 def c_solver_problem(build_dir: Path, pdi_config: Path) -> str | None:

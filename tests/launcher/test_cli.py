@@ -7,7 +7,6 @@ scratch space and simulation config all live there) on its command line.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import re
@@ -34,10 +33,12 @@ from conftest import (
 from distributed.utils_test import poll_for
 
 from deisa.launcher import (
+    checks,
     cli,
     dask_processes,
     defaults,
     options,
+    parse,
     plan,
     processes,
     settings,
@@ -344,7 +345,7 @@ def test_local_commands_listen_on_loopback(tmp_path: Path) -> None:
 def test_mpi_environment_keeps_open_mpi_local_unless_the_user_says(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    settings = solver.resolve_settings(parse("--solver", "python"))
+    settings = resolved("--solver", "python")
     assert settings.mpi_env["OMPI_MCA_btl"] == "self,vader"
     assert settings.mpi_env["OMPI_MCA_oob_tcp_if_include"] == "lo"
     monkeypatch.delenv("OMPI_MCA_btl", raising=False)
@@ -374,7 +375,7 @@ def test_every_option_has_its_help_from_the_defaults_file() -> None:
     loaded = defaults.load_defaults()
     comments = defaults.default_comments()
     for command in (RUN, "slurm", "analytics"):
-        text = " ".join(cli.build_parser(command, loaded).format_help().split())
+        text = " ".join(options.build_parser(command, loaded).format_help().split())
         for opt in options.OPTIONS:
             if command not in opt.sections:
                 continue
@@ -383,7 +384,7 @@ def test_every_option_has_its_help_from_the_defaults_file() -> None:
             assert expected, f"{opt.key} has no comment in section {section}"
             # argparse wraps lines at hyphens too: compare without any whitespace
             assert "".join(expected.split()) in "".join(text.split()), (command, opt.key)
-    run_help = " ".join(cli.build_parser(RUN, loaded).format_help().split())
+    run_help = " ".join(options.build_parser(RUN, loaded).format_help().split())
     assert "MPI ranks of the simulation (default: 4)" in run_help
     assert "--nodes" not in run_help
 
@@ -414,8 +415,8 @@ def test_step_table_takes_extra_step_fields(tmp_path: Path) -> None:
 # -- settings -------------------------------------------------------------------------------------
 
 
-def parse(*argv: str) -> argparse.Namespace:
-    return cli.parse_args(RUN, list(argv))
+def resolved(*argv: str) -> settings.RunSettings:
+    return parse.run_settings(RUN, argv)
 
 
 def test_squarest_grid() -> None:
@@ -430,7 +431,7 @@ def test_squarest_grid() -> None:
 
 
 def test_defaults_come_from_the_yaml_file() -> None:
-    settings = solver.resolve_settings(parse("--solver", "python"))
+    settings = resolved("--solver", "python")
     run = yaml.safe_load(defaults.DEFAULTS_FILE.read_text())["deisa"]["run"]
     assert settings.ranks == run["ranks"] and settings.workers == run["workers"]
     assert settings.simulation["global_size"] == run["global_size"]
@@ -441,11 +442,9 @@ def test_defaults_come_from_the_yaml_file() -> None:
 
 def test_options_override_the_config_file(tmp_path: Path) -> None:
     sim = write_config(tmp_path / "sim.yml", global_size=[48, 40], process_grid=[3, 1])
-    settings = solver.resolve_settings(parse("--solver", "python", "--config", str(sim)))
+    settings = resolved("--solver", "python", "--config", str(sim))
     assert settings.ranks == 3 and settings.simulation["global_size"] == [48, 40]
-    settings = solver.resolve_settings(
-        parse("--solver", "python", "--config", str(sim), "--ranks", "2", "--steps", "7")
-    )
+    settings = resolved("--solver", "python", "--config", str(sim), "--ranks", "2", "--steps", "7")
     assert settings.ranks == 2 and settings.simulation["process_grid"] == [2, 1]
     assert settings.simulation["steps"] == 7
 
@@ -453,9 +452,9 @@ def test_options_override_the_config_file(tmp_path: Path) -> None:
 def test_user_defaults_file_is_checked(tmp_path: Path) -> None:
     user = tmp_path / "defaults.yml"
     user.write_text("run: {workers: 3}\n")
-    settings = solver.resolve_settings(parse("--solver", "python", "--defaults", str(user)))
+    settings = resolved("--solver", "python", "--defaults", str(user))
     assert settings.workers == 3
-    assert "`dask worker` processes (default: 3)" in cli.build_parser(
+    assert "`dask worker` processes (default: 3)" in options.build_parser(
         RUN, defaults.load_defaults(user)
     ).format_help().replace("\n", " ")
     user.write_text("run: {wokers: 3}\n")
@@ -464,49 +463,47 @@ def test_user_defaults_file_is_checked(tmp_path: Path) -> None:
 
 
 def test_c_solver_falls_back_to_python_when_not_built(tmp_path: Path) -> None:
-    settings = solver.resolve_settings(parse("--build-dir", str(tmp_path)))
+    settings = resolved("--build-dir", str(tmp_path))
     assert settings.solver == "python"
     assert "not built" in settings.solver_reason
     with pytest.raises(UsageError, match="--solver c: C solver not built"):
-        solver.resolve_settings(parse("--solver", "c", "--build-dir", str(tmp_path)))
+        resolved("--solver", "c", "--build-dir", str(tmp_path))
 
 
 def test_c_solver_must_publish_the_analysed_array(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(solver, "c_solver_problem", lambda build_dir, pdi_config: None)
-    assert solver.resolve_settings(parse("--solver", "c")).solver == "c"
+    assert resolved("--solver", "c").solver == "c"
     with pytest.raises(UsageError, match="--array temp: the C solver publishes gtemp"):
-        solver.resolve_settings(parse("--solver", "c", "--array", "temp"))
+        resolved("--solver", "c", "--array", "temp")
 
 
 def test_unknown_solver_in_a_defaults_file(tmp_path: Path) -> None:
     user = tmp_path / "defaults.yml"
     user.write_text("run: {solver: fortran}\n")
     with pytest.raises(UsageError, match="--solver 'fortran': one of auto, c, python"):
-        solver.resolve_settings(parse("--defaults", str(user)))
+        resolved("--defaults", str(user))
 
 
 @pytest.mark.parametrize(
     ("value", "expected"), [("3", 3), (3, 3), ("none", None), ("null", None), (None, None)]
 )
 def test_buffer_nb(value: int | str | None, expected: int | None) -> None:
-    assert settings.parse_buffer_nb(value) == expected
+    assert checks.parse_buffer_nb(value) == expected
 
 
 @pytest.mark.parametrize("value", ["two", "-1", -1, "0", 0])
 def test_bad_buffer_nb(value: int | str) -> None:
     with pytest.raises(UsageError, match="--buffer-nb"):
-        settings.parse_buffer_nb(value)
+        checks.parse_buffer_nb(value)
 
 
 def test_buffer_nb_zero_is_refused_with_the_way_out() -> None:
     with pytest.raises(UsageError, match=r"0 is refused.*write 'none' for unbounded"):
-        settings.parse_buffer_nb("0")
+        checks.parse_buffer_nb("0")
 
 
 def test_python_solver_gets_the_bridge_options_as_flags(tmp_path: Path) -> None:
-    settings = solver.resolve_settings(
-        parse("--solver", "python", "--placement", "locality", "--buffer-nb", "none")
-    )
+    settings = resolved("--solver", "python", "--placement", "locality", "--buffer-nb", "none")
     sim = plan.simulation_command(
         settings,
         python="python",
@@ -522,8 +519,8 @@ def test_python_solver_gets_the_bridge_options_as_flags(tmp_path: Path) -> None:
 
 
 def test_analytics_options_fall_back_to_the_launch_defaults(tmp_path: Path) -> None:
-    def parse_analytics(argv: list[str]) -> argparse.Namespace:
-        return cli.resolve_analytics_args(cli.parse_args("analytics", argv))
+    def parse_analytics(argv: list[str]) -> settings.AnalyticsSettings:
+        return parse.analytics_settings(argv)
 
     args = parse_analytics(["--scheduler-file", "s.json"])
     assert (args.array, args.n_components, args.output, args.timeout, args.workers) == (
@@ -550,7 +547,7 @@ def test_step_timeout_is_none_unless_set_and_reaches_the_slurm_client(tmp_path: 
     commands."""
 
     def run(*argv: str) -> float | None:
-        step_timeout: float | None = solver.resolve_settings(cli.parse_args(RUN, argv)).step_timeout
+        step_timeout: float | None = parse.run_settings(RUN, argv).step_timeout
         return step_timeout
 
     assert run() is None
@@ -565,13 +562,13 @@ def test_step_timeout_is_none_unless_set_and_reaches_the_slurm_client(tmp_path: 
     mine.write_text("run: {step_timeout: later}\n")
     with pytest.raises(UsageError, match=f"{mine}: run.step_timeout='later' must be"):
         run("--defaults", str(mine))
-    analytics = cli.resolve_analytics_args(cli.parse_args("analytics", ["--scheduler-file", "s"]))
+    analytics = parse.analytics_settings(["--scheduler-file", "s"])
     assert analytics.step_timeout is None
     given = ["--scheduler-file", "s", "--step-timeout", "30"]
-    assert cli.resolve_analytics_args(cli.parse_args("analytics", given)).step_timeout == 30.0
+    assert parse.analytics_settings(given).step_timeout == 30.0
 
     def client_step(*argv: str) -> str:
-        script = slurm.job_script(solver.resolve_settings(cli.parse_args("slurm", argv), "slurm"))
+        script = slurm.job_script(parse.run_settings("slurm", argv))
         return script.split("-m deisa.launcher analytics", 1)[1].split("&\n", 1)[0]
 
     assert "--step-timeout" not in client_step()
@@ -579,8 +576,9 @@ def test_step_timeout_is_none_unless_set_and_reaches_the_slurm_client(tmp_path: 
 
 
 def test_user_command_and_analytics_are_parsed_apart() -> None:
-    args = cli.parse_args(RUN, ["-n", "2", "--analytics", "a.py --x 1", "--", "./sim", "-n", "2"])
-    settings = solver.resolve_settings(args)
+    settings = parse.run_settings(
+        RUN, ["-n", "2", "--analytics", "a.py --x 1", "--", "./sim", "-n", "2"]
+    )
     assert settings.command == ["./sim", "-n", "2"] and settings.ranks == 2
     assert settings.analytics == "a.py --x 1" and settings.solver == "user"
     assert plan.analytics_argv(settings.analytics, "py") == [
@@ -591,7 +589,7 @@ def test_user_command_and_analytics_are_parsed_apart() -> None:
         "1",
     ]
     assert plan.analytics_argv("my-tool 'a b'", "py") == ["my-tool", "a b"]  # no shell
-    assert cli.parse_args(RUN, ["-n", "2"]).command == []  # the heat demo
+    assert resolved("-n", "2").command == []  # the heat demo
 
 
 @pytest.mark.parametrize(
@@ -599,30 +597,29 @@ def test_user_command_and_analytics_are_parsed_apart() -> None:
 )
 def test_bad_analytics_command_is_a_usage_error(analytics: str, message: str) -> None:
     with pytest.raises(UsageError, match=f"--analytics.*{message}"):
-        solver.resolve_settings(cli.parse_args(RUN, ["--analytics", analytics, "--", "./sim"]))
+        parse.run_settings(RUN, ["--analytics", analytics, "--", "./sim"])
 
 
 @pytest.mark.parametrize("flags", [["--size", "64", "64"], ["--steps", "3", "--solver", "python"]])
 def test_demo_options_beside_a_user_command_are_a_usage_error(flags: list[str]) -> None:
-    args = cli.parse_args(RUN, [*flags, "--", "./sim"])
     with pytest.raises(UsageError, match=f"{flags[0]}.* set the heat demo's simulation"):
-        solver.resolve_settings(args)
-    solver.resolve_settings(cli.parse_args(RUN, flags))  # the demo itself takes them
+        resolved(*flags, "--", "./sim")
+    parse.run_settings(RUN, flags)  # the demo itself takes them
 
 
 def test_workers_preload_the_pca_warm_up_for_the_builtin_pca_only(tmp_path: Path) -> None:
-    demo = solver.resolve_settings(parse())
-    assert demo.worker_preload == settings.PCA_WARM_UP == "deisa.analysis._warm"
-    assert demo.summary()["worker_preload"] == settings.PCA_WARM_UP
-    user = solver.resolve_settings(cli.parse_args(RUN, ["--analytics", "a.py", "--", "./sim"]))
+    demo = resolved()
+    assert demo.worker_preload == checks.PCA_WARM_UP == "deisa.analysis._warm"
+    assert demo.summary()["worker_preload"] == checks.PCA_WARM_UP
+    user = parse.run_settings(RUN, ["--analytics", "a.py", "--", "./sim"])
     assert user.worker_preload is None  # deisa does not know what a user's analytics imports
-    asked = cli.parse_args(RUN, ["--worker-preload", "pca", "--analytics", "a.py", "--", "./s"])
-    assert solver.resolve_settings(asked).worker_preload == settings.PCA_WARM_UP
-    assert solver.resolve_settings(parse("--worker-preload", "none")).worker_preload is None
-    assert solver.resolve_settings(parse("--worker-preload", "my.mod")).worker_preload == "my.mod"
+    asked = resolved("--worker-preload", "pca", "--analytics", "a.py", "--", "./s")
+    assert asked.worker_preload == checks.PCA_WARM_UP
+    assert resolved("--worker-preload", "none").worker_preload is None
+    assert resolved("--worker-preload", "my.mod").worker_preload == "my.mod"
     with pytest.raises(UsageError, match="--worker-preload"):
-        solver.resolve_settings(parse("--worker-preload", " "))
-    cmd = dask_processes.worker_command(tmp_path / "s.json", 0, 1, tmp_path, settings.PCA_WARM_UP)
+        resolved("--worker-preload", " ")
+    cmd = dask_processes.worker_command(tmp_path / "s.json", 0, 1, tmp_path, checks.PCA_WARM_UP)
     assert preloads(cmd) == [BRIDGE, "deisa.analysis._warm"]
     assert preloads(dask_processes.worker_command(tmp_path / "s.json", 0, 1, tmp_path)) == [BRIDGE]
 
@@ -637,7 +634,7 @@ def preloads(cmd: list[str]) -> list[str]:
 
 def slurm_worker_line(*argv: str) -> str:
     """The ``dask worker`` line of the Slurm job script of ``deisa-run slurm argv``."""
-    script = slurm.job_script(solver.resolve_settings(cli.parse_args("slurm", [*argv]), "slurm"))
+    script = slurm.job_script(parse.run_settings("slurm", [*argv]))
     return next(line for line in script.splitlines() if "--no-nanny" in line)
 
 
@@ -651,7 +648,7 @@ def test_slurm_workers_preload_the_pca_warm_up_for_the_builtin_pca_only() -> Non
     ("argv", "user"),
     [
         (["--worker-preload", "none"], []),
-        (["--solver", "python"], [settings.PCA_WARM_UP]),
+        (["--solver", "python"], [checks.PCA_WARM_UP]),
         (["--worker-preload", "my.mod", "--analytics", "a.py", "--", "./sim"], ["my.mod"]),
         (["--worker-preload", "/my dir/it's.py", "--", "./sim"], ["/my dir/it's.py"]),
     ],
@@ -662,8 +659,8 @@ def test_every_worker_preloads_the_bridge_beside_the_users_module(
     """``deisa.bridge.worker`` first, then the settings' module, locally and in the job script,
     whatever ``--worker-preload`` says; a module path with a space or a quote stays one
     word of the script."""
-    assert settings.BRIDGE_WORKER == BRIDGE
-    run = solver.resolve_settings(cli.parse_args(RUN, argv))
+    assert dask_processes.BRIDGE_WORKER == BRIDGE
+    run = parse.run_settings(RUN, argv)
     cmd = dask_processes.worker_command(tmp_path / "s.json", 0, 1, tmp_path, run.worker_preload)
     assert preloads(cmd) == [BRIDGE, *user]
     line = slurm_worker_line(*argv)
@@ -676,11 +673,9 @@ def test_every_worker_preloads_the_bridge_beside_the_users_module(
 def test_worker_preload_keeps_the_preloads_of_the_dask_configuration(tmp_path: Path) -> None:
     # a --preload option replaces distributed.worker.preload: the launcher passes both
     with dask.config.set({"distributed.worker.preload": ["mine.monitor"]}):
-        cmd = dask_processes.worker_command(
-            tmp_path / "s.json", 0, 1, tmp_path, settings.PCA_WARM_UP
-        )
-        assert preloads(cmd) == ["mine.monitor", BRIDGE, settings.PCA_WARM_UP]
-        script = slurm.job_script(solver.resolve_settings(cli.parse_args("slurm", []), "slurm"))
+        cmd = dask_processes.worker_command(tmp_path / "s.json", 0, 1, tmp_path, checks.PCA_WARM_UP)
+        assert preloads(cmd) == ["mine.monitor", BRIDGE, checks.PCA_WARM_UP]
+        script = slurm.job_script(parse.run_settings("slurm", []))
         assert (
             f" --preload mine.monitor --preload {BRIDGE} --preload deisa.analysis._warm" in script
         )
@@ -692,7 +687,7 @@ def test_worker_preload_keeps_the_preloads_of_the_dask_configuration(tmp_path: P
         )
     with dask.config.set({"distributed.worker.preload": ["one.py", BRIDGE]}):
         args = ["--preload", "one.py", "--preload", BRIDGE, "--preload", "a.b"]
-        assert settings.preload_args("a.b") == args  # each once
+        assert dask_processes.preload_args("a.b") == args  # each once
 
 
 def test_build_dir_default_is_the_projects_wherever_the_user_stands(
@@ -703,9 +698,9 @@ def test_build_dir_default_is_the_projects_wherever_the_user_stands(
     (tmp_path / "build" / "plugin").mkdir(parents=True)
     monkeypatch.chdir(tmp_path)
     user = ["--analytics", "a.py", "--", "./sim"]
-    default = solver.resolve_settings(cli.parse_args(RUN, user), RUN)
+    default = parse.run_settings(RUN, user)
     assert default.build_dir == REPO / "build"
-    typed = solver.resolve_settings(cli.parse_args(RUN, ["--build-dir", "build", *user]), RUN)
+    typed = parse.run_settings(RUN, ["--build-dir", "build", *user])
     assert typed.build_dir == tmp_path / "build"
 
 
@@ -717,15 +712,15 @@ def test_dask_configuration_changes_a_default_and_the_command_line_wins(tmp_path
     ``DASK_DEISA__...`` variable does) overrides the packaged file, ``--defaults`` overrides
     it, the command line wins over all; an unknown key or a bad value names its source."""
     with dask.config.set({"deisa.run.workers": 5, "deisa.slurm.job-name": "mine"}):
-        assert solver.resolve_settings(parse("--solver", "python")).workers == 5
+        assert resolved("--solver", "python").workers == 5
         assert "(default: 5)" in " ".join(
-            cli.build_parser(RUN, defaults.load_defaults()).format_help().split()
+            options.build_parser(RUN, defaults.load_defaults()).format_help().split()
         )
-        assert solver.resolve_settings(parse("--solver", "python", "--workers", "2")).workers == 2
-        script = slurm.job_script(solver.resolve_settings(cli.parse_args("slurm", []), "slurm"))
+        assert resolved("--solver", "python", "--workers", "2").workers == 2
+        script = slurm.job_script(parse.run_settings("slurm", []))
         assert "#SBATCH --job-name=mine" in script
         mine = _write(tmp_path / "mine.yml", "deisa: {run: {workers: 3}}\n")
-        assert solver.resolve_settings(parse("--defaults", str(mine))).workers == 3
+        assert resolved("--defaults", str(mine)).workers == 3
     with dask.config.set({"deisa.run.wokers": 3}), pytest.raises(UsageError, match="wokers"):
         defaults.load_defaults()
     with (
@@ -735,7 +730,7 @@ def test_dask_configuration_changes_a_default_and_the_command_line_wins(tmp_path
             match=r"^the dask configuration \(deisa.run.workers\): run.workers=0 must be a pos",
         ),
     ):
-        solver.resolve_settings(parse())
+        resolved()
 
 
 def test_env_variable_and_user_file_change_defaults_and_the_command_line_wins(
@@ -748,8 +743,8 @@ def test_env_variable_and_user_file_change_defaults_and_the_command_line_wins(
     (user_dir / "deisa.yaml").write_text("deisa:\n  run:\n    workers: 7\n    threads: 2\n")
     probe = (
         "import json, sys\n"
-        "from deisa.launcher import cli, solver\n"
-        "s = solver.resolve_settings(cli.parse_args('slurm', sys.argv[1:]), 'slurm')\n"
+        "from deisa.launcher import parse\n"
+        "s = parse.run_settings('slurm', sys.argv[1:])\n"
         "print(json.dumps([s.workers, s.threads, s.tls, s.simulation['global_size']]))\n"
     )
     env = {**test_env(), "HOME": str(tmp_path), "DASK_DEISA__RUN__WORKERS": "3",

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from deisa.launcher import cli, settings, slurm, solver
+from deisa.launcher import checks, cli, options, parse, slurm
 from deisa.launcher.defaults import UsageError, load_defaults
-from deisa.launcher.options import ANALYTICS, RUN, SLURM
+from deisa.launcher.options import RUN, SLURM
 
 MARKER = "X"
 INJECT = f"$(touch {MARKER})"
@@ -35,7 +35,7 @@ def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def script_of(*argv: str) -> str:
-    return slurm.job_script(solver.resolve_settings(cli.parse_args(SLURM, list(argv)), SLURM))
+    return slurm.job_script(parse.run_settings(SLURM, list(argv)))
 
 
 # -- refused before anything is printed -----------------------------------------------------------
@@ -86,24 +86,24 @@ def test_an_injection_attempt_through_the_real_command_exits_2(here: Path) -> No
     "value", ["30", "10:00", "01:00:00", "2-12", "2-12:30", "2-12:30:00", "UNLIMITED", "infinite"]
 )
 def test_slurm_times(value: str) -> None:
-    assert settings.SLURM_GRAMMARS["time"].check("--time", value) == value
+    assert checks.SLURM_GRAMMARS["time"].check("--time", value) == value
 
 
 @pytest.mark.parametrize("value", ["", "1h", "1:2:3:4", "-1", "1-", "1-2-3", " 10", 3600])
 def test_bad_slurm_times(value: object) -> None:
     with pytest.raises(UsageError, match="must be a Slurm time"):
-        settings.SLURM_GRAMMARS["time"].check("--time", value)
+        checks.SLURM_GRAMMARS["time"].check("--time", value)
 
 
 @pytest.mark.parametrize("value", ["gtemp", "_t", "T2"])
 def test_arrays_are_identifiers(value: str) -> None:
-    settings.ARRAY.check("--array", value)
+    checks.ARRAY.check("--array", value)
 
 
 @pytest.mark.parametrize("value", ["", "2t", "g-temp", "g.temp", "$t", "g temp", "gtémp", None])
 def test_bad_arrays(value: object) -> None:
     with pytest.raises(UsageError, match="must be an identifier"):
-        settings.ARRAY.check("--array", value)
+        checks.ARRAY.check("--array", value)
 
 
 def test_account_is_an_option_with_its_defaults_key(tmp_path: Path) -> None:
@@ -116,7 +116,7 @@ def test_account_is_an_option_with_its_defaults_key(tmp_path: Path) -> None:
     mine.write_text("slurm: {account: 'a b'}\n")
     with pytest.raises(UsageError, match=rf"^{mine}: slurm.account='a b' must be a plain name"):
         script_of("--solver", "python", "--defaults", str(mine))
-    help_text = cli.build_parser(SLURM, load_defaults()).format_help()
+    help_text = options.build_parser(SLURM, load_defaults()).format_help()
     assert "account charged for the job" in " ".join(help_text.split())
 
 
@@ -126,9 +126,8 @@ def test_account_is_an_option_with_its_defaults_key(tmp_path: Path) -> None:
 @pytest.mark.parametrize("value", ["inf", "-inf", "nan", "0", "-5"])
 @pytest.mark.parametrize("command", [RUN, SLURM])
 def test_timeout_must_be_a_finite_positive_number(command: str, value: str) -> None:
-    args = cli.parse_args(command, [f"--timeout={value}", "--solver", "python"])
     with pytest.raises(UsageError, match=rf"^--timeout={float(value)!r} must be a (finite )?pos"):
-        solver.resolve_settings(args, command)
+        parse.run_settings(command, [f"--timeout={value}", "--solver", "python"])
 
 
 @pytest.mark.parametrize("value", ["inf", "nan", "0", "-5"])
@@ -141,9 +140,8 @@ def test_analytics_timeout_must_be_a_finite_positive_number(
     assert err.count("\n") == 1
     mine = here / "mine.yml"
     mine.write_text("slurm: {timeout: .inf}\n")
-    args = cli.parse_args(ANALYTICS, ["--scheduler-file", "s.json", "--defaults", str(mine)])
     with pytest.raises(UsageError, match=rf"^{mine}: slurm.timeout=inf must be a finite"):
-        cli.resolve_analytics_args(args)
+        parse.analytics_settings(["--scheduler-file", "s.json", "--defaults", str(mine)])
 
 
 @pytest.mark.parametrize("command", ["slurm", "run"])
@@ -325,8 +323,8 @@ def test_python_solver_step_quotes_the_interpreter(tmp_path: Path) -> None:
 def test_quoting_holds_for_values_the_grammar_would_refuse(tmp_path: Path) -> None:
     """Settings made in Python skip the command line's checks: the script still runs no word
     of theirs."""
-    args = cli.parse_args(SLURM, ["--solver", "python", "--insecure", "-o", str(tmp_path / "o")])
-    made = dataclasses.replace(solver.resolve_settings(args, SLURM), array=INJECT)
+    argv = ["--solver", "python", "--insecure", "-o", str(tmp_path / "o")]
+    made = dataclasses.replace(parse.run_settings(SLURM, argv), array=INJECT)
     steps = run_with_fake_srun(slurm.job_script(made), tmp_path)
     assert not list(tmp_path.rglob(MARKER))
     for step in ("simulation", "analytics"):

@@ -6,16 +6,17 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from deisa.launcher import cli, slurm, solver
+from deisa.launcher import parse, slurm, solver
 from deisa.launcher.options import RUN, SLURM
 from deisa.launcher.plan import USER_PYTHON, Process, Where, local_where, make_plan
+from deisa.launcher.settings import RunSettings
 
 JOB = Where("$PYTHON", USER_PYTHON, "$OUT", "$SCHEDULER_FILE", "/o/__SLURM_JOB_ID__/s.json",
             job=True, listen=("--host", "127.0.0.1"), comm=("--protocol", "tls"))  # fmt: skip
 
 
-def settings_of(command: str, *argv: str) -> solver.RunSettings:
-    return solver.resolve_settings(cli.parse_args(command, list(argv)), command)
+def settings_of(command: str, *argv: str) -> RunSettings:
+    return parse.run_settings(command, list(argv))
 
 
 def test_a_search_path_gets_the_directory_first(tmp_path: Path) -> None:

@@ -65,11 +65,11 @@ def test_without_the_dashboard_only_the_health_check_answers() -> None:
 
 
 def test_dashboard_is_asked_for_in_a_job_too(tmp_path: Path) -> None:
-    from deisa.launcher import cli, slurm, solver
+    from deisa.launcher import parse, slurm
 
     def script(*extra: str) -> str:
         argv = ["--solver", "python", "-o", str(tmp_path / "o"), *extra]
-        return slurm.job_script(solver.resolve_settings(cli.parse_args("slurm", argv), "slurm"))
+        return slurm.job_script(parse.run_settings("slurm", argv))
 
     off, on = script(), script("--dashboard")
     assert "--no-dashboard" in off and "HTTP__ROUTES" in off

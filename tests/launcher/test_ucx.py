@@ -20,9 +20,10 @@ from pathlib import Path
 import pytest
 from conftest import STARTUP, test_env
 
-from deisa.launcher import cli, slurm, solver, ucx
+from deisa.launcher import cli, options, parse, slurm, ucx
 from deisa.launcher.defaults import UsageError, load_defaults
 from deisa.launcher.options import RUN, SLURM, option
+from deisa.launcher.settings import RunSettings
 
 INSECURE_UCX = ["--protocol", "ucx", "--insecure", "--solver", "python"]
 
@@ -38,8 +39,8 @@ def ucx_missing(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ucx, "ucx_available", lambda: False)
 
 
-def settings_of(command: str, *argv: str) -> solver.RunSettings:
-    return solver.resolve_settings(cli.parse_args(command, list(argv)), command)
+def settings_of(command: str, *argv: str) -> RunSettings:
+    return parse.run_settings(command, list(argv))
 
 
 # -- the option ---------------------------------------------------------------------------------
@@ -55,7 +56,7 @@ def test_protocol_is_declared_once_for_run_and_slurm_and_defaults_to_tcp(tmp_pat
         made = settings_of(command, "--solver", "python", "-o", str(tmp_path / "o"))
         assert made.protocol == "tcp" and made.tls
         assert made.summary()["protocol"] == "tcp"
-    assert "--protocol {tcp,ucx}" in cli.build_parser(RUN, load_defaults(None)).format_help()
+    assert "--protocol {tcp,ucx}" in options.build_parser(RUN, load_defaults(None)).format_help()
 
 
 def test_an_unknown_protocol_in_a_defaults_file_is_named(tmp_path: Path) -> None:
