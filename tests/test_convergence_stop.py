@@ -15,6 +15,7 @@ import pytest
 from deisa.launcher import defaults, options, parse, slurm
 from deisa.launcher.defaults import UsageError
 from deisa.launcher.options import RUN
+from deisa.launcher.plan import make_plan
 from deisa.pca_app import report
 from deisa.pca_app.pipeline import StepAnalytics, _relative_change, stop_summary
 
@@ -86,7 +87,9 @@ def test_stop_when_converged_option_of_the_three_commands(tmp_path: Path) -> Non
 
 def test_slurm_job_passes_stop_when_converged_to_the_client() -> None:
     def script(*argv: str) -> str:
-        return slurm.job_script(parse.run_settings("slurm", ["--solver", "python", *argv]))
+        return slurm.job_script(
+            make_plan(parse.run_settings("slurm", ["--solver", "python", *argv]))
+        )
 
     with_stop = script("--stop-when-converged", "0.01")
     client = next(line for line in with_stop.splitlines() if "--timeout" in line)

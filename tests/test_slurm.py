@@ -31,6 +31,7 @@ from user_code import write_user_code
 from deisa.bridge.tls_files import TLS_FILES_ENV
 from deisa.launcher import parse, solver
 from deisa.launcher.cli import slurm_main
+from deisa.launcher.plan import make_plan
 from deisa.launcher.processes import THREAD_PINS
 from deisa.launcher.slurm import JOB_ID, PRIVATE_TMP, WORKER_TTL, job_script, layout
 
@@ -51,7 +52,7 @@ def slurm_script(*command: str, **options: Any) -> str:
         argv += [flag, *map(str, words)]
     if command:
         argv += ["--", *command]
-    return job_script(parse.run_settings("slurm", argv))
+    return job_script(make_plan(parse.run_settings("slurm", argv)))
 
 
 # -- the script's text ----------------------------------------------------------------------------
@@ -985,7 +986,9 @@ def test_script_speaks_tls_on_loopback_unless_insecure(tmp_path: Path) -> None:
     assert "--host 127.0.0.1" not in multi and "--interface eth77 --protocol tls &" in multi
     # --insecure: plain TCP, and one warning line in the job's output
     insecure = job_script(
-        parse.run_settings("slurm", ["--solver", "python", "--insecure", "-o", str(tmp_path)])
+        make_plan(
+            parse.run_settings("slurm", ["--solver", "python", "--insecure", "-o", str(tmp_path)])
+        )
     )
     assert "--protocol tls" not in insecure and "deisa.launcher.security" not in insecure
     assert insecure.count("warning: --insecure") == 1

@@ -54,9 +54,10 @@ def run_main(argv: Sequence[str]) -> int:
             _setup_logging(settings.verbose)
             os.environ.update(THREAD_PINS)  # this process's own PCA and the children's
             from .local import run_pipeline
+            from .plan import make_plan
 
             signals.check()
-            run_pipeline(settings, signals)
+            run_pipeline(make_plan(settings), signals)
         except UsageError as exc:
             print(f"deisa-run: error: {exc}", file=sys.stderr)
             return 2
@@ -85,11 +86,12 @@ def slurm_main(argv: Sequence[str]) -> int:
     int
         Exit status: 0, or 2 for options that cannot work (the reason on stderr).
     """
+    from .plan import make_plan
     from .slurm import job_script
 
     try:
         settings = run_settings(SLURM, argv)
-        script = job_script(settings)
+        script = job_script(make_plan(settings))
     except ValueError as exc:  # UsageError included
         print(f"deisa-run slurm: error: {exc}", file=sys.stderr)
         return 2

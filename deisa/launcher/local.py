@@ -38,24 +38,25 @@ from ..pca_app.report import ways_in_words
 from ..pca_app.stall import StepWatch
 from .dask_processes import LOOPBACK, DaskProcesses, dashboard_available, http_env
 from .defaults import UsageError
-from .plan import Plan, local_where, make_plan
+from .plan import Plan
 from .private_tmp import PrivateTmp, make_private_tmp
 from .processes import Child, ProcessSet, Signals, child_env, wait_until
 from .security import Credentials, make_credentials, output_problem
-from .settings import RunSettings
 from .solver import SCHEDULER_FILE_OVERRIDE
 from .ucx import UCX
 
 logger = logging.getLogger(__name__)
 
 
-def run_pipeline(settings: RunSettings, signals: Signals, out: IO[str] = sys.stdout) -> None:
-    """Start scheduler, workers, analytics and simulation, wait for them, stop everything.
+def run_pipeline(plan: Plan, signals: Signals, out: IO[str] = sys.stdout) -> None:
+    """Start the plan's scheduler, workers, analytics and simulation, wait for them, stop
+    everything.
 
     Parameters
     ----------
-    settings
-        From :func:`deisa.launcher.solver.resolve_settings`.
+    plan
+        A local run's (:func:`deisa.launcher.plan.make_plan` of the settings of
+        ``deisa-run``).
     signals
         Installed by the caller; every wait checks it, and its second signal kills the
         children started here.
@@ -73,49 +74,45 @@ def run_pipeline(settings: RunSettings, signals: Signals, out: IO[str] = sys.std
     UsageError
         The output directory or the temporary directory is not this account's alone.
     """
-    scheduler_file = _prepare_output(settings.output)
+    scheduler_file = _prepare_output(plan.output)
     tmp = make_private_tmp()  # every process's TMPDIR and Dask scratch: never a shared one
     try:
-        _run(settings, signals, out, scheduler_file, tmp)
+        _run(plan, signals, out, scheduler_file, tmp)
     finally:
         tmp.remove()
 
 
-def _run(
-    settings: RunSettings, signals: Signals, out: IO[str], scheduler_file: Path, tmp: PrivateTmp
-) -> None:
+def _run(plan: Plan, signals: Signals, out: IO[str], scheduler_file: Path, tmp: PrivateTmp) -> None:
     """:func:`run_pipeline` in the run's private temporary directory ``tmp``: the run's
     :class:`~deisa.launcher.plan.Plan` started."""
-    credentials = _credentials(settings)
+    credentials = _credentials(plan)  # where the plan's command lines name them
     secure = credentials.env() if credentials is not None else {}
     # UCX: `--protocol ucx` in place of TLS credentials (it has none: --insecure)
-    comm = UCX() if settings.protocol == "ucx" else credentials
-    if settings.protocol == "ucx":  # every process, this one's client included
+    comm = UCX() if plan.protocol == "ucx" else credentials
+    if plan.protocol == "ucx":  # every process, this one's client included
         secure = {**secure, **UCX().env()}
         os.environ.update(secure)
-    secure = {**secure, **tmp.env(), **http_env(settings.dashboard)}
-    plan = make_plan(settings, local_where(settings.output, comm.cli_args() if comm else []))
-    procs = ProcessSet(settings.output / "logs", child_env(secure), settings.stop_timeout)
+    secure = {**secure, **tmp.env(), **http_env(plan.dashboard)}
+    procs = ProcessSet(plan.output / "logs", child_env(secure), plan.stop_timeout)
     signals.on_second = procs.kill
-    _announce(settings, plan, scheduler_file)
+    _announce(plan, scheduler_file)
     client = None
     started = time.perf_counter()
     try:
         dask = DaskProcesses(scheduler_file, credentials=comm)
-        client = _start_dask(settings, plan, procs, signals, dask)
-        env = {p.name: child_env({**secure, **p.environment()}, keep=settings.mpi_env)
+        client = _start_dask(plan, procs, signals, dask)
+        env = {p.name: child_env({**secure, **p.environment()}, keep=plan.mpi_env)
                for p in plan.processes}  # fmt: skip
         analytics = None
         if plan.analytics is not None:
             analytics = procs.start("analytics", plan.analytics.argv, env["analytics"], echo=out)
         signals.check()
-        mpirun = [*settings.mpirun, "-np", str(settings.ranks)]
+        mpirun = [*plan.mpirun, "-np", str(plan.simulation.tasks)]
         sim = procs.start("simulation", [*mpirun, *plan.simulation.argv], env["simulation"])
         if analytics is None:
-            timings = Path(plan.timings) if plan.timings else None
-            _builtin_analytics(settings, client, procs, sim, signals, timings, out)
+            _builtin_analytics(plan, client, procs, sim, signals, out)
         else:
-            _wait_for_user_analytics(settings, procs, sim, analytics, signals)
+            _wait_for_user_analytics(plan, procs, sim, analytics, signals)
             analytics.join_echo()
         print(_summary(client, time.perf_counter() - started), file=out)
     finally:
@@ -128,13 +125,12 @@ def _run(
             credentials.remove()
 
 
-def _announce(settings: RunSettings, plan: Plan, scheduler_file: Path) -> None:
+def _announce(plan: Plan, scheduler_file: Path) -> None:
     """Write the plan's files into the output; say what runs (and, for a user's command,
     the plugins found and the scheduler file it is given)."""
     for name, text in plan.files.items():
-        (settings.output / name).write_text(text)
-    description = plan.description
-    if settings.command:
+        (plan.output / name).write_text(text)
+    if plan.simulation.user:
         for what, _, plugin in plan.found:
             print(f"deisa-run: {what}: {plugin.origin}", file=sys.stderr)
         print(
@@ -142,24 +138,20 @@ def _announce(settings: RunSettings, plan: Plan, scheduler_file: Path) -> None:
             f"a PDI YAML names (scheduler_file, scheduler_info) through {SCHEDULER_FILE_OVERRIDE}",
             file=sys.stderr,
         )
-    else:
-        description = (
-            f"the {settings.solver} solver ({settings.solver_reason}), field "
-            f"{settings.simulation['global_size']}, {settings.simulation['steps']} steps"
-        )
+    workers = plan.workers
     print(
-        f"deisa-run: {settings.ranks} ranks of {description}, {settings.workers} "
-        f"workers x {settings.threads} threads; output in {settings.output}",
+        f"deisa-run: {plan.simulation.tasks} ranks of {plan.description}, {workers.tasks} "
+        f"workers x {workers.cores} threads; output in {plan.output}",
         file=sys.stderr,
     )
 
 
-def _credentials(settings: RunSettings) -> Credentials | None:
+def _credentials(plan: Plan) -> Credentials | None:
     """The run's TLS credentials, made in ``<output>/tls``; ``None`` (and one warning line)
     with ``--insecure``."""
-    if settings.tls:
-        return make_credentials(settings.output / "tls")
-    if settings.protocol == "ucx":
+    if plan.tls:
+        return make_credentials(plan.output / "tls")
+    if plan.protocol == "ucx":
         warning = (
             "speak UCX without authentication, and distributed-ucxx's listeners take every "
             "interface: any account on this machine, and any machine that reaches it, can "
@@ -193,19 +185,17 @@ def _prepare_output(output: Path) -> Path:
     return output / "scheduler.json"
 
 
-def _start_dask(
-    settings: RunSettings, plan: Plan, procs: ProcessSet, signals: Signals, dask: DaskProcesses
-) -> Any:
+def _start_dask(plan: Plan, procs: ProcessSet, signals: Signals, dask: DaskProcesses) -> Any:
     """Start the plan's scheduler and workers among the run's processes ``procs`` (``dask``
     has the client's credentials); a client once every worker is connected."""
-    dashboard = settings.dashboard and dashboard_available()
+    dashboard = plan.dashboard and dashboard_available()
     dask.processes = procs
-    dask.start_scheduler(settings.timeout, check=signals.check, command=plan.scheduler.argv)
+    dask.start_scheduler(plan.timeout, check=signals.check, command=plan.scheduler.argv)
     # their scratch: the run's private TMPDIR (DASK_TEMPORARY_DIRECTORY in their environment)
     dask.start_workers(plan.workers.tasks, command=plan.workers.argv)
-    client = dask.client(timeout=settings.timeout)
-    dask.wait_for_workers(client, settings.workers, settings.timeout, check=signals.check)
-    print(dashboard_line(client, settings.dashboard, available=dashboard), file=sys.stderr)
+    client = dask.client(timeout=plan.timeout)
+    dask.wait_for_workers(client, plan.workers.tasks, plan.timeout, check=signals.check)
+    print(dashboard_line(client, plan.dashboard, available=dashboard), file=sys.stderr)
     return client
 
 
@@ -261,21 +251,19 @@ def _blame_order(child: Child) -> int:
     return order.get(child.name, 1)
 
 
-def _wait_for_simulation(
-    settings: RunSettings, procs: ProcessSet, sim: Child, signals: Signals
-) -> None:
+def _wait_for_simulation(plan: Plan, procs: ProcessSet, sim: Child, signals: Signals) -> None:
     """Once the stream has ended: the simulation's exit, within ``--timeout``."""
     wait_until(
         lambda: sim.popen.poll() is not None,
         "the simulation to exit",
-        settings.timeout,
+        plan.timeout,
         check=lambda: _check_parts(procs, (sim,), signals),
     )
     _check_parts(procs, (sim,), signals)
 
 
 def _wait_for_user_analytics(
-    settings: RunSettings, procs: ProcessSet, sim: Child, analytics: Child, signals: Signals
+    plan: Plan, procs: ProcessSet, sim: Child, analytics: Child, signals: Signals
 ) -> None:
     """Wait until the simulation and the analytics have both exited 0; the first part to fail
     (the analytics included: the simulation is then stopped) raises."""
@@ -290,45 +278,38 @@ def _wait_for_user_analytics(
     wait_until(
         lambda: last.popen.poll() is not None,
         f"the {last.name} to exit",
-        settings.timeout,
+        plan.timeout,
         check=lambda: _check_parts(procs, done, signals),
     )
     _check_parts(procs, done, signals)
 
 
 def _builtin_analytics(
-    settings: RunSettings,
-    client: Any,
-    procs: ProcessSet,
-    sim: Child,
-    signals: Signals,
-    timings: Path | None,
-    out: IO[str],
+    plan: Plan, client: Any, procs: ProcessSet, sim: Child, signals: Signals, out: IO[str]
 ) -> None:
     """The built-in PCA of every step (:func:`~deisa.pca_app.driver.drive`), with a progress
     bar; then, once the simulation has exited, the report."""
+    pca = plan.pca
+    assert pca is not None  # the plan has no analytics process: the built-in PCA runs here
+    timings = Path(plan.timings) if plan.timings else None
 
     def after_stream() -> Path | None:
-        _wait_for_simulation(settings, procs, sim, signals)
+        _wait_for_simulation(plan, procs, sim, signals)
         return timings
 
     analysis = Analysis(
-        settings.array,
-        settings.n_components,
-        settings.output,
-        settings.timeout,
-        buffer_nb=settings.buffer_nb,
-        stop_when_converged=settings.stop_when_converged,
-        settings=settings.summary(),
-        steps=None if settings.command else settings.simulation["steps"],
+        pca.array,
+        pca.n_components,
+        plan.output,
+        plan.timeout,
+        buffer_nb=pca.buffer_nb,
+        stop_when_converged=pca.stop_when_converged,
+        settings=dict(pca.settings),
+        steps=pca.steps,
     )
     # the simulation's exit, not a deadline, ends the wait for a step (unless --step-timeout)
     watch = StepWatch(
-        settings.array,
-        client,
-        step_timeout=settings.step_timeout,
-        exit_status=sim.popen.poll,
-        log=sim.log,
+        pca.array, client, step_timeout=pca.step_timeout, exit_status=sim.popen.poll, log=sim.log
     )
     drive(
         client,

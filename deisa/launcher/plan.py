@@ -15,22 +15,25 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shlex
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import yaml
 
-from ..bridge.options import BridgeOptions
 from .adios2_engine import GUARD_FILE, PRELOAD, find_engine, find_guard
 from .adios2_engine import PLUGIN_PATH as ADIOS2_PLUGIN_PATH
-from .checks import command_words
-from .dask_processes import dashboard_available, scheduler_command, worker_command
+from .commands import analytics_argv, python_script, simulation_command
+from .dask_processes import LOOPBACK, dashboard_available, scheduler_command, worker_command
 from .processes import python_argv
-from .settings import RunSettings
-from .solver import SCHEDULER_FILE_OVERRIDE, Plugin, deisa_pdi_config, find_plugin
+from .security import Credentials
+from .settings import RunSettings, SlurmSettings
+from .slurm_layout import Node, allocation
+from .solver import SCHEDULER_FILE_OVERRIDE, Plugin, find_plugin
+from .ucx import UCX
 
 JOB_ID = "__SLURM_JOB_ID__"
 """In the C solver's PDI YAML of a job, replaced by ``$SLURM_JOB_ID`` when the job starts: the
@@ -87,7 +90,38 @@ def local_where(output: Path, comm: list[str]) -> Where:
     """A local run's :class:`Where`: real paths, this interpreter, loopback."""
     scheduler_file = str((output / "scheduler.json").absolute())
     return Where(sys.executable, sys.executable, str(output), scheduler_file, scheduler_file,
-                 listen=("--host", "127.0.0.1"), comm=tuple(comm))  # fmt: skip
+                 listen=("--host", LOOPBACK), comm=tuple(comm))  # fmt: skip
+
+
+def _local_comm(settings: RunSettings) -> list[str]:
+    """The options of the protocol of a local run's Dask processes: TLS with the run's
+    credentials (made in ``<output>/tls`` before they start), UCX, or none (plain TCP)."""
+    if settings.tls:
+        return Credentials(settings.output / "tls").cli_args()
+    return UCX().cli_args() if settings.protocol == "ucx" else []
+
+
+def job_where(settings: RunSettings, nodes: tuple[tuple[int, int], tuple[int, int]]) -> Where:
+    """How a Slurm job spells the plan: its own variables (``$PYTHON``, ``$OUT``,
+    ``$SCHEDULER_FILE``), where its Dask servers listen and which protocol they speak;
+    ``nodes``: ``(first, count)`` of the worker and the simulation nodes."""
+    slurm = settings.slurm or SlurmSettings()
+    # one node: every Dask server on loopback; several: on --interface (or every interface),
+    # which TLS keeps to the job's own processes. HTTP servers (dashboard, health) stay local.
+    listen: tuple[str, ...] = ("--host", LOOPBACK)
+    if slurm.nodes > 1:
+        listen = ("--interface", slurm.interface) if slurm.interface else ()
+    # TLS: the files come from the environment (the job exports Dask's
+    # DASK_DISTRIBUTED__COMM__TLS__* variables and deisa's DEISA_TLS_*, security.tls_env):
+    # --tls-* options would make `dask scheduler` refuse --interface
+    comm = ("--protocol", "tls") if settings.tls else ()
+    if not settings.tls and settings.protocol == "ucx":
+        comm = ("--protocol", "ucx")
+    # The Python solver reads the job's scheduler file from the script's variable; the C
+    # solver's PDI YAML is written by a quoted heredoc, where `sed` puts the job ID in.
+    pdi_scheduler_file = f"{settings.output.absolute()}/{JOB_ID}/scheduler.json"
+    return Where("$PYTHON", USER_PYTHON, "$OUT", "$SCHEDULER_FILE", pdi_scheduler_file,
+                 job=True, listen=listen, comm=comm, nodes=nodes)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -136,6 +170,49 @@ class Process:
 
 
 @dataclass(frozen=True)
+class BuiltinPCA:
+    """The built-in PCA of a run (:class:`deisa.pca_app.driver.Analysis`), run by the launcher
+    itself (a local run) or by ``deisa-run analytics`` (a job, :attr:`Plan.analytics`).
+
+    Attributes
+    ----------
+    array, n_components, buffer_nb, stop_when_converged, step_timeout
+        As the settings say.
+    steps
+        The steps the heat demo publishes (``None``: a user's simulation).
+    settings
+        What ``results.json`` records (:meth:`~deisa.launcher.settings.RunSettings.summary`).
+    """
+
+    array: str
+    n_components: int
+    buffer_nb: int | None
+    stop_when_converged: float | None
+    step_timeout: float | None
+    steps: int | None
+    settings: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Job:
+    """What only a Slurm job's script needs: the allocation and where each process goes.
+
+    Attributes
+    ----------
+    slurm
+        The allocation's options (``#SBATCH`` lines, ``srun``'s, the job's interpreter).
+    nodes
+        What each node runs (:func:`deisa.launcher.slurm_layout.allocation`).
+    pdi_config
+        The C solver's PDI YAML the job's was made from (named in a comment).
+    """
+
+    slurm: SlurmSettings
+    nodes: tuple[Node, ...]
+    pdi_config: Path
+
+
+@dataclass(frozen=True)
 class Plan:
     """Every process of a run, and what it writes before starting them.
 
@@ -157,6 +234,21 @@ class Plan:
     found
         For a user's command: ``(what, variable, plugin)`` of the deisa PDI plugin and the
         ADIOS2 engine found (:attr:`Plugin.origin` says where).
+    output
+        The run's directory (a job writes into ``<output>/<job id>/``).
+    timeout, stop_timeout
+        Seconds to wait for the scheduler, the workers and the simulation's end; seconds a
+        process has to stop on SIGTERM (a local run).
+    tls, protocol, dashboard
+        Whether the Dask processes speak mutual TLS, over ``tcp`` or ``ucx``, and serve the
+        dashboard (:class:`~deisa.launcher.settings.RunSettings`).
+    mpirun, mpi_env
+        A local run's MPI launcher (the simulation's tasks are its ``-np``) and the
+        variables its processes get unless set.
+    pca
+        The built-in PCA, or ``None`` (the user's ``--analytics``).
+    job
+        A Slurm job's allocation; ``None``: a local run.
     """
 
     scheduler: Process
@@ -168,6 +260,16 @@ class Plan:
     timings: str | None = None
     timings_file: bool = False
     found: tuple[tuple[str, str, Plugin], ...] = ()
+    output: Path = Path("deisa-output")
+    timeout: float = 300.0
+    stop_timeout: float = 10.0
+    tls: bool = True
+    protocol: str = "tcp"
+    dashboard: bool = False
+    mpirun: tuple[str, ...] = ("mpirun",)
+    mpi_env: Mapping[str, str] = field(default_factory=dict)
+    pca: BuiltinPCA | None = None
+    job: Job | None = None
 
     @property
     def processes(self) -> list[Process]:
@@ -176,8 +278,43 @@ class Plan:
         return [self.scheduler, self.workers, *extra, self.simulation]
 
 
-def make_plan(settings: RunSettings, where: Where) -> Plan:
-    """The :class:`Plan` of ``settings``, its paths spelled as ``where`` says."""
+def make_plan(settings: RunSettings, where: Where | None = None) -> Plan:
+    """The :class:`Plan` of ``settings``: a Slurm job's where ``settings.slurm`` is set (the
+    layout of its allocation checked), else a local run's; its paths spelled as ``where`` says
+    (by default, :func:`job_where` or :func:`local_where`).
+
+    Raises
+    ------
+    ValueError
+        A job's layout that cannot work (:func:`~deisa.launcher.slurm_layout.allocation`).
+    """
+    job = None
+    if settings.slurm is not None:
+        nodes, worker_nodes, sim_nodes = allocation(settings, settings.slurm)
+        job = Job(settings.slurm, tuple(nodes), settings.pdi_config)
+        where = where or job_where(settings, (worker_nodes, sim_nodes))
+    where = where or local_where(settings.output, _local_comm(settings))
+    return dataclasses.replace(_processes(settings, where), **_run_facts(settings), job=job)
+
+
+def _run_facts(settings: RunSettings) -> dict[str, Any]:
+    """What the back ends need of the run beside its processes (:class:`Plan`'s fields)."""
+    pca = None
+    if settings.analytics is None:
+        steps = None if settings.command else settings.simulation["steps"]
+        pca = BuiltinPCA(settings.array, settings.n_components, settings.buffer_nb,
+                         settings.stop_when_converged, settings.step_timeout, steps,
+                         settings.summary())  # fmt: skip
+    return {
+        "output": settings.output, "timeout": settings.timeout,
+        "stop_timeout": settings.stop_timeout, "tls": settings.tls,
+        "protocol": settings.protocol, "dashboard": settings.dashboard,
+        "mpirun": tuple(settings.mpirun), "mpi_env": settings.mpi_env, "pca": pca,
+    }  # fmt: skip
+
+
+def _processes(settings: RunSettings, where: Where) -> Plan:
+    """The processes of the plan (its other fields left to their defaults)."""
     worker_nodes, sim_nodes = where.nodes
     simulation, files, description, timings, timings_file, found = _simulation(settings, where)
     simulation = Process("simulation", simulation.argv, simulation.env, simulation.first_in,
@@ -252,7 +389,9 @@ def _simulation(
         argv = python_script(settings.command, where.user_python)
         user = {} if where.job else user_env(where)  # the job exports them for every step
         process = Process("simulation", argv, user, searched, user=True)
-        return process, files, f"`{' '.join(settings.command)}`", None, False, found
+        words = shlex.join(settings.command)
+        said = f"your command ({words})" if where.job else f"`{' '.join(settings.command)}`"
+        return process, files, said, None, False, found
     bridge = settings.bridge
     if where.job:  # the placement is fixed once every worker is there, however slowly they start
         bridge = bridge.replace(min_workers=settings.workers, connect_timeout=settings.timeout)
@@ -279,7 +418,19 @@ def _simulation(
     if not sim.timings and not where.job:  # the C solver's per-rank files, read by the report
         env["HEAT_TIMINGS"] = timings
     process = Process("simulation", sim.argv, env, paths)
-    return process, files, sim.description, timings, sim.timings, ()
+    return process, files, _described(settings, sim.description, where), timings, sim.timings, ()
+
+
+def _described(settings: RunSettings, solver: str, where: Where) -> str:
+    """The heat demo in words: ``solver`` in a job's comment; the solver, why, the field and
+    the steps for a local run's first line."""
+    if where.job:
+        return solver
+    simulation = settings.simulation
+    return (
+        f"the {settings.solver} solver ({settings.solver_reason}), field "
+        f"{simulation['global_size']}, {simulation['steps']} steps"
+    )
 
 
 def _yaml(data: object) -> str:
@@ -309,104 +460,3 @@ def _analytics(settings: RunSettings, where: Where, timings: str | None) -> Proc
         argv += ["--step-timeout", str(settings.step_timeout)]
     argv += ["--dashboard"] if settings.dashboard else []
     return Process("analytics", [*argv, "--shutdown"])
-
-
-class SolverSettings(Protocol):
-    """What :func:`simulation_command` reads (a :class:`RunSettings` has it all)."""
-
-    @property
-    def solver(self) -> str: ...
-    @property
-    def build_dir(self) -> Path: ...
-    @property
-    def pdi_config(self) -> Path: ...
-    @property
-    def array(self) -> str: ...
-    @property
-    def bridge(self) -> BridgeOptions: ...
-
-
-@dataclass(frozen=True)
-class SimulationCommand:
-    """What runs under the MPI launcher, and what it needs.
-
-    Attributes
-    ----------
-    argv
-        The solver's command line, without the MPI launcher.
-    pdi
-        C solver: the PDI configuration to write to the ``pdi_file`` that ``argv`` names.
-    plugin_dir
-        C solver: the directory of the deisa plugin, to put first in ``PDI_PLUGIN_PATH``.
-    timings
-        Whether the solver writes the per-step timings file (the Python solver does).
-    """
-
-    argv: list[str]
-    pdi: dict[str, Any] | None = None
-    plugin_dir: Path | None = None
-    timings: bool = False
-
-    @property
-    def description(self) -> str:
-        if self.pdi is None:
-            return "the Python solver (deisa_simulation.heat)"
-        return f"the C solver ({self.argv[0]}) through PDI and the deisa plugin"
-
-
-def simulation_command(
-    settings: SolverSettings,
-    *,
-    python: str,
-    sim_config: str,
-    scheduler_file: str,
-    timings: str,
-    pdi_file: str,
-) -> SimulationCommand:
-    """The command of ``settings.solver`` (``"c"`` or ``"python"``) for one run.
-
-    Parameters
-    ----------
-    settings
-        From :func:`resolve_settings`: ``solver`` (``"c"`` or ``"python"``, as
-        :func:`resolve_solver` chose), ``build_dir``, ``pdi_config``, ``array``, ``bridge``.
-    python, sim_config, scheduler_file, timings, pdi_file
-        The interpreter, the simulation YAML, the scheduler file, the Python solver's timings
-        file and the C solver's PDI YAML, as the command line must spell them (paths, or
-        shell words such as ``$OUT/simulation.yml`` in a batch script).
-    """
-    if settings.solver == "c":
-        heat = settings.build_dir / "simulation" / "heat"
-        return SimulationCommand(
-            argv=[str(heat), sim_config, pdi_file],
-            pdi=deisa_pdi_config(
-                settings.pdi_config, scheduler_file, settings.bridge, settings.array
-            ),
-            plugin_dir=settings.build_dir / "plugin",
-        )
-    argv = [*python_argv(python), "-m", "deisa_simulation.heat", sim_config]
-    argv += ["--scheduler-file", scheduler_file, "--array", settings.array]
-    argv += [*settings.bridge.to_argv(), "--timings", timings]
-    return SimulationCommand(argv=argv, timings=True)
-
-
-def analytics_argv(command: str, python: str) -> list[str]:
-    """``command`` split as a shell would (no shell runs it,
-    :func:`~deisa.launcher.checks.command_words`); a first word ending in ``.py`` runs with
-    ``python``, its path made absolute.
-
-    Raises
-    ------
-    UsageError
-        An empty command, or one that shlex cannot split (an open quote).
-    """
-    return python_script(command_words(command), python)
-
-
-def python_script(words: list[str], python: str) -> list[str]:
-    """``words``, with ``python -P`` before a first word ending in ``.py`` (made absolute):
-    neither the current directory nor the script's is on its ``sys.path``
-    (:func:`~deisa.launcher.processes.python_argv`)."""
-    if words[0].endswith(".py"):
-        return [*python_argv(python), str(Path(words[0]).absolute()), *words[1:]]
-    return list(words)

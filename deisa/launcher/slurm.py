@@ -37,12 +37,12 @@ import sys
 from pathlib import Path
 
 from .adios2_engine import PRELOAD
-from .dask_processes import LOOPBACK, http_env
-from .plan import JOB_ID, USER_PYTHON, Plan, Process, Where, make_plan
+from .dask_processes import http_env
+from .plan import JOB_ID, USER_PYTHON, Plan, Process
 from .processes import NO_WORK_STEALING, SAFE_PATH_ENV, THREAD_PINS
 from .security import tls_env
-from .settings import RunSettings, SlurmSettings
-from .slurm_layout import SCHEDULER_NODES, Node, allocation, describe, layout
+from .settings import SlurmSettings
+from .slurm_layout import SCHEDULER_NODES, Node, describe, layout
 from .ucx import INSTALL as UCX_INSTALL
 from .ucx import MODULE as UCX_MODULE
 
@@ -63,22 +63,22 @@ class _ScriptTemplate(string.Template):
     delimiter = "@@"  # `$` belongs to bash
 
 
-def job_script(settings: RunSettings) -> str:
+def job_script(plan: Plan) -> str:
     """The text of a batch script running scheduler, workers, client and simulation together.
 
     Parameters
     ----------
-    settings
-        From :func:`deisa.launcher.solver.resolve_settings` for ``deisa-run slurm``: the
-        counts, the simulation, the solver, the Bridge options and the analytics are those of a
-        local run; ``settings.slurm`` holds the allocation (nodes, layout, time, partition, job
-        name, working directory, interpreter, ``srun --mpi`` plugin, network interface, extra
-        ``srun`` options; ``None``: :class:`~deisa.launcher.settings.SlurmSettings`'s
-        defaults). The job writes ``slurm-<job>.out`` into ``settings.output`` and everything
-        else into its own directory ``<job>/`` (``results.json``, ``simulation.yml``, the
-        scheduler file, ``logs/``...), so jobs sharing an output directory do not overwrite each
-        other. The Bridge fixes its placement once every worker has connected
-        (``min_workers``), waiting up to ``settings.timeout``.
+    plan
+        The job's :class:`~deisa.launcher.plan.Plan`
+        (:func:`~deisa.launcher.plan.make_plan` of the settings of ``deisa-run slurm``): its
+        processes are those of a local run, spelled with the job's variables, each on its
+        nodes; ``plan.job`` holds the allocation (nodes, layout, time, partition, job name,
+        working directory, interpreter, ``srun --mpi`` plugin, network interface, extra
+        ``srun`` options). The job writes ``slurm-<job>.out`` into ``plan.output`` and
+        everything else into its own directory ``<job>/`` (``results.json``,
+        ``simulation.yml``, the scheduler file, ``logs/``...), so jobs sharing an output
+        directory do not overwrite each other. The Bridge fixes its placement once every
+        worker has connected (``min_workers``), waiting up to ``plan.timeout``.
 
     Returns
     -------
@@ -88,40 +88,37 @@ def job_script(settings: RunSettings) -> str:
     Raises
     ------
     ValueError
-        A layout that cannot work (see :func:`layout`), or a node left without a task.
+        ``plan`` is a local run's.
 
     Examples
     --------
-    >>> from deisa.launcher.cli import parse_args
-    >>> from deisa.launcher.solver import resolve_settings
-    >>> args = parse_args("slurm", ["--ranks", "4", "--workers", "2", "--solver", "python"])
-    >>> "#SBATCH --ntasks=8" in job_script(resolve_settings(args, "slurm"))
+    >>> from deisa.launcher.parse import run_settings
+    >>> from deisa.launcher.plan import make_plan
+    >>> settings = run_settings("slurm", ["--ranks", "4", "--workers", "2", "--solver", "python"])
+    >>> "#SBATCH --ntasks=8" in job_script(make_plan(settings))
     True
     """
-    slurm = settings.slurm or SlurmSettings()
-    nodes, worker_nodes, sim_nodes = allocation(settings, slurm)
+    if plan.job is None:
+        raise ValueError("a local run's plan: make it from the settings of deisa-run slurm")
+    slurm, nodes = plan.job.slurm, list(plan.job.nodes)
     cpus = sum(node.cpus for node in nodes)
-    output = settings.output.absolute()
-    plan = make_plan(settings, _where(settings, slurm, output, (worker_nodes, sim_nodes)))
+    output = plan.output.absolute()
     srun_args = "".join(f" {shlex.quote(a)}" for a in slurm.srun_args)
-    workers, threads, ranks = settings.workers, settings.threads, settings.ranks
-    description = plan.description
-    if settings.command:
-        description = f"your command ({shlex.join(settings.command)})"
+    workers, threads, ranks = plan.workers.tasks, plan.workers.cores, plan.simulation.tasks
     fields = {
         "header": "\n".join(f"#SBATCH {line}" for line in _header(slurm, nodes, output)),
         "layout": describe(nodes, threads),
-        "solver": _comment(description),
+        "solver": _comment(plan.description),
         "tasks": f"1 scheduler + 1 analytics client + {workers} workers x {threads} threads + "
         f"{ranks} MPI ranks = {cpus}",
-        "environment": "\n".join(_environment(slurm, settings.dashboard)),
-        "security": _security_lines(settings.tls, slurm.nodes, settings.protocol),
+        "environment": "\n".join(_environment(slurm, plan.dashboard)),
+        "security": _security_lines(plan.tls, slurm.nodes, plan.protocol),
         "output": shlex.quote(str(output)),
         "simulation_yaml": plan.files["simulation.yml"],
-        "solver_setup": _setup(plan, settings),
-        "start_timeout": math.ceil(settings.timeout),
+        "solver_setup": _setup(plan),
+        "start_timeout": math.ceil(plan.timeout),
         # the built-in analytics shuts the cluster down (--shutdown): its steps end by themselves
-        "grace": SHUTDOWN_GRACE if settings.analytics is None else 0,
+        "grace": SHUTDOWN_GRACE if plan.pca is not None else 0,
         "scheduler": _srun(srun_args, plan.scheduler, "scheduler-%N"),
         # each worker spills to its task's private TMPDIR (_srun)
         "workers": _srun(srun_args, plan.workers, "workers-%N-%t", no_kill=True),
@@ -129,32 +126,6 @@ def job_script(settings: RunSettings) -> str:
         "simulation": _srun(srun_args, plan.simulation, "simulation-%N-%t", mpi=slurm.mpi),
     }
     return _ScriptTemplate(TEMPLATE.read_text()).substitute(fields)
-
-
-def _where(
-    settings: RunSettings,
-    slurm: SlurmSettings,
-    output: Path,
-    nodes: tuple[tuple[int, int], tuple[int, int]],
-) -> Where:
-    """How the job spells the plan: its own variables (``$PYTHON``, ``$OUT``,
-    ``$SCHEDULER_FILE``), where its Dask servers listen and which protocol they speak."""
-    # one node: every Dask server on loopback; several: on --interface (or every interface),
-    # which TLS keeps to the job's own processes. HTTP servers (dashboard, health) stay local.
-    listen: tuple[str, ...] = ("--host", LOOPBACK)
-    if slurm.nodes > 1:
-        listen = ("--interface", slurm.interface) if slurm.interface else ()
-    # TLS: the files come from the environment (the job exports Dask's
-    # DASK_DISTRIBUTED__COMM__TLS__* variables and deisa's DEISA_TLS_*, security.tls_env):
-    # --tls-* options would make `dask scheduler` refuse --interface
-    comm = ("--protocol", "tls") if settings.tls else ()
-    if not settings.tls and settings.protocol == "ucx":
-        comm = ("--protocol", "ucx")
-    # The Python solver reads the job's scheduler file from the script's variable; the C
-    # solver's PDI YAML is written by a quoted heredoc, where `sed` puts the job ID in.
-    pdi_scheduler_file = f"{output}/{JOB_ID}/scheduler.json"
-    return Where("$PYTHON", USER_PYTHON, "$OUT", "$SCHEDULER_FILE", pdi_scheduler_file,
-                 job=True, listen=listen, comm=comm, nodes=nodes)  # fmt: skip
 
 
 def _header(slurm: SlurmSettings, plan: list[Node], output: Path) -> list[str]:
@@ -328,13 +299,14 @@ def _first_in(variable: str, directory: Path) -> str:
     return f"{PRELOADED}={value}\n" if variable == PRELOAD else f"export {variable}={value}\n"
 
 
-def _setup(plan: Plan, settings: RunSettings) -> str:
+def _setup(plan: Plan) -> str:
     """The lines before the steps: the C solver's PDI YAML, the search paths the simulation
     gets (the deisa PDI plugin, the ADIOS2 engine)."""
     setup = ""
+    pdi_config = plan.job.pdi_config if plan.job is not None else ""
     if "pdi.yml" in plan.files:
         setup = (
-            f"\n# PDI configuration of the C solver: {_comment(str(settings.pdi_config))}, its "
+            f"\n# PDI configuration of the C solver: {_comment(str(pdi_config))}, its "
             "deisa block set for this job\n"
             f'sed "s/{JOB_ID}/$SLURM_JOB_ID/g" > "$OUT/pdi.yml" <<\'DEISA_PDI_YML\'\n'
             f"{plan.files['pdi.yml']}DEISA_PDI_YML\n"

@@ -6,7 +6,7 @@ here, which the one pass of the settings asks to pick the solver
 :func:`deisa_pdi_config` writes the deisa block of a run into the C solver's PDI YAML (the
 settings check that it publishes ``--array``, the plan writes it); :func:`find_plugin` says
 where the deisa PDI plugin is for a user's code. The command lines are the plan's
-(:func:`deisa.launcher.plan.simulation_command`).
+(:func:`deisa.launcher.commands.simulation_command`).
 """
 
 from __future__ import annotations

@@ -35,11 +35,11 @@ from distributed.utils_test import poll_for
 from deisa.launcher import (
     checks,
     cli,
+    commands,
     dask_processes,
     defaults,
     options,
     parse,
-    plan,
     processes,
     settings,
     slurm,
@@ -47,6 +47,7 @@ from deisa.launcher import (
 )
 from deisa.launcher.defaults import UsageError
 from deisa.launcher.options import RUN
+from deisa.launcher.plan import make_plan
 from deisa.pca_app import report
 from deisa.pca_app.pipeline import StepAnalytics
 
@@ -504,7 +505,7 @@ def test_buffer_nb_zero_is_refused_with_the_way_out() -> None:
 
 def test_python_solver_gets_the_bridge_options_as_flags(tmp_path: Path) -> None:
     settings = resolved("--solver", "python", "--placement", "locality", "--buffer-nb", "none")
-    sim = plan.simulation_command(
+    sim = commands.simulation_command(
         settings,
         python="python",
         sim_config="sim.yml",
@@ -568,7 +569,7 @@ def test_step_timeout_is_none_unless_set_and_reaches_the_slurm_client(tmp_path: 
     assert parse.analytics_settings(given).step_timeout == 30.0
 
     def client_step(*argv: str) -> str:
-        script = slurm.job_script(parse.run_settings("slurm", argv))
+        script = slurm.job_script(make_plan(parse.run_settings("slurm", argv)))
         return script.split("-m deisa.launcher analytics", 1)[1].split("&\n", 1)[0]
 
     assert "--step-timeout" not in client_step()
@@ -581,14 +582,14 @@ def test_user_command_and_analytics_are_parsed_apart() -> None:
     )
     assert settings.command == ["./sim", "-n", "2"] and settings.ranks == 2
     assert settings.analytics == "a.py --x 1" and settings.solver == "user"
-    assert plan.analytics_argv(settings.analytics, "py") == [
+    assert commands.analytics_argv(settings.analytics, "py") == [
         "py",
         "-P",  # neither the current directory nor the script's on its sys.path
         str(Path("a.py").absolute()),
         "--x",
         "1",
     ]
-    assert plan.analytics_argv("my-tool 'a b'", "py") == ["my-tool", "a b"]  # no shell
+    assert commands.analytics_argv("my-tool 'a b'", "py") == ["my-tool", "a b"]  # no shell
     assert resolved("-n", "2").command == []  # the heat demo
 
 
@@ -634,7 +635,7 @@ def preloads(cmd: list[str]) -> list[str]:
 
 def slurm_worker_line(*argv: str) -> str:
     """The ``dask worker`` line of the Slurm job script of ``deisa-run slurm argv``."""
-    script = slurm.job_script(parse.run_settings("slurm", [*argv]))
+    script = slurm.job_script(make_plan(parse.run_settings("slurm", [*argv])))
     return next(line for line in script.splitlines() if "--no-nanny" in line)
 
 
@@ -675,7 +676,7 @@ def test_worker_preload_keeps_the_preloads_of_the_dask_configuration(tmp_path: P
     with dask.config.set({"distributed.worker.preload": ["mine.monitor"]}):
         cmd = dask_processes.worker_command(tmp_path / "s.json", 0, 1, tmp_path, checks.PCA_WARM_UP)
         assert preloads(cmd) == ["mine.monitor", BRIDGE, checks.PCA_WARM_UP]
-        script = slurm.job_script(parse.run_settings("slurm", []))
+        script = slurm.job_script(make_plan(parse.run_settings("slurm", [])))
         assert (
             f" --preload mine.monitor --preload {BRIDGE} --preload deisa.analysis._warm" in script
         )
@@ -717,7 +718,7 @@ def test_dask_configuration_changes_a_default_and_the_command_line_wins(tmp_path
             options.build_parser(RUN, defaults.load_defaults()).format_help().split()
         )
         assert resolved("--solver", "python", "--workers", "2").workers == 2
-        script = slurm.job_script(parse.run_settings("slurm", []))
+        script = slurm.job_script(make_plan(parse.run_settings("slurm", [])))
         assert "#SBATCH --job-name=mine" in script
         mine = _write(tmp_path / "mine.yml", "deisa: {run: {workers: 3}}\n")
         assert resolved("--defaults", str(mine)).workers == 3

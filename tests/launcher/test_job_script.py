@@ -22,6 +22,7 @@ import pytest
 from deisa.launcher import checks, cli, options, parse, slurm
 from deisa.launcher.defaults import UsageError, load_defaults
 from deisa.launcher.options import RUN, SLURM
+from deisa.launcher.plan import make_plan
 
 MARKER = "X"
 INJECT = f"$(touch {MARKER})"
@@ -35,7 +36,7 @@ def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def script_of(*argv: str) -> str:
-    return slurm.job_script(parse.run_settings(SLURM, list(argv)))
+    return slurm.job_script(make_plan(parse.run_settings(SLURM, list(argv))))
 
 
 # -- refused before anything is printed -----------------------------------------------------------
@@ -325,7 +326,7 @@ def test_quoting_holds_for_values_the_grammar_would_refuse(tmp_path: Path) -> No
     of theirs."""
     argv = ["--solver", "python", "--insecure", "-o", str(tmp_path / "o")]
     made = dataclasses.replace(parse.run_settings(SLURM, argv), array=INJECT)
-    steps = run_with_fake_srun(slurm.job_script(made), tmp_path)
+    steps = run_with_fake_srun(slurm.job_script(make_plan(made)), tmp_path)
     assert not list(tmp_path.rglob(MARKER))
     for step in ("simulation", "analytics"):
         argv = steps[step]

@@ -84,7 +84,7 @@ def test_a_user_command_gets_the_scheduler_file_and_the_plugin(tmp_path: Path) -
     job = make_plan(settings_of(SLURM, "--build-dir", str(build), "-o", str(tmp_path / "o"),
                                 "--", "./sim", "$OUT"), JOB)  # fmt: skip
     assert job.simulation.env == {}  # the job exports the scheduler file for every step
-    script = slurm.job_script(settings_of(SLURM, "--build-dir", str(build), "-o",
-                                          str(tmp_path / "o"), "--", "./sim", "$OUT"))  # fmt: skip
+    script = slurm.job_script(make_plan(settings_of(SLURM, "--build-dir", str(build), "-o",
+                                          str(tmp_path / "o"), "--", "./sim", "$OUT")))  # fmt: skip
     assert f"export PDI_PLUGIN_PATH={build / 'plugin'}" in script
     assert "./sim '$OUT'" in script  # the user's word, not the job's variable

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from deisa.launcher.commands import python_script
 from deisa.launcher.dask_processes import http_env, scheduler_command, worker_command
 from deisa.launcher.defaults import UsageError
-from deisa.launcher.plan import python_script
 from deisa.launcher.private_tmp import make_private_tmp
 from deisa.launcher.processes import child_env
 
@@ -66,10 +66,11 @@ def test_without_the_dashboard_only_the_health_check_answers() -> None:
 
 def test_dashboard_is_asked_for_in_a_job_too(tmp_path: Path) -> None:
     from deisa.launcher import parse, slurm
+    from deisa.launcher.plan import make_plan
 
     def script(*extra: str) -> str:
         argv = ["--solver", "python", "-o", str(tmp_path / "o"), *extra]
-        return slurm.job_script(parse.run_settings("slurm", argv))
+        return slurm.job_script(make_plan(parse.run_settings("slurm", argv)))
 
     off, on = script(), script("--dashboard")
     assert "--no-dashboard" in off and "HTTP__ROUTES" in off

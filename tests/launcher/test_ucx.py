@@ -23,6 +23,7 @@ from conftest import STARTUP, test_env
 from deisa.launcher import cli, options, parse, slurm, ucx
 from deisa.launcher.defaults import UsageError, load_defaults
 from deisa.launcher.options import RUN, SLURM, option
+from deisa.launcher.plan import make_plan
 from deisa.launcher.settings import RunSettings
 
 INSECURE_UCX = ["--protocol", "ucx", "--insecure", "--solver", "python"]
@@ -121,7 +122,9 @@ def test_local_dask_commands_speak_ucx(tmp_path: Path) -> None:
 
 
 def test_job_script_speaks_ucx_without_credentials(tmp_path: Path, ucx_installed: None) -> None:
-    script = slurm.job_script(settings_of(SLURM, *INSECURE_UCX, "-o", str(tmp_path / "o")))
+    script = slurm.job_script(
+        make_plan(settings_of(SLURM, *INSECURE_UCX, "-o", str(tmp_path / "o")))
+    )
     lines = script.splitlines()
     scheduler = next(line for line in lines if "-m dask scheduler" in line)
     worker = next(i for i, line in enumerate(lines) if "-m dask worker" in line)
@@ -132,7 +135,9 @@ def test_job_script_speaks_ucx_without_credentials(tmp_path: Path, ucx_installed
     assert "DEISA_TLS_" not in script
     assert '"$PYTHON" -c "import distributed_ucxx"' in script
     assert "speak UCX without authentication and listen on every interface" in script
-    tcp = slurm.job_script(settings_of(SLURM, "--solver", "python", "-o", str(tmp_path / "o")))
+    tcp = slurm.job_script(
+        make_plan(settings_of(SLURM, "--solver", "python", "-o", str(tmp_path / "o")))
+    )
     assert "--protocol ucx" not in tcp and "distributed_ucxx" not in tcp
     assert "--protocol tls" in tcp
 
@@ -145,7 +150,7 @@ def test_job_on_a_python_without_distributed_ucxx_stops_before_any_step(
     """``--python`` names an interpreter of the compute nodes: the job itself checks that it
     imports distributed-ucxx (this Python does not), and exits 1 before any ``srun``."""
     made = settings_of(SLURM, *INSECURE_UCX, "--python", sys.executable, "-o", str(tmp_path / "o"))
-    (tmp_path / "job.sh").write_text(slurm.job_script(made))
+    (tmp_path / "job.sh").write_text(slurm.job_script(make_plan(made)))
     calls = tmp_path / "calls"
     calls.mkdir()
     env = {
