@@ -59,7 +59,7 @@ def local_cluster(
 
 
 def worker_preloads(bridge: bool = True) -> list[str]:
-    """What each worker a benchmark starts preloads: ``deisa.bridge.worker`` (deisa's worker
+    """What each worker a benchmark starts preloads: ``deisa.worker`` (deisa's worker
     plugin before the ranks connect: shared memory from the first step, rank 0 calling the
     scheduler through a worker's relay), as ``deisa-run``'s workers do, beside the dask
     configuration's preloads; ``bridge`` false (``--no-worker-preload``): those alone, rank 0
@@ -73,7 +73,7 @@ def add_worker_preload_option(parser: argparse.ArgumentParser) -> None:
     """``--no-worker-preload`` (``args.worker_preload``, recorded in the JSON)."""
     parser.add_argument(
         "--no-worker-preload", dest="worker_preload", action="store_false",
-        help="start the Dask workers without --preload deisa.bridge.worker, which deisa-run "
+        help="start the Dask workers without --preload deisa.worker, which deisa-run "
         "gives them: rank 0 then calls the scheduler through distributed",
     )  # fmt: skip
 

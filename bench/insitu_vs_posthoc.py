@@ -23,7 +23,7 @@ grid, ``--steps`` outputs of ``--period`` solver iterations:
 ``in situ async``   the same with ``mode: async`` (the default), ``max_in_flight`` 2.
 
 In situ: locality placement, ``buffer_nb`` 2, a fresh ``LocalCluster`` (``--workers`` x 1
-thread) per run, its workers preloading ``deisa.bridge.worker`` as ``deisa-run``'s do
+thread) per run, its workers preloading ``deisa.worker`` as ``deisa-run``'s do
 (``--no-worker-preload``: without, rank 0 through distributed; the JSON's ``settings`` say
 which). The configuration's steering ``read`` section is left out: it is one scheduler
 round trip per step, a feature of its own, not part of publishing. PCA:
@@ -242,7 +242,7 @@ def run_mpi(cmd: list[str], env: dict[str, str], cwd: Path, cores: list[int] | N
 @contextlib.contextmanager
 def dask_cluster(workers: int, worker_preload: bool = True) -> Iterator[Any]:
     """A fresh cluster per stream, so that one run's leftovers cannot slow the next; its
-    workers preload ``deisa.bridge.worker`` unless ``worker_preload`` is false."""
+    workers preload ``deisa.worker`` unless ``worker_preload`` is false."""
     from distributed import Client
 
     with (

@@ -9,7 +9,7 @@ place, memory-bound like a stencil), a ``np.copyto`` of the block into a preallo
 *memcpy*, timed under the same load), and ``Bridge.publish`` of the block in ``mode="async"``
 (timed around the call; ``max_in_flight`` 2, ``buffer_nb`` 2). The analytics is this process:
 an :class:`~deisa.Adapter` that takes every step and drops it, on a ``LocalCluster`` of one
-worker process, which preloads ``deisa.bridge.worker`` as ``deisa-run``'s workers do
+worker process, which preloads ``deisa.worker`` as ``deisa-run``'s workers do
 (``--no-worker-preload``: not; the worker is this checkout's even with ``--deisa``). Steps 0
 and 1 are left out (the background connection).
 
@@ -116,7 +116,7 @@ def run_size(
 ) -> dict[str, Any]:
     """One run of the ranks at ``mib`` MiB/rank; every rank's per-step lists. With ``tls``,
     the cluster speaks ``tls://`` only and the ranks and the Adapter use those credentials;
-    its worker preloads ``deisa.bridge.worker`` unless ``worker_preload`` is false."""
+    its worker preloads ``deisa.worker`` unless ``worker_preload`` is false."""
     import dask
     from distributed import Client
 

@@ -4,7 +4,7 @@
 
 For each rank count (2, 4, 8 by default, oversubscribed), runs the Python heat solver under
 mpirun, publishing a fixed-size field through the Bridge to a real scheduler and two worker
-processes (preloading ``deisa.bridge.worker``, as ``deisa-run``'s do), while an Adapter in
+processes (preloading ``deisa.worker``, as ``deisa-run``'s do), while an Adapter in
 this process takes every step. Every RPC and stream message the scheduler handles during the
 run is counted by op (the scheduler runs in this process, so its handler tables can be
 wrapped: :func:`deisa._dask_internals.count_handler_calls`).

@@ -1,7 +1,7 @@
 """``dask worker --preload deisa.bridge.worker``: the older name of :mod:`deisa.worker`.
 
-The workers' side of the Bridge lives in :mod:`deisa.worker`; this name stays for the command
-lines and job scripts that preload it (``deisa-run``'s among them).
+The workers' side of the Bridge lives in :mod:`deisa.worker`, which ``deisa-run`` and its Slurm
+job preload; this name stays for users' own command lines and job scripts that preload it.
 """
 
 from __future__ import annotations

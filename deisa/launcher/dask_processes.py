@@ -14,7 +14,7 @@ files, never the key itself); BLAS and OpenMP pinned to one thread, no work stea
 (:func:`~deisa.launcher.processes.child_env`); each process in its own session, logged to a
 private file (0600, no symbolic link followed) of :attr:`DaskProcesses.log_dir`, inheriting
 the caller's umask (``deisa-run``: 077); the workers preload deisa's worker plugin
-(``--preload deisa.bridge.worker``: shared memory from the first step, and a rank 0 that
+(``--preload deisa.worker``: shared memory from the first step, and a rank 0 that
 calls the scheduler without distributed), unless a benchmark opts out.
 """
 
@@ -175,8 +175,9 @@ def worker_command(
     ]  # fmt: skip
 
 
-BRIDGE_WORKER = "deisa.bridge.worker"
-"""The module every ``dask worker`` that deisa starts preloads (:mod:`deisa.bridge.worker`):
+BRIDGE_WORKER = "deisa.worker"
+"""The module every ``dask worker`` that deisa starts preloads (:mod:`deisa.worker`; its older
+name ``deisa.bridge.worker`` stays for users' own command lines):
 deisa's worker plugin runs on it from the start, so that the ranks of its node send their
 blocks through shared memory from the first step and a rank 0 on its node calls the scheduler
 through its relay, without importing distributed. Without it, rank 0 goes through distributed
@@ -192,7 +193,7 @@ def worker_preloads(module: str | None = None, *, bridge: bool = True) -> list[s
     Examples
     --------
     >>> worker_preloads("deisa.analysis._warm")  # doctest: +SKIP
-    ['deisa.bridge.worker', 'deisa.analysis._warm']
+    ['deisa.worker', 'deisa.analysis._warm']
     """
     import dask.config
 

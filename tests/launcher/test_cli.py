@@ -87,7 +87,7 @@ def test_run_small_python_completes_and_cleans_up(tmp_path: Path) -> None:
     assert all(row["compute_s"] > 0 and row["bandwidth_Bps"] > 0 for row in table)
     assert "Dashboard:" in proc.stderr
     assert "in situ PCA" in proc.stderr  # the progress bar
-    # the workers preload deisa.bridge.worker: rank 0 finds its node's relay at its connection
+    # the workers preload deisa.worker: rank 0 finds its node's relay at its connection
     simulation_log = (out / "logs" / "simulation.log").read_text()
     assert "rank 0 calls the scheduler through the relay of worker" in simulation_log
     assert left_behind(tmp_path) == []
@@ -625,7 +625,7 @@ def test_workers_preload_the_pca_warm_up_for_the_builtin_pca_only(tmp_path: Path
     assert preloads(dask_processes.worker_command(tmp_path / "s.json", 0, 1, tmp_path)) == [BRIDGE]
 
 
-BRIDGE = "deisa.bridge.worker"
+BRIDGE = "deisa.worker"
 
 
 def preloads(cmd: list[str]) -> list[str]:
@@ -657,7 +657,7 @@ def test_slurm_workers_preload_the_pca_warm_up_for_the_builtin_pca_only() -> Non
 def test_every_worker_preloads_the_bridge_beside_the_users_module(
     tmp_path: Path, argv: list[str], user: list[str]
 ) -> None:
-    """``deisa.bridge.worker`` first, then the settings' module, locally and in the job script,
+    """``deisa.worker`` first, then the settings' module, locally and in the job script,
     whatever ``--worker-preload`` says; a module path with a space or a quote stays one
     word of the script."""
     assert dask_processes.BRIDGE_WORKER == BRIDGE
