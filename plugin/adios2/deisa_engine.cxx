@@ -15,6 +15,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include "array_order.h"
 #include "core/python_interpreter.h"
 #include "deisa_engine.h"
 
@@ -119,6 +120,7 @@ void Deisa_engine::Init()
 			  "or the live steps with deisa.Adapter"};
 	}
 	MPI_Comm_rank(m_comm, &m_rank);
+	m_column_major = column_major(m_IO);
 	start_interpreter();
 	py::gil_scoped_acquire gil;
 	try {
@@ -167,6 +169,10 @@ void Deisa_engine::select_memory(const adios2::Variable<T>& variable, Step_block
 	const void* core_variable = *reinterpret_cast<void* const *>(&variable);
 	Memory_box box;
 	if (!m_memory_selections.find(core_variable, box)) return;
+	if (m_column_major) { // in the variable's order (put)
+		box.start = reversed(box.start);
+		box.count = reversed(box.count);
+	}
 	long offset = 0;
 	deisa::select_memory(block.name, box, block.shape, offset, block.memory_strides);
 	block.data = values + offset;
@@ -243,9 +249,14 @@ void Deisa_engine::put(adios2::Variable<T> variable, const T* values, bool copy)
 		block.name = name;
 		block.dtype = dtype_name<T>();
 		block.value = variable.ShapeID() == adios2::ShapeID::GlobalValue;
-		block.global_shape = block.value ? vector<long>{1} : to_longs(variable.Shape());
-		block.start = block.value ? vector<long>{0} : to_longs(variable.Start());
-		block.shape = block.value ? vector<long>{1} : to_longs(variable.Count());
+		// a column-major io's (Fortran's) block is a C-order array of its dimensions reversed:
+		// the array a row-major reader of BP5 output sees
+		const auto order = [this](const adios2::Dims& dims) {
+			return m_column_major ? reversed(to_longs(dims)) : to_longs(dims);
+		};
+		block.global_shape = block.value ? vector<long>{1} : order(variable.Shape());
+		block.start = block.value ? vector<long>{0} : order(variable.Start());
+		block.shape = block.value ? vector<long>{1} : order(variable.Count());
 		block.data = values;
 		block.nbytes = sizeof(T) * (block.value ? 1 : variable.SelectionSize());
 		if (!block.value) select_memory(variable, block, values);

@@ -73,6 +73,9 @@ class Deisa_engine: public adios2::plugin::PluginEngineInterface
 	/// this rank in the engine's communicator
 	int m_rank = 0;
 
+	/// whether the io is column-major (a Fortran code's): its dimensions are published reversed (array_order.h)
+	bool m_column_major = false;
+
 	/// the communicator of the single values: rank 0 alone (MPI_COMM_NULL elsewhere), once the Bridge exists
 	MPI_Comm m_values_comm = MPI_COMM_NULL;
 
