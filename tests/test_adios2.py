@@ -5,8 +5,12 @@ wheel) and once with its XML's engine swapped for deisa, every step compared bit
 analytics: the project's own C++ code (tests/adios2/ragged.cxx: a ragged 2-D decomposition, a
 sync and a deferred Put, PerformPuts, two single values, 4 ranks) under ``deisa-run`` (async,
 shared memory) and in a one-node Slurm job (sync, TCP), and ADIOS2's own Gray-Scott example
-(its source untouched, noise 0) under ``deisa-run`` (sync, TCP). Bad configurations stop the
-code at ``Open`` (or at the Put) with one line naming the problem.
+(its source untouched, noise 0, with and without its ghost cells) under ``deisa-run`` (sync,
+TCP). Memory selections (``SetMemorySelection``: the block is a sub-box of a buffer with ghost
+cells) arrive as BP5 writes them, through the C++ API (the ragged code with ``--ghosts``, a
+selection reset on the way) and the C API (tests/adios2/ghosts_c.c), the memory selection
+guard preloaded by ``deisa-run``; without the guard the engine refuses to open. Bad
+configurations stop the code at ``Open`` (or at the Put) with one line naming the problem.
 
 Every test skips, saying why, where ADIOS2 >= 2.12 with MPI is not installed; where it is, a
 skipped test here fails the run (tests/conftest.py, ``DEISA_ALLOW_ADIOS2_SKIP=1`` allows it).
@@ -25,7 +29,7 @@ from conftest import REPO, deisa_run, mpirun, test_env
 from test_slurm import Slurm, run_job, slurm  # noqa: F401  (slurm: the fixture)
 
 from deisa.doctor.adios2 import adios2_config_file, check_adios2
-from deisa.launcher.adios2_engine import ENGINE_FILE
+from deisa.launcher.adios2_engine import ENGINE_FILE, GUARD_FILE
 
 pytestmark = pytest.mark.adios2
 
@@ -109,12 +113,20 @@ def adios2_build(built: Path) -> Path:
                     ["cmake", "--build", str(built), "-j2"]):  # fmt: skip
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
             assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert engine.exists()
+    assert engine.exists() and engine.with_name(GUARD_FILE).exists()
     return built
 
 
 def ragged(build: Path) -> str:
     return str(build / "tests" / "adios2" / "deisa_adios2_ragged")
+
+
+def ghosts_c(build: Path) -> str:
+    return str(build / "tests" / "adios2" / "deisa_adios2_ghosts_c")
+
+
+def guard(build: Path) -> str:
+    return str(build / "plugin" / "adios2" / GUARD_FILE)
 
 
 def run_mpi(
@@ -132,6 +144,16 @@ def ragged_reference(adios2_build: Path, tmp_path_factory: pytest.TempPathFactor
     work = tmp_path_factory.mktemp("ragged-bp5")
     proc = run_mpi(4, ragged(adios2_build), str(bp5_xml(work / "bp5.xml")), "out.bp",
                    str(STEPS), cwd=work)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return work / "out.bp"
+
+
+@pytest.fixture(scope="module")
+def ghosts_reference(adios2_build: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """What the ragged code writes with BP5 from its buffers with ghost cells, on 4 ranks."""
+    work = tmp_path_factory.mktemp("ghosts-bp5")
+    proc = run_mpi(4, ragged(adios2_build), str(bp5_xml(work / "bp5.xml")), "out.bp",
+                   str(STEPS), "--ghosts", cwd=work)  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return work / "out.bp"
 
@@ -171,10 +193,53 @@ def test_ragged_code_under_deisa_run_async_shared_memory_bitwise(
 
 
 @pytest.mark.timeout(600)
-def test_gray_scott_example_sync_tcp_bitwise(adios2_build: Path, tmp_path: Path) -> None:
+def test_memory_selections_under_deisa_run_sync_tcp_bitwise(
+    adios2_build: Path, ghosts_reference: Path, tmp_path: Path
+) -> None:
+    """The ragged code Puts U (sync) and V (deferred, PerformPuts on odd steps) from buffers
+    with uneven ghost cells through SetMemorySelection, and resets V's selection at step 3:
+    deisa-run preloads the memory selection guard, and every step arrives bitwise as BP5
+    writes it (the garbage of the ghost cells nowhere)."""
+    xml = engine_xml(tmp_path / "deisa.xml", Mode="sync", Transport="tcp")
+    proc = deisa_run(
+        "--ranks", "4", "--workers", "2", "--timeout", "240", "--output", str(tmp_path / "out"),
+        "--analytics", checker(tmp_path, ghosts_reference, STEPS, "U,V,step,time"),
+        "--", ragged(adios2_build), str(xml), "ignored.bp", str(STEPS), "--ghosts", timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:] + proc.stdout[-2000:]
+    assert "adios2 checker: U,V,step,time steps [0, 1, 2, 3, 4] bitwise" in proc.stdout
+    assert "step 0: chunks ((10, 3), (8, 2))" in proc.stdout
+    preloaded = f"the ADIOS2 memory selection guard: preloaded from {guard(adios2_build)}"
+    assert f"deisa-run: {preloaded} (LD_PRELOAD)" in proc.stderr
+
+
+@pytest.mark.timeout(600)
+def test_memory_selection_through_the_c_api_bitwise(adios2_build: Path, tmp_path: Path) -> None:
+    """A C code (tests/adios2/ghosts_c.c) sets its selection with adios2_set_memory_selection
+    and Puts deferred from its buffer with ghost cells: every step arrives as BP5 writes it."""
+    (tmp_path / "bp5").mkdir()
+    proc = run_mpi(4, ghosts_c(adios2_build), str(bp5_xml(tmp_path / "bp5.xml")), "c.bp", "3",
+                   cwd=tmp_path / "bp5")  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    xml = engine_xml(tmp_path / "deisa.xml", Mode="sync", Transport="tcp")
+    proc = deisa_run(
+        "--ranks", "4", "--workers", "2", "--timeout", "240", "--output", str(tmp_path / "out"),
+        "--analytics", checker(tmp_path, tmp_path / "bp5" / "c.bp", 3, "T"),
+        "--", ghosts_c(adios2_build), str(xml), "ignored.bp", "3", timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:] + proc.stdout[-2000:]
+    assert "adios2 checker: T steps [0, 1, 2] bitwise" in proc.stdout
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("memory_selection", [False, True], ids=["plain", "ghost-cells"])
+def test_gray_scott_example_sync_tcp_bitwise(
+    adios2_build: Path, tmp_path: Path, memory_selection: bool
+) -> None:
     """ADIOS2's own Gray-Scott example, its source untouched: its XML's SimulationOutput
     engine swapped for deisa (sync, TCP), every output step (U, V, step) equal to its BP5
-    output, bitwise (noise 0)."""
+    output, bitwise (noise 0); with ``adios_memory_selection`` it Puts U and V from its
+    buffers with ghost cells (SetMemorySelection), as BP5 cuts them."""
     if not GRAY_SCOTT.exists():
         pytest.skip(f"ADIOS2's Gray-Scott example is not installed ({GRAY_SCOTT})")
     base = GRAY_SCOTT_XML
@@ -185,7 +250,7 @@ def test_gray_scott_example_sync_tcp_bitwise(adios2_build: Path, tmp_path: Path)
         '"steps": 20, "noise": 0.0, "output": "gs.bp", "checkpoint": false, '
         '"checkpoint_freq": 700, "checkpoint_output": "ckpt.bp", "restart": false, '
         '"restart_input": "ckpt.bp", "adios_config": "{xml}", "adios_span": false, '
-        '"adios_memory_selection": false, "mesh_type": "image"}}'
+        f'"adios_memory_selection": {str(memory_selection).lower()}, "mesh_type": "image"}}}}'
     )
     (tmp_path / "bp5").mkdir()
     bp5 = tmp_path / "bp5" / "settings.json"
@@ -236,6 +301,9 @@ def test_ragged_code_in_a_slurm_job_sync_tcp(
     assert "adios2 checker: U,step steps [0, 2, 4] bitwise" in logs, logs
     script = (tmp_path / "job.sh").read_text()
     assert f"export ADIOS2_PLUGIN_PATH={adios2_build / 'plugin' / 'adios2'}" in script
+    # the guard, preloaded in the simulation's step only
+    assert f'DEISA_LD_PRELOAD={guard(adios2_build)}"${{LD_PRELOAD:+:$LD_PRELOAD}}"' in script
+    assert script.count('LD_PRELOAD="$DEISA_LD_PRELOAD" srun') == 1
 
 
 BAD = {
@@ -262,7 +330,18 @@ BAD = {
     ),
     "span": (
         {"SchedulerFile": "s.json"}, "", "span",
-        "deisa ADIOS2 engine: variable `U' is Put as a Span",
+        "deisa ADIOS2 engine: variable `U' is Put as a Span (Put(variable) returning the "
+        "engine's memory), which the deisa engine does not publish: in ADIOS2 2.12 a Span's "
+        "data() asks the core engine's BufferData, which ADIOS2's PluginEngine does not forward",
+    ),
+    "memory selection too small": (
+        {"SchedulerFile": "s.json"}, "", "bad-selection",
+        "deisa ADIOS2 engine: variable `U': its block (count {10, 10}) at memory start {1, 4} "
+        "does not fit in its memory count {13, 13} (axis 1)",
+    ),
+    "MemorySelections": (
+        {"SchedulerFile": "s.json", "MemorySelections": "some"}, "", "",
+        "deisa ADIOS2 engine: parameter `MemorySelections'='some' must be one of guard, none",
     ),
 }  # fmt: skip
 
@@ -271,23 +350,61 @@ BAD = {
 def test_bad_configuration_stops_with_one_line(
     adios2_build: Path, tmp_path: Path, case: str
 ) -> None:
-    """What the engine cannot publish right stops the code at Open (a Span: at its Put),
-    before any step, with one line naming it: no Dask is needed to say so."""
+    """What the engine cannot publish right stops the code at Open (a Span, a memory selection
+    whose buffer cannot hold the block: at its Put), before any step, with one line naming it:
+    no Dask is needed to say so."""
     parameters, variables, misuse, message = BAD[case]
+    proc = run_bad(adios2_build, tmp_path, parameters, variables, misuse, preload=True)
+    errors = [line for line in proc.stderr.splitlines() if "deisa ADIOS2 engine" in line]
+    assert len(errors) == 1 and errors[0].startswith(message), proc.stderr
+    assert not (tmp_path / "out.bp").exists()
+
+
+def run_bad(
+    build: Path, tmp_path: Path, parameters: dict[str, str], variables: str, misuse: str,
+    *, preload: bool,
+) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    """The ragged code on 2 ranks under plain mpirun (the engine handed over by
+    ADIOS2_PLUGIN_PATH alone, the guard preloaded or not, no scheduler): it must fail."""
     words = {"PluginName": "deisa", "PluginLibrary": "deisa_adios2_engine", **parameters}
     lines = "\n".join(f'<parameter key="{k}" value="{v}"/>' for k, v in words.items())
     xml = tmp_path / "bad.xml"
     xml.write_text(ENGINE.format(engine="plugin", parameters=lines, variables=variables))
     env = test_env()
-    env["ADIOS2_PLUGIN_PATH"] = str(adios2_build / "plugin" / "adios2")
-    for key in ("DEISA_SCHEDULER_FILE", "DEISA_SCHEDULER_FILE_OVERRIDE"):
+    env["ADIOS2_PLUGIN_PATH"] = str(build / "plugin" / "adios2")
+    for key in ("DEISA_SCHEDULER_FILE", "DEISA_SCHEDULER_FILE_OVERRIDE", "LD_PRELOAD"):
         env.pop(key, None)
-    argv = [ragged(adios2_build), str(xml), "out.bp", "2"]
+    if preload:
+        env["LD_PRELOAD"] = guard(build)
+    argv = [ragged(build), str(xml), "out.bp", "2"]
     proc = run_mpi(2, *argv, *(["--misuse", misuse] if misuse else []), cwd=tmp_path, env=env)
     assert proc.returncode != 0, proc.stdout + proc.stderr
+    return proc
+
+
+def test_without_the_guard_the_engine_refuses_to_open(adios2_build: Path, tmp_path: Path) -> None:
+    """Plain mpirun with ADIOS2_PLUGIN_PATH only: the engine cannot see a memory selection,
+    and says so at Open in one line naming both fixes (deisa-run, LD_PRELOAD and the guard's
+    path) and the parameter of a code that sets none."""
+    proc = run_bad(adios2_build, tmp_path, {"SchedulerFile": "s.json"}, "", "", preload=False)
     errors = [line for line in proc.stderr.splitlines() if "deisa ADIOS2 engine" in line]
-    assert len(errors) == 1 and errors[0].startswith(message), proc.stderr
-    assert not (tmp_path / "out.bp").exists()
+    assert len(errors) == 1, proc.stderr
+    assert errors[0].startswith(
+        "deisa ADIOS2 engine: the memory selection guard is not loaded (ADIOS2's plugin "
+        "interface hides a variable's memory selection from an engine"
+    ), errors
+    assert "deisa-run" in errors[0] and f"LD_PRELOAD={guard(adios2_build)}" in errors[0]
+    assert "MemorySelections=none" in errors[0]
+
+
+def test_memory_selections_none_opens_without_the_guard(adios2_build: Path, tmp_path: Path) -> None:
+    """MemorySelections=none (the code sets no selection): the engine opens without the
+    guard, and goes on to the next check (here, a local array)."""
+    parameters = {"SchedulerFile": "s.json", "MemorySelections": "none"}
+    proc = run_bad(adios2_build, tmp_path, parameters, "", "local", preload=False)
+    errors = [line for line in proc.stderr.splitlines() if "deisa ADIOS2 engine" in line]
+    assert len(errors) == 1, proc.stderr
+    assert errors[0].startswith("deisa ADIOS2 engine: variable `L' is a local array"), errors
 
 
 def test_doctor_reports_adios2_and_the_built_engine(adios2_build: Path) -> None:

@@ -48,7 +48,7 @@ def _on(value: str | None) -> bool:
 
 def check_adios2() -> Finding:
     """ADIOS2's version, whether it has MPI (and Fortran), and the deisa engine found."""
-    from ..launcher.adios2_engine import ENGINE_FILE, find_engine
+    from ..launcher.adios2_engine import ENGINE_FILE, GUARD_FILE, find_engine, find_guard
 
     config = adios2_config_file()
     if config is None:
@@ -65,6 +65,10 @@ def check_adios2() -> Finding:
     details.update(fortran=fortran, engine=str(engine.directory) if engine.directory else None)
     text = f"ADIOS2 {version or '?'} ({config.parent}), {'with' if mpi else 'without'} MPI"
     text += f", {'with' if fortran else 'without'} Fortran; {ENGINE_FILE} {engine.origin}"
+    guard = find_guard(engine.directory)  # the memory selection guard, preloaded by deisa-run
+    details["guard"] = str(guard.directory / GUARD_FILE) if guard.directory else None
+    if engine.directory is not None:
+        text += f"; {GUARD_FILE} {'beside it' if guard.directory else 'not found beside it'}"
     problems, fixes = [], []
     numbers = tuple(int(n) for n in re.findall(r"\d+", version or "0")[:2])
     if numbers < ADIOS2_VERSION or not mpi:
@@ -76,6 +80,9 @@ def check_adios2() -> Finding:
             f"build it: cmake -S {common.quote(build.parent)} -B {quoted} "
             f"-DADIOS2_DIR={common.quote(config.parent)} && cmake --build {quoted}"
         )
+    elif guard.directory is None:
+        problems.append("the engine refuses to open without its memory selection guard")
+        fixes.append("build the engine again (cmake --build): the guard comes with it")
     if problems or engine.directory is None:
         text += f"; {'; '.join(problems)}" if problems else ""
         return Finding("ADIOS2", WARNING, text, "; ".join(fixes), required=False, details=details)
