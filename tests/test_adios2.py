@@ -436,3 +436,23 @@ def test_step_blocks_checks_every_step_against_the_first(adios2_build: Path) -> 
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "100% tests passed, 0 tests failed out of 1" in proc.stdout, proc.stdout
+
+
+def test_the_guard_records_every_selection_and_forgets_a_removed_variables(
+    adios2_build: Path,
+) -> None:
+    """plugin/adios2/tests/guard_test.cxx (CTest deisa_adios2_guard, the guard preloaded): a
+    code's SetMemorySelection reaches the guard, what ADIOS2 refuses is not recorded, an empty
+    box resets it, and a variable defined in a removed one's memory has no selection."""
+    ctest = shutil.which("ctest")
+    if ctest is None:
+        pytest.skip("ctest (from CMake) is not on PATH")
+    cmd = [ctest, "--test-dir", str(adios2_build), "-R", "deisa_adios2_guard", "-V"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "100% tests passed, 0 tests failed out of 1" in proc.stdout, proc.stdout
+    # without the preload, the same program fails: the guard is what it checks
+    program = adios2_build / "plugin" / "adios2" / "deisa_adios2_guard_test"
+    env = {key: value for key, value in test_env().items() if key != "LD_PRELOAD"}
+    alone = subprocess.run([str(program)], capture_output=True, text=True, env=env, timeout=60)
+    assert alone.returncode != 0 and "the guard is not loaded" in alone.stderr, alone.stderr
