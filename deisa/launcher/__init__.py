@@ -19,11 +19,15 @@ own, :mod:`deisa.pca_app`:
 - :mod:`~deisa.launcher.processes`: child processes, their environment, signals;
 - :mod:`~deisa.launcher.dask_processes`: the ``dask scheduler`` and ``dask worker`` command
   lines, started and stopped (for the launcher, the tests and the benchmarks);
-- :mod:`~deisa.launcher.plan`: the settings made into one plan, every process (name, command,
-  environment, nodes, tasks, cores) and the files written first, for both launches;
-- :mod:`~deisa.launcher.local`: the plan started on this machine;
+- :mod:`~deisa.launcher.commands`: the simulation's command by solver, a user's command and
+  analytics;
 - :mod:`~deisa.launcher.slurm_layout`: which node of a Slurm allocation runs what;
-- :mod:`~deisa.launcher.slurm`: the same plan rendered into one batch script;
+- :mod:`~deisa.launcher.plan`: the settings made into one plan, every process (name, command,
+  environment, nodes, tasks, cores), the files written first and what the back ends need of
+  the run (output, timeouts, TLS or UCX, the built-in PCA, a job's allocation), for both
+  launches;
+- :mod:`~deisa.launcher.local`: a local run's plan started on this machine;
+- :mod:`~deisa.launcher.slurm`: a job's plan rendered into one batch script;
 - :mod:`~deisa.launcher.cli`: the commands of ``deisa-run``, their messages and exit status.
 
 The library (:class:`deisa.Bridge`, :class:`deisa.Adapter`, the splitter, the PCA) never imports

@@ -36,7 +36,7 @@ from ..pca_app.driver import Analysis, drive, hold, stream_stats, ways
 from ..pca_app.failures import PipelineError, tail
 from ..pca_app.report import ways_in_words
 from ..pca_app.stall import StepWatch
-from .dask_processes import LOOPBACK, DaskProcesses, dashboard_available, http_env
+from .dask_processes import LOOPBACK, dashboard_available, http_env, workers_connected
 from .defaults import UsageError
 from .plan import Plan
 from .private_tmp import PrivateTmp, make_private_tmp
@@ -87,8 +87,7 @@ def _run(plan: Plan, signals: Signals, out: IO[str], scheduler_file: Path, tmp: 
     :class:`~deisa.launcher.plan.Plan` started."""
     credentials = _credentials(plan)  # where the plan's command lines name them
     secure = credentials.env() if credentials is not None else {}
-    # UCX: `--protocol ucx` in place of TLS credentials (it has none: --insecure)
-    comm = UCX() if plan.protocol == "ucx" else credentials
+    # UCX: `--protocol ucx` in the plan's command lines, in place of TLS (--insecure)
     if plan.protocol == "ucx":  # every process, this one's client included
         secure = {**secure, **UCX().env()}
         os.environ.update(secure)
@@ -99,8 +98,7 @@ def _run(plan: Plan, signals: Signals, out: IO[str], scheduler_file: Path, tmp: 
     client = None
     started = time.perf_counter()
     try:
-        dask = DaskProcesses(scheduler_file, credentials=comm)
-        client = _start_dask(plan, procs, signals, dask)
+        client = _start_dask(plan, procs, signals, scheduler_file, credentials)
         env = {p.name: child_env({**secure, **p.environment()}, keep=plan.mpi_env)
                for p in plan.processes}  # fmt: skip
         analytics = None
@@ -185,16 +183,29 @@ def _prepare_output(output: Path) -> Path:
     return output / "scheduler.json"
 
 
-def _start_dask(plan: Plan, procs: ProcessSet, signals: Signals, dask: DaskProcesses) -> Any:
-    """Start the plan's scheduler and workers among the run's processes ``procs`` (``dask``
-    has the client's credentials); a client once every worker is connected."""
+def _start_dask(
+    plan: Plan,
+    procs: ProcessSet,
+    signals: Signals,
+    scheduler_file: Path,
+    credentials: Credentials | None,
+) -> Any:
+    """Start the plan's scheduler and workers among the run's processes ``procs``; a client
+    (with the run's ``credentials``) once every worker is connected."""
+    from distributed import Client
+
     dashboard = plan.dashboard and dashboard_available()
-    dask.processes = procs
-    dask.start_scheduler(plan.timeout, check=signals.check, command=plan.scheduler.argv)
+    procs.start("scheduler", plan.scheduler.argv)
+    wait_until(scheduler_file.exists, f"the scheduler file {scheduler_file}", plan.timeout,
+               procs=procs, check=signals.check)  # fmt: skip
     # their scratch: the run's private TMPDIR (DASK_TEMPORARY_DIRECTORY in their environment)
-    dask.start_workers(plan.workers.tasks, command=plan.workers.argv)
-    client = dask.client(timeout=plan.timeout)
-    dask.wait_for_workers(client, plan.workers.tasks, plan.timeout, check=signals.check)
+    workers = plan.workers.tasks
+    for i in range(workers):
+        procs.start(f"worker-{i}", [*plan.workers.argv, "--name", f"worker-{i}"])
+    security = credentials.security() if credentials is not None else None
+    client = Client(scheduler_file=str(scheduler_file), security=security, timeout=plan.timeout)
+    wait_until(workers_connected(client, workers), f"{workers} worker(s) to connect",
+               plan.timeout, procs=procs, interval=0, check=signals.check)  # fmt: skip
     print(dashboard_line(client, plan.dashboard, available=dashboard), file=sys.stderr)
     return client
 
