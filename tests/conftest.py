@@ -309,6 +309,7 @@ PROCESS_TESTS: dict[str, frozenset[str] | None] = {
     "test_released_clients": None,  # mpirun, dask processes, the analytics' python
     "test_pdi_plugin": None,
     "test_adios2": None,  # mpirun, deisa-run, Slurm, the ADIOS2 codes
+    "test_adios2_fortran": None,  # CMake, mpif90, mpirun, deisa-run
     "test_ecosystem": None,  # virtual environments, pip, mpirun, dask processes
     "test_insitu_mpi": None,  # deisa.insitu: mpirun, the analytics' python
     "test_insitu_conformance": None,  # the deisa-project tests: pip, a venv, pytest, clusters
@@ -449,6 +450,7 @@ class _Tally:
         self.outcomes: dict[str, dict[str, int]] = {}
         self.skipped_pdi: list[str] = []
         self.skipped_adios2: list[str] = []
+        self.skipped_adios2_fortran: list[str] = []
 
     def add(self, kind: str, outcome: str) -> None:
         counts = self.outcomes.setdefault(kind, {})
@@ -486,6 +488,9 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if "adios2" in report.keywords and "slurm" not in report.keywords and report.skipped:
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
         _TALLY.skipped_adios2.append(f"{report.nodeid}: {reason}")
+    if "adios2_fortran" in report.keywords and report.skipped:
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
+        _TALLY.skipped_adios2_fortran.append(f"{report.nodeid}: {reason}")
 
 
 def adios2_installed() -> Path | None:
@@ -496,17 +501,47 @@ def adios2_installed() -> Path | None:
     return config if config is not None and check_adios2().details.get("mpi") else None
 
 
+def adios2_under_test() -> Path | None:
+    """The ``adios2-config.cmake`` of the ADIOS2 that the Fortran ADIOS2 tests use:
+    ``DEISA_TEST_ADIOS2_DIR`` (its install prefix, or the directory of that file; ``None`` if
+    it holds none), else the one the project's CMake finds
+    (:func:`deisa.doctor.adios2.adios2_config_file`)."""
+    from deisa.doctor.adios2 import adios2_config_file
+
+    given = os.environ.get("DEISA_TEST_ADIOS2_DIR")
+    if not given:
+        return adios2_config_file()
+    for candidate in (Path(given), *sorted(Path(given).glob("lib*/cmake/adios2"))):
+        if (candidate / "adios2-config.cmake").is_file():
+            return candidate / "adios2-config.cmake"
+    return None  # the Fortran tests fail, naming the variable
+
+
+def fortran_adios2_installed() -> Path | None:
+    """:func:`adios2_under_test`, where it has MPI and Fortran."""
+    from deisa.doctor.adios2 import adios2_features
+
+    config = adios2_under_test()
+    if config is None:
+        return None
+    features = adios2_features(config)
+    return config if features["mpi"] and features["fortran"] else None
+
+
 def _skips(kind: str) -> tuple[list[str], Path | None, str]:
-    """The skipped tests of ``kind`` (PDI, ADIOS2), where it is installed, and the variable
-    that allows their skips."""
+    """The skipped tests of ``kind`` (PDI, ADIOS2, ADIOS2 Fortran), where it is installed, and
+    the variable that allows their skips."""
     if kind == "PDI":
         return _TALLY.skipped_pdi, pdi_installed(), "DEISA_ALLOW_PDI_SKIP"
+    if kind == "ADIOS2 Fortran":  # ADIOS2 without Fortran: its Fortran tests may skip
+        skipped = _TALLY.skipped_adios2_fortran
+        return skipped, fortran_adios2_installed(), "DEISA_ALLOW_ADIOS2_SKIP"
     return _TALLY.skipped_adios2, adios2_installed(), "DEISA_ALLOW_ADIOS2_SKIP"
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     terminalreporter.write_line(_TALLY.line())
-    for kind in ("PDI", "ADIOS2"):
+    for kind in ("PDI", "ADIOS2", "ADIOS2 Fortran"):
         skipped, config, allow = _skips(kind)
         if not skipped or config is None:
             continue
@@ -525,7 +560,7 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     # the C layer must not vanish from a run silently where it could have run
-    for kind in ("PDI", "ADIOS2"):
+    for kind in ("PDI", "ADIOS2", "ADIOS2 Fortran"):
         skipped, config, allow = _skips(kind)
         allowed = os.environ.get(allow) == "1"
         if skipped and not allowed and config is not None and exitstatus == 0:

@@ -46,6 +46,22 @@ def _on(value: str | None) -> bool:
     return (value or "").upper() in ("ON", "TRUE", "1", "YES")
 
 
+def adios2_features(config: Path) -> dict[str, Any]:
+    """What the ADIOS2 of the CMake package ``config`` (its ``adios2-config.cmake``) is built
+    with.
+
+    Returns
+    -------
+    dict
+        ``version`` (a string, ``None`` if unknown), ``mpi`` and ``fortran`` (booleans).
+    """
+    version = _cmake_value(config.with_name("adios2-config-version.cmake"), "PACKAGE_VERSION")
+    common_file = config.with_name("adios2-config-common.cmake")
+    mpi = _on(_cmake_value(common_file, "ADIOS2_HAVE_MPI"))
+    fortran = _on(_cmake_value(common_file, "ADIOS2_HAVE_Fortran"))
+    return {"version": version, "mpi": mpi, "fortran": fortran}
+
+
 def check_adios2() -> Finding:
     """ADIOS2's version, whether it has MPI (and Fortran), and the deisa engine found."""
     from ..launcher.adios2_engine import ENGINE_FILE, GUARD_FILE, find_engine, find_guard
@@ -55,10 +71,8 @@ def check_adios2() -> Finding:
         text = "no adios2-config.cmake in ADIOS2_DIR, CMAKE_PREFIX_PATH, /usr/local, /usr"
         fix = f"for ADIOS2 codes: install ADIOS2 >= 2.12 with MPI ({INSTALL})"
         return Finding("ADIOS2", MISSING, text, fix, required=False)
-    version = _cmake_value(config.with_name("adios2-config-version.cmake"), "PACKAGE_VERSION")
-    common_file = config.with_name("adios2-config-common.cmake")
-    mpi = _on(_cmake_value(common_file, "ADIOS2_HAVE_MPI"))
-    fortran = _on(_cmake_value(common_file, "ADIOS2_HAVE_Fortran"))
+    features = adios2_features(config)
+    version, mpi, fortran = features["version"], features["mpi"], features["fortran"]
     build = project_build_dir()
     engine = find_engine(build)
     details: dict[str, Any] = {"config": str(config), "version": version, "mpi": mpi}
