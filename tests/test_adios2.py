@@ -214,6 +214,27 @@ def test_memory_selections_under_deisa_run_sync_tcp_bitwise(
 
 
 @pytest.mark.timeout(600)
+def test_column_major_io_arrives_as_a_row_major_reader_sees_it(
+    adios2_build: Path, ragged_reference: Path, tmp_path: Path
+) -> None:
+    """The ragged code with --column-major declares its io column-major (a Fortran code's
+    order, ArrayOrdering::ColumnMajor) and gives every dimension reversed, its buffers
+    unchanged: a row-major reader of BP5 sees the same arrays as without it, and the engine
+    publishes the same, every step bitwise the row-major run's BP5 output, in its blocks
+    (docs/adios2.md, "Fortran"; with Fortran itself: tests/test_adios2_fortran.py)."""
+    xml = engine_xml(tmp_path / "deisa.xml", Mode="async", Transport="tcp")
+    proc = deisa_run(
+        "--ranks", "4", "--workers", "2", "--timeout", "240", "--output", str(tmp_path / "out"),
+        "--analytics", checker(tmp_path, ragged_reference, STEPS, "U,V,step,time"),
+        "--", ragged(adios2_build), str(xml), "ignored.bp", str(STEPS), "--column-major",
+        timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:] + proc.stdout[-2000:]
+    assert "adios2 checker: U,V,step,time steps [0, 1, 2, 3, 4] bitwise" in proc.stdout
+    assert "step 0: chunks ((10, 3), (8, 2))" in proc.stdout
+
+
+@pytest.mark.timeout(600)
 def test_memory_selection_through_the_c_api_bitwise(adios2_build: Path, tmp_path: Path) -> None:
     """A C code (tests/adios2/ghosts_c.c) sets its selection with adios2_set_memory_selection
     and Puts deferred from its buffer with ghost cells: every step arrives as BP5 writes it."""
@@ -338,6 +359,11 @@ BAD = {
         {"SchedulerFile": "s.json"}, "", "bad-selection",
         "deisa ADIOS2 engine: variable `U': its block (count {10, 10}) at memory start {1, 4} "
         "does not fit in its memory count {13, 13} (axis 1)",
+    ),
+    "memory selection in a column-major io from C++": (
+        {"SchedulerFile": "s.json"}, "", "column-major-selection",
+        "deisa ADIOS2 engine: variable `U' is given a memory selection in a column-major io "
+        "from a row-major language",
     ),
     "MemorySelections": (
         {"SchedulerFile": "s.json", "MemorySelections": "some"}, "", "",

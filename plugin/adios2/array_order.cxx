@@ -22,7 +22,7 @@ struct Core_io_head {
 
 } // namespace
 
-bool column_major(const adios2::IO& io)
+Io_order array_order(const adios2::IO& io)
 {
 	// the public IO's only member is its core IO's pointer
 	static_assert(sizeof(adios2::IO) == sizeof(void*), "adios2::IO is its core IO's pointer");
@@ -33,7 +33,9 @@ bool column_major(const adios2::IO& io)
 			"deisa ADIOS2 engine: the array order (row- or column-major) of io `" + io.Name()
 			+ "' cannot be read: this ADIOS2's core IO is not laid out as ADIOS2 2.12's, which the engine was written for"};
 	}
-	return order == adios2::ArrayOrdering::ColumnMajor;
+	// as ADIOS2's helper::IsRowMajor(hostLanguage)
+	const std::string& language = core->host_language;
+	return {order == adios2::ArrayOrdering::ColumnMajor, language == "Fortran" || language == "R" || language == "Matlab"};
 }
 
 } // namespace deisa

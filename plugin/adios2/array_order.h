@@ -10,19 +10,27 @@
 
 namespace deisa {
 
-/** Whether ADIOS2 records `io' as column-major: declared by a Fortran code (ADIOS2's Fortran
- * bindings) or with DeclareIO(name, ArrayOrdering::ColumnMajor).
+/// The array orders of an io, as ADIOS2 2.12's BP5 writer reads them
+struct Io_order {
+	/// the io's: its variables' dimensions are in Fortran's order (the first runs fastest in
+	/// memory), BP5 records it and a row-major reader (C++, Python) sees them reversed; set by a
+	/// Fortran code (ADIOS2's Fortran bindings) or DeclareIO(name, ArrayOrdering::ColumnMajor)
+	bool column_major = false;
+
+	/// the language of the code's (Fortran, R, Matlab), in which BP5 reads memory selections
+	bool language_column_major = false;
+};
+
+/** The array orders of `io'.
  *
- * A column-major io's variables have their dimensions in Fortran's order (the first one runs
- * fastest in memory): BP5 writes them so, and a row-major reader (C++, Python) sees them
- * reversed.  ADIOS2 2.12's public IO has no getter for the order (only Kokkos and GPU builds
- * give a variable's layout): it is read from the core IO, whose first members are checked
- * against what the public IO says (its name) before the order is trusted.
+ * ADIOS2 2.12's public IO has no getter for them (only Kokkos and GPU builds give a variable's
+ * layout): they are read from the core IO, whose first members are checked against what the
+ * public IO says (its name) before they are trusted.
  * \param io the engine's io
- * \return whether its arrays are column-major
+ * \return its orders
  * \throws std::invalid_argument naming the io if its core IO is not laid out as ADIOS2 2.12's
  */
-bool column_major(const adios2::IO& io);
+Io_order array_order(const adios2::IO& io);
 
 /// `dims' in the reverse order: a column-major io's dimensions, as a row-major reader sees them
 template <typename T>

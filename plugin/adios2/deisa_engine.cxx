@@ -120,7 +120,7 @@ void Deisa_engine::Init()
 			  "or the live steps with deisa.Adapter"};
 	}
 	MPI_Comm_rank(m_comm, &m_rank);
-	m_column_major = column_major(m_IO);
+	m_order = array_order(m_IO);
 	start_interpreter();
 	py::gil_scoped_acquire gil;
 	try {
@@ -169,7 +169,16 @@ void Deisa_engine::select_memory(const adios2::Variable<T>& variable, Step_block
 	const void* core_variable = *reinterpret_cast<void* const *>(&variable);
 	Memory_box box;
 	if (!m_memory_selections.find(core_variable, box)) return;
-	if (m_column_major) { // in the variable's order (put)
+	if (m_order.column_major != m_order.language_column_major) {
+		throw invalid_argument{refused(
+			block.name,
+			string{"given a memory selection in a "} + (m_order.column_major ? "column" : "row") + "-major io from a "
+				+ (m_order.language_column_major ? "column" : "row") + "-major language",
+			"BP5 reads the selection in the language's order and the dimensions in the io's, which the deisa engine does not mix: declare the io in "
+			"the language's order, or Put the block from a buffer of its own"
+		)};
+	}
+	if (m_order.column_major) { // in the variable's order (put)
 		box.start = reversed(box.start);
 		box.count = reversed(box.count);
 	}
@@ -252,7 +261,7 @@ void Deisa_engine::put(adios2::Variable<T> variable, const T* values, bool copy)
 		// a column-major io's (Fortran's) block is a C-order array of its dimensions reversed:
 		// the array a row-major reader of BP5 output sees
 		const auto order = [this](const adios2::Dims& dims) {
-			return m_column_major ? reversed(to_longs(dims)) : to_longs(dims);
+			return m_order.column_major ? reversed(to_longs(dims)) : to_longs(dims);
 		};
 		block.global_shape = block.value ? vector<long>{1} : order(variable.Shape());
 		block.start = block.value ? vector<long>{0} : order(variable.Start());

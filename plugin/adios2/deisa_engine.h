@@ -13,6 +13,7 @@
 #include <adios2/plugin/PluginEngineInterface.h>
 #include <pybind11/pybind11.h>
 
+#include "array_order.h"
 #include "core/python_bridge.h"
 #include "memory_selection.h"
 #include "step_blocks.h"
@@ -73,8 +74,8 @@ class Deisa_engine: public adios2::plugin::PluginEngineInterface
 	/// this rank in the engine's communicator
 	int m_rank = 0;
 
-	/// whether the io is column-major (a Fortran code's): its dimensions are published reversed (array_order.h)
-	bool m_column_major = false;
+	/// the io's array orders: a column-major io's (a Fortran code's) dimensions are published reversed (array_order.h)
+	Io_order m_order;
 
 	/// the communicator of the single values: rank 0 alone (MPI_COMM_NULL elsewhere), once the Bridge exists
 	MPI_Comm m_values_comm = MPI_COMM_NULL;

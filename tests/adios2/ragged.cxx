@@ -1,7 +1,7 @@
 /* An MPI code written against ADIOS2's C++ API, as an ADIOS2 user writes one: the test code of
  * the deisa ADIOS2 engine (tests/test_adios2.py).
  *
- *   mpirun -np 4 deisa_adios2_ragged CONFIG.xml OUTPUT STEPS [--ghosts | --misuse local|span|read|no-close|bad-selection]
+ *   mpirun -np 4 deisa_adios2_ragged CONFIG.xml OUTPUT STEPS [--ghosts | --column-major | --misuse local|span|read|no-close|bad-selection|column-major-selection]
  *
  * Writes STEPS steps to OUTPUT through io `SimulationOutput', whose engine CONFIG.xml chooses
  * (BP5, or deisa): a 13 x 10 global array `U' (double, a sync Put) and `V' (int32, a deferred
@@ -14,7 +14,12 @@
  * --ghosts puts U and V from buffers with ghost cells (uneven: 1 before and 2 after the block
  * on the first axis, 2 and 1 on the second, filled with garbage) through SetMemorySelection,
  * as a stencil code does; from step 3 on V's selection is reset ({{}, {}}) and V is Put from a
- * buffer of its own size.  An error is one line on rank 0's stderr and exit status 1.
+ * buffer of its own size.  --column-major declares the io column-major
+ * (ArrayOrdering::ColumnMajor, a Fortran code's order) and gives every dimension in that order,
+ * reversed, the buffers unchanged: a row-major reader sees the same arrays as without it;
+ * --misuse column-major-selection adds --ghosts' memory selections, which BP5 reads in the
+ * order of the code's language (C++: row-major) whatever the io's.  An error is one line on
+ * rank 0's stderr and exit status 1.
  */
 
 #include <mpi.h>
@@ -55,22 +60,28 @@ void run(const std::string& config, const std::string& output, int steps, const 
 	ragged_split(NY, dims[1], rank % dims[1], start[1], count[1]);
 
 	adios2::ADIOS adios(config, MPI_COMM_WORLD);
-	adios2::IO io = adios.DeclareIO("SimulationOutput");
-	auto var_u = io.DefineVariable<double>("U", {NX, NY}, {start[0], start[1]}, {count[0], count[1]});
-	auto var_v = io.DefineVariable<int32_t>("V", {NX, NY}, {start[0], start[1]}, {count[0], count[1]});
+	// --column-major: a row-major buffer of R x C is a column-major one of C x R
+	const bool column_major = misuse == "column-major" || misuse == "column-major-selection";
+	const auto order = [column_major](adios2::Dims dims) {
+		if (column_major) std::reverse(dims.begin(), dims.end());
+		return dims;
+	};
+	adios2::IO io = column_major ? adios.DeclareIO("SimulationOutput", adios2::ArrayOrdering::ColumnMajor) : adios.DeclareIO("SimulationOutput");
+	auto var_u = io.DefineVariable<double>("U", order({NX, NY}), order({start[0], start[1]}), order({count[0], count[1]}));
+	auto var_v = io.DefineVariable<int32_t>("V", order({NX, NY}), order({start[0], start[1]}), order({count[0], count[1]}));
 	auto var_step = io.DefineVariable<int>("step");
 	auto var_time = io.DefineVariable<double>("time");
 	if (misuse == "local") io.DefineVariable<double>("L", {}, {}, {count[0]});
 	adios2::Engine writer = io.Open(output, misuse == "read" ? adios2::Mode::Read : adios2::Mode::Write);
 
 	// --ghosts: the block at `before' in a buffer of `rows' x `cols' (the ghost cells around it)
-	const bool ghosts = misuse == "ghosts" || misuse == "bad-selection";
+	const bool ghosts = misuse == "ghosts" || misuse == "bad-selection" || misuse == "column-major-selection";
 	const size_t before[2] = {ghosts ? 1u : 0u, ghosts ? 2u : 0u};
 	const size_t rows = count[0] + (ghosts ? 3 : 0), cols = count[1] + (ghosts ? 3 : 0);
 	if (ghosts) {
 		const adios2::Dims memory_start{before[0], misuse == "bad-selection" ? 4 : before[1]};
-		var_u.SetMemorySelection({memory_start, {rows, cols}});
-		var_v.SetMemorySelection({memory_start, {rows, cols}});
+		var_u.SetMemorySelection({order(memory_start), order({rows, cols})});
+		var_v.SetMemorySelection({order(memory_start), order({rows, cols})});
 	}
 	std::vector<double> u(rows * cols);
 	std::vector<int32_t> v(rows * cols), v_alone(count[0] * count[1]);
@@ -112,15 +123,17 @@ int main(int argc, char* argv[])
 	int rank = 0;
 	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
 	int status = 0;
-	const bool ghosts = argc == 5 && std::string(argv[4]) == "--ghosts";
-	if (argc != 4 && !ghosts && !(argc == 6 && std::string(argv[4]) == "--misuse")) {
+	const std::string option = argc == 5 ? argv[4] : "";
+	const bool alone = option == "--ghosts" || option == "--column-major"; // an option without a value
+	if (argc != 4 && !alone && !(argc == 6 && std::string(argv[4]) == "--misuse")) {
 		if (rank == 0) {
-			std::fprintf(stderr, "usage: %s CONFIG.xml OUTPUT STEPS [--ghosts | --misuse local|span|read|no-close|bad-selection]\n", argv[0]);
+			std::
+				fprintf(stderr, "usage: %s CONFIG.xml OUTPUT STEPS [--ghosts | --column-major | --misuse local|span|read|no-close|bad-selection|column-major-selection]\n", argv[0]);
 		}
 		status = 2;
 	} else {
 		try {
-			run(argv[1], argv[2], std::stoi(argv[3]), ghosts ? "ghosts" : argc == 6 ? argv[5] : "");
+			run(argv[1], argv[2], std::stoi(argv[3]), alone ? option.substr(2) : argc == 6 ? argv[5] : "");
 		} catch (const std::exception& e) {
 			if (rank == 0) std::fprintf(stderr, "%s\n", e.what());
 			status = 1;
