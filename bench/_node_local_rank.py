@@ -1,10 +1,12 @@
 """One rank of ``bench.node_local`` (run under mpirun): memcpy, start-up, sustained publishes.
 
-Writes ``<out>/rank-<r>.json``: the rank's memcpy of its block, the CPU time from before
+Writes ``<out>/rank-<r>.json``: the rank's memcpy of its block (into numpy's memory, and
+into 4 KiB pages: ``memcpy_4k_s``), the CPU time from before
 ``import deisa`` until its first two publishes are registered, the sustained bandwidth of
 ``--steps`` publishes (from the first call until every one is registered, less the compute
 between them: ``--compute-ms`` of busy work before each, none by default), each
-publish's duration, the resident memory before the Bridge and after the publishes, the
+publish's duration, CPU time on the rank's thread and involuntary context switches of that
+thread (``publish_preempted``), the resident memory before the Bridge and after the publishes, the
 transport the blocks took, and how the sustained publishes placed them in shared memory
 (``slots``: into a slot mapped ahead, a slot given back, or a fresh one; the Bridge's debug
 lines, :data:`deisa.bridge.transport.SLOT_PATHS`). With ``--bursts N``, the sustained publishes
@@ -20,6 +22,7 @@ import argparse
 import contextlib
 import json
 import logging
+import resource
 import time
 from collections import Counter
 from pathlib import Path
@@ -63,6 +66,11 @@ def compute(seconds: float) -> float:
     return time.perf_counter() - t0
 
 
+def preempted() -> int:
+    """Involuntary context switches of the calling thread so far (it was made to wait)."""
+    return resource.getrusage(resource.RUSAGE_THREAD).ru_nivcsw
+
+
 def sustain(
     bridge: Any, comm: Any, args: argparse.Namespace, block: np.ndarray, steps: range
 ) -> dict[str, Any]:
@@ -73,16 +81,18 @@ def sustain(
     placed.addHandler(slots)
     placed.setLevel(logging.DEBUG)
     comm.Barrier()
-    durations = []
+    durations, cpu, switches = [], [], []
     already = len(bridge.timings)
     t0 = time.perf_counter()
     computing = 0.0
     for step in steps:
         if args.compute_ms:
             computing += compute(args.compute_ms / 1000)
-        called = time.perf_counter()
+        called, cpu0, switched = time.perf_counter(), time.thread_time(), preempted()
         bridge.publish(args.name, block, step)
         durations.append(time.perf_counter() - called)
+        cpu.append(time.thread_time() - cpu0)
+        switches.append(preempted() - switched)
     bridge.flush()
     wall = time.perf_counter() - t0
     placed.removeHandler(slots)
@@ -92,6 +102,8 @@ def sustain(
         "wall_s": wall,
         "compute_s": computing,
         "publish_s": durations,
+        "publish_cpu_s": cpu,
+        "publish_preempted": switches,
         "copy_s": [t.copy_s for t in timings],
         "wait_s": [t.wait_s for t in timings],
         "slots": dict(slots.counts),
@@ -129,6 +141,7 @@ def main() -> None:
     rows = max(1, int(args.mib * 2**20 / 8 / cols))
     block = np.random.default_rng(rank).random((rows, cols))
     copies = memcpy_times(block)
+    small_copies = memcpy_times(block, small_pages=True)
     before = memory()
 
     cpu0 = time.process_time()
@@ -159,6 +172,7 @@ def main() -> None:
         "rank": rank,
         "nbytes": block.nbytes,
         "memcpy_s": float(np.median(copies)),
+        "memcpy_4k_s": float(np.median(small_copies)),
         "start_cpu_s": start_cpu,
         **bursts[0],
         "bursts": bursts,

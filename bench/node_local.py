@@ -18,7 +18,9 @@ pool), in ``--modes`` (``async`` by default). Two analytics are measured:
 
 Per run and rank: the sustained bandwidth (bytes of ``--steps`` blocks over the time from the
 first ``publish`` until every step is registered, ``Bridge.flush``), against the same rank's
-``np.copyto`` of its block; the median ``publish``; the resident memory the Bridge adds
+``np.copyto`` of its block; the median ``publish``, its CPU time on the rank's thread and how
+often that thread was made to wait in a publish (``publishes preempted``: involuntary context
+switches, another thread or process took its core); the resident memory the Bridge adds
 (VmRSS after the publishes minus before ``import deisa``, and its anonymous and shared parts);
 the CPU time of the rank from before ``import deisa`` until its first two publishes are
 registered; and the transport the blocks took. Writes ``node_local.json``.
@@ -38,9 +40,10 @@ with or without the pool, on a loaded 2-core VM).
 ``--bursts N`` (2 by default) repeats the sustained publishes N times, ``--pause-s`` apart
 (the analytics drains the last burst meanwhile): the second burst finds the rank's warm pool
 of shared memory (``--pool-mib``: ``BridgeOptions.shm_pool_mib``, the default budget unless
-given; ``--pool-blocks N``: N blocks) populated. ``--ray`` runs Ray's object store beside
-them, on the same node, with the same blocks and bursts (``bench/_ray_peer.py``, with
-``--ray-python``: a Python that has ``ray``, e.g. a venv of its own).
+given; ``--pool-blocks N``: N slots of a block, its header page each) populated. ``--ray``
+runs Ray's object store beside them, on the same node, with the same blocks and bursts
+(``bench/_ray_peer.py``, with ``--ray-python``: a Python that has ``ray``, e.g. a venv of its
+own).
 
 Targets (issue 35): shared memory sustains >= 80 % of memcpy at 16 and 64 MiB while the
 analytics takes every step, and is no slower when the steps pile up; the rank's CPU to start
@@ -76,6 +79,7 @@ from bench._common import (
     table,
 )
 from deisa.bridge.transport import SLOT_PATHS
+from deisa.wire.shm import slot_bytes
 
 RANK = Path(__file__).with_name("_node_local_rank.py")
 RAY = Path(__file__).with_name("_ray_peer.py")
@@ -123,7 +127,7 @@ def run_once(
             "--mode", mode, "--out", out, "--bursts", str(args.bursts), "--pause-s",
             str(args.pause_s), "--pool-mib",
             "0" if transport.endswith("-no-pool") else
-            str(args.pool_blocks * mib) if args.pool_blocks else args.pool_mib,
+            str(pool_mib(args.pool_blocks, mib)) if args.pool_blocks else args.pool_mib,
             *(["--taken", str(taken)] if analytics == "taking" else []),
         ]  # fmt: skip
         env = child_env()
@@ -133,6 +137,12 @@ def run_once(
         if done.returncode != 0 or errors:
             raise RuntimeError(f"run {run} failed: {done.stderr[-2000:]} {errors}")
         return [json.loads(p.read_text()) for p in sorted(Path(out).glob("rank-*.json"))]
+
+
+def pool_mib(blocks: int, mib: float) -> float:
+    """``shm_pool_mib`` for a pool of ``blocks`` slots of ``mib`` MiB blocks, each slot a block
+    and its header page (:func:`deisa.wire.shm.slot_bytes`)."""
+    return blocks * slot_bytes(int(mib * 2**20)) / 2**20
 
 
 def summarize(reports: list[dict[str, Any]], burst: int = 0) -> dict[str, Any]:
@@ -157,10 +167,13 @@ def summarize(reports: list[dict[str, Any]], burst: int = 0) -> dict[str, Any]:
         "block_mib": nbytes / mib,
         "memcpy_gibs": median([nbytes / r["memcpy_s"] / gib for r in reports]),
         "memcpy_ms": median([1000 * r["memcpy_s"] for r in reports]),
+        "memcpy_4k_ms": median([1000 * r.get("memcpy_4k_s", nan) for r in reports]),
         "sustained_gibs": median([steps * nbytes / b["sustained_s"] / gib for b in bursts]),
         "publish_ms": median([1000 * median(b["publish_s"]) for b in bursts]),
         "publish_p90_ms": median([1000 * p90(b["publish_s"]) for b in bursts]),
         "copy_ms": median([1000 * median(b["copy_s"]) for b in bursts]),
+        "publish_cpu_ms": median([1000 * median(b.get("publish_cpu_s", [nan])) for b in bursts]),
+        "preempted": median([sum(b.get("publish_preempted", [nan])) for b in bursts]),
         "wait_ms": median([1000 * median(b["wait_s"]) for b in bursts]),
         "wall_s": max(b["wall_s"] for b in bursts),
         "compute_s": max(b["compute_s"] for b in bursts),
@@ -205,7 +218,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--pool-mib", default="none",
                         help="shm_pool_mib of each rank (none: the Bridge's default)")  # fmt: skip
     parser.add_argument("--pool-blocks", type=int, default=0,
-                        help="shm_pool_mib of each rank: this many blocks")  # fmt: skip
+                        help="shm_pool_mib of each rank: this many slots of a block")  # fmt: skip
     parser.add_argument("--analytics-first", action="store_true",
                         help="an Adapter connects before the first run (with "
                              "--no-worker-preload: it installs the workers' plugin)")  # fmt: skip
@@ -303,20 +316,21 @@ def ray_rows(args: argparse.Namespace, mib: float, repeat: int) -> list[dict[str
             "publish_p90_ms": 1000 * p90(figures["publish_s"]),
             "transports": ["ray object store"], "slots": {}, "pool_mib": nan, "pool_pages": [],
             **{field: nan for field in FIELDS if field.endswith(("_mib", "_s")) or
-               field in ("copy_ms", "wait_ms")},
+               field in ("copy_ms", "wait_ms", "publish_cpu_ms", "preempted")},
         })  # fmt: skip
     return rows
 
 
 FIELDS = (
     "memcpy_gibs", "memcpy_ms", "sustained_gibs", "publish_ms", "publish_p90_ms", "copy_ms",
-    "wait_ms", "rss_added_mib", "anon_added_mib", "shmem_mib", "start_cpu_s",
-    "rss_added_others_mib", "anon_added_others_mib", "start_cpu_others_s", "wall_s",
-    "compute_s", "pool_mib",
+    "wait_ms", "publish_cpu_ms", "preempted", "rss_added_mib", "anon_added_mib", "shmem_mib",
+    "start_cpu_s", "rss_added_others_mib", "anon_added_others_mib", "start_cpu_others_s",
+    "wall_s", "compute_s", "pool_mib",
 )  # fmt: skip
 HEADERS = (
     "MiB", "mode", "analytics", "transport", "burst", "memcpy GiB/s", "sustained GiB/s",
     "of memcpy", "publish ms", "p90 ms", "copy ms", "copy of memcpy", "wait ms",
+    "publish CPU ms", "publishes preempted",
     "rank 0 +RssAnon MiB", "rank 0 +RSS MiB", "others +RSS MiB", "rank 0 start CPU s",
     "others start CPU s", "pool MiB", "used", "slots: prepared/given back/fresh",
 )  # fmt: skip
@@ -355,6 +369,7 @@ def table_row(key: Key, m: dict[str, float], group: list[dict[str, Any]]) -> lis
         f"{m['sustained_gibs']:.2f}", f"{100 * m['sustained_gibs'] / m['memcpy_gibs']:.0f} %",
         f"{m['publish_ms']:.1f}", f"{m['publish_p90_ms']:.1f}", f"{m['copy_ms']:.1f}",
         f"{100 * m['memcpy_ms'] / m['copy_ms']:.0f} %", f"{m['wait_ms']:.1f}",
+        f"{m['publish_cpu_ms']:.1f}", f"{m['preempted']:.0f}",
         f"{m['anon_added_mib']:.0f}", f"{m['rss_added_mib']:.0f}",
         f"{m['rss_added_others_mib']:.0f}", f"{m['start_cpu_s']:.2f}",
         f"{m['start_cpu_others_s']:.2f}",

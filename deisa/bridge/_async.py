@@ -151,20 +151,11 @@ class AsyncPublisher:
         self.reclaim()
         nbytes = 0
         if problem is None and plan.sends(parts.rank):  # else outside the contract's region
-            spec = parts.arrays.specs[name]
-            worker = parts.routing.worker_of.get(name) if self.ledger.connection else None
-            buffer = parts.transport.copy_in(worker, block) if worker else None
-            if buffer is None:  # no shared slot: a buffer of the Bridge's own
-                buffer = self.buffers.take(name, spec.shape, spec.dtype)
-                np.copyto(buffer, block)
-            nbytes = buffer.nbytes
-            send = _Send(entry, buffer)
-            self.sends[entry.seq] = send
-            if self.ledger.connection is not None:
-                self.start_send(send)
+            nbytes = self.copy_and_send(entry, block)
         t3 = time.perf_counter()
         self.post(call, problem)
         t4 = time.perf_counter()
+        parts.transport.settle()  # the channels' threads unmap and map slots after the copy
         in_flight = self.ledger.in_flight(name)
         self.peak_in_flight[name] = max(self.peak_in_flight.get(name, 0), in_flight)
         parts.timings.add(
@@ -177,6 +168,22 @@ class AsyncPublisher:
             "deisa bridge: %s step %d: copy %.4f s, exchanges %.4f s, wait %.4f s, %d in flight",
             name, step, t3 - t2, (t1 - t0) + (t4 - t3), t2 - t1, in_flight,
         )  # fmt: skip
+
+    def copy_and_send(self, entry: Entry, block: np.ndarray) -> int:
+        """Copy ``block`` (``entry``'s) into a slot of its worker's ring, or else a buffer of
+        the Bridge's own, and start sending it if the rank is connected; its bytes."""
+        parts, name = self.parts, entry.name
+        worker = parts.routing.worker_of.get(name) if self.ledger.connection else None
+        buffer = parts.transport.copy_in(worker, block) if worker else None
+        if buffer is None:  # no shared slot: a buffer of the Bridge's own
+            spec = parts.arrays.specs[name]
+            buffer = self.buffers.take(name, spec.shape, spec.dtype)
+            np.copyto(buffer, block)
+        send = _Send(entry, buffer)
+        self.sends[entry.seq] = send
+        if self.ledger.connection is not None:
+            self.start_send(send)
+        return int(buffer.nbytes)
 
     def start_send(self, send: _Send) -> None:
         """Send ``send``'s buffer to this rank's worker under the current placement."""
@@ -320,7 +327,12 @@ class AsyncPublisher:
         return exchanged
 
     def reclaim(self) -> None:
-        """Give back the buffers of sends done; forget the sends reported and registered."""
+        """Give back the buffers of sends done; forget the sends reported and registered.
+
+        The slots given back are unmapped by their channel's thread at the next
+        :meth:`~deisa.bridge.transport.Transport.settle`: after the next copy, or while this
+        rank waits, never beside a copy (on 2 cores, a munmap of 64 MiB there halved the copy's
+        speed; docs/benchmarks.md, section 16)."""
         registered = self.ledger.registered
         for seq, send in list(self.sends.items()):
             future = send.future
@@ -338,7 +350,6 @@ class AsyncPublisher:
                 send.buffer = None
             if send.reported and seq < registered:
                 del self.sends[seq]
-        self.parts.transport.settle()  # no view of a slot given back is left here
 
     def wait_until(
         self,
@@ -363,6 +374,7 @@ class AsyncPublisher:
             # or after a short wait growing to 50 ms: the other ranks' progress only shows up in
             # an exchange
             if rounds:
+                self.parts.transport.settle()  # the slots given back, while this rank waits
                 self.progress.wait(0.001 * 2 ** min(rounds - 1, 5.6))  # 1 ms growing to ~50 ms
             self.progress.clear()
             exchanged = self.exchange(call, problem)

@@ -20,8 +20,6 @@ import asyncio
 import collections
 import contextlib
 import logging
-import mmap
-import os
 import socket
 import threading
 from typing import Any
@@ -31,17 +29,15 @@ import numpy as np
 from ..wire.names import connect_own, rank_secrets
 from ..wire.shm import (
     FREE,
-    HEADER,
-    HELD,
     MAX_MESSAGE,
     decode,
     encode,
     key_to_wire,
-    memfd,
     slot_bytes,
     socket_names,
 )
-from ._shm_pool import HUGETLB, SMALL, Pool, WarmRing, huge_memfd
+from ._shm_pool import SMALL, Pool, WarmRing
+from ._slot import Slot
 
 logger = logging.getLogger(__name__)
 
@@ -60,108 +56,6 @@ POLL_S = 0.005
 HANDSHAKE_S = 10.0
 """Seconds the worker's listener may take to answer ``hello`` (it answers from its event
 loop, which a busy worker runs late)."""
-
-
-class Slot:
-    """One slot of this rank's ring: a memfd, its data after :data:`HEADER`.
-
-    Its first page (the state) stays mapped here; the whole slot only while it is prepared for
-    or written with a block (:meth:`map`, :meth:`unmap`): a slot the worker holds costs this
-    rank no resident memory.
-    """
-
-    def __init__(self, channel: Channel, ident: int, size: int, kind: str = SMALL) -> None:
-        self.channel = channel
-        self.id = ident
-        self.size = size
-        self.kind = kind  # its pages (._shm_pool.page_kind): a hugetlb slot takes no pwrite
-        self.warm = False  # in the pool: stays mapped and populated for the run
-        make = huge_memfd if kind == HUGETLB else memfd
-        self.fd = make(f"deisa-slot-{ident}", size)  # sealed against shrinking and growing
-        try:
-            self.head = mmap.mmap(self.fd, HEADER)
-        except BaseException:
-            os.close(self.fd)
-            raise
-        self.data: mmap.mmap | None = None
-        self.populated = False  # data's page tables were filled when it was mapped
-        self.shared = False  # its fd went to the worker
-        self.taken = False  # lent out (take(), or being prepared), not handed to the worker
-
-    @property
-    def capacity(self) -> int:
-        return self.size - HEADER
-
-    @property
-    def free(self) -> bool:
-        return not self.taken and self.head[0] == FREE
-
-    def fits(self, nbytes: int) -> bool:
-        return nbytes <= self.capacity <= 2 * nbytes + HEADER
-
-    @property
-    def prepared(self) -> bool:
-        """Mapped with its page tables filled: a copy into it takes no page fault."""
-        return self.data is not None and self.populated
-
-    def map(self, populate: bool = True) -> None:
-        """Map the whole slot; ``populate``: with its page tables filled at once, here (a write
-        fault per page of a shared mapping costs several times the copy of the page). A slot
-        mapped without them is mapped again with them, unless a view of it lives."""
-        if self.data is not None and (self.populated or not populate):
-            return
-        self.unmap()
-        if self.data is None:
-            flags = mmap.MAP_SHARED | (_POPULATE if populate else 0)
-            self.data = mmap.mmap(self.fd, self.size, flags=flags)
-            self.populated = populate
-
-    def write(self, block: np.ndarray) -> None:
-        """Write the C-contiguous ``block`` at the start of the data with ``pwrite``, unmapped
-        here: the kernel allocates a fresh slot's pages as it fills them, without zeroing them
-        first, where a first touch through a mapping zeroes each page then copies into it
-        (docs/benchmarks.md, section 11: 2.6 against 6.9 ms for a fresh 16 MiB slot)."""
-        if self.kind == HUGETLB:  # hugetlbfs has no write(): through the mapping
-            np.copyto(self.view(block.shape, block.dtype), block)
-            return
-        data = block.reshape(-1).view(np.uint8).data
-        done = 0
-        while done < len(data):  # Linux writes at most about 2 GiB per call
-            done += os.pwrite(self.fd, data[done:], HEADER + done)
-
-    def unmap(self) -> None:
-        """Unmap the slot's data, unless a view of it is still alive here."""
-        if self.data is not None:
-            with contextlib.suppress(BufferError):
-                self.data.close()
-                self.data = None
-                self.populated = False
-
-    def view(
-        self, shape: tuple[int, ...], dtype: np.dtype[Any], populate: bool = True
-    ) -> np.ndarray:
-        """An array of ``shape`` and ``dtype`` over this slot's data (mapped if need be, with
-        its page tables filled unless ``populate`` is false: a view of a block written with
-        :meth:`write`, read only if the block goes by TCP after all).
-
-        It holds a buffer export of the mapping (``np.frombuffer``'s memoryview), so that
-        :meth:`unmap` fails while it lives: ``np.ndarray(buffer=...)`` keeps the mapping
-        object but releases its export, and the mapping could then be closed under the array
-        (a rank's segmentation fault, once, when a worker died mid-run)."""
-        self.map(populate)
-        assert self.data is not None
-        count = int(np.prod(shape))
-        return np.frombuffer(self.data, dtype=dtype, count=count, offset=HEADER).reshape(shape)
-
-    def close(self) -> None:
-        self.unmap()
-        with contextlib.suppress(BufferError):
-            self.head.close()
-        with contextlib.suppress(OSError):
-            os.close(self.fd)
-
-
-_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
 
 
 class ChannelError(ConnectionError):
@@ -243,9 +137,8 @@ class Channel(WarmRing):
                 slot = self._new_slot(nbytes)
             else:
                 return None
-            slot.taken = True
-            self._want = nbytes
-            self._lock.notify()  # prepare the next one
+            slot.lend()
+            self._want = nbytes  # the next settle() prepares a slot of this size
         if not mapped and not slot.prepared:
             return slot
         try:
@@ -258,16 +151,18 @@ class Channel(WarmRing):
 
     def untake(self, slot: Slot) -> None:
         """Give back a slot :meth:`take` lent (handed to the worker or not): the preparer
-        thread unmaps its data here, unless it is free and kept as the spare, once no view of
-        it is left (at the next :meth:`settle`)."""
+        thread unmaps its data here, unless it is warm or free and kept as the spare, once no
+        view of it is left, when :meth:`settle` wakes it."""
         with self._lock:
-            slot.taken = False
+            slot.lend(False)
             self._unmap_later.add(slot)
             self._settle_pending = True
-            self._lock.notify()
 
     def settle(self) -> None:
-        """Have the preparer unmap the slots given back whose views are gone since."""
+        """Wake the preparer: it unmaps the slots given back whose views are gone since,
+        prepares a spare for the last block's size, grows or shrinks the pool. :meth:`take`
+        and :meth:`untake` do not wake it: the caller settles once its copy is done (the
+        thread's munmap or page-table fill of a big slot beside the copy slows the copy)."""
         with self._lock:
             self._settle_pending = bool(self._unmap_later)
             self._lock.notify()
@@ -283,14 +178,14 @@ class Channel(WarmRing):
                 if slot.taken or slot not in self.slots or slot.data is None or slot.warm:
                     self._unmap_later.discard(slot)
                 elif slot.head[0] != FREE or len(ready) >= SPARE or not slot.populated:
-                    slot.taken = True  # not lent while it is unmapped
+                    slot.lend()  # not lent while it is unmapped
                     slots.append(slot)
                 else:
                     self._unmap_later.discard(slot)  # free: the spare
         for slot in slots:
             slot.unmap()
             with self._lock:
-                slot.taken = False
+                slot.lend(False)
                 if slot.data is None:
                     self._unmap_later.discard(slot)
 
@@ -307,15 +202,16 @@ class Channel(WarmRing):
             with self._lock:
                 while self.broken is None and not self._work():
                     # a slot the worker gives back says nothing: look again while one is held
-                    self._lock.wait(POLL_S if self._awaiting_slot() else None)
+                    polls = self._awaiting_slot() or self._pool_waits()
+                    self._lock.wait(POLL_S if polls else None)
                 if self.broken is not None:
                     return
+                self._shrink()
+                self._adopt()  # before settling: a slot kept warm stays mapped
                 settle = self._settle_pending
             if settle:
                 self._settle()
             with self._lock:
-                self._shrink()
-                self._adopt()
                 self._retire_surplus()
                 grown = self._grow()
             if grown is not None:
@@ -330,7 +226,7 @@ class Channel(WarmRing):
                     self._retire_surplus()
                     continue
                 slot = unmapped[0]
-                slot.taken = True
+                slot.lend()
             try:
                 slot.map()  # the page faults, off the caller's thread
             except OSError as exc:  # out of memory: take() maps what it needs itself
@@ -339,7 +235,7 @@ class Channel(WarmRing):
                     self._want = 0
             finally:
                 with self._lock:
-                    slot.taken = False
+                    slot.lend(False)
 
     def _work(self) -> bool:
         """Under the lock: whether the preparer has something to do."""
@@ -417,8 +313,8 @@ class Channel(WarmRing):
             await self._forget_retired()
             if not slot.shared:
                 await self._send_fd(encode(op="slot", id=slot.id, size=slot.size), slot.fd)
-                slot.shared = True
-            slot.head[0] = HELD
+                slot.mark_shared()
+            slot.hand_over()
             await loop.sock_sendall(
                 self.sock,
                 encode(op="put", id=ident, slot=slot.id, key=wired, dtype=dtype.str,
@@ -426,7 +322,7 @@ class Channel(WarmRing):
             )  # fmt: skip
             answer = await reply
         except OSError as exc:
-            slot.head[0] = FREE
+            slot.hand_over(False)
             self._break(f"{type(exc).__name__}: {exc}")
             raise ChannelError(
                 f"the shared-memory channel to worker {self.worker} failed: {exc}"

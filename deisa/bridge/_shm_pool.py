@@ -2,17 +2,22 @@
 
 A slot whose pages do not exist yet costs the kernel their allocation (2 to 9 times a memcpy of the
 block, docs/benchmarks.md, section 11): back to back, each block of a growing ring pays it.
-The pool keeps the slots a rank's ring has used mapped, with their page tables, up to a budget
+The pool keeps the slots a rank's ring uses mapped, with their page tables, up to a budget
 (:attr:`Pool.budget`, bytes): they are reused before anything new is allocated, and only slots
-beyond the budget are given back. Once the ring has needed more slots than it keeps without a
-pool (a burst: the simulation outran the worker; never in a steady state, never at the start),
-the channel's own thread (:mod:`._shm`) adopts the burst's slots into the pool as the worker
-gives them back, and maps them; with huge pages it populates the budget ahead instead. Never on
-the publish path: the rank's core pays nothing a ring without a pool does not. As Ray's
-object store (``object_store_memory``) the budget is settable (``BridgeOptions.shm_pool_mib``,
-per rank or per node); by default it is what flow control can hold in flight: ``buffer_nb``
-steps of the rank's blocks, plus one (:data:`UNBOUNDED_STEPS` steps when ``buffer_nb`` is
-unbounded).
+beyond the budget are given back. In a steady state (each block's slot back before the next)
+that is the one or two slots the ring needs, adopted as they are used: no ``mmap``, ``munmap``
+or page-table fill per block, which the channel's thread did beside the caller's copy and which
+halved its speed on 2 cores (docs/benchmarks.md, section 16). In a burst (the simulation
+outran the worker) the burst's own slots are adopted: a fresh 4 KiB slot is filled by the copy
+(``pwrite``), never zeroed first. Once the ring has outrun the worker, the channel's own thread
+(:mod:`._shm`) populates the rest of the budget ahead: in huge pages at once, in 4 KiB pages
+only between bursts (every slot back from the worker: zeroing pages is work on a core that a
+burst's copies need), so that the next burst finds the whole budget warm. Never on the publish
+path. As Ray's object store (``object_store_memory``) the budget is settable
+(``BridgeOptions.shm_pool_mib``, per rank or per node): a burst deeper than the budget takes
+fresh slots beyond it, given back after. By default it is what flow control can hold in
+flight: ``buffer_nb`` steps of the rank's blocks, plus one (:data:`UNBOUNDED_STEPS` steps when
+``buffer_nb`` is unbounded), each block in a slot of its own (its header page counted).
 
 The pool's pages are shared memory (``RssShmem`` in the rank and the worker), not the rank's
 private memory (``RssAnon``). When memory runs short (``MemAvailable`` under
@@ -43,7 +48,16 @@ from .placement import Host, this_host
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["HUGETLB", "SMALL", "THP", "Pool", "WarmRing", "page_kind", "pool_totals"]
+__all__ = [
+    "HUGETLB",
+    "SMALL",
+    "THP",
+    "Pool",
+    "WarmRing",
+    "page_kind",
+    "pool_totals",
+    "step_slot_bytes",
+]
 
 UNBOUNDED_STEPS = 4
 """Steps of the rank's blocks the default budget holds when ``buffer_nb`` is unbounded."""
@@ -98,6 +112,13 @@ def huge_memfd(name: str, size: int) -> int:
     """A sealed memfd of ``size`` bytes in reserved huge pages; an ``OSError`` where there are
     none (:func:`deisa.wire.shm.memfd`)."""
     return memfd(name, size, huge=True)
+
+
+def step_slot_bytes(blocks: Iterable[int]) -> int:
+    """The bytes of the slots that hold one step of blocks of these sizes (bytes each): a
+    block and its header page a slot (:func:`deisa.wire.shm.slot_bytes`), so that a budget of
+    N steps keeps N slots per block, not one fewer."""
+    return sum(slot_bytes(nbytes) for nbytes in blocks)
 
 
 def round_up(nbytes: int, unit: int) -> int:
@@ -193,7 +214,8 @@ class Pool:
 
     def size(self, step_bytes: int, buffer_nb: int | None, mib: float | None, share: int) -> None:
         """Set the budget: ``mib`` MiB shared by ``share`` ranks (the node's, or this one), or
-        by default ``buffer_nb`` steps of ``step_bytes`` (this rank's blocks) plus one."""
+        by default ``buffer_nb`` steps of ``step_bytes`` plus one: the bytes of the slots that
+        hold one step of this rank's blocks (:func:`step_slot_bytes`, a header page each)."""
         if mib is not None:
             self.budget = int(mib * 2**20) // max(1, share)
         else:
@@ -206,7 +228,7 @@ class Pool:
         array ``specs`` and, for a budget per node (:func:`by_node`), every rank's host."""
         if options.transport != "auto":
             return
-        step_bytes = sum(math.prod(spec.shape) * spec.dtype.itemsize for spec in specs)
+        step_bytes = step_slot_bytes(math.prod(s.shape) * s.dtype.itemsize for s in specs)
         here = hosts.count(this_host()) if by_node(options) and hosts else 1
         self.size(step_bytes, options.buffer_nb, options.shm_pool_mib, here)
 
@@ -286,10 +308,11 @@ class WarmRing:
     """How a channel (:class:`~._shm.Channel`, which defines the attributes used here) grows,
     populates and shrinks its part of the pool, on its preparer thread.
 
-    The pool grows only once the ring has needed more slots than it keeps without a pool
-    (``_outran``: a third slot taken while the others were held, a burst). While each block's
-    slot comes back before the next (a simulation's steady state), and at the start, it
-    populates nothing: neither the rank's core nor its start pays for slots no block needs."""
+    The ring's own slots are adopted as they are used (held by the worker or free). The pool
+    is populated ahead only once the ring has needed more slots than it keeps without a pool
+    (``_outran``: a third slot taken while the others were held, a burst): in a steady state
+    and at the start it populates nothing, neither the rank's core nor its start pays for
+    slots no block needs."""
 
     pool: Pool
     slots: list[Any]
@@ -329,19 +352,15 @@ class WarmRing:
         except OSError:  # no huge page left: small ones
             self.pool.release(size - slot_bytes(nbytes))
             slot = self._new_slot(nbytes)
-        slot.warm = slot.taken = True
+        slot.keep_warm()
+        slot.lend()
         return slot
 
     def _warm_up(self, slot: Any) -> None:
         """The preparer thread: allocate and map ``slot``'s pages with their page tables, off
         the publish path (a hugetlb slot reserves its huge pages first)."""
         try:
-            if slot.kind == HUGETLB:
-                os.posix_fallocate(slot.fd, 0, slot.size)
-            slot.map(populate=False)
-            assert slot.data is not None
-            populate(slot.data, slot.fd, slot.kind)
-            slot.populated = True
+            slot.fill()
             self.pool.made(slot.kind)
         except OSError as exc:  # no memory for it: the ring goes on without this slot
             with self._lock:
@@ -355,30 +374,56 @@ class WarmRing:
                 slot.close()
         finally:
             with self._lock:
-                slot.taken = False
+                slot.lend(False)
 
     def _may_grow(self) -> bool:
         """Under the lock: whether the pool has room for one more slot of the last block, to
-        populate ahead: in huge pages only (:func:`page_kind`, looked at once per block size).
-        Populating 4 KiB pages ahead zeroes them before the copy fills them, on the rank's own
-        core: more work than the burst's fresh slots, which the pool adopts instead."""
+        populate ahead, once the ring has outrun the worker (a burst): in huge pages at once
+        (:func:`page_kind`, looked at once per block size), in 4 KiB pages only between two
+        bursts (:meth:`_idle`): populating 4 KiB pages zeroes them, work on a core that a
+        burst's copies need (the burst's own fresh slots are adopted instead), but a pool
+        populated to its budget before the next burst spares that burst every fresh slot."""
         if self._cold or not self._outran or not self._want or not self._has_room():
             return False
+        if self._block_kind() == SMALL and not self._idle():
+            return False
+        return self._pool_room() >= slot_bytes(self._want)
+
+    def _block_kind(self) -> str:
+        """Under the lock: the pages the pool's slots for the last block's size are made of
+        (:func:`page_kind`, looked at once per block size)."""
         if self._kind_for[0] != self._want:
             self._kind_for = (self._want, page_kind(self._want)[0])
-        if self._kind_for[1] == SMALL:
+        return self._kind_for[1]
+
+    def _pool_room(self) -> int:
+        """Under the lock: bytes the pool may still take."""
+        return self.pool.allowed() - self.pool.held
+
+    def _idle(self) -> bool:
+        """Under the lock: every slot free here and on the worker (between two bursts)."""
+        return all(slot.free for slot in self.slots)
+
+    def _pool_waits(self) -> bool:
+        """Under the lock: the pool would grow once the worker gives its slots back (nothing
+        tells this rank when: the channel's thread looks again every ``POLL_S``)."""
+        if self._cold or not self._outran or not self._want or self._idle():
             return False
-        return self.pool.allowed() - self.pool.held >= slot_bytes(self._want)
+        return self._pool_room() >= slot_bytes(self._want)
 
     def _adoptable(self) -> list[Any]:
-        """Under the lock: free slots of a burst (its pages written) out of the pool that its
-        budget can keep, once the ring has outrun the worker."""
-        if not self._outran or not self.pool.budget:
+        """Under the lock: slots out of the pool (their pages written, 4 KiB pages) that its
+        budget can keep, not lent: a burst's, and in a steady state the ones the ring keeps
+        (kept mapped, a slot costs no mmap, no munmap and no page-table fill per block: on 2
+        cores the channel's thread doing them beside the copy halved its speed). Held by the
+        worker or free; only free ones where the node offers huge pages for the block (the
+        pool's budget is kept for slots in huge pages, populated ahead)."""
+        if not self.pool.budget or not self._want:
             return []
-        room, slots = self.pool.allowed() - self.pool.held, []
+        room, slots, small = self._pool_room(), [], self._block_kind() == SMALL
         for slot in self.slots:
             fits = slot.kind == SMALL and slot.fits(self._want) and slot.size <= room
-            if slot.free and not slot.warm and fits:
+            if not slot.taken and not slot.warm and fits and (small or slot.free):
                 room -= slot.size
                 slots.append(slot)
         return slots
@@ -387,7 +432,7 @@ class WarmRing:
         """Under the lock: keep :meth:`_adoptable`'s slots in the pool (mapped, for the run)."""
         for slot in self._adoptable():
             if self.pool.grant(slot.size):
-                slot.warm = True
+                slot.keep_warm()
                 self.pool.made(slot.kind)
 
     def _shrink(self) -> None:

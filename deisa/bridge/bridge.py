@@ -384,6 +384,7 @@ class Bridge:
             raise BridgeError(f"flush() after a failure of the Bridge: {self._async.raised}")
         if self.asynchronous:
             self._async.wait_until(lambda: self._async.ledger.flushed)
+            self._parts.transport.settle()  # the slots given back meanwhile
 
     # -- steering values (deisa.analysis.steering) ----------------------------------------
 

@@ -27,8 +27,9 @@ import numpy as np
 
 from .. import _dask_internals
 from ..wire.shm import key_to_wire, plain_dtype
-from ._shm import Channel, Slot
+from ._shm import Channel
 from ._shm_pool import Pool
+from ._slot import Slot
 from .options import TRANSPORTS
 
 logger = logging.getLogger(__name__)
@@ -144,7 +145,9 @@ class Transport:
         return True
 
     def settle(self) -> None:
-        """Unmap here the slots given back (call it once the caller holds no view of them)."""
+        """Wake the channels' threads: they unmap here the slots given back, prepare the next
+        and grow the pools (:meth:`~deisa.bridge._shm.Channel.settle`). Call it once the
+        caller holds no view of the slots given back, and not right before a copy."""
         for channel in list(self._channels.values()):
             channel.settle()
 
@@ -178,6 +181,7 @@ class Transport:
         finally:
             if own:
                 channel.untake(slot)
+                channel.settle()
         self.blocks[SHARED_MEMORY] += 1
         return nbytes
 

@@ -23,7 +23,7 @@ from distributed.utils_test import poll_for
 
 from deisa import Adapter
 from deisa.pca_app.driver import array_totals, pool
-from deisa.wire.shm import socket_name
+from deisa.wire.shm import slot_bytes, socket_name
 
 PUBLISHER = REPO / "tests" / "publish_blocks.py"
 sys.path.insert(0, str(PUBLISHER.parent))
@@ -101,7 +101,8 @@ def test_every_block_arrives_bitwise_whichever_way(
     assert transports(done) == [way] * 4
     if transport == "auto":  # default budget: 5 steps of the rank's block (buffer_nb unbounded)
         assert shm_pool is not None and shm_pool["ranks"] == 4, shm_pool
-        assert shm_pool["budget KiB"] == round(5 * SHAPE[0] * SHAPE[1] * 8 / 1024)
+        blocks = [rows * 17 * 8 for rows in (16, 16, 15, 15)]  # a slot each, its header page too
+        assert shm_pool["budget KiB"] == round(sum(5 * slot_bytes(n) for n in blocks) / 1024)
     else:
         assert shm_pool is None
     assert dev_shm() == set()  # slots are memfds: nothing named in /dev/shm

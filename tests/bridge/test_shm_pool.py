@@ -1,8 +1,8 @@
 """deisa.bridge._shm_pool: the warm pool of shared-memory slots, against real workers in process
-(``gen_cluster``): it is populated ahead on the channel's thread, its slots stay mapped and are
-reused (the publish copies into them, no fresh slot), only slots past the budget are given
-back, it shrinks once under memory pressure, and its pages are huge where the node reserved
-huge pages."""
+(``gen_cluster``): it keeps a ring's slots mapped, is populated to its budget on the channel's
+thread between bursts, its slots are reused (the publish copies into them, no fresh slot),
+only slots past the budget are given back, it shrinks once under memory pressure, and its
+pages are huge where the node reserved huge pages."""
 
 from __future__ import annotations
 
@@ -65,15 +65,16 @@ def fake_meminfo(tmp_path: Path, total_mib: int, available_mib: int, huge_free: 
 @gen_cluster(client=True, timeout=STARTUP)
 async def test_the_pool_keeps_a_burst_s_slots_for_every_next_burst(c, s, a, b) -> None:
     """A burst that outruns the worker (a third block while the two slots a ring keeps are
-    held): its slots, given back, stay in the pool (adopted, mapped by the channel's thread; in
-    huge pages, populated ahead instead), the next bursts' blocks are copied into them (never
-    written into a fresh slot), and after each burst they stay mapped for the next."""
+    held): its slots stay in the pool (adopted), and once the worker has given every slot
+    back the channel's thread populates the pool to its budget (4 KiB pages too); the next
+    bursts' blocks are copied into them (never written into a fresh slot), and after each burst
+    they stay mapped for the next."""
     await c.register_plugin(SharedMemoryPlugin())
     transport = Transport()
     block = np.random.default_rng(1).random((256, 512))  # 1 MiB
-    transport.pool.size(block.nbytes, buffer_nb=3, mib=None, share=1)
-    assert transport.pool.budget == 4 * block.nbytes
     warm_size = slot_bytes(block.nbytes)
+    transport.pool.size(warm_size, buffer_nb=3, mib=None, share=1)
+    assert transport.pool.budget == 4 * warm_size  # buffer_nb steps plus one: 4 slots
     fresh: list[int] = []
     real_write = _shm.Slot.write
 
@@ -87,31 +88,31 @@ async def test_the_pool_keeps_a_burst_s_slots_for_every_next_burst(c, s, a, b) -
         assert channel is not None
         await publish(transport, a.address, block, 0)  # the pool learns the block's size
         await publish(transport, a.address, block, 90)
-        assert not any(x.warm for x in channel.slots)  # two slots: no more than without a pool
+        assert len(channel.slots) == 2  # no more than without a pool
         await publish(transport, a.address, block, 91)  # a third while both are held: a burst
         for step in (0, 90, 91):
             await release(c, s, a, step)
         transport.settle()
         await async_poll_for(
-            lambda: sum(x.warm and x.prepared for x in channel.slots) == 3, STARTUP
-        )  # a slot is a block and a header page: 3 fit in the budget of 4 blocks
-        assert transport.pool.held == 3 * warm_size
+            lambda: sum(x.warm and x.prepared for x in channel.slots) == 4, STARTUP
+        )  # the burst's 3 slots, and one populated ahead: the budget
+        assert transport.pool.held == 4 * warm_size and len(channel.slots) == 4
         for burst in range(2):
             used = [
-                await publish(transport, a.address, block + i, 10 * burst + i) for i in (1, 2, 3)
+                await publish(transport, a.address, block + i, 10 * burst + i) for i in (1, 2, 3, 4)
             ]
             assert all(slot.warm for slot in used), "a block of the burst missed the pool"
-            for i in (1, 2, 3):
+            for i in (1, 2, 3, 4):
                 np.testing.assert_array_equal(a.data[key(10 * burst + i)], block + i)
                 await release(c, s, a, 10 * burst + i)
         assert fresh == [0, 1, 2]  # only the first burst's blocks went into fresh slots
         await async_poll_for(lambda: all(x.head[0] == FREE for x in channel.slots), STARTUP)
         transport.settle()
         await async_poll_for(lambda: all(x.warm for x in channel.slots), STARTUP)
-        assert [(x.prepared, x.data is not None) for x in channel.slots] == [(True, True)] * 3
-        with channel._lock:  # three free warm slots: the channel's thread rests (it spun)
-            assert not channel._work()
-        assert transport.pool.summary()["peak_mib"] == 3 * warm_size / MIB
+        assert [(x.prepared, x.data is not None) for x in channel.slots] == [(True, True)] * 4
+        with channel._lock:  # four free warm slots: the channel's thread rests (it spun)
+            assert not channel._work() and not channel._pool_waits()
+        assert transport.pool.summary()["peak_mib"] == 4 * warm_size / MIB
     finally:
         _shm.Slot.write = real_write  # type: ignore[method-assign]
         await transport.close()
@@ -119,20 +120,29 @@ async def test_the_pool_keeps_a_burst_s_slots_for_every_next_burst(c, s, a, b) -
 
 
 @gen_cluster(client=True, timeout=STARTUP)
-async def test_a_steady_state_populates_nothing(c, s, a, b) -> None:
+async def test_a_steady_state_keeps_its_two_slots_mapped(c, s, a, b) -> None:
     """Each block's slot back before the next (compute between steps): the ring needs no
-    more than without a pool, and the pool populates nothing."""
+    more than without a pool, populates nothing ahead, and keeps its two slots mapped from one
+    step to the next (no munmap, mmap, page-table fill per block beside the copy)."""
     await c.register_plugin(SharedMemoryPlugin())
     transport = Transport()
     block = np.ones((128, 1024))  # 1 MiB
-    transport.pool.size(block.nbytes, buffer_nb=3, mib=None, share=1)
+    transport.pool.size(slot_bytes(block.nbytes), buffer_nb=3, mib=None, share=1)
     try:
-        for step in range(5):
-            await publish(transport, a.address, block, step)
+        mappings: list[tuple[int, Any]] = []
+        for step in range(8):
+            slot = await publish(transport, a.address, block + step, step)
+            np.testing.assert_array_equal(a.data[key(step)], block + step)
             await release(c, s, a, step)
+            if step >= 2:  # the first two went into fresh slots, since adopted and mapped
+                await async_poll_for(lambda: slot.prepared, STARTUP)  # noqa: B023
+                mappings.append((slot.id, slot.data))  # held: no id reused
         channel = await transport.channel(a.address)
-        assert channel is not None and len(channel.slots) <= 2
-        assert not any(x.warm for x in channel.slots) and transport.pool.held == 0
+        assert channel is not None and 1 <= len(channel.slots) <= 2
+        assert all(x.warm for x in channel.slots)
+        assert transport.pool.held == len(channel.slots) * slot_bytes(block.nbytes)
+        # each slot mapped once for all its blocks
+        assert len({(i, id(m)) for i, m in mappings}) == len(channel.slots), mappings
     finally:
         await transport.close()
 
@@ -158,7 +168,7 @@ async def test_the_pool_shrinks_under_memory_pressure_and_says_so_once(c, s, a, 
     await c.register_plugin(SharedMemoryPlugin())
     transport = Transport()
     block = np.ones((128, 1024))  # 1 MiB
-    transport.pool.size(block.nbytes, buffer_nb=4, mib=None, share=1)
+    transport.pool.size(slot_bytes(block.nbytes), buffer_nb=4, mib=None, share=1)
     saved = _shm_pool.MEMINFO, _shm_pool.CHECK_S
     directory = Path(tempfile.mkdtemp())
     _shm_pool.MEMINFO, _shm_pool.CHECK_S = fake_meminfo(directory, 100_000, 90_000), 0.0
@@ -174,7 +184,7 @@ async def test_the_pool_shrinks_under_memory_pressure_and_says_so_once(c, s, a, 
         channel = await transport.channel(a.address)
         assert channel is not None
         channel.settle()
-        await async_poll_for(lambda: sum(x.warm for x in channel.slots) == 3, STARTUP)
+        await async_poll_for(lambda: sum(x.warm for x in channel.slots) >= 3, STARTUP)
         # MemAvailable falls under a tenth of the total: the free warm slots go, said once
         fake_meminfo(directory, 100_000, 9_000)
         channel.settle()  # wakes the channel's thread
@@ -247,7 +257,7 @@ def test_the_bridge_sizes_the_pool_per_rank_or_per_node() -> None:
     here, elsewhere = this_host(), Host("another-node")
     pool = Pool()
     pool.size_for(BridgeOptions(buffer_nb=2), [spec, spec], None)
-    assert pool.budget == 3 * 2 * 64 * 1024  # 3 steps of both arrays
+    assert pool.budget == 3 * 2 * slot_bytes(64 * 1024)  # 3 steps of both arrays' slots
     node = BridgeOptions(shm_pool_mib=300, shm_pool_scope="node")
     pool.size_for(node, [spec], [here, elsewhere, here, here])  # 3 ranks on this node
     assert pool.budget == 100 * MIB
@@ -267,6 +277,7 @@ def test_a_pool_keeps_the_free_slots_a_ring_without_one_keeps() -> None:
         for slot in first:
             assert slot is not None
             channel.untake(slot)
+        channel.settle()
         poll_for(lambda: sum(x.warm for x in channel.slots) == 2, STARTUP)  # adopted
         warm = [x for x in channel.slots if x.warm]
         for slot in warm:

@@ -357,23 +357,6 @@ def test_a_rank_refuses_a_listener_of_another_account() -> None:
         squatter.wait()
 
 
-def test_a_slot_stays_mapped_while_a_view_of_it_lives() -> None:
-    """The rank unmaps a slot off its thread once no view is left; a view that did not hold
-    the mapping's export let it be unmapped under a live array (a segfault, when a worker died
-    mid-run and the rank re-sent a block from its slot)."""
-    slot = _shm.Slot(None, 0, _shm.HEADER + 4096)  # type: ignore[arg-type]
-    try:
-        view = slot.view((4, 8), np.dtype("f8"))
-        view[:] = 7.0
-        slot.unmap()
-        assert slot.data is not None and view.sum() == 7.0 * 32
-        del view
-        slot.unmap()
-        assert slot.data is None
-    finally:
-        slot.close()
-
-
 def test_the_preparer_waits_while_only_a_slot_of_another_size_is_free() -> None:
     """The channel's thread maps ahead a free slot the worker gave back, of the size of the
     last block; a free slot of another size (an array of other blocks) gives it nothing to
