@@ -257,18 +257,18 @@ class Plan:
     analytics: Process | None
     files: Mapping[str, str]
     description: str
+    output: Path
+    timeout: float
+    stop_timeout: float
+    tls: bool
+    protocol: str
+    dashboard: bool
+    mpirun: tuple[str, ...]
+    mpi_env: Mapping[str, str]
+    pca: BuiltinPCA | None
     timings: str | None = None
     timings_file: bool = False
     found: tuple[tuple[str, str, Plugin], ...] = ()
-    output: Path = Path("deisa-output")
-    timeout: float = 300.0
-    stop_timeout: float = 10.0
-    tls: bool = True
-    protocol: str = "tcp"
-    dashboard: bool = False
-    mpirun: tuple[str, ...] = ("mpirun",)
-    mpi_env: Mapping[str, str] = field(default_factory=dict)
-    pca: BuiltinPCA | None = None
     job: Job | None = None
 
     @property
@@ -294,7 +294,7 @@ def make_plan(settings: RunSettings, where: Where | None = None) -> Plan:
         job = Job(settings.slurm, tuple(nodes), settings.pdi_config)
         where = where or job_where(settings, (worker_nodes, sim_nodes))
     where = where or local_where(settings.output, _local_comm(settings))
-    return dataclasses.replace(_processes(settings, where), **_run_facts(settings), job=job)
+    return Plan(**_processes(settings, where), **_run_facts(settings), job=job)
 
 
 def _run_facts(settings: RunSettings) -> dict[str, Any]:
@@ -313,8 +313,9 @@ def _run_facts(settings: RunSettings) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def _processes(settings: RunSettings, where: Where) -> Plan:
-    """The processes of the plan (its other fields left to their defaults)."""
+def _processes(settings: RunSettings, where: Where) -> dict[str, Any]:
+    """The processes of the plan, what they write first and what they are (:class:`Plan`'s
+    fields)."""
     worker_nodes, sim_nodes = where.nodes
     simulation, files, description, timings, timings_file, found = _simulation(settings, where)
     simulation = Process("simulation", simulation.argv, simulation.env, simulation.first_in,
@@ -327,19 +328,19 @@ def _processes(settings: RunSettings, where: Where) -> Plan:
         where.scheduler_file, None, settings.threads, preload=settings.worker_preload,
         python=where.python, listen=where.listen, comm=where.comm,
     )  # fmt: skip
-    return Plan(
-        scheduler=Process("scheduler", scheduler),
-        workers=Process(
+    return {
+        "scheduler": Process("scheduler", scheduler),
+        "workers": Process(
             "workers", workers, nodes=worker_nodes, tasks=settings.workers, cores=settings.threads
         ),
-        simulation=simulation,
-        analytics=_analytics(settings, where, timings if timings_file else None),
-        files=files,
-        description=description,
-        timings=timings,
-        timings_file=timings_file,
-        found=found,
-    )
+        "simulation": simulation,
+        "analytics": _analytics(settings, where, timings if timings_file else None),
+        "files": files,
+        "description": description,
+        "timings": timings,
+        "timings_file": timings_file,
+        "found": found,
+    }
 
 
 Found = tuple[tuple[str, str, Plugin], ...]
