@@ -11,8 +11,9 @@ halved its speed on 2 cores (docs/benchmarks.md, section 16). In a burst (the si
 outran the worker) the burst's own slots are adopted: a fresh 4 KiB slot is filled by the copy
 (``pwrite``), never zeroed first. Once the ring has outrun the worker, the channel's own thread
 (:mod:`._shm`) populates the rest of the budget ahead: in huge pages at once, in 4 KiB pages
-only between bursts (every slot back from the worker: zeroing pages is work on a core that a
-burst's copies need), so that the next burst finds the whole budget warm. Never on the publish
+only between bursts (the worker holding no more than a steady state's :data:`STEADY_HELD`
+slots: zeroing pages is work on a core that a burst's copies need), so that the next burst
+finds the whole budget warm. Never on the publish
 path. As Ray's object store (``object_store_memory``) the budget is settable
 (``BridgeOptions.shm_pool_mib``, per rank or per node): a burst deeper than the budget takes
 fresh slots beyond it, given back after. By default it is what flow control can hold in
@@ -43,7 +44,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ..wire.shm import memfd, slot_bytes
+from ..wire.shm import FREE, memfd, slot_bytes
 from .placement import Host, this_host
 
 logger = logging.getLogger(__name__)
@@ -74,6 +75,9 @@ POPULATE_CHUNK = 4 << 20
 """Bytes populated per ``madvise`` call: the kernel holds the process's mmap lock through each
 call, and the publishing thread's ``mmap`` of a fresh slot waits for it (a 128 MiB slot in one
 call: an mmap's p99 16-22 ms, against 0.03 ms by chunks, on a loaded 2-core VM)."""
+STEADY_HELD = 2
+"""Slots the worker may hold while the pool grows in 4 KiB pages between bursts (a steady
+state's: the step the analytics takes, and the next)."""
 MEMINFO = Path("/proc/meminfo")
 SHMEM_THP = Path("/sys/kernel/mm/transparent_hugepage/shmem_enabled")
 
@@ -380,12 +384,13 @@ class WarmRing:
         """Under the lock: whether the pool has room for one more slot of the last block, to
         populate ahead, once the ring has outrun the worker (a burst): in huge pages at once
         (:func:`page_kind`, looked at once per block size), in 4 KiB pages only between two
-        bursts (:meth:`_idle`): populating 4 KiB pages zeroes them, work on a core that a
-        burst's copies need (the burst's own fresh slots are adopted instead), but a pool
-        populated to its budget before the next burst spares that burst every fresh slot."""
+        bursts (:meth:`_between_bursts`): populating 4 KiB pages zeroes them, work on a core
+        that a burst's copies need (the burst's own fresh slots are adopted instead), but a
+        pool populated to its budget before the next burst spares that burst every fresh
+        slot."""
         if self._cold or not self._outran or not self._want or not self._has_room():
             return False
-        if self._block_kind() == SMALL and not self._idle():
+        if self._block_kind() == SMALL and not self._between_bursts():
             return False
         return self._pool_room() >= slot_bytes(self._want)
 
@@ -400,14 +405,16 @@ class WarmRing:
         """Under the lock: bytes the pool may still take."""
         return self.pool.allowed() - self.pool.held
 
-    def _idle(self) -> bool:
-        """Under the lock: every slot free here and on the worker (between two bursts)."""
-        return all(slot.free for slot in self.slots)
+    def _between_bursts(self) -> bool:
+        """Under the lock: no slot lent here, and the worker holds no more than a steady
+        state's slots (:data:`STEADY_HELD`: the analytics may keep its last step for a while)."""
+        held = sum(1 for slot in self.slots if slot.head[0] != FREE)
+        return held <= STEADY_HELD and not any(slot.taken for slot in self.slots)
 
     def _pool_waits(self) -> bool:
         """Under the lock: the pool would grow once the worker gives its slots back (nothing
         tells this rank when: the channel's thread looks again every ``POLL_S``)."""
-        if self._cold or not self._outran or not self._want or self._idle():
+        if self._cold or not self._outran or not self._want or self._between_bursts():
             return False
         return self._pool_room() >= slot_bytes(self._want)
 

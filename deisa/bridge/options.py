@@ -240,7 +240,9 @@ class BridgeOptions:
         The warm pool of shared memory (:mod:`deisa.bridge._shm_pool`): MiB of slots kept
         mapped and populated for the run, reused before anything new is allocated (as Ray's
         ``object_store_memory``). ``None``: ``buffer_nb`` steps of the rank's blocks plus one
-        (5 steps when ``buffer_nb`` is unbounded); ``0``: no pool.
+        (5 steps when ``buffer_nb`` is unbounded), each block with its slot's header page;
+        ``0``: no pool. A cap: a burst deeper than it takes fresh slots beyond it, given back
+        once free (size it to the bursts expected).
     shm_pool_scope
         ``"rank"``: ``shm_pool_mib`` is each rank's; ``"node"``: the node's, shared equally by
         its ranks.

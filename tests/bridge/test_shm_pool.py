@@ -298,6 +298,38 @@ def test_a_pool_keeps_the_free_slots_a_ring_without_one_keeps() -> None:
         theirs.close()
 
 
+def test_the_pool_grows_between_bursts_while_the_worker_keeps_its_last_steps(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """After a burst, the pool in 4 KiB pages is populated to its budget once the worker holds
+    no more than a steady state's two slots (the analytics may keep its last step), not while
+    it holds more (a burst still draining: the copies need the core); nothing tells the rank
+    when the worker gives a slot back, its thread looks."""
+    monkeypatch.setattr(_shm_pool, "page_kind", lambda nbytes, *_: (SMALL, 2 * MIB))
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    channel = _shm.Channel("w", ours, Pool(4 * slot_bytes(MIB)))
+    try:
+        burst = [channel.take(MIB, mapped=False) for _ in "abc"]  # a third while two are lent
+        for slot in burst:
+            assert slot is not None
+            slot.hand_over()  # the worker holds the burst
+            channel.untake(slot)
+        channel.settle()
+        poll_for(lambda: sum(x.warm for x in channel.slots) == 3, STARTUP)  # adopted, held
+        with channel._lock:
+            assert channel._pool_waits() and not channel._may_grow()  # three held: wait
+        assert burst[0] is not None
+        burst[0].hand_over(False)  # given back; the analytics keeps the last two steps
+        poll_for(lambda: len(channel.slots) == 4 and all(x.warm for x in channel.slots), STARTUP)
+        grown = channel.slots[-1]
+        poll_for(lambda: grown.prepared, STARTUP)
+        assert grown not in burst and grown.free and channel.pool.held == 4 * slot_bytes(MIB)
+    finally:
+        channel._break("closed")
+        ours.close()
+        theirs.close()
+
+
 def test_population_goes_chunk_by_chunk_to_the_end(monkeypatch: pytest.MonkeyPatch) -> None:
     """The pages of a slot are populated by ``madvise`` calls of POPULATE_CHUNK (the mmap lock
     is released between them), every page of it."""
