@@ -2,6 +2,7 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <chrono>
 #include <complex>
 #include <exception>
@@ -18,6 +19,7 @@
 #include "array_order.h"
 #include "core/python_interpreter.h"
 #include "deisa_engine.h"
+#include "lent_span.h"
 
 namespace py = pybind11;
 using std::invalid_argument;
@@ -83,6 +85,7 @@ Deisa_engine::~Deisa_engine()
 {
 	int finalized = 0;
 	MPI_Finalized(&finalized);
+	m_lent_spans.clear(); // their variables may be gone with the ADIOS object: not written any more
 	if (!m_closed && !finalized && std::uncaught_exceptions() == 0) {
 		// the code never called Close: the stream ends here, as BP5 closes its file in its
 		// destructor; not while an error unwinds the code (a step half Put, ranks apart)
@@ -241,36 +244,95 @@ void Deisa_engine::check_defined_variables()
 }
 
 template <typename T>
-void Deisa_engine::put(adios2::Variable<T> variable, const T* values, bool copy)
+bool Deisa_engine::block_of(const adios2::Variable<T>& variable, Step_block& block) const
 {
 	const string name = variable.Name();
+	vector<string> operators;
+	for (auto&& op: variable.Operations()) {
+		operators.emplace_back(op.Type());
+	}
+	check(name, variable.ShapeID(), operators);
+	if (!publishes(name)) return false;
+	block.name = name;
+	block.dtype = dtype_name<T>();
+	block.value = variable.ShapeID() == adios2::ShapeID::GlobalValue;
+	// a column-major io's (Fortran's) block is a C-order array of its dimensions reversed:
+	// the array a row-major reader of BP5 output sees
+	const auto order = [this](const adios2::Dims& dims) {
+		return m_order.column_major ? reversed(to_longs(dims)) : to_longs(dims);
+	};
+	block.global_shape = block.value ? vector<long>{1} : order(variable.Shape());
+	block.start = block.value ? vector<long>{0} : order(variable.Start());
+	block.shape = block.value ? vector<long>{1} : order(variable.Count());
+	block.nbytes = sizeof(T) * (block.value ? 1 : variable.SelectionSize());
+	return true;
+}
+
+template <typename T>
+void Deisa_engine::put(adios2::Variable<T> variable, const T* values, bool copy)
+{
 	if constexpr (std::is_same_v<T, std::string>) {
-		if (publishes(name)) throw invalid_argument{refused(name, "a string", "leave it out with the `Variables' parameter")};
+		if (publishes(variable.Name())) throw invalid_argument{refused(variable.Name(), "a string", "leave it out with the `Variables' parameter")};
 		return;
 	} else {
-		vector<string> operators;
-		for (auto&& op: variable.Operations()) {
-			operators.emplace_back(op.Type());
-		}
-		check(name, variable.ShapeID(), operators);
-		if (!publishes(name)) return;
 		Step_block block;
-		block.name = name;
-		block.dtype = dtype_name<T>();
-		block.value = variable.ShapeID() == adios2::ShapeID::GlobalValue;
-		// a column-major io's (Fortran's) block is a C-order array of its dimensions reversed:
-		// the array a row-major reader of BP5 output sees
-		const auto order = [this](const adios2::Dims& dims) {
-			return m_order.column_major ? reversed(to_longs(dims)) : to_longs(dims);
-		};
-		block.global_shape = block.value ? vector<long>{1} : order(variable.Shape());
-		block.start = block.value ? vector<long>{0} : order(variable.Start());
-		block.shape = block.value ? vector<long>{1} : order(variable.Count());
+		if (!block_of(variable, block)) return;
 		block.data = values;
-		block.nbytes = sizeof(T) * (block.value ? 1 : variable.SelectionSize());
 		if (!block.value) select_memory(variable, block, values);
 		if (copy || block.value) block.keep_copy();
 		m_step_blocks.add(std::move(block), m_step);
+	}
+}
+
+// a Step_block moves without copying its memory: the address lent to a Span stays valid as blocks are added
+static_assert(std::is_nothrow_move_constructible_v<Step_block>, "Step_block moves without copying");
+
+template <typename T>
+void Deisa_engine::put_span(adios2::Variable<T> variable, typename adios2::Variable<T>::Span& span, bool initialize, const T& value)
+{
+	const string name = variable.Name();
+	const size_t count = variable.ShapeID() == adios2::ShapeID::GlobalValue ? 1 : variable.SelectionSize();
+	Core_span<T>* core = core_span<T>(span, count);
+	const auto refuse = [&](const string& why) {
+		return invalid_argument{refused(name, "Put as a Span (Put(variable) returning the engine's memory)", why)};
+	};
+	if (core == nullptr) {
+		throw refuse(
+			"its core Span is not laid out as in ADIOS2 2.12, where the deisa engine lends a Span its memory, or keeps an earlier step's size "
+			"(ADIOS2 gives a plugin engine one core Span per variable: its count must not change): Put the code's own buffer instead"
+		);
+	}
+	if (std::find(m_lent_spans.begin(), m_lent_spans.end(), core) != m_lent_spans.end()) {
+		throw invalid_argument{
+			"deisa ADIOS2 engine: variable `" + name + "' Put as a Span twice by this rank in step " + std::to_string(m_step)
+			+ ": ADIOS2 gives a plugin engine's Spans of a variable one core Span, which the second would take from the first"};
+	}
+	Step_block block;
+	const bool published = block_of(variable, block); // the code writes into an unpublished variable's Span too
+	vector<unsigned char> memory(std::max(count, size_t{1}) * sizeof(T)); // operator new's alignment: any T's
+	T* buffer = reinterpret_cast<T*>(memory.data());
+	if (initialize) std::fill_n(buffer, count, value);
+	if (!lend<T>(span, *core, buffer)) {
+		throw refuse(
+			"in ADIOS2 2.12 a Span's data() asks the core engine's BufferData, which ADIOS2's PluginEngine does not forward to a plugin "
+			"(it returns null), and which the memory selection guard answers: run the code under deisa-run, which preloads it, or with "
+			"LD_PRELOAD="
+			+ guard_path() + "; or Put the code's own buffer"
+		);
+	}
+	m_lent_spans.emplace_back(core);
+	if (!published) {
+		m_unpublished_spans.emplace_back(std::move(memory));
+		return;
+	}
+	block.copy = std::move(memory); // the block is the engine's own memory: PerformPuts copies nothing
+	block.data = block.copy.data();
+	try {
+		m_step_blocks.add(std::move(block), m_step);
+	} catch (...) {
+		take_back(core);
+		m_lent_spans.pop_back();
+		throw;
 	}
 }
 
@@ -287,14 +349,9 @@ ADIOS2_FOREACH_STDTYPE_1ARG(DEISA_DEFINE_PUT)
 #undef DEISA_DEFINE_PUT
 
 #define DEISA_DEFINE_SPAN(T)                                                                                                                         \
-	void Deisa_engine::DoPut(adios2::Variable<T> variable, typename adios2::Variable<T>::Span&, const bool, const T&)                                \
+	void Deisa_engine::DoPut(adios2::Variable<T> variable, typename adios2::Variable<T>::Span& span, const bool initialize, const T& value)          \
 	{                                                                                                                                                \
-		throw invalid_argument{refused(                                                                                                              \
-			variable.Name(),                                                                                                                         \
-			"Put as a Span (Put(variable) returning the engine's memory)",                                                                           \
-			"in ADIOS2 2.12 a Span's data() asks the core engine's BufferData, which ADIOS2's PluginEngine does not forward to a plugin "            \
-			"(it returns null): Put the code's own buffer instead"                                                                                   \
-		)};                                                                                                                                          \
+		put_span(variable, span, initialize, value);                                                                                                 \
 	}
 ADIOS2_FOREACH_PRIMITIVE_STDTYPE_1ARG(DEISA_DEFINE_SPAN)
 #undef DEISA_DEFINE_SPAN
@@ -319,6 +376,11 @@ void Deisa_engine::PerformPuts()
 void Deisa_engine::EndStep()
 {
 	publish_step();
+	for (void* core: m_lent_spans) {
+		take_back(core); // a Span's data() after EndStep is null, not the engine's freed memory
+	}
+	m_lent_spans.clear();
+	m_unpublished_spans.clear();
 	m_step_blocks.clear();
 	m_in_step = false;
 	++m_step;

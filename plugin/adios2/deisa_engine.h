@@ -32,9 +32,10 @@ namespace deisa {
  * published step, with the variables Put then), the ADIOS2 step being the time index.  A sync
  * Put is copied (the code may reuse its buffer at once), a deferred Put is read at EndStep, or
  * copied at PerformPuts, as BP5 does; with a memory selection, the block is its sub-box of the
- * code's buffer (the memory selection guard tells it).  What has no meaning here (reading, local arrays,
- * operators, strings, a Span) is a std::invalid_argument naming the feature and the variable,
- * at Open for the variables defined then, else at their Put.  See docs/adios2.md.
+ * code's buffer (the memory selection guard tells it).  A Span Put lends the code the engine's
+ * memory for the step, which the guard's BufferData gives the Span's data().  What has no meaning
+ * here (reading, local arrays, operators, strings) is a std::invalid_argument naming the feature
+ * and the variable, at Open for the variables defined then, else at their Put.  See docs/adios2.md.
  */
 class Deisa_engine: public adios2::plugin::PluginEngineInterface
 {
@@ -105,6 +106,29 @@ class Deisa_engine: public adios2::plugin::PluginEngineInterface
 	 */
 	template <typename T>
 	void select_memory(const adios2::Variable<T>& variable, Step_block& block, const T* values) const;
+
+	/// the core Spans whose memory the engine lent in the step (lent_span.h): taken back at EndStep
+	std::vector<void*> m_lent_spans;
+
+	/// the memory lent to the Spans of variables not published (the `Variables' parameter), until EndStep
+	std::vector<std::vector<unsigned char>> m_unpublished_spans;
+
+	/** Describes this rank's block of a variable (no data yet), refusing what the engine cannot publish
+	 * \param variable the variable
+	 * \param block receives its name, type and geometry
+	 * \return whether the variable is published (else `block' is untouched)
+	 */
+	template <typename T>
+	bool block_of(const adios2::Variable<T>& variable, Step_block& block) const;
+
+	/** Lends the code's Span the engine's memory, the variable's block for the step (lent_span.h)
+	 * \param variable the variable
+	 * \param span the code's Span
+	 * \param initialize whether to fill the memory with `value'
+	 * \param value the value
+	 */
+	template <typename T>
+	void put_span(adios2::Variable<T> variable, typename adios2::Variable<T>::Span& span, bool initialize, const T& value);
 
 	/** Records this rank's block of a variable for the step
 	 * \param variable the variable

@@ -1,5 +1,6 @@
 /* The memory selection guard, libdeisa_adios2_guard.so: preloaded (LD_PRELOAD) in an ADIOS2
- * code, it records the memory selection of each core variable for the deisa ADIOS2 engine.
+ * code, it records the memory selection of each core variable for the deisa ADIOS2 engine, and
+ * answers a Span's data() for the memory the engine lends (DEISA_ADIOS2_SPAN_BUFFER_INDEX).
  *
  * It defines two functions of libadios2_core, which the bindings call through the dynamic
  * loader (a preloaded definition comes first), and calls ADIOS2's own: the definition seen
@@ -80,7 +81,28 @@ __attribute__((visibility("default"))) size_t
 deisa_adios2_guard_memory_selection(const void* variable, size_t capacity, size_t* start, size_t* count);
 
 __attribute__((visibility("default"))) void deisa_adios2_guard_definitions(const void** set_memory_selection, const void** variable_base);
+
+/* adios2::core::Engine::DoBufferData_<L>(int bufferIdx, size_t payloadPosition, size_t bufferID), for
+ * the engines that have none of their own (a plugin engine's): a Span lent by the deisa engine
+ * (DEISA_ADIOS2_SPAN_BUFFER_INDEX) is at payloadPosition; any other has none (null, as ADIOS2's own) */
+#define DEISA_DECLARE_BUFFER_DATA(N, L)                                                                                                              \
+	__attribute__((visibility("default"))) void* deisa_adios2_guard_buffer_data_##L(                                                                 \
+		const void* engine,                                                                                                                          \
+		int buffer_index,                                                                                                                            \
+		size_t payload_position,                                                                                                                     \
+		size_t buffer_id                                                                                                                             \
+	) noexcept __asm__(DEISA_ADIOS2_BUFFER_DATA_NAME(N, L));
+DEISA_ADIOS2_FOREACH_BUFFER_DATA(DEISA_DECLARE_BUFFER_DATA)
+#undef DEISA_DECLARE_BUFFER_DATA
 }
+
+#define DEISA_DEFINE_BUFFER_DATA(N, L)                                                                                                               \
+	void* deisa_adios2_guard_buffer_data_##L(const void*, int buffer_index, size_t payload_position, size_t) noexcept                                \
+	{                                                                                                                                                \
+		return buffer_index == DEISA_ADIOS2_SPAN_BUFFER_INDEX ? reinterpret_cast<void*>(payload_position) : nullptr;                                 \
+	}
+DEISA_ADIOS2_FOREACH_BUFFER_DATA(DEISA_DEFINE_BUFFER_DATA)
+#undef DEISA_DEFINE_BUFFER_DATA
 
 void deisa_adios2_guard_set_memory_selection(void* variable, const Box& box)
 {

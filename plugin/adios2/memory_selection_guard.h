@@ -6,7 +6,8 @@
  * Python) ends in one exported function of libadios2_core, VariableBase::SetMemorySelection: the
  * guard, preloaded (LD_PRELOAD), defines it, records the selection of each core variable and
  * calls ADIOS2's own.  It also defines VariableBase's constructor, to forget what it recorded
- * for a variable whose memory a new one reuses.  See docs/adios2.md.
+ * for a variable whose memory a new one reuses.  And it answers a Span's data() for the memory
+ * the engine lends a Span Put (DEISA_ADIOS2_SPAN_BUFFER_INDEX, below).  See docs/adios2.md.
  */
 
 #ifndef DEISA_ADIOS2_MEMORY_SELECTION_GUARD_H_
@@ -29,6 +30,37 @@
 
 /// The guard's file name, beside the engine
 #define DEISA_ADIOS2_GUARD_FILE "libdeisa_adios2_guard.so"
+
+/** The buffer index of a Span whose memory the deisa engine lends (core::Span<T>::m_BufferIdx).
+ *
+ * A Span's data() calls the core engine's virtual DoBufferData_<type>(bufferIdx,
+ * payloadPosition, bufferID), which ADIOS2's PluginEngine does not override: its vtable slots
+ * hold core::Engine's (null), bound by the dynamic loader.  The guard defines those 14
+ * functions: for this index, the payload position is the address of the engine's buffer (plus
+ * the element's offset, as operator[] adds it); for any other, null, as ADIOS2's own.  Engines
+ * with their own (BP5...) never call them.
+ */
+#define DEISA_ADIOS2_SPAN_BUFFER_INDEX (-0x44454953)
+
+/// adios2::core::Engine::DoBufferData_<L>(int, size_t, size_t), L as ADIOS2 names it, N the length of `DoBufferData_<L>'
+#define DEISA_ADIOS2_BUFFER_DATA_NAME(N, L) "_ZN6adios24core6Engine" #N "DoBufferData_" #L "Eimm"
+
+/// Calls MACRO(N, L) for every type ADIOS2 2.12 has a DoBufferData_<L> for
+#define DEISA_ADIOS2_FOREACH_BUFFER_DATA(MACRO)                                                                                                      \
+	MACRO(17, char)                                                                                                                                  \
+	MACRO(17, int8)                                                                                                                                  \
+	MACRO(18, int16)                                                                                                                                 \
+	MACRO(18, int32)                                                                                                                                 \
+	MACRO(18, int64)                                                                                                                                 \
+	MACRO(18, uint8)                                                                                                                                 \
+	MACRO(19, uint16)                                                                                                                                \
+	MACRO(19, uint32)                                                                                                                                \
+	MACRO(19, uint64)                                                                                                                                \
+	MACRO(18, float)                                                                                                                                 \
+	MACRO(19, double)                                                                                                                                \
+	MACRO(20, ldouble)                                                                                                                               \
+	MACRO(19, cfloat)                                                                                                                                \
+	MACRO(20, cdouble)
 
 extern "C" {
 

@@ -1,16 +1,19 @@
 /* An MPI code written against ADIOS2's C++ API, as an ADIOS2 user writes one: the test code of
  * the deisa ADIOS2 engine (tests/test_adios2.py).
  *
- *   mpirun -np 4 deisa_adios2_ragged CONFIG.xml OUTPUT STEPS [--ghosts | --column-major | --misuse local|span|read|no-close|bad-selection|column-major-selection]
+ *   mpirun -np 4 deisa_adios2_ragged CONFIG.xml OUTPUT STEPS [--ghosts | --column-major | --span | --misuse local|span-twice|read|no-close|bad-selection|column-major-selection]
  *
  * Writes STEPS steps to OUTPUT through io `SimulationOutput', whose engine CONFIG.xml chooses
  * (BP5, or deisa): a 13 x 10 global array `U' (double, a sync Put) and `V' (int32, a deferred
  * Put) over a ragged 2-D decomposition (uneven blocks, from MPI_Dims_create's grid), and two
  * global single values, `step' (int) and `time' (double).  On odd steps PerformPuts comes
  * before EndStep and the code overwrites V's buffer after it: what is written must be the
- * buffer at PerformPuts, as BP5 writes it.  --misuse makes it do what the deisa engine
- * refuses: a local array, a Put returning a Span, a reader, a memory selection whose buffer is
- * too small for the block; --misuse no-close leaves the engine to the ADIOS object's destructor.
+ * buffer at PerformPuts, as BP5 writes it.  --span Puts U and V as Spans (Put(variable): the
+ * code writes into the engine's memory), U initialized with -7.5 and written through data() but
+ * for its block's last element (left at -7.5), V written element by element through operator[].
+ * --misuse makes it do what the deisa engine refuses: a local array, a second Span Put of U in a
+ * step (span-twice), a reader, a memory selection whose buffer is too small for the block;
+ * --misuse no-close leaves the engine to the ADIOS object's destructor.
  * --ghosts puts U and V from buffers with ghost cells (uneven: 1 before and 2 after the block
  * on the first axis, 2 and 1 on the second, filled with garbage) through SetMemorySelection,
  * as a stencil code does; from step 3 on V's selection is reset ({{}, {}}) and V is Put from a
@@ -101,9 +104,18 @@ void run(const std::string& config, const std::string& output, int steps, const 
 		writer.BeginStep();
 		writer.Put(var_step, step);
 		writer.Put(var_time, time);
-		writer.Put(var_u, u.data(), adios2::Mode::Sync);
-		writer.Put(var_v, reset ? v_alone.data() : v.data(), adios2::Mode::Deferred);
-		if (misuse == "span") writer.Put(var_u);
+		if (misuse == "span" || misuse == "span-twice") {
+			auto u_span = writer.Put(var_u, true, -7.5);
+			std::copy(u.begin(), u.end() - 1, u_span.data()); // the last element: the initial value
+			auto v_span = writer.Put(var_v);
+			for (size_t at = 0; at < v_span.size(); ++at) {
+				v_span[at] = v[at];
+			}
+			if (misuse == "span-twice") writer.Put(var_u);
+		} else {
+			writer.Put(var_u, u.data(), adios2::Mode::Sync);
+			writer.Put(var_v, reset ? v_alone.data() : v.data(), adios2::Mode::Deferred);
+		}
 		if (step % 2 == 1) {
 			writer.PerformPuts();
 			std::fill(v.begin(), v.end(), -1); // after PerformPuts: not written
@@ -124,11 +136,11 @@ int main(int argc, char* argv[])
 	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
 	int status = 0;
 	const std::string option = argc == 5 ? argv[4] : "";
-	const bool alone = option == "--ghosts" || option == "--column-major"; // an option without a value
+	const bool alone = option == "--ghosts" || option == "--column-major" || option == "--span"; // an option without a value
 	if (argc != 4 && !alone && !(argc == 6 && std::string(argv[4]) == "--misuse")) {
 		if (rank == 0) {
 			std::
-				fprintf(stderr, "usage: %s CONFIG.xml OUTPUT STEPS [--ghosts | --column-major | --misuse local|span|read|no-close|bad-selection|column-major-selection]\n", argv[0]);
+				fprintf(stderr, "usage: %s CONFIG.xml OUTPUT STEPS [--ghosts | --column-major | --span | --misuse local|span-twice|read|no-close|bad-selection|column-major-selection]\n", argv[0]);
 		}
 		status = 2;
 	} else {

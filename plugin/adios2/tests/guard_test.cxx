@@ -1,13 +1,18 @@
 /* The memory selection guard (plugin/adios2/memory_selection_guard.cxx), preloaded in a code
  * written against ADIOS2's C++ API: it sees every SetMemorySelection, keeps what ADIOS2
  * refuses out, forgets a reset selection, and forgets a removed variable's when a new variable
- * takes its memory.  Run by CTest (deisa_adios2_guard, LD_PRELOAD set) and tests/test_adios2.py.
+ * takes its memory.  Its 14 DoBufferData_<type> are the ones the process sees, give the lent
+ * address for DEISA_ADIOS2_SPAN_BUFFER_INDEX alone, and leave BP5's Spans (BP5 has its own)
+ * as they were.  Run by CTest (deisa_adios2_guard, LD_PRELOAD set) and tests/test_adios2.py.
  */
 
 #include <dlfcn.h>
+#include <unistd.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -40,6 +45,65 @@ std::vector<size_t> recorded(Deisa_adios2_guard_query query, const adios2::Varia
 	std::vector<size_t> box(start, start + ndims);
 	box.insert(box.end(), count, count + ndims);
 	return box;
+}
+
+/// The guard's DoBufferData_<type>: the process's, from the guard; the lent address for the engine's index alone
+void check_buffer_data()
+{
+	using Buffer_data = void* (*)(const void*, int, size_t, size_t);
+	double lent[4];
+	const auto address = reinterpret_cast<std::uintptr_t>(lent);
+#define DEISA_CHECK_BUFFER_DATA(N, L)                                                                                                                \
+	{                                                                                                                                                \
+		auto buffer_data = reinterpret_cast<Buffer_data>(dlsym(RTLD_DEFAULT, DEISA_ADIOS2_BUFFER_DATA_NAME(N, L)));                                  \
+		Dl_info info;                                                                                                                                \
+		const bool found = buffer_data != nullptr && dladdr(reinterpret_cast<void*>(buffer_data), &info) != 0 && info.dli_fname != nullptr;          \
+		check(                                                                                                                                       \
+			found&& std::string{info.dli_fname}.find(DEISA_ADIOS2_GUARD_FILE) != std::string::npos,                                                  \
+			"the process's DoBufferData_" #L " is the guard's"                                                                                       \
+		);                                                                                                                                           \
+		if (found) {                                                                                                                                 \
+			check(buffer_data(nullptr, DEISA_ADIOS2_SPAN_BUFFER_INDEX, address, 0) == lent, "DoBufferData_" #L ": the lent address");                \
+			check(buffer_data(nullptr, DEISA_ADIOS2_SPAN_BUFFER_INDEX, address + 16, 0) == lent + 2, "DoBufferData_" #L ": an element's");           \
+			check(                                                                                                                                   \
+				buffer_data(nullptr, -1, address, 0) == nullptr && buffer_data(nullptr, 0, address, 0) == nullptr,                                   \
+				"DoBufferData_" #L ": else null"                                                                                                     \
+			);                                                                                                                                       \
+		}                                                                                                                                            \
+	}
+	DEISA_ADIOS2_FOREACH_BUFFER_DATA(DEISA_CHECK_BUFFER_DATA)
+#undef DEISA_CHECK_BUFFER_DATA
+}
+
+/// BP5's Spans, the guard preloaded: written through data() and operator[], read back as written
+void check_bp5_span()
+{
+	const auto path = std::filesystem::temp_directory_path() / ("deisa_guard_test_" + std::to_string(getpid()) + ".bp");
+	{
+		adios2::ADIOS adios;
+		adios2::IO io = adios.DeclareIO("span");
+		io.SetEngine("BP5");
+		auto u = io.DefineVariable<double>("U", {6}, {0}, {6});
+		adios2::Engine writer = io.Open(path.string(), adios2::Mode::Write);
+		writer.BeginStep();
+		auto span = writer.Put(u, true, -7.5);
+		check(span.data() != nullptr, "BP5's Span has its own memory");
+		for (size_t at = 0; at + 1 < span.size(); ++at) {
+			span[at] = 0.5 * static_cast<double>(at);
+		}
+		writer.EndStep();
+		writer.Close();
+	}
+	{
+		adios2::ADIOS adios;
+		adios2::IO io = adios.DeclareIO("read");
+		adios2::Engine reader = io.Open(path.string(), adios2::Mode::ReadRandomAccess);
+		std::vector<double> values;
+		reader.Get(io.InquireVariable<double>("U"), values, adios2::Mode::Sync);
+		reader.Close();
+		check(values == std::vector<double>({0, 0.5, 1, 1.5, 2, -7.5}), "BP5 writes its Span as the code wrote it");
+	}
+	std::filesystem::remove_all(path);
 }
 
 } // namespace
@@ -83,6 +147,8 @@ int main()
 		check(recorded(query, w).empty(), "a new variable has no selection, even in a removed one's memory");
 	}
 	std::printf("guard: a removed variable's memory %s\n", reused ? "reused" : "not reused here");
+	check_buffer_data();
+	check_bp5_span();
 	if (g_failures == 0) std::printf("guard: every check passed\n");
 	return g_failures == 0 ? 0 : 1;
 }
