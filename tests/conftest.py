@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -245,11 +246,30 @@ def scatter_blocks(
     return da.Array(futures, name, chunks=chunks, dtype=field.dtype)
 
 
+@contextmanager
+def exclusive(lock: Path) -> Iterator[None]:
+    """Hold the file ``lock`` (created private) against every other process that asks for it:
+    the other xdist worker of the session, another session."""
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
 @pytest.fixture(scope="session")
 def built() -> Path:
-    """Configures and builds the project in build/ (incremental); skips without PDI."""
+    """Configures and builds the project in build/ (incremental); skips without PDI. One
+    process at a time: the other xdist worker waits, then finds the build done."""
     if shutil.which("cmake") is None or shutil.which("mpirun") is None:
         pytest.skip("cmake and mpirun are needed to build and run the C heat solver")
+    with exclusive(BUILD / ".tests.lock"):
+        return _build()
+
+
+def _build() -> Path:
     if not (BUILD / "CMakeCache.txt").exists():
         proc = subprocess.run(
             ["cmake", "-S", str(REPO), "-B", str(BUILD)], capture_output=True, text=True
@@ -378,6 +398,29 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.integration)
 
 
+# -- two cores, two xdist workers: `python3 -m pytest` runs with `-n 2 --dist loadfile` ---------
+
+# A test file runs whole on one worker (its module fixtures: a cluster, Slurm daemons, a
+# reference run start once). The files of one group here run on one worker, one after the
+# other, so that what they start never overlaps: a Slurm cluster each (test_adios2 takes
+# test_slurm's fixture), whose daemons would compete for the host's node name and cgroups.
+XDIST_GROUPS = {"test_slurm.py": "slurm", "test_adios2.py": "slurm"}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """xdist's load-by-file scheduling, the files of :data:`XDIST_GROUPS` one unit each group
+    (xdist's own ``xdist_group`` marks no longer reach its scheduler under pytest 9)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FileGroups(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return XDIST_GROUPS.get(path.rpartition("/")[2], path)
+
+    return FileGroups(config, log)
+
+
 # -- what a test leaves behind: nothing that changes how a later test computes ----------------
 
 
@@ -423,6 +466,7 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
 # -- what ran: the summary line of `python3 -m pytest`, and no silent skip of the C layer ------
 
 _MPI_TESTS: set[str] = set()  # node IDs of the tests that started MPI ranks
+_USED_MPI = ("deisa", "mpi")  # in a report's user_properties: its test started MPI ranks
 
 
 def _uses_mpi() -> None:
@@ -468,6 +512,16 @@ class _Tally:
 _TALLY = _Tally()
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """Say in the report that the test started MPI ranks: the report, not this process, reaches
+    the summary (from an xdist worker, the controller)."""
+    report = yield
+    if item.nodeid in _MPI_TESTS and _USED_MPI not in report.user_properties:
+        report.user_properties.append(_USED_MPI)
+    return report
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     # a test's outcome: its call, or the setup or teardown that skipped or failed it
     if report.when != "call" and report.passed:
@@ -477,7 +531,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     outcome = "skipped" if report.skipped else "failed" if report.failed else "passed"
     markers = (("PDI", "pdi"), ("ADIOS2", "adios2"), ("Slurm", "slurm"))
     kinds = [k for k, marker in markers if marker in report.keywords]
-    if report.nodeid in _MPI_TESTS:
+    if _USED_MPI in report.user_properties:
         kinds.append("MPI")
     for kind in kinds:
         _TALLY.add(kind, outcome)

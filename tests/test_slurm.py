@@ -598,6 +598,7 @@ SlurmdPort={slurmd_port}
     + """\
 StateSaveLocation={root}/state
 SlurmdSpoolDir={root}/spool
+TmpFS={root}/tmp
 SlurmctldPidFile={root}/slurmctld.pid
 SlurmdPidFile={root}/slurmd.pid
 SlurmctldLogFile={root}/slurmctld.log
@@ -631,6 +632,10 @@ def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Slurm]:
     root = tmp_path_factory.mktemp("slurm")
     (root / "state").mkdir()
     (root / "spool").mkdir()
+    # the steps' PMIx directories (spmix_appdir_<uid>_<job>.<step>) go under TmpFS: in /tmp, a
+    # second cluster of this host (another test session's) numbering its jobs from 1 too would
+    # hold the same names, and the step would fail to launch
+    (root / "tmp").mkdir()
     ctld_port, slurmd_port = _free_ports(2)
     conf = root / "slurm.conf"
     conf.write_text(
