@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -211,11 +212,10 @@ def output(label: str, value: Any) -> Path:
     files, at any of its existing parents (:func:`~deisa.launcher.security.output_problem`)."""
     if not isinstance(value, (str, Path)) or not str(value):
         raise UsageError(f"{label}={value!r} must be a directory")
-    path = Path(value).resolve()
-    problem = output_problem(path)
+    problem = output_problem(Path(value).absolute())
     if problem is not None:
         raise UsageError(f"{label}: {problem}")
-    return path
+    return Path(value).resolve()
 
 
 def workdir(label: str, value: Any) -> str:
@@ -223,9 +223,7 @@ def workdir(label: str, value: Any) -> str:
     could change it or any of its existing parents (:func:`~deisa.launcher.security.path_problem`):
     the job runs there."""
     path = one_line(label, value)
-    problem = path_problem(Path(path).resolve())
-    if problem is not None:
-        raise UsageError(f"{label}: {problem}")
+    safe_path(label, Path(path))
     return path
 
 
@@ -263,10 +261,28 @@ def words(label: str, values: Any) -> tuple[str, ...]:
 
 
 def interpreter(label: str, python: Any) -> str | None:
-    """``--python``: a path, or ``None`` (the interpreter generating the script)."""
-    if python is not None and (not isinstance(python, str) or not python):
+    """``--python``: ``None`` (the interpreter generating the script), or an interpreter's
+    path, made absolute (a bare name: the one ``PATH`` finds here), refused where another
+    account could change the file or any of its existing parents (:func:`safe_path`): the job
+    runs it, and the job checks it again."""
+    if python is None:
+        return None
+    if not isinstance(python, str) or not python:
         raise UsageError(f"{label}={python!r} must be a path")
-    return python
+    found = python if "/" in python else shutil.which(python)
+    if found is None:
+        raise UsageError(f"{label}={python!r} is not found on PATH: give its path")
+    return str(safe_path(label, Path(found).absolute()))
+
+
+def safe_path(label: str, path: Path) -> Path:
+    """``path``, unless another account could change it or one of its existing parents
+    (:func:`~deisa.launcher.security.path_problem`): then a :class:`UsageError` naming
+    ``label`` and the part at fault."""
+    problem = path_problem(path)
+    if problem is not None:
+        raise UsageError(f"{label}: {problem}")
+    return path
 
 
 def command_words(command: Any, label: str = "--analytics") -> list[str]:

@@ -26,6 +26,7 @@ from typing import Any
 
 from ..bridge.options import BridgeOptionError, BridgeOptions
 from . import checks, solver, ucx
+from .adios2_engine import ENGINE_FILE, GUARD_FILE
 from .defaults import PACKAGED, Defaults, UsageError, load_defaults, read_yaml
 from .options import ANALYTICS, OPTIONS, RUN, SLURM, build_parser, option
 from .settings import (
@@ -322,10 +323,22 @@ def _grid(
 
 def _build_dir(values: Values) -> Path:
     """The packaged default is this project's build, wherever the user stands (their own
-    code's build/ must not hide it); a --build-dir they type is relative to where they are."""
+    code's build/ must not hide it); a --build-dir they type is relative to where they are.
+
+    Refused (before anything of it is looked at, ``ldd`` included) where another account could
+    change it, one of its parents, or what the run would take from it: the C solver, the deisa
+    PDI plugin, the ADIOS2 engine and its guard, which the simulation preloads
+    (:func:`~deisa.launcher.checks.safe_path`)."""
     if "build_dir" in values.given:
-        return Path(values["build_dir"]).resolve()
-    return find_path(REPO / values["build_dir"])
+        build = Path(values["build_dir"]).resolve()
+    else:
+        build = find_path(REPO / values["build_dir"])
+    engine = build / "plugin" / "adios2"
+    built = (build / "simulation" / "heat", build / "plugin" / solver.PLUGIN_FILE,
+             engine / ENGINE_FILE, engine / GUARD_FILE)  # fmt: skip
+    for path in (build, *built):
+        checks.safe_path(values.name("build_dir"), path)
+    return build
 
 
 def _bridge(values: Values) -> BridgeOptions:

@@ -24,15 +24,16 @@ from typing import Any
 
 import yaml
 
-from .adios2_engine import GUARD_FILE, PRELOAD, find_engine, find_guard
+from .adios2_engine import ENGINE_FILE, GUARD_FILE, PRELOAD, find_engine, find_guard
 from .adios2_engine import PLUGIN_PATH as ADIOS2_PLUGIN_PATH
+from .checks import safe_path
 from .commands import analytics_argv, python_script, simulation_command
 from .dask_processes import LOOPBACK, dashboard_available, scheduler_command, worker_command
 from .processes import python_argv
 from .security import Credentials
 from .settings import RunSettings, SlurmSettings
 from .slurm_layout import Node, allocation
-from .solver import SCHEDULER_FILE_OVERRIDE, Plugin, find_plugin
+from .solver import PLUGIN_FILE, SCHEDULER_FILE_OVERRIDE, Plugin, find_plugin
 from .ucx import UCX
 
 JOB_ID = "__SLURM_JOB_ID__"
@@ -350,12 +351,27 @@ Found = tuple[tuple[str, str, Plugin], ...]
 def _user_paths(settings: RunSettings) -> tuple[dict[str, Path], Found]:
     """The search paths a user's process gets (the deisa PDI plugin, the ADIOS2 engine, where
     found), and what was found."""
-    found = (
+    found = _checked(
         ("the deisa PDI plugin", "PDI_PLUGIN_PATH", find_plugin(settings.build_dir)),
         ("the deisa ADIOS2 engine", ADIOS2_PLUGIN_PATH, find_engine(settings.build_dir)),
     )
     paths = {var: p.directory for _, var, p in found if p.directory is not None}
     return paths, found
+
+
+LIBRARIES = {"PDI_PLUGIN_PATH": PLUGIN_FILE, ADIOS2_PLUGIN_PATH: ENGINE_FILE, PRELOAD: GUARD_FILE}
+"""The library that each variable hands over to a user's process."""
+
+
+def _checked(*found: tuple[str, str, Plugin]) -> Found:
+    """``found``, once each library found is known safe: where another account could change it
+    or one of its parents (in the build, or installed: one under a root-owned ``/usr/local``
+    is), a :class:`~deisa.launcher.defaults.UsageError` naming it and where it was found
+    (:func:`~deisa.launcher.checks.safe_path`): a library it planted would run as you."""
+    for what, variable, plugin in found:
+        if plugin.directory is not None:
+            safe_path(f"{what} {plugin.origin}", plugin.directory / LIBRARIES[variable])
+    return found
 
 
 def _simulation_paths(settings: RunSettings) -> tuple[dict[str, Path], Found]:
@@ -367,7 +383,7 @@ def _simulation_paths(settings: RunSettings) -> tuple[dict[str, Path], Found]:
         guard = find_guard(paths[ADIOS2_PLUGIN_PATH])
         if guard.directory is not None:
             paths[PRELOAD] = guard.directory / GUARD_FILE
-        found = (*found, ("the ADIOS2 memory selection guard", PRELOAD, guard))
+        found = (*found, *_checked(("the ADIOS2 memory selection guard", PRELOAD, guard)))
     return paths, found
 
 

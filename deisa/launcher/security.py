@@ -204,13 +204,20 @@ def path_problem(path: Path) -> str | None:
     """Why another account could change what ``path`` names, or ``None``.
 
     Every existing one of ``path`` and its ancestors must belong to this account or to root
-    and be writable by neither group nor others, unless it has the sticky bit (as ``/tmp``,
-    where nobody renames another's entries): otherwise whoever may write there can rename
-    what comes below it and put their own in its place. A part that does not exist yet is
-    made by the run, private; the caller checks it again once made.
+    and be writable by neither group nor others, unless it is a directory with the sticky bit
+    (as ``/tmp``, where nobody renames another's entries): otherwise whoever may write there
+    can rename what comes below it and put their own in its place, or change the file itself
+    (an interpreter, a library). Both ways to ``path`` are checked: as written (made absolute:
+    the directories holding its symbolic links, as a virtual environment's ``bin/python``)
+    and resolved (the directories the links lead to). A part that does not exist yet is made
+    by the run, private; the caller checks it again once made.
     """
     uid = os.geteuid()
-    for part in [path, *path.parents]:
+    try:
+        ways = dict.fromkeys([path.absolute(), path.resolve()])
+    except (OSError, RuntimeError) as exc:  # a loop of symbolic links
+        return f"{path}: {exc}"
+    for part in (part for way in ways for part in [way, *way.parents]):
         try:
             info = part.stat()
         except FileNotFoundError:
@@ -219,11 +226,12 @@ def path_problem(path: Path) -> str | None:
             return f"{part}: {exc.strerror}"
         if info.st_uid not in (uid, 0):
             return f"{part} belongs to another account (uid {info.st_uid})"
-        if info.st_mode & 0o022 and not info.st_mode & stat.S_ISVTX:
-            return (
-                f"{part} is writable by other accounts (mode {stat.S_IMODE(info.st_mode):o}) "
-                "without the sticky bit: pick a directory of your own"
-            )
+        directory = stat.S_ISDIR(info.st_mode)
+        if info.st_mode & 0o022 and not (directory and info.st_mode & stat.S_ISVTX):
+            mode = f"{part} is writable by other accounts (mode {stat.S_IMODE(info.st_mode):o})"
+            if not directory:
+                return f"{mode}: they could change it"
+            return f"{mode} without the sticky bit: pick a directory of your own"
     return None
 
 

@@ -38,7 +38,7 @@ from pathlib import Path
 
 from .adios2_engine import PRELOAD
 from .dask_processes import http_env
-from .plan import JOB_ID, USER_PYTHON, Plan, Process
+from .plan import JOB_ID, LIBRARIES, USER_PYTHON, Plan, Process
 from .processes import NO_WORK_STEALING, SAFE_PATH_ENV, THREAD_PINS
 from .security import tls_env
 from .settings import SlurmSettings
@@ -166,6 +166,9 @@ def _environment(slurm: SlurmSettings, dashboard: bool = False) -> list[str]:
         # one node: Open MPI over shared memory, no TCP listener of the ranks on the network
         *(['export OMPI_MCA_btl="${OMPI_MCA_btl:-self,vader}"'] if slurm.nodes == 1 else []),
         f"PYTHON={shlex.quote(slurm.python or sys.executable)}",
+        # checked as --python was (checks.interpreter): another account could have changed it
+        'deisa_safe_dir "$PYTHON" || '
+        '{ echo "deisa: the interpreter $PYTHON is not safe to run" >&2; exit 1; }',
         # -P: no directory of the job (its --chdir) on sys.path, where a planted module would run
         """"$PYTHON" -P -c '' 2>/dev/null || { echo "deisa: $PYTHON does not take -P """
         """(Python 3.11 or newer): it would put the job's directory on sys.path" >&2; exit 1; }""",
@@ -294,9 +297,15 @@ memory selection guard first, then the user's own): not exported, the other step
 
 def _first_in(variable: str, directory: Path) -> str:
     """The line putting ``directory`` first in the search path ``variable`` (for
-    ``LD_PRELOAD``: into :data:`PRELOADED`, which only the simulation's step gets)."""
+    ``LD_PRELOAD``: into :data:`PRELOADED`, which only the simulation's step gets), after the
+    one checking again the library it hands over (``deisa_safe_dir``)."""
     value = f'{shlex.quote(str(directory))}"${{{variable}:+:${variable}}}"'
-    return f"{PRELOADED}={value}\n" if variable == PRELOAD else f"export {variable}={value}\n"
+    # the library, checked again as the settings did (plan.LIBRARIES): it runs as you
+    library = directory if variable == PRELOAD else directory / LIBRARIES.get(variable, "")
+    check = f"deisa_safe_dir {shlex.quote(str(library))} || exit 1\n"
+    return check + (
+        f"{PRELOADED}={value}\n" if variable == PRELOAD else f"export {variable}={value}\n"
+    )
 
 
 def _setup(plan: Plan) -> str:

@@ -17,24 +17,28 @@ set -u
 umask 077  # every file of the job private to you: results, logs, scheduler file, credentials
 
 # Whether another account could change $1 or one of its parents (docs/security.md): each
-# existing one must be yours or root's, and writable by neither group nor others unless sticky.
+# existing one must be yours or root's, and writable by neither group nor others unless a
+# sticky directory; both ways to $1 are checked, as written (the directories holding its links)
+# and resolved (those they lead to).
 deisa_safe_dir() {
-    local dir uid mode
-    dir=$(realpath -m -- "$1") || return 1
-    while :; do
-        if [ -e "$dir" ]; then
-            read -r uid mode < <(stat -L -c '%u %a' -- "$dir") || return 1
-            if [ "$uid" != 0 ] && [ "$uid" != "$(id -u)" ]; then
-                echo "deisa: $dir belongs to another account (uid $uid)" >&2
-                return 1
+    local way dir uid mode
+    for way in -ms -m; do  # as written (made absolute), then resolved
+        dir=$(realpath "$way" -- "$1") || return 1
+        while :; do
+            if [ -e "$dir" ]; then
+                read -r uid mode < <(stat -L -c '%u %a' -- "$dir") || return 1
+                if [ "$uid" != 0 ] && [ "$uid" != "$(id -u)" ]; then
+                    echo "deisa: $dir belongs to another account (uid $uid)" >&2
+                    return 1
+                fi
+                if (( 8#$mode & 8#022 )) && ! { [ -d "$dir" ] && (( 8#$mode & 8#1000 )); }; then
+                    echo "deisa: $dir is writable by other accounts (mode $mode) without the sticky bit" >&2
+                    return 1
+                fi
             fi
-            if (( (8#$mode & 8#022) && !(8#$mode & 8#1000) )); then
-                echo "deisa: $dir is writable by other accounts (mode $mode) without the sticky bit" >&2
-                return 1
-            fi
-        fi
-        [ "$dir" = / ] && return 0
-        dir=$(dirname -- "$dir")
+            [ "$dir" = / ] && break
+            dir=$(dirname -- "$dir")
+        done
     done
 }
 # Runs a task ("$@") with a directory of its own on its node as TMPDIR and Dask's
@@ -89,6 +93,10 @@ cleanup() {
     for pid in "${background[@]}"; do kill "$pid" 2>/dev/null; done
     wait
     rm -rf "$OUT/tls"  # the job's credentials die with it
+    # a task that srun killed (SIGKILL) left its private TMPDIR (deisa_private_tmp): those of
+    # this node, the only one of a one-node job, are removed (several nodes: docs/security.md)
+    find "${TMPDIR:-/tmp}" -mindepth 1 -maxdepth 1 -type d -user "$(id -u)" \
+        -name "deisa-$SLURM_JOB_ID.*" -exec rm -rf -- {} + 2>/dev/null
 }
 trap cleanup EXIT
 trap 'exit 143' TERM
