@@ -384,6 +384,54 @@ def test_the_job_checks_its_working_directory_again(tmp_path: Path) -> None:
     assert not (tmp_path / "calls" / "srun").exists()
 
 
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_the_job_checks_its_interpreter_and_libraries_again(tmp_path: Path) -> None:
+    """``--python``'s ``bin/`` opened to others after ``deisa-run slurm`` checked it, then the
+    preloaded guard made writable by others: the job stops before any step, naming them."""
+    venv = tmp_path / "venv" / "bin"
+    venv.mkdir(parents=True)
+    (venv / "python").symlink_to(sys.executable)
+    guard = tmp_path / "build" / "plugin" / "adios2" / "libdeisa_adios2_guard.so"
+    guard.parent.mkdir(parents=True)
+    (guard.parent / "libdeisa_adios2_engine.so").write_bytes(b"")
+    guard.write_bytes(b"")
+    script = script_of("--python", str(venv / "python"), "--build-dir", str(tmp_path / "build"),
+                       "-o", str(tmp_path / "out"), "--", "./sim")  # fmt: skip
+    assert _job(script, tmp_path).returncode == 0  # as checked
+    (tmp_path / "calls" / "srun").unlink()
+    venv.chmod(0o777)  # another account may now swap the link
+    done = _job(script, tmp_path)
+    assert done.returncode == 1 and f"{venv} is writable" in done.stderr, done.stderr
+    assert f"the interpreter {venv / 'python'} is not safe" in done.stderr
+    venv.chmod(0o755)
+    guard.chmod(0o666)  # another account may now change what the simulation preloads
+    done = _job(script, tmp_path)
+    assert done.returncode == 1 and f"{guard} is writable" in done.stderr, done.stderr
+    assert not (tmp_path / "calls" / "srun").exists()
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_the_job_removes_the_tmpdirs_its_killed_tasks_left(tmp_path: Path) -> None:
+    """A task that srun killed left its private TMPDIR (``deisa-<job>.XXXXXX``): the job's end
+    removes those of its node, not another job's, nor another account's."""
+    shared = tmp_path / "tmp"
+    shared.mkdir()
+    shared.chmod(0o1777)  # as /tmp
+    left = shared / "deisa-7.abcdef"
+    (left / "dask-scratch-space").mkdir(parents=True)
+    other_job = shared / "deisa-8.abcdef"
+    other_job.mkdir()
+    theirs = shared / "deisa-7.theirs"
+    theirs.mkdir()
+    if os.geteuid() == 0:
+        os.chown(theirs, 65534, 65534)
+    script = script_of("--solver", "python", "-o", str(tmp_path / "out"))
+    done = _job(script, tmp_path, TMPDIR=str(shared))
+    assert done.returncode == 0, done.stderr
+    assert not left.exists() and other_job.exists()
+    assert theirs.exists() or os.geteuid() != 0
+
+
 def _functions(script: str) -> str:
     """The job script's own bash functions (``deisa_safe_dir``, ``deisa_private_tmp``)."""
     lines = script.splitlines()
