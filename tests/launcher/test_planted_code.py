@@ -17,6 +17,8 @@ never the machine's ``/tmp``, where other users' Dask processes would meet the p
 - **A parent of --output open to others** (item 2): the attacker renames the run's directory
   and puts its own in its place.
 - **The dashboard** (item 7): its ``/info`` pages, read by the attacker through loopback.
+- **A library planted in an open --build-dir**: the ADIOS2 memory selection guard, which
+  deisa-run preloads into the simulation.
 """
 
 from __future__ import annotations
@@ -225,6 +227,66 @@ def test_positive_control_an_open_parent_lets_another_account_swap_the_output(
     assert done.returncode == 2, done.stderr
     assert f"{parent} is writable by other accounts" in done.stderr
     assert not out.exists()
+
+
+PLANTED_LIBRARY = r"""
+#include <stdio.h>
+#include <unistd.h>
+__attribute__((constructor)) static void planted(void) {
+    FILE *out = fopen(MARKER, "w");
+    if (out) { fprintf(out, "%d", (int)getuid()); fclose(out); }
+}
+"""
+"""The attacker's library: loaded, it writes the uid that loaded it to ``MARKER``."""
+
+
+def planted_build(build: Path, marker: Path) -> Path:
+    """A world-writable ``build`` where uid 65534 planted its own
+    ``plugin/adios2/libdeisa_adios2_guard.so`` (and an engine beside it): the guard."""
+    if shutil.which("cc") is None:
+        pytest.skip("needs a C compiler to build the attacker's library")
+    source, made = build.parent / "planted.c", build.parent / "planted.so"
+    source.write_text(PLANTED_LIBRARY)
+    subprocess.run(["cc", "-shared", "-fPIC", f'-DMARKER="{marker}"', "-o", str(made),
+                    str(source)], check=True, timeout=STARTUP)  # fmt: skip
+    build.mkdir(mode=0o777)
+    build.chmod(0o777)
+    engine = build / "plugin" / "adios2"
+    script = f"""
+        import os, shutil
+        os.makedirs({str(engine)!r}, 0o755)
+        shutil.copy({str(made)!r}, {str(engine / "libdeisa_adios2_guard.so")!r})
+        shutil.copy({str(made)!r}, {str(engine / "libdeisa_adios2_engine.so")!r})
+    """
+    assert as_nobody(script).wait(timeout=STARTUP) == 0
+    return engine / "libdeisa_adios2_guard.so"
+
+
+def test_positive_control_a_library_planted_in_an_open_build_dir_runs_as_the_user(
+    shared: Path, tmp_path: Path
+) -> None:
+    """The guard that another account planted in a world-writable ``--build-dir`` runs as
+    the user once preloaded, as deisa-run preloads the guard into the simulation; deisa-run
+    refuses that build directory (exit 2, naming it) before it runs anything: locally (no
+    mpirun, no Dask process, no output) and for Slurm (no script)."""
+    marker = shared / "marker-build"
+    guard = planted_build(shared / "build", marker)
+    subprocess.run(["true"], env={**test_env(), "LD_PRELOAD": str(guard)}, timeout=STARTUP)
+    assert marker.read_text() == "0"  # run as root
+    marker.unlink()
+    simulation, analytics = write_user_code(tmp_path / "code")
+    out = tmp_path / "out"
+    for command in ([], ["slurm"]):
+        done = subprocess.run(
+            [sys.executable, "-P", "-m", "deisa.launcher", *command, "--ranks", "2",
+             "--build-dir", str(shared / "build"), "--output", str(out),
+             "--analytics", f"{analytics} 3 2", "--", str(simulation), "3", "-1", "1"],
+            env=test_env(), cwd=tmp_path, capture_output=True, text=True, timeout=STARTUP,
+        )  # fmt: skip
+        assert done.returncode == 2, done.stderr
+        assert f"--build-dir: {shared / 'build'} is writable by other accounts" in done.stderr
+        assert done.stdout == ""  # no job script
+    assert not marker.exists() and not out.exists()
 
 
 # -- blocked by default ------------------------------------------------------------------------
