@@ -330,13 +330,14 @@ def _build_dir(values: Values) -> Path:
     PDI plugin, the ADIOS2 engine and its guard, which the simulation preloads
     (:func:`~deisa.launcher.checks.safe_path`)."""
     if "build_dir" in values.given:
-        build = Path(values["build_dir"]).resolve()
+        written = Path(values["build_dir"]).absolute()  # its links' directories checked too
+        build = written.resolve()
     else:
-        build = find_path(REPO / values["build_dir"])
+        written = build = find_path(REPO / values["build_dir"])
     engine = build / "plugin" / "adios2"
     built = (build / "simulation" / "heat", build / "plugin" / solver.PLUGIN_FILE,
              engine / ENGINE_FILE, engine / GUARD_FILE)  # fmt: skip
-    for path in (build, *built):
+    for path in (written, *built):
         checks.safe_path(values.name("build_dir"), path)
     return build
 

@@ -186,6 +186,12 @@ def test_a_build_dir_open_to_others_is_refused_before_anything_runs(
     err = refused(capsys, *argv)
     assert f"{build / 'plugin' / 'adios2'} is writable" in err, err
     (build / "plugin" / "adios2").chmod(0o755)
+    link = tmp_path / "open" / "build"  # a link to it, where another account may swap it
+    link.parent.mkdir(mode=0o777)
+    link.parent.chmod(0o777)
+    link.symlink_to(build)
+    err = refused(capsys, *[str(link) if w == str(build) else w for w in argv])
+    assert f"{link.parent} is writable" in err, err
     heat = library(build / "simulation" / "heat", 0o777)  # the C solver (auto: ldd reads it)
     err = refused(capsys, *[w for w in argv if w not in USER_CODE], "--solver", "auto")
     assert f"{heat} is writable" in err, err
