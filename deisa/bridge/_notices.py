@@ -51,6 +51,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._dask_internals import import_distributed
+from ..wire import guard as wire_guard
 from ..wire.guard import Guard, StreamListener
 from ..wire.tls_files import TLS_FILES_ENV
 from ._net import host_port, interface_to, split_address
@@ -72,8 +73,9 @@ MAX_UNSENT = 256
 """Notices a rank keeps to send again, at most (the oldest go first: the exchange has them)."""
 
 IDLE_S = 600.0
-"""A rank's connection that brings no notice for this long is closed (the rank opens another
-at its next notice)."""
+"""A rank's connection that brings no notice for this long after its last one is closed (the
+rank opens another at its next notice). Its first notice, which opens it, may take as long as
+any first message to a guarded listener (:data:`~deisa.wire.guard.HANDSHAKE_S`), if longer."""
 
 LISTEN_BACKLOG = 128
 
@@ -198,17 +200,20 @@ class EarlyRegistration:
         """One rank's connection (TLS, if any, already verified): its notices, line by line,
         until one is not a notice of this job (the connection is then refused, counted by the
         listener's :class:`~deisa.wire.guard.Guard`), or none came for :data:`IDLE_S` (the rank
-        opens another at its next notice). Over plain TCP, the first notice authenticates it. It
-        starts with :data:`ADMITTED`: a rank whose connection the listener refused (too many
-        unauthenticated, during a flood) reads none, and sends its notices again later."""
+        opens another at its next notice; the first notice may take
+        :data:`~deisa.wire.guard.HANDSHAKE_S`). Over plain TCP, the first notice authenticates
+        it. It starts with :data:`ADMITTED`: a rank whose connection the listener refused (too
+        many unauthenticated, during a flood) reads none, and sends its notices again later."""
         assert self._server is not None
         try:
             writer.write(ADMITTED)
-            while line := await asyncio.wait_for(reader.readline(), IDLE_S):
+            idle = max(IDLE_S, wire_guard.HANDSHAKE_S)  # the rank writes its first notice now
+            while line := await asyncio.wait_for(reader.readline(), idle):
                 if not self.notice(line):
                     self._server.guard.refuse("not a notice of this job")
                     return
                 self._server.trust(writer)
+                idle = IDLE_S
         except Exception as exc:  # a line over MAX_LINE, a connection reset, idle...
             logger.debug(
                 "deisa bridge: notices from %s: %r", writer.get_extra_info("peername"), exc
@@ -337,11 +342,22 @@ class Notifier:
         self._again = None
         self._resending = asyncio.ensure_future(self._send())
 
+    @property
+    def connected(self) -> bool:
+        """Whether this rank holds a connection to the listener that it has not seen closed
+        (rank 0 closes one idle for :data:`IDLE_S`; the next notice then opens another). A
+        notice written on a connection rank 0 is closing at that moment is lost: the exchange
+        carries its step, later."""
+        writer, reader = self._writer, self._reader
+        if writer is None or reader is None:
+            return False
+        return not (writer.is_closing() or reader.at_eof())
+
     async def _connection(self) -> asyncio.StreamWriter | None:
         async with self._opening:
-            if self._writer is not None and self._reader is not None:
-                if not (self._writer.is_closing() or self._reader.at_eof()):
-                    return self._writer
+            if self.connected:
+                return self._writer
+            if self._writer is not None:
                 await self._drop()  # closed by rank 0 (idle, or gone): another one
             if time.monotonic() < self._retry_at:
                 return None

@@ -197,6 +197,10 @@ def test_a_notice_refused_while_the_listener_is_full_arrives_later(
 def test_a_rank_idle_past_the_bound_is_dropped_and_its_next_notice_arrives(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """The listener closes a connection idle for IDLE_S after its notice; once the rank has
+    seen it closed, its next notice opens another. (A notice written while rank 0 is closing
+    the connection is lost, for the exchange to carry: hence the wait on the rank's side, not
+    only on the listener's.)"""
     monkeypatch.setattr(_notices, "IDLE_S", 0.5)
     monkeypatch.setattr(_notices, "RETRY_S", 0.0)
 
@@ -210,8 +214,9 @@ def test_a_rank_idle_past_the_bound_is_dropped_and_its_next_notice_arrives(
             early.sent(seq, 0, 5, W)
             await notifier.notify(seq, 7, W)
             await async_poll_for(lambda: early.next_seq == seq + 1, WAIT, period=0.05)
-            # the listener closes the connection idle past IDLE_S
+            # the listener closes the connection idle past IDLE_S, and the rank sees it closed
             await async_poll_for(lambda: not server.writers, WAIT, period=0.05)
+            await async_poll_for(lambda: not notifier.connected, WAIT, period=0.01)
 
         await deliver(0)
         await deliver(1)  # on a new connection
@@ -219,6 +224,29 @@ def test_a_rank_idle_past_the_bound_is_dropped_and_its_next_notice_arrives(
 
     handed = asyncio.run(_serving("tcp://127.0.0.1:8786", 2, body))
     assert [seq for seq, _ in handed] == [0, 1]
+
+
+def test_a_ranks_first_notice_may_come_later_than_the_idle_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The idle bound counts from a connection's last notice: its first may take as long as any
+    first message to the guarded listener (HANDSHAKE_S, the deadline of this test here)."""
+    monkeypatch.setattr(_notices, "IDLE_S", 0.5)
+    monkeypatch.setattr(_guard, "HANDSHAKE_S", WAIT)
+
+    async def body(early: EarlyRegistration, address: str) -> None:
+        host, port = address[len("tcp://") :].rsplit(":", 1)
+        reader, writer = await asyncio.open_connection(host, int(port))
+        assert await asyncio.wait_for(reader.readexactly(len(ADMITTED)), WAIT) == ADMITTED
+        early.known(Entry(0, "a", 0, 0))
+        early.sent(0, 0, 5, W)
+        await asyncio.sleep(2 * _notices.IDLE_S)  # a rank slow to write, past the idle bound
+        writer.write(encode_notice(early.token, 0, 1, 7, W))
+        await async_poll_for(lambda: early.next_seq == 1, WAIT, period=0.05)
+        writer.close()
+
+    handed = asyncio.run(_serving("tcp://127.0.0.1:8786", 2, body))
+    assert handed == [(0, [(5, W), (7, W)])]
 
 
 # -- TLS: the job's credentials from the dask configuration, as the ranks have them ------------
