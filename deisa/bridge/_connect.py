@@ -172,7 +172,7 @@ async def install(pool: Callable[[str], Any], address: str, shared_memory: bool 
     logger.info(
         "deisa bridge: no worker of this node relays rank 0 (deisa's worker plugin is not "
         "installed, or no worker is here): rank 0 imports distributed (about 0.4 s of CPU) and "
-        "installs the plugin; start the workers with --preload deisa.bridge.worker, or the "
+        "installs the plugin; start the workers with --preload deisa.worker, or the "
         "analytics (its Adapter installs it) before the simulation, to avoid it"
     )
     import_distributed()

@@ -232,7 +232,7 @@ def test_a_rank_0_on_a_workers_node_imports_distributed_only_when_it_installs_th
             assert proc.stdout.split() == [str(installs), "shared", "memory"], proc.stderr
             said = [line for line in proc.stderr.splitlines() if "no worker of this node" in line]
             assert len(said) == installs, proc.stderr
-            assert all("--preload deisa.bridge.worker" in line for line in said)
+            assert all("--preload deisa.worker" in line for line in said)
             adapter = adapter or Adapter(client, timeout=STARTUP)
             steps = [(s, f.compute()) for s, f in adapter["field"].items()]
             assert [s for s, _ in steps] == [0, 1, 2]
