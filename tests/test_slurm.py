@@ -1190,7 +1190,9 @@ def wait_for_file(path: Path, job: str, cluster: multinode.Cluster, timeout: flo
 @pytest.mark.integration
 @pytest.mark.slurm
 @pytest.mark.timeout(600)
-def test_multinode_job_survives_a_lost_worker_node(tmp_path: Path) -> None:
+def test_multinode_job_survives_a_lost_worker_node(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     """Issue 25, item 5: a worker node's network interface goes down mid-run (no TCP reset: the
     scheduler notices only when its workers miss heartbeats for the job's worker-ttl; slurmctld
     marks the node DOWN after SlurmdTimeout). Node 0 runs the scheduler, the analytics and 2
@@ -1201,8 +1203,11 @@ def test_multinode_job_survives_a_lost_worker_node(tmp_path: Path) -> None:
     from lost_node_code import digest, write_lost_node_code
 
     try:  # a node silent 10 s is DOWN: the job outlives that (sbatch/srun --no-kill)
-        (tmp_path / "cluster").mkdir()
-        cluster = multinode.start_cluster(tmp_path / "cluster", 3, slurm_conf="SlurmdTimeout=10\n")
+        # a short root: slurmstepd's socket (<root>/spool/node0/node0_1.4294967291) must fit
+        # a Unix socket's 108 bytes, which the test's own directory under an xdist worker's
+        # (.../popen-gw0/test_multinode_job_survives_a_0/cluster/) does not
+        root = tmp_path_factory.mktemp("lost")
+        cluster = multinode.start_cluster(root, 3, slurm_conf="SlurmdTimeout=10\n")
     except multinode.ClusterUnavailableError as exc:
         pytest.skip(f"no multi-node Slurm here: {exc}")
     steps, pause_at, lost_node = 30, 5, "node1"
