@@ -26,6 +26,7 @@ class Losses:
     def __init__(self, parts: BridgeParts, publisher: AsyncPublisher) -> None:
         self.parts = parts
         self.publisher = publisher
+        self.scheduler_lost: str | None = None  # why, once known (on every rank at once)
 
     def use_workers(self, workers: list[str]) -> None:
         """Place over the workers the scheduler now has; send again what went to one that left."""
@@ -44,10 +45,12 @@ class Losses:
             self.publisher.reroute(departed)
 
     def lose_scheduler(self, message: str) -> None:
-        """The scheduler is gone: fail, or detach (publish sends nothing, close returns)."""
+        """The scheduler is gone: fail, or detach (publish sends nothing, close returns);
+        either way :meth:`~deisa.Bridge.close` no longer calls it."""
         parts = self.parts
         if parts.detached:
             return
+        self.scheduler_lost = message
         if parts.options.on_scheduler_loss == "fail":
             self._fail(message)
             return

@@ -186,12 +186,15 @@ class Registrar:
             self.progress.set()
 
     async def _register(self, entry: Entry, blocks: list[Any]) -> dict[str, Any]:
-        """``deisa_publish`` of ``entry``; a scheduler that does not answer is retried (until
-        the Bridge detaches) with ``on_scheduler_loss="continue"``."""
+        """``deisa_publish`` of ``entry``; a scheduler that does not answer (an ``OSError``: the
+        connection reset, refused, timed out) is retried, whatever ``on_scheduler_loss``, until
+        the exchange acts on its loss: the worker book decides it, after ``connect_timeout``
+        without an answer, and names it in one message for either policy
+        (:meth:`~._workers.WorkerBook.scheduler_lost`, ``docs/reliability.md``)."""
         parts = self.parts
         while True:
             try:
-                return await self.link.register(
+                reply = await self.link.register(
                     name=entry.name,
                     step=entry.step,
                     blocks=blocks,
@@ -199,12 +202,16 @@ class Registrar:
                     contract=plan_of(entry).wire(),
                 )
             except Exception as exc:
-                message = self.link.register_failed(entry.name, entry.step, exc)
-                if parts.options.on_scheduler_loss == "fail" or not isinstance(exc, OSError):
+                if not isinstance(exc, OSError):
+                    message = self.link.register_failed(entry.name, entry.step, exc)
                     return {"status": Status.ERROR.value, "message": message}
-                parts.worker_book.failing(exc)  # the exchange detaches once it counts as lost
+                logger.debug("deisa bridge: registering step %d failed: %r", entry.step, exc)
+                parts.worker_book.failing(exc)  # the exchange acts once it counts as lost
                 self.progress.set()
                 await asyncio.sleep(0.5)
+                continue
+            parts.worker_book.answered()
+            return reply
 
 
 def plan_of(entry: Entry) -> Plan:

@@ -459,9 +459,9 @@ class Bridge:
         open_s = time.perf_counter() - self._opened
         try:
             # the same decision on every rank: the connection is known everywhere, or nowhere;
-            # a lost scheduler is known everywhere too
+            # a lost scheduler is known everywhere too (no call to it: the loss was raised)
             connected = not self.asynchronous or self._async.ledger.connection is not None
-            if connected and self.detached is None:
+            if connected and self._losses.scheduler_lost is None:
                 # how each rank sent, and its warm pool of shared memory
                 gathered = self.comm.gather((self.transport, self.shm_pool), root=0)
                 on_root(
