@@ -451,11 +451,20 @@ def stale_dask_scheduler() -> str | None:
     )
 
 
+# the session's umask: `deisa-run`'s main (cli.main, called in process by the launcher's tests)
+# sets 077 for every file of a run; a later test of the same process writing a file for
+# another account to read (tests/launcher/test_planted_code.py) then fails by the order of files
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
     """Fail the test whose teardown (its fixtures, its module's when it is the module's last)
-    leaves :func:`stale_dask_scheduler`; the setting goes, so that only this test fails."""
+    leaves :func:`stale_dask_scheduler`; the setting goes, so that only this test fails. The
+    process's umask goes back to the session's."""
     result = yield
+    os.umask(_UMASK)
     problem = stale_dask_scheduler()
     if problem is not None:
         sys.modules["dask"].config.config.pop("scheduler", None)
