@@ -258,6 +258,9 @@ class Deisa(IDeisa):
             self._pending.discard(future)
 
     def _run(self, registration: Registration, windows: list[list[Any]]) -> None:
+        with self._lock:
+            if self._callbacks.get(registration.callback_id) is not registration:
+                return  # unregistered while this call waited behind the one before
         try:
             registration.callback(*windows)
         except Exception as exc:
@@ -337,13 +340,14 @@ class Deisa(IDeisa):
         return callback
 
     def unregister_callback(self, callback_id: Any) -> None:
-        """Stop calling a callback (its id, or the callback itself); a call running ends."""
+        """Stop calling a callback (its id, or the callback itself): a call running ends, the
+        calls due behind it are not made."""
         callback_id = getattr(callback_id, "callback_id", callback_id)
         with self._lock:
             self._callbacks.pop(callback_id, None)
             executor = self._executors.pop(callback_id, None)
         if executor is not None:
-            executor.shutdown(wait=False)
+            executor.shutdown(wait=False, cancel_futures=True)  # calls queued behind: never made
 
     def execute_callbacks(self) -> None:
         """Give the Bridges their go, then wait until the simulation has closed every array
