@@ -347,7 +347,9 @@ class Deisa(IDeisa):
             self._callbacks.pop(callback_id, None)
             executor = self._executors.pop(callback_id, None)
         if executor is not None:
-            executor.shutdown(wait=False, cancel_futures=True)  # calls queued behind: never made
+            # not cancel_futures: a future cancelled in the queue never wakes a waiting
+            # concurrent.futures.wait (execute_callbacks'); the calls queued behind return at once
+            executor.shutdown(wait=False)
 
     def execute_callbacks(self) -> None:
         """Give the Bridges their go, then wait until the simulation has closed every array
