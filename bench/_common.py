@@ -10,7 +10,7 @@ import shutil
 import statistics
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,6 +76,45 @@ def add_worker_preload_option(parser: argparse.ArgumentParser) -> None:
         help="start the Dask workers without --preload deisa.worker, which deisa-run "
         "gives them: rank 0 then calls the scheduler through distributed",
     )  # fmt: skip
+
+
+def cores_plan(
+    ranks: int, workers: int, available: list[int] | None = None, shared: bool = False
+) -> dict[str, Any]:
+    """Which cores the ranks and the analytics get (``None``: every core, shared).
+
+    ``separate`` is whether the ranks and the analytics run on different cores: with at least
+    ``ranks + 1`` cores (``ranks + workers + 1`` gives every worker a core of its own too),
+    unless ``shared``. The ranks' cores are the first; run the ranks' ``mpirun`` with
+    ``--bind-to none`` and pinned to them (:func:`pinned_to`), this process (the analytics, and
+    what it starts from then on) to the others (a job on a node with cores to spare places its
+    simulation and its analytics apart so).
+    """
+    if available is None:
+        try:
+            available = sorted(os.sched_getaffinity(0))
+        except AttributeError:  # not Linux
+            available = list(range(os.cpu_count() or 1))
+    if len(available) >= ranks + 1 and not shared:
+        sim, analytics = available[:ranks], available[ranks:]
+        shared = "" if len(analytics) >= workers + 1 else (
+            f", which its {workers} worker(s), the scheduler and the PCA share")  # fmt: skip
+        description = (f"separate cores ({len(available)}): ranks pinned to {sim}, analytics "
+                       f"(scheduler, workers, PCA) to {analytics}{shared}")  # fmt: skip
+        return {"simulation": sim, "analytics": analytics, "separate": True,
+                "description": description}  # fmt: skip
+    return {"simulation": None, "analytics": None, "separate": False,
+            "description": f"shared cores: {len(available)} cores shared by {ranks} ranks, "
+                           f"{workers} workers, the scheduler and the analytics"
+                           + ("" if shared else " (fewer than ranks + 1)")}  # fmt: skip
+
+
+def pinned_to(cores: list[int] | None) -> Callable[[], None] | None:
+    """A ``preexec_fn`` that pins a child to ``cores`` (``None`` for ``None``: unpinned)."""
+    if cores is None:
+        return None
+    pinned = set(cores)
+    return lambda: os.sched_setaffinity(0, pinned)
 
 
 @dataclass(frozen=True)

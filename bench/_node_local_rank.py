@@ -1,7 +1,7 @@
 """One rank of ``bench.node_local`` (run under mpirun): memcpy, start-up, sustained publishes.
 
-Writes ``<out>/rank-<r>.json``: the rank's memcpy of its block (into numpy's memory, and
-into 4 KiB pages: ``memcpy_4k_s``), the CPU time from before
+Writes ``<out>/rank-<r>.json``: the rank's memcpy of its block at its start (into numpy's
+memory, and into 4 KiB pages: ``memcpy_4k_s``), the CPU time from before
 ``import deisa`` until its first two publishes are registered, the sustained bandwidth of
 ``--steps`` publishes (from the first call until every one is registered, less the compute
 between them: ``--compute-ms`` of busy work before each, none by default), each
@@ -22,6 +22,7 @@ import argparse
 import contextlib
 import json
 import logging
+import os
 import resource
 import time
 from collections import Counter
@@ -29,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _memcpy import memcpy_times
+from _memcpy import memcpy_times, scratch
 from mpi4py import MPI
 
 
@@ -56,14 +57,24 @@ def memory() -> dict[str, int]:
     return fields
 
 
-def compute(seconds: float) -> float:
+YARDSTICK = 3
+"""Copies of the block timed right before and right after each burst."""
+
+
+def compute(seconds: float, block: np.ndarray, into: np.ndarray) -> tuple[float, float]:
     """Keep this rank's core busy for about ``seconds``, as a solver's iterations between two
-    outputs would (a stencil-like update of a small array, not the block); the time it took."""
+    outputs would (a stencil-like update of a small array, not the block), with one copy of
+    ``block`` into ``into`` half-way, timed: the time it all took, and the copy's."""
     t0 = time.perf_counter()
     field = np.ones(32768)
-    while time.perf_counter() - t0 < seconds:
+    copy = None
+    while (now := time.perf_counter()) - t0 < seconds:
+        if copy is None and now - t0 >= seconds / 2:
+            (copy,) = memcpy_times(block, repeat=1, into=into)
         field[1:-1] = 0.5 * field[1:-1] + 0.25 * (field[2:] + field[:-2])
-    return time.perf_counter() - t0
+    if copy is None:
+        (copy,) = memcpy_times(block, repeat=1, into=into)
+    return time.perf_counter() - t0, copy
 
 
 def preempted() -> int:
@@ -80,14 +91,18 @@ def sustain(
     placed = logging.getLogger("deisa.bridge.transport")
     placed.addHandler(slots)
     placed.setLevel(logging.DEBUG)
+    into = scratch(block)
+    yardstick = memcpy_times(block, repeat=YARDSTICK, into=into)
     comm.Barrier()
-    durations, cpu, switches = [], [], []
+    durations, cpu, switches, paired = [], [], [], []
     already = len(bridge.timings)
     t0 = time.perf_counter()
     computing = 0.0
     for step in steps:
         if args.compute_ms:
-            computing += compute(args.compute_ms / 1000)
+            took, copy = compute(args.compute_ms / 1000, block, into)
+            computing += took
+            paired.append(copy)
         called, cpu0, switched = time.perf_counter(), time.thread_time(), preempted()
         bridge.publish(args.name, block, step)
         durations.append(time.perf_counter() - called)
@@ -95,6 +110,7 @@ def sustain(
         switches.append(preempted() - switched)
     bridge.flush()
     wall = time.perf_counter() - t0
+    yardstick += memcpy_times(block, repeat=YARDSTICK, into=into)
     placed.removeHandler(slots)
     timings = bridge.timings[already:]
     return {
@@ -107,6 +123,8 @@ def sustain(
         "copy_s": [t.copy_s for t in timings],
         "wait_s": [t.wait_s for t in timings],
         "slots": dict(slots.counts),
+        "yardstick_s": yardstick,
+        "yardstick_paired_s": paired,
     }
 
 
@@ -180,6 +198,7 @@ def main() -> None:
         "memory_after": after,
         "transport": transport,
         "pool": pool_summary,
+        "cpus": sorted(os.sched_getaffinity(0)),
     }
     (args.out / f"rank-{rank}.json").write_text(json.dumps(report))
 

@@ -62,7 +62,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -72,12 +72,14 @@ from bench._common import (
     add_worker_preload_option,
     child_env,
     compile_bytecode,
+    cores_plan,
     drop_from_page_cache,
     fsync,
     local_cluster,
     machine,
     median,
     page_cache_fraction,
+    pinned_to,
     print_targets,
     table,
     targets_json,
@@ -113,31 +115,6 @@ def c_problem() -> str | None:
     if shutil.which("mpirun") is None:
         return "mpirun not found"
     return c_solver_problem(BUILD, REPO / "configs" / "heat_deisa.yml")
-
-
-def cores_plan(ranks: int, workers: int, available: list[int] | None = None) -> dict[str, Any]:
-    """Which cores the ranks and the analytics get (``None``: every core, shared).
-
-    ``separate`` is whether the ranks and the analytics run on different cores: with at least
-    ``ranks + 1`` cores (``ranks + workers + 1`` gives every worker a core of its own too).
-    """
-    if available is None:
-        try:
-            available = sorted(os.sched_getaffinity(0))
-        except AttributeError:  # not Linux
-            available = list(range(os.cpu_count() or 1))
-    if len(available) >= ranks + 1:
-        sim, analytics = available[:ranks], available[ranks:]
-        shared = "" if len(analytics) >= workers + 1 else (
-            f", which its {workers} worker(s), the scheduler and the PCA share")  # fmt: skip
-        description = (f"separate cores ({len(available)}): ranks pinned to {sim}, analytics "
-                       f"(scheduler, workers, PCA) to {analytics}{shared}")  # fmt: skip
-        return {"simulation": sim, "analytics": analytics, "separate": True,
-                "description": description}  # fmt: skip
-    return {"simulation": None, "analytics": None, "separate": False,
-            "description": f"shared cores: {len(available)} cores shared by {ranks} ranks, "
-                           f"{workers} workers, the scheduler and the analytics (fewer than "
-                           "ranks + 1)"}  # fmt: skip
 
 
 def pdi_config(mode: str, workdir: Path, scheduler_file: Path) -> Path:
@@ -223,13 +200,9 @@ class InSituAnalytics(threading.Thread):
 
 def run_mpi(cmd: list[str], env: dict[str, str], cwd: Path, cores: list[int] | None) -> float:
     """Run ``cmd`` (mpirun ...) to completion, pinned to ``cores``; its wall time."""
-    preexec: Callable[[], None] | None = None
-    if cores is not None:
-        pinned = set(cores)
-        preexec = lambda: os.sched_setaffinity(0, pinned)  # noqa: E731
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=1800,
-                          preexec_fn=preexec)  # fmt: skip
+                          preexec_fn=pinned_to(cores))  # fmt: skip
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd[:6])}... failed:\n{proc.stderr[-3000:]}")
     return time.perf_counter() - t0

@@ -31,6 +31,18 @@ simulation gives the ring, which back-to-back publishes on a small machine do no
 targets are for back-to-back publishes; ``copy of memcpy`` shows a publish's copy against
 the rank's ``np.copyto`` either way).
 
+The yardstick is taken beside each burst, by the rank itself: copies of its block into a
+buffer of its own right before and right after the burst, and with ``--compute-ms`` one copy
+in the middle of each step's compute (the ``memcpy`` columns; ``memcpy_start_ms`` in the JSON
+is the rank's copy at its start, which on a shared 2-core VM drifted from 13 to 22 GiB/s
+between runs minutes apart).
+
+Cores (:func:`bench._common.cores_plan`, as ``bench.insitu_vs_posthoc``): with at least
+``ranks + 1`` cores the ranks run on the first ``ranks`` (``mpirun --bind-to none`` pinned
+there) and this process, the scheduler and the workers on the others, as a job that places its
+simulation and its analytics apart; ``--shared-cores``: everything on every core, the ranks
+bound by ``mpirun``'s defaults. The output and the JSON (``cores``) say which.
+
 Before the measured runs, one of 2 steps (the first size, transport, mode and analytics) warms
 the cluster up, unreported (``--no-warm-up``: none): the cluster's first run pays the
 analytics' and the workers' first steps, which otherwise count against whichever transport
@@ -73,9 +85,11 @@ from bench._common import (
     add_worker_preload_option,
     child_env,
     compile_bytecode,
+    cores_plan,
     finish,
     loadavg,
     median,
+    pinned_to,
     table,
 )
 from deisa.bridge.transport import SLOT_PATHS
@@ -119,8 +133,10 @@ def run_once(
         reader.start()
         if analytics == "taking":
             start.set()
+        apart = args.cores["simulation"]
         cmd = [
-            "mpirun", "--oversubscribe", "-np", str(args.ranks), sys.executable, str(RANK),
+            "mpirun", "--oversubscribe", "-np", str(args.ranks),
+            *(["--bind-to", "none"] if apart else []), sys.executable, str(RANK),
             str(cluster.scheduler_file), "--name", name, "--mib", str(mib), "--steps",
             str(args.steps), "--compute-ms", str(args.compute_ms), "--transport",
             transport.removesuffix("-no-pool"),
@@ -131,7 +147,8 @@ def run_once(
             *(["--taken", str(taken)] if analytics == "taking" else []),
         ]  # fmt: skip
         env = child_env()
-        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900,
+                              preexec_fn=pinned_to(apart))  # fmt: skip
         start.set()
         reader.join(600)
         if done.returncode != 0 or errors:
@@ -156,6 +173,9 @@ def summarize(reports: list[dict[str, Any]], burst: int = 0) -> dict[str, Any]:
     bursts = [r["bursts"][burst] for r in reports]
     steps = len(bursts[0]["publish_s"])
 
+    def yardstick(burst: dict[str, Any]) -> float:  # the copies beside the burst
+        return median(burst.get("yardstick_paired_s") or burst["yardstick_s"])
+
     def grown(report: dict[str, Any], field: str) -> float:  # nan: a kernel without the field
         after, before = report["memory_after"].get(field), report["memory_before"].get(field)
         return nan if after is None or before is None else (after - before) / mib
@@ -165,8 +185,9 @@ def summarize(reports: list[dict[str, Any]], burst: int = 0) -> dict[str, Any]:
     cpu = [r["start_cpu_s"] for r in reports]
     return {
         "block_mib": nbytes / mib,
-        "memcpy_gibs": median([nbytes / r["memcpy_s"] / gib for r in reports]),
-        "memcpy_ms": median([1000 * r["memcpy_s"] for r in reports]),
+        "memcpy_gibs": median([nbytes / yardstick(b) / gib for b in bursts]),
+        "memcpy_ms": median([1000 * yardstick(b) for b in bursts]),
+        "memcpy_start_ms": median([1000 * r["memcpy_s"] for r in reports]),
         "memcpy_4k_ms": median([1000 * r.get("memcpy_4k_s", nan) for r in reports]),
         "sustained_gibs": median([steps * nbytes / b["sustained_s"] / gib for b in bursts]),
         "publish_ms": median([1000 * median(b["publish_s"]) for b in bursts]),
@@ -222,6 +243,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--analytics-first", action="store_true",
                         help="an Adapter connects before the first run (with "
                              "--no-worker-preload: it installs the workers' plugin)")  # fmt: skip
+    parser.add_argument("--shared-cores", action="store_true",
+                        help="the ranks share every core with Dask and the analytics (default: "
+                             "apart where there are at least ranks + 1 cores)")  # fmt: skip
     parser.add_argument("--ray", action="store_true", help="Ray's object store beside, per size")
     parser.add_argument("--ray-python", default="/tmp/bench-venv/bin/python")
     parser.add_argument("--no-warm-up", dest="warm_up", action="store_false",
@@ -242,6 +266,10 @@ def main(argv: list[str] | None = None) -> int:
     from deisa.launcher.dask_processes import DaskProcesses
 
     args.bytecode = compile_bytecode()
+    args.cores = cores_plan(args.ranks, args.workers, shared=args.shared_cores)
+    print(f"cores: {args.cores['description']}", flush=True)
+    if args.cores["analytics"]:  # inherited by the scheduler, the workers and Ray
+        os.sched_setaffinity(0, set(args.cores["analytics"]))
     load_before = loadavg()
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="deisa-bench-") as tmp:
@@ -295,6 +323,8 @@ def ray_rows(args: argparse.Namespace, mib: float, repeat: int) -> list[dict[str
             "--bursts", str(args.bursts), "--pause-s", str(args.pause_s), "--store-mib",
             str(int(max(1024, 3 * args.steps * mib))), "--out", f"{out}/ray.json",
         ]  # fmt: skip
+        if args.cores["simulation"]:  # the driver where the ranks run, Ray's processes apart
+            cmd += ["--driver-cores", *map(str, args.cores["simulation"])]
         try:
             done = subprocess.run(cmd, env=child_env(), capture_output=True, text=True,
                                   timeout=900)  # fmt: skip
@@ -309,8 +339,9 @@ def ray_rows(args: argparse.Namespace, mib: float, repeat: int) -> list[dict[str
         rows.append({
             "transport": f"ray {result['ray']}", "mode": "async", "analytics": "taking",
             "repeat": repeat, "burst": burst + 1, "block_mib": nbytes / 2**20,
-            "memcpy_gibs": nbytes / result["memcpy_s"] / gib,
-            "memcpy_ms": 1000 * result["memcpy_s"],
+            "memcpy_gibs": nbytes / median(figures["yardstick_s"]) / gib,
+            "memcpy_ms": 1000 * median(figures["yardstick_s"]),
+            "memcpy_start_ms": 1000 * result["memcpy_s"],
             "sustained_gibs": steps * nbytes / figures["sustained_s"] / gib,
             "publish_ms": 1000 * median(figures["publish_s"]),
             "publish_p90_ms": 1000 * p90(figures["publish_s"]),
@@ -322,10 +353,10 @@ def ray_rows(args: argparse.Namespace, mib: float, repeat: int) -> list[dict[str
 
 
 FIELDS = (
-    "memcpy_gibs", "memcpy_ms", "sustained_gibs", "publish_ms", "publish_p90_ms", "copy_ms",
-    "wait_ms", "publish_cpu_ms", "preempted", "rss_added_mib", "anon_added_mib", "shmem_mib",
-    "start_cpu_s", "rss_added_others_mib", "anon_added_others_mib", "start_cpu_others_s",
-    "wall_s", "compute_s", "pool_mib",
+    "memcpy_gibs", "memcpy_ms", "memcpy_start_ms", "sustained_gibs", "publish_ms",
+    "publish_p90_ms", "copy_ms", "wait_ms", "publish_cpu_ms", "preempted", "rss_added_mib",
+    "anon_added_mib", "shmem_mib", "start_cpu_s", "rss_added_others_mib",
+    "anon_added_others_mib", "start_cpu_others_s", "wall_s", "compute_s", "pool_mib",
 )  # fmt: skip
 HEADERS = (
     "MiB", "mode", "analytics", "transport", "burst", "memcpy GiB/s", "sustained GiB/s",
@@ -356,7 +387,8 @@ def report(args: argparse.Namespace, rows: list[dict[str, Any]], load_before: li
                   bursts=args.bursts, pause_s=args.pause_s, pool_mib=args.pool_mib,
                   pool_blocks=args.pool_blocks, analytics_first=args.analytics_first,
                   warm_up_s=args.warm_up_s, worker_preload=args.worker_preload,
-                  bytecode=args.bytecode,
+                  bytecode=args.bytecode, cores=args.cores["description"],
+                  cores_separate=args.cores["separate"],
                   loadavg_before=load_before, loadavg_after=loadavg())  # fmt: skip
 
 

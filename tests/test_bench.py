@@ -200,7 +200,7 @@ def test_insitu_vs_posthoc_runs_every_mode_and_writes_json(tmp_path: Path, analy
 def test_insitu_cores_plan_pins_ranks_apart_when_a_core_is_left(
     ranks: int, workers: int, cores: list[int], separate: bool, simulation: list[int] | None
 ) -> None:
-    from bench.insitu_vs_posthoc import cores_plan
+    from bench._common import cores_plan
 
     plan = cores_plan(ranks, workers, cores)
     assert plan["separate"] is separate
@@ -344,6 +344,10 @@ def test_node_local_runs_both_transports_side_by_side(tmp_path: Path) -> None:
         ("shared memory", "behind"): ["shared memory"],
     }
     assert all(r["sustained_gibs"] > 0 and r["memcpy_gibs"] > 0 for r in result["rows"])
+    # the yardstick beside each burst, the copy at the rank's start apart
+    assert all(r["memcpy_ms"] > 0 and r["memcpy_start_ms"] > 0 for r in result["rows"])
+    # 2 ranks apart from the analytics where 3 cores are there, else sharing them
+    assert result["cores_separate"] is (len(os.sched_getaffinity(0)) >= 3), result["cores"]
     # how each sustained block was placed, from the Bridge's debug lines: 3 per rank
     placed = {(r["transport"], r["analytics"]): sum(r["slots"].values()) for r in result["rows"]}
     assert placed == {("tcp", "taking"): 0, ("tcp", "behind"): 0,
