@@ -115,7 +115,17 @@ class AsyncPublisher:
         so (exchanging, blocking), copies and sends the block, and posts this call's exchange.
         A rank whose call is wrong (``problem``) sends nothing: every rank raises it at the
         next call.
+
+        The calls to the loop thread it makes reach it together as it returns
+        (:meth:`~._loop.LoopThread.batched`), so that the loop's work for this block does not
+        run inside the call on a rank of one core.
         """
+        with self.parts.loop.batched():
+            self._publish(name, block, step, revision, problem, t0)
+
+    def _publish(
+        self, name: str, block: np.ndarray, step: int, revision: int, problem: str | None, t0: float
+    ) -> None:
         parts = self.parts
         self.complete()
         self.raise_failure()
@@ -197,7 +207,7 @@ class AsyncPublisher:
         send.failed_at = None
         assert send.buffer is not None
         sending = parts.transport.send(self.link.pool, send.worker, key, send.buffer)
-        future = parts.loop.spawn(sending)
+        future = parts.loop.spawn_soon(sending)
         send.future = future
         worker = send.worker
         future.add_done_callback(lambda done: self._sent(entry.seq, worker, done))
@@ -375,6 +385,7 @@ class AsyncPublisher:
             # an exchange
             if rounds:
                 self.parts.transport.settle()  # the slots given back, while this rank waits
+                self.parts.loop.flush()  # what this publish asked of the loop so far
                 self.progress.wait(0.001 * 2 ** min(rounds - 1, 5.6))  # 1 ms growing to ~50 ms
             self.progress.clear()
             exchanged = self.exchange(call, problem)

@@ -3,12 +3,34 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
+import contextlib
+import ctypes
+import logging
+import os
 import threading
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+
+logger = logging.getLogger(__name__)
+
+
+def _gil_holding_write() -> Callable[[int, bytes, int], int] | None:
+    """libc's ``write`` called with the GIL held (``ctypes.PyDLL``), or ``None``."""
+    try:
+        write = ctypes.PyDLL(None).write
+    except (OSError, AttributeError):
+        return None
+    write.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t)
+    write.restype = ctypes.c_ssize_t
+    return write
+
+
+_WRITE = _gil_holding_write()
+_ONE = (1).to_bytes(8, "little")  # an eventfd counts up by what is written
 
 
 class LoopThread:
@@ -16,22 +38,113 @@ class LoopThread:
 
     distributed's comms need a running loop; an MPI rank has none, and must not share one with
     a Client it does not have.
+
+    Inside :meth:`batched` (the Bridge's ``publish``), the calling thread's :meth:`soon` and
+    :meth:`spawn_soon` wait until the batch ends, then reach the loop together, woken once by a
+    write that keeps the GIL: the loop's work for a publish (hand the block to the worker,
+    register a step) then runs after the call returns, not inside it. On a rank that has one
+    core, a wake-up mid-call let the loop thread take the GIL and the core at the caller's next
+    system call, three times per publish (docs/benchmarks.md, section 16).
     """
 
     def __init__(self, name: str = "deisa-loop") -> None:
         self.loop = asyncio.new_event_loop()
+        self._calls: collections.deque[tuple[Callable[..., Any], tuple[Any, ...]]] = (
+            collections.deque()
+        )
+        self._batching: int | None = None  # the thread inside batched(), if any
+        self._wake_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self.loop.add_reader(self._wake_fd, self._drain)
         self._thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
         self._thread.start()
         self._kept: list[concurrent.futures.Future[Any]] = []
 
     def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         """Run ``coro`` on the loop and return its result (``TimeoutError`` after ``timeout``)."""
+        self.flush()
         future = asyncio.run_coroutine_threadsafe(asyncio.wait_for(coro, timeout), self.loop)
         return future.result()
 
     def spawn(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
         """Start ``coro`` on the loop; its future, which the caller may wait for or cancel."""
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def spawn_soon(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """:meth:`spawn`, at the end of the caller's :meth:`batched` if it is in one (do not
+        wait for the future before :meth:`flush`)."""
+        if not self._deferring():
+            return self.spawn(coro)
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+        self._calls.append((self._start, (coro, future)))
+        return future
+
+    def soon(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Call ``fn(*args)`` on the loop (``call_soon_threadsafe``), at the end of the caller's
+        :meth:`batched` if it is in one."""
+        if self._deferring():
+            self._calls.append((fn, args))
+        else:
+            self.loop.call_soon_threadsafe(fn, *args)
+
+    @contextlib.contextmanager
+    def batched(self) -> Iterator[None]:
+        """Hold this thread's :meth:`soon` and :meth:`spawn_soon` calls until the block ends
+        (or :meth:`flush`); they then reach the loop in the order they were made."""
+        if self._batching is not None:  # nested: the outer batch flushes
+            yield
+            return
+        self._batching = threading.get_ident()
+        try:
+            yield
+        finally:
+            self._batching = None
+            self.flush()
+
+    def flush(self) -> None:
+        """Hand the calls held so far to the loop (before waiting for what they do)."""
+        if not self._calls:
+            return
+        if _WRITE is None or _WRITE(self._wake_fd, _ONE, len(_ONE)) != len(_ONE):
+            self.loop.call_soon_threadsafe(self._drain)  # the eventfd could not count: anyway
+
+    def _deferring(self) -> bool:
+        return self._batching is not None and self._batching == threading.get_ident()
+
+    def _drain(self) -> None:
+        """Loop thread: run the calls held, in order."""
+        with contextlib.suppress(BlockingIOError):
+            os.eventfd_read(self._wake_fd)
+        while self._calls:
+            fn, args = self._calls.popleft()
+            try:
+                fn(*args)
+            except Exception:
+                logger.exception("deisa bridge: a call on the loop failed")
+
+    def _start(self, coro: Coroutine[Any, Any, T], future: concurrent.futures.Future[T]) -> None:
+        """Loop thread: start ``coro`` for :meth:`spawn_soon`'s ``future`` (its outcome, or its
+        cancellation either way)."""
+        if future.cancelled():
+            coro.close()
+            return
+        task = self.loop.create_task(coro)
+
+        def outcome(done: asyncio.Task[T]) -> None:
+            if done.cancelled():
+                future.cancel()
+            elif future.set_running_or_notify_cancel():
+                exc = done.exception()
+                if exc is None:
+                    future.set_result(done.result())
+                else:
+                    future.set_exception(exc)
+
+        def cancelled(done: concurrent.futures.Future[T]) -> None:
+            if done.cancelled() and not self.loop.is_closed():
+                self.loop.call_soon_threadsafe(task.cancel)
+
+        task.add_done_callback(outcome)
+        future.add_done_callback(cancelled)
 
     def keep(self, future: concurrent.futures.Future[Any]) -> None:
         """Hold ``future``, a coroutine that runs until :meth:`cancel_kept` (rank 0's connection,
@@ -44,8 +157,11 @@ class LoopThread:
             future.cancel()
 
     def stop(self) -> None:
+        self.flush()
         if self.loop.is_running():
             self.loop.call_soon_threadsafe(self.loop.stop)
             self._thread.join(timeout=10)
         if not self.loop.is_running():
+            self.loop.remove_reader(self._wake_fd)
             self.loop.close()
+            os.close(self._wake_fd)

@@ -127,7 +127,7 @@ class Registrar:
         """Main thread: ``entry`` is published (rank 0's early registration waits for its
         blocks)."""
         if self.early is not None:
-            self.parts.loop.loop.call_soon_threadsafe(self.early.known, entry)
+            self.parts.loop.soon(self.early.known, entry)
 
     def sent(self, seq: int, nbytes: int, worker: str) -> None:
         """Loop thread: this rank's block of publication ``seq`` is on ``worker``."""
@@ -139,11 +139,11 @@ class Registrar:
 
     def ready(self, entry: Entry, sent: list[Sent]) -> None:
         """Rank 0, main thread: the exchange found ``entry`` sent by every rank."""
-        loop = self.parts.loop.loop
+        loop = self.parts.loop
         if self.early is not None:  # unless its notices got it registered already
-            loop.call_soon_threadsafe(self.early.ready, entry, sent)
+            loop.soon(self.early.ready, entry, sent)
         else:
-            loop.call_soon_threadsafe(self._queue_now, entry, sent)
+            loop.soon(self._queue_now, entry, sent)
 
     def stop(self) -> None:
         """Stop the registrar once the steps queued before are registered."""

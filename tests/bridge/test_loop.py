@@ -1,0 +1,143 @@
+"""deisa.bridge._loop: the loop thread, and the calls a publish holds until it returns."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from deisa.bridge._loop import LoopThread
+
+WAIT = 60.0  # a generous bound for the loop thread to run what it was handed (a loaded machine)
+
+
+@pytest.fixture
+def loop() -> Iterator[LoopThread]:
+    thread = LoopThread("test-loop")
+    try:
+        yield thread
+    finally:
+        thread.stop()
+
+
+def on_loop(loop: LoopThread) -> None:
+    """Return once the loop has run everything handed to it before this call."""
+    loop.run(asyncio.sleep(0), timeout=WAIT)
+
+
+def test_calls_held_by_a_batch_reach_the_loop_in_order_when_it_ends(loop: LoopThread) -> None:
+    seen: list[str] = []
+    with loop.batched():
+        loop.soon(seen.append, "first")
+        future = loop.spawn_soon(_append(seen, "second"))
+        loop.soon(seen.append, "third")
+        # held: a concurrent wait inside the batch would find nothing run yet
+        done, _ = concurrent.futures.wait([future], timeout=0.2)
+        assert not done and seen == []
+    assert future.result(timeout=WAIT) == "second"
+    on_loop(loop)
+    # in the order made, as without a batch: a spawned coroutine's task starts at the loop's
+    # next turn, after the calls made right behind it (as asyncio.run_coroutine_threadsafe)
+    assert seen == ["first", "third", "second"]
+
+
+def test_outside_a_batch_the_calls_go_at_once(loop: LoopThread) -> None:
+    seen: list[str] = []
+    loop.soon(seen.append, "now")
+    assert loop.spawn_soon(_append(seen, "also")).result(timeout=WAIT) == "also"
+    assert seen == ["now", "also"]
+
+
+def test_flush_hands_the_calls_over_inside_the_batch(loop: LoopThread) -> None:
+    seen: list[str] = []
+    with loop.batched():
+        loop.soon(seen.append, "held")
+        loop.flush()
+        on_loop(loop)  # run() flushes too; the point is that flush() alone wakes the loop
+        assert seen == ["held"]
+        future = loop.spawn_soon(_append(seen, "after"))
+        loop.flush()
+        assert future.result(timeout=WAIT) == "after"
+
+
+def test_another_thread_is_not_held_by_this_threads_batch(loop: LoopThread) -> None:
+    seen: list[str] = []
+    with loop.batched():
+        other = threading.Thread(target=lambda: loop.soon(seen.append, "other thread"))
+        other.start()
+        other.join(WAIT)
+        on_loop(loop)
+        assert seen == ["other thread"]
+
+
+def test_a_nested_batch_is_flushed_by_the_outer_one(loop: LoopThread) -> None:
+    seen: list[str] = []
+    with loop.batched():
+        with loop.batched():
+            loop.soon(seen.append, "inner")
+        # the inner block's end did not flush: still held (nothing woke the loop)
+        assert list(loop._calls) and seen == []
+    on_loop(loop)
+    assert seen == ["inner"]
+
+
+def test_a_spawned_coroutines_error_reaches_its_future(loop: LoopThread) -> None:
+    async def fails() -> None:
+        raise ValueError("from the loop")
+
+    with loop.batched():
+        future = loop.spawn_soon(fails())
+    with pytest.raises(ValueError, match="from the loop"):
+        future.result(timeout=WAIT)
+
+
+def test_a_future_cancelled_before_the_batch_ends_never_runs(loop: LoopThread) -> None:
+    ran = threading.Event()
+
+    async def runs() -> None:
+        ran.set()
+
+    with loop.batched():
+        future = loop.spawn_soon(runs())
+        assert future.cancel()
+    on_loop(loop)
+    assert future.cancelled() and not ran.is_set()
+
+
+def test_cancelling_a_started_future_cancels_its_task(loop: LoopThread) -> None:
+    started, cancelled = threading.Event(), threading.Event()
+
+    async def forever() -> None:
+        started.set()
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    with loop.batched():
+        future = loop.spawn_soon(forever())
+    assert started.wait(WAIT)
+    assert future.cancel()
+    assert cancelled.wait(WAIT)
+    with pytest.raises(concurrent.futures.CancelledError):
+        future.result(timeout=WAIT)
+
+
+def test_stop_closes_the_wake_up_descriptor() -> None:
+    thread = LoopThread("test-stop")
+    fd = thread._wake_fd
+    with thread.batched():
+        thread.soon(lambda: None)
+    thread.stop()
+    with pytest.raises(OSError):
+        os.fstat(fd)
+
+
+async def _append(seen: list[str], what: str) -> str:
+    seen.append(what)
+    return what
