@@ -83,15 +83,16 @@ def preempted() -> int:
 
 
 def sustain(
-    bridge: Any, comm: Any, args: argparse.Namespace, block: np.ndarray, steps: range
-) -> dict[str, Any]:
+    bridge: Any, comm: Any, args: argparse.Namespace, block: np.ndarray, steps: range,
+    into: np.ndarray,
+) -> dict[str, Any]:  # fmt: skip
     """Publish ``steps`` (``--compute-ms`` of compute before each) until every one is
-    registered: the burst's figures."""
+    registered: the burst's figures; ``into``, the yardstick's buffer (:func:`_memcpy.scratch`,
+    made before the memory is measured: it is the benchmark's, not the Bridge's)."""
     slots = SlotPaths()
     placed = logging.getLogger("deisa.bridge.transport")
     placed.addHandler(slots)
     placed.setLevel(logging.DEBUG)
-    into = scratch(block)
     yardstick = memcpy_times(block, repeat=YARDSTICK, into=into)
     comm.Barrier()
     durations, cpu, switches, paired = [], [], [], []
@@ -160,6 +161,7 @@ def main() -> None:
     block = np.random.default_rng(rank).random((rows, cols))
     copies = memcpy_times(block)
     small_copies = memcpy_times(block, small_pages=True)
+    into = scratch(block)
     before = memory()
 
     cpu0 = time.process_time()
@@ -182,7 +184,8 @@ def main() -> None:
             drained(args.taken, 2 + burst * args.steps)
             time.sleep(args.pause_s)
         first = 2 + burst * args.steps
-        bursts.append(sustain(bridge, comm, args, block, range(first, first + args.steps)))
+        steps = range(first, first + args.steps)
+        bursts.append(sustain(bridge, comm, args, block, steps, into))
     after = memory()
     transport, pool_summary = bridge.transport, bridge.shm_pool
     bridge.close()
