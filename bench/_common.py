@@ -97,16 +97,16 @@ def cores_plan(
             available = list(range(os.cpu_count() or 1))
     if len(available) >= ranks + 1 and not shared:
         sim, analytics = available[:ranks], available[ranks:]
-        shared = "" if len(analytics) >= workers + 1 else (
-            f", which its {workers} worker(s), the scheduler and the PCA share")  # fmt: skip
+        crowded = "" if len(analytics) >= workers + 1 else (
+            f", which its {workers} worker(s), the scheduler and the analytics share")  # fmt: skip
         description = (f"separate cores ({len(available)}): ranks pinned to {sim}, analytics "
-                       f"(scheduler, workers, PCA) to {analytics}{shared}")  # fmt: skip
+                       f"(scheduler, workers) to {analytics}{crowded}")  # fmt: skip
         return {"simulation": sim, "analytics": analytics, "separate": True,
                 "description": description}  # fmt: skip
-    return {"simulation": None, "analytics": None, "separate": False,
-            "description": f"shared cores: {len(available)} cores shared by {ranks} ranks, "
-                           f"{workers} workers, the scheduler and the analytics"
-                           + ("" if shared else " (fewer than ranks + 1)")}  # fmt: skip
+    why = "as asked" if shared else "fewer than ranks + 1"
+    description = (f"shared cores: {len(available)} cores shared by {ranks} ranks, {workers} "
+                   f"workers, the scheduler and the analytics ({why})")  # fmt: skip
+    return {"simulation": None, "analytics": None, "separate": False, "description": description}
 
 
 def pinned_to(cores: list[int] | None) -> Callable[[], None] | None:

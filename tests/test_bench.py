@@ -212,6 +212,15 @@ def test_insitu_cores_plan_pins_ranks_apart_when_a_core_is_left(
         assert plan["analytics"] is None and plan["description"].startswith("shared cores")
 
 
+def test_cores_plan_shares_every_core_when_asked() -> None:
+    from bench._common import cores_plan, pinned_to
+
+    plan = cores_plan(1, 1, [0, 1, 2, 3], shared=True)
+    assert plan["separate"] is False and plan["simulation"] is None
+    assert plan["description"].endswith("(as asked)")
+    assert pinned_to(None) is None and callable(pinned_to([0]))
+
+
 def test_drop_from_page_cache_evicts_a_synced_file(tmp_path: Path) -> None:
     import math
 
