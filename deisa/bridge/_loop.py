@@ -61,12 +61,12 @@ class LoopThread:
 
     def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         """Run ``coro`` on the loop and return its result (``TimeoutError`` after ``timeout``)."""
-        self.flush()
-        future = asyncio.run_coroutine_threadsafe(asyncio.wait_for(coro, timeout), self.loop)
-        return future.result()
+        return self.spawn(asyncio.wait_for(coro, timeout)).result()
 
     def spawn(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
-        """Start ``coro`` on the loop; its future, which the caller may wait for or cancel."""
+        """Start ``coro`` on the loop; its future, which the caller may wait for or cancel.
+        After the calls held so far (:meth:`batched`), if any."""
+        self._hand_over()
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
     def spawn_soon(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
@@ -84,6 +84,7 @@ class LoopThread:
         if self._deferring():
             self._calls.append((fn, args))
         else:
+            self._hand_over()
             self.loop.call_soon_threadsafe(fn, *args)
 
     @contextlib.contextmanager
@@ -101,11 +102,18 @@ class LoopThread:
             self.flush()
 
     def flush(self) -> None:
-        """Hand the calls held so far to the loop (before waiting for what they do)."""
+        """Hand the calls held so far to the loop (before waiting for what they do), in a
+        wake-up that keeps the GIL."""
         if not self._calls:
             return
         if _WRITE is None or _WRITE(self._wake_fd, _ONE, len(_ONE)) != len(_ONE):
-            self.loop.call_soon_threadsafe(self._drain)  # the eventfd could not count: anyway
+            self._hand_over()  # the eventfd could not count: the usual way
+
+    def _hand_over(self) -> None:
+        """Queue the calls held so far on the loop now, ahead of what the caller queues next
+        (the eventfd's wake-up reaches the loop only at its next turn, behind it)."""
+        if self._calls:
+            self.loop.call_soon_threadsafe(self._drain)
 
     def _deferring(self) -> bool:
         return self._batching is not None and self._batching == threading.get_ident()
@@ -157,8 +165,8 @@ class LoopThread:
             future.cancel()
 
     def stop(self) -> None:
-        self.flush()
         if self.loop.is_running():
+            self._hand_over()
             self.loop.call_soon_threadsafe(self.loop.stop)
             self._thread.join(timeout=10)
         if not self.loop.is_running():

@@ -115,7 +115,7 @@ class Registrar:
         """Rank 0, once connected: start the registrar (and early registration)."""
         self._queue = asyncio.Queue()
         if self.early is not None:
-            self.parts.loop.loop.call_soon_threadsafe(self.early.activate)
+            self.parts.loop.soon(self.early.activate)
         return self.parts.loop.spawn(self._run())
 
     @property
@@ -148,7 +148,7 @@ class Registrar:
     def stop(self) -> None:
         """Stop the registrar once the steps queued before are registered."""
         if self._queue is not None:
-            self.parts.loop.loop.call_soon_threadsafe(self._queue.put_nowait, None)
+            self.parts.loop.soon(self._queue.put_nowait, None)
 
     def _queue_now(self, entry: Entry, sent: list[Sent]) -> None:
         """Rank 0, loop thread: hand ``entry`` (every block on its worker) to the registrar."""

@@ -138,6 +138,21 @@ def test_stop_closes_the_wake_up_descriptor() -> None:
         os.fstat(fd)
 
 
+def test_a_call_after_a_batch_runs_after_the_batchs_calls(loop: LoopThread) -> None:
+    """The batch's wake-up reaches the loop at its next turn; a call made right after the batch
+    (before the loop woke) must not overtake the calls the batch held."""
+    seen: list[str] = []
+    gate = threading.Event()
+    loop.soon(gate.wait, WAIT)  # the loop thread busy, as when the GIL is the caller's
+    with loop.batched():
+        loop.soon(seen.append, "batched")
+    loop.soon(seen.append, "soon after")
+    future = loop.spawn(_append(seen, "spawned after"))
+    gate.set()
+    assert future.result(timeout=WAIT) == "spawned after"
+    assert seen == ["batched", "soon after", "spawned after"]
+
+
 async def _append(seen: list[str], what: str) -> str:
     seen.append(what)
     return what
