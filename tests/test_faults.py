@@ -484,16 +484,18 @@ def holders(client: Any, array: Any) -> set[str]:
     return set(client.run_on_scheduler(where))
 
 
+@pytest.mark.parametrize("mode", ["async", "sync"])
 @pytest.mark.parametrize("policy", ["continue", "fail"])
 def test_lost_scheduler_detaches_or_fails_within_connect_timeout(
-    tmp_path: Path, policy: str
+    tmp_path: Path, policy: str, mode: str
 ) -> None:
     """Issue 25: the scheduler SIGKILLed mid-run. ``on_scheduler_loss="continue"``: after
     ``connect_timeout`` one error line, then the Bridge sends nothing and the simulation runs to
     its end, exit 0, writing its own files; ``"fail"``: a BridgeError naming the scheduler.
     Either way the one message of a scheduler that has not answered: a registration reset or
     refused meanwhile is the same loss, not a failure of its own, and ``close()`` (``"fail"``)
-    does not call the lost scheduler again."""
+    does not call the lost scheduler again. The same in either ``mode`` (``"sync"`` detached
+    or failed at once on the first refused registration, with a message of its own)."""
     cluster = start_dask(tmp_path)
     done = tmp_path / "done"
     done.mkdir()
@@ -503,6 +505,7 @@ def test_lost_scheduler_detaches_or_fails_within_connect_timeout(
             cluster, "--name", "sloss", "--nsteps", str(nsteps), "--sleep", "0.05",
             "--buffer-nb", "2", "--done", str(done), "--on-scheduler-loss", policy,
             "--connect-timeout", "20",  # the bound after the scheduler's death
+            "--mode", mode,
         )  # fmt: skip
         with cluster.client() as client:
             for step, _ in Adapter(client, timeout=STARTUP)["sloss"].items():

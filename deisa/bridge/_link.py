@@ -38,6 +38,10 @@ if TYPE_CHECKING:
 
 Call = Coroutine[Any, Any, Any]
 
+REGISTER_RETRY_S = 0.5
+"""Seconds between two :meth:`SchedulerLink.register` of a step while the scheduler does not
+answer (until it counts as lost: :meth:`~._workers.WorkerBook.scheduler_lost`)."""
+
 
 class SchedulerLink:
     """The connections of one rank's Bridge, and the scheduler's routes it calls.

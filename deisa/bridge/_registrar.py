@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from ..contract import FULL as FULL_PLAN
 from ..contract import Plan
 from ..wire import Status, step_key_name
+from ._link import REGISTER_RETRY_S
 from ._notices import EarlyRegistration, Notifier
 from ._publisher import Connection, Entry, Sent, registration
 
@@ -208,7 +209,7 @@ class Registrar:
                 logger.debug("deisa bridge: registering step %d failed: %r", entry.step, exc)
                 parts.worker_book.failing(exc)  # the exchange acts once it counts as lost
                 self.progress.set()
-                await asyncio.sleep(0.5)
+                await asyncio.sleep(REGISTER_RETRY_S)
                 continue
             parts.worker_book.answered()
             return reply

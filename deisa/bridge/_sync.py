@@ -32,6 +32,7 @@ from .. import _dask_internals
 from ..contract import Plan
 from ..wire import step_key_name
 from ._collective import BridgeError, on_root, raise_first, reply_problem
+from ._link import REGISTER_RETRY_S
 from ._publisher import PublishTiming, registration
 from ._workers import refuses_connections
 
@@ -164,6 +165,9 @@ class SyncPublisher:
         failed = [(rank, r[2]) for rank, r in enumerate(replies) if isinstance(r[2], _SendFailure)]
         if failed and not retried:
             departed = self._await_departure({failure.worker for _, failure in failed})
+            lost = self.parts.worker_book.scheduler_lost()
+            if lost is not None:  # the workers went with their scheduler: its loss, not theirs
+                return "detached", {**self.parts.fields.collect(), "scheduler_lost": lost}
             rank, failure = failed[0]
             if not departed:
                 raise BridgeError(f"rank {rank}: {failure.message}")
@@ -179,32 +183,54 @@ class SyncPublisher:
             for _, _, r in replies
             if isinstance(r, (_Sent, _SendFailure))
         ]  # a block that failed twice names its departed worker: the scheduler says "lost"
-        try:
-            outcome = self.parts.loop.run(
-                self.link.register(
-                    name=name,
-                    step=step,
-                    blocks=blocks,
-                    timeout=self.parts.options.timeout,
-                    contract=plan.wire(),
-                )
-            )
-        except OSError as exc:
-            if self.parts.options.on_scheduler_loss == "fail":
-                raise
-            self.parts.worker_book.failing(exc)
-            lost = self.link.register_failed(name, step, exc)
-            return "detached", {**self.parts.fields.collect(), "scheduler_lost": lost}
+        outcome = self._register(name, step, blocks, plan)
+        if isinstance(outcome, str):  # every rank fails or detaches at this call (Losses)
+            return "detached", {**self.parts.fields.collect(), "scheduler_lost": outcome}
         kind, message = registration(outcome, name, step, self.parts.options.on_worker_loss)
         if kind == "error":
             raise BridgeError(message)
         return kind, self.parts.fields.collect()
 
+    def _register(
+        self, name: str, step: int, blocks: list[Any], plan: Plan
+    ) -> dict[str, Any] | str:
+        """Rank 0: ``deisa_publish`` of the step: the scheduler's reply, or why the scheduler
+        counts as lost.
+
+        A scheduler that does not answer (an ``OSError``: the connection reset, refused, timed
+        out) is asked again, under either ``on_scheduler_loss``, until it has not answered for
+        ``connect_timeout`` (:meth:`~._workers.WorkerBook.scheduler_lost`): the one message of
+        a lost scheduler, as in ``mode="async"`` (``docs/reliability.md``)."""
+        book = self.parts.worker_book
+        while True:
+            try:
+                outcome: dict[str, Any] = self.parts.loop.run(
+                    self.link.register(
+                        name=name,
+                        step=step,
+                        blocks=blocks,
+                        timeout=self.parts.options.timeout,
+                        contract=plan.wire(),
+                    )
+                )
+            except OSError as exc:
+                book.failing(exc)
+                lost = book.scheduler_lost()
+                if lost is not None:
+                    return lost
+                logger.debug("deisa bridge: registering step %d failed: %r", step, exc)
+                time.sleep(REGISTER_RETRY_S)
+                continue
+            book.answered()
+            return outcome
+
     def _await_departure(self, workers: set[str]) -> bool:
-        """Rank 0: whether the scheduler drops ``workers`` within ``connect_timeout``."""
+        """Rank 0: whether the scheduler drops ``workers`` within ``connect_timeout`` (no
+        longer once it counts as lost itself)."""
         deadline = time.monotonic() + self.parts.options.connect_timeout
-        while workers & set(self.parts.worker_book.latest()):
-            if time.monotonic() > deadline:
+        book = self.parts.worker_book
+        while workers & set(book.latest()):
+            if time.monotonic() > deadline or book.scheduler_lost() is not None:
                 return False
             time.sleep(0.05)
         return True

@@ -1,0 +1,77 @@
+"""deisa.bridge._sync: rank 0's registration of a sync publish when the scheduler does not
+answer, with a link that fails as a dead scheduler's connection does (pure: no MPI, no Dask).
+
+As in ``mode="async"`` (tests/bridge/test_registrar.py): a registration that fails with an
+``OSError`` is made again, under either ``on_scheduler_loss``, until the worker book counts the
+scheduler lost after ``connect_timeout``; then the one message of a lost scheduler. The run with
+a real scheduler SIGKILLed is ``tests/test_faults.py``.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+from conftest import STARTUP
+
+from deisa.bridge._parts import BridgeParts
+from deisa.bridge._sync import SyncPublisher
+from deisa.bridge.options import BridgeOptions
+from deisa.contract import FULL
+from deisa.wire import ok
+
+
+class _Comm:
+    def Get_rank(self) -> int:  # noqa: N802 (mpi4py's name)
+        return 0
+
+
+class _Link:
+    """A scheduler link whose ``register`` raises each of ``failures``, then answers."""
+
+    def __init__(self, failures: list[Exception]) -> None:
+        self.failures = failures
+        self.calls = 0
+        self.lock = threading.Lock()
+
+    async def register(self, **_: Any) -> dict[str, Any]:
+        with self.lock:
+            self.calls += 1
+            if self.failures:
+                raise self.failures.pop(0)
+        return ok()
+
+
+def _publisher(policy: str, link: _Link, lost_after: float) -> SyncPublisher:
+    options = BridgeOptions(mode="sync", on_scheduler_loss=policy, connect_timeout=lost_after)
+    return SyncPublisher(BridgeParts.new(_Comm(), options), link)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("policy", ["continue", "fail"])
+def test_a_reset_registration_is_made_again_and_the_answer_clears_it(policy: str) -> None:
+    link = _Link([ConnectionResetError("reset by peer"), ConnectionRefusedError("refused")])
+    publisher = _publisher(policy, link, STARTUP)
+    try:
+        reply = publisher._register("a", 0, [], FULL)
+    finally:
+        publisher.parts.loop.stop()
+    book = publisher.parts.worker_book
+    assert reply == ok() and link.calls == 3
+    book.lost_after = 0.0
+    assert book.scheduler_lost() is None  # the registration's answer counts as one
+
+
+@pytest.mark.parametrize("policy", ["continue", "fail"])
+def test_a_scheduler_whose_registrations_reset_is_lost_with_the_one_message(policy: str) -> None:
+    """Whatever the policy: the message decides, at the same call on every rank, to fail or
+    detach (``Losses``); not the first reset (``mode="sync"`` did so before)."""
+    link = _Link([ConnectionResetError("reset by peer")] * 1000)
+    publisher = _publisher(policy, link, 1.0)
+    try:
+        lost = publisher._register("a", 0, [], FULL)
+    finally:
+        publisher.parts.loop.stop()
+    assert isinstance(lost, str) and lost.startswith("the scheduler has not answered for")
+    assert "connect_timeout=1 s" in lost and "ConnectionResetError: reset by peer" in lost
+    assert link.calls >= 2  # asked again meanwhile
