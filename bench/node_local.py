@@ -172,9 +172,7 @@ def summarize(reports: list[dict[str, Any]], burst: int = 0) -> dict[str, Any]:
     nbytes = reports[0]["nbytes"]
     bursts = [r["bursts"][burst] for r in reports]
     steps = len(bursts[0]["publish_s"])
-
-    def yardstick(burst: dict[str, Any]) -> float:  # the copies beside the burst
-        return median(burst.get("yardstick_paired_s") or burst["yardstick_s"])
+    copies = [yardstick(b) for b in bursts]
 
     def grown(report: dict[str, Any], field: str) -> float:  # nan: a kernel without the field
         after, before = report["memory_after"].get(field), report["memory_before"].get(field)
@@ -185,8 +183,8 @@ def summarize(reports: list[dict[str, Any]], burst: int = 0) -> dict[str, Any]:
     cpu = [r["start_cpu_s"] for r in reports]
     return {
         "block_mib": nbytes / mib,
-        "memcpy_gibs": median([nbytes / yardstick(b) / gib for b in bursts]),
-        "memcpy_ms": median([1000 * yardstick(b) for b in bursts]),
+        "memcpy_gibs": median([nbytes / copy / gib for copy in copies]),
+        "memcpy_ms": median([1000 * copy for copy in copies]),
         "memcpy_start_ms": median([1000 * r["memcpy_s"] for r in reports]),
         "memcpy_4k_ms": median([1000 * r.get("memcpy_4k_s", nan) for r in reports]),
         "sustained_gibs": median([steps * nbytes / b["sustained_s"] / gib for b in bursts]),
@@ -211,6 +209,12 @@ def summarize(reports: list[dict[str, Any]], burst: int = 0) -> dict[str, Any]:
         "transports": sorted({r["transport"] for r in reports}),
         "slots": {path: sum(b["slots"].get(path, 0) for b in bursts) for path in SLOT_PATHS},
     }
+
+
+def yardstick(burst: dict[str, Any]) -> float:
+    """A burst's memcpy, in seconds: the median of the copies its rank (or Ray's driver) timed
+    beside it, the ones paired with each step's compute where there are some."""
+    return median(burst.get("yardstick_paired_s") or burst["yardstick_s"])
 
 
 def p90(values: list[float]) -> float:
@@ -335,12 +339,12 @@ def ray_rows(args: argparse.Namespace, mib: float, repeat: int) -> list[dict[str
     gib, nbytes = 2**30, result["nbytes"]
     rows = []
     for burst, figures in enumerate(result["bursts"]):
-        steps = len(figures["publish_s"])
+        steps, copy = len(figures["publish_s"]), yardstick(figures)
         rows.append({
             "transport": f"ray {result['ray']}", "mode": "async", "analytics": "taking",
             "repeat": repeat, "burst": burst + 1, "block_mib": nbytes / 2**20,
-            "memcpy_gibs": nbytes / median(figures["yardstick_s"]) / gib,
-            "memcpy_ms": 1000 * median(figures["yardstick_s"]),
+            "memcpy_gibs": nbytes / copy / gib,
+            "memcpy_ms": 1000 * copy,
             "memcpy_start_ms": 1000 * result["memcpy_s"],
             "sustained_gibs": steps * nbytes / figures["sustained_s"] / gib,
             "publish_ms": 1000 * median(figures["publish_s"]),
