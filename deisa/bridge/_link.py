@@ -21,10 +21,12 @@ made, on the caller's thread.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..wire import Route
+from ..wire import Route, Status
 from ._collective import BridgeError
 from ._connect import Pool, connect, route
 from ._publisher import Connection
@@ -36,11 +38,53 @@ if TYPE_CHECKING:
     from .decomposition import Decomposition
     from .options import BridgeOptions
 
+logger = logging.getLogger(__name__)
+
 Call = Coroutine[Any, Any, Any]
 
 REGISTER_RETRY_S = 0.5
 """Seconds between two :meth:`SchedulerLink.register` of a step while the scheduler does not
 answer (until it counts as lost: :meth:`~._workers.WorkerBook.scheduler_lost`)."""
+
+
+async def register_until_answered(
+    link: SchedulerLink,
+    book: WorkerBook,
+    *,
+    give_up: bool,
+    on_failure: Callable[[], None] | None = None,
+    **call: Any,
+) -> dict[str, Any] | str:
+    """Rank 0, loop thread: ``link.register(**call)`` (``deisa_publish`` of one step, in either
+    mode) until the scheduler answers; its reply.
+
+    A call the scheduler refuses (not an ``OSError``: a scheduler without deisa's extension)
+    comes back at once as an error reply that names the step. A scheduler that does not answer
+    (an ``OSError``: the connection reset, refused, timed out) is asked again every
+    :data:`REGISTER_RETRY_S`, under either ``on_scheduler_loss``, ``book`` told of each failure
+    (then ``on_failure``): the book decides the loss after ``connect_timeout`` without an answer
+    (:meth:`~._workers.WorkerBook.scheduler_lost`, ``docs/reliability.md``). With ``give_up``
+    (``mode="sync"``, whose caller waits here) its message is returned then; without
+    (``mode="async"``) the calls go on until cancelled: the exchange acts on the loss.
+    """
+    name, step = call["name"], call["step"]
+    while True:
+        try:
+            reply: dict[str, Any] = await link.register(**call)
+        except OSError as exc:
+            book.failing(exc)
+            if on_failure is not None:
+                on_failure()
+            lost = book.scheduler_lost() if give_up else None
+            if lost is not None:
+                return lost
+            logger.debug("deisa bridge: registering step %d failed: %r", step, exc)
+            await asyncio.sleep(REGISTER_RETRY_S)
+            continue
+        except Exception as exc:
+            return {"status": Status.ERROR.value, "message": link.register_failed(name, step, exc)}
+        book.answered()
+        return reply
 
 
 class SchedulerLink:

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..contract import FULL as FULL_PLAN
 from ..contract import Plan
-from ..wire import Status, step_key_name
-from ._link import REGISTER_RETRY_S
+from ..wire import step_key_name
+from ._link import register_until_answered
 from ._notices import EarlyRegistration, Notifier
 from ._publisher import Connection, Entry, Sent, registration
 
@@ -187,32 +187,16 @@ class Registrar:
             self.progress.set()
 
     async def _register(self, entry: Entry, blocks: list[Any]) -> dict[str, Any]:
-        """``deisa_publish`` of ``entry``; a scheduler that does not answer (an ``OSError``: the
-        connection reset, refused, timed out) is retried, whatever ``on_scheduler_loss``, until
-        the exchange acts on its loss: the worker book decides it, after ``connect_timeout``
-        without an answer, and names it in one message for either policy
-        (:meth:`~._workers.WorkerBook.scheduler_lost`, ``docs/reliability.md``)."""
+        """``deisa_publish`` of ``entry``, asked again while the scheduler does not answer,
+        until the exchange acts on its loss (:func:`~._link.register_until_answered`)."""
         parts = self.parts
-        while True:
-            try:
-                reply = await self.link.register(
-                    name=entry.name,
-                    step=entry.step,
-                    blocks=blocks,
-                    timeout=parts.options.timeout,
-                    contract=plan_of(entry).wire(),
-                )
-            except Exception as exc:
-                if not isinstance(exc, OSError):
-                    message = self.link.register_failed(entry.name, entry.step, exc)
-                    return {"status": Status.ERROR.value, "message": message}
-                logger.debug("deisa bridge: registering step %d failed: %r", entry.step, exc)
-                parts.worker_book.failing(exc)  # the exchange acts once it counts as lost
-                self.progress.set()
-                await asyncio.sleep(REGISTER_RETRY_S)
-                continue
-            parts.worker_book.answered()
-            return reply
+        reply = await register_until_answered(
+            self.link, parts.worker_book, give_up=False, on_failure=self.progress.set,
+            name=entry.name, step=entry.step, blocks=blocks, timeout=parts.options.timeout,
+            contract=plan_of(entry).wire(),
+        )  # fmt: skip
+        assert isinstance(reply, dict)  # without give_up, only a reply ends it
+        return reply
 
 
 def plan_of(entry: Entry) -> Plan:

@@ -32,7 +32,7 @@ from .. import _dask_internals
 from ..contract import Plan
 from ..wire import step_key_name
 from ._collective import BridgeError, on_root, raise_first, reply_problem
-from ._link import REGISTER_RETRY_S
+from ._link import register_until_answered
 from ._publisher import PublishTiming, registration
 from ._workers import refuses_connections
 
@@ -195,34 +195,13 @@ class SyncPublisher:
         self, name: str, step: int, blocks: list[Any], plan: Plan
     ) -> dict[str, Any] | str:
         """Rank 0: ``deisa_publish`` of the step: the scheduler's reply, or why the scheduler
-        counts as lost.
-
-        A scheduler that does not answer (an ``OSError``: the connection reset, refused, timed
-        out) is asked again, under either ``on_scheduler_loss``, until it has not answered for
-        ``connect_timeout`` (:meth:`~._workers.WorkerBook.scheduler_lost`): the one message of
-        a lost scheduler, as in ``mode="async"`` (``docs/reliability.md``)."""
-        book = self.parts.worker_book
-        while True:
-            try:
-                outcome: dict[str, Any] = self.parts.loop.run(
-                    self.link.register(
-                        name=name,
-                        step=step,
-                        blocks=blocks,
-                        timeout=self.parts.options.timeout,
-                        contract=plan.wire(),
-                    )
-                )
-            except OSError as exc:
-                book.failing(exc)
-                lost = book.scheduler_lost()
-                if lost is not None:
-                    return lost
-                logger.debug("deisa bridge: registering step %d failed: %r", step, exc)
-                time.sleep(REGISTER_RETRY_S)
-                continue
-            book.answered()
-            return outcome
+        counts as lost (asked again until then: :func:`~._link.register_until_answered`), the
+        one message of a lost scheduler, as in ``mode="async"`` (``docs/reliability.md``)."""
+        registering = register_until_answered(
+            self.link, self.parts.worker_book, give_up=True, name=name, step=step,
+            blocks=blocks, timeout=self.parts.options.timeout, contract=plan.wire(),
+        )  # fmt: skip
+        return self.parts.loop.run(registering)
 
     def _await_departure(self, workers: set[str]) -> bool:
         """Rank 0: whether the scheduler drops ``workers`` within ``connect_timeout`` (no

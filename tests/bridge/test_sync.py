@@ -42,6 +42,9 @@ class _Link:
                 raise self.failures.pop(0)
         return ok()
 
+    def register_failed(self, name: str, step: int, exc: BaseException) -> str:
+        return f"registering step {step} of {name!r} failed: {type(exc).__name__}: {exc}"
+
 
 def _publisher(policy: str, link: _Link, lost_after: float) -> SyncPublisher:
     options = BridgeOptions(mode="sync", on_scheduler_loss=policy, connect_timeout=lost_after)
@@ -75,3 +78,17 @@ def test_a_scheduler_whose_registrations_reset_is_lost_with_the_one_message(poli
     assert isinstance(lost, str) and lost.startswith("the scheduler has not answered for")
     assert "connect_timeout=1 s" in lost and "ConnectionResetError: reset by peer" in lost
     assert link.calls >= 2  # asked again meanwhile
+
+
+def test_a_registration_the_scheduler_refuses_fails_at_once_naming_the_step() -> None:
+    """Not an OSError (what a scheduler without deisa's extension raises): no retry, and the
+    error names the step, as in ``mode="async"`` (it raised the bare exception before)."""
+    link = _Link([ValueError("no route deisa_publish")])
+    publisher = _publisher("continue", link, STARTUP)
+    try:
+        reply = publisher._register("a", 3, [], FULL)
+    finally:
+        publisher.parts.loop.stop()
+    assert isinstance(reply, dict) and reply["status"] == "error" and link.calls == 1
+    why = "ValueError: no route deisa_publish"
+    assert reply["message"] == f"registering step 3 of 'a' failed: {why}"
