@@ -202,7 +202,7 @@ class Channel(WarmRing):
             with self._lock:
                 while self.broken is None and not self._work():
                     # a slot the worker gives back says nothing: look again while one is held
-                    polls = self._awaiting_slot() or self._pool_waits()
+                    polls = self._awaiting_slot() or self._pool_waits() or self._warm_held()
                     self._lock.wait(POLL_S if polls else None)
                 if self.broken is not None:
                     return
@@ -271,6 +271,12 @@ class Channel(WarmRing):
         if not self._want:
             return False
         return self._ready(self._want) < SPARE and any(s.head[0] != FREE for s in self.slots)
+
+    def _warm_held(self) -> bool:
+        """Under the lock: the worker holds a slot of the pool that is not mapped here (a
+        burst's fresh slot, written unmapped, then adopted): mapped once it comes back, before
+        the next burst, which would otherwise map it beside a copy."""
+        return any(s.warm and not s.prepared and not s.taken and not s.free for s in self.slots)
 
     def _surplus(self) -> list[Slot]:
         """Under the lock: the free slots out of the pool past :data:`KEEP_FREE` free ones,

@@ -330,6 +330,44 @@ def test_the_pool_grows_between_bursts_while_the_worker_keeps_its_last_steps(
         theirs.close()
 
 
+def test_a_burst_s_slots_given_back_after_it_are_mapped_before_the_next(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A burst's fresh slots (written unmapped) adopted by a pool they fill to its budget, a
+    slot ready beside them: when the worker gives them back after the burst, with no publish
+    to wake the channel's thread, the thread maps them anyway (it looks while the worker holds
+    a pool slot not mapped here), so that the next burst finds them ready instead of mapping
+    one beside its first copy (docs/benchmarks.md, section 16)."""
+    monkeypatch.setattr(_shm_pool, "page_kind", lambda nbytes, *_: (SMALL, 2 * MIB))
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    channel = _shm.Channel("w", ours, Pool(4 * slot_bytes(MIB)))
+    try:
+        burst = [channel.take(MIB, mapped=False) for _ in "abc"]
+        ready = channel.take(MIB)  # mapped: a spare, free once given back unused
+        assert ready is not None and ready.prepared
+        channel.untake(ready)
+        for slot in burst:
+            assert slot is not None and not slot.prepared
+            slot.mark_shared()  # put() sent its fd to the worker
+            slot.hand_over()  # the worker holds the burst
+            channel.untake(slot)
+        channel.settle()  # the last publish's
+        poll_for(lambda: all(x.warm for x in channel.slots) and ready.prepared, STARTUP)
+        with channel._lock:  # a slot ready, the budget full: nothing else to wait for
+            assert len(channel.slots) == 4
+            assert not channel._awaiting_slot() and not channel._pool_waits()
+        for slot in burst:
+            assert slot is not None
+            slot.hand_over(False)  # the analytics drained the burst; no settle() follows
+        poll_for(lambda: all(x.prepared and x.free for x in channel.slots), STARTUP)
+        with channel._lock:  # all mapped and free: the thread rests
+            assert not channel._work() and not channel._warm_held()
+    finally:
+        channel._break("closed")
+        ours.close()
+        theirs.close()
+
+
 def test_population_goes_chunk_by_chunk_to_the_end(monkeypatch: pytest.MonkeyPatch) -> None:
     """The pages of a slot are populated by ``madvise`` calls of POPULATE_CHUNK (the mmap lock
     is released between them), every page of it."""
