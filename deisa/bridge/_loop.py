@@ -65,8 +65,13 @@ class LoopThread:
 
     def spawn(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
         """Start ``coro`` on the loop; its future, which the caller may wait for or cancel.
-        After the calls held so far (:meth:`batched`), if any."""
+        After the calls held so far (:meth:`batched`), if any; from the loop thread, without
+        a wake-up (as :meth:`soon`)."""
         self._hand_over()
+        if threading.get_ident() == self._thread.ident:
+            future: concurrent.futures.Future[T] = concurrent.futures.Future()
+            self.loop.call_soon(self._start, coro, future)
+            return future
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
     def spawn_soon(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
@@ -80,11 +85,15 @@ class LoopThread:
 
     def soon(self, fn: Callable[..., Any], *args: Any) -> None:
         """Call ``fn(*args)`` on the loop (``call_soon_threadsafe``), at the end of the caller's
-        :meth:`batched` if it is in one."""
+        :meth:`batched` if it is in one; from the loop thread itself, ``call_soon`` (no
+        wake-up to write and read: a send's completion tells rank 0 so, once a step)."""
         if self._deferring():
             self._calls.append((fn, args))
+            return
+        self._hand_over()
+        if threading.get_ident() == self._thread.ident:
+            self.loop.call_soon(fn, *args)
         else:
-            self._hand_over()
             self.loop.call_soon_threadsafe(fn, *args)
 
     @contextlib.contextmanager

@@ -134,7 +134,7 @@ class Registrar:
         """Loop thread: this rank's block of publication ``seq`` is on ``worker``."""
         parts = self.parts
         if self.early is not None:
-            parts.loop.loop.call_soon_threadsafe(self.early.sent, seq, parts.rank, nbytes, worker)
+            parts.loop.soon(self.early.sent, seq, parts.rank, nbytes, worker)
         elif self.notices is not None:
             parts.loop.spawn(self.notices.notify(seq, nbytes, worker))
 

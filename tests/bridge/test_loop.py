@@ -52,6 +52,33 @@ def test_outside_a_batch_the_calls_go_at_once(loop: LoopThread) -> None:
     assert seen == ["now", "also"]
 
 
+def test_a_call_made_on_the_loop_thread_writes_no_wake_up(loop: LoopThread) -> None:
+    """From the loop thread itself (a send's completion telling rank 0), ``soon`` and ``spawn``
+    queue without writing the loop's self-pipe; from another thread they still wake it."""
+    seen: list[str] = []
+    writes: list[int] = []
+    real = loop.loop._write_to_self  # type: ignore[attr-defined]
+
+    def counted() -> None:
+        writes.append(threading.get_ident())
+        real()
+
+    loop.loop._write_to_self = counted  # type: ignore[attr-defined]
+
+    def on_the_loop() -> None:
+        loop.soon(seen.append, "from the loop")
+        spawned.append(loop.spawn(_append(seen, "spawned there")))
+        seen.append("first")
+
+    spawned: list[concurrent.futures.Future[str]] = []
+    loop.soon(on_the_loop)
+    on_loop(loop)
+    assert spawned[0].result(timeout=WAIT) == "spawned there"
+    assert seen == ["first", "from the loop", "spawned there"]
+    assert writes  # this thread's calls woke the loop
+    assert all(ident != loop._thread.ident for ident in writes)  # the loop's own call did not
+
+
 def test_flush_hands_the_calls_over_inside_the_batch(loop: LoopThread) -> None:
     seen: list[str] = []
     with loop.batched():
