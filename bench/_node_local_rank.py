@@ -152,6 +152,7 @@ def main() -> None:
     parser.add_argument("--pause-s", type=float, default=5.0)
     parser.add_argument("--pool-mib", default="none", help="shm_pool_mib (none: the default)")
     parser.add_argument("--taken", type=Path, help="the analytics' count of steps taken")
+    parser.add_argument("--max-in-flight", type=int, help="max_in_flight (the Bridge's default)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     comm = MPI.COMM_WORLD
@@ -169,9 +170,10 @@ def main() -> None:
 
     spec = ArraySpec(block.dtype, (size * rows, cols), (rank * rows, 0), block.shape)
     pool = None if args.pool_mib == "none" else float(args.pool_mib)
+    given = {} if args.max_in_flight is None else {"max_in_flight": args.max_in_flight}
     bridge = Bridge(
         args.scheduler_file, {args.name: spec}, mode=args.mode, transport=args.transport,
-        connect_timeout=300, shm_pool_mib=pool,
+        connect_timeout=300, shm_pool_mib=pool, **given,
     )  # fmt: skip
     for step in range(2):
         bridge.publish(args.name, block, step)
@@ -188,6 +190,7 @@ def main() -> None:
         bursts.append(sustain(bridge, comm, args, block, steps, into))
     after = memory()
     transport, pool_summary = bridge.transport, bridge.shm_pool
+    max_in_flight = bridge.options.max_in_flight
     bridge.close()
     report = {
         "rank": rank,
@@ -200,6 +203,7 @@ def main() -> None:
         "memory_before": before,
         "memory_after": after,
         "transport": transport,
+        "max_in_flight": max_in_flight,
         "pool": pool_summary,
         "cpus": sorted(os.sched_getaffinity(0)),
     }

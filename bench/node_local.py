@@ -145,6 +145,7 @@ def run_once(
             "0" if transport.endswith("-no-pool") else
             str(pool_mib(args.pool_blocks, mib)) if args.pool_blocks else args.pool_mib,
             *(["--taken", str(taken)] if analytics == "taking" else []),
+            *(["--max-in-flight", str(args.max_in_flight)] if args.max_in_flight else []),
         ]  # fmt: skip
         env = child_env()
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900,
@@ -197,6 +198,7 @@ def summarize(reports: list[dict[str, Any]], burst: int = 0) -> dict[str, Any]:
         "wall_s": max(b["wall_s"] for b in bursts),
         "compute_s": max(b["compute_s"] for b in bursts),
         "pool_mib": reports[0]["pool"]["peak_mib"],
+        "max_in_flight": reports[0]["max_in_flight"],
         "pool_pages": reports[0]["pool"]["pages"],
         "pool_shrunk": [r["pool"]["shrunk"] for r in reports if r["pool"]["shrunk"]],
         "rss_added_mib": added[0],
@@ -244,6 +246,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                         help="shm_pool_mib of each rank (none: the Bridge's default)")  # fmt: skip
     parser.add_argument("--pool-blocks", type=int, default=0,
                         help="shm_pool_mib of each rank: this many slots of a block")  # fmt: skip
+    parser.add_argument("--max-in-flight", type=int,
+                        help="max_in_flight of each rank (default: the Bridge's)")  # fmt: skip
     parser.add_argument("--analytics-first", action="store_true",
                         help="an Adapter connects before the first run (with "
                              "--no-worker-preload: it installs the workers' plugin)")  # fmt: skip
@@ -389,7 +393,8 @@ def report(args: argparse.Namespace, rows: list[dict[str, Any]], load_before: li
     return finish(args.out, "node_local", targets(args, medians), rows=rows, ranks=args.ranks,
                   workers=args.workers, steps=args.steps, compute_ms=args.compute_ms,
                   bursts=args.bursts, pause_s=args.pause_s, pool_mib=args.pool_mib,
-                  pool_blocks=args.pool_blocks, analytics_first=args.analytics_first,
+                  pool_blocks=args.pool_blocks, max_in_flight=args.max_in_flight,
+                  analytics_first=args.analytics_first,
                   warm_up_s=args.warm_up_s, worker_preload=args.worker_preload,
                   bytecode=args.bytecode, cores=args.cores["description"],
                   cores_separate=args.cores["separate"],

@@ -339,7 +339,8 @@ def test_tls_startup_times_both_protocols(tmp_path: Path) -> None:
 @pytest.mark.timeout(600)
 def test_node_local_runs_both_transports_side_by_side(tmp_path: Path) -> None:
     args = ["--sizes", "1", "--steps", "3", "--repeat", "1", "--ranks", "2", "--compute-ms", "5",
-            "--bursts", "2", "--pause-s", "0.2", "--pool-blocks", "4"]  # fmt: skip
+            "--bursts", "2", "--pause-s", "0.2", "--pool-blocks", "4",
+            "--max-in-flight", "3"]  # fmt: skip
     cmd = [sys.executable, "-m", "bench.node_local", *args, "--out", str(tmp_path)]
     proc = subprocess.run(cmd, cwd=REPO, env=test_env(), capture_output=True, text=True)
     assert proc.returncode in (0, 1), proc.stderr[-3000:]  # 1: a target missed, as printed
@@ -362,6 +363,7 @@ def test_node_local_runs_both_transports_side_by_side(tmp_path: Path) -> None:
     assert placed == {("tcp", "taking"): 0, ("tcp", "behind"): 0,
                       ("shared memory", "taking"): 6, ("shared memory", "behind"): 6}  # fmt: skip
     assert result["compute_ms"] == 5 and "copy of memcpy" in proc.stdout
+    assert result["max_in_flight"] == 3 and {r["max_in_flight"] for r in result["rows"]} == {3}
     # two bursts per run; the warm pool of shared memory holds slots where a burst outran the
     # worker (steps 5 ms apart: some run does), never at the start or in a steady state
     assert sorted({r["burst"] for r in result["rows"]}) == [1, 2]
