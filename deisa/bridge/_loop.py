@@ -68,7 +68,7 @@ class LoopThread:
         After the calls held so far (:meth:`batched`), if any; from the loop thread, without
         a wake-up (as :meth:`soon`)."""
         self._hand_over()
-        if threading.get_ident() == self._thread.ident:
+        if self.on_loop:
             future: concurrent.futures.Future[T] = concurrent.futures.Future()
             self.loop.call_soon(self._start, coro, future)
             return future
@@ -91,10 +91,15 @@ class LoopThread:
             self._calls.append((fn, args))
             return
         self._hand_over()
-        if threading.get_ident() == self._thread.ident:
+        if self.on_loop:
             self.loop.call_soon(fn, *args)
         else:
             self.loop.call_soon_threadsafe(fn, *args)
+
+    @property
+    def on_loop(self) -> bool:
+        """Whether the caller is the loop thread."""
+        return threading.get_ident() == self._thread.ident
 
     @contextlib.contextmanager
     def batched(self) -> Iterator[None]:

@@ -131,9 +131,13 @@ class Registrar:
             self.parts.loop.soon(self.early.known, entry)
 
     def sent(self, seq: int, nbytes: int, worker: str) -> None:
-        """Loop thread: this rank's block of publication ``seq`` is on ``worker``."""
+        """Loop thread (or the main thread, for a send done before it looked): this rank's
+        block of publication ``seq`` is on ``worker``. Rank 0 takes it at once on the loop
+        thread (its early registration may queue the step now, not a loop turn later)."""
         parts = self.parts
-        if self.early is not None:
+        if self.early is not None and parts.loop.on_loop:
+            self.early.sent(seq, parts.rank, nbytes, worker)
+        elif self.early is not None:
             parts.loop.soon(self.early.sent, seq, parts.rank, nbytes, worker)
         elif self.notices is not None:
             parts.loop.spawn(self.notices.notify(seq, nbytes, worker))

@@ -18,7 +18,6 @@ from __future__ import annotations
 import array
 import asyncio
 import collections
-import contextlib
 import logging
 import socket
 import threading
@@ -82,7 +81,7 @@ class Channel(WarmRing):
         self._next_id = 0
         self._next_put = 0
         self._waiting: dict[int, asyncio.Future[dict[str, Any]]] = {}
-        self._reader: asyncio.Task[None] | None = None
+        self._reading: asyncio.AbstractEventLoop | None = None  # the loop that reads the socket
         self._retired: collections.deque[int] = collections.deque()  # to drop on the worker
         self._want = 0  # bytes of the last block: the size of the spare slot to prepare
         self._unmap_later: set[Slot] = set()
@@ -116,7 +115,8 @@ class Channel(WarmRing):
             sock.close()
             return None
         channel = cls(worker, sock, pool)
-        channel._reader = asyncio.ensure_future(channel._read())
+        channel._reading = loop
+        loop.add_reader(sock, channel._readable)
         return channel
 
     # -- any thread --------------------------------------------------------------------------
@@ -354,21 +354,29 @@ class Channel(WarmRing):
                 self.sock, encode(op="drop", id=self._retired.popleft())
             )
 
-    async def _read(self) -> None:
-        loop = asyncio.get_running_loop()
-        try:
-            while True:
-                data = await loop.sock_recv(self.sock, MAX_MESSAGE)
+    def _readable(self) -> None:
+        """The loop thread, the socket readable: the worker's answers there, each to the put
+        waiting for it, in the same loop turn (no task of its own to wake per answer)."""
+        while True:
+            try:
+                data = self.sock.recv(MAX_MESSAGE)
                 if not data:
                     raise ConnectionResetError("the worker closed the channel")
                 answer = decode(data)
-                waiting = self._waiting.get(int(answer.get("id", -1)))
-                if waiting is not None and not waiting.done():
-                    waiting.set_result(answer)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            self._break(f"{type(exc).__name__}: {exc}")
+            except (BlockingIOError, InterruptedError):
+                return
+            except Exception as exc:
+                self._stop_reading()
+                self._break(f"{type(exc).__name__}: {exc}")
+                return
+            waiting = self._waiting.get(int(answer.get("id", -1)))
+            if waiting is not None and not waiting.done():
+                waiting.set_result(answer)
+
+    def _stop_reading(self) -> None:
+        loop, self._reading = self._reading, None
+        if loop is not None and not loop.is_closed():
+            loop.remove_reader(self.sock)
 
     def _check(self) -> None:
         if self.broken is not None:
@@ -389,10 +397,7 @@ class Channel(WarmRing):
     async def close(self) -> None:
         """Close the socket and this rank's mappings (the worker keeps what it holds)."""
         self._break("closed")
-        if self._reader is not None:
-            self._reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._reader
+        self._stop_reading()
         self.sock.close()
         with self._lock:
             for slot in self.slots:

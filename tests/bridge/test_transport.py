@@ -284,6 +284,9 @@ async def test_a_worker_that_closes_is_a_connection_error(c, s, a, b) -> None:
         assert slot is not None
         await c.unregister_worker_plugin(SharedMemoryPlugin.name)  # the listener goes
         await async_poll_for(lambda: channel.broken is not None, STARTUP)
+        # found by the socket's reader, which stops there (no callback on a dead socket)
+        assert channel.broken == "ConnectionResetError: the worker closed the channel"
+        assert channel._reading is None
         with pytest.raises(OSError, match="shared-memory channel to worker"):
             await channel.put(slot, key(1), (8,), np.dtype("f8"))
         assert channel.take(64) is None and not transport.node_local(a.address)
