@@ -93,6 +93,10 @@ def sustain(
     placed = logging.getLogger("deisa.bridge.transport")
     placed.addHandler(slots)
     placed.setLevel(logging.DEBUG)
+    # the debug lines counted here are the benchmark's, not the Bridge's cost: no caller lookup
+    # (a walk of the stack per line), thread or process names (the logging HOWTO's Optimization)
+    logging._srcfile = None
+    logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     yardstick = memcpy_times(block, repeat=YARDSTICK, into=into)
     comm.Barrier()
     durations, cpu, switches, paired = [], [], [], []
