@@ -52,6 +52,10 @@ KEEP_FREE = 2
 memory of a burst). The warm pool's slots (:mod:`._shm_pool`) stay, free or not."""
 POLL_S = 0.005
 """How often the preparer looks for a slot the worker has given back, while it waits for one."""
+WARM_POLL_S = 0.05
+"""How often the preparer looks for a pool slot the worker gives back that is not mapped here
+(to map it before the next burst: slower than :data:`POLL_S`, as an analytics may hold its last
+steps for the whole run)."""
 HANDSHAKE_S = 10.0
 """Seconds the worker's listener may take to answer ``hello`` (it answers from its event
 loop, which a busy worker runs late)."""
@@ -202,8 +206,8 @@ class Channel(WarmRing):
             with self._lock:
                 while self.broken is None and not self._work():
                     # a slot the worker gives back says nothing: look again while one is held
-                    polls = self._awaiting_slot() or self._pool_waits() or self._warm_held()
-                    self._lock.wait(POLL_S if polls else None)
+                    polls = self._awaiting_slot() or self._pool_waits()
+                    self._lock.wait(POLL_S if polls else WARM_POLL_S if self._warm_held() else None)
                 if self.broken is not None:
                     return
                 self._shrink()
