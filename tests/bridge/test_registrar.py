@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import Any
 
 import pytest
 from conftest import STARTUP
 from distributed.utils_test import async_poll_for
+from failing_link import FailingLink, RankZeroComm
 
 from deisa.bridge._parts import BridgeParts
 from deisa.bridge._publisher import Entry
@@ -24,40 +24,16 @@ from deisa.bridge.options import BridgeOptions
 from deisa.wire import ok
 
 
-class _Comm:
-    def Get_rank(self) -> int:  # noqa: N802 (mpi4py's name)
-        return 0
-
-
-class _Link:
-    """A scheduler link whose ``register`` raises each of ``failures``, then answers."""
-
-    address = "tcp://127.0.0.1:8786"
-
-    def __init__(self, failures: list[Exception]) -> None:
-        self.failures = failures
-        self.calls = 0
-
-    async def register(self, **_: Any) -> dict[str, Any]:
-        self.calls += 1
-        if self.failures:
-            raise self.failures.pop(0)
-        return ok()
-
-    def register_failed(self, name: str, step: int, exc: BaseException) -> str:
-        return f"registering step {step} of {name!r} failed: {type(exc).__name__}: {exc}"
-
-
-def _registrar(policy: str, link: _Link, lost_after: float) -> Registrar:
+def _registrar(policy: str, link: FailingLink, lost_after: float) -> Registrar:
     options = BridgeOptions(on_scheduler_loss=policy, connect_timeout=lost_after)
-    return Registrar(BridgeParts.new(_Comm(), options), link, threading.Event())  # type: ignore[arg-type]
+    return Registrar(BridgeParts.new(RankZeroComm(), options), link, threading.Event())  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("policy", ["continue", "fail"])
 def test_a_reset_registration_is_made_again_and_the_scheduler_answering_clears_it(
     policy: str,
 ) -> None:
-    link = _Link([ConnectionResetError("reset by peer"), ConnectionRefusedError("refused")])
+    link = FailingLink([ConnectionResetError("reset by peer"), ConnectionRefusedError("refused")])
     registrar = _registrar(policy, link, STARTUP)
     try:
         reply = asyncio.run(registrar._register(Entry(0, "a", 0, 0), []))
@@ -74,7 +50,7 @@ def test_a_reset_registration_is_made_again_and_the_scheduler_answering_clears_i
 def test_a_scheduler_whose_registrations_reset_is_lost_with_the_one_message(policy: str) -> None:
     """The book's message, whatever the policy; the registration goes on meanwhile (the
     exchange acts on the loss: fails or detaches every rank at the same call)."""
-    link = _Link([ConnectionResetError("reset by peer")] * 1000)
+    link = FailingLink([ConnectionResetError("reset by peer")] * 1000)
     registrar = _registrar(policy, link, 0.5)
     book = registrar.parts.worker_book
 
@@ -95,7 +71,7 @@ def test_a_scheduler_whose_registrations_reset_is_lost_with_the_one_message(poli
 
 def test_a_registration_the_scheduler_refuses_fails_at_once() -> None:
     """Not an OSError (here, what a scheduler without deisa's extension raises): no retry."""
-    link = _Link([ValueError("no route deisa_publish")])
+    link = FailingLink([ValueError("no route deisa_publish")])
     registrar = _registrar("continue", link, STARTUP)
     try:
         reply = asyncio.run(registrar._register(Entry(0, "a", 3, 0), []))

@@ -9,11 +9,9 @@ a real scheduler SIGKILLed is ``tests/test_faults.py``.
 
 from __future__ import annotations
 
-import threading
-from typing import Any
-
 import pytest
 from conftest import STARTUP
+from failing_link import FailingLink, RankZeroComm
 
 from deisa.bridge._parts import BridgeParts
 from deisa.bridge._sync import SyncPublisher
@@ -22,38 +20,14 @@ from deisa.contract import FULL
 from deisa.wire import ok
 
 
-class _Comm:
-    def Get_rank(self) -> int:  # noqa: N802 (mpi4py's name)
-        return 0
-
-
-class _Link:
-    """A scheduler link whose ``register`` raises each of ``failures``, then answers."""
-
-    def __init__(self, failures: list[Exception]) -> None:
-        self.failures = failures
-        self.calls = 0
-        self.lock = threading.Lock()
-
-    async def register(self, **_: Any) -> dict[str, Any]:
-        with self.lock:
-            self.calls += 1
-            if self.failures:
-                raise self.failures.pop(0)
-        return ok()
-
-    def register_failed(self, name: str, step: int, exc: BaseException) -> str:
-        return f"registering step {step} of {name!r} failed: {type(exc).__name__}: {exc}"
-
-
-def _publisher(policy: str, link: _Link, lost_after: float) -> SyncPublisher:
+def _publisher(policy: str, link: FailingLink, lost_after: float) -> SyncPublisher:
     options = BridgeOptions(mode="sync", on_scheduler_loss=policy, connect_timeout=lost_after)
-    return SyncPublisher(BridgeParts.new(_Comm(), options), link)  # type: ignore[arg-type]
+    return SyncPublisher(BridgeParts.new(RankZeroComm(), options), link)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("policy", ["continue", "fail"])
 def test_a_reset_registration_is_made_again_and_the_answer_clears_it(policy: str) -> None:
-    link = _Link([ConnectionResetError("reset by peer"), ConnectionRefusedError("refused")])
+    link = FailingLink([ConnectionResetError("reset by peer"), ConnectionRefusedError("refused")])
     publisher = _publisher(policy, link, STARTUP)
     try:
         reply = publisher._register("a", 0, [], FULL)
@@ -69,7 +43,7 @@ def test_a_reset_registration_is_made_again_and_the_answer_clears_it(policy: str
 def test_a_scheduler_whose_registrations_reset_is_lost_with_the_one_message(policy: str) -> None:
     """Whatever the policy: the message decides, at the same call on every rank, to fail or
     detach (``Losses``); not the first reset (``mode="sync"`` did so before)."""
-    link = _Link([ConnectionResetError("reset by peer")] * 1000)
+    link = FailingLink([ConnectionResetError("reset by peer")] * 1000)
     publisher = _publisher(policy, link, 1.0)
     try:
         lost = publisher._register("a", 0, [], FULL)
@@ -83,7 +57,7 @@ def test_a_scheduler_whose_registrations_reset_is_lost_with_the_one_message(poli
 def test_a_registration_the_scheduler_refuses_fails_at_once_naming_the_step() -> None:
     """Not an OSError (what a scheduler without deisa's extension raises): no retry, and the
     error names the step, as in ``mode="async"`` (it raised the bare exception before)."""
-    link = _Link([ValueError("no route deisa_publish")])
+    link = FailingLink([ValueError("no route deisa_publish")])
     publisher = _publisher("continue", link, STARTUP)
     try:
         reply = publisher._register("a", 3, [], FULL)
