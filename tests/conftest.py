@@ -309,7 +309,7 @@ PROCESS_FIXTURES = frozenset(
 # Tests that start processes themselves (mpirun, deisa-run, python subprocesses) rather than
 # through a fixture: every test of a module (None), or the tests named.
 PROCESS_TESTS: dict[str, frozenset[str] | None] = {
-    "test_analytics_scripts": None,
+    "test_examples": None,
     "test_async_publish": None,
     "test_bench": None,
     "test_bench_contracts": None,

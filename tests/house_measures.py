@@ -10,7 +10,7 @@
 - **names defined twice**: the top-level classes, functions and constants (``UPPER_CASE``) of
   deisa/ defined (not imported) in more than one module;
 - **docs paths that do not exist**: every ``path/with.ext`` or ``deisa.dotted.name`` that
-  README.md, docs/*.md, plugin/README.md, bench/README.md or tests/README.md cite in backquotes,
+  README.md, docs/*.md, plugin/pdi/README.md, bench/README.md or tests/README.md cite in backquotes,
   that names no file, module or name of the tree (``tests/test_layout.py`` holds it to 0);
 - **a block's way** (``--block``): a scheduler, one worker (preloading ``deisa.worker``), one
   rank under mpirun (``mode="async"``, shared memory: the defaults) and an analytics process,
@@ -44,7 +44,7 @@ PACKAGE = REPO / "deisa"
 DOCS = [
     REPO / "README.md",
     *sorted((REPO / "docs").glob("*.md")),
-    REPO / "plugin" / "README.md",
+    REPO / "plugin" / "pdi" / "README.md",
     REPO / "bench" / "README.md",
     REPO / "tests" / "README.md",
 ]

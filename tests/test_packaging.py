@@ -5,7 +5,7 @@ it uses (``spack.package``'s directives, and the ``PythonPackage`` base class wh
 keeps it, ``spack_repo.builtin.build_systems.python``, or where older Spack did), which records
 each directive. Its version, its Python dependencies and their versions must be
 pyproject.toml's, each optional extra (but ``test``) a variant of the same name; ``+plugin``
-builds and installs the plugin with the CMake target and component that plugin/CMakeLists.txt
+builds and installs the plugin with the CMake target and component that plugin/pdi/CMakeLists.txt
 defines, and puts its directory on ``PDI_PLUGIN_PATH``.
 """
 

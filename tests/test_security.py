@@ -148,7 +148,7 @@ scheduler_file, out, nsteps = sys.argv[1], sys.argv[2], int(sys.argv[3])
 holds = [int(s) for s in sys.argv[4].split(",") if s]
 rank = MPI.COMM_WORLD.Get_rank()
 logging.basicConfig(filename=f"{out}/log-{rank}.txt", level=logging.WARNING)
-logging.getLogger("deisa.bridge._notices").setLevel(logging.DEBUG)
+logging.getLogger("deisa.bridge.registration.notices").setLevel(logging.DEBUG)
 spec = ArraySpec("float64", global_shape=(4, 3), start=(2 * rank, 0), shape=(2, 3))
 x, y = np.indices((2, 3))
 report = {"rank": rank}

@@ -48,12 +48,12 @@ from ._publisher import (
     RankReport,
     RootReport,
 )
-from ._registrar import Registrar, plan_of
+from .registration.registrar import Registrar, plan_of
 
 if TYPE_CHECKING:
-    from ._link import SchedulerLink
-    from ._notices import EarlyRegistration
     from ._parts import BridgeParts
+    from .link.scheduler import SchedulerLink
+    from .registration.notices import EarlyRegistration
 
 logger = logging.getLogger(__name__)
 
@@ -340,7 +340,7 @@ class AsyncPublisher:
         """Give back the buffers of sends done; forget the sends reported and registered.
 
         The slots given back are unmapped by their channel's thread at the next
-        :meth:`~deisa.bridge.transport.Transport.settle`: after the next copy, or while this
+        :meth:`~deisa.bridge.shm.transport.Transport.settle`: after the next copy, or while this
         rank waits, never beside a copy (on 2 cores, a munmap of 64 MiB there halved the copy's
         speed; docs/benchmarks.md, section 16)."""
         registered = self.ledger.registered

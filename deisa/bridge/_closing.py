@@ -8,12 +8,12 @@ from typing import TYPE_CHECKING, Any
 
 from ..wire import is_ok
 from ._collective import BridgeError
-from ._shm_pool import pool_totals
+from .shm.pool import pool_totals
 
 if TYPE_CHECKING:
     from ._async import AsyncPublisher
-    from ._link import SchedulerLink
     from ._parts import BridgeParts
+    from .link.scheduler import SchedulerLink
 
 logger = logging.getLogger(__name__)
 

@@ -8,15 +8,15 @@ import logging
 from typing import TYPE_CHECKING
 
 from ._collective import check_arrays, names_disagree, on_root, raise_first
-from ._shm_pool import by_node
 from .placement import needs_hosts, this_host
+from .shm.pool import by_node
 
 if TYPE_CHECKING:
     from ._async import AsyncPublisher
-    from ._link import SchedulerLink
     from ._parts import BridgeParts
     from ._publisher import Connection
     from .decomposition import ArraySpec
+    from .link.scheduler import SchedulerLink
 
 logger = logging.getLogger(__name__)
 

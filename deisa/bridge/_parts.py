@@ -17,10 +17,10 @@ from ._arrays import Arrays
 from ._collective import ExchangeFields
 from ._loop import LoopThread
 from ._steps import StepBook, Timings
-from ._workers import Detachment, Routing, WorkerBook
 from .contracts import ContractBook
+from .link.workers import Detachment, Routing, WorkerBook
 from .options import BridgeOptions
-from .transport import Transport
+from .shm.transport import Transport
 
 
 @dataclass(frozen=True)

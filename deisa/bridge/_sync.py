@@ -32,13 +32,13 @@ from .. import _dask_internals
 from ..contract import Plan
 from ..wire import step_key_name
 from ._collective import BridgeError, on_root, raise_first, reply_problem
-from ._link import register_until_answered
 from ._publisher import PublishTiming, registration
-from ._workers import refuses_connections
+from .link.scheduler import register_until_answered
+from .link.workers import refuses_connections
 
 if TYPE_CHECKING:
-    from ._link import SchedulerLink
     from ._parts import BridgeParts
+    from .link.scheduler import SchedulerLink
 
 logger = logging.getLogger(__name__)
 

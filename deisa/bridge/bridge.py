@@ -43,13 +43,13 @@ from ._collective import (
     check_block,
     on_root,
 )
-from ._link import SchedulerLink
 from ._losses import Losses
 from ._opening import connect_now, declare_arrays, take_connection
 from ._parts import BridgeParts
 from ._publisher import Connection, PublishTiming
 from ._sync import SyncPublisher
 from .decomposition import ArraySpec, Decomposition
+from .link.scheduler import SchedulerLink
 from .options import BridgeOptions
 from .scheduler_file import SchedulerFileError, resolve_scheduler_file
 
@@ -242,14 +242,14 @@ class Bridge:
 
     @property
     def shm_pool(self) -> dict[str, Any]:
-        """This rank's warm pool of shared memory (:mod:`deisa.bridge._shm_pool`): its budget
+        """This rank's warm pool of shared memory (:mod:`deisa.bridge.shm.pool`): its budget
         and peak in MiB, the pages its slots are made of, why it shrank (or ``None``)."""
         return self._parts.transport.pool.summary()
 
     @property
     def transport(self) -> str:
         """How this rank's blocks went so far: ``"shared memory"``, ``"tcp"``, ``"shared memory
-        and tcp"`` or ``"none"`` (:mod:`deisa.bridge.transport`)."""
+        and tcp"`` or ``"none"`` (:mod:`deisa.bridge.shm.transport`)."""
         return self._parts.transport.used
 
     @property

@@ -149,7 +149,7 @@ def worker_command(
         Its spill directory (``--local-directory``); ``None``: Dask's default.
     preload
         A module for ``--preload`` (the settings' ``worker_preload``, e.g. the PCA's warm-up
-        :mod:`deisa.analysis._warm`), beside those of the dask configuration
+        :mod:`deisa.analysis.warm`), beside those of the dask configuration
         (:func:`preload_args`).
     credentials
         The job's TLS files; ``None``: plain TCP, or ``comm``.
@@ -192,8 +192,8 @@ def worker_preloads(module: str | None = None, *, bridge: bool = True) -> list[s
 
     Examples
     --------
-    >>> worker_preloads("deisa.analysis._warm")  # doctest: +SKIP
-    ['deisa.worker', 'deisa.analysis._warm']
+    >>> worker_preloads("deisa.analysis.warm")  # doctest: +SKIP
+    ['deisa.worker', 'deisa.analysis.warm']
     """
     import dask.config
 

@@ -1,7 +1,7 @@
 """The frames between rank 0 and the worker that relays its calls to the scheduler.
 
 Frames of a 4-byte big-endian length then a msgpack map, as distributed's own messages (tuples
-arrive as tuples). Rank 0 (:mod:`deisa.bridge._relay`) sends ``{"id": n, "op": route,
+arrive as tuples). Rank 0 (:mod:`deisa.bridge.link.relay`) sends ``{"id": n, "op": route,
 "kwargs": {...}}``, where ``route`` is one of :data:`RELAYED` (deisa's routes, and
 ``"install"``: the scheduler extension and the workers' plugin); the worker
 (:mod:`deisa.worker.relay`) answers ``{"id": n, "result": ...}``, or ``{"id": n, "error": type

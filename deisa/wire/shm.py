@@ -5,7 +5,7 @@ The rank owns a small ring of *slots* per worker (:mod:`._shm`): each slot is an
 last process that maps it closes or dies), whose file descriptor is passed once to the worker
 over a Unix socket (``SCM_RIGHTS``). A block is then copied into a slot and announced by a
 small message; the worker keeps a plain ``ndarray`` over the slot under the block's key
-(:mod:`deisa.worker.plugin`), and marks the slot free when that array is gone.
+(:mod:`deisa.worker.shm`), and marks the slot free when that array is gone.
 
 The socket is in the abstract namespace (no file either), named from the worker's address, the
 account's uid and the run's secret (:mod:`.names`: another account cannot guess the name, and
@@ -59,7 +59,7 @@ def slot_bytes(nbytes: int) -> int:
 
 def memfd(name: str, size: int, *, huge: bool = False) -> int:
     """A fresh memfd of ``size`` bytes, sealed with :data:`SEALS`: the worker maps only slots
-    sealed so (:class:`deisa.worker.plugin._Slot`). ``huge``: in the node's reserved huge
+    sealed so (:class:`deisa.worker.shm._Slot`). ``huge``: in the node's reserved huge
     pages (``size`` a whole number of them), an ``OSError`` where there are none."""
     flags = os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING | (os.MFD_HUGETLB if huge else 0)
     fd = os.memfd_create(name, flags)

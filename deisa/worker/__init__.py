@@ -10,7 +10,7 @@
 A worker started with this preload registers the plugin with its scheduler before it joins,
 so that the plugin runs on every worker of the job from the start, instead of from rank 0's
 connection: the ranks of its node can then send their blocks through shared memory, and a rank
-0 on its node calls the scheduler through it (:mod:`deisa.bridge._relay`) without importing
+0 on its node calls the scheduler through it (:mod:`deisa.bridge.link.relay`) without importing
 distributed. ``deisa-run`` starts its workers with it. Without it, the first of the two sides
 to connect registers the plugin: the analytics' :class:`~deisa.Adapter` (:func:`install`, which
 imports distributed anyway), or rank 0, with distributed (0.4 s of CPU), saying so in one log
@@ -34,7 +34,7 @@ logger = logging.getLogger(__name__)
 def install(client: Any) -> None:
     """Register the plugin through ``client`` (a :class:`distributed.Client`; the Adapter's),
     on the present and future workers of its scheduler: idempotent."""
-    from .plugin import SharedMemoryPlugin
+    from .shm import SharedMemoryPlugin
 
     client.register_plugin(SharedMemoryPlugin())
 
@@ -43,7 +43,7 @@ async def install_on_scheduler(pool: Any, address: str, shared_memory: bool = Tr
     """Install deisa's scheduler extension and, with ``shared_memory``, the workers' plugin on
     the scheduler at ``address`` through ``pool`` (``pool(address).<route>(**kwargs)``): what
     rank 0 asks of the scheduler when it connects, itself or through a worker's relay."""
-    from .plugin import install as install_plugin
+    from .shm import install as install_plugin
 
     await install_plugin(pool, address, shared_memory)
 
@@ -51,7 +51,7 @@ async def install_on_scheduler(pool: Any, address: str, shared_memory: bool = Tr
 async def dask_setup(worker: Any) -> None:
     """Register the plugin with ``worker``'s scheduler (a failure is logged: the worker still
     starts, and rank 0 registers the plugin itself)."""
-    from .plugin import register
+    from .shm import register
 
     pool, scheduler = _dask_internals.worker_pool(worker)
     try:

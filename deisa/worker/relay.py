@@ -1,4 +1,4 @@
-"""The worker's side of the relay (:mod:`deisa.bridge._relay`): rank 0's calls, made on the
+"""The worker's side of the relay (:mod:`deisa.bridge.link.relay`): rank 0's calls, made on the
 scheduler.
 
 :class:`RelayServer` runs on the worker's event loop, started by the worker's deisa plugin

@@ -1,4 +1,4 @@
-"""deisa.analysis.insitu: deisa-core's IDeisa on our Adapter, in process (an in-process Dask
+"""deisa.insitu.analytics: deisa-core's IDeisa on our Adapter, in process (an in-process Dask
 cluster, the simulation's ranks as threads: tests/thread_comm.py)."""
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ pytest.importorskip("deisa.core", reason="deisa.insitu needs deisa-core: pip ins
 from deisa.core import DeisaArray, IBridge, IDeisa, Window
 
 from deisa import split
-from deisa.analysis import insitu
 from deisa.insitu import Bridge, Deisa
+from deisa.insitu import analytics as insitu
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""deisa.bridge._connect against a real scheduler in process (``gen_cluster``): a scheduler that
+"""deisa.bridge.link.connect against a real scheduler in process (``gen_cluster``): a scheduler that
 already holds the extension of another deisa (a long-lived one, where an older Bridge installed
 it) is refused at the connection, naming both protocols, before any step."""
 
@@ -15,9 +15,9 @@ from conftest import STARTUP
 from distributed.utils_test import gen_cluster
 
 from deisa import ArraySpec, BridgeError, BridgeOptions
-from deisa.bridge._connect import Pool, connect
 from deisa.bridge.contracts import ContractBook
 from deisa.bridge.decomposition import Decomposition
+from deisa.bridge.link.connect import Pool, connect
 from deisa.scheduler import StreamExtension
 from deisa.wire import PLUGIN_NAME, PROTOCOL
 

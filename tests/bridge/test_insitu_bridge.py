@@ -1,4 +1,4 @@
-"""deisa.bridge.insitu: deisa-core's IBridge on our Bridge, in process (an in-process Dask
+"""deisa.insitu.bridge: deisa-core's IBridge on our Bridge, in process (an in-process Dask
 cluster, ranks as threads: tests/thread_comm.py)."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from deisa.wire import (
 
 pytest.importorskip("deisa.core", reason="deisa.insitu needs deisa-core: pip install deisa-core")
 
-from deisa.bridge.insitu import Bridge, _scheduler_file, metadata_spec
+from deisa.insitu.bridge import Bridge, _scheduler_file, metadata_spec
 
 
 def meta(global_shape: tuple[int, ...], chunk: tuple[int, ...], position: tuple[int, ...],
@@ -191,10 +191,10 @@ def test_without_deisa_core_both_halves_say_what_to_install(
 
     import deisa
 
-    for module in ("deisa.bridge.insitu", "deisa.analysis.insitu"):
+    for module in ("deisa.insitu.bridge", "deisa.insitu.analytics"):
         monkeypatch.delitem(sys.modules, module, raising=False)
     monkeypatch.setitem(sys.modules, "deisa.core", None)  # an import of it fails
-    for module in ("deisa.bridge.insitu", "deisa.analysis.insitu"):
+    for module in ("deisa.insitu.bridge", "deisa.insitu.analytics"):
         with pytest.raises(ImportError, match="pip install deisa-core"):
             importlib.import_module(module)
     assert deisa.Bridge.__module__ == "deisa.bridge.bridge"  # the rest of deisa is unaffected

@@ -1,4 +1,4 @@
-"""deisa.bridge._net: dask addresses read as distributed reads them, without it."""
+"""deisa.bridge.link.net: dask addresses read as distributed reads them, without it."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from distributed.comm import parse_address, parse_host_port
 from distributed.utils import get_ip
 
-from deisa.bridge._net import host_port, interface_to, split_address
+from deisa.bridge.link.net import host_port, interface_to, split_address
 
 
 def _outcome(call: Callable[[str], object], arg: str) -> object:

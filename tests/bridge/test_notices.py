@@ -1,5 +1,6 @@
-"""deisa.bridge._notices: the notices' wire format, where rank 0 listens, and a listener with its
-ranks' connections in one event loop (TLS with in-memory certificates); no MPI, no cluster.
+"""deisa.bridge.registration.notices: the notices' wire format, where rank 0 listens, and a
+listener with its ranks' connections in one event loop (TLS with in-memory certificates); no
+MPI, no cluster.
 
 The attacks on a real run's listener (2 ranks under mpirun) are in ``test_security.py``.
 """
@@ -21,8 +22,9 @@ import pytest
 from conftest import test_env
 from distributed.utils_test import async_poll_for
 
-from deisa.bridge import _notices
-from deisa.bridge._notices import (
+from deisa.bridge._publisher import Entry, Sent
+from deisa.bridge.registration import notices as _notices
+from deisa.bridge.registration.notices import (
     ADMITTED,
     MAX_LINE,
     EarlyRegistration,
@@ -30,7 +32,6 @@ from deisa.bridge._notices import (
     decode_notice,
     encode_notice,
 )
-from deisa.bridge._publisher import Entry, Sent
 from deisa.launcher.security import make_credentials
 from deisa.wire import guard as _guard
 from deisa.wire.tls_files import TLS_FILES_ENV
@@ -104,7 +105,7 @@ def test_no_listener_where_anyone_could_reach_it(
     scheduler: str, why: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     early, _ = _early()
-    with caplog.at_level(logging.INFO, logger="deisa.bridge._notices"):
+    with caplog.at_level(logging.INFO, logger="deisa.bridge.registration.notices"):
         assert asyncio.run(early.listen(scheduler)) is None
     (record,) = caplog.records
     assert record.levelno == logging.INFO
@@ -368,7 +369,7 @@ def test_one_rank_opens_no_listener_and_still_registers_early(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     early, handed = _early(1)
-    with caplog.at_level(logging.INFO, logger="deisa.bridge._notices"):
+    with caplog.at_level(logging.INFO, logger="deisa.bridge.registration.notices"):
         assert asyncio.run(early.listen("tcp://127.0.0.1:8786")) is None
     assert caplog.records == []  # nobody to hear from: nothing to say
     early.known(Entry(0, "a", 0, 0))
@@ -433,7 +434,7 @@ def test_without_deisa_runs_files_rank_0_takes_the_dask_configurations(
 # tries a notice, then rank 1 (the job's certificate, from rank 0's files) sends its own.
 LISTENER = """
 import asyncio, json, logging, ssl, sys
-from deisa.bridge._notices import EarlyRegistration, Notifier, encode_notice
+from deisa.bridge.registration.notices import EarlyRegistration, Notifier, encode_notice
 from deisa.bridge._publisher import Entry
 
 async def stranger(address, token, wait):

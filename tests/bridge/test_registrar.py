@@ -1,5 +1,5 @@
-"""deisa.bridge._registrar: rank 0's registrations when the scheduler does not answer, with a
-link that fails as a dead scheduler's connection does (pure: no MPI, no Dask).
+"""deisa.bridge.registration.registrar: rank 0's registrations when the scheduler does not
+answer, with a link that fails as a dead scheduler's connection does (pure: no MPI, no Dask).
 
 A registration that fails with an ``OSError`` (the connection reset, refused) is the scheduler
 not answering, under either ``on_scheduler_loss``: the worker book decides the loss after
@@ -19,8 +19,8 @@ from failing_link import FailingLink, RankZeroComm
 
 from deisa.bridge._parts import BridgeParts
 from deisa.bridge._publisher import Entry
-from deisa.bridge._registrar import Registrar
 from deisa.bridge.options import BridgeOptions
+from deisa.bridge.registration.registrar import Registrar
 from deisa.wire import ok
 
 

@@ -1,4 +1,4 @@
-"""deisa.bridge._shm_pool: the warm pool of shared-memory slots, against real workers in process
+"""deisa.bridge.shm.pool: the warm pool of shared-memory slots, against real workers in process
 (``gen_cluster``): it keeps a ring's slots mapped, is populated to its budget on the channel's
 thread between bursts, its slots are reused (the publish copies into them, no fresh slot),
 only slots past the budget are given back, it shrinks once under memory pressure, and its
@@ -20,11 +20,12 @@ from conftest import STARTUP
 from distributed.utils_test import async_poll_for, gen_cluster, poll_for
 
 from deisa import _dask_internals
-from deisa.bridge import _shm, _shm_pool
-from deisa.bridge._shm_pool import HUGETLB, SMALL, THP, Pool, meminfo, page_kind, pool_totals
-from deisa.bridge.transport import Transport
+from deisa.bridge.shm import channel as _shm
+from deisa.bridge.shm import pool as _shm_pool
+from deisa.bridge.shm.pool import HUGETLB, SMALL, THP, Pool, meminfo, page_kind, pool_totals
+from deisa.bridge.shm.transport import Transport
 from deisa.wire.shm import FREE, HELD, slot_bytes
-from deisa.worker.plugin import SharedMemoryPlugin
+from deisa.worker.shm import SharedMemoryPlugin
 
 MIB = 2**20
 
@@ -175,7 +176,7 @@ async def test_the_pool_shrinks_under_memory_pressure_and_says_so_once(c, s, a, 
     records: list[logging.LogRecord] = []
     handler = logging.Handler()
     handler.emit = records.append  # type: ignore[method-assign,assignment]
-    logging.getLogger("deisa.bridge._shm_pool").addHandler(handler)
+    logging.getLogger("deisa.bridge.shm.pool").addHandler(handler)
     try:
         for step in range(3):  # held by the worker: the ring outruns it
             await publish(transport, a.address, block, step)
@@ -195,7 +196,7 @@ async def test_the_pool_shrinks_under_memory_pressure_and_says_so_once(c, s, a, 
         assert len(shrunk) == 1 and "from 5 to 0 MiB" in shrunk[0].getMessage()
         assert pool_totals([transport.pool.summary()])["ranks shrunk"] == 1
     finally:
-        logging.getLogger("deisa.bridge._shm_pool").removeHandler(handler)
+        logging.getLogger("deisa.bridge.shm.pool").removeHandler(handler)
         _shm_pool.MEMINFO, _shm_pool.CHECK_S = saved
         await transport.close()
 

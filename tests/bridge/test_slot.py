@@ -1,4 +1,4 @@
-"""deisa.bridge._slot: one slot of a rank's ring, alone (no channel, no worker)."""
+"""deisa.bridge.shm.slot: one slot of a rank's ring, alone (no channel, no worker)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import mmap
 
 import numpy as np
 
-from deisa.bridge._shm_pool import SMALL
-from deisa.bridge._slot import Slot
+from deisa.bridge.shm.pool import SMALL
+from deisa.bridge.shm.slot import Slot
 from deisa.wire.shm import FREE, HEADER, HELD
 
 

@@ -1,4 +1,4 @@
-"""The shared-memory path (deisa.bridge.transport, ._shm; deisa.worker.plugin) against real workers
+"""The shared-memory path (deisa.bridge.shm.transport, ._shm; deisa.worker.shm) against real workers
 in process (``gen_cluster``): the block a worker keeps is a view of the rank's slot, the slot comes
 back when the block is dropped, what cannot go that way goes by TCP, and the listener and the
 rank each refuse a process of another account (server-side: the attacker is a real process of
@@ -20,12 +20,12 @@ from conftest import STARTUP
 from distributed.utils_test import async_poll_for, gen_cluster
 
 from deisa import _dask_internals
-from deisa.bridge import _shm
-from deisa.bridge._connect import Pool
 from deisa.bridge._loop import LoopThread
-from deisa.bridge.transport import Transport
+from deisa.bridge.link.connect import Pool
+from deisa.bridge.shm import channel as _shm
+from deisa.bridge.shm.transport import Transport
 from deisa.wire.shm import FREE, HELD, key_from_wire, key_to_wire, socket_name
-from deisa.worker.plugin import SharedMemoryPlugin
+from deisa.worker.shm import SharedMemoryPlugin
 
 NOBODY = 65534
 

@@ -1,4 +1,4 @@
-"""deisa.bridge._workers: the worker list rank 0 spreads, and the placement every rank derives
+"""deisa.bridge.link.workers: the worker list rank 0 spreads, and the placement every rank derives
 from it (pure: no MPI, no Dask)."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import asyncio
 
 from conftest import STARTUP
 
-from deisa.bridge._workers import Routing, WorkerBook, refuses_connections
 from deisa.bridge.decomposition import ArraySpec, Decomposition
+from deisa.bridge.link.workers import Routing, WorkerBook, refuses_connections
 from deisa.bridge.placement import Host
 from deisa.wire import ok
 

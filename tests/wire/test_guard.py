@@ -21,19 +21,19 @@ from bridge.test_transport import AS_NOBODY, FOREIGN_PYTHON, as_root, attack
 from conftest import STARTUP
 from distributed.utils_test import gen_cluster
 
-from deisa.bridge._relay import Relay
-from deisa.bridge.transport import Transport
+from deisa.bridge.link.relay import Relay
+from deisa.bridge.shm.transport import Transport
 from deisa.wire import guard as _guard
 from deisa.wire.relay import relay_names
 from deisa.wire.shm import socket_name
-from deisa.worker.plugin import SharedMemoryPlugin
+from deisa.worker.shm import SharedMemoryPlugin
 
 CONNECTIONS = 1000
 
 LISTENER = """
 import asyncio, logging, os, resource, sys, time
 from deisa.wire import guard as _guard
-from deisa.bridge._notices import EarlyRegistration, Notifier
+from deisa.bridge.registration.notices import EarlyRegistration, Notifier
 
 resource.setrlimit(resource.RLIMIT_NOFILE, (512, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
 logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="LOG %(message)s")

@@ -17,13 +17,13 @@ from bridge.test_transport import as_root, squat
 from conftest import STARTUP
 from distributed.utils_test import gen_cluster
 
-from deisa.bridge import _shm
-from deisa.bridge._relay import Relay
+from deisa.bridge.link.relay import Relay
+from deisa.bridge.shm import channel as _shm
 from deisa.wire import names as _names
 from deisa.wire.relay import relay_names
 from deisa.wire.shm import socket_names
 from deisa.wire.tls_files import TLS_FILES_ENV
-from deisa.worker.plugin import SharedMemoryPlugin
+from deisa.worker.shm import SharedMemoryPlugin
 
 KEY = "-----BEGIN PRIVATE KEY-----\na stand-in, secret all the same\n-----END PRIVATE KEY-----"
 

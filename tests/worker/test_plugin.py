@@ -1,4 +1,4 @@
-"""The worker's shared-memory side (deisa.worker.plugin) against what a peer may send
+"""The worker's shared-memory side (deisa.worker.shm) against what a peer may send
 instead of a rank's slot: a descriptor that is not a sealed memfd, a dtype of objects, void or
 fields, a shape that is not one. Each is answered with an error, nothing is mapped or stored,
 and the listener goes on serving the next rank. The positive control: an unsealed memfd that
@@ -21,9 +21,9 @@ import pytest
 from conftest import STARTUP
 from distributed.utils_test import gen_cluster
 
-from deisa.bridge.transport import Transport
+from deisa.bridge.shm.transport import Transport
 from deisa.wire.shm import HEADER, memfd, socket_name
-from deisa.worker.plugin import SharedMemoryPlugin, block_dtype, block_shape, slot_problem
+from deisa.worker.shm import SharedMemoryPlugin, block_dtype, block_shape, slot_problem
 
 SIZE = HEADER + 4096
 

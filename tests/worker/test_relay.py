@@ -1,5 +1,6 @@
-"""Rank 0's calls relayed by a worker of its node (deisa.bridge._relay, deisa.worker.relay): against
-real workers in process (``gen_cluster``), the routes answer as through distributed, a call the
+"""Rank 0's calls relayed by a worker of its node (deisa.bridge.link.relay,
+deisa.worker.relay): against real workers in process (``gen_cluster``), the routes answer as
+through distributed, a call the
 relay does not make is refused, a lost relay hands its calls to distributed, and the relay and
 rank 0 each refuse a process of another account (server-side: a real process of uid 65534);
 then a real rank 0 against real dask processes, which never imports distributed."""
@@ -21,11 +22,11 @@ from conftest import STARTUP, start_dask, test_env
 from distributed.utils_test import gen_cluster
 
 from deisa import Adapter
-from deisa.bridge._connect import Pool, route
-from deisa.bridge._relay import Relay, RemoteError
+from deisa.bridge.link.connect import Pool, route
+from deisa.bridge.link.relay import Relay, RemoteError
 from deisa.wire import Route
 from deisa.wire.relay import pack, read_frame, relay_name
-from deisa.worker.plugin import SharedMemoryPlugin
+from deisa.worker.shm import SharedMemoryPlugin
 
 
 async def relayed(c: Any, s: Any) -> Relay:

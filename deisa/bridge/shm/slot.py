@@ -13,8 +13,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ..wire.shm import FREE, HEADER, HELD, memfd
-from ._shm_pool import HUGETLB, SMALL, huge_memfd, populate
+from ...wire.shm import FREE, HEADER, HELD, memfd
+from .pool import HUGETLB, SMALL, huge_memfd, populate
 
 _POPULATE = getattr(mmap, "MAP_POPULATE", 0)
 

@@ -4,12 +4,12 @@ In situ (the DEISA paper's Listing 7): start a Dask scheduler and workers, this 
 the simulation with configs/heat_deisa.yml (or configs/heat_both.yml, which also records every
 10th step to heat.h5)::
 
-    python analytics/pca.py --scheduler-file scheduler.json --out live.json
+    python examples/pca.py --scheduler-file scheduler.json --out live.json
 
 Post hoc (Listing 2): the same analysis on what configs/heat_hdf5.yml or heat_both.yml wrote,
 on dask's local scheduler (or on a cluster, with --scheduler-file too)::
 
-    python analytics/pca.py --replay heat.h5 --out replay.json
+    python examples/pca.py --replay heat.h5 --out replay.json
 
 Only the line choosing the source differs: ``deisa.Adapter`` reads the live stream,
 ``deisa.Replay`` the files, and both hand out the same arrays (see docs/streams.md, "Develop on

@@ -50,12 +50,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .._dask_internals import import_distributed
-from ..wire import guard as wire_guard
-from ..wire.guard import Guard, StreamListener
-from ..wire.tls_files import TLS_FILES_ENV
-from ._net import host_port, interface_to, split_address
-from ._publisher import Entry, Sent
+from ..._dask_internals import import_distributed
+from ...wire import guard as wire_guard
+from ...wire.guard import Guard, StreamListener
+from ...wire.tls_files import TLS_FILES_ENV
+from .._publisher import Entry, Sent
+from ..link.net import host_port, interface_to, split_address
 
 logger = logging.getLogger(__name__)
 

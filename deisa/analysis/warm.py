@@ -1,6 +1,6 @@
 """A Dask worker preload that warms the PCA's stack up while the simulation starts.
 
-``dask worker --preload deisa.analysis._warm`` (what ``deisa-run`` and its Slurm job put on the
+``dask worker --preload deisa.analysis.warm`` (what ``deisa-run`` and its Slurm job put on the
 workers' command lines for the built-in PCA) imports, in a background thread of each worker,
 what the first fit's tasks need (:mod:`dask.array`, scipy's linear algebra, the kernels of
 :mod:`deisa.analysis._pca_kernels`) and runs those kernels once on a few small arrays, through

@@ -19,16 +19,16 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..contract import FULL as FULL_PLAN
-from ..contract import Plan
-from ..wire import step_key_name
-from ._link import register_until_answered
-from ._notices import EarlyRegistration, Notifier
-from ._publisher import Connection, Entry, Sent, registration
+from ...contract import FULL as FULL_PLAN
+from ...contract import Plan
+from ...wire import step_key_name
+from .._publisher import Connection, Entry, Sent, registration
+from ..link.scheduler import register_until_answered
+from .notices import EarlyRegistration, Notifier
 
 if TYPE_CHECKING:
-    from ._link import SchedulerLink
-    from ._parts import BridgeParts
+    from .._parts import BridgeParts
+    from ..link.scheduler import SchedulerLink
 
 logger = logging.getLogger(__name__)
 

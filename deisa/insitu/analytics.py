@@ -36,15 +36,15 @@ import dask.array as da
 import numpy as np
 from distributed import Client
 
+from ..analysis import steering
+from ..analysis._triggers import DEFAULT_SLIDING_WINDOW_SIZE, Registration, parse_windows
+from ..analysis.adapter import Adapter
 from ..wire import (
     INSITU_GO,
     insitu_control_arrays,
     insitu_index_name,
     insitu_value_name,
 )
-from . import steering
-from ._triggers import DEFAULT_SLIDING_WINDOW_SIZE, Registration, parse_windows
-from .adapter import Adapter
 
 try:
     from deisa.core import DeisaArray, IDeisa

@@ -3,7 +3,7 @@
 Rank 0 is the rank that talks to the scheduler. With distributed that costs it about 0.4 s of
 CPU and 27 MiB of memory, for the import alone (docs/benchmarks.md, section 11), where the
 other ranks of a node that send through shared memory import neither. So where a worker of
-the job shares rank 0's node and runs deisa's worker plugin (:mod:`deisa.worker.plugin`;
+the job shares rank 0's node and runs deisa's worker plugin (:mod:`deisa.worker.shm`;
 ``deisa-run`` starts its workers with it, ``dask worker --preload deisa.worker`` does the
 same), that
 worker also relays rank 0's calls: it listens on an abstract Unix socket named from the
@@ -38,8 +38,8 @@ import socket
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ..wire.names import connect_own, rank_secrets
-from ..wire.relay import pack, read_frame, relay_names
+from ...wire.names import connect_own, rank_secrets
+from ...wire.relay import pack, read_frame, relay_names
 
 logger = logging.getLogger(__name__)
 

@@ -44,8 +44,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ..wire.shm import FREE, memfd, slot_bytes
-from .placement import Host, this_host
+from ...wire.shm import FREE, memfd, slot_bytes
+from ..placement import Host, this_host
 
 logger = logging.getLogger(__name__)
 

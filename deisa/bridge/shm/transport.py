@@ -1,7 +1,7 @@
 """How a rank's blocks reach their workers: shared memory on the node, TCP otherwise.
 
 With ``transport="auto"`` (the default) a rank tries, once per worker, the handshake with that
-worker's shared-memory listener (:mod:`._shm`, :mod:`deisa.worker.plugin`): where it succeeds (the
+worker's shared-memory listener (:mod:`._shm`, :mod:`deisa.worker.shm`): where it succeeds (the
 worker is on this node, runs as the same account and has the listener, which rank 0 installs
 on every worker), the blocks for that worker go through a ring of shared slots, one copy, and
 the worker keeps them as they are; elsewhere they go over distributed's connection (TCP, or
@@ -25,12 +25,12 @@ from typing import Any
 
 import numpy as np
 
-from .. import _dask_internals
-from ..wire.shm import key_to_wire, plain_dtype
-from ._shm import Channel
-from ._shm_pool import Pool
-from ._slot import Slot
-from .options import TRANSPORTS
+from ... import _dask_internals
+from ...wire.shm import key_to_wire, plain_dtype
+from ..options import TRANSPORTS
+from .channel import Channel
+from .pool import Pool
+from .slot import Slot
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ class Transport:
     ----------
     blocks : collections.Counter
         Blocks sent so far, by ``"shared memory"`` and ``"tcp"``.
-    pool : deisa.bridge._shm_pool.Pool
+    pool : deisa.bridge.shm.pool.Pool
         The rank's warm pool of slots, over all its channels (budget 0 until the Bridge sizes
         it: no pool).
     """
@@ -103,7 +103,7 @@ class Transport:
         """A copy of ``block`` in a slot of ``worker``'s ring, or ``None`` (no channel yet, the
         ring full, a dtype that needs pickling): use a buffer of your own then. Copied into a
         slot mapped ahead, else written into the slot's file
-        (:meth:`~deisa.bridge._shm.Slot.write`: a fresh slot's pages are not zeroed first),
+        (:meth:`~deisa.bridge.shm.channel.Slot.write`: a fresh slot's pages are not zeroed first),
         then mapped without filling its page tables (the view is read only if the block goes
         by TCP after all); a block that is not C-contiguous is copied into a mapped slot. Give it
         back with :meth:`give_back` once sent."""
@@ -146,7 +146,7 @@ class Transport:
 
     def settle(self) -> None:
         """Wake the channels' threads: they unmap here the slots given back, prepare the next
-        and grow the pools (:meth:`~deisa.bridge._shm.Channel.settle`). Call it once the
+        and grow the pools (:meth:`~deisa.bridge.shm.channel.Channel.settle`). Call it once the
         caller holds no view of the slots given back, and not right before a copy."""
         for channel in list(self._channels.values()):
             channel.settle()
@@ -161,7 +161,8 @@ class Transport:
     async def send_shared(self, worker: str, key: Any, block: np.ndarray) -> int | None:
         """Send ``block`` to ``worker`` through shared memory: its size on the worker, or
         ``None`` when it cannot go that way (send it by TCP). A
-        :class:`~deisa.bridge._shm.ChannelError` (an ``OSError``) if the worker's end fails."""
+        :class:`~deisa.bridge.shm.channel.ChannelError` (an ``OSError``) if the worker's end
+        fails."""
         if not plain_dtype(block.dtype) or block.nbytes == 0 or key_to_wire(key) is None:
             return None
         channel = await self.channel(worker)
@@ -187,7 +188,7 @@ class Transport:
 
     async def send(self, pool: Any, worker: str, key: Any, block: np.ndarray) -> dict[Any, int]:
         """Send ``block`` to ``worker`` under ``key``, through shared memory if it can go that
-        way, else over ``pool`` (the rank's :class:`~deisa.bridge._connect.Pool`); ``{key:
+        way, else over ``pool`` (the rank's :class:`~deisa.bridge.link.connect.Pool`); ``{key:
         its size on the worker}``, as :func:`deisa._dask_internals.send_blocks_to_worker`."""
         nbytes = await self.send_shared(worker, key, block)
         if nbytes is not None:

@@ -36,16 +36,16 @@ from typing import Any
 
 import numpy as np
 
+from ..bridge._collective import BridgeError
+from ..bridge.bridge import Bridge as _Bridge
+from ..bridge.decomposition import ArraySpec
 from ..wire import (
     INSITU_GO,
     insitu_control_name,
     insitu_index_name,
     insitu_value_name,
 )
-from ._collective import BridgeError
-from ._core_comm import is_mpi_like, speaking_comm, undefined_color
-from .bridge import Bridge as _Bridge
-from .decomposition import ArraySpec
+from .comm import is_mpi_like, speaking_comm, undefined_color
 
 try:
     from deisa.core import IBridge, validate_arrays_metadata

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from sklearn.decomposition import PCA
 
-ANALYTICS = Path(__file__).resolve().parents[1] / "analytics"
+ANALYTICS = Path(__file__).resolve().parents[1] / "examples"
 
 
 @pytest.mark.parametrize(

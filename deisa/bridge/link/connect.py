@@ -20,17 +20,17 @@ import uuid
 from collections.abc import Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .._dask_internals import import_distributed
-from ..wire import PROTOCOL, Route, is_ok
-from ..wire.relay import INSTALL, RELAYED
-from ._collective import BridgeError
-from ._notices import EarlyRegistration
-from ._publisher import Connection
-from ._relay import Relay, through
-from .contracts import ContractBook
-from .decomposition import Decomposition
-from .options import BridgeOptions
-from .scheduler_file import read_scheduler_address
+from ..._dask_internals import import_distributed
+from ...wire import PROTOCOL, Route, is_ok
+from ...wire.relay import INSTALL, RELAYED
+from .._collective import BridgeError
+from .._publisher import Connection
+from ..contracts import ContractBook
+from ..decomposition import Decomposition
+from ..options import BridgeOptions
+from ..registration.notices import EarlyRegistration
+from ..scheduler_file import read_scheduler_address
+from .relay import Relay, through
 
 if TYPE_CHECKING:
     from distributed.core import ConnectionPool
@@ -176,7 +176,7 @@ async def install(pool: Callable[[str], Any], address: str, shared_memory: bool 
         "analytics (its Adapter installs it) before the simulation, to avoid it"
     )
     import_distributed()
-    from ..worker import install_on_scheduler
+    from ...worker import install_on_scheduler
 
     await install_on_scheduler(pool, address, shared_memory)
 

@@ -3,7 +3,7 @@
  * Its configuration is read in any of three grammars (Configuration): deisa's own, decl_hdf5's
  * (going in situ is a two-line change), the DEISA paper's and the released DEISA plugin's.  Its
  * `read' section fills data exposed PDI_IN or PDI_INOUT from the analytics' steering values.
- * See plugin/README.md.
+ * See plugin/pdi/README.md.
  */
 
 #include <string>

@@ -13,7 +13,7 @@ from __future__ import annotations
 import socket
 import warnings
 
-from .._dask_internals import import_distributed
+from ..._dask_internals import import_distributed
 
 
 def split_address(address: str) -> tuple[str, str]:

@@ -1,6 +1,6 @@
 """The rank's side of the shared-memory path: one :class:`Channel` per worker of its node.
 
-A channel is a Unix socket to the worker's listener (:mod:`deisa.worker.plugin`) and a ring of
+A channel is a Unix socket to the worker's listener (:mod:`deisa.worker.shm`) and a ring of
 slots, each an anonymous ``memfd`` mapped here and there (:mod:`deisa.wire.shm`). A block is
 copied into a
 free slot (by ``publish`` itself in ``mode="async"``: the copy the Bridge makes anyway), then a
@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from ..wire.names import connect_own, rank_secrets
-from ..wire.shm import (
+from ...wire.names import connect_own, rank_secrets
+from ...wire.shm import (
     FREE,
     MAX_MESSAGE,
     decode,
@@ -35,8 +35,8 @@ from ..wire.shm import (
     slot_bytes,
     socket_names,
 )
-from ._shm_pool import SMALL, Pool, WarmRing
-from ._slot import Slot
+from .pool import SMALL, Pool, WarmRing
+from .slot import Slot
 
 logger = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 /* Runs the deisa plugin on the PDI configuration given as argument: two steps of a 4x4 field.
  *
- * The driver of the CTest cases of plugin/tests/CMakeLists.txt, which check what the plugin
+ * The driver of the CTest cases of plugin/pdi/tests/CMakeLists.txt, which check what the plugin
  * says about a bad configuration.  The field, with one ghost layer, is exposed as `field' with
  * the metadata `step' at each `iter' event, as simulation/heat.c does.
  */

@@ -26,17 +26,17 @@ import logging
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..wire import Route, Status
-from ._collective import BridgeError
-from ._connect import Pool, connect, route
-from ._publisher import Connection
+from ...wire import Route, Status
+from .._collective import BridgeError
+from .._publisher import Connection
+from .connect import Pool, connect, route
 
 if TYPE_CHECKING:
-    from ._notices import EarlyRegistration
-    from ._workers import WorkerBook
-    from .contracts import ContractBook
-    from .decomposition import Decomposition
-    from .options import BridgeOptions
+    from ..contracts import ContractBook
+    from ..decomposition import Decomposition
+    from ..options import BridgeOptions
+    from ..registration.notices import EarlyRegistration
+    from .workers import WorkerBook
 
 logger = logging.getLogger(__name__)
 
@@ -190,7 +190,7 @@ class SchedulerLink:
     ) -> Call:
         """Rank 0: ``deisa_close``, the end of the stream of array ``name`` after ``nsteps``
         steps, with the flow-control wait, the Bridge's lifetime, how the ranks sent and their
-        warm pools of shared memory (:func:`~deisa.bridge._shm_pool.pool_totals`)."""
+        warm pools of shared memory (:func:`~deisa.bridge.shm.pool.pool_totals`)."""
         return route(self.pool, self.scheduler, Route.CLOSE)(
             name=name,
             run=self.run,

@@ -7,7 +7,7 @@ the ``read: [stop]`` section of configs/heat_deisa.yml, the Python solver with
 ``Bridge.get("stop")``; either ends its loop and closes the stream, and this script reads every
 step it published until the end::
 
-    python analytics/steered_pca.py --scheduler-file scheduler.json --stop-when-converged 0.01
+    python examples/steered_pca.py --scheduler-file scheduler.json --stop-when-converged 0.01
 
 ``deisa-run --stop-when-converged EPS`` does the same with pipelined fits and a report.
 """

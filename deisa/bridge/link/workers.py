@@ -17,10 +17,10 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
-from ..wire import WATCH_SECONDS, Reply, is_ok
-from ._net import host_port, split_address
-from .decomposition import Decomposition
-from .placement import Host, place
+from ...wire import WATCH_SECONDS, Reply, is_ok
+from ..decomposition import Decomposition
+from ..placement import Host, place
+from .net import host_port, split_address
 
 logger = logging.getLogger(__name__)
 
