@@ -67,7 +67,7 @@ async def send_blocks_to_worker(
     registers it), so this costs the scheduler nothing. The bytes are written from the arrays'
     own buffers; a non-contiguous view is packed once by distributed's numpy serializer.
     ``pool`` is a :class:`distributed.core.ConnectionPool` or a
-    :class:`deisa.bridge.link.connect.Pool`.
+    :class:`deisa.bridge.link.connect.Connections`.
     """
     import_distributed()
     from distributed.protocol import to_serialize

@@ -36,7 +36,7 @@ def declare_arrays(parts: BridgeParts, arrays: dict[str, ArraySpec], problem: st
     parts.arrays.declare(arrays, comm.allgather(arrays))
     by_host = needs_hosts(options.placement)
     hosts = comm.allgather(this_host()) if by_host or by_node(options) else None
-    parts.transport.pool.size_for(options, arrays.values(), hosts)
+    parts.transport.slot_pool.size_for(options, arrays.values(), hosts)
     parts.routing.declare(parts.arrays.decompositions, hosts if by_host else None)
 
 

@@ -244,7 +244,7 @@ class Bridge:
     def shm_pool(self) -> dict[str, Any]:
         """This rank's warm pool of shared memory (:mod:`deisa.bridge.shm.pool`): its budget
         and peak in MiB, the pages its slots are made of, why it shrank (or ``None``)."""
-        return self._parts.transport.pool.summary()
+        return self._parts.transport.slot_pool.summary()
 
     @property
     def transport(self) -> str:

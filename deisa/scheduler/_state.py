@@ -21,7 +21,7 @@ from .contracts import ContractStore
 from .steering import SteeringValues
 
 # the extension's one logger, whichever module logs: its records keep the name users filter on
-logger = logging.getLogger("deisa.scheduler.extension")
+logger = logging.getLogger(__name__)
 
 
 class StreamState:

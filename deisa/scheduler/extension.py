@@ -62,7 +62,7 @@ from typing import Any
 
 from distributed.diagnostics.plugin import SchedulerPlugin
 
-from ..wire import PLUGIN_NAME, Route
+from ..wire import EXTENSION_NAME, Route
 from . import contracts, steering
 from ._state import logger
 from ._streams import UNCLAIMED
@@ -70,13 +70,13 @@ from .publishing import Publishing
 from .taking import Taking
 from .workers import Workers
 
-__all__ = ["PLUGIN_NAME", "StreamExtension"]
+__all__ = ["EXTENSION_NAME", "StreamExtension"]
 
 
 class StreamExtension(Publishing, Taking, Workers, SchedulerPlugin):
     """Holds the steps published by Bridges until Adapters take them. See module docstring."""
 
-    name = PLUGIN_NAME
+    name = EXTENSION_NAME
     idempotent = True
 
     async def start(self, scheduler: Any) -> None:

@@ -36,7 +36,9 @@ MAX_MESSAGE = 1 << 16
 SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW
 """The seals of a slot once sized (:func:`memfd`): neither end can shrink it under the other's
 mapping (a read past the end is a ``SIGBUS``) nor grow it."""
-PLUGIN_NAME = "deisa-shared-memory"
+SERVICES_NAME = "deisa-shared-memory"
+"""The name deisa's services on a worker (:class:`deisa.worker.services.WorkerServices`: the
+shared-memory listener and rank 0's relay) are registered under (its first service named it)."""
 
 
 def socket_names(worker: str, secret: bytes = b"", uid: int | None = None) -> list[bytes]:

@@ -1,19 +1,18 @@
 """The worker's side of the shared-memory path: a listener for the ranks of its node.
 
-:class:`SharedMemoryPlugin` is a :class:`distributed.WorkerPlugin` that rank 0 registers on the
-scheduler beside the stream extension (:func:`install`), so every worker,
-present or future, runs it; nothing is added to the worker's command line. On each worker it
-listens on an abstract Unix socket (:func:`deisa.wire.shm.socket_name`), on the worker's own event
-loop, and serves each rank that connects with the same uid:
+Runs in a Dask worker process, on the worker's event loop (its listener's socket is a reader of
+that loop). Started by :class:`deisa.worker.services.WorkerServices`. Imports :mod:`deisa.wire`
+and :mod:`deisa._dask_internals` only. Mirrors :mod:`deisa.bridge.shm` (the rank's side) and
+:mod:`deisa.wire.shm` (what the two agree on).
+
+:class:`Listener` listens on an abstract Unix socket (:func:`deisa.wire.shm.socket_name`) and
+serves each rank that connects with the same uid:
 
 - ``hello``: answers with the worker's address (the rank checks it is the one it wanted);
 - ``slot`` with a file descriptor: maps that slot of the rank's ring;
 - ``put``: wraps the slot in an ``ndarray`` (no copy) and stores it under the block's key as a
   peer's ``update_data`` would, then answers ``stored`` (or ``error``);
 - ``drop``: forgets a slot the rank has retired.
-
-The first worker of a node to run the plugin also relays rank 0's calls to the scheduler
-(:mod:`.relay`), so that a rank 0 on that node need not import distributed.
 
 The array's memory is the slot's: spilling, pickling and transfers to other workers see a
 plain ndarray. When the last reference to the array (and to any view of it) is gone, the slot
@@ -37,7 +36,6 @@ import weakref
 from typing import Any
 
 import numpy as np
-from distributed import WorkerPlugin
 
 from .. import _dask_internals
 from ..wire.guard import Guard, PausedError, other_account
@@ -46,7 +44,6 @@ from ..wire.shm import (
     FREE,
     HEADER,
     MAX_MESSAGE,
-    PLUGIN_NAME,
     SEALS,
     decode,
     encode,
@@ -54,69 +51,10 @@ from ..wire.shm import (
     plain_dtype,
     socket_names,
 )
-from .relay import RelayServer
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SharedMemoryPlugin"]
-
-
-class SharedMemoryPlugin(WorkerPlugin):
-    """Serve the ranks of this node that share blocks through memory (see the module).
-
-    Registered under the name ``"deisa-shared-memory"``; idempotent.
-    """
-
-    name = PLUGIN_NAME
-    idempotent = True
-
-    def __init__(self) -> None:
-        self._server: _Server | None = None
-        self._relay: RelayServer | None = None
-
-    async def setup(self, worker: Any) -> None:
-        try:
-            self._server = _Server(worker)
-        except OSError as exc:  # the ranks fall back to TCP
-            logger.warning("deisa: no shared-memory listener on worker %s: %s", worker.address, exc)
-        try:
-            self._relay = await RelayServer.start(worker, install)
-        except OSError as exc:  # rank 0 connects with distributed
-            logger.warning("deisa: no relay for rank 0 on worker %s: %s", worker.address, exc)
-
-    def teardown(self, worker: Any) -> None:
-        if self._server is not None:
-            self._server.close()
-            self._server = None
-        if self._relay is not None:
-            self._relay.close()
-            self._relay = None
-
-
-async def register(pool: Any, address: str) -> None:
-    """Register :class:`SharedMemoryPlugin` with the scheduler at ``address`` through ``pool``
-    (``pool(address).<route>(**kwargs)``): idempotent, on its present and future workers."""
-    from distributed.protocol.pickle import dumps
-
-    await pool(address).register_worker_plugin(
-        plugin=dumps(SharedMemoryPlugin()), name=SharedMemoryPlugin.name, idempotent=True
-    )
-
-
-async def install(pool: Any, address: str, shared_memory: bool = True) -> None:
-    """Install the :class:`~deisa.scheduler.StreamExtension` (idempotent) and, with
-    ``shared_memory``, :class:`SharedMemoryPlugin` on present and future workers: what rank 0
-    asks of the scheduler when it connects, itself or through a worker's relay."""
-    from distributed.protocol.pickle import dumps
-
-    from ..scheduler import StreamExtension
-    from ..wire import PLUGIN_NAME as EXTENSION_NAME
-
-    await pool(address).register_scheduler_plugin(
-        plugin=dumps(StreamExtension()), name=EXTENSION_NAME, idempotent=True
-    )
-    if shared_memory:
-        await register(pool, address)
+__all__ = ["Listener", "block_dtype", "block_shape", "slot_problem"]
 
 
 class _Slot:
@@ -192,7 +130,7 @@ def _set_free(region: mmap.mmap) -> None:
         region[0] = FREE
 
 
-class _Server:
+class Listener:
     """The listener on one worker, on its event loop."""
 
     def __init__(self, worker: Any) -> None:
@@ -242,7 +180,7 @@ class _Server:
 class _Peer:
     """One rank's connection: its slots, by number."""
 
-    def __init__(self, server: _Server, conn: socket.socket) -> None:
+    def __init__(self, server: Listener, conn: socket.socket) -> None:
         self.server = server
         self.conn = conn
         self.slots: dict[int, _Slot] = {}

@@ -17,9 +17,9 @@ from distributed.utils_test import gen_cluster
 from deisa import ArraySpec, BridgeError, BridgeOptions
 from deisa.bridge.contracts import ContractBook
 from deisa.bridge.decomposition import Decomposition
-from deisa.bridge.link.connect import Pool, connect
+from deisa.bridge.link.connect import Connections, connect
 from deisa.scheduler import StreamExtension
-from deisa.wire import PLUGIN_NAME, PROTOCOL
+from deisa.wire import EXTENSION_NAME, PROTOCOL
 
 
 class OlderExtension(StreamExtension):
@@ -35,7 +35,7 @@ async def connect_to(address: str, decompositions: dict[str, Decomposition]) -> 
     with tempfile.TemporaryDirectory() as tmp:
         scheduler_file = Path(tmp) / "scheduler.json"
         scheduler_file.write_text(json.dumps({"address": address}))
-        pool = Pool()
+        pool = Connections()
         try:
             return await connect(
                 pool, str(scheduler_file), BridgeOptions(connect_timeout=STARTUP),
@@ -60,7 +60,7 @@ async def test_the_extension_of_this_protocol_connects(c: Any, s: Any, a: Any, b
 async def test_an_extension_of_another_protocol_is_refused_naming_both(
     c: Any, s: Any, a: Any, b: Any
 ) -> None:
-    await c.register_plugin(OlderExtension(), name=PLUGIN_NAME)  # before any Bridge of ours
+    await c.register_plugin(OlderExtension(), name=EXTENSION_NAME)  # before any Bridge of ours
     with pytest.raises(
         BridgeError, match=rf"protocol 1, and this Bridge speaks protocol {PROTOCOL}"
     ):

@@ -22,10 +22,10 @@ from distributed.utils_test import async_poll_for, gen_cluster, poll_for
 from deisa import _dask_internals
 from deisa.bridge.shm import channel as _shm
 from deisa.bridge.shm import pool as _shm_pool
-from deisa.bridge.shm.pool import HUGETLB, SMALL, THP, Pool, meminfo, page_kind, pool_totals
+from deisa.bridge.shm.pool import HUGETLB, SMALL, THP, SlotPool, meminfo, page_kind, pool_totals
 from deisa.bridge.shm.transport import Transport
 from deisa.wire.shm import FREE, HELD, slot_bytes
-from deisa.worker.shm import SharedMemoryPlugin
+from deisa.worker.services import WorkerServices
 
 MIB = 2**20
 
@@ -70,12 +70,12 @@ async def test_the_pool_keeps_a_burst_s_slots_for_every_next_burst(c, s, a, b) -
     back the channel's thread populates the pool to its budget (4 KiB pages too); the next
     bursts' blocks are copied into them (never written into a fresh slot), and after each burst
     they stay mapped for the next."""
-    await c.register_plugin(SharedMemoryPlugin())
+    await c.register_plugin(WorkerServices())
     transport = Transport()
     block = np.random.default_rng(1).random((256, 512))  # 1 MiB
     warm_size = slot_bytes(block.nbytes)
-    transport.pool.size(warm_size, buffer_nb=3, mib=None, share=1)
-    assert transport.pool.budget == 4 * warm_size  # buffer_nb steps plus one: 4 slots
+    transport.slot_pool.size(warm_size, buffer_nb=3, mib=None, share=1)
+    assert transport.slot_pool.budget == 4 * warm_size  # buffer_nb steps plus one: 4 slots
     fresh: list[int] = []
     real_write = _shm.Slot.write
 
@@ -97,7 +97,7 @@ async def test_the_pool_keeps_a_burst_s_slots_for_every_next_burst(c, s, a, b) -
         await async_poll_for(
             lambda: sum(x.warm and x.prepared for x in channel.slots) == 4, STARTUP
         )  # the burst's 3 slots, and one populated ahead: the budget
-        assert transport.pool.held == 4 * warm_size and len(channel.slots) == 4
+        assert transport.slot_pool.held == 4 * warm_size and len(channel.slots) == 4
         for burst in range(2):
             used = [
                 await publish(transport, a.address, block + i, 10 * burst + i) for i in (1, 2, 3, 4)
@@ -113,11 +113,11 @@ async def test_the_pool_keeps_a_burst_s_slots_for_every_next_burst(c, s, a, b) -
         assert [(x.prepared, x.data is not None) for x in channel.slots] == [(True, True)] * 4
         with channel._lock:  # four free warm slots: the channel's thread rests (it spun)
             assert not channel._work() and not channel._pool_waits()
-        assert transport.pool.summary()["peak_mib"] == 4 * warm_size / MIB
+        assert transport.slot_pool.summary()["peak_mib"] == 4 * warm_size / MIB
     finally:
         _shm.Slot.write = real_write  # type: ignore[method-assign]
         await transport.close()
-    assert transport.pool.held == 0
+    assert transport.slot_pool.held == 0
 
 
 @gen_cluster(client=True, timeout=STARTUP)
@@ -125,10 +125,10 @@ async def test_a_steady_state_keeps_its_two_slots_mapped(c, s, a, b) -> None:
     """Each block's slot back before the next (compute between steps): the ring needs no
     more than without a pool, populates nothing ahead, and keeps its two slots mapped from one
     step to the next (no munmap, mmap, page-table fill per block beside the copy)."""
-    await c.register_plugin(SharedMemoryPlugin())
+    await c.register_plugin(WorkerServices())
     transport = Transport()
     block = np.ones((128, 1024))  # 1 MiB
-    transport.pool.size(slot_bytes(block.nbytes), buffer_nb=3, mib=None, share=1)
+    transport.slot_pool.size(slot_bytes(block.nbytes), buffer_nb=3, mib=None, share=1)
     try:
         mappings: list[tuple[int, Any]] = []
         for step in range(8):
@@ -141,7 +141,7 @@ async def test_a_steady_state_keeps_its_two_slots_mapped(c, s, a, b) -> None:
         channel = await transport.channel(a.address)
         assert channel is not None and 1 <= len(channel.slots) <= 2
         assert all(x.warm for x in channel.slots)
-        assert transport.pool.held == len(channel.slots) * slot_bytes(block.nbytes)
+        assert transport.slot_pool.held == len(channel.slots) * slot_bytes(block.nbytes)
         # each slot mapped once for all its blocks
         assert len({(i, id(m)) for i, m in mappings}) == len(channel.slots), mappings
     finally:
@@ -150,26 +150,26 @@ async def test_a_steady_state_keeps_its_two_slots_mapped(c, s, a, b) -> None:
 
 @gen_cluster(client=True, timeout=STARTUP)
 async def test_no_pool_keeps_two_free_slots_as_before(c, s, a, b) -> None:
-    await c.register_plugin(SharedMemoryPlugin())
+    await c.register_plugin(WorkerServices())
     transport = Transport()
-    transport.pool.size(1 << 20, buffer_nb=None, mib=0, share=1)
+    transport.slot_pool.size(1 << 20, buffer_nb=None, mib=0, share=1)
     block = np.ones((128, 1024))
     try:
         for step in range(4):
             await publish(transport, a.address, block, step)
         channel = await transport.channel(a.address)
         assert channel is not None and not any(x.warm for x in channel.slots)
-        assert transport.pool.held == 0 and pool_totals([transport.pool.summary()]) == {}
+        assert transport.slot_pool.held == 0 and pool_totals([transport.slot_pool.summary()]) == {}
     finally:
         await transport.close()
 
 
 @gen_cluster(client=True, timeout=STARTUP)
 async def test_the_pool_shrinks_under_memory_pressure_and_says_so_once(c, s, a, b) -> None:
-    await c.register_plugin(SharedMemoryPlugin())
+    await c.register_plugin(WorkerServices())
     transport = Transport()
     block = np.ones((128, 1024))  # 1 MiB
-    transport.pool.size(slot_bytes(block.nbytes), buffer_nb=4, mib=None, share=1)
+    transport.slot_pool.size(slot_bytes(block.nbytes), buffer_nb=4, mib=None, share=1)
     saved = _shm_pool.MEMINFO, _shm_pool.CHECK_S
     directory = Path(tempfile.mkdtemp())
     _shm_pool.MEMINFO, _shm_pool.CHECK_S = fake_meminfo(directory, 100_000, 90_000), 0.0
@@ -190,11 +190,11 @@ async def test_the_pool_shrinks_under_memory_pressure_and_says_so_once(c, s, a, 
         fake_meminfo(directory, 100_000, 9_000)
         channel.settle()  # wakes the channel's thread
         await async_poll_for(lambda: not any(x.warm for x in channel.slots), STARTUP)
-        assert transport.pool.held == 0
+        assert transport.slot_pool.held == 0
         await publish(transport, a.address, block, 3)
         shrunk = [r for r in records if "pool shrinks" in r.getMessage()]
         assert len(shrunk) == 1 and "from 5 to 0 MiB" in shrunk[0].getMessage()
-        assert pool_totals([transport.pool.summary()])["ranks shrunk"] == 1
+        assert pool_totals([transport.slot_pool.summary()])["ranks shrunk"] == 1
     finally:
         logging.getLogger("deisa.bridge.shm.pool").removeHandler(handler)
         _shm_pool.MEMINFO, _shm_pool.CHECK_S = saved
@@ -213,7 +213,7 @@ def test_page_kind_follows_what_the_node_offers(tmp_path: Path) -> None:
 
 
 def test_the_budget_follows_the_options() -> None:
-    pool = Pool()
+    pool = SlotPool()
     pool.size(16 * MIB, buffer_nb=None, mib=None, share=1)
     assert pool.budget == (_shm_pool.UNBOUNDED_STEPS + 1) * 16 * MIB
     pool.size(16 * MIB, buffer_nb=2, mib=None, share=1)
@@ -232,10 +232,10 @@ def _free_huge_pages() -> int:
 )
 @gen_cluster(client=True, timeout=STARTUP)
 async def test_pool_slots_take_reserved_huge_pages(c, s, a, b) -> None:
-    await c.register_plugin(SharedMemoryPlugin())
+    await c.register_plugin(WorkerServices())
     transport = Transport()
     block = np.random.default_rng(2).random((512, 1024))  # 4 MiB: 3 huge pages a slot
-    transport.pool.size(block.nbytes, buffer_nb=1, mib=None, share=1)
+    transport.slot_pool.size(block.nbytes, buffer_nb=1, mib=None, share=1)
     try:
         for step in range(3):  # held by the worker: the ring outruns it
             await publish(transport, a.address, block, step)
@@ -245,7 +245,7 @@ async def test_pool_slots_take_reserved_huge_pages(c, s, a, b) -> None:
         slot = await publish(transport, a.address, block + 1, 3)
         assert slot.kind == HUGETLB and slot.size % (2 * MIB) == 0
         np.testing.assert_array_equal(a.data[key(3)], block + 1)
-        assert transport.pool.summary()["pages"] == [HUGETLB]
+        assert transport.slot_pool.summary()["pages"] == [HUGETLB]
     finally:
         await transport.close()
 
@@ -256,13 +256,13 @@ def test_the_bridge_sizes_the_pool_per_rank_or_per_node() -> None:
 
     spec = ArraySpec("float64", (16, 1024), (0, 0), (8, 1024))  # 64 KiB on this rank
     here, elsewhere = this_host(), Host("another-node")
-    pool = Pool()
+    pool = SlotPool()
     pool.size_for(BridgeOptions(buffer_nb=2), [spec, spec], None)
     assert pool.budget == 3 * 2 * slot_bytes(64 * 1024)  # 3 steps of both arrays' slots
     node = BridgeOptions(shm_pool_mib=300, shm_pool_scope="node")
     pool.size_for(node, [spec], [here, elsewhere, here, here])  # 3 ranks on this node
     assert pool.budget == 100 * MIB
-    tcp = Pool()
+    tcp = SlotPool()
     tcp.size_for(BridgeOptions(transport="tcp"), [spec], None)
     assert tcp.budget == 0
 
@@ -272,7 +272,7 @@ def test_a_pool_keeps_the_free_slots_a_ring_without_one_keeps() -> None:
     blocks, as without a pool (they were closed, and each next block took a fresh slot); once
     warm slots are free again, the others go."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    channel = _shm.Channel("w", ours, Pool(2 * slot_bytes(MIB)))
+    channel = _shm.Channel("w", ours, SlotPool(2 * slot_bytes(MIB)))
     try:
         first = [channel.take(MIB, mapped=False) for _ in "abc"]  # a third while two are lent
         for slot in first:
@@ -308,7 +308,7 @@ def test_the_pool_grows_between_bursts_while_the_worker_keeps_its_last_steps(
     when the worker gives a slot back, its thread looks."""
     monkeypatch.setattr(_shm_pool, "page_kind", lambda nbytes, *_: (SMALL, 2 * MIB))
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    channel = _shm.Channel("w", ours, Pool(4 * slot_bytes(MIB)))
+    channel = _shm.Channel("w", ours, SlotPool(4 * slot_bytes(MIB)))
     try:
         burst = [channel.take(MIB, mapped=False) for _ in "abc"]  # a third while two are lent
         for slot in burst:
@@ -341,7 +341,7 @@ def test_a_burst_s_slots_given_back_after_it_are_mapped_before_the_next(
     one beside its first copy (docs/benchmarks.md, section 16)."""
     monkeypatch.setattr(_shm_pool, "page_kind", lambda nbytes, *_: (SMALL, 2 * MIB))
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    channel = _shm.Channel("w", ours, Pool(4 * slot_bytes(MIB)))
+    channel = _shm.Channel("w", ours, SlotPool(4 * slot_bytes(MIB)))
     try:
         burst = [channel.take(MIB, mapped=False) for _ in "abc"]
         ready = channel.take(MIB)  # mapped: a spare, free once given back unused

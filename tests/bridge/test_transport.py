@@ -21,11 +21,11 @@ from distributed.utils_test import async_poll_for, gen_cluster
 
 from deisa import _dask_internals
 from deisa.bridge._loop import LoopThread
-from deisa.bridge.link.connect import Pool
+from deisa.bridge.link.connect import Connections
 from deisa.bridge.shm import channel as _shm
 from deisa.bridge.shm.transport import Transport
 from deisa.wire.shm import FREE, HELD, key_from_wire, key_to_wire, socket_name
-from deisa.worker.shm import SharedMemoryPlugin
+from deisa.worker.services import WorkerServices
 
 NOBODY = 65534
 
@@ -99,7 +99,7 @@ def slot_of(worker: Any, k: tuple[Any, ...]) -> Any:
 
 
 async def install(c: Any) -> None:
-    await c.register_plugin(SharedMemoryPlugin())
+    await c.register_plugin(WorkerServices())
 
 
 def test_keys_travel_as_json_lists() -> None:
@@ -220,7 +220,7 @@ async def test_open_soon_lets_the_next_copy_in_find_the_channel(c, s, a, b) -> N
 @gen_cluster(client=True, timeout=STARTUP)
 async def test_a_full_ring_sends_by_tcp(c, s, a, b) -> None:
     await install(c)
-    transport, pool = Transport(), Pool()
+    transport, pool = Transport(), Connections()
     saved = _shm.MAX_SLOTS, _shm.SPARE
     _shm.MAX_SLOTS, _shm.SPARE = 1, 0
     try:
@@ -282,7 +282,7 @@ async def test_a_worker_that_closes_is_a_connection_error(c, s, a, b) -> None:
         assert channel is not None
         slot = channel.take(64)  # a block on its way when the worker's end goes
         assert slot is not None
-        await c.unregister_worker_plugin(SharedMemoryPlugin.name)  # the listener goes
+        await c.unregister_worker_plugin(WorkerServices.name)  # the listener goes
         await async_poll_for(lambda: channel.broken is not None, STARTUP)
         # found by the socket's reader, which stops there (no callback on a dead socket)
         assert channel.broken == "ConnectionResetError: the worker closed the channel"

@@ -26,7 +26,7 @@ from deisa.bridge.shm.transport import Transport
 from deisa.wire import guard as _guard
 from deisa.wire.relay import relay_names
 from deisa.wire.shm import socket_name
-from deisa.worker.shm import SharedMemoryPlugin
+from deisa.worker.services import WorkerServices
 
 CONNECTIONS = 1000
 
@@ -187,7 +187,7 @@ async def unix_flood(name: bytes, kind: str) -> tuple[int, list[str]]:
 @as_root
 @gen_cluster(client=True, timeout=4 * STARTUP)
 async def test_a_flood_of_another_account_on_the_workers_listeners_logs_a_line(c, s, a, b) -> None:
-    await c.register_plugin(SharedMemoryPlugin())
+    await c.register_plugin(WorkerServices())
     # the control: a line per refusal, as before the count
     with mock.patch.object(_guard, "LOG_INTERVAL_S", 0.0):
         held, lines = await unix_flood(socket_name(a.address), "SOCK_SEQPACKET")

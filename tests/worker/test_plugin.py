@@ -23,7 +23,8 @@ from distributed.utils_test import gen_cluster
 
 from deisa.bridge.shm.transport import Transport
 from deisa.wire.shm import HEADER, memfd, socket_name
-from deisa.worker.shm import SharedMemoryPlugin, block_dtype, block_shape, slot_problem
+from deisa.worker.services import WorkerServices
+from deisa.worker.shm import block_dtype, block_shape, slot_problem
 
 SIZE = HEADER + 4096
 
@@ -107,7 +108,7 @@ async def exchange(sock: socket.socket, message: dict[str, Any], fd: int | None 
 
 @gen_cluster(client=True, timeout=STARTUP)
 async def test_the_worker_maps_no_descriptor_but_a_sealed_memfd(c, s, a, b) -> None:
-    await c.register_plugin(SharedMemoryPlugin())
+    await c.register_plugin(WorkerServices())
     loop = asyncio.get_running_loop()
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     sock.setblocking(False)

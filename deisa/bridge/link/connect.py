@@ -6,8 +6,8 @@ exchange (``mode="async"``). Everything here runs on rank 0's event-loop thread
 (:class:`~deisa.bridge._loop.LoopThread`).
 
 distributed and the scheduler extension are imported where they are used, on the event-loop
-thread: a rank's main thread imports this module (for :class:`Pool`) without paying for them,
-and only rank 0 ever imports :mod:`deisa.scheduler`.
+thread: a rank's main thread imports this module (for :class:`Connections`) without paying
+for them, and only rank 0 ever imports :mod:`deisa.scheduler`.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ T = TypeVar("T")
 
 
 def route(
-    pool: Pool | ConnectionPool, address: str, name: Route
+    pool: Connections | ConnectionPool, address: str, name: Route
 ) -> Callable[..., Coroutine[Any, Any, Any]]:
     """The scheduler route ``name`` at ``address``, to call with its keyword arguments."""
     call: Callable[..., Coroutine[Any, Any, Any]] = getattr(pool(address), name.value)
@@ -60,13 +60,13 @@ async def open_pool() -> ConnectionPool:
     return pool
 
 
-class Pool:
+class Connections:
     """A rank's connections (to its workers; rank 0's to the scheduler too), opened at the first
     call made through them, on the event-loop thread.
 
     ``pool(address).<route>(**kwargs)`` is awaited as with a
     :class:`distributed.core.ConnectionPool`, which the first such call opens (:func:`open_pool`,
-    importing distributed there): making a Pool costs nothing, so that the Bridge's
+    importing distributed there): making one costs nothing, so that the Bridge's
     construction and its first ``publish`` do not wait for distributed's import on the
     simulation's thread. Used from one event loop only.
 
@@ -100,9 +100,9 @@ class Pool:
 
 
 class _Remote:
-    """The routes of ``address`` through a :class:`Pool`: ``remote.<route>(**kwargs)``."""
+    """The routes of ``address`` through a :class:`Connections`: ``remote.<route>(**kwargs)``."""
 
-    def __init__(self, pool: Pool, address: str) -> None:
+    def __init__(self, pool: Connections, address: str) -> None:
         self._pool = pool
         self._address = address
 
@@ -167,10 +167,10 @@ def meta(dec: Decomposition, run: str) -> dict[str, Any]:
 
 
 async def install(pool: Callable[[str], Any], address: str, shared_memory: bool = True) -> None:
-    """:func:`deisa.worker.install_on_scheduler` (the extension and the workers' plugin), made by
+    """:func:`deisa.worker.install_on_scheduler` (the extension and the workers' services), made by
     rank 0 itself where no worker relays it: distributed is imported only then."""
     logger.info(
-        "deisa bridge: no worker of this node relays rank 0 (deisa's worker plugin is not "
+        "deisa bridge: no worker of this node relays rank 0 (deisa's worker services is not "
         "installed, or no worker is here): rank 0 imports distributed (about 0.4 s of CPU) and "
         "installs the plugin; start the workers with --preload deisa.worker, or the "
         "analytics (its Adapter installs it) before the simulation, to avoid it"
@@ -181,7 +181,7 @@ async def install(pool: Callable[[str], Any], address: str, shared_memory: bool 
     await install_on_scheduler(pool, address, shared_memory)
 
 
-async def wait_workers(pool: Pool, address: str, min_workers: int) -> list[str]:
+async def wait_workers(pool: Connections, address: str, min_workers: int) -> list[str]:
     """The workers' addresses, once at least ``min_workers`` are connected."""
     while True:
         workers = await route(pool, address, Route.WORKERS)()
@@ -191,7 +191,7 @@ async def wait_workers(pool: Pool, address: str, min_workers: int) -> list[str]:
 
 
 async def connect(
-    pool: Pool,
+    pool: Connections,
     scheduler_file: str,
     options: BridgeOptions,
     decompositions: Mapping[str, Decomposition],
@@ -228,10 +228,10 @@ async def connect(
 
 
 async def _reach_and_install(
-    pool: Pool, address: str, scheduler_file: str, options: BridgeOptions
+    pool: Connections, address: str, scheduler_file: str, options: BridgeOptions
 ) -> None:
     """Rank 0: reach the scheduler at ``address`` (through a worker's relay where one is on
-    this node) and install deisa's extension (and the workers' plugin) there."""
+    this node) and install deisa's extension (and the workers' services) there."""
     connect_timeout = options.connect_timeout
     shared_memory = options.transport == "auto"
     try:
@@ -261,7 +261,7 @@ async def _reach_and_install(
 
 
 async def _open_arrays(
-    pool: Pool,
+    pool: Connections,
     address: str,
     run: str,
     decompositions: Mapping[str, Decomposition],

@@ -3,7 +3,7 @@
 Rank 0 is the rank that talks to the scheduler. With distributed that costs it about 0.4 s of
 CPU and 27 MiB of memory, for the import alone (docs/benchmarks.md, section 11), where the
 other ranks of a node that send through shared memory import neither. So where a worker of
-the job shares rank 0's node and runs deisa's worker plugin (:mod:`deisa.worker.shm`;
+the job shares rank 0's node and runs deisa's worker services (:mod:`deisa.worker.services`;
 ``deisa-run`` starts its workers with it, ``dask worker --preload deisa.worker`` does the
 same), that
 worker also relays rank 0's calls: it listens on an abstract Unix socket named from the
@@ -16,7 +16,7 @@ and makes each call it receives on its own connection to the scheduler
 The wire: frames of a 4-byte big-endian length then a msgpack map, as distributed's own
 messages (tuples arrive as tuples). Rank 0 sends ``{"id": n, "op": route, "kwargs": {...}}``,
 where ``route`` is one of :data:`RELAYED` (deisa's routes, and ``"install"``: the scheduler
-extension and the workers' plugin); the worker answers ``{"id": n, "result": ...}``, or
+extension and the workers' services); the worker answers ``{"id": n, "result": ...}``, or
 ``{"id": n, "error": type name, "message": ..., "kind": "os" | "timeout" | "other"}``. Both
 ends check the other's uid (``SO_PEERCRED``) before reading anything: a name held by another
 account is skipped for the next (:mod:`deisa.wire.names`). Nothing is unpickled; the worker relays

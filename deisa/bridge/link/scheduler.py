@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from ...wire import Route, Status
 from .._collective import BridgeError
 from .._publisher import Connection
-from .connect import Pool, connect, route
+from .connect import Connections, connect, route
 
 if TYPE_CHECKING:
     from ..contracts import ContractBook
@@ -100,14 +100,14 @@ class SchedulerLink:
     """
 
     def __init__(self) -> None:
-        self._pool: Pool | None = None
+        self._pool: Connections | None = None
         self.address: str | None = None
         self.run: str | None = None
 
     def open(self) -> None:
-        """Make the rank's :class:`~._connect.Pool` (it opens at its first call, on the loop
+        """Make the rank's :class:`~.connect.Connections` (it opens at its first call, on the loop
         thread: no distributed import here)."""
-        self._pool = Pool()
+        self._pool = Connections()
 
     @property
     def is_open(self) -> bool:
@@ -115,7 +115,7 @@ class SchedulerLink:
         return self._pool is not None
 
     @property
-    def pool(self) -> Pool:
+    def pool(self) -> Connections:
         """The rank's connections, to its workers and (rank 0) the scheduler."""
         if self._pool is None:
             raise BridgeError("the Bridge is closed")

@@ -35,7 +35,7 @@ from ...wire.shm import (
     slot_bytes,
     socket_names,
 )
-from .pool import SMALL, Pool, WarmRing
+from .pool import SMALL, SlotPool, WarmRing
 from .slot import Slot
 
 logger = logging.getLogger(__name__)
@@ -72,10 +72,10 @@ class Channel(WarmRing):
     Use :meth:`open`, on the Bridge's event loop.
     """
 
-    def __init__(self, worker: str, sock: socket.socket, pool: Pool | None = None) -> None:
+    def __init__(self, worker: str, sock: socket.socket, pool: SlotPool | None = None) -> None:
         self.worker = worker
         self.sock = sock
-        self.pool = Pool() if pool is None else pool
+        self.pool = SlotPool() if pool is None else pool
         self._cold = False  # the pool failed to grow here: no more tries
         self._no_huge = False  # a hugetlb slot could not get its pages: no more tries
         self._outran = False  # the ring needed more slots than it keeps without a pool
@@ -96,7 +96,7 @@ class Channel(WarmRing):
         self._preparer.start()
 
     @classmethod
-    async def open(cls, worker: str, pool: Pool | None = None) -> Channel | None:
+    async def open(cls, worker: str, pool: SlotPool | None = None) -> Channel | None:
         """A channel to ``worker``'s listener, or ``None`` when none of this account answers
         here (another node, a worker without the plugin): the blocks then go by TCP."""
         loop = asyncio.get_running_loop()

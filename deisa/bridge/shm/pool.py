@@ -3,7 +3,7 @@
 A slot whose pages do not exist yet costs the kernel their allocation (2 to 9 times a memcpy of the
 block, docs/benchmarks.md, section 11): back to back, each block of a growing ring pays it.
 The pool keeps the slots a rank's ring uses mapped, with their page tables, up to a budget
-(:attr:`Pool.budget`, bytes): they are reused before anything new is allocated, and only slots
+(:attr:`SlotPool.budget`, bytes): they are reused before anything new is allocated, and only slots
 beyond the budget are given back. In a steady state (each block's slot back before the next)
 that is the one or two slots the ring needs, adopted as they are used: no ``mmap``, ``munmap``
 or page-table fill per block, which the channel's thread did beside the caller's copy and which
@@ -53,7 +53,7 @@ __all__ = [
     "HUGETLB",
     "SMALL",
     "THP",
-    "Pool",
+    "SlotPool",
     "WarmRing",
     "page_kind",
     "pool_totals",
@@ -187,7 +187,7 @@ def room(info: dict[str, int] | None = None, cgroup: tuple[int, int] | None = No
     return left
 
 
-class Pool:
+class SlotPool:
     """A rank's budget of warm shared-memory slots, over all its channels (thread-safe).
 
     Parameters
@@ -291,7 +291,7 @@ class Pool:
 
 
 def pool_totals(summaries: Iterable[dict[str, Any]]) -> dict[str, int]:
-    """The ranks' pools (:meth:`Pool.summary` each) in whole figures, for the scheduler's
+    """The ranks' pools (:meth:`SlotPool.summary` each) in whole figures, for the scheduler's
     totals: ``peak KiB``, ``budget KiB``, ``ranks``, ``ranks shrunk``, ``ranks with <pages>``;
     empty without a pool."""
     pools = [s for s in summaries if s and s.get("budget_mib")]
@@ -318,7 +318,7 @@ class WarmRing:
     and at the start it populates nothing, neither the rank's core nor its start pays for
     slots no block needs."""
 
-    pool: Pool
+    pool: SlotPool
     slots: list[Any]
     _cold: bool
     _no_huge: bool

@@ -29,7 +29,7 @@ from ... import _dask_internals
 from ...wire.shm import key_to_wire, plain_dtype
 from ..options import TRANSPORTS
 from .channel import Channel
-from .pool import Pool
+from .pool import SlotPool
 from .slot import Slot
 
 logger = logging.getLogger(__name__)
@@ -66,7 +66,7 @@ class Transport:
     ----------
     blocks : collections.Counter
         Blocks sent so far, by ``"shared memory"`` and ``"tcp"``.
-    pool : deisa.bridge.shm.pool.Pool
+    slot_pool : deisa.bridge.shm.pool.SlotPool
         The rank's warm pool of slots, over all its channels (budget 0 until the Bridge sizes
         it: no pool).
     """
@@ -76,7 +76,7 @@ class Transport:
             raise ValueError(f"transport={kind!r}: choose one of {', '.join(TRANSPORTS)}")
         self.kind = kind
         self.blocks: Counter[str] = Counter()
-        self.pool = Pool()
+        self.slot_pool = SlotPool()
         self._channels: dict[str, Channel] = {}
         self._opening: dict[str, asyncio.Future[Channel | None]] = {}
         self._tried_at: dict[str, float] = {}
@@ -186,14 +186,17 @@ class Transport:
         self.blocks[SHARED_MEMORY] += 1
         return nbytes
 
-    async def send(self, pool: Any, worker: str, key: Any, block: np.ndarray) -> dict[Any, int]:
+    async def send(
+        self, connections: Any, worker: str, key: Any, block: np.ndarray
+    ) -> dict[Any, int]:
         """Send ``block`` to ``worker`` under ``key``, through shared memory if it can go that
-        way, else over ``pool`` (the rank's :class:`~deisa.bridge.link.connect.Pool`); ``{key:
-        its size on the worker}``, as :func:`deisa._dask_internals.send_blocks_to_worker`."""
+        way, else over ``connections`` (the rank's
+        :class:`~deisa.bridge.link.connect.Connections`); ``{key: its size on the worker}``, as
+        :func:`deisa._dask_internals.send_blocks_to_worker`."""
         nbytes = await self.send_shared(worker, key, block)
         if nbytes is not None:
             return {key: nbytes}
-        stored = await _dask_internals.send_blocks_to_worker(pool, worker, {key: block})
+        stored = await _dask_internals.send_blocks_to_worker(connections, worker, {key: block})
         self.sent_by_tcp()
         return stored
 
@@ -217,7 +220,9 @@ class Transport:
             return await asyncio.shield(opening)
         if time.monotonic() - self._tried_at.get(worker, -RETRY_S) < RETRY_S:
             return None
-        opening = self._opening[worker] = asyncio.ensure_future(Channel.open(worker, self.pool))
+        opening = self._opening[worker] = asyncio.ensure_future(
+            Channel.open(worker, self.slot_pool)
+        )
         try:
             channel = await asyncio.shield(opening)
         finally:
