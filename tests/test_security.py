@@ -32,7 +32,7 @@ PUBLISHER = REPO / "tests" / "publish_blocks.py"
 sys.path.insert(0, str(PUBLISHER.parent))
 from publish_blocks import expected  # noqa: E402
 
-sys.path.insert(0, str(REPO / "tests" / "bridge"))
+sys.path.insert(0, str(REPO / "tests" / "bridge" / "shm"))
 from test_transport import AS_NOBODY, FOREIGN_PYTHON, as_root  # noqa: E402
 from wire.test_guard import ATTACKER, CONNECTIONS  # noqa: E402
 

@@ -12,7 +12,7 @@ streams of this project's Bridges:
 - one :class:`~deisa.Adapter` (one consumer) reads every array of the simulation, one thread
   per array iterating :meth:`~deisa.ArrayDescriptor.items`; each step becomes deisa-core's
   ``DeisaArray`` (the same dask array, its blocks where the workers received them, ``.t`` the
-  step) and goes through every callback registered on its array (:mod:`._triggers`: windows,
+  step) and goes through every callback registered on its array (:mod:`.triggers`: windows,
   AND/OR); a callback due runs on a thread of its own, its calls in step order;
 - ``set(key, value, timestep)`` is steering (:meth:`deisa.Adapter.set`): the value under
   :func:`deisa.wire.insitu_value_name`, the timesteps set so far under
@@ -37,7 +37,6 @@ import numpy as np
 from distributed import Client
 
 from ..analysis import steering
-from ..analysis._triggers import DEFAULT_SLIDING_WINDOW_SIZE, Registration, parse_windows
 from ..analysis.adapter import Adapter
 from ..wire import (
     INSITU_GO,
@@ -45,6 +44,7 @@ from ..wire import (
     insitu_index_name,
     insitu_value_name,
 )
+from .triggers import DEFAULT_SLIDING_WINDOW_SIZE, Registration, parse_windows
 
 try:
     from deisa.core import DeisaArray, IDeisa
@@ -302,7 +302,7 @@ class Deisa(IDeisa):
         when: Literal["AND", "OR"] = "AND",
     ) -> Callable[..., Any]:
         """Call ``callback`` with one window (a list of ``DeisaArray``, oldest first) per array
-        named, whenever ``when`` says (see :mod:`deisa.analysis._triggers`), from the next step
+        named, whenever ``when`` says (see :mod:`deisa.insitu.triggers`), from the next step
         of those arrays on.
 
         Returns ``callback``, its id set as ``callback.callback_id``. A callback's calls run on

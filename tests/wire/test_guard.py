@@ -17,7 +17,7 @@ from unittest import mock
 
 import numpy as np
 import pytest
-from bridge.test_transport import AS_NOBODY, FOREIGN_PYTHON, as_root, attack
+from bridge.shm.test_transport import AS_NOBODY, FOREIGN_PYTHON, as_root, attack
 from conftest import STARTUP
 from distributed.utils_test import gen_cluster
 

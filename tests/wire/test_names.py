@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from bridge.test_transport import as_root, squat
+from bridge.shm.test_transport import as_root, squat
 from conftest import STARTUP
 from distributed.utils_test import gen_cluster
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from bridge.test_transport import AS_NOBODY, REFUSED, as_root, attack, squat
+from bridge.shm.test_transport import AS_NOBODY, REFUSED, as_root, attack, squat
 from conftest import STARTUP, start_dask, test_env
 from distributed.utils_test import gen_cluster
 

@@ -1,4 +1,4 @@
-"""deisa.analysis._triggers: windows and AND/OR triggers of deisa.insitu.Deisa, without Dask."""
+"""deisa.insitu.triggers: windows and AND/OR triggers of deisa.insitu.Deisa, without Dask."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from collections import namedtuple
 
 import pytest
 
-from deisa.analysis._triggers import DEFAULT_SLIDING_WINDOW_SIZE, Registration, parse_windows
+from deisa.insitu.triggers import DEFAULT_SLIDING_WINDOW_SIZE, Registration, parse_windows
 
 Window = namedtuple("Window", ["name", "size"])  # deisa-core's, without importing it
 
