@@ -434,3 +434,40 @@ def test_a_package_that_lists_its_modules_lists_them_all(init: Path) -> None:
     } | (set(re.findall(r"``(\w+)``", doc)) & here)
     if len(cited & here) >= 3:
         assert sorted(here - cited) == [], f"{package}'s docstring leaves out modules"
+
+
+def _private_across_sides(path: Path) -> list[str]:
+    """The private modules (``_x``) of another side that ``path`` imports."""
+    side = _side(_module_of(path))
+    wrong = []
+    for target in _imports_of(path):
+        parts = target.split(".")
+        module_parts = (
+            parts if (PACKAGE.parent / Path(*parts)).with_suffix(".py").exists() else parts[:-1]
+        )
+        private = [p for p in module_parts[1:] if p.startswith("_") and not p.startswith("__")]
+        if private and module_parts[1] not in SHARED and _side(target) != side:
+            wrong.append(target)
+    return sorted(wrong)
+
+
+@pytest.mark.parametrize(
+    "path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE))
+)
+def test_no_module_imports_a_private_module_of_another_side(path: Path) -> None:
+    """A private module (``_reading``, ``_collective``) is its side's own: another side imports
+    what its package makes public, or the module moves to where it is used (issue 55). The
+    shared private modules (``_dask_internals``, ``_lazy``) are for every side."""
+    assert _private_across_sides(path) == [], f"{path.relative_to(PACKAGE)} imports them"
+
+
+def test_private_import_check_finds_one() -> None:
+    fake = PACKAGE / "pca_app" / "_probe_of_the_private_check.py"
+    try:
+        fake.write_text("from ..analysis._reading import StepArray\nfrom .. import _lazy\n")
+        assert _private_across_sides(fake) == [
+            "deisa.analysis._reading",
+            "deisa.analysis._reading.StepArray",
+        ]
+    finally:
+        fake.unlink()

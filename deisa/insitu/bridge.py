@@ -36,8 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from ..bridge._collective import BridgeError
 from ..bridge.bridge import Bridge as _Bridge
+from ..bridge.bridge import BridgeError
 from ..bridge.decomposition import ArraySpec
 from ..wire import (
     INSITU_GO,

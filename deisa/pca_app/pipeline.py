@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from distributed import Client
 
-from ..analysis._reading import StepArray
+from ..analysis import StepArray
 from ..analysis.adapter import Adapter, EndOfStreamError, StepNotAvailableError
 from ..analysis.pca import IncrementalPCA, PendingFit
 from ..analysis.replay import Replay
