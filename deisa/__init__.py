@@ -17,6 +17,8 @@ distributed's private API) and :mod:`deisa._lazy` (names imported on first use).
 :mod:`deisa.insitu` is deisa-core's backend over both sides; :mod:`deisa.pca_app` the built-in
 PCA that :mod:`deisa.launcher` (``deisa-run``) runs; :mod:`deisa.doctor` what a run needs
 (``python -m deisa doctor``). Nothing imports the launcher. docs/architecture.md is the map.
+
+Runs in every process that imports deisa; imports nothing at import time (PEP 562).
 """
 
 from __future__ import annotations

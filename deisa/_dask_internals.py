@@ -30,6 +30,9 @@ distributed is imported by the functions that use it, not by this module: a simu
 imports this module on its main thread and sends from its event-loop thread, which imports
 distributed there, off the simulation's path (docs/benchmarks.md, "Start-up of a rank"). Such
 an import off the main thread starts with :func:`import_distributed`.
+
+Runs in every process of a run (a rank's loop thread, the workers', the scheduler's and the
+analytics' event loops); imports nothing of deisa.
 """
 
 from __future__ import annotations

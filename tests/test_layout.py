@@ -471,3 +471,15 @@ def test_private_import_check_finds_one() -> None:
         ]
     finally:
         fake.unlink()
+
+
+@pytest.mark.parametrize(
+    "path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE))
+)
+def test_each_module_says_which_process_runs_it(path: Path) -> None:
+    """Every module's opening docstring, or its package's (``deisa/`` itself aside: each
+    top-level module says it), says which process runs it ("Runs in ...") and what it may
+    import: the map, where a newcomer reads first."""
+    chain = [path, *(p / "__init__.py" for p in path.parents if PACKAGE in p.parents)]
+    docs = [ast.get_docstring(ast.parse(p.read_text())) or "" for p in chain if p.exists()]
+    assert any("Runs in" in doc for doc in docs), f"{path.relative_to(PACKAGE)} says not"

@@ -23,6 +23,12 @@ In ``mode="sync"`` the ranks gather their keys on rank 0 and wait for its ``deis
 
 So the scheduler handles one message per step and array whatever the number of ranks, and only
 rank 0 ever talks to it. See ``docs/architecture.md``.
+
+Runs in a simulation rank: every public method on the rank's main thread (the simulation's, or
+PDI's through the plugin), the only thread that calls MPI; what they hand over runs on the
+Bridge's event-loop thread (:mod:`._loop`). Imports the Bridge's own modules, :mod:`deisa.wire`
+and :mod:`deisa.contract`; distributed and :mod:`deisa.scheduler` only on the loop thread, on
+rank 0, when no worker relays its calls (:mod:`.link.connect`).
 """
 
 from __future__ import annotations

@@ -15,6 +15,10 @@ simulation rank importing ``Bridge`` loads no analytics module.
 deisa-core is optional for the rest of ``deisa``: without it, using a name here raises an
 :class:`ImportError` that says ``pip install deisa-core``. ``docs/ecosystem.md`` says what
 differs from deisa-dask.
+
+Runs in a simulation rank (:mod:`.bridge`, :mod:`.comm`: the rank's main thread) and in the
+analytics (:mod:`.analytics`, :mod:`.triggers`: the analytics' thread and a reader thread per
+array); each half imports only its side (:mod:`deisa.bridge`, :mod:`deisa.analysis`).
 """
 
 from __future__ import annotations

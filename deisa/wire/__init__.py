@@ -14,6 +14,8 @@ and the analytics send each other. One module per conversation, their names re-e
 Imported by every side, it imports no side: the simulation side (:mod:`deisa.bridge`), the
 scheduler side (:mod:`deisa.scheduler`) and the analytics side (:mod:`deisa.analysis`) never
 import each other's code (except to install the scheduler extension): what they share is here.
+
+Runs in every process; imports nothing of the sides.
 """
 
 from __future__ import annotations
