@@ -483,3 +483,7 @@ def test_each_module_says_which_process_runs_it(path: Path) -> None:
     chain = [path, *(p / "__init__.py" for p in path.parents if PACKAGE in p.parents)]
     docs = [ast.get_docstring(ast.parse(p.read_text())) or "" for p in chain if p.exists()]
     assert any("Runs in" in doc for doc in docs), f"{path.relative_to(PACKAGE)} says not"
+    if "bridge" in path.relative_to(PACKAGE).parts[:1] and path.name != "__init__.py":
+        # a rank runs the Bridge on two threads (its main thread and the loop's): each module
+        # says which of them runs what
+        assert "thread" in docs[0], f"{path.relative_to(PACKAGE)} says not which thread runs it"

@@ -1,5 +1,9 @@
 """How one rank's Bridge closes: rank 0 ends every array's stream on the scheduler (with what
-the ranks report of their run), then every rank stops its background work and its loop."""
+the ranks report of their run), then every rank stops its background work and its loop.
+
+Runs on the rank's main thread (``Bridge.close``), which waits for what it hands the loop
+thread (rank 0's last calls to the scheduler), then stops that thread.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,10 @@
 """How one rank's Bridge opens: its arrays declared on every rank, rank 0's connection (at once
 in ``mode="sync"``, in the background in ``mode="async"``), and what every rank takes in once
-the connection is known (the run, the workers, the placement; rank 0's watches)."""
+the connection is known (the run, the workers, the placement; rank 0's watches).
+
+Runs on the rank's main thread (the Bridge's construction and first ``publish``); rank 0's
+connection runs on the loop thread, in the background in ``mode="async"``.
+"""
 
 from __future__ import annotations
 

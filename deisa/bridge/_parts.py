@@ -5,6 +5,9 @@ does when a worker or the scheduler is lost (:class:`._losses.Losses`) hold the 
 change them only through their methods; the holder itself is frozen (no module rebinds a part),
 and none reads another's private attributes. They call the scheduler through the
 :class:`~._link.SchedulerLink`.
+
+Built on the rank's main thread by the Bridge's construction; each part's docstring says which
+thread writes its fields.
 """
 
 from __future__ import annotations

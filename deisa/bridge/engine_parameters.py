@@ -32,6 +32,8 @@ PDI YAML, the command line and these parameters); the engine adds its own four:
     the code sets, which ADIOS2's plugin interface hides from an engine; ``none``: the code sets
     no memory selection, and the engine opens without the guard (a selection set anyway would
     then go unseen: the guard, where loaded, is still obeyed).
+
+Runs on the simulation's thread that opens the deisa ADIOS2 engine (its ``Open``, from C++).
 """
 
 from __future__ import annotations

@@ -15,6 +15,9 @@ durations with the same constraints.
 
 ``buffer_nb`` is ``None`` for "unbounded"; ``0`` is refused everywhere (it is not a synonym of
 unbounded), with a message saying so.
+
+Checked on the rank's main thread, at the Bridge's construction (or the plugin's start); read
+from both threads after.
 """
 
 from __future__ import annotations

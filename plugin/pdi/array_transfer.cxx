@@ -19,18 +19,14 @@
 
 #include "array_transfer.h"
 
-using PDI::Array_datatype;
 using PDI::Context;
 using PDI::Datatype_sptr;
 using PDI::Expression;
 using PDI::Ref;
 using PDI::Ref_r;
-using PDI::Scalar_datatype;
-using PDI::Scalar_kind;
 using PDI::Spectree_error;
 using PDI::to_string;
 using PDI::Value_error;
-using std::dynamic_pointer_cast;
 using std::string;
 using std::vector;
 
@@ -48,61 +44,7 @@ Array_layout layout_of(const Datatype_sptr& type, const string& what)
 	return layout;
 }
 
-/// The numpy name of the elements of a published block
-string published_dtype(const Scalar_datatype& scalar)
-{
-	if (auto dtype = numpy_dtype(scalar)) return *dtype;
-	throw Value_error{"deisa cannot publish elements of type {}", scalar.debug_string()};
-}
-
 } // namespace
-
-std::optional<string> numpy_dtype(const Scalar_datatype& scalar)
-{
-	const string bits = std::to_string(8 * scalar.datasize());
-	switch (scalar.kind()) {
-	case Scalar_kind::FLOAT:
-		return "float" + bits;
-	case Scalar_kind::SIGNED:
-		return "int" + bits;
-	case Scalar_kind::UNSIGNED:
-		return "uint" + bits;
-	default:
-		return std::nullopt;
-	}
-}
-
-Array_layout array_layout(Datatype_sptr type)
-{
-	Array_layout layout;
-	while (auto&& array_type = dynamic_pointer_cast<const Array_datatype>(type)) {
-		layout.size.emplace_back(array_type->size());
-		layout.start.emplace_back(array_type->start());
-		layout.subsize.emplace_back(array_type->subsize());
-		type = array_type->subtype();
-	}
-	layout.element = type;
-	layout.scalar = dynamic_pointer_cast<const Scalar_datatype>(type);
-	return layout;
-}
-
-vector<long> Array_layout::strides() const
-{
-	vector<long> result(size.size(), static_cast<long>(scalar->buffersize()));
-	for (size_t dim = size.size(); dim-- > 1;) {
-		result[dim - 1] = result[dim] * size[dim];
-	}
-	return result;
-}
-
-long Array_layout::filled_offset(const vector<long>& strides) const
-{
-	long offset = 0;
-	for (size_t dim = 0; dim < start.size(); ++dim) {
-		offset += start[dim] * strides[dim];
-	}
-	return offset;
-}
 
 Array_transfer::Array_transfer(
 	PC_tree_t data_tree,

@@ -18,6 +18,7 @@
 #include "condition.h"
 #include "dataset_description.h"
 #include "ignored_keys.h"
+#include "numpy_layout.h"
 #include "selection.h"
 
 namespace deisa {
@@ -211,45 +212,6 @@ eturn its YAML node, absent (PC_status non-zero) if not given
 	 */
 	Block block(PDI::Context& ctx, PDI::Ref ref) const;
 };
-
-/** The numpy name of a PDI scalar type (`float64', `int32'...), the plugin's only conversion of
- * an element type, for published blocks and steering values alike
- * \param scalar the element type
- * \return its numpy name, or nothing for a type that is not a number
- */
-std::optional<std::string> numpy_dtype(const PDI::Scalar_datatype& scalar);
-
-/// The memory layout of exposed data: its (possibly partially filled) arrays, outermost first, down to their elements
-struct Array_layout {
-	/// allocated elements per dimension (none for a scalar)
-	std::vector<long> size;
-
-	/// first filled element per dimension
-	std::vector<long> start;
-
-	/// filled elements per dimension
-	std::vector<long> subsize;
-
-	/// the elements' type (the innermost one)
-	PDI::Datatype_sptr element;
-
-	/// the elements' type as a scalar, null where they are not scalars
-	std::shared_ptr<const PDI::Scalar_datatype> scalar;
-
-	/// byte strides of the allocated array (C order), one per dimension; needs `scalar'
-	std::vector<long> strides() const;
-
-	/** The byte offset of the first filled element
-	 * \param strides the strides() of this layout
-	 */
-	long filled_offset(const std::vector<long>& strides) const;
-};
-
-/** The layout of a PDI type: the nested arrays are unwrapped down to their elements
- * \param type the type of the exposed data
- * \return its layout (`scalar' null where the innermost type is not a scalar)
- */
-Array_layout array_layout(PDI::Datatype_sptr type);
 
 } // namespace deisa
 

@@ -27,11 +27,7 @@
 namespace py = pybind11;
 using namespace pybind11::literals;
 using PDI::Context;
-using PDI::Expression;
 using PDI::Ref;
-using PDI::Ref_r;
-using PDI::Scalar_datatype;
-using PDI::Scalar_kind;
 using PDI::Spectree_error;
 using PDI::to_string;
 using std::string;
@@ -43,40 +39,6 @@ namespace {
 
 /// The environment variable that deisa-run sets to its scheduler file, which wins over the YAML's
 constexpr char SCHEDULER_FILE_OVERRIDE[] = "DEISA_SCHEDULER_FILE_OVERRIDE";
-
-Config_expression parse_expression(PC_tree_t value, const char* key)
-{
-	try {
-		return {Expression{to_string(value)}, value};
-	} catch (const PDI::Error& e) {
-		throw Spectree_error{value, "Invalid $-expression for `{}' in deisa configuration: {}", key, e.what()};
-	}
-}
-
-Ref_r evaluate(Context& ctx, const Config_expression& value, const char* key)
-{
-	try {
-		return value.expression.to_ref(ctx);
-	} catch (const PDI::Error& e) {
-		throw Spectree_error{value.tree, "Cannot evaluate `{}' in deisa configuration: {}", key, e.what()};
-	}
-}
-
-/// The Fortran handle of the communicator designated by `expression' (an MPI_Comm or a Fortran handle)
-MPI_Fint fortran_communicator(Context& ctx, const Config_expression& value)
-{
-	Ref_r ref = evaluate(ctx, value, "communicator");
-	auto&& scalar = std::dynamic_pointer_cast<const Scalar_datatype>(ref.type());
-	if (scalar && scalar->kind() == Scalar_kind::UNKNOWN && scalar->buffersize() == sizeof(MPI_Comm)) {
-		MPI_Comm comm;
-		std::memcpy(&comm, ref.get(), sizeof(MPI_Comm));
-		return MPI_Comm_c2f(comm);
-	}
-	if (scalar && (scalar->kind() == Scalar_kind::SIGNED || scalar->kind() == Scalar_kind::UNSIGNED)) {
-		return static_cast<MPI_Fint>(ref.scalar_value<long>());
-	}
-	throw Spectree_error{value.tree, "`communicator' in deisa configuration must be an MPI_Comm (e.g. $MPI_COMM_WORLD from the mpi plugin)"};
-}
 
 } // namespace
 
@@ -95,14 +57,6 @@ bool Bridge_handle::outside(const Array_transfer& transfer) const
 	return std::find(m_outside.begin(), m_outside.end(), &transfer) != m_outside.end();
 }
 
-On_error to_on_error(PC_tree_t tree)
-{
-	string value = to_string(tree);
-	if (value == "abort") return On_error::ABORT;
-	if (value == "warn") return On_error::WARN;
-	throw Spectree_error{tree, "Invalid value for `on_error' in deisa configuration: `{}' (expecting abort or warn)", value};
-}
-
 Bridge_handle::~Bridge_handle()
 {
 	if (!Py_IsInitialized()) return;
@@ -110,32 +64,21 @@ Bridge_handle::~Bridge_handle()
 	m_bridge_options = py::object();
 }
 
-void Bridge_handle::scheduler_file(PC_tree_t value, const string& key)
-{
-	m_scheduler_file = parse_expression(value, key.c_str());
-	m_scheduler_key = key;
-}
-
-void Bridge_handle::communicator(PC_tree_t value)
-{
-	m_communicator = parse_expression(value, "communicator");
-}
-
 void Bridge_handle::validate(Context& ctx, PC_tree_t config, double interpreter_seconds)
 {
 	m_interpreter_seconds = interpreter_seconds;
-	m_options.config(config);
+	m_settings.options.config(config);
 	const char* override_path = std::getenv(SCHEDULER_FILE_OVERRIDE);
 	if (override_path && *override_path) {
 		m_scheduler_path = override_path;
 		m_scheduler_overridden = true;
 		int world_rank = 0;
 		MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
-		if (m_scheduler_file && world_rank == 0) {
+		if (m_settings.scheduler_file && world_rank == 0) {
 			ctx.logger().info(
 				"`{}: {}' of the YAML is overridden by {}=`{}' (deisa-run's scheduler file)",
-				m_scheduler_key,
-				to_string(m_scheduler_file->tree),
+				m_settings.scheduler_key,
+				to_string(m_settings.scheduler_file->tree),
 				SCHEDULER_FILE_OVERRIDE,
 				m_scheduler_path
 			);
@@ -144,7 +87,7 @@ void Bridge_handle::validate(Context& ctx, PC_tree_t config, double interpreter_
 	py::gil_scoped_acquire gil;
 	try {
 		m_python.import_deisa();
-		if (!m_scheduler_file && !m_scheduler_overridden) {
+		if (!m_settings.scheduler_file && !m_scheduler_overridden) {
 			// no `scheduler_file' key: $DEISA_SCHEDULER_FILE, by the rule the Python Bridge follows
 			try {
 				m_scheduler_path = py::module_::import("deisa.bridge.scheduler_file").attr("resolve_scheduler_file")(py::none()).cast<string>();
@@ -155,7 +98,7 @@ void Bridge_handle::validate(Context& ctx, PC_tree_t config, double interpreter_
 			}
 		}
 		// no option key to check: PDI_init waits for no import at all
-		if (m_options.empty()) return;
+		if (m_settings.options.empty()) return;
 		m_python.wait("options");
 	} catch (const py::error_already_set& e) {
 		m_python.forget(); // disables the bridge (on_error: warn)
@@ -163,9 +106,9 @@ void Bridge_handle::validate(Context& ctx, PC_tree_t config, double interpreter_
 		return; // on_error: warn, without deisa the keys cannot be checked
 	}
 	try {
-		m_options.check_keys(m_python.module());
+		m_settings.options.check_keys(m_python.module());
 		// bad options are reported now, unless they depend on data not shared yet
-		m_bridge_options = m_options.build(ctx, m_python, true);
+		m_bridge_options = m_settings.options.build(ctx, m_python, true);
 	} catch (const py::error_already_set& e) {
 		handle_python_error(ctx, "checking the deisa Bridge options", e);
 	}
@@ -192,7 +135,7 @@ py::object Bridge_handle::array_spec(const Array_geometry& geometry) const
 void Bridge_handle::handle_python_error(Context& ctx, const string& action, const py::error_already_set& error)
 {
 	ctx.logger().error("Python failure while {}:\n{}", action, python_traceback(error));
-	if (m_on_error == On_error::ABORT) {
+	if (m_settings.on_error == On_error::ABORT) {
 		throw PDI::System_error{"deisa: Python failure while {} (on_error: abort): {}", action, error.what()};
 	}
 	ctx.logger().warn("on_error: warn, the simulation continues without this data");
@@ -201,7 +144,7 @@ void Bridge_handle::handle_python_error(Context& ctx, const string& action, cons
 void Bridge_handle::open(Context& ctx, const vector<Array_transfer>& transfers)
 {
 	if (opened()) return;
-	const MPI_Fint comm = m_communicator ? fortran_communicator(ctx, *m_communicator) : MPI_Comm_c2f(MPI_COMM_WORLD);
+	const MPI_Fint comm = m_settings.communicator ? fortran_communicator(ctx, *m_settings.communicator) : MPI_Comm_c2f(MPI_COMM_WORLD);
 	// the datasets of the entries with a communicator of their own, and its handle (MPI_COMM_NULL's outside it)
 	vector<std::pair<string, MPI_Fint>> array_comms;
 	for (auto&& transfer: transfers) {
@@ -223,11 +166,15 @@ void Bridge_handle::open(Context& ctx, const vector<Array_transfer>& transfers)
 		m_arrays.emplace_back(geometry.dataset, std::move(geometry));
 	}
 	MPI_Comm_rank(MPI_Comm_f2c(comm), &m_rank);
-	if (m_scheduler_file && !m_scheduler_overridden) {
+	if (m_settings.scheduler_file && !m_scheduler_overridden) {
 		try {
-			m_scheduler_path = m_scheduler_file->expression.to_string(ctx);
+			m_scheduler_path = m_settings.scheduler_file->expression.to_string(ctx);
 		} catch (const PDI::Error& e) {
-			throw Spectree_error{m_scheduler_file->tree, "Cannot evaluate `{}' in deisa configuration: {}", m_scheduler_key, e.what()};
+			throw Spectree_error{
+				m_settings.scheduler_file->tree,
+				"Cannot evaluate `{}' in deisa configuration: {}",
+				m_settings.scheduler_key,
+				e.what()};
 		}
 	}
 	const string scheduler_file = m_scheduler_path;
@@ -246,7 +193,7 @@ void Bridge_handle::open(Context& ctx, const vector<Array_transfer>& transfers)
 	// a bad option or block position is a PDI error on its YAML node, whatever on_error says
 	py::dict specs;
 	try {
-		if (!m_bridge_options || m_bridge_options.is_none()) m_bridge_options = m_options.build(ctx, m_python, false);
+		if (!m_bridge_options || m_bridge_options.is_none()) m_bridge_options = m_settings.options.build(ctx, m_python, false);
 		for (auto&& array: m_arrays) {
 			specs[py::str(array.first)] = array_spec(array.second);
 		}
@@ -274,7 +221,7 @@ void Bridge_handle::open(Context& ctx, const vector<Array_transfer>& transfers)
 	} catch (const py::error_already_set& e) {
 		m_disabled = true;
 		// the scheduler file is what the user can check first
-		handle_python_error(ctx, "creating the deisa Bridge (" + m_scheduler_key + ": `" + scheduler_file + "')", e);
+		handle_python_error(ctx, "creating the deisa Bridge (" + m_settings.scheduler_key + ": `" + scheduler_file + "')", e);
 	}
 }
 
@@ -333,7 +280,7 @@ void Bridge_handle::publish(Context& ctx, const string& dataset, const Block& bl
 	} catch (const py::error_already_set& e) {
 		handle_python_error(
 			ctx,
-			"publishing `" + dataset + "' step " + std::to_string(block.step) + " (" + m_scheduler_key + ": `" + m_scheduler_path + "')",
+			"publishing `" + dataset + "' step " + std::to_string(block.step) + " (" + m_settings.scheduler_key + ": `" + m_scheduler_path + "')",
 			e
 		);
 	}
@@ -356,7 +303,8 @@ void Bridge_handle::close(Context& ctx)
 		ctx.logger().info("Stream closed");
 	} catch (const py::error_already_set& e) {
 		// no exception can leave PDI_finalize: report, whatever on_error says
-		ctx.logger().error("Python failure while closing the deisa Bridge ({}: `{}'):\n{}", m_scheduler_key, m_scheduler_path, python_traceback(e));
+		ctx.logger()
+			.error("Python failure while closing the deisa Bridge ({}: `{}'):\n{}", m_settings.scheduler_key, m_scheduler_path, python_traceback(e));
 	}
 }
 
@@ -371,7 +319,7 @@ bool Bridge_handle::get(Context& ctx, const string& name, const std::function<vo
 	try {
 		value = m_python.get(name);
 	} catch (const py::error_already_set& e) {
-		handle_python_error(ctx, "reading steering value `" + name + "' (" + m_scheduler_key + ": `" + m_scheduler_path + "')", e);
+		handle_python_error(ctx, "reading steering value `" + name + "' (" + m_settings.scheduler_key + ": `" + m_scheduler_path + "')", e);
 		return false;
 	}
 	if (value.is_none()) return false;

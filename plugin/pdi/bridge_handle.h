@@ -17,35 +17,15 @@
 #include <pdi/expression.h>
 
 #include "array_transfer.h"
-#include "bridge_options.h"
+#include "bridge_settings.h"
 #include "core/python_bridge.h"
 
 namespace deisa {
 
-/// What a Python failure does (`on_error' key)
-enum class On_error {
-	ABORT, ///< raise a PDI error: the simulation stops
-	WARN ///< log the traceback and keep computing without this data
-};
-
-/** Parses an `on_error' value
- * \param tree the value's node
- * \return the policy
- */
-On_error to_on_error(PC_tree_t tree);
-
-/// A $-expression of the configuration, with its YAML node for error messages
-struct Config_expression {
-	/// the parsed value
-	PDI::Expression expression;
-
-	/// its YAML node
-	PC_tree_t tree;
-};
-
 /** Owns this rank's deisa.Bridge.
  *
- * The bridge is created collectively on the first publication, when the
+ * Runs the Bridge that its settings (Bridge_settings, read from the YAML by Configuration)
+ * describe. The bridge is created collectively on the first publication, when the
  * $-expressions describing every array can be evaluated, and closed
  * collectively when the plugin is destroyed.  Every Python failure is logged
  * with its traceback, then handled according to `on_error'; a bad option or
@@ -55,11 +35,8 @@ struct Config_expression {
  */
 class Bridge_handle
 {
-	/// path of the Dask scheduler file; $DEISA_SCHEDULER_FILE if absent
-	std::optional<Config_expression> m_scheduler_file;
-
-	/// the key that gives it (`scheduler_file', or the released plugin's `scheduler_info'), for messages
-	std::string m_scheduler_key = "scheduler_file";
+	/// what the configuration says of the Bridge (its keys, read by Configuration)
+	Bridge_settings m_settings;
 
 	/// whether $DEISA_SCHEDULER_FILE_OVERRIDE (deisa-run's scheduler file) replaces the key's value
 	bool m_scheduler_overridden = false;
@@ -73,17 +50,8 @@ class Bridge_handle
 	/// its value (evaluated at the first publication, or the environment's at init): failures name it
 	std::string m_scheduler_path;
 
-	/// the MPI communicator of the simulation (an MPI_Comm or a Fortran handle); MPI_COMM_WORLD if absent
-	std::optional<Config_expression> m_communicator;
-
-	/// the deisa.BridgeOptions keys
-	Bridge_options m_options;
-
 	/// the deisa.BridgeOptions, None until built (at initialization, or at the first publication for $-expressions of data)
 	pybind11::object m_bridge_options;
-
-	/// what a Python failure does
-	On_error m_on_error = On_error::ABORT;
 
 	/// the deisa module, its background imports and the deisa.Bridge (the part shared with the ADIOS2 engine)
 	Python_bridge m_python;
@@ -132,27 +100,10 @@ public:
 	/// Releases the Python objects (acquires the GIL)
 	~Bridge_handle();
 
-	/** Sets `scheduler_file' (or `scheduler_info')
-	 * \param value the $-expression node
-	 * \param key the key that gives it, for messages
+	/** The Bridge's settings, for the configuration to fill before validate
+	 * \return them
 	 */
-	void scheduler_file(PC_tree_t value, const std::string& key);
-
-	/** Sets `communicator'
-	 * \param value the $-expression node
-	 */
-	void communicator(PC_tree_t value);
-
-	/** Adds a deisa.BridgeOptions key (`placement', `buffer_nb'...), checked by validate
-	 * \param key_tree the key's node
-	 * \param value the value's node
-	 */
-	void option(PC_tree_t key_tree, PC_tree_t value) { m_options.add(key_tree, value); }
-
-	/** Sets `on_error'
-	 * \param on_error the policy
-	 */
-	void on_error(On_error on_error) { m_on_error = on_error; }
+	Bridge_settings& settings() { return m_settings; }
 
 	/** Checks the required keys, starts the imports and checks the options (those that can be evaluated now)
 	 *

@@ -25,7 +25,7 @@ constexpr PC_tree_t ABSENT = {PC_NODE_NOT_FOUND, nullptr, nullptr};
 
 } // namespace
 
-Configuration::Configuration(Context& ctx, PC_tree_t config, Bridge_handle& bridge)
+Configuration::Configuration(Context& ctx, PC_tree_t config, Bridge_settings& bridge)
 {
 	if (PDI::is_list(config)) {
 		throw Spectree_error{
@@ -40,11 +40,11 @@ Configuration::Configuration(Context& ctx, PC_tree_t config, Bridge_handle& brid
 		string key = to_string(key_tree);
 		m_grammar.add(key_tree);
 		if (key == "scheduler_file" || key == "scheduler_info") {
-			bridge.scheduler_file(value, key);
+			bridge.set_scheduler_file(value, key);
 		} else if (key == "communicator") {
-			bridge.communicator(value);
+			bridge.set_communicator(value);
 		} else if (key == "on_error") {
-			bridge.on_error(to_on_error(value));
+			bridge.on_error = to_on_error(value);
 		} else if (key == "when") {
 			default_when = Condition{value, "in deisa configuration"};
 		} else if (key == "read") {
@@ -80,7 +80,7 @@ Configuration::Configuration(Context& ctx, PC_tree_t config, Bridge_handle& brid
 			m_init_on = to_string(value);
 		} else {
 			// a deisa.BridgeOptions key (placement, buffer_nb...), or an unknown one: Python says
-			bridge.option(key_tree, value);
+			bridge.options.add(key_tree, value);
 		}
 	});
 

@@ -12,7 +12,7 @@
 #include <pdi/pdi_fwd.h>
 
 #include "array_transfer.h"
-#include "bridge_handle.h"
+#include "bridge_settings.h"
 #include "grammar.h"
 #include "steering_read.h"
 
@@ -52,7 +52,7 @@ public:
 	 * \param config the section
 	 * \param bridge where the Bridge's keys go
 	 */
-	Configuration(PDI::Context& ctx, PC_tree_t config, Bridge_handle& bridge);
+	Configuration(PDI::Context& ctx, PC_tree_t config, Bridge_settings& bridge);
 
 	Configuration(const Configuration&) = delete;
 

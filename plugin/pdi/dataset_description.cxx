@@ -14,8 +14,8 @@
 #include <pdi/paraconf_wrapper.h>
 #include <pdi/scalar_datatype.h>
 
-#include "array_transfer.h"
 #include "dataset_description.h"
+#include "numpy_layout.h"
 
 using PDI::Context;
 using PDI::Datatype_sptr;
@@ -191,9 +191,7 @@ Dataset_shape Dataset_description::evaluate(Context& ctx, const string& name) co
 		if (layout.size.size() < 2) {
 			throw Spectree_error{m_tree, "Dataset `{}' needs a time axis first and at least one spatial dimension", name};
 		}
-		auto dtype = numpy_dtype(*layout.scalar);
-		if (!dtype) throw PDI::Value_error{"deisa cannot publish elements of type {}", layout.scalar->debug_string()};
-		result.dtype = *dtype;
+		result.dtype = published_dtype(*layout.scalar);
 		result.time_extent = layout.size[0];
 		result.global_shape.assign(layout.size.begin() + 1, layout.size.end());
 		if (!m_dims.empty() && m_dims.size() != result.global_shape.size()) {

@@ -50,7 +50,7 @@ class deisa_plugin: public Plugin
 public:
 	deisa_plugin(Context& ctx, PC_tree_t config)
 		: Plugin{ctx}
-		, m_config{ctx, config, m_bridge}
+		, m_config{ctx, config, m_bridge.settings()}
 	{
 		if (m_interpreter.started()) {
 			ctx.logger().debug("Python interpreter started by the plugin in {:.3f} s", m_interpreter.start_seconds());

@@ -13,7 +13,7 @@
 #include <pdi/ref_any.h>
 #include <pdi/scalar_datatype.h>
 
-#include "array_transfer.h"
+#include "numpy_layout.h"
 #include "steering_read.h"
 
 namespace py = pybind11;

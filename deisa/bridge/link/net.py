@@ -6,6 +6,8 @@ whether a worker still listens (:func:`._workers.refuses_connections`), is done 
 standard library, as distributed does it: :func:`split_address` and :func:`host_port` are
 ``distributed.comm.parse_address`` and ``parse_host_port``, :func:`interface_to` is
 ``distributed.utils.get_ip``.
+
+Pure functions, called from either thread of the rank.
 """
 
 from __future__ import annotations

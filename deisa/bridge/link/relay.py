@@ -27,6 +27,8 @@ every later call go through distributed, as without a relay: rank 0 behaves as o
 having paid for distributed's import only then. A call repeated that way may reach the
 scheduler twice, which its routes allow (a step registered again replaces itself, an array
 opened or closed again by the same run is unchanged).
+
+Runs on rank 0's event-loop thread.
 """
 
 from __future__ import annotations

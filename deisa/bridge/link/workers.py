@@ -7,6 +7,9 @@ soon as a worker joins or leaves. The Bridge's exchange spreads the new list to 
 call), so every rank recomputes the same placement at the same publish. The watch failing for
 longer than ``connect_timeout`` is how rank 0 learns that the scheduler itself is gone
 (:meth:`WorkerBook.scheduler_lost`). See ``docs/reliability.md``.
+
+The main thread routes blocks (:class:`Routing`); rank 0's loop thread watches the scheduler's
+workers (:class:`WorkerBook`), whose news reach every rank through the exchange.
 """
 
 from __future__ import annotations

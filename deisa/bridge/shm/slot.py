@@ -2,6 +2,9 @@
 
 The slot's fields are written here only: its channel (:class:`~._shm.Channel`) and the warm
 pool (:mod:`._shm_pool`) lend it, keep it warm, fill it or hand it over through its methods.
+
+Used from three threads, each through its own methods: the main thread copies a block in, the
+loop thread hands it to the worker, the channel's thread maps a slot the worker gave back.
 """
 
 from __future__ import annotations

@@ -11,6 +11,9 @@ after the send (registration, flow control, contracts, loss handling) is the sam
 
 In ``mode="async"`` the Bridge copies a block with :meth:`Transport.copy_in`: into a slot of
 the worker's ring when there is one, so that the copy ``publish`` makes anyway is the only one.
+
+The main thread copies blocks in (``copy_in``) and gives slots back; the loop thread sends
+(``send``) and opens the channels.
 """
 
 from __future__ import annotations
