@@ -92,7 +92,7 @@ def start_dask(
 ) -> DaskProcesses:
     """Start a scheduler and ``n_workers`` workers on loopback, their files and logs in
     ``tmp``; wait until they are connected. ``bridge_preload=False``: the workers start
-    without deisa's worker services (rank 0 registers it when it connects)."""
+    without deisa's worker services (rank 0 registers them when it connects)."""
     cluster = DaskProcesses.started(
         tmp, n_workers, STARTUP, threads=nthreads, env=test_env(),
         worker_args=extra_worker_args or (), bridge_preload=bridge_preload,

@@ -178,10 +178,10 @@ def worker_command(
 BRIDGE_WORKER = "deisa.worker"
 """The module every ``dask worker`` that deisa starts preloads (:mod:`deisa.worker`; its older
 name ``deisa.bridge.worker`` stays for users' own command lines):
-deisa's worker services runs on it from the start, so that the ranks of its node send their
+deisa's worker services run on it from the start, so that the ranks of its node send their
 blocks through shared memory from the first step and a rank 0 on its node calls the scheduler
 through its relay, without importing distributed. Without it, rank 0 goes through distributed
-and registers the plugin itself."""
+and registers the services itself."""
 
 
 def worker_preloads(module: str | None = None, *, bridge: bool = True) -> list[str]:

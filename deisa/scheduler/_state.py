@@ -3,7 +3,7 @@
 :class:`StreamState` holds the streams by array name (their records: :mod:`._streams`), the
 consumers and the clients that own their keys, and the counters of ``deisa_stats``. The route
 groups (:mod:`.workers`, :mod:`.consumers`, :mod:`.publishing`, :mod:`.taking`) extend it, and
-:class:`~.extension.StreamExtension` joins them into one scheduler plugin. The transitions here
+:class:`~.extension.StreamExtension` joins them into one scheduler extension. The transitions here
 (a step lost, a step one reader fewer has to take, a run retired) are the only places, with
 the routes themselves, where a stream lets go of keys.
 """
@@ -39,7 +39,7 @@ class StreamState:
     consumers : dict of str to str
         Consumer id to the client that owns the keys it takes.
     scheduler : distributed.Scheduler
-        Set when the plugin starts.
+        Set when the extension starts.
     steering, contracts
         The stores of steering values and contracts, installed with the routes.
     """

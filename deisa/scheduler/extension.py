@@ -9,7 +9,7 @@ per step and array, and each consumer one ``deisa_get`` per step, whatever the n
 How a stream serves its consumers and groups (fan-out, work queues, attach and detach, flow
 control, runs, repeated and lost steps) is told in :mod:`._streams`, beside its records.
 
-The plugin is this module's class alone; its routes live in one module per concept, each a
+The extension is this module's class alone; its routes live in one module per concept, each a
 class that extends the shared state (:mod:`._state`: the streams, counters and key transitions):
 :mod:`.workers` (the workers watch, steps lost with a worker), :mod:`.consumers` (attach and
 detach), :mod:`.publishing` (the simulation's side) and :mod:`.taking` (the analytics' side);

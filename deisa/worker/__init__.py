@@ -16,7 +16,7 @@ so that they run on every worker of the job from the start, instead of from rank
 connection: the ranks of its node can then send their blocks through shared memory, and a rank
 0 on its node calls the scheduler through it (:mod:`deisa.bridge.link.relay`) without importing
 distributed. ``deisa-run`` starts its workers with it. Without it, the first of the two sides
-to connect registers the plugin: the analytics' :class:`~deisa.Adapter` (:func:`install`, which
+to connect registers the services: the analytics' :class:`~deisa.Adapter` (:func:`install`, which
 imports distributed anyway), or rank 0, with distributed (0.4 s of CPU), saying so in one log
 line; the ranks of the next runs on the same workers get the relay.
 
@@ -36,7 +36,7 @@ logger = logging.getLogger(__name__)
 
 
 def install(client: Any) -> None:
-    """Register the plugin through ``client`` (a :class:`distributed.Client`; the Adapter's),
+    """Register the services through ``client`` (a :class:`distributed.Client`; the Adapter's),
     on the present and future workers of its scheduler: idempotent."""
     from .services import WorkerServices
 
@@ -47,14 +47,14 @@ async def install_on_scheduler(pool: Any, address: str, shared_memory: bool = Tr
     """Install deisa's scheduler extension and, with ``shared_memory``, the workers' services on
     the scheduler at ``address`` through ``pool`` (``pool(address).<route>(**kwargs)``): what
     rank 0 asks of the scheduler when it connects, itself or through a worker's relay."""
-    from .services import install as install_plugin
+    from .services import install as install_services
 
-    await install_plugin(pool, address, shared_memory)
+    await install_services(pool, address, shared_memory)
 
 
 async def dask_setup(worker: Any) -> None:
-    """Register the plugin with ``worker``'s scheduler (a failure is logged: the worker still
-    starts, and rank 0 registers the plugin itself)."""
+    """Register the services with ``worker``'s scheduler (a failure is logged: the worker still
+    starts, and rank 0 registers the services itself)."""
     from .services import register
 
     pool, scheduler = _dask_internals.worker_pool(worker)

@@ -28,8 +28,8 @@ from ..wire.relay import INSTALL, MAX_FRAME, RELAYED, pack, read_frame, relay_na
 
 logger = logging.getLogger(__name__)
 
-#: installs deisa's scheduler extension and, if asked, its worker plugin:
-#: ``install(pool, scheduler, shared_memory)`` (given by the plugin that starts the relay)
+#: installs deisa's scheduler extension and, if asked, its worker services:
+#: ``install(pool, scheduler, shared_memory)`` (given by the services that start the relay)
 Install = Callable[[Any, str, bool], Awaitable[None]]
 
 

@@ -170,10 +170,10 @@ async def install(pool: Callable[[str], Any], address: str, shared_memory: bool 
     """:func:`deisa.worker.install_on_scheduler` (the extension and the workers' services), made by
     rank 0 itself where no worker relays it: distributed is imported only then."""
     logger.info(
-        "deisa bridge: no worker of this node relays rank 0 (deisa's worker services is not "
+        "deisa bridge: no worker of this node relays rank 0 (deisa's worker services are not "
         "installed, or no worker is here): rank 0 imports distributed (about 0.4 s of CPU) and "
-        "installs the plugin; start the workers with --preload deisa.worker, or the "
-        "analytics (its Adapter installs it) before the simulation, to avoid it"
+        "installs them; start the workers with --preload deisa.worker, or the "
+        "analytics (its Adapter installs them) before the simulation, to avoid it"
     )
     import_distributed()
     from ...worker import install_on_scheduler
