@@ -47,9 +47,9 @@ async def install_on_scheduler(pool: Any, address: str, shared_memory: bool = Tr
     """Install deisa's scheduler extension and, with ``shared_memory``, the workers' services on
     the scheduler at ``address`` through ``pool`` (``pool(address).<route>(**kwargs)``): what
     rank 0 asks of the scheduler when it connects, itself or through a worker's relay."""
-    from .services import install as install_services
+    from .services import install_on_the_scheduler
 
-    await install_services(pool, address, shared_memory)
+    await install_on_the_scheduler(pool, address, shared_memory)
 
 
 async def dask_setup(worker: Any) -> None:

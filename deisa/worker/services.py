@@ -3,13 +3,14 @@ shared-memory listener for the ranks of its node (:mod:`.shm`) and, on the first
 node, the relay of rank 0's calls to the scheduler (:mod:`.relay`).
 
 Runs in a Dask worker process, on the worker's event loop (``setup``, ``teardown``); its
-:func:`install` and :func:`register` run wherever the scheduler is asked to install them (rank
-0's loop thread, a worker's relay, the analytics' client). Imports :mod:`deisa.wire`,
-:mod:`deisa.scheduler` (the extension it installs) and its siblings.
+:func:`install_on_the_scheduler` and :func:`register` run wherever the scheduler is asked to
+install them (rank 0's loop thread, a worker's relay, the analytics' client). Imports
+:mod:`deisa.wire`, :mod:`deisa.scheduler` (the extension it installs) and its siblings.
 
 Rank 0 registers :class:`WorkerServices` on the scheduler beside the stream extension
-(:func:`install`), so every worker, present or future, runs it; nothing is added to the worker's
-command line (``dask worker --preload deisa.worker`` registers it before the ranks connect).
+(:func:`install_on_the_scheduler`), so every worker, present or future, runs it; nothing is
+added to the worker's command line (``dask worker --preload deisa.worker`` registers it before
+the ranks connect).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from .shm import Listener
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["WorkerServices", "install", "register"]
+__all__ = ["WorkerServices", "install_on_the_scheduler", "register"]
 
 
 class WorkerServices(WorkerPlugin):
@@ -45,7 +46,7 @@ class WorkerServices(WorkerPlugin):
         except OSError as exc:  # the ranks fall back to TCP
             logger.warning("deisa: no shared-memory listener on worker %s: %s", worker.address, exc)
         try:
-            self._relay = await RelayServer.start(worker, install)
+            self._relay = await RelayServer.start(worker, install_on_the_scheduler)
         except OSError as exc:  # rank 0 connects with distributed
             logger.warning("deisa: no relay for rank 0 on worker %s: %s", worker.address, exc)
 
@@ -68,7 +69,7 @@ async def register(pool: Any, address: str) -> None:
     )
 
 
-async def install(pool: Any, address: str, shared_memory: bool = True) -> None:
+async def install_on_the_scheduler(pool: Any, address: str, shared_memory: bool = True) -> None:
     """Install the :class:`~deisa.scheduler.StreamExtension` (idempotent) and, with
     ``shared_memory``, :class:`WorkerServices` on present and future workers: what rank 0
     asks of the scheduler when it connects, itself or through a worker's relay."""

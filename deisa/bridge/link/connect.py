@@ -166,7 +166,9 @@ def meta(dec: Decomposition, run: str) -> dict[str, Any]:
     return described
 
 
-async def install(pool: Callable[[str], Any], address: str, shared_memory: bool = True) -> None:
+async def install_from_rank_0(
+    pool: Callable[[str], Any], address: str, shared_memory: bool = True
+) -> None:
     """:func:`deisa.worker.install_on_scheduler` (the extension and the workers' services), made by
     rank 0 itself where no worker relays it: distributed is imported only then."""
     logger.info(
@@ -241,7 +243,7 @@ async def _reach_and_install(
                 pool.relay,
                 INSTALL,
                 {"shared_memory": shared_memory},
-                lambda: install(pool, address, shared_memory),
+                lambda: install_from_rank_0(pool, address, shared_memory),
             ),
             connect_timeout,
         )
