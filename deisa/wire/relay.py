@@ -20,7 +20,7 @@ from . import Route
 from .names import names
 
 INSTALL = "install"
-"""The op that installs the scheduler extension and the workers' plugin (relayed as rank 0
+"""The op that installs the scheduler extension and the workers' services (relayed as rank 0
 would make it: :func:`deisa.worker.install_on_scheduler`)."""
 
 RELAYED = frozenset(
