@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from sklearn.decomposition import PCA
 
-ANALYTICS = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
 @pytest.mark.parametrize(
@@ -23,14 +23,14 @@ ANALYTICS = Path(__file__).resolve().parents[1] / "examples"
     [("pca.py", ["--scheduler-file", "--replay", "--out"]), ("steered_pca.py", ["--out"])],
 )
 def test_analytics_script_help(script: str, options: list[str]) -> None:
-    cmd = [sys.executable, str(ANALYTICS / script), "--help"]
+    cmd = [sys.executable, str(EXAMPLES / script), "--help"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert all(option in proc.stdout for option in ["--scheduler-file", *options])
 
 
 def test_pca_script_needs_a_source() -> None:
-    cmd = [sys.executable, str(ANALYTICS / "pca.py")]
+    cmd = [sys.executable, str(EXAMPLES / "pca.py")]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert "give --scheduler-file (live) or --replay FILES" in proc.stderr
@@ -45,7 +45,7 @@ def test_pca_script_replays_a_file_step_by_step(tmp_path: Path) -> None:
     with h5py.File(tmp_path / "run.h5", "w") as f:
         f.create_dataset("gtemp", data=field, chunks=(1, 20, 6))
         f.create_dataset("step", data=np.array([0, 10, 20], dtype=np.int32))
-    cmd = [sys.executable, str(ANALYTICS / "pca.py"), "--replay", "run.h5", "--out", "out.json"]
+    cmd = [sys.executable, str(EXAMPLES / "pca.py"), "--replay", "run.h5", "--out", "out.json"]
     proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     result = json.loads((tmp_path / "out.json").read_text())

@@ -433,7 +433,7 @@ def test_pca_in_situ_equals_post_hoc(
     env = test_env()
 
     def analytics(kind: str) -> list[str]:  # examples/pca.py, live or on heat_hdf5.yml's file
-        script = str(REPO / "analytics" / "pca.py")
+        script = str(REPO / "examples" / "pca.py")
         source = (
             ["--scheduler-file", str(shared_dask.scheduler_file)]
             if kind == "insitu"

@@ -115,7 +115,7 @@ def test_c_solver_records_and_streams_and_the_replay_is_what_the_live_side_saw(
         assert np.array_equal(temp.compute(), live[step][0]), step
         assert np.array_equal(change.compute(), live[step][1]), step
 
-    script = [sys.executable, str(REPO / "analytics" / "pca.py"), "--replay", "heat.h5"]
+    script = [sys.executable, str(REPO / "examples" / "pca.py"), "--replay", "heat.h5"]
     proc = subprocess.run(
         [*script, "--out", "replay.json"],
         cwd=tmp_path,
