@@ -108,7 +108,7 @@ OPENPMD_KEYS = ("AsyncWrite", "CollectiveMetadata", "Profile", "StatsLevel")
 """The parameters openPMD-api (0.17) adds to every ADIOS2 engine it opens, whatever its
 configuration says: ignored."""
 
-OWN_KEYS = ("SchedulerFile", "Variables", "Every", "MemorySelections")
+OWN_KEYS = ("SchedulerFile", "Variables", "Every", "MemorySelections", "OpenTimeout")
 """The engine's parameters that are not Bridge options."""
 
 OVERRIDE = "DEISA_SCHEDULER_FILE_OVERRIDE"
@@ -152,6 +152,8 @@ class EngineParameters:
         The keys that are nobody's parameters, as written: ignored with a warning.
     transports
         The io's ``<transport>`` sections, in words: ignored.
+    open_timeout
+        Seconds ``Open`` waits for every rank of ``MPI_COMM_WORLD``, without the guard.
     """
 
     scheduler_file: str
@@ -162,29 +164,24 @@ class EngineParameters:
     ignored: tuple[str, ...] = ()
     unknown: tuple[str, ...] = ()
     transports: tuple[str, ...] = ()
+    open_timeout: float = 60.0
 
-    def notices(self) -> list[tuple[int, str]]:
-        """The lines the engine logs at ``Open`` (on one rank), with their levels: the
-        parameters of ADIOS2's engines and openPMD-api's, and the transports, that the deisa
-        engine ignores (info); the keys no engine knows (warning)."""
+    def notices(self) -> list[str]:
+        """The lines the engine logs as warnings at ``Open`` (on one rank): the parameters of
+        ADIOS2's engines and openPMD-api's, and the transports, that the deisa engine ignores
+        (settings the code gave that have no effect); the keys no engine knows."""
         lines = []
         if self.ignored or self.transports:
             parts = [f"parameters {', '.join(self.ignored)}"] if self.ignored else []
             parts += [f"transport {transport}" for transport in self.transports]
             lines.append(
-                (
-                    logging.INFO,
-                    f"{SOURCE}: ignored, as meant for ADIOS2's own engines or openPMD-api: "
-                    + "; ".join(parts),
-                )
+                f"{SOURCE}: ignored, as meant for ADIOS2's own engines or openPMD-api: "
+                + "; ".join(parts)
             )
         if self.unknown:
             lines.append(
-                (
-                    logging.WARNING,
-                    f"{SOURCE}: ignored unknown parameters {', '.join(self.unknown)} (neither "
-                    f"the deisa engine's, {_valid()}, nor one of ADIOS2's engines')",
-                )
+                f"{SOURCE}: ignored unknown parameters {', '.join(self.unknown)} (neither "
+                f"the deisa engine's, {_valid()}, nor one of ADIOS2's engines')"
             )
         return lines
 
@@ -265,6 +262,7 @@ def parse(
         tuple(ignored),
         tuple(unknown),
         tuple(transports),
+        _open_timeout(values.get("OpenTimeout", "60")),
     )
 
 
@@ -351,3 +349,15 @@ def _memory_selections(text: str) -> str:
             f"{', '.join(MEMORY_SELECTIONS)}"
         )
     return value
+
+
+def _open_timeout(text: str) -> float:
+    try:
+        seconds = float(text.strip())
+    except ValueError:
+        seconds = 0.0
+    if not seconds > 0 or seconds == float("inf"):
+        raise EngineParameterError(
+            f"{SOURCE}: parameter `OpenTimeout'={text!r} must be a positive number of seconds"
+        )
+    return seconds
