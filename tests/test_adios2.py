@@ -635,8 +635,12 @@ def test_deisa_run_prints_the_engines_reason(adios2_build: Path, tmp_path: Path)
     """A rank stopped by the engine (an uncaught std::invalid_argument: std::terminate prints
     its what(), then OpenMPI a backtrace): deisa-run's report is led by that line."""
     xml = engine_xml(tmp_path / "deisa.xml", BuferNb="2")
+    waiting = tmp_path / "wait.py"  # an analytics that waits for a step that never comes
+    waiting.write_text("from deisa import Adapter\n\nwith Adapter.from_env() as adapter:\n"
+                       "    adapter['T'][0].compute()\n")  # fmt: skip
     proc = deisa_run(
         "--ranks", "3", "--workers", "1", "--timeout", "120", "--output", str(tmp_path / "out"),
+        "--analytics", str(waiting),
         "--", subcomm(adios2_build), str(xml), "x.bp", "2", timeout=600,
     )  # fmt: skip
     assert proc.returncode != 0, proc.stdout[-2000:]
@@ -708,8 +712,8 @@ def test_heat_transfer_example_with_one_line_swapped_bitwise(
     assert "adios2 checker: T steps [0, 1, 2, 3] bitwise" in proc.stdout
     (log,) = out.rglob("simulation.log")
     notices = [line for line in log.read_text().splitlines() if "deisa ADIOS2 engine" in line]
-    assert notices == [
+    assert len(notices) == 1 and notices[0].endswith(
         "deisa ADIOS2 engine: ignored, as meant for ADIOS2's own engines or openPMD-api: "
         "parameters FlushStepsCount, InitialBufferSize, ProfileUnits, Threads; "
         "transport File (Library, ProfileUnits)"
-    ], log.read_text()[-3000:]
+    ), log.read_text()[-3000:]
