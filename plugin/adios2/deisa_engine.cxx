@@ -178,10 +178,8 @@ void Deisa_engine::take_communicator(const Opening& opening)
 		if (!every_rank_arrives(MPI_COMM_WORLD, seconds)) {
 			throw invalid_argument{
 				"deisa ADIOS2 engine: not every rank of MPI_COMM_WORLD (" + std::to_string(world_size) + " ranks) opened io `" + m_IO.Name()
-				+ "' within " + seconds_text(seconds)
-				+ " s (OpenTimeout): the engine publishes over MPI_COMM_WORLD, as it cannot learn the communicator " + "the code gave ADIOS2 ("
-				+ opening.unknown + "); run the code under deisa-run, which preloads the guard, or with LD_PRELOAD=" + guard_path()
-				+ ", and the engine publishes over the code's communicator"};
+				+ "' within " + seconds_text(seconds) + " s (OpenTimeout): the engine publishes over MPI_COMM_WORLD, as it cannot learn the "
+				+ "communicator the code gave ADIOS2 (" + opening.unknown + "); " + opening.fix};
 		}
 		MPI_Comm_dup(MPI_COMM_WORLD, &m_comm);
 	}

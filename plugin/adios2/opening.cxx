@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "memory_selection.h"
 #include "memory_selection_guard.h"
 #include "opening.h"
 
@@ -21,6 +22,8 @@ Opening learn_opening(const adios2::IO& io)
 	auto* transports = reinterpret_cast<Deisa_adios2_guard_transports>(dlsym(RTLD_DEFAULT, DEISA_ADIOS2_GUARD_TRANSPORTS));
 	if (opening_comm == nullptr || transports == nullptr) {
 		opening.unknown = "the memory selection guard, which tells it, is not loaded";
+		opening.fix = "run the code under deisa-run, which preloads the guard, or with LD_PRELOAD=" + guard_path()
+		            + ", and the engine publishes over the code's communicator";
 		return opening;
 	}
 	// the public io's only member is its core io, as a variable's (deisa_engine.cxx)
@@ -31,11 +34,14 @@ Opening learn_opening(const adios2::IO& io)
 	for (size_t begin = 0, end; (end = lines.find('\n', begin)) != string::npos; begin = end + 1) {
 		opening.transports.emplace_back(lines.substr(begin, end - begin));
 	}
+	opening.fix = "give ADIOS2 the communicator of the ranks that write (adios2::ADIOS(config, comm), or IO::Open(name, mode, comm)), or "
+				  "open the io on every rank";
 	const void* comm = opening_comm();
 	using Comm_as_mpi = MPI_Comm (*)(const void*);
 	auto* comm_as_mpi = reinterpret_cast<Comm_as_mpi>(dlsym(RTLD_DEFAULT, DEISA_ADIOS2_COMM_AS_MPI));
 	if (comm == nullptr) {
-		opening.unknown = "the guard did not see ADIOS2's PluginEngine constructed (was it preloaded?)";
+		opening.unknown = "the guard did not see ADIOS2's PluginEngine constructed: it was loaded, not preloaded";
+		opening.fix = "preload the guard: run the code under deisa-run, or with LD_PRELOAD=" + guard_path();
 	} else if (comm_as_mpi == nullptr) {
 		opening.unknown = "ADIOS2's MPI library (libadios2_core_mpi) is not loaded";
 	} else if ((opening.comm = comm_as_mpi(comm)) == MPI_COMM_NULL) {

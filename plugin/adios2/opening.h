@@ -25,6 +25,9 @@ struct Opening {
 	/// why `comm' cannot be known, in words (empty when it is known)
 	std::string unknown;
 
+	/// what to do where `comm' cannot be known, in words
+	std::string fix;
+
 	/// the io's transports (`<transport>' sections), one each: `type (key, key...)'
 	std::vector<std::string> transports;
 };
