@@ -3,7 +3,8 @@
     PYTHONPATH=$PWD python3 tests/house_measures.py            # the static measures
     PYTHONPATH=$PWD python3 tests/house_measures.py --block     # and a block's way (real processes)
 
-- **rooms, floors and arrows of deisa/bridge/**: its modules (sub-packages' included), the
+- **rooms, floors and arrows of deisa/bridge/**: its modules (sub-packages' included; and how
+  many sit flat in deisa/bridge/, how many sub-packages, "wings", it has), the
   imports from one to another (an arrow, each import statement's target module counted once per
   module, at module level or inside a function alike), and the longest chain of arrows plus one
   (floors: a module that imports no other bridge module is on floor 1);
@@ -190,6 +191,8 @@ def static() -> dict[str, object]:
         "bridge_rooms": len(graph),
         "bridge_arrows": sum(len(v) for v in graph.values()),
         "bridge_floors": floors(graph),
+        "bridge_flat_modules": len([p for p in (PACKAGE / "bridge").glob("*.py")]) - 1,
+        "bridge_wings": len(list((PACKAGE / "bridge").glob("*/__init__.py"))),
         "names_defined_twice": len(twice),
         "names_defined_twice_list": {k: v for k, v in twice.items()},
         "docs_paths_missing": len(missing),
