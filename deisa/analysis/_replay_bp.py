@@ -66,7 +66,7 @@ DTYPES = {
     "double complex": "complex128", "complex": "complex64",
 }  # fmt: skip
 _OPEN_READERS = 8  # BP files kept open per process by BPBlock (the oldest is closed first)
-#: how far into each data file a refusal looks for the library a plugin operator names
+#: how many bytes of the data files a refusal reads for the library a plugin operator names
 _PLUGIN_SCAN_BYTES = 64 * 2**20
 #: ADIOS2's terminal colour codes, and the time that opens its messages
 _COLOUR = re.compile(r"\x1b\[[0-9;]*m")
@@ -106,21 +106,24 @@ def _data_bytes(path: str) -> int:
 
 
 def _plugin_libraries(path: str) -> list[str]:
-    """The libraries the plugin-operator headers in the first ``_PLUGIN_SCAN_BYTES`` of each
-    data file of ``path`` name (``PluginLibrary``, a length byte and the name): for a refusal's
-    message only; the refusal itself comes from the metadata."""
+    """The libraries the plugin-operator headers in the first ``_PLUGIN_SCAN_BYTES`` of the
+    data files of ``path`` name (``PluginLibrary``, a length byte and the name): for a
+    refusal's message only; the refusal itself comes from the metadata."""
     key = b"\x0dPluginLibrary"
     found: set[str] = set()
+    budget = _PLUGIN_SCAN_BYTES
     with os.scandir(path) as entries:
-        for entry in entries:
-            if not entry.name.startswith("data."):
-                continue
-            with open(entry.path, "rb") as f:
-                head = f.read(_PLUGIN_SCAN_BYTES)
-            for match in re.finditer(re.escape(key), head):
-                at = match.end()
-                size = head[at] if at < len(head) else 0
-                found.add(head[at + 1 : at + 1 + size].decode("utf-8", "replace"))
+        names = sorted(e.path for e in entries if e.name.startswith("data.") and e.is_file())
+    for name in names:
+        if budget <= 0:
+            break
+        with open(name, "rb") as f:
+            head = f.read(budget)
+        budget -= len(head)
+        for match in re.finditer(re.escape(key), head):
+            at = match.end()
+            size = head[at] if at < len(head) else 0
+            found.add(head[at + 1 : at + 1 + size].decode("utf-8", "replace"))
     return sorted(found)
 
 
@@ -128,14 +131,15 @@ def _plugin_libraries(path: str) -> list[str]:
 _BP4_SIZES = {0: 1, 1: 2, 2: 4, 4: 8, 50: 1, 51: 2, 52: 4, 54: 8, 5: 4, 6: 8, 7: 16, 10: 8,
               11: 16, 55: 1}  # fmt: skip
 _BP4_TRANSFORM = 11  # the characteristic of a block written with an operator
-_UNPARSED = "(unreadable characteristics)"
+_UNPARSED = "(characteristics this reader cannot parse, counted as an operator)"
 
 
 def bp4_operators(path: str) -> dict[str, str]:
     """The variables of the BP4 output ``path`` that some block wrote with an operator, and the
     operator's name as the metadata gives it (the Python ``adios2`` API does not say so for
     BP4, where BP5 does). Read from ``md.idx`` and ``md.0`` (no data); a set of characteristics
-    this parser does not know counts as an operator, so a crafted file cannot hide one."""
+    this parser does not know counts as an operator, so a crafted file cannot hide one (an
+    index entry whose name cannot be read is the key ``""``: every array's)."""
     with open(os.path.join(path, "md.idx"), "rb") as f:
         index = f.read()
     with open(os.path.join(path, "md.0"), "rb") as f:
@@ -152,7 +156,7 @@ def bp4_operators(path: str) -> dict[str, str]:
             try:
                 name, operator = _bp4_element(meta, at + 8, min(element_end, end))
             except (struct.error, IndexError, ValueError):
-                name, operator = f"(a variable at byte {at} of md.0)", _UNPARSED
+                name, operator = "", _UNPARSED  # whose, unknown: every array's
             if operator is not None:
                 found.setdefault(name, operator)
             at = element_end
@@ -336,7 +340,7 @@ class BPFile:
                 self._left_out[name] = f"a single value of type {variable.Type()}"
             elif kind == bindings.ShapeID.GlobalArray:
                 operations = variable.Operations()  # BP5's metadata says "an operator"
-                operator = bp4.get(name) or ("" if operations else None)
+                operator = bp4.get(name) or bp4.get("") or ("" if operations else None)
                 self._add_blocks(name, info, engine.BlocksInfo(name, step), step, operator)
             else:
                 self._left_out[name] = str(kind).rsplit(".", 1)[-1]
@@ -410,19 +414,11 @@ class BPFile:
                 not isinstance(self._trusted, bool) and name in self._trusted
             )
             if not trusted:
-                libraries = _plugin_libraries(self.path)
-                which = (
-                    f"the plugin operator, library {', '.join(libraries)} (as the file names it)"
-                    if libraries
-                    else f"the operator {variable.operator!r}"
-                    if variable.operator
-                    else "an operator its metadata does not name (a compressor, or a plugin "
-                    "library named in its data blocks)"
-                )
                 raise ReplayError(
-                    f"{name!r} in {self.path} was written with an ADIOS2 operator, {which}: "
-                    f"reading it runs that code on the file's bytes; Replay(..., "
-                    f"trust_operators=[{name!r}]) reads it if you trust whoever wrote the file"
+                    f"{name!r} in {self.path} was written with an ADIOS2 operator, "
+                    f"{self._operator_words(variable.operator)}: reading it runs that code on "
+                    f"the file's bytes; Replay(..., trust_operators=[{name!r}]) reads it if you "
+                    "trust whoever wrote the file"
                 )
             return  # compressed: its data may be smaller than its shape
         step_bytes = int(np.prod(variable.shape, dtype=np.float64) * dtype.itemsize)
@@ -449,6 +445,22 @@ class BPFile:
         labels = _labels.chosen(name, None, dims, 1, self.path)
         numbers = [self._numbers[s] for s in steps]
         return ReplayArray(name, numbers, (1,), dtype, ((1,),), build, self.path, labels)
+
+    def _operator_words(self, operator: str) -> str:
+        """The operator (and the library) of a refusal, as far as the file tells."""
+        if operator == _UNPARSED:
+            return f"or {operator[1:-1]}"
+        if operator not in ("", "plugin"):  # BP4 names it
+            return f"the operator {operator!r}"
+        libraries = _plugin_libraries(self.path)
+        if libraries:
+            return f"the plugin operator, library {', '.join(libraries)} (as the file names it)"
+        if operator == "plugin":
+            return "the plugin operator, with a library its data blocks name"
+        return (
+            "an operator its metadata does not name (a compressor, or a plugin library named "
+            "in its data blocks)"
+        )
 
     def _written_chunks(self, variable: _Variable) -> tuple[tuple[int, ...], ...]:
         """On each axis, from one block's start or end to the next, over every step; checked
