@@ -31,15 +31,11 @@ Sources
 
 ``steps=`` gives the step numbers explicitly, for any source.
 
-Files are data, never code: whoever wrote a file does not choose what runs or how much is
-allocated. An ADIOS2 array written with an operator (a compressor, or the ``plugin`` operator,
-whose blocks name a library that ADIOS2 loads to read them) is refused at ``replay[name]``,
-naming the array, the operator and the library, unless ``trust_operators=`` names it (or is
-``True``). What a file declares is checked before anything is sized from it: the ``step`` and
-``block_start`` datasets and the grid of a BP array's blocks against ``max_metadata_bytes=``
-(64 MiB), a BP array's shape against the bytes of the file's data. A truncated or missing part
-of a BP file is a :class:`ReplayError` naming the file and the step, never a read that waits
-(docs/security.md, "Replay's inputs").
+Files are data, never code (docs/security.md, "Replay's inputs"): an ADIOS2 array written with
+an operator is refused unless ``trust_operators=`` names it; what a file declares is checked
+against ``max_metadata_bytes=`` and the file's size before anything is sized from it; a
+truncated BP file is a :class:`ReplayError` naming the file and the step, never a read that
+waits.
 
 Labelled arrays (``items(as_xarray=True)``, ``to_xarray``) name the spatial axes after the file
 where it names them: HDF5 dimension scales (or labels), the Zarr attribute
@@ -73,6 +69,7 @@ from ._reading import StepReader
 from ._replay_array import ReplayArray, ReplayError, UnknownArrayError
 from ._replay_bp import BPFile, is_bp
 from ._replay_hdf5 import Dataset, HDF5Block, list_datasets, zarr_datasets
+from ._replay_operators import checked_trust
 
 __all__ = ["Replay", "ReplayArray", "ReplayError", "UnknownArrayError"]
 
@@ -84,7 +81,6 @@ _STEP_FIELD = re.compile(r"\$?\{step(?::[^}]*)?\}")
 _GLOB_CHARS = re.compile(r"[*?\[]")
 #: the default of ``Replay(max_metadata_bytes=...)``
 MAX_METADATA_BYTES = 64 * 2**20
-_ZARR_MARKS = ("zarr.json", ".zgroup", ".zarray")
 
 
 class Replay(StepReader):
@@ -112,17 +108,15 @@ class Replay(StepReader):
         arrays (``items(as_xarray=True)``): ``{"gtemp": ["x", "y"]}``. The file's names win
         (a warning is logged if they differ).
     trust_operators
-        ADIOS2 output only: the arrays written with an ADIOS2 operator that may be read,
-        ``["U", "V"]``, or ``True`` for every one. Reading such an array runs the operator's
-        code on the file's bytes, and ADIOS2's ``plugin`` operator loads whatever library the
-        file names: trust only files written by you or by someone you trust. Default: none
-        (``replay[name]`` raises a :class:`ReplayError` naming the array, the operator and the
-        library).
+        ADIOS2 output: the arrays written with an ADIOS2 operator that may be read (``["U"]``;
+        ``True``: all). Reading one runs the operator's code on the file's bytes (ADIOS2's
+        ``plugin`` operator loads the library the file names): trust only files of yours or of
+        someone you trust. Default: none (``replay[name]`` raises a :class:`ReplayError` naming
+        the array, the operator and the library).
     max_metadata_bytes
-        The most bytes read or allocated from what a file declares before any step is asked
-        for: the ``step`` and ``block_start`` datasets, the grid that checks that a BP array's
-        blocks cover it. A file declaring more is refused (a :class:`ReplayError` naming the
-        dataset, its size and this cap); raise it for a file you trust. Default 64 MiB.
+        The most bytes read or allocated from a file's declarations before any step is asked
+        for (the ``step`` and ``block_start`` datasets, a BP array's grid of blocks); a file
+        declaring more is refused, naming the dataset and the cap. Default 64 MiB.
 
     Raises
     ------
@@ -164,15 +158,7 @@ class Replay(StepReader):
                 f"dims={dims!r} must map array names to their axes' names, e.g. "
                 "{'gtemp': ['x', 'y']}"
             )
-        if not isinstance(trust_operators, bool) and (
-            isinstance(trust_operators, str)
-            or not isinstance(trust_operators, Collection)
-            or not all(isinstance(n, str) for n in trust_operators)
-        ):
-            raise TypeError(
-                f"trust_operators={trust_operators!r} must be True, False or a collection of "
-                "array names, e.g. ['U']"
-            )
+        self._trust_operators = checked_trust(trust_operators)
         if (
             isinstance(max_metadata_bytes, bool)
             or not isinstance(max_metadata_bytes, int)
@@ -181,9 +167,6 @@ class Replay(StepReader):
             raise ValueError(
                 f"max_metadata_bytes={max_metadata_bytes!r} must be a positive number of bytes"
             )
-        self._trust_operators = (
-            trust_operators if isinstance(trust_operators, bool) else frozenset(trust_operators)
-        )
         self._max_metadata_bytes = max_metadata_bytes
         self.client = client
         self._chunks = chunks
@@ -201,6 +184,15 @@ class Replay(StepReader):
         self._path = ""
         self._time_steps: list[int] | None = None
         self._bp: BPFile | None = None
+        self._open(source)
+        self._check_names()
+        if client is not None:
+            self._check_workers_see_the_files()
+
+    # -- sources -------------------------------------------------------------------------------
+
+    def _open(self, source: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> None:
+        """Read the metadata of ``source``, whichever kind it is."""
         if isinstance(source, (str, os.PathLike)):
             text = os.fspath(source)
             if _STEP_FIELD.search(text):
@@ -221,6 +213,9 @@ class Replay(StepReader):
             if self._explicit_steps is not None:
                 self._check_count(len(self._files), "per-step files")
                 self._file_steps = self._explicit_steps
+
+    def _check_names(self) -> None:
+        """The arrays ``dims`` and ``trust_operators`` name are the source's."""
         for name in self._dims:  # checked now, with the arrays' metadata
             try:
                 self[name]
@@ -229,10 +224,6 @@ class Replay(StepReader):
         if self._bp is not None and not isinstance(self._trust_operators, bool):
             for name in sorted(self._trust_operators - set(self.names)):
                 raise self._unknown(name, "trust_operators: ")
-        if client is not None:
-            self._check_workers_see_the_files()
-
-    # -- sources -------------------------------------------------------------------------------
 
     def _one_file(self, path: str) -> None:
         path = os.path.abspath(path)
@@ -248,12 +239,6 @@ class Replay(StepReader):
             )
             return
         if os.path.isdir(path):
-            if not any(os.path.exists(os.path.join(path, m)) for m in _ZARR_MARKS):
-                raise ReplayError(
-                    f"{path} is a directory but no dataset: not ADIOS2 BP output (no md.idx) "
-                    f"nor a Zarr store (no {', '.join(_ZARR_MARKS)}); Replay reads an HDF5 "
-                    "file, a Zarr store, a .bp directory, or one file per step"
-                )
             self._zarr = True
             self._datasets = {d.name: d for d in zarr_datasets(path)}
         else:

@@ -245,15 +245,15 @@ def test_a_bp4_array_whose_characteristics_do_not_parse_counts_as_operated(
 ) -> None:
     """A crafted BP4 index entry cannot hide an operator from the parser: a characteristic it
     does not know counts as one."""
-    from deisa.analysis import _replay_bp
+    from deisa.analysis import _replay_operators
 
     path = write_operated(tmp_path / "plain.bp", "BP4", "")
-    assert _replay_bp.bp4_operators(str(path)) == {}
+    assert _replay_operators.bp4_operators(str(path)) == {}
     meta = bytearray((path / "md.0").read_bytes())
     at = meta.index(b"\x08\x01\x00\x00\x00\x07")  # the first block's step (1), file index
     meta[at] = 0x2A  # no characteristic of BP4
     (path / "md.0").write_bytes(bytes(meta))
-    assert "U" in _replay_bp.bp4_operators(str(path))
+    assert "U" in _replay_operators.bp4_operators(str(path))
 
 
 # -- what a file declares --------------------------------------------------------------------
