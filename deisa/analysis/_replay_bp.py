@@ -19,20 +19,11 @@ otherwise), each chunk read with ADIOS2 by whichever process computes it (:class
   overlap, or an array whose shape changes between steps, is a :class:`ReplayError` at
   ``replay[name]``, never a wrong array.
 
-Files are data, never code, and never hang a reader:
-
-- An array written with an ADIOS2 operator (a compressor, or the ``plugin`` operator, whose
-  blocks name a library the reader loads) is refused at ``replay[name]``, before any of its
-  data is read, unless the caller trusts it (``Replay(trust_operators=...)``); the refusal
-  names the array, the operator and, for a plugin, the library the file names.
-- What the metadata declares is checked before anything is sized from it: an array's bytes per
-  step against the bytes of the file's data (an array written without operator cannot hold
-  more), and the grid of its blocks against ``Replay(max_metadata_bytes=...)``.
-- Every read is bounded: ADIOS2 is asked not to wait for a file to grow (``OpenTimeoutSecs``
-  0) and reads through its ``stdio`` transport, which fails on a short read where the default
-  POSIX one waits for data (a truncated ``data.0`` hung a reader). A missing or truncated
-  part is a :class:`ReplayError` naming the file and the step; ADIOS2's messages lose their
-  terminal colour codes.
+Files are data, never code, and never hang a reader (docs/security.md, "Replay's inputs"): an
+array written with an ADIOS2 operator is refused at ``replay[name]`` unless trusted
+(:mod:`deisa.analysis._replay_operators`); a shape is checked against the file's data and the
+grid of blocks against ``max_metadata_bytes``; every read is bounded (:func:`_open`), a failed
+one a :class:`ReplayError` naming the file and the step.
 """
 
 from __future__ import annotations
@@ -82,11 +73,23 @@ def adios2_message(exc: BaseException) -> str:
     return " ".join(text.replace(": iostream error", "").split())
 
 
+def _check_parts(path: str) -> None:
+    """Every part of ``path`` ADIOS2 reads is a regular file: a pipe would block its open."""
+    with os.scandir(path) as entries:
+        for entry in entries:
+            if entry.name.startswith(("md.", "mmd.", "data.")) and not os.path.isfile(entry.path):
+                raise ReplayError(
+                    f"{entry.path} is not a regular file (a pipe, a device, a directory or a "
+                    "dangling link): not BP output a Replay reads"
+                )
+
+
 def _open(bindings: Any, path: str, mode: Any, name: str) -> tuple[Any, Any, Any]:
     """``(adios, io, engine)`` reading ``path``, every read bounded: no wait for the file to
     grow (``OpenTimeoutSecs`` 0, where BP5's ``Mode.Read`` waits an hour for a metadata file
     shorter than its index says), and the ``stdio`` transport, whose short read is an error
     where the POSIX transport waits for the missing bytes (BP4: for ever)."""
+    _check_parts(path)
     adios = bindings.ADIOS()
     io = adios.DeclareIO(name)
     io.SetParameter("OpenTimeoutSecs", "0")

@@ -61,6 +61,8 @@ def list_datasets(path: str) -> list[Dataset]:
             f"reading {path} needs the h5py package (pip install 'deisa-insitu[posthoc]')"
         ) from exc
 
+    if not os.path.isfile(path):
+        raise ReplayError(f"{path}: not a regular file (a pipe, a device?): not an HDF5 file")
     try:
         f = h5py.File(path, "r")
     except OSError as exc:

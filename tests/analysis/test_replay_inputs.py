@@ -490,6 +490,21 @@ def test_a_data_file_gone_after_the_replay_is_made_names_the_step(bp_file: Path)
     assert f"couldn't open file {bp_file}/data.0" in message and "\x1b" not in message
 
 
+def test_a_pipe_in_place_of_a_file_is_refused_not_waited_on(bp_file: Path, tmp_path: Path) -> None:
+    """Opening a pipe blocks until someone writes to it: another account's crafted BP output
+    (or HDF5 file) could hold a reader for ever."""
+    os.remove(bp_file / "md.0")
+    os.mkfifo(bp_file / "md.0")
+    read, message = replay_steps(bp_file)
+    assert read == [] and message == (
+        f"{bp_file}/md.0 is not a regular file (a pipe, a device, a directory or a dangling "
+        "link): not BP output a Replay reads"
+    )
+    os.mkfifo(tmp_path / "heat.h5")
+    with pytest.raises(ReplayError, match=r"heat\.h5: not a regular file"):
+        Replay(tmp_path / "heat.h5")
+
+
 def test_a_directory_that_is_no_dataset_says_what_replay_reads(tmp_path: Path) -> None:
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "readme.txt").write_text("not data")
