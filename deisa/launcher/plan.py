@@ -26,9 +26,11 @@ import yaml
 
 from .adios2_engine import ENGINE_FILE, GUARD_FILE, PRELOAD, find_engine, find_guard
 from .adios2_engine import PLUGIN_PATH as ADIOS2_PLUGIN_PATH
-from .checks import safe_path
+from .checks import private_dir, safe_library
 from .commands import analytics_argv, python_script, simulation_command
 from .dask_processes import LOOPBACK, dashboard_available, scheduler_command, worker_command
+from .defaults import UsageError
+from .libraries import handed_problem
 from .processes import python_argv
 from .security import Credentials
 from .settings import RunSettings, SlurmSettings
@@ -329,13 +331,14 @@ def _processes(settings: RunSettings, where: Where) -> dict[str, Any]:
         where.scheduler_file, None, settings.threads, preload=settings.worker_preload,
         python=where.python, listen=where.listen, comm=where.comm,
     )  # fmt: skip
+    analytics = _analytics(settings, where, timings if timings_file else None)
     return {
         "scheduler": Process("scheduler", scheduler),
         "workers": Process(
             "workers", workers, nodes=worker_nodes, tasks=settings.workers, cores=settings.threads
         ),
-        "simulation": simulation,
-        "analytics": _analytics(settings, where, timings if timings_file else None),
+        "simulation": _handed(simulation),
+        "analytics": analytics and _handed(analytics),
         "files": files,
         "description": description,
         "timings": timings,
@@ -366,12 +369,43 @@ LIBRARIES = {"PDI_PLUGIN_PATH": PLUGIN_FILE, ADIOS2_PLUGIN_PATH: ENGINE_FILE, PR
 def _checked(*found: tuple[str, str, Plugin]) -> Found:
     """``found``, once each library found is known safe: where another account could change it
     or one of its parents (in the build, or installed: one under a root-owned ``/usr/local``
-    is), a :class:`~deisa.launcher.defaults.UsageError` naming it and where it was found
-    (:func:`~deisa.launcher.checks.safe_path`): a library it planted would run as you."""
+    is), make it load a library of theirs (its ``RUNPATH``), or add a file to the directory a
+    plugin loader searches by name, a :class:`~deisa.launcher.defaults.UsageError` naming it
+    and where it was found (:func:`~deisa.launcher.checks.safe_library`,
+    :func:`~deisa.launcher.checks.private_dir`): a library it planted would run as you."""
     for what, variable, plugin in found:
         if plugin.directory is not None:
-            safe_path(f"{what} {plugin.origin}", plugin.directory / LIBRARIES[variable])
+            label = f"{what} {plugin.origin}"
+            if variable != PRELOAD:  # the guard's directory is the engine's
+                private_dir(label, plugin.directory)
+            library = safe_library(label, plugin.directory / LIBRARIES[variable])
+            split = SEPARATORS.get(variable, ":")
+            if any(c in str(library) for c in split):
+                where = " or ".join(map(repr, split))
+                raise UsageError(
+                    f"{label}: {variable} would split its path at the {where} in it (there is "
+                    "no escape): build or install it in a path without one"
+                )
     return found
+
+
+SEPARATORS = {PRELOAD: " :"}
+"""What splits each variable's list (``LD_PRELOAD``: spaces and colons); colons otherwise."""
+
+
+def _handed(process: Process) -> Process:
+    """``process``, once what it hands the loaders (its :attr:`~Process.first_in` variables,
+    with what this environment adds after deisa's directory) is known safe
+    (:func:`~deisa.launcher.libraries.handed_problem`: every entry absolute, every plugin
+    directory private, every library the loaders may take there safe); a
+    :class:`~deisa.launcher.defaults.UsageError` naming the variable and the entry otherwise.
+    A Slurm job checks its own environment again (``python -m deisa.launcher.libraries``)."""
+    environment = process.environment()
+    for variable in process.first_in:
+        problem = handed_problem(variable, environment[variable])
+        if problem is not None:
+            raise UsageError(f"the {process.name}'s {problem}")
+    return process
 
 
 def _simulation_paths(settings: RunSettings) -> tuple[dict[str, Path], Found]:

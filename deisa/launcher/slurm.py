@@ -326,7 +326,26 @@ def _setup(plan: Plan) -> str:
             what, plugin = found[variable]
             setup += f"\n# {what}, {_comment(plugin.origin)}\n"
         setup += _first_in(variable, directory)
-    return setup
+    return setup + _loader_check(plan)
+
+
+def _loader_check(plan: Plan) -> str:
+    """The line checking on the job's node what the simulation hands the loaders (``""``: it
+    hands nothing): the search paths as the step gets them, every entry absolute and private,
+    every library there safe, the C solver's program too
+    (``python -m`` :mod:`deisa.launcher.libraries`)."""
+    process = plan.simulation
+    words = [f'"{PRELOAD}=${PRELOADED}"' if variable == PRELOAD else f'"{variable}=${variable}"'
+             for variable in process.first_in]  # fmt: skip
+    if "pdi.yml" in plan.files:  # the C solver: its program, its RUNPATH
+        words.append(shlex.quote(process.argv[0]))
+    if not words:
+        return ""
+    return (
+        "# what the simulation hands the loaders: absolute, private, no library of another "
+        "account (docs/security.md)\n"
+        f'"$PYTHON" -P -m deisa.launcher.libraries {" ".join(words)} || exit 1\n'
+    )
 
 
 def _user_words(words: list[str]) -> str:

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import test_env
 
 from deisa.launcher import checks, cli, options, parse, slurm
 from deisa.launcher.defaults import UsageError, load_defaults
@@ -346,6 +347,7 @@ def _job(script: str, tmp_path: Path, **env: str) -> subprocess.CompletedProcess
         "HOME": str(tmp_path),
         "SLURM_JOB_ID": "7",
         "CALLS": str(tmp_path / "calls"),
+        "PYTHONPATH": test_env()["PYTHONPATH"],  # the job's Python runs this deisa's checks
         "BASH_FUNC_srun%%": '() { touch "$CALLS/srun"; echo "{}" > "$DEISA_SCHEDULER_FILE"; }',
     }
     return subprocess.run(
