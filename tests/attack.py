@@ -176,10 +176,11 @@ class Stranger:
         assert done.returncode == 0, f"{self.name}: {done.stderr}"
         return done.stdout
 
-    def plant_library(self, path: Path, marker: Path) -> Path:
+    def plant_library(self, path: Path, marker: Path, extra: str = "") -> Path:
         """A library of this account at ``path`` (in a directory it may write) that writes
-        the uid that loads it into ``marker``; compiled here, copied there by the account."""
-        made = planted_library(Path(tempfile.mkdtemp(prefix="planted-")), marker)
+        the uid that loads it into ``marker`` (and defines the C of ``extra``); compiled here,
+        copied there by the account."""
+        made = planted_library(Path(tempfile.mkdtemp(prefix="planted-")), marker, extra)
         made.parent.chmod(0o755)
         self.run(f"import shutil; shutil.copy({str(made)!r}, {str(path)!r})")
         return path
@@ -197,14 +198,14 @@ class Stranger:
         )
 
 
-def planted_library(directory: Path, marker: Path, name: str = "planted.so") -> Path:
-    """:data:`PLANTED_LIBRARY` built as ``directory/name`` (``cc``; the test skips without
-    one)."""
+def planted_library(directory: Path, marker: Path, extra: str = "") -> Path:
+    """:data:`PLANTED_LIBRARY` (and the C of ``extra``) built as ``directory/planted.so``
+    (``cc``; the test skips without one)."""
     if shutil.which("cc") is None:
         pytest.skip("needs a C compiler to build the attacker's library")
     source = directory / "planted.c"
-    source.write_text(PLANTED_LIBRARY)
-    made = directory / name
+    source.write_text(PLANTED_LIBRARY + extra)
+    made = directory / "planted.so"
     subprocess.run(["cc", "-shared", "-fPIC", f'-DMARKER="{marker}"', "-o", str(made),
                     str(source)], check=True, timeout=120)  # fmt: skip
     made.chmod(0o755)

@@ -35,6 +35,8 @@ PDI_PLUGIN_PATH, ADIOS2_PLUGIN_PATH, LD_PRELOAD = (
     "ADIOS2_PLUGIN_PATH",
     "LD_PRELOAD",
 )
+LOADER_VARIABLES = (PDI_PLUGIN_PATH, ADIOS2_PLUGIN_PATH, LD_PRELOAD)
+"""The variables that tell a loader where to find a library (:func:`handed_problem`)."""
 ADIOS2_ENGINE_LIBRARY = "deisa_adios2_engine"
 """The ``PluginLibrary`` of the deisa ADIOS2 engine (docs/adios2.md)."""
 

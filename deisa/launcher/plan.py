@@ -30,7 +30,7 @@ from .checks import private_dir, safe_library
 from .commands import analytics_argv, python_script, simulation_command
 from .dask_processes import LOOPBACK, dashboard_available, scheduler_command, worker_command
 from .defaults import UsageError
-from .libraries import handed_problem
+from .libraries import LOADER_VARIABLES, handed_problem
 from .processes import python_argv
 from .security import Credentials
 from .settings import RunSettings, SlurmSettings
@@ -394,15 +394,16 @@ SEPARATORS = {PRELOAD: " :"}
 
 
 def _handed(process: Process) -> Process:
-    """``process``, once what it hands the loaders (its :attr:`~Process.first_in` variables,
-    with what this environment adds after deisa's directory) is known safe
-    (:func:`~deisa.launcher.libraries.handed_problem`: every entry absolute, every plugin
-    directory private, every library the loaders may take there safe); a
-    :class:`~deisa.launcher.defaults.UsageError` naming the variable and the entry otherwise.
-    A Slurm job checks its own environment again (``python -m deisa.launcher.libraries``)."""
-    environment = process.environment()
-    for variable in process.first_in:
-        problem = handed_problem(variable, environment[variable])
+    """``process``, once what it hands the loaders (``PDI_PLUGIN_PATH``,
+    ``ADIOS2_PLUGIN_PATH``, ``LD_PRELOAD``: deisa's directory or library first, then what this
+    environment holds) is known safe (:func:`~deisa.launcher.libraries.handed_problem`: every
+    entry absolute, every plugin directory private, every library the loaders may take there
+    safe); a :class:`~deisa.launcher.defaults.UsageError` naming the variable and the entry
+    otherwise. A Slurm job checks its own environment again (``python -m
+    deisa.launcher.libraries``)."""
+    environment = {**os.environ, **process.environment()}
+    for variable in LOADER_VARIABLES:
+        problem = handed_problem(variable, environment.get(variable, ""))
         if problem is not None:
             raise UsageError(f"the {process.name}'s {problem}")
     return process

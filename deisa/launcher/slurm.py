@@ -38,6 +38,7 @@ from pathlib import Path
 
 from .adios2_engine import PRELOAD
 from .dask_processes import http_env
+from .libraries import LOADER_VARIABLES
 from .plan import JOB_ID, LIBRARIES, USER_PYTHON, Plan, Process
 from .processes import NO_WORK_STEALING, SAFE_PATH_ENV, THREAD_PINS
 from .security import tls_env
@@ -330,17 +331,14 @@ def _setup(plan: Plan) -> str:
 
 
 def _loader_check(plan: Plan) -> str:
-    """The line checking on the job's node what the simulation hands the loaders (``""``: it
-    hands nothing): the search paths as the step gets them, every entry absolute and private,
-    every library there safe, the C solver's program too
-    (``python -m`` :mod:`deisa.launcher.libraries`)."""
+    """The line checking on the job's node what the simulation hands the loaders: its search
+    paths and preloads as its step gets them, every entry absolute and private, every library
+    there safe, the C solver's program too (``python -m`` :mod:`deisa.launcher.libraries`)."""
     process = plan.simulation
-    words = [f'"{PRELOAD}=${PRELOADED}"' if variable == PRELOAD else f'"{variable}=${variable}"'
-             for variable in process.first_in]  # fmt: skip
+    preload = PRELOADED if PRELOAD in process.first_in else PRELOAD
+    words = [f'"{v}=${{{preload if v == PRELOAD else v}-}}"' for v in LOADER_VARIABLES]
     if "pdi.yml" in plan.files:  # the C solver: its program, its RUNPATH
         words.append(shlex.quote(process.argv[0]))
-    if not words:
-        return ""
     return (
         "# what the simulation hands the loaders: absolute, private, no library of another "
         "account (docs/security.md)\n"

@@ -234,6 +234,7 @@ def run_with_fake_srun(script: str, tmp_path: Path) -> dict[str, list[str]]:
         "HOME": str(tmp_path),
         "SLURM_JOB_ID": "7",
         "CALLS": str(calls),
+        "PYTHONPATH": test_env()["PYTHONPATH"],  # the job's Python runs this deisa's checks
         "BASH_FUNC_srun%%": fake_srun,
     }
     done = subprocess.run(
