@@ -2,8 +2,10 @@
 over (``ADIOS2_PLUGIN_PATH``).
 
 ADIOS2 loads the library of a ``plugin`` engine (``PluginLibrary`` ``deisa_adios2_engine``:
-``libdeisa_adios2_engine.so``) from each directory of ``ADIOS2_PLUGIN_PATH``, else from the
-dynamic loader's path. ``deisa-run`` puts the engine it finds first in that variable, in its
+the first of ``deisa_adios2_engine``, ``deisa_adios2_engine.so``, ``libdeisa_adios2_engine``,
+``libdeisa_adios2_engine.so`` it finds) from each directory of ``ADIOS2_PLUGIN_PATH``, else
+from the dynamic loader's path; deisa builds and installs the last, and checks every one
+(:mod:`.libraries`). ``deisa-run`` puts the engine it finds first in that variable, in its
 plan (:mod:`.plan`), for a local run and in the Slurm job alike, as it does with
 ``PDI_PLUGIN_PATH`` for the PDI plugin: the engine CMake built in ``<build>/plugin/adios2``,
 else one installed in a directory of ``ADIOS2_PLUGIN_PATH``, else one installed beside ADIOS2's
