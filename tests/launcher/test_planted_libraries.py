@@ -200,3 +200,27 @@ def test_positive_control_a_relative_plugin_path_preloads_from_where_a_child_goe
     assert env["LD_PRELOAD"] == str(mine / "plugins" / GUARD_FILE)  # absolute, resolved
     assert env["ADIOS2_PLUGIN_PATH"] == str(mine / "plugins")
     assert not marker.exists()
+
+
+def test_a_sticky_plugin_directory_in_the_build_is_refused(
+    shared: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The build's ``plugin/`` made 1777 (the plugin itself still the user's): PDI searches it
+    first for every plugin a YAML names, and the stranger adds ``libpdi_mpi_plugin.so``,
+    which runs as the user once loaded. The old check (every file and parent, sticky
+    directories excused) passed; deisa-run refuses the directory."""
+    account = stranger()
+    build = shared / "build"  # the user's, 0755, under a sticky /tmp: fine as a path
+    plugin = library(build / "plugin" / PLUGIN_FILE)
+    (build / "plugin").chmod(0o1777)
+    marker = shared / "marker"
+    planted = account.plant_library(build / "plugin" / "libpdi_mpi_plugin.so", marker)
+    assert path_problem(plugin) is None  # what deisa-run checked: accepted
+    loaded_by_the_user(planted)
+    assert marker.read_text() == "0"
+    marker.unlink()
+    for command in ([], ["slurm"]):
+        err = refused(capsys, *command, "--build-dir", str(build), "-o", str(tmp_path / "o"),
+                      *USER_CODE)  # fmt: skip
+        assert f"--build-dir: {build / 'plugin'} is writable by other accounts (mode 1777)" in err
+    assert not marker.exists()
