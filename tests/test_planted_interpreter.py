@@ -136,9 +136,9 @@ def test_an_adios2_code_from_a_shared_directory_imports_nothing_planted(
     proc = deisa_run_in(
         shared, "--ranks", "4", "--workers", "1", "--timeout", "240",
         "--output", str(tmp_path / "out"),
-        "--analytics", checker(tmp_path, ragged_reference, STEPS, "U"),
+        "--analytics", checker(tmp_path, ragged_reference, STEPS, "U,V,step,time"),
         "--", ragged(adios2_build), str(xml), "ignored.bp", str(STEPS),
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-4000:] + proc.stdout[-2000:]
-    assert f"adios2 checker: U steps {list(range(STEPS))} bitwise" in proc.stdout
+    assert f"adios2 checker: U,V,step,time steps {list(range(STEPS))} bitwise" in proc.stdout
     assert not marker.exists()
