@@ -128,6 +128,27 @@ def library_problem(path: Path) -> str | None:
     return None
 
 
+SEPARATORS = {LD_PRELOAD: " :"}
+"""What splits each variable's list (``LD_PRELOAD``: spaces and colons); colons otherwise."""
+
+
+def found_problem(variable: str, library: Path) -> str | None:
+    """Why ``library``, found by deisa to hand over through ``variable``, cannot be, or
+    ``None``: for a plugin path, its directory is searched by name (:func:`search_dir_problem`);
+    the library itself (:func:`library_problem`); a character in its path that splits
+    ``variable``'s list (there is no escape)."""
+    problem = None if variable == LD_PRELOAD else search_dir_problem(library.parent)
+    problem = problem or library_problem(library)
+    split = SEPARATORS.get(variable, ":")
+    if problem is None and any(c in str(library) for c in split):
+        where = " or ".join(map(repr, split))
+        problem = (
+            f"{variable} would split its path at the {where} in it (there is no escape): build "
+            "or install it in a path without one"
+        )
+    return problem
+
+
 def handed_problem(variable: str, value: str) -> str | None:
     """Why the value of ``variable`` (:data:`PDI_PLUGIN_PATH`, :data:`ADIOS2_PLUGIN_PATH`,
     :data:`LD_PRELOAD`) could make a loader load another account's library, or ``None``.

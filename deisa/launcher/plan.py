@@ -26,11 +26,10 @@ import yaml
 
 from .adios2_engine import ENGINE_FILE, GUARD_FILE, PRELOAD, find_engine, find_guard
 from .adios2_engine import PLUGIN_PATH as ADIOS2_PLUGIN_PATH
-from .checks import private_dir, safe_library
 from .commands import analytics_argv, python_script, simulation_command
 from .dask_processes import LOOPBACK, dashboard_available, scheduler_command, worker_command
 from .defaults import UsageError
-from .libraries import LOADER_VARIABLES, handed_problem
+from .libraries import LOADER_VARIABLES, found_problem, handed_problem
 from .processes import python_argv
 from .security import Credentials
 from .settings import RunSettings, SlurmSettings
@@ -367,40 +366,25 @@ LIBRARIES = {"PDI_PLUGIN_PATH": PLUGIN_FILE, ADIOS2_PLUGIN_PATH: ENGINE_FILE, PR
 
 
 def _checked(*found: tuple[str, str, Plugin]) -> Found:
-    """``found``, once each library found is known safe: where another account could change it
-    or one of its parents (in the build, or installed: one under a root-owned ``/usr/local``
-    is), make it load a library of theirs (its ``RUNPATH``), or add a file to the directory a
-    plugin loader searches by name, a :class:`~deisa.launcher.defaults.UsageError` naming it
-    and where it was found (:func:`~deisa.launcher.checks.safe_library`,
-    :func:`~deisa.launcher.checks.private_dir`): a library it planted would run as you."""
+    """``found``, once each library found is known safe to hand over
+    (:func:`~deisa.launcher.libraries.found_problem`: another account cannot change it, make
+    it load a library of theirs, or add one where a plugin loader searches by name; in the
+    build or installed, one under a root-owned ``/usr/local`` is fine); a
+    :class:`~deisa.launcher.defaults.UsageError` naming it and where it was found otherwise."""
     for what, variable, plugin in found:
         if plugin.directory is not None:
-            label = f"{what} {plugin.origin}"
-            if variable != PRELOAD:  # the guard's directory is the engine's
-                private_dir(label, plugin.directory)
-            library = safe_library(label, plugin.directory / LIBRARIES[variable])
-            split = SEPARATORS.get(variable, ":")
-            if any(c in str(library) for c in split):
-                where = " or ".join(map(repr, split))
-                raise UsageError(
-                    f"{label}: {variable} would split its path at the {where} in it (there is "
-                    "no escape): build or install it in a path without one"
-                )
+            problem = found_problem(variable, plugin.directory / LIBRARIES[variable])
+            if problem is not None:
+                raise UsageError(f"{what} {plugin.origin}: {problem}")
     return found
 
 
-SEPARATORS = {PRELOAD: " :"}
-"""What splits each variable's list (``LD_PRELOAD``: spaces and colons); colons otherwise."""
-
-
 def _handed(process: Process) -> Process:
-    """``process``, once what it hands the loaders (``PDI_PLUGIN_PATH``,
-    ``ADIOS2_PLUGIN_PATH``, ``LD_PRELOAD``: deisa's directory or library first, then what this
-    environment holds) is known safe (:func:`~deisa.launcher.libraries.handed_problem`: every
-    entry absolute, every plugin directory private, every library the loaders may take there
-    safe); a :class:`~deisa.launcher.defaults.UsageError` naming the variable and the entry
-    otherwise. A Slurm job checks its own environment again (``python -m
-    deisa.launcher.libraries``)."""
+    """``process``, once what it hands the loaders (deisa's directory or library first, then
+    what this environment holds) is known safe
+    (:func:`~deisa.launcher.libraries.handed_problem`); a
+    :class:`~deisa.launcher.defaults.UsageError` naming the variable and the entry otherwise.
+    A Slurm job checks its own again (``python -m deisa.launcher.libraries``)."""
     environment = {**os.environ, **process.environment()}
     for variable in LOADER_VARIABLES:
         problem = handed_problem(variable, environment.get(variable, ""))
