@@ -333,8 +333,11 @@ def _setup(plan: Plan) -> str:
 def _loader_check(plan: Plan) -> str:
     """The line checking on the job's node what the simulation hands the loaders: its search
     paths and preloads as its step gets them, every entry absolute and private, every library
-    there safe, the C solver's program too (``python -m`` :mod:`deisa.launcher.libraries`)."""
+    there safe, the C solver's program too (``python -m`` :mod:`deisa.launcher.libraries`);
+    none for the Python solver, which loads no plugin."""
     process = plan.simulation
+    if not process.user and not process.first_in:
+        return ""
     preload = PRELOADED if PRELOAD in process.first_in else PRELOAD
     words = [f'"{v}=${{{preload if v == PRELOAD else v}-}}"' for v in LOADER_VARIABLES]
     if "pdi.yml" in plan.files:  # the C solver: its program, its RUNPATH
