@@ -182,7 +182,10 @@ class Stranger:
         copied there by the account."""
         made = planted_library(Path(tempfile.mkdtemp(prefix="planted-")), marker, extra)
         made.parent.chmod(0o755)
-        self.run(f"import shutil; shutil.copy({str(made)!r}, {str(path)!r})")
+        try:
+            self.run(f"import shutil; shutil.copy({str(made)!r}, {str(path)!r})")
+        finally:
+            shutil.rmtree(made.parent, ignore_errors=True)
         return path
 
     def plant_package(self, directory: Path, name: str, marker: Path) -> None:
