@@ -16,7 +16,8 @@ import shutil
 import subprocess
 import tempfile
 import textwrap
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -175,6 +176,33 @@ class Stranger:
         )  # fmt: skip
         assert done.returncode == 0, f"{self.name}: {done.stderr}"
         return done.stdout
+
+    def command(self, args: list[str]) -> subprocess.CompletedProcess[str]:
+        """``args`` run as this account (no group of ours), text output captured."""
+        return subprocess.run(
+            args, capture_output=True, text=True, timeout=120, user=self.uid, group=self.gid,
+            extra_groups=[],
+        )  # fmt: skip
+
+    def copy(self, source: Path, target: Path) -> None:
+        """``cp -R source target`` as this account: a file it writes, from bytes made
+        anywhere, as an attacker drops a crafted file."""
+        for path in [source, *source.rglob("*")]:
+            path.chmod(path.stat().st_mode | 0o444 | (0o111 if path.is_dir() else 0))
+        done = self.command(["cp", "-R", str(source), str(target)])
+        assert done.returncode == 0, done.stderr
+
+    @contextmanager
+    def directory(self) -> Iterator[Path]:
+        """A fresh directory of this account's (mode 0755, in the system's temporary
+        directory: pytest's are private to ours), removed afterwards."""
+        path = Path(tempfile.mkdtemp(prefix="deisa-stranger-"))
+        try:
+            path.chmod(0o755)
+            os.chown(path, self.uid, self.gid)
+            yield path
+        finally:
+            shutil.rmtree(path, ignore_errors=True)
 
     def plant_library(self, path: Path, marker: Path, extra: str = "") -> Path:
         """A library of this account at ``path`` (in a directory it may write) that writes

@@ -630,64 +630,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
-STRANGER = "deisa-stranger"
-
-
-class Stranger:
-    """A real second account of this machine (``deisa-stranger``, a system user): what it
-    writes or runs is another account's, as an attack test needs."""
-
-    def __init__(self, name: str, uid: int, gid: int) -> None:
-        self.name, self.uid, self.gid = name, uid, gid
-
-    def run(self, args: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
-        """``args`` run as the stranger (no supplementary group), text output captured."""
-        kwargs.setdefault("capture_output", True)
-        kwargs.setdefault("timeout", STARTUP)
-        return subprocess.run(
-            args, user=self.uid, group=self.gid, extra_groups=[], text=True, **kwargs
-        )
-
-    def copy(self, source: Path, target: Path) -> None:
-        """``cp -R source target`` as the stranger: a file it writes (this account's Python is
-        not the stranger's to run: ``/root`` is private), from bytes made anywhere, as an
-        attacker drops a crafted file."""
-        for path in [source, *source.rglob("*")]:
-            path.chmod(path.stat().st_mode | 0o444 | (0o111 if path.is_dir() else 0))
-        done = self.run(["cp", "-R", str(source), str(target)])
-        assert done.returncode == 0, done.stderr
-
-    @contextmanager
-    def directory(self) -> Iterator[Path]:
-        """A fresh directory of the stranger's (mode 0755, in the system's temporary
-        directory: pytest's are private to this account), removed afterwards."""
-        import tempfile
-
-        path = Path(tempfile.mkdtemp(prefix="deisa-stranger-"))
-        try:
-            path.chmod(0o755)
-            os.chown(path, self.uid, self.gid)
-            yield path
-        finally:
-            shutil.rmtree(path, ignore_errors=True)
-
-
 @pytest.fixture(scope="session")
-def stranger() -> Stranger:
-    """The second account (made with ``useradd`` the first time); skips unless root."""
-    import pwd
+def stranger() -> Any:
+    """The second account of the attack tests (:func:`attack.stranger`: made with
+    ``useradd`` the first time; skips unless root)."""
+    from attack import stranger as account
 
-    if os.geteuid() != 0:
-        pytest.skip("a second account needs root (useradd, and running as it)")
-    try:
-        entry = pwd.getpwnam(STRANGER)
-    except KeyError:
-        made = subprocess.run(
-            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", STRANGER],
-            capture_output=True,
-            text=True,
-        )
-        if made.returncode != 0 and "already exists" not in made.stderr:
-            pytest.skip(f"useradd {STRANGER} failed: {made.stderr.strip()}")
-        entry = pwd.getpwnam(STRANGER)
-    return Stranger(entry.pw_name, entry.pw_uid, entry.pw_gid)
+    return account()

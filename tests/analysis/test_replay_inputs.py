@@ -5,7 +5,7 @@
   operator makes the reader load the library a block header names. The operator here is a real
   one, a copy built with g++ against the headers of the ``adios2`` wheel, whose constructor
   writes the uid that loaded it where ``DEISA_TEST_MARK`` says; the files are written by the
-  wheel, and by a real second account for the attack (tests/conftest.py's ``stranger``).
+  wheel, and by a real second account for the attack (tests/attack.py's ``stranger``).
 - A crafted file declaring more than it holds is refused in well under a second (the review's
   1.6 KB HDF5 file took 50 s and 4.4 GB); a raised cap is the positive control.
 - A truncated or missing part of a real BP4/BP5 file (``os.truncate``) is a ``ReplayError``
@@ -219,7 +219,7 @@ def test_another_accounts_bp_file_is_refused_and_would_run_its_library(
     """The review's attack: another account drops a ``.bp`` whose blocks name its own library;
     replaying it ran that library as the user. Refused by default; trusted (the positive
     control), the library runs with the user's uid."""
-    from conftest import Stranger
+    from attack import Stranger
 
     assert isinstance(stranger, Stranger)
     with stranger.directory() as theirs, stranger.directory() as staging:
@@ -305,7 +305,7 @@ def test_the_step_dataset_of_another_accounts_file_is_refused(
 ) -> None:
     """The review's crafted HDF5 file, dropped by another account: refused in well under a
     second (the control: the raised cap above)."""
-    from conftest import Stranger
+    from attack import Stranger
 
     assert isinstance(stranger, Stranger)
     with stranger.directory() as theirs, stranger.directory() as staging:
