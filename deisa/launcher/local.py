@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ..pca_app.driver import Analysis, drive, hold, stream_stats, ways
-from ..pca_app.failures import PipelineError, tail
+from ..pca_app.failures import PipelineError, exit_in_words, naming_path, tail
 from ..pca_app.report import ways_in_words
 from ..pca_app.stall import StepWatch
 from .dask_processes import LOOPBACK, dashboard_available, http_env, workers_connected
@@ -85,19 +85,21 @@ def run_pipeline(plan: Plan, signals: Signals, out: IO[str] = sys.stdout) -> Non
 def _run(plan: Plan, signals: Signals, out: IO[str], scheduler_file: Path, tmp: PrivateTmp) -> None:
     """:func:`run_pipeline` in the run's private temporary directory ``tmp``: the run's
     :class:`~deisa.launcher.plan.Plan` started."""
-    credentials = _credentials(plan)  # where the plan's command lines name them
-    secure = credentials.env() if credentials is not None else {}
-    # UCX: `--protocol ucx` in the plan's command lines, in place of TLS (--insecure)
-    if plan.protocol == "ucx":  # every process, this one's client included
-        secure = {**secure, **UCX().env()}
-        os.environ.update(secure)
-    secure = {**secure, **tmp.env(), **http_env(plan.dashboard)}
-    procs = ProcessSet(plan.output / "logs", child_env(secure), plan.stop_timeout)
-    signals.on_second = procs.kill
-    _announce(plan, scheduler_file)
+    credentials = None
+    procs = ProcessSet(plan.output / "logs", child_env(), plan.stop_timeout)
     client = None
     started = time.perf_counter()
     try:
+        credentials = _credentials(plan)  # where the plan's command lines name them
+        secure = credentials.env() if credentials is not None else {}
+        # UCX: `--protocol ucx` in the plan's command lines, in place of TLS (--insecure)
+        if plan.protocol == "ucx":  # every process, this one's client included
+            secure = {**secure, **UCX().env()}
+            os.environ.update(secure)
+        secure = {**secure, **tmp.env(), **http_env(plan.dashboard)}
+        procs.env = child_env(secure)
+        signals.on_second = procs.kill
+        _announce(plan, scheduler_file)
         client = _start_dask(plan, procs, signals, scheduler_file, credentials)
         env = {p.name: child_env({**secure, **p.environment()}, keep=plan.mpi_env)
                for p in plan.processes}  # fmt: skip
@@ -127,7 +129,8 @@ def _announce(plan: Plan, scheduler_file: Path) -> None:
     """Write the plan's files into the output; say what runs (and, for a user's command,
     the plugins found and the scheduler file it is given)."""
     for name, text in plan.files.items():
-        (plan.output / name).write_text(text)
+        with naming_path(plan.output / name):
+            (plan.output / name).write_text(text)
     if plan.simulation.user:
         for what, _, plugin in plan.found:
             print(f"deisa-run: {what}: {plugin.origin}", file=sys.stderr)
@@ -239,7 +242,7 @@ def _failure(child: Child) -> PipelineError:
     """The error naming ``child``, the first part that failed, with its log's tail."""
     child.join_echo()
     return PipelineError(
-        f"{child.name} failed (exit status {child.popen.returncode}), log {child.log}:\n"
+        f"{child.name} failed ({exit_in_words(child.popen.returncode)}), log {child.log}:\n"
         f"{tail(child.log)}"
     )
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from ..pca_app.failures import PipelineError, tail
+from ..pca_app.failures import PipelineError, exit_in_words, naming_path, tail
 from .security import open_log
 
 logger = logging.getLogger(__name__)
@@ -103,7 +103,7 @@ class Child:
 
 def _tee(source: IO[bytes], log: Path, echo: IO[str]) -> None:
     """Copy ``source``'s lines to ``log`` and to ``echo`` until it closes."""
-    with open_log(log) as out:
+    with open_log(log) as out, naming_path(log):
         for line in iter(source.readline, b""):
             out.write(line)
             out.flush()
@@ -347,7 +347,8 @@ def wait_until(
         dead = procs.failed() if procs is not None else None
         if dead is not None:
             raise PipelineError(
-                f"{dead.name} exited ({dead.popen.returncode}) while waiting for {what}:\n"
+                f"{dead.name} exited ({exit_in_words(dead.popen.returncode)}) while waiting "
+                f"for {what}:\n"
                 f"{tail(dead.log)}"
             )
         if time.monotonic() > deadline:
