@@ -60,7 +60,7 @@ def test_wait_until_stops_when_a_process_exits(tmp_path: Path) -> None:
     finally:
         procs.stop()
     message = str(failure.value)
-    assert message.startswith("scheduler exited (3) while waiting for the marker:")
+    assert message.startswith("scheduler exited (exit status 3) while waiting for the marker:")
     assert "ValueError: no port" in message
 
 
