@@ -17,6 +17,8 @@ worker, the scheduler) is named, with the tail of its log, and everything else i
 failing analytics stops the simulation, which would otherwise wait on flow control. Once one
 of the simulation and the user's analytics has exited 0, the other has ``--timeout`` seconds to
 exit too (an analytics that stops reading early leaves the simulation that long to finish).
+Should this process die without stopping them (SIGKILL), its guardian (:mod:`.guardian`)
+stops every process of the run and removes its temporary directory and credentials.
 A closing line gives the wall time and, per array, the steps published and taken and the
 bytes published (the ``totals`` of the scheduler extension's ``deisa_stats``).
 """
@@ -38,6 +40,8 @@ from ..pca_app.report import ways_in_words
 from ..pca_app.stall import StepWatch
 from .dask_processes import LOOPBACK, dashboard_available, http_env, workers_connected
 from .defaults import UsageError
+from .guardian import Guardian
+from .guardian import start as start_guardian
 from .plan import Plan
 from .private_tmp import PrivateTmp, make_private_tmp
 from .processes import Child, ProcessSet, Signals, child_env, wait_until
@@ -75,23 +79,38 @@ def run_pipeline(plan: Plan, signals: Signals, out: IO[str] = sys.stdout) -> Non
         The output directory or the temporary directory is not this account's alone.
     """
     scheduler_file = _prepare_output(plan.output)
-    tmp = make_private_tmp()  # every process's TMPDIR and Dask scratch: never a shared one
+    # stops every process of the run and removes its files if this one dies without doing so
+    guardian = start_guardian(plan.stop_timeout)
     try:
-        _run(plan, signals, out, scheduler_file, tmp)
+        tmp = make_private_tmp()  # every process's TMPDIR and Dask scratch: never a shared one
+        guardian.remove_on_exit(tmp.path)
+        try:
+            _run(plan, signals, out, scheduler_file, tmp, guardian)
+        finally:
+            tmp.remove()
     finally:
-        tmp.remove()
+        guardian.close()
 
 
-def _run(plan: Plan, signals: Signals, out: IO[str], scheduler_file: Path, tmp: PrivateTmp) -> None:
+def _run(
+    plan: Plan,
+    signals: Signals,
+    out: IO[str],
+    scheduler_file: Path,
+    tmp: PrivateTmp,
+    guardian: Guardian,
+) -> None:
     """:func:`run_pipeline` in the run's private temporary directory ``tmp``: the run's
-    :class:`~deisa.launcher.plan.Plan` started."""
+    :class:`~deisa.launcher.plan.Plan` started, each process known to its ``guardian``."""
     credentials = None
     procs = ProcessSet(plan.output / "logs", child_env(), plan.stop_timeout)
     client = None
     started = time.perf_counter()
     try:
+        if plan.tls:
+            guardian.remove_on_exit(plan.output / "tls")
         credentials = _credentials(plan)  # where the plan's command lines name them
-        secure = credentials.env() if credentials is not None else {}
+        secure = {**guardian.env(), **(credentials.env() if credentials is not None else {})}
         # UCX: `--protocol ucx` in the plan's command lines, in place of TLS (--insecure)
         if plan.protocol == "ucx":  # every process, this one's client included
             secure = {**secure, **UCX().env()}
