@@ -63,12 +63,13 @@ class WorkerBook:
             self._spread = self._latest
             return list(self._latest)
 
-    def failing(self, exc: BaseException) -> None:
-        """A call to the scheduler failed (any thread)."""
+    def failing(self, exc: BaseException, since: float | None = None) -> None:
+        """A call to the scheduler failed (any thread); unanswered ``since`` (a
+        ``time.monotonic()``: when a call that timed out was made), now by default."""
         with self._lock:
             if self._failing_since is None:
-                self._failing_since = time.monotonic()
-            self._failure = f"{type(exc).__name__}: {exc}"
+                self._failing_since = time.monotonic() if since is None else since
+            self._failure = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
     def answered(self) -> None:
         """The scheduler answered a call (any thread)."""
