@@ -552,6 +552,7 @@ def _kill_the_scheduler(
     """A run of 60 steps whose scheduler is SIGKILLed once the analytics has read step
     ``kill_at``: the publisher's exit status, its stderr, the seconds from the kill to its
     exit, and the ranks' reports."""
+    tmp_path.mkdir()
     cluster = start_dask(tmp_path)
     done = tmp_path / "done"
     done.mkdir()
