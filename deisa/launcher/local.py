@@ -31,9 +31,11 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from ..bridge.scheduler_file import SchedulerFileError, read_scheduler_address
 from ..pca_app.driver import Analysis, drive, hold, stream_stats, ways
 from ..pca_app.failures import PipelineError, exit_in_words, naming_path, tail
 from ..pca_app.report import ways_in_words
@@ -44,7 +46,7 @@ from .guardian import Guardian
 from .guardian import start as start_guardian
 from .plan import Plan
 from .private_tmp import PrivateTmp, make_private_tmp
-from .processes import Child, ProcessSet, Signals, child_env, wait_until
+from .processes import Child, ProcessSet, Signals, child_env, wait_until, watched
 from .security import Credentials, make_credentials, output_problem
 from .solver import SCHEDULER_FILE_OVERRIDE
 from .ucx import UCX
@@ -135,13 +137,27 @@ def _run(
             analytics.join_echo()
         print(_summary(client, time.perf_counter() - started), file=out)
     finally:
-        if client is not None:
-            with contextlib.suppress(Exception):
+        if client is not None:  # distributed logs its reconnect's cancellation, as an error
+            with contextlib.suppress(Exception), _quiet("distributed.client", "distributed.utils"):
                 client.close(timeout=5)
         procs.stop()
         signals.on_second = None
         if credentials is not None:
             credentials.remove()
+
+
+@contextlib.contextmanager
+def _quiet(*names: str) -> Iterator[None]:
+    """The loggers ``names`` silent in the block."""
+    logs = [logging.getLogger(name) for name in names]
+    disabled = [log.disabled for log in logs]
+    for log in logs:
+        log.disabled = True
+    try:
+        yield
+    finally:
+        for log, was in zip(logs, disabled, strict=True):
+            log.disabled = was
 
 
 def _announce(plan: Plan, scheduler_file: Path) -> None:
@@ -217,9 +233,11 @@ def _start_dask(
     from distributed import Client
 
     dashboard = plan.dashboard and dashboard_available()
-    procs.start("scheduler", plan.scheduler.argv)
+    scheduler = procs.start("scheduler", plan.scheduler.argv)
     wait_until(scheduler_file.exists, f"the scheduler file {scheduler_file}", plan.timeout,
                procs=procs, check=signals.check)  # fmt: skip
+    with contextlib.suppress(SchedulerFileError):  # its failure names its address
+        scheduler.label = f"scheduler at {read_scheduler_address(scheduler_file, wait=5)}"
     # their scratch: the run's private TMPDIR (DASK_TEMPORARY_DIRECTORY in their environment)
     workers = plan.workers.tasks
     for i in range(workers):
@@ -258,23 +276,62 @@ def dashboard_line(client: Any, dashboard: bool = True, *, available: bool = Tru
 
 
 def _failure(child: Child) -> PipelineError:
-    """The error naming ``child``, the first part that failed, with its log's tail."""
+    """The error naming ``child``, the first part that failed, with its log's tail; one line
+    for a part that a signal killed (its log cannot say why)."""
     child.join_echo()
-    return PipelineError(
-        f"{child.name} failed ({exit_in_words(child.popen.returncode)}), log {child.log}:\n"
-        f"{tail(child.log)}"
-    )
+    code = child.popen.returncode
+    what = f"{child.label or child.name} failed ({exit_in_words(code)}), log {child.log}"
+    return PipelineError(what if code < 0 else f"{what}:\n{tail(child.log)}")
+
+
+def _failed_part(procs: ProcessSet, finished: tuple[Child, ...]) -> PipelineError | None:
+    """The failure of the first process that exited (the likeliest cause first), but
+    ``finished`` ones that exited 0 (they are done); ``None`` while none did."""
+    for child in sorted(procs.children, key=_blame_order):
+        code = child.popen.poll()
+        if code is None or (child in finished and code == 0):
+            continue
+        return _failure(child)
+    return None
 
 
 def _check_parts(procs: ProcessSet, finished: tuple[Child, ...], signals: Signals) -> None:
     """Raise on a signal or for the first process that exited, but ``finished`` ones that
     exited 0 (they are done)."""
     signals.check()
-    for child in sorted(procs.children, key=_blame_order):
-        code = child.popen.poll()
-        if code is None or (child in finished and code == 0):
-            continue
-        raise _failure(child)
+    failure = _failed_part(procs, finished)
+    if failure is not None:
+        raise failure
+
+
+BLAME_S = 5.0
+"""How long an error of the built-in analytics waits for a process of the run to be seen dead
+(the scheduler's death closes the client's connection before its exit is reaped): the part
+that died, not the connection it took with it, is what failed."""
+
+
+def _blame(procs: ProcessSet, finished: tuple[Child, ...], exc: Exception) -> None:
+    """The built-in analytics raised ``exc``: raise the failure of the part that caused it,
+    if one has exited, or exits within :data:`BLAME_S` where ``exc`` comes of a connection
+    (an ``OSError`` in its chain); return otherwise (``exc`` is the analytics' own)."""
+    deadline = time.monotonic() + (BLAME_S if _of_a_connection(exc) else 0.0)
+    while (failure := _failed_part(procs, finished)) is None:
+        if time.monotonic() >= deadline:
+            return
+        time.sleep(0.1)
+    raise failure from exc
+
+
+def _of_a_connection(exc: BaseException | None) -> bool:
+    """Whether ``exc``, or an exception it comes from, is an ``OSError`` (a connection closed,
+    refused...)."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, OSError):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def _blame_order(child: Child) -> int:
@@ -344,16 +401,23 @@ def _builtin_analytics(
     watch = StepWatch(
         pca.array, client, step_timeout=pca.step_timeout, exit_status=sim.popen.poll, log=sim.log
     )
-    drive(
-        client,
-        analysis,
-        watch,
-        check=lambda: _check_parts(procs, (sim,), signals),
-        on_step=signals.check,
-        after_stream=after_stream,
-        out=out,
-        progress=True,
-    )
+    # the processes are checked between the client's calls, and from a thread during them:
+    # a client whose scheduler died may sit in distributed's reconnect for its whole timeout
+    try:
+        with watched(lambda: _failed_part(procs, (sim,))):
+            drive(
+                client,
+                analysis,
+                watch,
+                check=lambda: _check_parts(procs, (sim,), signals),
+                on_step=signals.check,
+                after_stream=after_stream,
+                out=out,
+                progress=True,
+            )
+    except Exception as exc:  # a closed connection to a dead scheduler: the scheduler failed
+        _blame(procs, (sim,), exc)
+        raise
 
 
 def _held(totals: dict[str, Any]) -> str:

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -94,6 +94,7 @@ class Child:
     popen: subprocess.Popen[bytes]
     log: Path
     echo: threading.Thread | None = None
+    label: str | None = None  # how its failure names it, if not by name (the scheduler's address)
 
     def join_echo(self) -> None:
         """Wait until the copy of its output to the terminal is complete (after its exit)."""
@@ -309,6 +310,50 @@ class Signals:
         self._previous.clear()
 
 
+@contextlib.contextmanager
+def watched(
+    find_failure: Callable[[], BaseException | None], interval: float = 0.5
+) -> Iterator[None]:
+    """Check the run's processes from a thread while the block runs, where the main thread may
+    sit in a call it cannot leave (a client in distributed's reconnect to a scheduler that is
+    gone, for its whole timeout); the first failure that ``find_failure`` returns is raised in
+    the main thread, interrupting that call (SIGUSR1, whose handler raises it).
+
+    Outside the main thread (no signal handler there) the block runs unwatched.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    found: list[BaseException] = []
+    armed = threading.Event()
+    armed.set()
+    stop = threading.Event()
+
+    def interrupt(signum: int, frame: Any) -> None:
+        if found and armed.is_set():
+            armed.clear()  # raised once
+            raise found[0]
+
+    def watch(main: int) -> None:
+        while not stop.wait(interval):
+            failure = find_failure()
+            if failure is not None:
+                found.append(failure)
+                signal.pthread_kill(main, signal.SIGUSR1)
+                return
+
+    previous = signal.signal(signal.SIGUSR1, interrupt)
+    thread = threading.Thread(target=watch, args=(threading.get_ident(),), daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        armed.clear()
+        stop.set()
+        thread.join()
+        signal.signal(signal.SIGUSR1, previous)
+
+
 def wait_until(
     ready: Callable[[], bool],
     what: str,
@@ -347,9 +392,8 @@ def wait_until(
         dead = procs.failed() if procs is not None else None
         if dead is not None:
             raise PipelineError(
-                f"{dead.name} exited ({exit_in_words(dead.popen.returncode)}) while waiting "
-                f"for {what}:\n"
-                f"{tail(dead.log)}"
+                f"{dead.label or dead.name} exited ({exit_in_words(dead.popen.returncode)}) "
+                f"while waiting for {what}:\n{tail(dead.log)}"
             )
         if time.monotonic() > deadline:
             raise PipelineError(f"timed out after {timeout:.0f} s waiting for {what}")
