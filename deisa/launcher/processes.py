@@ -319,7 +319,9 @@ def watched(
     gone, for its whole timeout); the first failure that ``find_failure`` returns is raised in
     the main thread, interrupting that call (SIGUSR1, whose handler raises it).
 
-    Outside the main thread (no signal handler there) the block runs unwatched.
+    Outside the main thread (no signal handler there) the block runs unwatched. Once a
+    failure was signalled, the handler stays (disarmed): the signal may reach this process only
+    after the block, where SIGUSR1's default action would kill it.
     """
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -351,7 +353,8 @@ def watched(
         armed.clear()
         stop.set()
         thread.join()
-        signal.signal(signal.SIGUSR1, previous)
+        if not found:  # else the signal may still be on its way: the default would kill us
+            signal.signal(signal.SIGUSR1, previous)
 
 
 def wait_until(
