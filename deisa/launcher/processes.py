@@ -310,6 +310,21 @@ class Signals:
         self._previous.clear()
 
 
+class PartFailed(BaseException):
+    """A part of the run failed, found by :func:`watched` while the main thread was in a call:
+    a :class:`BaseException`, so that no ``except Exception`` on its way (a call whose failure
+    its caller takes as "no answer") swallows it. :func:`watched` raises its ``failure``."""
+
+    def __init__(self, failure: BaseException) -> None:
+        super().__init__(str(failure))
+        self.failure = failure
+
+
+RESIGNAL_S = 2.0
+"""While the block of :func:`watched` has not ended after a failure was raised in it, it is
+raised again this often (a call that catches every exception and goes on waiting)."""
+
+
 @contextlib.contextmanager
 def watched(
     find_failure: Callable[[], BaseException | None], interval: float = 0.5
@@ -317,7 +332,9 @@ def watched(
     """Check the run's processes from a thread while the block runs, where the main thread may
     sit in a call it cannot leave (a client in distributed's reconnect to a scheduler that is
     gone, for its whole timeout); the first failure that ``find_failure`` returns is raised in
-    the main thread, interrupting that call (SIGUSR1, whose handler raises it).
+    the main thread, interrupting that call (SIGUSR1, whose handler raises
+    :class:`PartFailed`, which leaves the block as the failure itself), and again every
+    :data:`RESIGNAL_S` until the block ends.
 
     Outside the main thread (no signal handler there) the block runs unwatched. Once a
     failure was signalled, the handler stays (disarmed): the signal may reach this process only
@@ -333,22 +350,25 @@ def watched(
 
     def interrupt(signum: int, frame: Any) -> None:
         if found and armed.is_set():
-            armed.clear()  # raised once
-            raise found[0]
+            raise PartFailed(found[0])
 
     def watch(main: int) -> None:
         while not stop.wait(interval):
             failure = find_failure()
             if failure is not None:
                 found.append(failure)
-                signal.pthread_kill(main, signal.SIGUSR1)
-                return
+                break
+        while found and armed.is_set():
+            signal.pthread_kill(main, signal.SIGUSR1)
+            stop.wait(RESIGNAL_S)
 
     previous = signal.signal(signal.SIGUSR1, interrupt)
     thread = threading.Thread(target=watch, args=(threading.get_ident(),), daemon=True)
     thread.start()
     try:
         yield
+    except PartFailed as failed:
+        raise failed.failure from None
     finally:
         armed.clear()
         stop.set()
