@@ -25,6 +25,7 @@ bytes published (the ``totals`` of the scheduler extension's ``deisa_stats``).
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import logging
 import os
@@ -160,6 +161,15 @@ def _quiet(*names: str) -> Iterator[None]:
             log.disabled = was
 
 
+def _quiet_distributed() -> None:
+    """Unless ``-v``: distributed's own logs in this process silent (its client's tracebacks
+    of a connection that closed, when a part of the run dies: ``deisa-run`` names the part
+    itself, in one line). Its configuration set their levels at its import, hence after it."""
+    if logging.getLogger().getEffectiveLevel() > logging.INFO:
+        for name in ("distributed", "distributed.client"):
+            logging.getLogger(name).setLevel(logging.CRITICAL)
+
+
 def _announce(plan: Plan, scheduler_file: Path) -> None:
     """Write the plan's files into the output; say what runs (and, for a user's command,
     the plugins found and the scheduler file it is given)."""
@@ -232,6 +242,7 @@ def _start_dask(
     (with the run's ``credentials``) once every worker is connected."""
     from distributed import Client
 
+    _quiet_distributed()
     dashboard = plan.dashboard and dashboard_available()
     scheduler = procs.start("scheduler", plan.scheduler.argv)
     wait_until(scheduler_file.exists, f"the scheduler file {scheduler_file}", plan.timeout,
@@ -312,9 +323,10 @@ that died, not the connection it took with it, is what failed."""
 
 def _blame(procs: ProcessSet, finished: tuple[Child, ...], exc: Exception) -> None:
     """The built-in analytics raised ``exc``: raise the failure of the part that caused it,
-    if one has exited, or exits within :data:`BLAME_S` where ``exc`` comes of a connection
-    (an ``OSError`` in its chain); return otherwise (``exc`` is the analytics' own)."""
-    deadline = time.monotonic() + (BLAME_S if _of_a_connection(exc) else 0.0)
+    if one has exited, or exits within :data:`BLAME_S` where ``exc`` comes of a lost peer (an
+    ``OSError`` or a cancellation in its chain); return otherwise (``exc`` is the analytics'
+    own)."""
+    deadline = time.monotonic() + (BLAME_S if _of_a_lost_peer(exc) else 0.0)
     while (failure := _failed_part(procs, finished)) is None:
         if time.monotonic() >= deadline:
             return
@@ -322,12 +334,13 @@ def _blame(procs: ProcessSet, finished: tuple[Child, ...], exc: Exception) -> No
     raise failure from exc
 
 
-def _of_a_connection(exc: BaseException | None) -> bool:
+def _of_a_lost_peer(exc: BaseException | None) -> bool:
     """Whether ``exc``, or an exception it comes from, is an ``OSError`` (a connection closed,
-    refused...)."""
+    refused...) or a cancellation (distributed cancels a client's futures when it loses its
+    scheduler)."""
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
-        if isinstance(exc, OSError):
+        if isinstance(exc, (OSError, concurrent.futures.CancelledError)):
             return True
         seen.add(id(exc))
         exc = exc.__cause__ or exc.__context__
