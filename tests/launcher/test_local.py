@@ -212,7 +212,7 @@ def test_a_killed_scheduler_ends_the_run_within_seconds_naming_it(
             env=test_env(), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
         try:
-            scheduler = _part(proc.pid, "scheduler", wait=STARTUP)
+            scheduler = _part(proc.pid, "-m dask scheduler", wait=STARTUP)
             _part(proc.pid, "my_simulation", wait=STARTUP)  # the ranks run, the PCA reads
             time.sleep(5)
             scheduler.kill()
