@@ -1,5 +1,6 @@
 """Attacks from another account, for the security tests: connect to a job's Dask servers
-without its credentials, and list what its processes listen on.
+without its credentials, list what its processes listen on, and act as a real second account
+of the machine (:func:`stranger`: plant packages and libraries).
 
 Every probe has a positive control: the same call made with the job's own credentials must
 succeed, so that a refusal means the server refused the stranger, not that the probe is broken.
@@ -8,12 +9,21 @@ succeed, so that a refusal means the server refused the stranger, not that the p
 from __future__ import annotations
 
 import asyncio
+import functools
+import os
+import pwd
+import shutil
+import subprocess
 import tempfile
-from collections.abc import Iterable
+import textwrap
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import psutil
+import pytest
 
 from deisa.launcher.security import make_credentials
 
@@ -130,3 +140,132 @@ def private_violations(root: Path) -> list[str]:
 def private_key_leaks(paths: Iterable[Path]) -> list[Path]:
     """The files among ``paths`` that hold a PEM private key."""
     return [p for p in paths if p.is_file() and b"PRIVATE KEY" in p.read_bytes()]
+
+
+# -- a real second account on this machine -----------------------------------------------------
+
+STRANGER = "deisa-stranger"
+"""The other account of the attack tests: a system account made by :func:`stranger` if absent."""
+
+PLANTED_LIBRARY = r"""
+#include <stdio.h>
+#include <unistd.h>
+__attribute__((constructor)) static void planted(void) {
+    FILE *out = fopen(MARKER, "w");
+    if (out) { fprintf(out, "%d", (int)getuid()); fclose(out); }
+}
+"""
+"""An attacker's library: loaded, it writes the uid that loaded it to ``MARKER``."""
+
+
+@dataclass(frozen=True)
+class Stranger:
+    """Another account of this machine: :attr:`run` runs a Python script as it (no group of
+    ours), in a Python it may run."""
+
+    name: str
+    uid: int
+    gid: int
+    python: str
+
+    def run(self, script: str, cwd: Path | None = None) -> str:
+        """What ``script`` (dedented) printed, run as this account; it must succeed."""
+        done = subprocess.run(
+            [self.python, "-c", textwrap.dedent(script)], cwd=cwd, capture_output=True,
+            text=True, timeout=120, user=self.uid, group=self.gid, extra_groups=[],
+        )  # fmt: skip
+        assert done.returncode == 0, f"{self.name}: {done.stderr}"
+        return done.stdout
+
+    def command(self, args: list[str]) -> subprocess.CompletedProcess[str]:
+        """``args`` run as this account (no group of ours), text output captured."""
+        return subprocess.run(
+            args, capture_output=True, text=True, timeout=120, user=self.uid, group=self.gid,
+            extra_groups=[],
+        )  # fmt: skip
+
+    def copy(self, source: Path, target: Path) -> None:
+        """``cp -R source target`` as this account: a file it writes, from bytes made
+        anywhere, as an attacker drops a crafted file."""
+        for path in [source, *source.rglob("*")]:
+            path.chmod(path.stat().st_mode | 0o444 | (0o111 if path.is_dir() else 0))
+        done = self.command(["cp", "-R", str(source), str(target)])
+        assert done.returncode == 0, done.stderr
+
+    @contextmanager
+    def directory(self) -> Iterator[Path]:
+        """A fresh directory of this account's (mode 0755, in the system's temporary
+        directory: pytest's are private to ours), removed afterwards."""
+        path = Path(tempfile.mkdtemp(prefix="deisa-stranger-"))
+        try:
+            path.chmod(0o755)
+            os.chown(path, self.uid, self.gid)
+            yield path
+        finally:
+            shutil.rmtree(path, ignore_errors=True)
+
+    def plant_library(self, path: Path, marker: Path, extra: str = "") -> Path:
+        """A library of this account at ``path`` (in a directory it may write) that writes
+        the uid that loads it into ``marker`` (and defines the C of ``extra``); compiled here,
+        copied there by the account."""
+        made = planted_library(Path(tempfile.mkdtemp(prefix="planted-")), marker, extra)
+        made.parent.chmod(0o755)
+        try:
+            self.run(f"import shutil; shutil.copy({str(made)!r}, {str(path)!r})")
+        finally:
+            shutil.rmtree(made.parent, ignore_errors=True)
+        return path
+
+    def plant_package(self, directory: Path, name: str, marker: Path) -> None:
+        """A package ``name`` in ``directory`` whose import writes the importer's uid into
+        ``marker``, made by this account."""
+        code = f"import os\nopen({str(marker)!r}, 'w').write(str(os.getuid()))\n"
+        self.run(
+            f"""
+            import os
+            os.mkdir({str(directory / name)!r}, 0o755)
+            open({str(directory / name / "__init__.py")!r}, "w").write({code!r})
+            """
+        )
+
+
+def planted_library(directory: Path, marker: Path, extra: str = "") -> Path:
+    """:data:`PLANTED_LIBRARY` (and the C of ``extra``) built as ``directory/planted.so``
+    (``cc``; the test skips without one)."""
+    if shutil.which("cc") is None:
+        pytest.skip("needs a C compiler to build the attacker's library")
+    source = directory / "planted.c"
+    source.write_text(PLANTED_LIBRARY + extra)
+    made = directory / "planted.so"
+    subprocess.run(["cc", "-shared", "-fPIC", f'-DMARKER="{marker}"', "-o", str(made),
+                    str(source)], check=True, timeout=120)  # fmt: skip
+    made.chmod(0o755)
+    return made
+
+
+@functools.cache
+def stranger() -> Stranger:
+    """The account :data:`STRANGER`, made (``useradd --system``) if absent; the test skips
+    where it cannot be (not root, no ``useradd``) or no Python is open to it."""
+    from bridge.test_transport import FOREIGN_PYTHON
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root, to act as another account")
+    if FOREIGN_PYTHON is None:
+        pytest.skip("no Python that another account may run")
+    try:
+        entry = pwd.getpwnam(STRANGER)
+    except KeyError:
+        useradd = shutil.which("useradd")
+        if useradd is None:
+            pytest.skip(f"no useradd, to make the account {STRANGER}")
+        # (exit status 9 if another test worker made it meanwhile)
+        subprocess.run(
+            [useradd, "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", STRANGER],
+            capture_output=True, timeout=120,
+        )  # fmt: skip
+        try:
+            entry = pwd.getpwnam(STRANGER)
+        except KeyError:
+            pytest.skip(f"useradd could not make the account {STRANGER}")
+    return Stranger(STRANGER, entry.pw_uid, entry.pw_gid, FOREIGN_PYTHON)

@@ -628,3 +628,12 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         allowed = os.environ.get(allow) == "1"
         if skipped and not allowed and config is not None and exitstatus == 0:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.fixture(scope="session")
+def stranger() -> Any:
+    """The second account of the attack tests (:func:`attack.stranger`: made with
+    ``useradd`` the first time; skips unless root)."""
+    from attack import stranger as account
+
+    return account()

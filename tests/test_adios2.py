@@ -42,6 +42,11 @@ GRAY_SCOTT = Path("/usr/local/bin/adios2_simulations_gray-scott")
 # -DADIOS2_BUILD_EXAMPLES=ON installs the binary only): else its io, as that XML declares it
 GRAY_SCOTT_XML = Path("/usr/local/share/adios2/gray-scott/adios2.xml")
 
+HEAT_TRANSFER = Path("/usr/local/bin/adios2_simulations_heatTransferWrite")
+# ADIOS2's heatTransfer writer, built and installed on its own against the install as
+# Gray-Scott is (README.md: ADIOS2), its own heat_bp5.xml copied beside Gray-Scott's XML
+HEAT_TRANSFER_XML = Path("/usr/local/share/adios2/heatTransfer/heat_bp5.xml")
+
 ENGINE = """<?xml version="1.0"?>
 <adios-config>
   <io name="SimulationOutput">
@@ -122,6 +127,10 @@ def adios2_build(built: Path) -> Path:
 
 def ragged(build: Path) -> str:
     return str(build / "tests" / "adios2" / "deisa_adios2_ragged")
+
+
+def subcomm(build: Path) -> str:
+    return str(build / "tests" / "adios2" / "deisa_adios2_subcomm")
 
 
 def ghosts_c(build: Path) -> str:
@@ -400,6 +409,14 @@ BAD = {
         {"SchedulerFile": "s.json", "MemorySelections": "some"}, "", "",
         "deisa ADIOS2 engine: parameter `MemorySelections'='some' must be one of guard, none",
     ),
+    "misspelt parameter": (
+        {"SchedulerFile": "s.json", "BuferNb": "2", "Threads": "1"}, "", "",
+        "deisa ADIOS2 engine: unknown parameter `BuferNb': did you mean `BufferNb'?",
+    ),
+    "OpenTimeout": (
+        {"SchedulerFile": "s.json", "OpenTimeout": "-1"}, "", "",
+        "deisa ADIOS2 engine: parameter `OpenTimeout'='-1' must be a positive number of seconds",
+    ),
 }  # fmt: skip
 
 
@@ -462,6 +479,22 @@ def test_memory_selections_none_opens_without_the_guard(adios2_build: Path, tmp_
     errors = [line for line in proc.stderr.splitlines() if "deisa ADIOS2 engine" in line]
     assert len(errors) == 1, proc.stderr
     assert errors[0].startswith("deisa ADIOS2 engine: variable `L' is a local array"), errors
+
+
+def test_an_unknown_parameter_is_one_warning_not_a_stop(adios2_build: Path, tmp_path: Path) -> None:
+    """A key that is nobody's (far from the engine's own) is one warning line at Open, on one
+    rank; ADIOS2's own engines' parameters one more; Open goes on, to the next check (here, a
+    local array, which stops the code)."""
+    parameters = {"SchedulerFile": "s.json", "Colour": "blue", "NumAggregators": "2"}
+    proc = run_bad(adios2_build, tmp_path, parameters, "", "local", preload=True)
+    errors = [line for line in proc.stderr.splitlines() if "deisa ADIOS2 engine" in line]
+    assert len(errors) == 3, proc.stderr
+    assert errors[0] == (
+        "deisa ADIOS2 engine: ignored, as meant for ADIOS2's own engines or openPMD-api: "
+        "parameters NumAggregators"
+    )
+    assert errors[1].startswith("deisa ADIOS2 engine: ignored unknown parameters Colour (")
+    assert errors[2].startswith("deisa ADIOS2 engine: variable `L' is a local array")
 
 
 def test_without_the_guard_a_span_is_refused(adios2_build: Path, tmp_path: Path) -> None:
@@ -531,3 +564,144 @@ def test_the_guard_records_every_selection_and_forgets_a_removed_variables(
     env = {key: value for key, value in test_env().items() if key != "LD_PRELOAD"}
     alone = subprocess.run([str(program)], capture_output=True, text=True, env=env, timeout=60)
     assert alone.returncode != 0 and "the guard is not loaded" in alone.stderr, alone.stderr
+
+
+@pytest.fixture(scope="module")
+def subcomm_reference(adios2_build: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """What the sub-communicator code writes with BP5: 4 ranks, 3 writing."""
+    work = tmp_path_factory.mktemp("subcomm-bp5")
+    proc = run_mpi(4, subcomm(adios2_build), str(bp5_xml(work / "bp5.xml")), "out.bp", "4",
+                   cwd=work)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return work / "out.bp"
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("given", ["ADIOS", "Open"])
+def test_a_code_writing_on_a_sub_communicator_under_deisa_run_bitwise(
+    adios2_build: Path, subcomm_reference: Path, tmp_path: Path, given: str
+) -> None:
+    """tests/adios2/subcomm.cxx: rank 0 coordinates and never opens the io, ranks 1..3 write
+    through their own communicator, given to ``adios2::ADIOS(config, comm)`` or to
+    ``IO::Open(name, mode, comm)``: the engine publishes over it (the guard tells it), every
+    step of T and of the single value ``time`` (the communicator's rank 0's) as BP5 writes
+    them; the coordinator ends the run."""
+    xml = engine_xml(tmp_path / "deisa.xml", Mode="sync", Transport="tcp")
+    out = tmp_path / "out"
+    proc = deisa_run(
+        "--ranks", "4", "--workers", "2", "--timeout", "240", "--output", str(out),
+        "--analytics", checker(tmp_path, subcomm_reference, 4, "T,time"),
+        "--", subcomm(adios2_build), str(xml), "x.bp", "4",
+        *(["--open-comm"] if given == "Open" else []), timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:] + proc.stdout[-2000:]
+    assert "adios2 checker: T,time steps [0, 1, 2, 3] bitwise" in proc.stdout
+    (log,) = out.rglob("simulation.log")
+    assert "coordinator: 3 writers, 4 steps" in log.read_text()
+
+
+def test_without_the_guard_a_sub_communicator_stops_every_writer_in_bounded_time(
+    adios2_build: Path, tmp_path: Path
+) -> None:
+    """Plain mpirun, no guard (MemorySelections=none): the engine cannot learn the code's
+    communicator and falls back on MPI_COMM_WORLD, whose rank 0 never opens: within
+    OpenTimeout every writer stops with one line naming the communicator and the fix, where
+    it would otherwise hang in its first collective for ever."""
+    words = {"PluginName": "deisa", "PluginLibrary": "deisa_adios2_engine",
+             "SchedulerFile": "s.json", "MemorySelections": "none", "OpenTimeout": "3"}  # fmt: skip
+    lines = "\n".join(f'<parameter key="{k}" value="{v}"/>' for k, v in words.items())
+    xml = tmp_path / "bad.xml"
+    xml.write_text(ENGINE.format(engine="plugin", parameters=lines, variables=""))
+    env = test_env()
+    env["ADIOS2_PLUGIN_PATH"] = str(adios2_build / "plugin" / "adios2")
+    for key in ("DEISA_SCHEDULER_FILE", "DEISA_SCHEDULER_FILE_OVERRIDE", "LD_PRELOAD"):
+        env.pop(key, None)
+    proc = run_mpi(3, subcomm(adios2_build), str(xml), "out.bp", "2", cwd=tmp_path, env=env)
+    assert proc.returncode != 0, proc.stdout + proc.stderr
+    errors = {line.strip() for line in proc.stderr.splitlines() if "deisa ADIOS2 engine" in line}
+    assert len(errors) == 1, proc.stderr
+    (error,) = errors
+    assert error.startswith(
+        "what():  deisa ADIOS2 engine: not every rank of MPI_COMM_WORLD (3 ranks) opened io "
+        "`SimulationOutput' within 3 s (OpenTimeout): the engine publishes over MPI_COMM_WORLD, "
+        "as it cannot learn the communicator the code gave ADIOS2 (the memory selection guard, "
+        "which tells it, is not loaded)"
+    ), error
+    assert f"LD_PRELOAD={guard(adios2_build)}" in error
+
+
+@pytest.mark.timeout(600)
+def test_deisa_run_prints_the_engines_reason(adios2_build: Path, tmp_path: Path) -> None:
+    """A rank stopped by the engine (an uncaught std::invalid_argument: std::terminate prints
+    its what(), then OpenMPI a backtrace): deisa-run's report is led by that line."""
+    xml = engine_xml(tmp_path / "deisa.xml", BuferNb="2")
+    waiting = tmp_path / "wait.py"  # an analytics that waits for a step that never comes
+    waiting.write_text("from deisa import Adapter\n\nwith Adapter.from_env() as adapter:\n"
+                       "    adapter['T'][0].compute()\n")  # fmt: skip
+    proc = deisa_run(
+        "--ranks", "3", "--workers", "1", "--timeout", "120", "--output", str(tmp_path / "out"),
+        "--analytics", str(waiting),
+        "--", subcomm(adios2_build), str(xml), "x.bp", "2", timeout=600,
+    )  # fmt: skip
+    assert proc.returncode != 0, proc.stdout[-2000:]
+    failure = proc.stderr[proc.stderr.index("simulation failed") :].splitlines()
+    assert failure[1].startswith(
+        "  what():  deisa ADIOS2 engine: unknown parameter `BuferNb': did you mean `BufferNb'? "
+        "(valid parameters are ['BufferNb', "
+    ), proc.stderr[-3000:]
+
+
+@pytest.fixture(scope="module")
+def heat_transfer(adios2_build: Path) -> tuple[Path, Path]:
+    """ADIOS2's heatTransfer example (examples/simulations/heatTransfer), its writer installed
+    standalone against the install as the README says: the writer and its heat_bp5.xml."""
+    for path in (HEAT_TRANSFER, HEAT_TRANSFER_XML):
+        if not path.exists():
+            pytest.skip(
+                f"ADIOS2's heatTransfer example is not installed ({path}; README.md: ADIOS2)"
+            )
+    return HEAT_TRANSFER, HEAT_TRANSFER_XML
+
+
+@pytest.mark.timeout(900)
+def test_heat_transfer_example_with_one_line_swapped_bitwise(
+    heat_transfer: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """ADIOS2's heatTransfer example, its source untouched, with its own heat_bp5.xml changed
+    in the writer's engine line only (type plugin, PluginName, PluginLibrary): BP5's
+    parameters (Threads, ProfileUnits, InitialBufferSize, FlushStepsCount) and its
+    ``<transport>`` stay and are listed as ignored in one line, and every step of T arrives
+    as its BP5 output has it (4 ranks, its own MPI_Comm_split communicator given to Open)."""
+    binary, heat_bp5 = heat_transfer
+    argv = ["2", "2", "10", "8", "3", "4"]  # N M nx ny steps iterations: 4 output steps
+    (tmp_path / "bp5").mkdir()
+    proc = run_mpi(4, str(binary), str(heat_bp5), "heat.bp", *argv,
+                   cwd=tmp_path / "bp5")  # fmt: skip
+    assert proc.returncode == 0 and (tmp_path / "bp5" / "heat.bp").exists(), proc.stdout
+    original = heat_bp5.read_text()
+    line = '<engine type="BP5">'
+    swapped = original.replace(
+        line,
+        '<engine type="plugin">'
+        '<parameter key="PluginName" value="deisa"/>'
+        '<parameter key="PluginLibrary" value="deisa_adios2_engine"/>',
+        1,
+    )  # fmt: skip  (the first io: the writer's)
+    assert swapped != original and original.index(line) < original.index('io name="readerInput"')
+    xml = tmp_path / "heat_deisa.xml"
+    xml.write_text(swapped)
+    out = tmp_path / "out"
+    proc = deisa_run(
+        "--ranks", "4", "--workers", "2", "--timeout", "240", "--output", str(out),
+        "--analytics", checker(tmp_path, tmp_path / "bp5" / "heat.bp", 4, "T"),
+        "--", str(binary), str(xml), "heat.bp", *argv, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:] + proc.stdout[-2000:]
+    assert "adios2 checker: T steps [0, 1, 2, 3] bitwise" in proc.stdout
+    (log,) = out.rglob("simulation.log")
+    notices = [line for line in log.read_text().splitlines() if "deisa ADIOS2 engine" in line]
+    assert len(notices) == 1 and notices[0].endswith(
+        "deisa ADIOS2 engine: ignored, as meant for ADIOS2's own engines or openPMD-api: "
+        "parameters FlushStepsCount, InitialBufferSize, ProfileUnits, Threads; "
+        "transport File (Library, ProfileUnits)"
+    ), log.read_text()[-3000:]

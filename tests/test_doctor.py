@@ -363,6 +363,36 @@ def test_doctor_plugin_for_another_python_or_missing_libraries_warns(
     assert f"-DPython3_EXECUTABLE={sys.executable}" in finding.fix
 
 
+def test_doctor_plugin_names_what_deisa_run_would_refuse_of_its_loaders(
+    no_pdi: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ``PDI_PLUGIN_PATH`` entry others may write (1777), and a plugin directory open to
+    them: a warning naming each, as ``deisa-run`` refuses them."""
+    plugins = tmp_path / "plugins"
+    plugins.mkdir(mode=0o755)
+    (plugins / solver.PLUGIN_FILE).write_bytes(b"")
+    monkeypatch.setattr(solver, "find_plugin", lambda build: solver.Plugin(plugins, "built here"))
+    monkeypatch.setattr(pdi.shutil, "which", lambda name: None)  # no ldd
+    monkeypatch.delenv("PDI_PLUGIN_PATH", raising=False)
+    assert pdi.check_plugin().status == OK
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    monkeypatch.setenv("PDI_PLUGIN_PATH", f"{plugins}:{shared}")
+    plugins.chmod(0o775)
+    finding = pdi.check_plugin()
+    assert finding.status == WARNING
+    assert f"{plugins} is writable by other accounts (mode 775)" in finding.found
+    assert f"PDI_PLUGIN_PATH entry {plugins}: " in finding.found
+    plugins.chmod(0o755)
+    finding = pdi.check_plugin()
+    assert (
+        f"PDI_PLUGIN_PATH entry {shared}: {shared} is writable by other accounts (mode 1777)"
+        in (finding.found)
+    )
+    assert "deisa-run refuses it" in finding.fix
+
+
 # -- Slurm -------------------------------------------------------------------------------------
 
 

@@ -478,7 +478,7 @@ def test_user_simulation_and_analytics_steps(tmp_path: Path) -> None:
     assert client.endswith(f" \"$PYTHON\" -P '{analytics}' --steps 3 &")
     assert "deisa.launcher analytics" not in script and "deisa_simulation" not in script
     assert "# Simulation: your command (./my_code my.yml '--flag=x y')" in script
-    env = {"PATH": os.environ["PATH"], "SLURM_JOB_ID": "7"}
+    env = {"PATH": os.environ["PATH"], "SLURM_JOB_ID": "7", "PYTHONPATH": str(REPO)}
     shell = preamble(script) + 'echo "$DEISA_SCHEDULER_FILE"'
     done = subprocess.run(["bash", "-c", shell], env=env, capture_output=True, text=True,
                           timeout=30, check=True)  # fmt: skip
@@ -505,7 +505,12 @@ def test_user_simulation_gets_the_built_adios2_engine(fake_build: Path, tmp_path
     (engine / "libdeisa_adios2_engine.so").touch()
     script = slurm_script("./my_code", "my.xml", build_dir=fake_build, output=tmp_path / "out")
     assert f"export ADIOS2_PLUGIN_PATH={engine}" in script
-    env = {"PATH": os.environ["PATH"], "SLURM_JOB_ID": "42", "ADIOS2_PLUGIN_PATH": "/opt/a"}
+    env = {
+        "PATH": os.environ["PATH"],
+        "SLURM_JOB_ID": "42",
+        "ADIOS2_PLUGIN_PATH": "/opt/a",
+        "PYTHONPATH": str(REPO),
+    }  # the job checks the loaders with this deisa
     proc = subprocess.run(
         ["bash", "-c", preamble(script) + 'echo "$ADIOS2_PLUGIN_PATH"'],
         env=env, capture_output=True, text=True, cwd=tmp_path, timeout=60,

@@ -4,6 +4,7 @@ and a dataset of one file read lazily, block by block, by whichever process comp
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,6 +14,8 @@ from . import _labels
 from ._replay_array import ReplayError
 
 __all__ = ["Dataset", "HDF5Block", "list_datasets", "zarr_datasets"]
+
+_ZARR_MARKS = ("zarr.json", ".zgroup", ".zarray")  # the metadata files of Zarr 3 and 2
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,8 @@ def list_datasets(path: str) -> list[Dataset]:
             f"reading {path} needs the h5py package (pip install 'deisa-insitu[posthoc]')"
         ) from exc
 
+    if not os.path.isfile(path):
+        raise ReplayError(f"{path}: not a regular file (a pipe, a device?): not an HDF5 file")
     try:
         f = h5py.File(path, "r")
     except OSError as exc:
@@ -75,7 +80,15 @@ def list_datasets(path: str) -> list[Dataset]:
 
 
 def zarr_datasets(path: str) -> list[Dataset]:
-    """Every array of the Zarr store ``path`` (in groups too), metadata only."""
+    """Every array of the Zarr store ``path`` (in groups too), metadata only; a directory that
+    is no Zarr store (nor BP output, looked for first) is a :class:`ReplayError` saying what
+    Replay reads."""
+    if not any(os.path.exists(os.path.join(path, m)) for m in _ZARR_MARKS):
+        raise ReplayError(
+            f"{path} is a directory but no dataset: not ADIOS2 BP output (no md.idx) nor a Zarr "
+            f"store (no {', '.join(_ZARR_MARKS)}); Replay reads an HDF5 file, a Zarr store, a "
+            ".bp directory, or one file per step"
+        )
     try:
         import zarr
     except ImportError as exc:

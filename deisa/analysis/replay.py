@@ -31,6 +31,12 @@ Sources
 
 ``steps=`` gives the step numbers explicitly, for any source.
 
+Files are data, never code (docs/security.md, "Replay's inputs"): an ADIOS2 array written with
+an operator is refused unless ``trust_operators=`` names it; what a file declares is checked
+against ``max_metadata_bytes=`` and the file's size before anything is sized from it; a
+truncated BP file is a :class:`ReplayError` naming the file and the step, never a read that
+waits.
+
 Labelled arrays (``items(as_xarray=True)``, ``to_xarray``) name the spatial axes after the file
 where it names them: HDF5 dimension scales (or labels), the Zarr attribute
 ``_ARRAY_DIMENSIONS`` (or Zarr 3's ``dimension_names``), the time axis excluded; else after
@@ -50,7 +56,7 @@ import glob as globbing
 import logging
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import dask.array as da
@@ -63,6 +69,7 @@ from ._reading import StepReader
 from ._replay_array import ReplayArray, ReplayError, UnknownArrayError
 from ._replay_bp import BPFile, is_bp
 from ._replay_hdf5 import Dataset, HDF5Block, list_datasets, zarr_datasets
+from ._replay_operators import checked_trust
 
 __all__ = ["Replay", "ReplayArray", "ReplayError", "UnknownArrayError"]
 
@@ -72,6 +79,8 @@ logger = logging.getLogger(__name__)
 STEP_DATASET = "step"
 _STEP_FIELD = re.compile(r"\$?\{step(?::[^}]*)?\}")
 _GLOB_CHARS = re.compile(r"[*?\[]")
+#: the default of ``Replay(max_metadata_bytes=...)``
+MAX_METADATA_BYTES = 64 * 2**20
 
 
 class Replay(StepReader):
@@ -98,18 +107,31 @@ class Replay(StepReader):
         Names of the spatial axes of the arrays whose file does not name them, for labelled
         arrays (``items(as_xarray=True)``): ``{"gtemp": ["x", "y"]}``. The file's names win
         (a warning is logged if they differ).
+    trust_operators
+        ADIOS2 output: the arrays written with an ADIOS2 operator that may be read (``["U"]``;
+        ``True``: all). Reading one runs the operator's code on the file's bytes (ADIOS2's
+        ``plugin`` operator loads the library the file names): trust only files of yours or of
+        someone you trust. Default: none (``replay[name]`` raises a :class:`ReplayError` naming
+        the array, the operator and the library).
+    max_metadata_bytes
+        The most bytes read or allocated from a file's declarations before any step is asked
+        for (the ``step`` and ``block_start`` datasets, a BP array's grid of blocks); a file
+        declaring more is refused, naming the dataset and the cap. Default 64 MiB.
 
     Raises
     ------
     FileNotFoundError
         A file (or every file of a pattern) is missing; the message names it.
     ReplayError
-        ``steps`` that do not fit the source, or a Zarr store without the ``zarr`` package.
+        ``steps`` that do not fit the source, a Zarr store without the ``zarr`` package, a
+        directory that is no dataset, metadata over ``max_metadata_bytes``, a BP file that is
+        truncated (naming the step).
     UnknownArrayError
         ``dims`` names an array the source does not hold.
     TypeError, ValueError
         ``dims`` is not a mapping, or an entry is not one distinct name per spatial axis; the
-        message names the entry (``dims['gtemp']``).
+        message names the entry (``dims['gtemp']``); ``trust_operators`` is neither a boolean
+        nor a collection of names; ``max_metadata_bytes`` is not a positive integer.
 
     Examples
     --------
@@ -128,12 +150,24 @@ class Replay(StepReader):
         steps: Sequence[int] | None = None,
         chunks: Any = None,
         dims: Mapping[str, Sequence[str]] | None = None,
+        trust_operators: bool | Collection[str] = False,
+        max_metadata_bytes: int = MAX_METADATA_BYTES,
     ) -> None:
         if dims is not None and not isinstance(dims, Mapping):
             raise TypeError(
                 f"dims={dims!r} must map array names to their axes' names, e.g. "
                 "{'gtemp': ['x', 'y']}"
             )
+        self._trust_operators = checked_trust(trust_operators)
+        if (
+            isinstance(max_metadata_bytes, bool)
+            or not isinstance(max_metadata_bytes, int)
+            or max_metadata_bytes <= 0
+        ):
+            raise ValueError(
+                f"max_metadata_bytes={max_metadata_bytes!r} must be a positive number of bytes"
+            )
+        self._max_metadata_bytes = max_metadata_bytes
         self.client = client
         self._chunks = chunks
         self._dims = dict(dims or {})
@@ -150,6 +184,15 @@ class Replay(StepReader):
         self._path = ""
         self._time_steps: list[int] | None = None
         self._bp: BPFile | None = None
+        self._open(source)
+        self._check_names()
+        if client is not None:
+            self._check_workers_see_the_files()
+
+    # -- sources -------------------------------------------------------------------------------
+
+    def _open(self, source: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> None:
+        """Read the metadata of ``source``, whichever kind it is."""
         if isinstance(source, (str, os.PathLike)):
             text = os.fspath(source)
             if _STEP_FIELD.search(text):
@@ -170,15 +213,17 @@ class Replay(StepReader):
             if self._explicit_steps is not None:
                 self._check_count(len(self._files), "per-step files")
                 self._file_steps = self._explicit_steps
+
+    def _check_names(self) -> None:
+        """The arrays ``dims`` and ``trust_operators`` name are the source's."""
         for name in self._dims:  # checked now, with the arrays' metadata
             try:
                 self[name]
             except UnknownArrayError as exc:
                 raise UnknownArrayError(f"dims: {exc}") from None
-        if client is not None:
-            self._check_workers_see_the_files()
-
-    # -- sources -------------------------------------------------------------------------------
+        if self._bp is not None and not isinstance(self._trust_operators, bool):
+            for name in sorted(self._trust_operators - set(self.names)):
+                raise self._unknown(name, "trust_operators: ")
 
     def _one_file(self, path: str) -> None:
         path = os.path.abspath(path)
@@ -186,7 +231,12 @@ class Replay(StepReader):
             raise FileNotFoundError(f"{path}: no such file or Zarr store (the Replay source)")
         self._path = self._source = path
         if is_bp(path):
-            self._bp = BPFile(path, self._explicit_steps)
+            self._bp = BPFile(
+                path,
+                self._explicit_steps,
+                trust_operators=self._trust_operators,
+                max_metadata_bytes=self._max_metadata_bytes,
+            )
             return
         if os.path.isdir(path):
             self._zarr = True
@@ -246,10 +296,9 @@ class Replay(StepReader):
         info = self._datasets.get(STEP_DATASET)
         if info is None or len(info.shape) != 1 or info.dtype.kind not in "iu":
             return None
-        values = [int(v) for v in self._read_small(info)]
-        written = 1
-        while written < len(values) and values[written] > values[written - 1]:
-            written += 1
+        values = self._read_small(info).astype(np.int64)
+        falls = np.flatnonzero(np.diff(values) <= 0)
+        written = int(falls[0]) + 1 if falls.size else len(values)
         if written < len(values):
             logger.info(
                 "deisa replay: %s: the %r dataset increases over its first %d of %d entries; "
@@ -259,9 +308,19 @@ class Replay(StepReader):
                 written,
                 len(values),
             )
-        return values[:written]
+        return values[:written].tolist()
 
     def _read_small(self, info: Dataset) -> np.ndarray:
+        """The whole dataset ``info`` (the step numbers, the blocks' starts), refused before
+        any read if it declares more than ``max_metadata_bytes``."""
+        declared = int(np.prod(info.shape, dtype=np.float64)) * info.dtype.itemsize
+        if declared > self._max_metadata_bytes:
+            raise ReplayError(
+                f"the {info.name!r} dataset of {info.path} declares shape {info.shape} "
+                f"({declared} bytes of {info.dtype}), over max_metadata_bytes="
+                f"{self._max_metadata_bytes}: a crafted file, or raise the cap for a file "
+                "you trust"
+            )
         if self._zarr:
             import zarr
 
@@ -327,10 +386,10 @@ class Replay(StepReader):
     def __repr__(self) -> str:
         return f"<Replay of {self._source}: {', '.join(self.names) or 'no array'}>"
 
-    def _unknown(self, name: str) -> UnknownArrayError:
+    def _unknown(self, name: str, prefix: str = "") -> UnknownArrayError:
         present = ", ".join(repr(n) for n in self.names) or "none"
         return UnknownArrayError(
-            f"no array {name!r} in {self._source}; the arrays there are: {present}"
+            f"{prefix}no array {name!r} in {self._source}; the arrays there are: {present}"
         )
 
     def _time_axis_problem(self, info: Dataset) -> str | None:

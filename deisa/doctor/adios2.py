@@ -15,7 +15,7 @@ from typing import Any
 
 from . import common
 from .common import MISSING, OK, WARNING, Finding
-from .pdi import SYSTEM_PREFIXES, project_build_dir
+from .pdi import SYSTEM_PREFIXES, loader_problems, project_build_dir
 
 ADIOS2_VERSION = (2, 12)  # the plugin engine interface v2 the engine is written against
 INSTALL = "README.md, 'ADIOS2 (for ADIOS2 codes)'"
@@ -65,6 +65,7 @@ def adios2_features(config: Path) -> dict[str, Any]:
 def check_adios2() -> Finding:
     """ADIOS2's version, whether it has MPI (and Fortran), and the deisa engine found."""
     from ..launcher.adios2_engine import ENGINE_FILE, GUARD_FILE, find_engine, find_guard
+    from ..launcher.libraries import library_problem
 
     config = adios2_config_file()
     if config is None:
@@ -97,6 +98,14 @@ def check_adios2() -> Finding:
     elif guard.directory is None:
         problems.append("the engine refuses to open without its memory selection guard")
         fixes.append("build the engine again (cmake --build): the guard comes with it")
+    else:
+        unsafe = loader_problems(engine.directory / ENGINE_FILE, "ADIOS2_PLUGIN_PATH")
+        unsafe += filter(None, [library_problem(guard.directory / GUARD_FILE)])
+        if unsafe:
+            problems += unsafe
+            fixes.append(
+                "deisa-run refuses it: rebuild it, or keep it in a directory only you can write"
+            )
     if problems or engine.directory is None:
         text += f"; {'; '.join(problems)}" if problems else ""
         return Finding("ADIOS2", WARNING, text, "; ".join(fixes), required=False, details=details)

@@ -20,6 +20,8 @@ from typing import Any
 from . import common
 from .common import MISSING, OK, WARNING, Finding
 
+PDI_PLUGIN_PATH = "PDI_PLUGIN_PATH"
+
 # where CMake looks for PDI after PDI_DIR, CMAKE_PREFIX_PATH and PATH's <prefix>/bin
 SYSTEM_PREFIXES: tuple[str, ...] = (sys.prefix, "/usr/local", "/usr")
 PDI_VERSION = (1, 12)  # what the plugin is built and tested against
@@ -175,6 +177,17 @@ def project_build_dir() -> Path:
     return REPO / load_defaults()["run"]["build_dir"]
 
 
+def loader_problems(library: Path, variable: str) -> list[str]:
+    """What ``deisa-run`` would refuse of a library it hands over and of the search path
+    ``variable`` of this environment (:mod:`deisa.launcher.libraries`): another account's
+    library could be loaded instead, or beside it."""
+    from ..launcher.libraries import handed_problem, library_problem, search_dir_problem
+
+    found = [library_problem(library), search_dir_problem(library.parent)]
+    found.append(handed_problem(variable, os.environ.get(variable, "")))
+    return [problem for problem in found if problem is not None]
+
+
 def check_plugin() -> Finding:
     """The deisa PDI plugin that ``deisa-run`` finds, whether PDI finds it alone, whether it
     loads, and the Python it embeds."""
@@ -201,6 +214,12 @@ def check_plugin() -> Finding:
     else:
         text += f"; deisa-run hands it to PDI (by hand: PDI_PLUGIN_PATH={plugin.directory})"
     problems, fixes = [], []
+    unsafe = loader_problems(plugin.directory / PLUGIN_FILE, PDI_PLUGIN_PATH)
+    if unsafe:
+        problems += unsafe
+        fixes.append(
+            "deisa-run refuses it: rebuild it, or keep it in a directory only you can write"
+        )
     if shutil.which("ldd"):
         _, output = common.run_command(["ldd", str(plugin.directory / PLUGIN_FILE)])
         missing = [line.split()[0] for line in output.splitlines() if "not found" in line]

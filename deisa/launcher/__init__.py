@@ -6,6 +6,9 @@ own, :mod:`deisa.pca_app`:
 - :mod:`~deisa.launcher.defaults`: the defaults file ``deisa/templates/defaults.yml`` (dask
   configuration: ``deisa.run``, ``deisa.mpi``, ``deisa.slurm``), its overrides and its
   comments (the options' help);
+- :mod:`~deisa.launcher.elf`, :mod:`~deisa.launcher.libraries`: the RPATH/RUNPATH of an ELF
+  library, and what the loaders are handed checked against other accounts (the directories
+  they search by name, every name tried there, the plugin paths and ``LD_PRELOAD``);
 - :mod:`~deisa.launcher.checks`: the check of each option's value;
 - :mod:`~deisa.launcher.options`: the one declaration of every option (flags, defaults key,
   check) and the parsers built from it;

@@ -2,8 +2,10 @@
 over (``ADIOS2_PLUGIN_PATH``).
 
 ADIOS2 loads the library of a ``plugin`` engine (``PluginLibrary`` ``deisa_adios2_engine``:
-``libdeisa_adios2_engine.so``) from each directory of ``ADIOS2_PLUGIN_PATH``, else from the
-dynamic loader's path. ``deisa-run`` puts the engine it finds first in that variable, in its
+the first of ``deisa_adios2_engine``, ``deisa_adios2_engine.so``, ``libdeisa_adios2_engine``,
+``libdeisa_adios2_engine.so`` it finds) from each directory of ``ADIOS2_PLUGIN_PATH``, else
+from the dynamic loader's path; deisa builds and installs the last, and checks every one
+(:mod:`.libraries`). ``deisa-run`` puts the engine it finds first in that variable, in its
 plan (:mod:`.plan`), for a local run and in the Slurm job alike, as it does with
 ``PDI_PLUGIN_PATH`` for the PDI plugin: the engine CMake built in ``<build>/plugin/adios2``,
 else one installed in a directory of ``ADIOS2_PLUGIN_PATH``, else one installed beside ADIOS2's
@@ -40,18 +42,21 @@ def find_engine(build_dir: Path, environ: Mapping[str, str] | None = None) -> Pl
     Returns
     -------
     Plugin
-        Its directory (``None``: not found) and where it was found, in words.
+        Its directory, absolute and resolved (``None``: not found), and where it was found,
+        in words.
     """
     environ = os.environ if environ is None else environ
     built = build_dir / "plugin" / "adios2"
     if (built / ENGINE_FILE).exists():
-        return Plugin(built, f"built in {built}")
+        return Plugin(built.resolve(), f"built in {built}")
     for entry in filter(None, environ.get(PLUGIN_PATH, "").split(os.pathsep)):
-        if (Path(entry) / ENGINE_FILE).exists():
-            return Plugin(Path(entry), f"installed in {entry} ({PLUGIN_PATH})")
+        # a relative entry is refused with the variable (deisa.launcher.libraries), never handed
+        # over (nor the guard beside it, to LD_PRELOAD) as a path from each process's directory
+        if Path(entry).is_absolute() and (Path(entry) / ENGINE_FILE).exists():
+            return Plugin(Path(entry).resolve(), f"installed in {entry} ({PLUGIN_PATH})")
     for prefix in dict.fromkeys(PREFIXES):
         for found in sorted(Path(prefix).glob(f"lib*/{ENGINE_FILE}")):
-            return Plugin(found.parent, f"installed in {found.parent}")
+            return Plugin(found.parent.resolve(), f"installed in {found.parent}")
     missing = f"not found ({built} has no {ENGINE_FILE}; ADIOS2 searches the loader's path)"
     return Plugin(None, missing)
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from ..bridge.options import BridgeOptionError, BridgeOptions, Constraint, Count, Positive
 from .defaults import UsageError
+from .libraries import library_problem, search_dir_problem
 from .security import output_problem, path_problem
 
 # finite: the Slurm job writes it out and waits for the scheduler a whole number of seconds
@@ -283,6 +284,27 @@ def safe_path(label: str, path: Path) -> Path:
     if problem is not None:
         raise UsageError(f"{label}: {problem}")
     return path
+
+
+def safe_library(label: str, path: Path) -> Path:
+    """``path``, a library or program a loader is handed, unless another account could change
+    it or make it load a library of theirs (its ``RPATH``/``RUNPATH``:
+    :func:`~deisa.launcher.libraries.library_problem`): then a :class:`UsageError` naming
+    ``label`` and what is at fault."""
+    problem = library_problem(path)
+    if problem is not None:
+        raise UsageError(f"{label}: {problem}")
+    return path
+
+
+def private_dir(label: str, directory: Path) -> Path:
+    """``directory``, where a loader searches libraries by name, unless another account can
+    write it, sticky bit or not (:func:`~deisa.launcher.libraries.search_dir_problem`): then a
+    :class:`UsageError` naming ``label``."""
+    problem = search_dir_problem(directory)
+    if problem is not None:
+        raise UsageError(f"{label}: {problem}")
+    return directory
 
 
 def command_words(command: Any, label: str = "--analytics") -> list[str]:

@@ -328,7 +328,10 @@ def _build_dir(values: Values) -> Path:
     Refused (before anything of it is looked at, ``ldd`` included) where another account could
     change it, one of its parents, or what the run would take from it: the C solver, the deisa
     PDI plugin, the ADIOS2 engine and its guard, which the simulation preloads
-    (:func:`~deisa.launcher.checks.safe_path`)."""
+    (:func:`~deisa.launcher.checks.safe_path`), or make them load a library of theirs (an
+    empty, relative or open ``RUNPATH`` entry: :func:`~deisa.launcher.checks.safe_library`);
+    and where another account could add a file to ``plugin/`` or ``plugin/adios2``, which PDI
+    and ADIOS2 search by name (:func:`~deisa.launcher.checks.private_dir`)."""
     if "build_dir" in values.given:
         written = Path(values["build_dir"]).absolute()  # its links' directories checked too
         build = written.resolve()
@@ -337,8 +340,13 @@ def _build_dir(values: Values) -> Path:
     engine = build / "plugin" / "adios2"
     built = (build / "simulation" / "heat", build / "plugin" / solver.PLUGIN_FILE,
              engine / ENGINE_FILE, engine / GUARD_FILE)  # fmt: skip
-    for path in (written, *built):
-        checks.safe_path(values.name("build_dir"), path)
+    label = values.name("build_dir")
+    checks.safe_path(label, written)
+    for path in built:  # the libraries and the program, their RUNPATH too
+        checks.safe_library(label, path)
+    for directory in (build / "plugin", engine):  # searched by name by PDI, ADIOS2
+        if directory.exists():
+            checks.private_dir(label, directory)
     return build
 
 

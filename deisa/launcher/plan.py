@@ -26,9 +26,10 @@ import yaml
 
 from .adios2_engine import ENGINE_FILE, GUARD_FILE, PRELOAD, find_engine, find_guard
 from .adios2_engine import PLUGIN_PATH as ADIOS2_PLUGIN_PATH
-from .checks import safe_path
 from .commands import analytics_argv, python_script, simulation_command
 from .dask_processes import LOOPBACK, dashboard_available, scheduler_command, worker_command
+from .defaults import UsageError
+from .libraries import LOADER_VARIABLES, found_problem, handed_problem
 from .processes import python_argv
 from .security import Credentials
 from .settings import RunSettings, SlurmSettings
@@ -329,13 +330,14 @@ def _processes(settings: RunSettings, where: Where) -> dict[str, Any]:
         where.scheduler_file, None, settings.threads, preload=settings.worker_preload,
         python=where.python, listen=where.listen, comm=where.comm,
     )  # fmt: skip
+    analytics = _analytics(settings, where, timings if timings_file else None)
     return {
         "scheduler": Process("scheduler", scheduler),
         "workers": Process(
             "workers", workers, nodes=worker_nodes, tasks=settings.workers, cores=settings.threads
         ),
-        "simulation": simulation,
-        "analytics": _analytics(settings, where, timings if timings_file else None),
+        "simulation": _handed(simulation),
+        "analytics": analytics and _handed(analytics),
         "files": files,
         "description": description,
         "timings": timings,
@@ -364,14 +366,31 @@ LIBRARIES = {"PDI_PLUGIN_PATH": PLUGIN_FILE, ADIOS2_PLUGIN_PATH: ENGINE_FILE, PR
 
 
 def _checked(*found: tuple[str, str, Plugin]) -> Found:
-    """``found``, once each library found is known safe: where another account could change it
-    or one of its parents (in the build, or installed: one under a root-owned ``/usr/local``
-    is), a :class:`~deisa.launcher.defaults.UsageError` naming it and where it was found
-    (:func:`~deisa.launcher.checks.safe_path`): a library it planted would run as you."""
+    """``found``, once each library found is known safe to hand over
+    (:func:`~deisa.launcher.libraries.found_problem`: another account cannot change it, make
+    it load a library of theirs, or add one where a plugin loader searches by name; in the
+    build or installed, one under a root-owned ``/usr/local`` is fine); a
+    :class:`~deisa.launcher.defaults.UsageError` naming it and where it was found otherwise."""
     for what, variable, plugin in found:
         if plugin.directory is not None:
-            safe_path(f"{what} {plugin.origin}", plugin.directory / LIBRARIES[variable])
+            problem = found_problem(variable, plugin.directory / LIBRARIES[variable])
+            if problem is not None:
+                raise UsageError(f"{what} {plugin.origin}: {problem}")
     return found
+
+
+def _handed(process: Process) -> Process:
+    """``process``, once what it hands the loaders (deisa's directory or library first, then
+    what this environment holds) is known safe
+    (:func:`~deisa.launcher.libraries.handed_problem`); a
+    :class:`~deisa.launcher.defaults.UsageError` naming the variable and the entry otherwise.
+    A Slurm job checks its own again (``python -m deisa.launcher.libraries``)."""
+    environment = {**os.environ, **process.environment()}
+    for variable in LOADER_VARIABLES:
+        problem = handed_problem(variable, environment.get(variable, ""))
+        if problem is not None:
+            raise UsageError(f"the {process.name}'s {problem}")
+    return process
 
 
 def _simulation_paths(settings: RunSettings) -> tuple[dict[str, Path], Found]:

@@ -38,6 +38,7 @@ from pathlib import Path
 
 from .adios2_engine import PRELOAD
 from .dask_processes import http_env
+from .libraries import LOADER_VARIABLES
 from .plan import JOB_ID, LIBRARIES, USER_PYTHON, Plan, Process
 from .processes import NO_WORK_STEALING, SAFE_PATH_ENV, THREAD_PINS
 from .security import tls_env
@@ -326,7 +327,26 @@ def _setup(plan: Plan) -> str:
             what, plugin = found[variable]
             setup += f"\n# {what}, {_comment(plugin.origin)}\n"
         setup += _first_in(variable, directory)
-    return setup
+    return setup + _loader_check(plan)
+
+
+def _loader_check(plan: Plan) -> str:
+    """The line checking on the job's node what the simulation hands the loaders: its search
+    paths and preloads as its step gets them, every entry absolute and private, every library
+    there safe, the C solver's program too (``python -m`` :mod:`deisa.launcher.libraries`);
+    none for the Python solver, which loads no plugin."""
+    process = plan.simulation
+    if not process.user and not process.first_in:
+        return ""
+    preload = PRELOADED if PRELOAD in process.first_in else PRELOAD
+    words = [f'"{v}=${{{preload if v == PRELOAD else v}-}}"' for v in LOADER_VARIABLES]
+    if "pdi.yml" in plan.files:  # the C solver: its program, its RUNPATH
+        words.append(shlex.quote(process.argv[0]))
+    return (
+        "# what the simulation hands the loaders: absolute, private, no library of another "
+        "account (docs/security.md)\n"
+        f'"$PYTHON" -P -m deisa.launcher.libraries {" ".join(words)} || exit 1\n'
+    )
 
 
 def _user_words(words: list[str]) -> str:

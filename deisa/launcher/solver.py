@@ -116,8 +116,8 @@ def deisa_pdi_config(
 
 @dataclass(frozen=True)
 class Plugin:
-    """Where the deisa PDI plugin is: :attr:`directory` (``None``: not found, PDI's own
-    search applies) and :attr:`origin`, in words, for the user."""
+    """Where the deisa PDI plugin is: :attr:`directory`, absolute and resolved (``None``: not
+    found, PDI's own search applies), and :attr:`origin`, in words, for the user."""
 
     directory: Path | None
     origin: str
@@ -129,11 +129,12 @@ def find_plugin(build_dir: Path) -> Plugin:
     Python's prefix, ``/usr/local`` or ``/usr``)."""
     built = build_dir / "plugin"
     if (built / PLUGIN_FILE).exists():
-        return Plugin(built, f"built in {built}")
+        return Plugin(built.resolve(), f"built in {built}")
     for entry in filter(None, os.environ.get("PDI_PLUGIN_PATH", "").split(os.pathsep)):
-        if (Path(entry) / PLUGIN_FILE).exists():
-            return Plugin(Path(entry), f"installed in {entry} (PDI_PLUGIN_PATH)")
+        # a relative entry is refused with the variable (deisa.launcher.libraries)
+        if Path(entry).is_absolute() and (Path(entry) / PLUGIN_FILE).exists():
+            return Plugin(Path(entry).resolve(), f"installed in {entry} (PDI_PLUGIN_PATH)")
     for prefix in dict.fromkeys((sys.prefix, "/usr/local", "/usr")):
         for found in sorted(Path(prefix).glob(f"lib*/pdi/plugins_*/{PLUGIN_FILE}")):
-            return Plugin(found.parent, f"installed in {found.parent}")
+            return Plugin(found.parent.resolve(), f"installed in {found.parent}")
     return Plugin(None, f"not found ({built} has no {PLUGIN_FILE}; PDI searches its own paths)")

@@ -23,17 +23,23 @@ class PipelineError(RuntimeError):
 
 
 def tail(path: Path, lines: int = 15) -> str:
-    """The end of a log, indented, led by its last Python exception line if it has one."""
+    """The end of a log, indented, led by its last line that says why the process stopped, if
+    it has one: a Python exception's, a C++ exception's ``what()`` (``std::terminate``'s line,
+    which a backtrace may push out of the tail), or a deisa engine's or plugin's error line."""
     try:
         text = path.read_text(errors="replace").rstrip().splitlines()
     except OSError:
         return ""
-    errors = [line for line in text if _EXCEPTION_LINE.match(line)]
+    errors = [line for line in text if any(reason.match(line) for reason in _REASON_LINES)]
     head = [f"  {errors[-1].strip()}"] if errors else []
     return "\n".join(head + ["    " + line for line in text[-lines:]])
 
 
-_EXCEPTION_LINE = re.compile(r"^\s*[\w.]*(Error|Exception|Interrupt)\b[^ ]*: ")
+_REASON_LINES = (
+    re.compile(r"^\s*[\w.]*(Error|Exception|Interrupt)\b[^ ]*: "),  # Python
+    re.compile(r"^\s*what\(\): "),  # an uncaught C++ exception, as std::terminate prints it
+    re.compile(r"^\s*deisa [\w ]*(engine|plugin|guard|configuration)[\w ]*: "),  # printed by a code
+)
 
 
 def exit_in_words(status: int) -> str:

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <complex>
 #include <exception>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -70,6 +71,13 @@ vector<long> to_longs(const adios2::Dims& dims)
 	return vector<long>(dims.begin(), dims.end());
 }
 
+string seconds_text(double seconds)
+{
+	std::ostringstream text;
+	text << seconds;
+	return text.str();
+}
+
 string refused(const string& name, const string& feature, const string& instead)
 {
 	return "deisa ADIOS2 engine: variable `" + name + "' is " + feature + ", which the deisa engine does not publish: " + instead;
@@ -97,6 +105,7 @@ Deisa_engine::~Deisa_engine()
 		}
 	}
 	if (m_values_comm != MPI_COMM_NULL && !finalized) MPI_Comm_free(&m_values_comm);
+	if (m_comm != MPI_COMM_NULL && !finalized) MPI_Comm_free(&m_comm);
 	if (!Py_IsInitialized()) return;
 	py::gil_scoped_acquire gil;
 	m_parameters = py::object();
@@ -122,29 +131,69 @@ void Deisa_engine::Init()
 			+ "' is opened for reading, and the deisa engine only writes (a stream to Dask): read the output with BP5, "
 			  "or the live steps with deisa.Adapter"};
 	}
-	MPI_Comm_rank(m_comm, &m_rank);
+	const Opening opening = learn_opening(m_IO);
 	m_order = array_order(m_IO);
 	start_interpreter();
-	py::gil_scoped_acquire gil;
-	try {
-		m_python.import_deisa();
-		py::dict parameters;
-		for (auto&& parameter: m_IO.Parameters()) {
-			parameters[py::str(parameter.first)] = parameter.second;
+	{
+		py::gil_scoped_acquire gil;
+		try {
+			m_python.import_deisa();
+			py::dict parameters;
+			for (auto&& parameter: m_IO.Parameters()) {
+				parameters[py::str(parameter.first)] = parameter.second;
+			}
+			py::list transports;
+			for (auto&& transport: opening.transports) {
+				transports.append(transport);
+			}
+			m_parameters = py::module_::import("deisa.bridge.engine_parameters").attr("parse")(parameters, py::none(), transports);
+			m_scheduler_file = m_parameters.attr("scheduler_file").cast<string>();
+			py::module_ logging = py::module_::import("logging");
+			m_debug = logging.attr("getLogger")("deisa.adios2").attr("isEnabledFor")(logging.attr("DEBUG")).cast<bool>();
+		} catch (py::error_already_set& e) {
+			// a bad parameter: its one-line message; anything else with its traceback
+			if (!e.matches(py::module_::import("deisa.bridge.engine_parameters").attr("EngineParameterError"))) {
+				log("error", "Python failure while opening the deisa ADIOS2 engine:\n" + python_traceback(e));
+			}
+			throw invalid_argument{py::str(e.value()).cast<string>()};
 		}
-		m_parameters = py::module_::import("deisa.bridge.engine_parameters").attr("parse")(parameters);
-		m_scheduler_file = m_parameters.attr("scheduler_file").cast<string>();
-		py::module_ logging = py::module_::import("logging");
-		m_debug = logging.attr("getLogger")("deisa.adios2").attr("isEnabledFor")(logging.attr("DEBUG")).cast<bool>();
-	} catch (py::error_already_set& e) {
-		// a bad parameter: its one-line message; anything else with its traceback
-		if (!e.matches(py::module_::import("deisa.bridge.engine_parameters").attr("EngineParameterError"))) {
-			log("error", "Python failure while opening the deisa ADIOS2 engine:\n" + python_traceback(e));
-		}
-		throw invalid_argument{py::str(e.value()).cast<string>()};
 	}
 	find_guard();
+	take_communicator(opening);
 	check_defined_variables();
+}
+
+void Deisa_engine::take_communicator(const Opening& opening)
+{
+	int world_size = 0;
+	MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+	if (opening.comm != MPI_COMM_NULL) {
+		MPI_Comm_dup(opening.comm, &m_comm); // every rank of it is in ADIOS2's Open, which duplicated it
+	} else {
+		double seconds;
+		{
+			py::gil_scoped_acquire gil;
+			seconds = m_parameters.attr("open_timeout").cast<double>();
+		}
+		if (!every_rank_arrives(MPI_COMM_WORLD, seconds)) {
+			throw invalid_argument{
+				"deisa ADIOS2 engine: not every rank of MPI_COMM_WORLD (" + std::to_string(world_size) + " ranks) opened io `" + m_IO.Name()
+				+ "' within " + seconds_text(seconds) + " s (OpenTimeout): the engine publishes over MPI_COMM_WORLD, as it cannot learn the "
+				+ "communicator the code gave ADIOS2 (" + opening.unknown + "); " + opening.fix};
+		}
+		MPI_Comm_dup(MPI_COMM_WORLD, &m_comm);
+	}
+	MPI_Comm_rank(m_comm, &m_rank);
+	int size = 0;
+	MPI_Comm_size(m_comm, &size);
+	if (m_rank != 0) return;
+	py::gil_scoped_acquire gil;
+	for (auto&& line: m_parameters.attr("notices")()) {
+		log("warning", line.cast<string>());
+	}
+	log("info",
+	    "io `" + m_IO.Name() + "' opened over " + (opening.comm != MPI_COMM_NULL ? "the code's communicator" : "MPI_COMM_WORLD") + ": "
+	        + std::to_string(size) + " of the " + std::to_string(world_size) + " ranks of MPI_COMM_WORLD publish");
 }
 
 void Deisa_engine::find_guard()

@@ -16,6 +16,7 @@
 #include "array_order.h"
 #include "core/python_bridge.h"
 #include "memory_selection.h"
+#include "opening.h"
 #include "step_blocks.h"
 
 #if !defined(ADIOS2_PLUGIN_ENGINE_INTERFACE) || ADIOS2_PLUGIN_ENGINE_INTERFACE < 2
@@ -69,8 +70,8 @@ class Deisa_engine: public adios2::plugin::PluginEngineInterface
 	/// whether Close was called
 	bool m_closed = false;
 
-	/// the communicator of the Bridge: MPI_COMM_WORLD (ADIOS2 2.12 gives a plugin engine no communicator, see EngineCreate)
-	MPI_Comm m_comm = MPI_COMM_WORLD;
+	/// the communicator of the Bridge: a duplicate of the code's (the guard tells it, opening.h), else of MPI_COMM_WORLD
+	MPI_Comm m_comm = MPI_COMM_NULL;
 
 	/// this rank in the engine's communicator
 	int m_rank = 0;
@@ -98,6 +99,11 @@ class Deisa_engine: public adios2::plugin::PluginEngineInterface
 
 	/// Refuses to open without the memory selection guard, unless the code says it sets no selection
 	void find_guard();
+
+	/** Takes the code's communicator; where it cannot be known, MPI_COMM_WORLD once every rank of it opened within OpenTimeout (collective)
+	 * \param opening what the guard told of the io being opened
+	 */
+	void take_communicator(const Opening& opening);
 
 	/** Points a block at its sub-box of the code's buffer, if the code set a memory selection
 	 * \param variable the variable (its core variable: the public one's only member)
@@ -194,7 +200,7 @@ extern "C" {
  *
  * Without the communicator: ADIOS2 2.12.1 compiles its PluginEngine, which calls this, in its
  * serial core, where the plugin manager's signature has no MPI_Comm (what the MPI signature
- * would receive there is garbage); the engine runs over MPI_COMM_WORLD.
+ * would receive there is garbage); the engine learns the code's from the guard (opening.h).
  */
 __attribute__((visibility("default"))) adios2::plugin::PluginEngineInterface*
 EngineCreate(adios2::IO io, const std::string& name, const adios2::Mode mode);

@@ -32,6 +32,15 @@ void promote_libpython()
 	}
 }
 
+/** Removes from sys.path the entries that name the working directory (`'' ', `.'), whatever
+ * put them there (an older pybind11, a Python that adds the script's directory): the embedded
+ * interpreter imports nothing from where the simulation happens to run
+ */
+void drop_working_directory()
+{
+	PyRun_SimpleString("import sys; sys.path[:] = [p for p in sys.path if p not in ('', '.')]");
+}
+
 } // namespace
 
 Python_interpreter::Python_interpreter()
@@ -39,9 +48,13 @@ Python_interpreter::Python_interpreter()
 	if (Py_IsInitialized()) return;
 	const auto start = std::chrono::steady_clock::now();
 	promote_libpython();
-	// no signal handlers: Ctrl-C and SIGTERM belong to the MPI launcher, not to Python
-	py::initialize_interpreter(false);
+	// no signal handlers: Ctrl-C and SIGTERM belong to the MPI launcher, not to Python; and no
+	// program directory on sys.path: pybind11 would put '' (the working directory) first, so that
+	// `import deisa' (numpy, mpi4py...) ran whatever another account left where the simulation
+	// starts, a shared directory as /tmp included; PYTHONSAFEPATH cannot stop pybind11 doing it
+	py::initialize_interpreter(false, 0, nullptr, false);
 	m_started = true;
+	drop_working_directory();
 	// registered after the host's static state (PDI's context, ADIOS2's plugin manager), so it runs
 	// before that state (and the plugin or engine owning this object) is destroyed
 	static const bool exit_watch = std::atexit([] { g_exiting = true; }) == 0;

@@ -11,7 +11,9 @@ namespace deisa {
 
 /** RAII owner of the embedded Python interpreter.
  *
- * Starts an interpreter when the host program is not Python and then releases
+ * Starts an interpreter when the host program is not Python, with neither the
+ * working directory nor a program's directory on sys.path (whatever a shared
+ * directory where the simulation runs holds is never imported), and then releases
  * the GIL so that Python threads (the Dask client's event loop) keep running
  * while the simulation computes.  Only an interpreter started here is
  * finalized here.

@@ -96,7 +96,7 @@ def test_the_simulation_alone_preloads_the_guard_before_the_users_preloads(
 def test_the_job_preloads_the_guard_in_the_simulations_step_only(tmp_path: Path) -> None:
     """In the job: the guard (quoted) then the user's LD_PRELOAD, in a variable of the job that
     the simulation's srun alone gets as LD_PRELOAD; bash reads the script."""
-    build = tmp_path / "build dir"  # a word to quote
+    build = tmp_path / "build$dir"  # a word to quote
     directory = built_engine(build)
     (directory / GUARD_FILE).write_bytes(b"")
     script = slurm.job_script(make_plan(user_command(SLURM, build, tmp_path / "o")))

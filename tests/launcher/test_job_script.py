@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import test_env
 
 from deisa.launcher import checks, cli, options, parse, slurm
 from deisa.launcher.defaults import UsageError, load_defaults
@@ -233,6 +234,7 @@ def run_with_fake_srun(script: str, tmp_path: Path) -> dict[str, list[str]]:
         "HOME": str(tmp_path),
         "SLURM_JOB_ID": "7",
         "CALLS": str(calls),
+        "PYTHONPATH": test_env()["PYTHONPATH"],  # the job's Python runs this deisa's checks
         "BASH_FUNC_srun%%": fake_srun,
     }
     done = subprocess.run(
@@ -346,6 +348,7 @@ def _job(script: str, tmp_path: Path, **env: str) -> subprocess.CompletedProcess
         "HOME": str(tmp_path),
         "SLURM_JOB_ID": "7",
         "CALLS": str(tmp_path / "calls"),
+        "PYTHONPATH": test_env()["PYTHONPATH"],  # the job's Python runs this deisa's checks
         "BASH_FUNC_srun%%": '() { touch "$CALLS/srun"; echo "{}" > "$DEISA_SCHEDULER_FILE"; }',
     }
     return subprocess.run(

@@ -157,6 +157,7 @@ def test_job_on_a_python_without_distributed_ucxx_stops_before_any_step(
         "PATH": os.environ["PATH"],
         "HOME": str(tmp_path),
         "SLURM_JOB_ID": "7",
+        "PYTHONPATH": test_env()["PYTHONPATH"],  # the job's Python runs this deisa's checks
         "BASH_FUNC_srun%%": f'() {{ touch "{calls}/$RANDOM"; }}',
     }
     done = subprocess.run(

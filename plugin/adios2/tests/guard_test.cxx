@@ -3,7 +3,8 @@
  * refuses out, forgets a reset selection, and forgets a removed variable's when a new variable
  * takes its memory.  Its 14 DoBufferData_<type> are the ones the process sees, give the lent
  * address for DEISA_ADIOS2_SPAN_BUFFER_INDEX alone, and leave BP5's Spans (BP5 has its own)
- * as they were.  Run by CTest (deisa_adios2_guard, LD_PRELOAD set) and tests/test_adios2.py.
+ * as they were.  It records each io's transports (from the XML and from AddTransport), and is
+ * the process's PluginEngine constructor, which hands no communicator outside its run.  Run by CTest (deisa_adios2_guard, LD_PRELOAD set) and tests/test_adios2.py.
  */
 
 #include <dlfcn.h>
@@ -106,6 +107,54 @@ void check_bp5_span()
 	std::filesystem::remove_all(path);
 }
 
+/// The io's transports, as the guard recorded them
+std::string transports_of(Deisa_adios2_guard_transports transports, const adios2::IO& io)
+{
+	const void* core = *reinterpret_cast<void* const *>(&io);
+	std::string lines(transports(core, nullptr, 0), '\0');
+	transports(core, lines.data(), lines.size());
+	return lines;
+}
+
+/// The guard records an io's transports, from its XML (the parser calls IO::AddTransport) and from the code
+void check_transports()
+{
+	auto transports = reinterpret_cast<Deisa_adios2_guard_transports>(dlsym(RTLD_DEFAULT, DEISA_ADIOS2_GUARD_TRANSPORTS));
+	auto opening = reinterpret_cast<Deisa_adios2_guard_opening>(dlsym(RTLD_DEFAULT, DEISA_ADIOS2_GUARD_OPENING));
+	check(transports != nullptr && opening != nullptr, "the guard tells transports and the opening communicator");
+	if (transports == nullptr || opening == nullptr) return;
+	check(opening() == nullptr, "no communicator outside PluginEngine's constructor");
+	for (const char* name: {DEISA_ADIOS2_PLUGIN_ENGINE_C1, DEISA_ADIOS2_PLUGIN_ENGINE_C2, DEISA_ADIOS2_ADD_TRANSPORT}) {
+		Dl_info info;
+		void* found = dlsym(RTLD_DEFAULT, name);
+		check(
+			found != nullptr && dladdr(found, &info) != 0 && info.dli_fname != nullptr
+				&& std::string{info.dli_fname}.find(DEISA_ADIOS2_GUARD_FILE) != std::string::npos,
+			std::string{"the process's "} + name + " is the guard's"
+		);
+	}
+	const auto xml = std::filesystem::temp_directory_path() / ("deisa_guard_test_" + std::to_string(getpid()) + ".xml");
+	std::FILE* file = std::fopen(xml.c_str(), "w");
+	std::fputs(
+		"<?xml version=\"1.0\"?><adios-config><io name=\"with\"><engine type=\"BP5\"/><transport type=\"File\">"
+		"<parameter key=\"Library\" value=\"stdio\"/><parameter key=\"ProfileUnits\" value=\"Microseconds\"/></transport></io></adios-config>",
+		file
+	);
+	std::fclose(file);
+	{
+		adios2::ADIOS adios(xml.string());
+		adios2::IO with = adios.DeclareIO("with");
+		check(
+			transports_of(transports, with) == "File (Library, ProfileUnits)\n",
+			"the XML's transport, recorded: " + transports_of(transports, with)
+		);
+		with.AddTransport("File", {{"Library", "posix"}});
+		check(transports_of(transports, with) == "File (Library, ProfileUnits)\nFile (Library)\n", "and the code's");
+		check(transports_of(transports, adios.DeclareIO("without")).empty(), "an io without transports has none");
+	}
+	std::filesystem::remove(xml);
+}
+
 } // namespace
 
 int main()
@@ -149,6 +198,7 @@ int main()
 	std::printf("guard: a removed variable's memory %s\n", reused ? "reused" : "not reused here");
 	check_buffer_data();
 	check_bp5_span();
+	check_transports();
 	if (g_failures == 0) std::printf("guard: every check passed\n");
 	return g_failures == 0 ? 0 : 1;
 }
