@@ -10,7 +10,9 @@ rank R; ``--overlap-rank R`` declares rank R's block one row too tall. ``--done 
 writes ``DIR/rank-R.json`` (steps published, when each ``publish`` was called and returned, the
 Bridge's ``detached`` reason) once the Bridge is closed, as a simulation writes its own files.
 ``--hold-at-step K --hold-file PATH``: every rank waits, before publishing step K, until PATH
-exists (a test changes the cluster while no rank is inside the Bridge).
+exists (a test changes the cluster while no rank is inside the Bridge). ``--steer NAME``: every
+rank calls ``bridge.get(NAME, "default")`` after each publish, as the heat solver does, and
+reports what each returned.
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ def main() -> None:
     parser.add_argument("--done", default=None, help="directory of the per-rank reports")
     parser.add_argument("--hold-at-step", type=int, default=None)
     parser.add_argument("--hold-file", default=None)
+    parser.add_argument("--steer", default=None, help="bridge.get(STEER) after each publish")
     args = parser.parse_args()
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
@@ -89,6 +92,7 @@ def main() -> None:
         transport=args.transport,
     ) as bridge:
         returned: list[tuple[int, float, float]] = []  # (step, publish called, returned)
+        steered: list[object] = []  # what each bridge.get(--steer) returned
         for step in steps:
             if rank == args.die_rank and step == args.die_at_step:
                 sys.stderr.write(f"publish_blocks: rank {rank} dies before step {step}\n")
@@ -103,6 +107,8 @@ def main() -> None:
             called = time.time()
             bridge.publish(args.name, block, step)
             returned.append((step, called, time.time()))
+            if args.steer is not None:  # as the heat solver asks after every publish
+                steered.append(bridge.get(args.steer, "default"))
             if args.sleep:
                 time.sleep(args.sleep)
     if args.done:
@@ -110,6 +116,7 @@ def main() -> None:
             "published": len(steps),
             "returned": returned,
             "detached": bridge.detached,
+            "steered": steered,
             "transport": bridge.transport,
             "distributed": "distributed" in sys.modules,  # rank 0 without a relay imports it
         }

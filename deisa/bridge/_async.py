@@ -13,10 +13,10 @@ Who owns what:
 - the caller's (main) thread: MPI, the ledger, :attr:`AsyncPublisher.sends`, the buffers,
   the counters; it is the only thread that calls MPI;
 - the loop thread: the sends' coroutines, rank 0's connection, its registrar (the steps'
-  ``deisa_publish`` calls, in publication order) and early registration (:mod:`._registrar`,
-  :mod:`._notices`); it writes rank 0's :class:`~._registrar.RootNews`, which the main thread
-  reads when it posts an exchange, and wakes the main thread through
-  :attr:`AsyncPublisher.progress`.
+  ``deisa_publish`` calls, in publication order) and early registration
+  (:mod:`deisa.bridge.registration.registrar`, :mod:`deisa.bridge.registration.notices`); it writes
+  rank 0's :class:`~deisa.bridge.registration.registrar.RootNews`, which the main thread reads when
+  it posts an exchange, and wakes the main thread through :attr:`AsyncPublisher.progress`.
 
 A send that fails because its worker left (``on_worker_loss="continue"``) is not reported:
 it waits for the exchange that spreads the new worker list, and is then sent again to the

@@ -8,10 +8,12 @@ thread (rank 0's last calls to the scheduler), then stops that thread.
 from __future__ import annotations
 
 import logging
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ..wire import is_ok
 from ._collective import BridgeError
+from .link.scheduler import SchedulerLost, until_answered
 from .shm.pool import pool_totals
 
 if TYPE_CHECKING:
@@ -28,26 +30,38 @@ def end_streams(
     gathered: list[tuple[str, dict[str, Any]]],
     nsteps: dict[str, int],
     open_s: float,
-) -> None:
+) -> str | None:
     """Rank 0: end the stream of every array, reporting its steps queued (``nsteps``), the
     seconds flow control held the simulation (of ``open_s`` with the Bridge), how the ranks
-    sent and their warm pools (``gathered``: each rank's ``(transport, shm_pool)``)."""
+    sent and their warm pools (``gathered``: each rank's ``(transport, shm_pool)``).
+
+    Each call is made again while the scheduler does not answer, until it counts as lost
+    (:func:`~deisa.bridge.link.scheduler.until_answered`): the message of its loss then, ``None``
+    once every stream is ended."""
     used = [way for way, _ in gathered]
     pool = pool_totals([pool for _, pool in gathered])
     for name in parts.arrays.decompositions:
         reply = parts.loop.run(
-            link.end_stream(
-                name=name,
-                nsteps=nsteps.get(name, 0),
-                held_s=parts.timings.held_s(name),
-                open_s=open_s,
-                transports={way: used.count(way) for way in set(used)},
-                pool=pool,
-            ),
-            timeout=30,
+            until_answered(
+                parts.worker_book,
+                partial(
+                    link.end_stream,
+                    name=name,
+                    nsteps=nsteps.get(name, 0),
+                    held_s=parts.timings.held_s(name),
+                    open_s=open_s,
+                    transports={way: used.count(way) for way in set(used)},
+                    pool=pool,
+                ),
+                give_up=True,
+                attempt_s=parts.options.connect_timeout,
+            )
         )
+        if isinstance(reply, SchedulerLost):
+            return reply.message
         if not is_ok(reply):
             raise BridgeError(reply["message"])
+    return None
 
 
 def shut_down(parts: BridgeParts, publisher: AsyncPublisher, link: SchedulerLink) -> None:

@@ -50,7 +50,7 @@ class Losses:
         """The scheduler is gone: fail, or detach (publish sends nothing, close returns);
         either way :meth:`~deisa.Bridge.close` no longer calls it."""
         parts = self.parts
-        if parts.detached:
+        if parts.detached or self.scheduler_lost is not None:
             return
         self.scheduler_lost = message
         if parts.options.on_scheduler_loss == "fail":
@@ -65,6 +65,16 @@ class Losses:
             )
         self.publisher.shutdown()
         parts.loop.cancel_kept()
+
+    def lose_scheduler_now(self, message: str) -> None:
+        """The scheduler is gone, found by a call that returns now (``get``, ``close``): detach
+        (the call returns as detached), or raise the one message on every rank
+        (``on_scheduler_loss="fail"``), now in either mode."""
+        self.lose_scheduler(message)  # mode="sync", on_scheduler_loss="fail": raises
+        if self.parts.options.on_scheduler_loss == "fail":
+            if self.parts.asynchronous:
+                self.publisher.raise_failure()  # the first failure recorded, this one or not
+            raise BridgeError(self.scheduler_lost or message)
 
     def _fail(self, message: str) -> None:
         """A failure decided at the same call on every rank."""

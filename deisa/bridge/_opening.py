@@ -90,6 +90,7 @@ def take_connection(
         watch = link.watch_contracts(address, parts.contracts, names, wake)
         parts.loop.keep(parts.loop.spawn(watch))
     parts.worker_book.known(connection.workers)
+    parts.worker_book.scheduler = connection.address
     parts.loop.keep(  # a worker that joins or leaves (docs/reliability.md)
         parts.loop.spawn(link.watch_workers(address, parts.worker_book, wake))
     )

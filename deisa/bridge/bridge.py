@@ -24,11 +24,8 @@ In ``mode="sync"`` the ranks gather their keys on rank 0 and wait for its ``deis
 So the scheduler handles one message per step and array whatever the number of ranks, and only
 rank 0 ever talks to it. See ``docs/architecture.md``.
 
-Runs in a simulation rank: every public method on the rank's main thread (the simulation's, or
-PDI's through the plugin), the only thread that calls MPI; what they hand over runs on the
-Bridge's event-loop thread (:mod:`._loop`). Imports the Bridge's own modules, :mod:`deisa.wire`
-and :mod:`deisa.contract`; distributed and :mod:`deisa.scheduler` only on the loop thread, on
-rank 0, when no worker relays its calls (:mod:`.link.connect`).
+Runs in a rank: public methods on its main thread (the only one calling MPI), what they hand over
+on the event-loop thread (:mod:`._loop`). Imports the Bridge's modules, wire and contract.
 """
 
 from __future__ import annotations
@@ -55,7 +52,7 @@ from ._parts import BridgeParts
 from ._publisher import Connection, PublishTiming
 from ._sync import SyncPublisher
 from .decomposition import ArraySpec, Decomposition
-from .link.scheduler import SchedulerLink
+from .link.scheduler import SchedulerLink, SchedulerLost
 from .options import BridgeOptions
 from .scheduler_file import SchedulerFileError, resolve_scheduler_file
 
@@ -412,9 +409,11 @@ class Bridge:
         Raises
         ------
         BridgeError
-            On every rank: ranks that asked for different names, a closed Bridge, a
-            scheduler that did not answer within ``connect_timeout``, or a value not in the
-            plain form (:func:`deisa.wire.decode_value`; rank 0 never unpickles one).
+            On every rank: ranks that asked for different names, a closed Bridge, a value not
+            in the plain form (:func:`deisa.wire.decode_value`; rank 0 never unpickles one),
+            or, with ``on_scheduler_loss="fail"``, a scheduler that has not answered for
+            ``connect_timeout`` (the one message of its loss; with ``"continue"`` the Bridge
+            detaches and ``default`` is returned, see ``docs/reliability.md``).
 
         Examples
         --------
@@ -425,21 +424,27 @@ class Bridge:
         """
         if self._closed:
             raise BridgeError(f"get({name!r}) after close()")
-        if self.detached is not None or not self._async.connected_now():
-            return default  # detached, or mode="async" still connecting: nothing set yet
+        # detached (the exchange of mode="async" may detach it), or still connecting
+        if self.detached is not None or not self._async.connected_now() or self.detached:
+            return default
         names = self.comm.gather(name, root=0)
 
-        def ask() -> Any:
+        def ask() -> tuple[bool, Any]:
             for rank, other in enumerate(names):
                 if other != name:
                     raise BridgeError(f"rank {rank} called get({other!r}), rank 0 get({name!r})")
             reply = self._parts.loop.run(
-                self._link.get_value(name),
-                timeout=self.options.connect_timeout,
+                self._link.value_until_answered(name, self._parts.worker_book, self.options)
             )
-            return decode_value(name, reply, default)
+            if isinstance(reply, SchedulerLost):
+                return False, reply.message
+            return True, decode_value(name, reply, default)
 
-        return on_root(self.comm, ask)
+        answered, value = on_root(self.comm, ask)
+        if not answered:  # the scheduler is lost: detach (the default) or fail, every rank
+            self._losses.lose_scheduler_now(value)
+            return default
+        return value
 
     # -- end of stream -----------------------------------------------------------------------
 
@@ -470,10 +475,12 @@ class Bridge:
             if connected and self._losses.scheduler_lost is None:
                 # how each rank sent, and its warm pool of shared memory
                 gathered = self.comm.gather((self.transport, self.shm_pool), root=0)
-                on_root(
+                lost = on_root(
                     self.comm,
                     lambda: end_streams(self._parts, self._link, gathered, nsteps, open_s),
                 )
+                if lost is not None:  # detach (close returns) or fail, on every rank
+                    self._losses.lose_scheduler_now(lost)
         except BridgeError:
             if error is None:
                 raise

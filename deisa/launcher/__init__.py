@@ -25,6 +25,8 @@ own, :mod:`deisa.pca_app`:
   file to settings, every value checked once (the Bridge's options and the launcher's counts
   with the constraints of :mod:`deisa.bridge.options`);
 - :mod:`~deisa.launcher.processes`: child processes, their environment, signals;
+- :mod:`~deisa.launcher.guardian`: the process that stops a local run's processes and removes
+  its files if ``deisa-run`` dies without doing so (SIGKILL);
 - :mod:`~deisa.launcher.dask_processes`: the ``dask scheduler`` and ``dask worker`` command
   lines, started and stopped (for the launcher, the tests and the benchmarks);
 - :mod:`~deisa.launcher.commands`: the simulation's command by solver, a user's command and

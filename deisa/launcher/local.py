@@ -17,30 +17,37 @@ worker, the scheduler) is named, with the tail of its log, and everything else i
 failing analytics stops the simulation, which would otherwise wait on flow control. Once one
 of the simulation and the user's analytics has exited 0, the other has ``--timeout`` seconds to
 exit too (an analytics that stops reading early leaves the simulation that long to finish).
+Should this process die without stopping them (SIGKILL), its guardian (:mod:`.guardian`)
+stops every process of the run and removes its temporary directory and credentials.
 A closing line gives the wall time and, per array, the steps published and taken and the
 bytes published (the ``totals`` of the scheduler extension's ``deisa_stats``).
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import logging
 import os
 import socket
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from ..bridge.scheduler_file import SchedulerFileError, read_scheduler_address
 from ..pca_app.driver import Analysis, drive, hold, stream_stats, ways
-from ..pca_app.failures import PipelineError, tail
+from ..pca_app.failures import PipelineError, exit_in_words, naming_path, tail
 from ..pca_app.report import ways_in_words
 from ..pca_app.stall import StepWatch
 from .dask_processes import LOOPBACK, dashboard_available, http_env, workers_connected
 from .defaults import UsageError
+from .guardian import Guardian
+from .guardian import start as start_guardian
 from .plan import Plan
 from .private_tmp import PrivateTmp, make_private_tmp
-from .processes import Child, ProcessSet, Signals, child_env, wait_until
+from .processes import Child, ProcessSet, Signals, child_env, wait_until, watched
 from .security import Credentials, make_credentials, output_problem
 from .solver import SCHEDULER_FILE_OVERRIDE
 from .ucx import UCX
@@ -75,29 +82,46 @@ def run_pipeline(plan: Plan, signals: Signals, out: IO[str] = sys.stdout) -> Non
         The output directory or the temporary directory is not this account's alone.
     """
     scheduler_file = _prepare_output(plan.output)
-    tmp = make_private_tmp()  # every process's TMPDIR and Dask scratch: never a shared one
+    # stops every process of the run and removes its files if this one dies without doing so
+    guardian = start_guardian(plan.stop_timeout)
     try:
-        _run(plan, signals, out, scheduler_file, tmp)
+        tmp = make_private_tmp()  # every process's TMPDIR and Dask scratch: never a shared one
+        guardian.remove_on_exit(tmp.path)
+        try:
+            _run(plan, signals, out, scheduler_file, tmp, guardian)
+        finally:
+            tmp.remove()
     finally:
-        tmp.remove()
+        guardian.close()
 
 
-def _run(plan: Plan, signals: Signals, out: IO[str], scheduler_file: Path, tmp: PrivateTmp) -> None:
+def _run(
+    plan: Plan,
+    signals: Signals,
+    out: IO[str],
+    scheduler_file: Path,
+    tmp: PrivateTmp,
+    guardian: Guardian,
+) -> None:
     """:func:`run_pipeline` in the run's private temporary directory ``tmp``: the run's
-    :class:`~deisa.launcher.plan.Plan` started."""
-    credentials = _credentials(plan)  # where the plan's command lines name them
-    secure = credentials.env() if credentials is not None else {}
-    # UCX: `--protocol ucx` in the plan's command lines, in place of TLS (--insecure)
-    if plan.protocol == "ucx":  # every process, this one's client included
-        secure = {**secure, **UCX().env()}
-        os.environ.update(secure)
-    secure = {**secure, **tmp.env(), **http_env(plan.dashboard)}
-    procs = ProcessSet(plan.output / "logs", child_env(secure), plan.stop_timeout)
-    signals.on_second = procs.kill
-    _announce(plan, scheduler_file)
+    :class:`~deisa.launcher.plan.Plan` started, each process known to its ``guardian``."""
+    credentials = None
+    procs = ProcessSet(plan.output / "logs", child_env(), plan.stop_timeout)
     client = None
     started = time.perf_counter()
     try:
+        if plan.tls:
+            guardian.remove_on_exit(plan.output / "tls")
+        credentials = _credentials(plan)  # where the plan's command lines name them
+        secure = {**guardian.env(), **(credentials.env() if credentials is not None else {})}
+        # UCX: `--protocol ucx` in the plan's command lines, in place of TLS (--insecure)
+        if plan.protocol == "ucx":  # every process, this one's client included
+            secure = {**secure, **UCX().env()}
+            os.environ.update(secure)
+        secure = {**secure, **tmp.env(), **http_env(plan.dashboard)}
+        procs.env = child_env(secure)
+        signals.on_second = procs.kill
+        _announce(plan, scheduler_file)
         client = _start_dask(plan, procs, signals, scheduler_file, credentials)
         env = {p.name: child_env({**secure, **p.environment()}, keep=plan.mpi_env)
                for p in plan.processes}  # fmt: skip
@@ -114,8 +138,8 @@ def _run(plan: Plan, signals: Signals, out: IO[str], scheduler_file: Path, tmp: 
             analytics.join_echo()
         print(_summary(client, time.perf_counter() - started), file=out)
     finally:
-        if client is not None:
-            with contextlib.suppress(Exception):
+        if client is not None:  # distributed logs its reconnect's cancellation, as an error
+            with contextlib.suppress(Exception), _quiet("distributed.client", "distributed.utils"):
                 client.close(timeout=5)
         procs.stop()
         signals.on_second = None
@@ -123,11 +147,35 @@ def _run(plan: Plan, signals: Signals, out: IO[str], scheduler_file: Path, tmp: 
             credentials.remove()
 
 
+@contextlib.contextmanager
+def _quiet(*names: str) -> Iterator[None]:
+    """The loggers ``names`` silent in the block."""
+    logs = [logging.getLogger(name) for name in names]
+    disabled = [log.disabled for log in logs]
+    for log in logs:
+        log.disabled = True
+    try:
+        yield
+    finally:
+        for log, was in zip(logs, disabled, strict=True):
+            log.disabled = was
+
+
+def _quiet_distributed() -> None:
+    """Unless ``-v``: distributed's own logs in this process silent (its client's tracebacks
+    of a connection that closed, when a part of the run dies: ``deisa-run`` names the part
+    itself, in one line). Its configuration set their levels at its import, hence after it."""
+    if logging.getLogger().getEffectiveLevel() > logging.INFO:
+        for name in ("distributed", "distributed.client"):
+            logging.getLogger(name).setLevel(logging.CRITICAL)
+
+
 def _announce(plan: Plan, scheduler_file: Path) -> None:
     """Write the plan's files into the output; say what runs (and, for a user's command,
     the plugins found and the scheduler file it is given)."""
     for name, text in plan.files.items():
-        (plan.output / name).write_text(text)
+        with naming_path(plan.output / name):
+            (plan.output / name).write_text(text)
     if plan.simulation.user:
         for what, _, plugin in plan.found:
             print(f"deisa-run: {what}: {plugin.origin}", file=sys.stderr)
@@ -194,10 +242,13 @@ def _start_dask(
     (with the run's ``credentials``) once every worker is connected."""
     from distributed import Client
 
+    _quiet_distributed()
     dashboard = plan.dashboard and dashboard_available()
-    procs.start("scheduler", plan.scheduler.argv)
+    scheduler = procs.start("scheduler", plan.scheduler.argv)
     wait_until(scheduler_file.exists, f"the scheduler file {scheduler_file}", plan.timeout,
                procs=procs, check=signals.check)  # fmt: skip
+    with contextlib.suppress(SchedulerFileError):  # its failure names its address
+        scheduler.label = f"scheduler at {read_scheduler_address(scheduler_file, wait=5)}"
     # their scratch: the run's private TMPDIR (DASK_TEMPORARY_DIRECTORY in their environment)
     workers = plan.workers.tasks
     for i in range(workers):
@@ -236,23 +287,64 @@ def dashboard_line(client: Any, dashboard: bool = True, *, available: bool = Tru
 
 
 def _failure(child: Child) -> PipelineError:
-    """The error naming ``child``, the first part that failed, with its log's tail."""
+    """The error naming ``child``, the first part that failed, with its log's tail; one line
+    for a part that a signal killed (its log cannot say why)."""
     child.join_echo()
-    return PipelineError(
-        f"{child.name} failed (exit status {child.popen.returncode}), log {child.log}:\n"
-        f"{tail(child.log)}"
-    )
+    code = child.popen.returncode
+    what = f"{child.label or child.name} failed ({exit_in_words(code)}), log {child.log}"
+    return PipelineError(what if code < 0 else f"{what}:\n{tail(child.log)}")
+
+
+def _failed_part(procs: ProcessSet, finished: tuple[Child, ...]) -> PipelineError | None:
+    """The failure of the first process that exited (the likeliest cause first), but
+    ``finished`` ones that exited 0 (they are done); ``None`` while none did."""
+    for child in sorted(procs.children, key=_blame_order):
+        code = child.popen.poll()
+        if code is None or (child in finished and code == 0):
+            continue
+        return _failure(child)
+    return None
 
 
 def _check_parts(procs: ProcessSet, finished: tuple[Child, ...], signals: Signals) -> None:
     """Raise on a signal or for the first process that exited, but ``finished`` ones that
     exited 0 (they are done)."""
     signals.check()
-    for child in sorted(procs.children, key=_blame_order):
-        code = child.popen.poll()
-        if code is None or (child in finished and code == 0):
-            continue
-        raise _failure(child)
+    failure = _failed_part(procs, finished)
+    if failure is not None:
+        raise failure
+
+
+BLAME_S = 5.0
+"""How long an error of the built-in analytics waits for a process of the run to be seen dead
+(the scheduler's death closes the client's connection before its exit is reaped): the part
+that died, not the connection it took with it, is what failed."""
+
+
+def _blame(procs: ProcessSet, finished: tuple[Child, ...], exc: Exception) -> None:
+    """The built-in analytics raised ``exc``: raise the failure of the part that caused it,
+    if one has exited, or exits within :data:`BLAME_S` where ``exc`` comes of a lost peer (an
+    ``OSError`` or a cancellation in its chain); return otherwise (``exc`` is the analytics'
+    own)."""
+    deadline = time.monotonic() + (BLAME_S if _of_a_lost_peer(exc) else 0.0)
+    while (failure := _failed_part(procs, finished)) is None:
+        if time.monotonic() >= deadline:
+            return
+        time.sleep(0.1)
+    raise failure from exc
+
+
+def _of_a_lost_peer(exc: BaseException | None) -> bool:
+    """Whether ``exc``, or an exception it comes from, is an ``OSError`` (a connection closed,
+    refused...) or a cancellation (distributed cancels a client's futures when it loses its
+    scheduler)."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, (OSError, concurrent.futures.CancelledError)):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def _blame_order(child: Child) -> int:
@@ -322,16 +414,23 @@ def _builtin_analytics(
     watch = StepWatch(
         pca.array, client, step_timeout=pca.step_timeout, exit_status=sim.popen.poll, log=sim.log
     )
-    drive(
-        client,
-        analysis,
-        watch,
-        check=lambda: _check_parts(procs, (sim,), signals),
-        on_step=signals.check,
-        after_stream=after_stream,
-        out=out,
-        progress=True,
-    )
+    # the processes are checked between the client's calls, and from a thread during them:
+    # a client whose scheduler died may sit in distributed's reconnect for its whole timeout
+    try:
+        with watched(lambda: _failed_part(procs, (sim,))):
+            drive(
+                client,
+                analysis,
+                watch,
+                check=lambda: _check_parts(procs, (sim,), signals),
+                on_step=signals.check,
+                after_stream=after_stream,
+                out=out,
+                progress=True,
+            )
+    except Exception as exc:  # a closed connection to a dead scheduler: the scheduler failed
+        _blame(procs, (sim,), exc)
+        raise
 
 
 def _held(totals: dict[str, Any]) -> str:

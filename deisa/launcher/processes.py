@@ -18,12 +18,12 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from ..pca_app.failures import PipelineError, tail
+from ..pca_app.failures import PipelineError, exit_in_words, naming_path, tail
 from .security import open_log
 
 logger = logging.getLogger(__name__)
@@ -94,6 +94,7 @@ class Child:
     popen: subprocess.Popen[bytes]
     log: Path
     echo: threading.Thread | None = None
+    label: str | None = None  # how its failure names it, if not by name (the scheduler's address)
 
     def join_echo(self) -> None:
         """Wait until the copy of its output to the terminal is complete (after its exit)."""
@@ -103,7 +104,7 @@ class Child:
 
 def _tee(source: IO[bytes], log: Path, echo: IO[str]) -> None:
     """Copy ``source``'s lines to ``log`` and to ``echo`` until it closes."""
-    with open_log(log) as out:
+    with open_log(log) as out, naming_path(log):
         for line in iter(source.readline, b""):
             out.write(line)
             out.flush()
@@ -309,6 +310,73 @@ class Signals:
         self._previous.clear()
 
 
+class PartFailed(BaseException):
+    """A part of the run failed, found by :func:`watched` while the main thread was in a call:
+    a :class:`BaseException`, so that no ``except Exception`` on its way (a call whose failure
+    its caller takes as "no answer") swallows it. :func:`watched` raises its ``failure``."""
+
+    def __init__(self, failure: BaseException) -> None:
+        super().__init__(str(failure))
+        self.failure = failure
+
+
+RESIGNAL_S = 2.0
+"""While the block of :func:`watched` has not ended after a failure was raised in it, it is
+raised again this often (a call that catches every exception and goes on waiting)."""
+
+
+@contextlib.contextmanager
+def watched(
+    find_failure: Callable[[], BaseException | None], interval: float = 0.5
+) -> Iterator[None]:
+    """Check the run's processes from a thread while the block runs, where the main thread may
+    sit in a call it cannot leave (a client in distributed's reconnect to a scheduler that is
+    gone, for its whole timeout); the first failure that ``find_failure`` returns is raised in
+    the main thread, interrupting that call (SIGUSR1, whose handler raises
+    :class:`PartFailed`, which leaves the block as the failure itself), and again every
+    :data:`RESIGNAL_S` until the block ends.
+
+    Outside the main thread (no signal handler there) the block runs unwatched. Once a
+    failure was signalled, the handler stays (disarmed): the signal may reach this process only
+    after the block, where SIGUSR1's default action would kill it.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    found: list[BaseException] = []
+    armed = threading.Event()
+    armed.set()
+    stop = threading.Event()
+
+    def interrupt(signum: int, frame: Any) -> None:
+        if found and armed.is_set():
+            raise PartFailed(found[0])
+
+    def watch(main: int) -> None:
+        while not stop.wait(interval):
+            failure = find_failure()
+            if failure is not None:
+                found.append(failure)
+                break
+        while found and armed.is_set():
+            signal.pthread_kill(main, signal.SIGUSR1)
+            stop.wait(RESIGNAL_S)
+
+    previous = signal.signal(signal.SIGUSR1, interrupt)
+    thread = threading.Thread(target=watch, args=(threading.get_ident(),), daemon=True)
+    thread.start()
+    try:
+        yield
+    except PartFailed as failed:
+        raise failed.failure from None
+    finally:
+        armed.clear()
+        stop.set()
+        thread.join()
+        if not found:  # else the signal may still be on its way: the default would kill us
+            signal.signal(signal.SIGUSR1, previous)
+
+
 def wait_until(
     ready: Callable[[], bool],
     what: str,
@@ -347,8 +415,8 @@ def wait_until(
         dead = procs.failed() if procs is not None else None
         if dead is not None:
             raise PipelineError(
-                f"{dead.name} exited ({dead.popen.returncode}) while waiting for {what}:\n"
-                f"{tail(dead.log)}"
+                f"{dead.label or dead.name} exited ({exit_in_words(dead.popen.returncode)}) "
+                f"while waiting for {what}:\n{tail(dead.log)}"
             )
         if time.monotonic() > deadline:
             raise PipelineError(f"timed out after {timeout:.0f} s waiting for {what}")

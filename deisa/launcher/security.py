@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ..bridge.tls_files import tls_files_env
+from ..pca_app.failures import naming_path
 from .defaults import UsageError
 
 CA_FILE, CERT_FILE, KEY_FILE = "ca.pem", "cert.pem", "key.pem"
@@ -131,6 +132,8 @@ def make_credentials(directory: Path) -> Credentials:
     ------
     UsageError
         ``directory`` is a symbolic link or belongs to another account.
+    OSError
+        A file could not be written (a full disk), naming it; ``directory`` is removed.
     """
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
@@ -155,16 +158,20 @@ def make_credentials(directory: Path) -> Credentials:
     )
     pem = cert.public_bytes(serialization.Encoding.PEM)
     credentials = Credentials(directory)
-    write_private(credentials.ca_file, pem)
-    write_private(credentials.cert, pem)
-    write_private(
-        credentials.key,
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        ),
-    )
+    try:
+        write_private(credentials.ca_file, pem)
+        write_private(credentials.cert, pem)
+        write_private(
+            credentials.key,
+            key.private_bytes(
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.PKCS8,
+                serialization.NoEncryption(),
+            ),
+        )
+    except BaseException:  # a full disk: no empty or partial file left behind
+        credentials.remove()
+        raise
     return credentials
 
 
@@ -187,16 +194,19 @@ def _fresh_private_dir(directory: Path) -> None:
 
 
 def write_private(path: Path, data: bytes) -> None:
-    """Write ``data`` to a new file ``path``, 0600, refusing to follow a symbolic link."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "wb") as out:
-        out.write(data)
+    """Write ``data`` to a new file ``path``, 0600, refusing to follow a symbolic link; an
+    ``OSError`` names ``path`` (a full disk included)."""
+    with naming_path(path):
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
 
 
 def open_log(path: Path) -> IO[bytes]:
     """``path`` opened for writing, truncated, 0600 if new; a symbolic link is refused
-    (``OSError``), so that another account cannot point a log at a file of ours."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    (``OSError``, naming it), so that another account cannot point a log at a file of ours."""
+    with naming_path(path):
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     return os.fdopen(fd, "wb")
 
 

@@ -3,13 +3,18 @@
 Raised by the launcher when a process exits or a wait times out
 (:func:`deisa.launcher.processes.wait_until`), and by the built-in analytics when the simulation
 or the analytics fails (:mod:`deisa.pca_app.pipeline`, :mod:`deisa.pca_app.stall`); the message
-says which and why, with the tail of the log that tells more (:func:`tail`). Imports nothing of
-deisa: every module of a run may import it.
+says which and why, with the tail of the log that tells more (:func:`tail`), a process's end in
+words (:func:`exit_in_words`), and the file a disk error was writing (:func:`naming_path`).
+Imports nothing of deisa: every module of a run may import it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import signal
+from collections.abc import Iterator
 from pathlib import Path
 
 
@@ -35,3 +40,29 @@ _REASON_LINES = (
     re.compile(r"^\s*what\(\): "),  # an uncaught C++ exception, as std::terminate prints it
     re.compile(r"^\s*deisa [\w ]*(engine|plugin|guard|configuration)[\w ]*: "),  # printed by a code
 )
+
+
+def exit_in_words(status: int) -> str:
+    """A process's exit status as a person reads it: ``"exit status 3"``, or, for the negative
+    status of ``Popen.returncode`` when a signal ended it, ``"killed by SIGKILL"``."""
+    if status >= 0:
+        return f"exit status {status}"
+    try:
+        return f"killed by {signal.Signals(-status).name}"
+    except ValueError:  # not a signal this system names
+        return f"killed by signal {-status}"
+
+
+@contextlib.contextmanager
+def naming_path(path: str | os.PathLike[str]) -> Iterator[None]:
+    """Raise an :class:`OSError` of the block that names no file again, naming ``path``.
+
+    A write or a flush that fails (a full disk: ``[Errno 28] No space left on device``) says
+    nothing of the file it was writing; the same error, with ``path``, does.
+    """
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is not None or exc.errno is None:
+            raise
+        raise OSError(exc.errno, exc.strerror or str(exc), os.fspath(path)) from exc

@@ -24,6 +24,7 @@ from typing import IO, Any
 
 import numpy as np
 
+from .failures import naming_path
 from .pipeline import StepAnalytics, stop_summary
 
 
@@ -355,7 +356,8 @@ def plot_explained_variance(
             ax.legend()
         ax.grid(True, alpha=0.3)
         fig.tight_layout()
-        fig.savefig(path, dpi=100)
+        with naming_path(path):
+            fig.savefig(path, dpi=100)
     finally:
         plt.close(fig)
     return path
@@ -397,20 +399,20 @@ def write_results(
     the run ``measured`` besides."""
     measured = measured if measured is not None else Measured()
     path = Path(path)
-    path.write_text(
-        json.dumps(
-            {
-                "settings": settings,
-                "first_step_s": measured.first_step_s,
-                "transports": measured.transports,
-                "shm_pool": measured.shm_pool,
-                "phases": phases(analytics, rows, measured.flow_control),
-                "steps": [asdict(a) for a in analytics],
-                "table": list(rows),
-            },
-            indent=1,
-        )
+    text = json.dumps(
+        {
+            "settings": settings,
+            "first_step_s": measured.first_step_s,
+            "transports": measured.transports,
+            "shm_pool": measured.shm_pool,
+            "phases": phases(analytics, rows, measured.flow_control),
+            "steps": [asdict(a) for a in analytics],
+            "table": list(rows),
+        },
+        indent=1,
     )
+    with naming_path(path):
+        path.write_text(text)
     return path
 
 

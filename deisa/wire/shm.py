@@ -1,10 +1,10 @@
 """What a rank and a worker of its node agree on to share blocks through memory.
 
-The rank owns a small ring of *slots* per worker (:mod:`._shm`): each slot is an anonymous
-``memfd`` (no name in ``/dev/shm``, nothing left behind by a crash: the memory goes when the
-last process that maps it closes or dies), whose file descriptor is passed once to the worker
-over a Unix socket (``SCM_RIGHTS``). A block is then copied into a slot and announced by a
-small message; the worker keeps a plain ``ndarray`` over the slot under the block's key
+The rank owns a small ring of *slots* per worker (:mod:`deisa.bridge.shm.channel`): each slot is an
+anonymous ``memfd`` (no name in ``/dev/shm``, nothing left behind by a crash: the memory goes when
+the last process that maps it closes or dies), whose file descriptor is passed once to the worker
+over a Unix socket (``SCM_RIGHTS``). A block is then copied into a slot and announced by a small
+message; the worker keeps a plain ``ndarray`` over the slot under the block's key
 (:mod:`deisa.worker.shm`), and marks the slot free when that array is gone.
 
 The socket is in the abstract namespace (no file either), named from the worker's address, the

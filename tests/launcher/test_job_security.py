@@ -8,11 +8,14 @@ succeeds first.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import re
 import stat
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -62,6 +65,55 @@ def test_credentials_are_private_and_replaced(tmp_path: Path) -> None:
     assert not any("PRIVATE" in value for value in env.values())
     new.remove()
     assert not (tmp_path / "tls").exists()
+
+
+@pytest.fixture
+def full_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 64 KiB tmpfs (0700), filled: a new file can be made, nothing written to it. Needs
+    the right to mount (root); skipped elsewhere."""
+    mount = tmp_path / "full"
+    mount.mkdir()
+    made = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs", str(mount)],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {made.stderr.strip()}")
+    try:
+        with open(mount / "filler", "wb", buffering=0) as filler, contextlib.suppress(OSError):
+            while True:
+                filler.write(b"\0" * 4096)
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_credentials_on_a_full_disk_name_the_file_and_leave_nothing(full_disk: Path) -> None:
+    """Issue 54: ``OSError: [Errno 28] No space left on device`` without the path, and an empty
+    ``ca.pem`` left behind."""
+    with pytest.raises(OSError) as raised:
+        make_credentials(full_disk / "tls")
+    assert raised.value.errno == errno.ENOSPC
+    assert str(full_disk / "tls" / "ca.pem") in str(raised.value)
+    assert not (full_disk / "tls").exists()
+
+
+@pytest.mark.timeout(400)
+def test_a_run_on_a_full_disk_fails_naming_the_file_and_leaves_no_credentials(
+    full_disk: Path,
+) -> None:
+    out = full_disk / "out"
+    proc = subprocess.run(
+        [sys.executable, "-m", "deisa.launcher", "--solver", "python", "--ranks", "2",
+         "--workers", "1", "--steps", "2", "--timeout", "240", "--output", str(out)],
+        env=test_env(), cwd=full_disk.parent, capture_output=True, text=True, timeout=360,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    failed = [line for line in proc.stderr.splitlines() if line.startswith("deisa-run: failed")]
+    assert failed == [
+        f"deisa-run: failed: OSError: [Errno 28] No space left on device: '{out}/tls/ca.pem'"
+    ], proc.stderr
+    assert not (out / "tls").exists()
 
 
 def test_credentials_refuse_a_planted_link(tmp_path: Path) -> None:

@@ -11,11 +11,13 @@ import json
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 import yaml
-from conftest import REPO, STARTUP, deisa_run, left_behind
+from conftest import REPO, STARTUP, deisa_run, left_behind, test_env
 from user_code import write_user_code
 
 
@@ -190,3 +192,64 @@ def test_python_solver_as_a_user_command(tmp_path: Path) -> None:
     assert [s["step"] for s in results["steps"]] == [0, 1, 2]
     assert "gtemp: 3 steps published, 3 taken, 24,576 bytes" in proc.stdout  # 3 x 32 x 32 x 8
     assert left_behind(tmp_path) == []
+
+
+@pytest.mark.timeout(500)
+def test_a_killed_scheduler_ends_the_run_within_seconds_naming_it(
+    user_code: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """Issue 54: the scheduler SIGKILLed mid-run, under two busy loops. ``deisa-run`` printed a
+    raw ``CommClosedError ... Stream is closed`` (its analytics' call), with distributed's
+    traceback, or waited 121 s (its client in distributed's reconnect, its checks not
+    running); now one line naming the scheduler and its address, within seconds, and nothing
+    left running."""
+    out = tmp_path / "out"
+    loops = [subprocess.Popen([sys.executable, "-c", "while 1: pass"]) for _ in range(2)]
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "deisa.launcher", *COMMON, "--array", "field",
+             "--n-components", "2", "-o", str(out), "--", str(user_code[0]), "100000", "-1", "1"],
+            env=test_env(), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            scheduler = _part(proc.pid, "-m dask scheduler", wait=STARTUP)
+            _part(proc.pid, "my_simulation", wait=STARTUP)  # the ranks run, the PCA reads
+            time.sleep(5)
+            scheduler.kill()
+            killed = time.monotonic()
+            _, stderr = proc.communicate(timeout=RUN_S)
+            took = time.monotonic() - killed
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    finally:
+        for loop in loops:
+            loop.kill()
+            loop.wait()
+    said = "\n".join(line for line in stderr.splitlines() if "in situ PCA" not in line)
+    assert proc.returncode == 1, f"exit status {proc.returncode}:\n{said[-3000:]}"
+    failed = [line for line in stderr.splitlines() if line.startswith("deisa-run: failed")]
+    assert len(failed) == 1, said[-3000:]
+    assert re.match(
+        r"deisa-run: failed: scheduler at tls://127\.0\.0\.1:\d+ failed \(killed by SIGKILL\)",
+        failed[0],
+    ), failed
+    for raw in ("Traceback", "CommClosedError", "Stream is closed"):
+        assert raw not in stderr, said[-3000:]
+    assert took < STARTUP / 2, (took, said[-3000:])  # seconds: the parts stopped included
+    assert left_behind(tmp_path) == []
+
+
+def _part(pid: int, marker: str, wait: float) -> psutil.Process:
+    """The descendant of ``pid`` whose command line names ``marker``, once it runs."""
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        for child in psutil.Process(pid).children(recursive=True):
+            try:
+                if marker in " ".join(child.cmdline()) and child.name() != "mpirun":
+                    return child
+            except psutil.Error:
+                continue
+        time.sleep(0.2)
+    raise AssertionError(f"no {marker} under {pid} after {wait} s")

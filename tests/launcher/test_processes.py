@@ -60,7 +60,7 @@ def test_wait_until_stops_when_a_process_exits(tmp_path: Path) -> None:
     finally:
         procs.stop()
     message = str(failure.value)
-    assert message.startswith("scheduler exited (3) while waiting for the marker:")
+    assert message.startswith("scheduler exited (exit status 3) while waiting for the marker:")
     assert "ValueError: no port" in message
 
 
@@ -77,3 +77,38 @@ def test_echoed_output_reaches_the_log_and_the_terminal(tmp_path: Path) -> None:
     assert child.popen.returncode == 0
     for text in (terminal.getvalue(), (tmp_path / "analytics.log").read_text()):
         assert "to stdout" in text and "to stderr" in text
+
+
+# -- a failure found while the main thread waits in a call ---------------------------------------
+
+
+def test_watched_interrupts_a_call_that_would_wait_on() -> None:
+    """Issue 54: a client in distributed's reconnect waits for its whole timeout, where the
+    launcher's checks did not run; the watch raises the failure it finds in the main thread,
+    past an ``except Exception`` that would swallow it (the analytics' ``deisa_stats``)."""
+    import threading
+    import time
+
+    failed_at = time.monotonic() + 1.0
+    failure = PipelineError("scheduler at tcp://127.0.0.1:1 failed (killed by SIGKILL)")
+    stuck = threading.Event()  # never set: a call that would wait on
+    started = time.monotonic()
+    watch = processes.watched(lambda: failure if time.monotonic() > failed_at else None, 0.1)
+    with pytest.raises(PipelineError, match="scheduler at"), watch:
+        while True:  # as a call whose caller takes any failure as "no answer", and asks again
+            try:
+                stuck.wait(STARTUP)
+            except Exception:
+                continue
+    assert time.monotonic() - started < STARTUP / 2
+    # a signal that arrives late is taken, disarmed, not SIGUSR1's default (which kills)
+    signal.pthread_kill(threading.get_ident(), signal.SIGUSR1)
+    time.sleep(0.1)
+    signal.signal(signal.SIGUSR1, signal.SIG_DFL)
+
+
+def test_watched_lets_a_block_without_failure_end() -> None:
+    before = signal.getsignal(signal.SIGUSR1)
+    with processes.watched(lambda: None, 0.01):
+        pass
+    assert signal.getsignal(signal.SIGUSR1) == before  # given back

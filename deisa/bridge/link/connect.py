@@ -71,7 +71,7 @@ class Connections:
     simulation's thread. Used from one event loop only.
 
     Rank 0's calls to the scheduler go through :attr:`relay` while it is set and answers
-    (:mod:`._relay`: no distributed import at all), through distributed otherwise.
+    (:mod:`deisa.bridge.link.relay`: no distributed import at all), through distributed otherwise.
     """
 
     def __init__(self) -> None:

@@ -1,9 +1,10 @@
 """Dask addresses read without distributed, for rank 0, which need not import it.
 
-Rank 0 calls the scheduler through a relay on a worker of its node (:mod:`._relay`), so that
-what it still needs of an address, where its notices listener binds (:mod:`._notices`) and
-whether a worker still listens (:func:`._workers.refuses_connections`), is done here with the
-standard library, as distributed does it: :func:`split_address` and :func:`host_port` are
+Rank 0 calls the scheduler through a relay on a worker of its node (:mod:`deisa.bridge.link.relay`),
+so that what it still needs of an address, where its notices listener binds
+(:mod:`deisa.bridge.registration.notices`) and whether a worker still listens
+(:func:`deisa.bridge.link.workers.refuses_connections`), is done here with the standard library, as
+distributed does it: :func:`split_address` and :func:`host_port` are
 ``distributed.comm.parse_address`` and ``parse_host_port``, :func:`interface_to` is
 ``distributed.utils.get_ip``.
 

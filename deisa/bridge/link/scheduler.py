@@ -5,7 +5,7 @@ blocks to its workers (:mod:`.transport`); only rank 0 calls the scheduler throu
 routes a Bridge calls, all here:
 
 - ``deisa_open`` and ``deisa_workers`` (with the extension's installation), by
-  :meth:`~SchedulerLink.connect` (:func:`._connect.connect`);
+  :meth:`~SchedulerLink.connect` (:func:`deisa.bridge.link.connect.connect`);
 - ``deisa_publish``, a step's registration: :meth:`~SchedulerLink.register`;
 - ``deisa_get_value``, a steering value: :meth:`~SchedulerLink.get_value`;
 - ``deisa_close``, an array's end of stream: :meth:`~SchedulerLink.end_stream`;
@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ...wire import Route, Status
@@ -43,8 +45,86 @@ logger = logging.getLogger(__name__)
 Call = Coroutine[Any, Any, Any]
 
 REGISTER_RETRY_S = 0.5
-"""Seconds between two :meth:`SchedulerLink.register` of a step while the scheduler does not
-answer (until it counts as lost: :meth:`~._workers.WorkerBook.scheduler_lost`)."""
+"""Seconds between two calls to the scheduler while it does not answer (until it counts as lost:
+:meth:`~deisa.bridge.link.workers.WorkerBook.scheduler_lost`), and between two looks at the book
+while a call waits."""
+
+
+@dataclass(frozen=True)
+class SchedulerLost:
+    """What a call to the scheduler ends in once it counts as lost: the book's one message
+    (:meth:`~deisa.bridge.link.workers.WorkerBook.scheduler_lost`), for :class:`~._losses.Losses` to
+    act on."""
+
+    message: str
+
+
+async def until_answered(
+    book: WorkerBook,
+    make_call: Callable[[], Awaitable[Any]],
+    *,
+    give_up: bool,
+    attempt_s: float | None = None,
+    on_failure: Callable[[], None] | None = None,
+) -> Any:
+    """Rank 0, loop thread: ``make_call()`` (a call to the scheduler) until the scheduler
+    answers; its reply, or (``give_up``) :class:`SchedulerLost` once the scheduler counts as
+    lost.
+
+    A call that fails as a lost scheduler's does (an ``OSError``: the connection reset,
+    refused; or no answer within ``attempt_s`` seconds) is told to ``book`` (then
+    ``on_failure``) and made again every :data:`REGISTER_RETRY_S`: the book decides the loss
+    after ``connect_timeout`` without an answer, whichever call of rank 0 failed (the worker
+    watch, a registration, a steering value, the end of a stream). With ``give_up`` the loss
+    also ends a call still waiting: distributed retries a refused connection for its own
+    connect timeout (30 s by default), which would otherwise hold the caller past the loss.
+    Without (``mode="async"``'s registrar) the calls go on until cancelled: the exchange acts
+    on the loss. Any other exception is the caller's.
+    """
+    while True:
+        started = time.monotonic()
+        try:
+            reply = await _answer(book, make_call(), give_up, attempt_s, started)
+        except (OSError, asyncio.TimeoutError) as exc:
+            # no answer within attempt_s: unanswered since the call was made
+            book.failing(exc, since=started if isinstance(exc, asyncio.TimeoutError) else None)
+            if on_failure is not None:
+                on_failure()
+            lost = book.scheduler_lost() if give_up else None
+            if lost is not None:
+                return SchedulerLost(lost)
+            logger.debug("deisa bridge: a call to the scheduler failed: %r", exc)
+            await asyncio.sleep(REGISTER_RETRY_S)
+            continue
+        if not isinstance(reply, SchedulerLost):
+            book.answered()
+        return reply
+
+
+async def _answer(
+    book: WorkerBook,
+    call: Awaitable[Any],
+    give_up: bool,
+    attempt_s: float | None,
+    started: float,
+) -> Any:
+    """``call``'s reply; :class:`SchedulerLost` if the book declares the loss meanwhile
+    (``give_up``); ``asyncio.TimeoutError`` after ``attempt_s`` s. The call is cancelled if
+    it is still waiting."""
+    attempt = asyncio.ensure_future(call)
+    try:
+        while True:
+            done, _ = await asyncio.wait({attempt}, timeout=REGISTER_RETRY_S)
+            if done:
+                return attempt.result()
+            lost = book.scheduler_lost() if give_up else None
+            if lost is not None:
+                return SchedulerLost(lost)
+            if attempt_s is not None and time.monotonic() - started >= attempt_s:
+                raise asyncio.TimeoutError(f"no answer within {attempt_s:g} s")
+    finally:
+        if not attempt.done():
+            attempt.cancel()
 
 
 async def register_until_answered(
@@ -56,35 +136,26 @@ async def register_until_answered(
     **call: Any,
 ) -> dict[str, Any] | str:
     """Rank 0, loop thread: ``link.register(**call)`` (``deisa_publish`` of one step, in either
-    mode) until the scheduler answers; its reply.
+    mode) until the scheduler answers (:func:`until_answered`, without a bound on one call:
+    a registration waits on flow control); its reply.
 
     A call the scheduler refuses (not an ``OSError``: a scheduler without deisa's extension)
-    comes back at once as an error reply that names the step. A scheduler that does not answer
-    (an ``OSError``: the connection reset, refused, timed out) is asked again every
-    :data:`REGISTER_RETRY_S`, under either ``on_scheduler_loss``, ``book`` told of each failure
-    (then ``on_failure``): the book decides the loss after ``connect_timeout`` without an answer
-    (:meth:`~._workers.WorkerBook.scheduler_lost`, ``docs/reliability.md``). With ``give_up``
-    (``mode="sync"``, whose caller waits here) its message is returned then; without
-    (``mode="async"``) the calls go on until cancelled: the exchange acts on the loss.
+    comes back at once as an error reply that names the step. With ``give_up``
+    (``mode="sync"``, whose caller waits here) the message of a lost scheduler is returned;
+    without (``mode="async"``) the calls go on until cancelled: the exchange acts on the loss
+    (``docs/reliability.md``).
     """
     name, step = call["name"], call["step"]
-    while True:
-        try:
-            reply: dict[str, Any] = await link.register(**call)
-        except OSError as exc:
-            book.failing(exc)
-            if on_failure is not None:
-                on_failure()
-            lost = book.scheduler_lost() if give_up else None
-            if lost is not None:
-                return lost
-            logger.debug("deisa bridge: registering step %d failed: %r", step, exc)
-            await asyncio.sleep(REGISTER_RETRY_S)
-            continue
-        except Exception as exc:
-            return {"status": Status.ERROR.value, "message": link.register_failed(name, step, exc)}
-        book.answered()
-        return reply
+    try:
+        reply = await until_answered(
+            book, lambda: link.register(**call), give_up=give_up, on_failure=on_failure
+        )
+    except Exception as exc:
+        return {"status": Status.ERROR.value, "message": link.register_failed(name, step, exc)}
+    if isinstance(reply, SchedulerLost):
+        return reply.message
+    result: dict[str, Any] = reply
+    return result
 
 
 class SchedulerLink:
@@ -150,7 +221,7 @@ class SchedulerLink:
         early: EarlyRegistration | None,
     ) -> Coroutine[Any, Any, Connection]:
         """Rank 0: find the scheduler, install the extension, wait for the workers, open the
-        arrays (:func:`._connect.connect`)."""
+        arrays (:func:`deisa.bridge.link.connect.connect`)."""
         return connect(self.pool, scheduler_file, options, decompositions, contracts, early)
 
     def register(
@@ -178,6 +249,16 @@ class SchedulerLink:
     def get_value(self, name: str) -> Call:
         """Rank 0: ``deisa_get_value``, the steering value ``name`` in its wire form."""
         return route(self.pool, self.scheduler, Route.GET_VALUE)(name=name)
+
+    def value_until_answered(self, name: str, book: WorkerBook, options: BridgeOptions) -> Call:
+        """Rank 0: :meth:`get_value` until the scheduler answers (each call bounded by
+        ``connect_timeout``), or :class:`SchedulerLost` (:func:`until_answered`)."""
+        return until_answered(
+            book,
+            lambda: self.get_value(name),
+            give_up=True,
+            attempt_s=options.connect_timeout,
+        )
 
     def end_stream(
         self,

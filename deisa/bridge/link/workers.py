@@ -48,6 +48,7 @@ class WorkerBook:
         self._spread: tuple[str, ...] | None = None  # main thread: the list last spread
         self._failing_since: float | None = None
         self._failure = ""
+        self.scheduler: str | None = None  # its address, once connected (for the messages)
 
     def known(self, workers: Sequence[str]) -> None:
         """The list every rank already has (the connection's): nothing to spread."""
@@ -66,12 +67,13 @@ class WorkerBook:
             self._spread = self._latest
             return list(self._latest)
 
-    def failing(self, exc: BaseException) -> None:
-        """A call to the scheduler failed (any thread)."""
+    def failing(self, exc: BaseException, since: float | None = None) -> None:
+        """A call to the scheduler failed (any thread); unanswered ``since`` (a
+        ``time.monotonic()``: when a call that timed out was made), now by default."""
         with self._lock:
             if self._failing_since is None:
-                self._failing_since = time.monotonic()
-            self._failure = f"{type(exc).__name__}: {exc}"
+                self._failing_since = time.monotonic() if since is None else since
+            self._failure = failure_in_words(exc)
 
     def answered(self) -> None:
         """The scheduler answered a call (any thread)."""
@@ -84,9 +86,10 @@ class WorkerBook:
             since = self._failing_since
             if since is None or time.monotonic() - since < self.lost_after:
                 return None
+            at = f"at {self.scheduler}; " if self.scheduler else ""
             return (
                 f"the scheduler has not answered for {time.monotonic() - since:.0f} s "
-                f"(connect_timeout={self.lost_after:g} s; last error {self._failure})"
+                f"({at}connect_timeout={self.lost_after:g} s; {self._failure})"
             )
 
     async def watch(
@@ -128,6 +131,21 @@ class WorkerBook:
             if changed:
                 logger.info("deisa bridge: workers now %s", ", ".join(workers) or "none")
                 on_change()
+
+
+def failure_in_words(exc: BaseException) -> str:
+    """What a failed call to the scheduler says of it, in words: its connection closed (a
+    distributed ``CommClosedError``, a reset), it refuses connections, it did not answer in
+    time; otherwise the exception's type and first line."""
+    text = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, ConnectionRefusedError) or "refused" in text.lower():
+        return "it refuses connections"
+    if isinstance(exc, (ConnectionResetError, BrokenPipeError)) or "CommClosedError" in text:
+        return "its connection closed"
+    if isinstance(exc, TimeoutError) or "timed out" in text.lower():
+        return "it did not answer in time"
+    first = text.splitlines()[0] if str(exc) else type(exc).__name__
+    return f"last error {first[:200]}"
 
 
 class Detachment:

@@ -20,7 +20,7 @@ dropped, and its connection closed (counted, and logged at most once a minute). 
 not yet authenticated are capped and dropped after a few seconds (:mod:`deisa.wire.guard`); a rank
 refused meanwhile sends its notices again later. A Bridge of one rank opens none (its
 own sends feed :class:`EarlyRegistration` directly). Where it listens follows the scheduler's
-address, read without distributed (:mod:`._net`; rank 0 need not import it):
+address, read without distributed (:mod:`deisa.bridge.link.net`; rank 0 need not import it):
 
 - ``tls://``: on the interface that reaches the scheduler, speaking TLS with the job's client
   credentials, mutually: a peer without a certificate signed by the job's CA is refused

@@ -2,12 +2,13 @@
 
 Rank 0 connects on the event-loop thread while the simulation computes (:meth:`Registrar.connect`);
 once every rank knows the connection, the registrar registers the steps on the scheduler, in
-publication order, one at a time (``deisa_publish`` through :class:`~._link.SchedulerLink`), as
-the exchanges (:mod:`._async`) or the notices of the other ranks (:mod:`._notices`, early
-registration) find each step's blocks on their workers. The loop thread writes rank 0's
-:class:`RootNews`, which the main thread reads when it posts an exchange, and wakes the main
-thread through ``progress``. The other ranks hold only their :class:`~._notices.Notifier` to rank
-0's listener, if any.
+publication order, one at a time (``deisa_publish`` through
+:class:`~deisa.bridge.link.scheduler.SchedulerLink`), as the exchanges (:mod:`._async`) or the
+notices of the other ranks (:mod:`deisa.bridge.registration.notices`, early registration) find each
+step's blocks on their workers. The loop thread writes rank 0's :class:`RootNews`, which the main
+thread reads when it posts an exchange, and wakes the main thread through ``progress``. The other
+ranks hold only their :class:`~deisa.bridge.registration.notices.Notifier` to rank 0's listener, if
+any.
 """
 
 from __future__ import annotations
@@ -191,8 +192,9 @@ class Registrar:
             self.progress.set()
 
     async def _register(self, entry: Entry, blocks: list[Any]) -> dict[str, Any]:
-        """``deisa_publish`` of ``entry``, asked again while the scheduler does not answer,
-        until the exchange acts on its loss (:func:`~._link.register_until_answered`)."""
+        """``deisa_publish`` of ``entry``, asked again while the scheduler does not answer, until
+        the exchange acts on its loss
+        (:func:`~deisa.bridge.link.scheduler.register_until_answered`)."""
         parts = self.parts
         reply = await register_until_answered(
             self.link, parts.worker_book, give_up=False, on_failure=self.progress.set,

@@ -49,7 +49,7 @@ them). A fresh slot is not prepared: :meth:`Slot.write` fills it faster than a f
 through a mapping, which zeroes every page before the copy."""
 KEEP_FREE = 2
 """Free slots a channel keeps allocated (the pool's free ones counted); more are given back (the
-memory of a burst). The warm pool's slots (:mod:`._shm_pool`) stay, free or not."""
+memory of a burst). The warm pool's slots (:mod:`deisa.bridge.shm.pool`) stay, free or not."""
 POLL_S = 0.005
 """How often the preparer looks for a slot the worker has given back, while it waits for one."""
 WARM_POLL_S = 0.05

@@ -1,24 +1,24 @@
 """A rank's warm pool of shared-memory slots: memory kept mapped and populated for the run.
 
 A slot whose pages do not exist yet costs the kernel their allocation (2 to 9 times a memcpy of the
-block, docs/benchmarks.md, section 11): back to back, each block of a growing ring pays it.
-The pool keeps the slots a rank's ring uses mapped, with their page tables, up to a budget
+block, docs/benchmarks.md, section 11): back to back, each block of a growing ring pays it. The pool
+keeps the slots a rank's ring uses mapped, with their page tables, up to a budget
 (:attr:`SlotPool.budget`, bytes): they are reused before anything new is allocated, and only slots
-beyond the budget are given back. In a steady state (each block's slot back before the next)
-that is the one or two slots the ring needs, adopted as they are used: no ``mmap``, ``munmap``
-or page-table fill per block, which the channel's thread did beside the caller's copy and which
-halved its speed on 2 cores (docs/benchmarks.md, section 16). In a burst (the simulation
-outran the worker) the burst's own slots are adopted: a fresh 4 KiB slot is filled by the copy
-(``pwrite``), never zeroed first. Once the ring has outrun the worker, the channel's own thread
-(:mod:`._shm`) populates the rest of the budget ahead: in huge pages at once, in 4 KiB pages
-only between bursts (the worker holding no more than a steady state's :data:`STEADY_HELD`
-slots: zeroing pages is work on a core that a burst's copies need), so that the next burst
-finds the whole budget warm. Never on the publish
-path. As Ray's object store (``object_store_memory``) the budget is settable
-(``BridgeOptions.shm_pool_mib``, per rank or per node): a burst deeper than the budget takes
-fresh slots beyond it, given back after. By default it is what flow control can hold in
-flight: ``buffer_nb`` steps of the rank's blocks, plus one (:data:`UNBOUNDED_STEPS` steps when
-``buffer_nb`` is unbounded), each block in a slot of its own (its header page counted).
+beyond the budget are given back. In a steady state (each block's slot back before the next) that is
+the one or two slots the ring needs, adopted as they are used: no ``mmap``, ``munmap`` or page-table
+fill per block, which the channel's thread did beside the caller's copy and which halved its speed
+on 2 cores (docs/benchmarks.md, section 16). In a burst (the simulation outran the worker) the
+burst's own slots are adopted: a fresh 4 KiB slot is filled by the copy (``pwrite``), never zeroed
+first. Once the ring has outrun the worker, the channel's own thread
+(:mod:`deisa.bridge.shm.channel`) populates the rest of the budget ahead: in huge pages at once, in
+4 KiB pages only between bursts (the worker holding no more than a steady state's
+:data:`STEADY_HELD` slots: zeroing pages is work on a core that a burst's copies need), so that the
+next burst finds the whole budget warm. Never on the publish path. As Ray's object store
+(``object_store_memory``) the budget is settable (``BridgeOptions.shm_pool_mib``, per rank or per
+node): a burst deeper than the budget takes fresh slots beyond it, given back after. By default it
+is what flow control can hold in flight: ``buffer_nb`` steps of the rank's blocks, plus one
+(:data:`UNBOUNDED_STEPS` steps when ``buffer_nb`` is unbounded), each block in a slot of its own
+(its header page counted).
 
 The pool's pages are shared memory (``RssShmem`` in the rank and the worker), not the rank's
 private memory (``RssAnon``). When memory runs short (``MemAvailable`` under
@@ -309,8 +309,8 @@ def pool_totals(summaries: Iterable[dict[str, Any]]) -> dict[str, int]:
 
 
 class WarmRing:
-    """How a channel (:class:`~._shm.Channel`, which defines the attributes used here) grows,
-    populates and shrinks its part of the pool, on its preparer thread.
+    """How a channel (:class:`~deisa.bridge.shm.channel.Channel`, which defines the attributes used
+    here) grows, populates and shrinks its part of the pool, on its preparer thread.
 
     The ring's own slots are adopted as they are used (held by the worker or free). The pool
     is populated ahead only once the ring has needed more slots than it keeps without a pool

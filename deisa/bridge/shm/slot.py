@@ -1,7 +1,9 @@
-"""One shared-memory slot of a rank's ring (:mod:`._shm`): a sealed ``memfd``, mapped here.
+"""One shared-memory slot of a rank's ring (:mod:`deisa.bridge.shm.channel`): a sealed ``memfd``,
+mapped here.
 
-The slot's fields are written here only: its channel (:class:`~._shm.Channel`) and the warm
-pool (:mod:`._shm_pool`) lend it, keep it warm, fill it or hand it over through its methods.
+The slot's fields are written here only: its channel (:class:`~deisa.bridge.shm.channel.Channel`)
+and the warm pool (:mod:`deisa.bridge.shm.pool`) lend it, keep it warm, fill it or hand it over
+through its methods.
 
 Used from three threads, each through its own methods: the main thread copies a block in, the
 loop thread hands it to the worker, the channel's thread maps a slot the worker gave back.
@@ -23,7 +25,7 @@ _POPULATE = getattr(mmap, "MAP_POPULATE", 0)
 
 
 class Ring(Protocol):
-    """What a slot knows of its channel (:class:`~._shm.Channel`)."""
+    """What a slot knows of its channel (:class:`~deisa.bridge.shm.channel.Channel`)."""
 
     def untake(self, slot: Slot) -> None: ...
 
@@ -93,7 +95,7 @@ class Slot:
 
     def fill(self) -> None:
         """Allocate the slot's pages and map them with their page tables, written (the pool's
-        warm-up, on the channel's thread: :func:`._shm_pool.populate`); a hugetlb slot
+        warm-up, on the channel's thread: :func:`deisa.bridge.shm.pool.populate`); a hugetlb slot
         reserves its huge pages first. An ``OSError`` when memory is short."""
         if self.kind == HUGETLB:
             os.posix_fallocate(self.fd, 0, self.size)

@@ -1,13 +1,13 @@
 """How a rank's blocks reach their workers: shared memory on the node, TCP otherwise.
 
 With ``transport="auto"`` (the default) a rank tries, once per worker, the handshake with that
-worker's shared-memory listener (:mod:`._shm`, :mod:`deisa.worker.shm`): where it succeeds (the
-worker is on this node, runs as the same account and has the listener, which rank 0 installs
-on every worker), the blocks for that worker go through a ring of shared slots, one copy, and
-the worker keeps them as they are; elsewhere they go over distributed's connection (TCP, or
-TLS), as a ``transport="tcp"`` Bridge sends them all. A handshake that fails is tried again
-after :data:`RETRY_S` (a worker that has just joined may not have the listener yet). Everything
-after the send (registration, flow control, contracts, loss handling) is the same either way.
+worker's shared-memory listener (:mod:`deisa.bridge.shm.channel`, :mod:`deisa.worker.shm`): where it
+succeeds (the worker is on this node, runs as the same account and has the listener, which rank 0
+installs on every worker), the blocks for that worker go through a ring of shared slots, one copy,
+and the worker keeps them as they are; elsewhere they go over distributed's connection (TCP, or
+TLS), as a ``transport="tcp"`` Bridge sends them all. A handshake that fails is tried again after
+:data:`RETRY_S` (a worker that has just joined may not have the listener yet). Everything after the
+send (registration, flow control, contracts, loss handling) is the same either way.
 
 In ``mode="async"`` the Bridge copies a block with :meth:`Transport.copy_in`: into a slot of
 the worker's ring when there is one, so that the copy ``publish`` makes anyway is the only one.

@@ -4,11 +4,12 @@ from it (pure: no MPI, no Dask)."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 from conftest import STARTUP
 
 from deisa.bridge.decomposition import ArraySpec, Decomposition
-from deisa.bridge.link.workers import Routing, WorkerBook, refuses_connections
+from deisa.bridge.link.workers import Routing, WorkerBook, failure_in_words, refuses_connections
 from deisa.bridge.placement import Host
 from deisa.wire import ok
 
@@ -59,9 +60,29 @@ def test_worker_book_spreads_each_change_once_and_names_a_lost_scheduler() -> No
     assert book.scheduler_lost() is None
     book.failing(OSError("connection refused"))
     lost = book.scheduler_lost()
-    assert lost is not None and "connect_timeout=0 s" in lost and "connection refused" in lost
+    assert lost is not None and "connect_timeout=0 s" in lost and "it refuses connections" in lost
     book.answered()
     assert book.scheduler_lost() is None
+    # issue 54: the scheduler's address, and what failed in words, not distributed's text
+    book.scheduler = "tls://127.0.0.1:8786"
+    closed = OSError(
+        "CommClosedError: in <TCP (closed) ConnectionPool.deisa_watch_workers local=tcp://"
+        "127.0.0.1:50090 remote=tcp://127.0.0.1:37879>: Stream is closed"
+    )
+    book.failing(closed)
+    lost = book.scheduler_lost()
+    assert lost is not None and lost.startswith("the scheduler has not answered for 0 s")
+    assert "(at tls://127.0.0.1:8786; connect_timeout=0 s; its connection closed)" in lost
+    assert "Stream is closed" not in lost
+    book.answered()
+    book.failing(TimeoutError(), since=time.monotonic() - 5)  # unanswered since it was asked
+    assert "has not answered for 5 s" in (book.scheduler_lost() or "")
+    assert "it did not answer in time" in (book.scheduler_lost() or "")
+
+
+def test_failure_in_words_keeps_an_unknown_error_short() -> None:
+    words = failure_in_words(ValueError("x" * 500 + "\nsecond line"))
+    assert words.startswith("last error ValueError: xxx") and len(words) < 220
 
 
 def test_worker_book_watch_caches_the_scheduler_list_for_one_spread() -> None:
