@@ -23,6 +23,16 @@ from .steering import SteeringValues
 # the extension's one logger, whichever module logs: its records keep the name users filter on
 logger = logging.getLogger("deisa.scheduler.extension")
 
+TRIM_EVERY = 100
+"""Every so many steps published, the scheduler forgets what distributed keeps per
+computation (:meth:`StreamState._trim`): a long run's memory stays flat."""
+SPANS_KEPT = 100
+"""The newest computations (spans) whose records the scheduler keeps, whatever their age."""
+SPANS_GRACE_S = 60.0
+"""How long a finished computation's record is kept (a worker's heartbeat may still report it)."""
+KEY_SPLIT_CACHE = 10_000
+"""The key prefixes dask may cache (``key_split``: one per step's key name) before emptying."""
+
 
 class StreamState:
     """The streams of one scheduler and what their routes share; see the module docstring.
@@ -73,6 +83,18 @@ class StreamState:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    def _trim(self) -> None:
+        """Forget what distributed would keep for the life of the scheduler, one record per step
+        (every :data:`TRIM_EVERY` steps published): the finished computations' spans and their
+        task groups, dask's cache of key prefixes. The extension's own records of a run are
+        bounded by ``buffer_nb`` and the readers."""
+        forgotten = _dask_internals.forget_finished_spans(self.scheduler, SPANS_KEPT, SPANS_GRACE_S)
+        emptied = _dask_internals.trim_key_split_cache(KEY_SPLIT_CACHE)
+        if forgotten or emptied:
+            logger.debug(
+                "deisa: forgot %d finished span(s), emptied key cache: %s", forgotten, emptied
+            )
+
     def _lose(self, stream: Stream, marker: Lost, readers: Any, step: Step | None = None) -> None:
         """``marker`` takes the place of ``step`` (or its step's place, for a step never
         queued) in the queues of ``readers``; the stream lets go of the step's keys."""
@@ -114,4 +136,5 @@ class StreamState:
         stream.pending.clear()
         stream.deferred.clear()
         stream.closed, stream.published, stream.taken = False, 0, 0
-        stream.dropped, stream.lost, stream.last_taken = [], [], None
+        stream.dropped.clear()
+        stream.ndropped, stream.lost, stream.last_taken = 0, [], None

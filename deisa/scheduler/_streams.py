@@ -75,6 +75,10 @@ from typing import Any
 
 from ..wire import Reply, Status, error
 
+DROPPED_KEPT = 1000
+"""The steps dropped by ``on_full="drop_oldest"`` that a stream lists (``deisa_stats``): the
+last ones; a long run that drops most steps keeps no more."""
+
 UNCLAIMED = ""
 """The reader that holds the steps published while no consumer is attached (start-order
 independence): the first reader to attach takes its place."""
@@ -155,7 +159,9 @@ class Stream:
     meta: dict[str, Any] | None = None
     buffer_nb: int | None = None
     on_full: str = "block"
-    dropped: list[int] = field(default_factory=list)
+    # the last DROPPED_KEPT steps dropped (on_full="drop_oldest"), and how many in all
+    dropped: deque[int] = field(default_factory=lambda: deque(maxlen=DROPPED_KEPT))
+    ndropped: int = 0
     lost: list[tuple[int, str]] = field(default_factory=list)  # (step, departed worker)
     readers: dict[str, Reader] = field(default_factory=dict)
     pending: dict[int, Step] = field(default_factory=dict)  # steps some reader has to take

@@ -8,7 +8,7 @@ from typing import Any
 
 from .. import _dask_internals
 from ..wire import PROTOCOL, Reply, Status, error, ok
-from ._state import StreamState, logger
+from ._state import TRIM_EVERY, StreamState, logger
 from ._streams import UNCLAIMED, End, Lost, Reader, Step, Stream, insert
 
 
@@ -81,6 +81,8 @@ class Publishing(StreamState):
         stream.published += 1
         nbytes = sum(n for *_, n in present)
         self.totals.setdefault(name, Counter()).update(published=1, bytes=nbytes)
+        if self.calls["publish"] % TRIM_EVERY == 0:
+            self._trim()
         await stream.notify()
         return ok()
 
@@ -166,13 +168,14 @@ class Publishing(StreamState):
                 reader.queue.remove(oldest)
         _dask_internals.release_keys(self.scheduler, oldest.keys, stream.holder)
         stream.dropped.append(oldest.step)
+        stream.ndropped += 1
         logger.warning(
             "deisa: dropped step %d of %r: buffer_nb=%d steps were waiting for the "
             "analytics (on_full='drop_oldest'; %d step(s) dropped so far)",
             oldest.step,
             stream.name,
             stream.buffer_nb,
-            len(stream.dropped),
+            stream.ndropped,
         )
 
     async def close_stream(

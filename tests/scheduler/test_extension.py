@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from typing import Any
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -884,3 +886,44 @@ async def test_a_lost_step_whose_marker_was_read_is_passed_and_not_delivered_aga
     await until_gone(s, [a], rank0.keys(0) + again.keys(0))  # neither publication is held
     assert await again.publish(1) == ok()  # the run goes on after it
     assert fields(await get(c, "t"), "step") == (Status.OK, 1)
+
+
+# -- long runs ---------------------------------------------------------------------------------
+
+
+@gen_cluster(client=True, timeout=240)
+async def test_a_long_run_keeps_the_schedulers_records_per_step_bounded(
+    c: Client, s: Any, a: Any, b: Any
+) -> None:
+    """Each step's analytics is a computation of its own, on keys naming the step: distributed
+    keeps a span and its task groups per computation, forever (about 8 KiB a step, issue #54).
+    The extension forgets the finished ones every TRIM_EVERY steps published, beyond the newest
+    SPANS_KEPT: the scheduler's records stay flat however many steps a run takes."""
+    import dask.array as da
+    from dask.utils import key_split
+
+    from deisa.scheduler import _state
+
+    spans = s.extensions["spans"]
+    sizes = []
+    with (
+        mock.patch.object(_state, "SPANS_GRACE_S", 0.0),
+        mock.patch.object(_state, "SPANS_KEPT", 5),
+        mock.patch.object(_state, "KEY_SPLIT_CACHE", 50),
+    ):
+        ext, rank0 = await opened(c, s, [a, b], buffer_nb=2)
+        for step in range(3 * _state.TRIM_EVERY):
+            assert await rank0.publish(step) == ok()
+            record = await get(c, "t")
+            futures = [_dask_internals.future_in_memory(key, c) for key in record["keys"]]
+            blocks = [da.from_delayed(f, (2, 3), float) for f in futures]
+            assert await c.compute(da.concatenate(blocks).sum()) == 6 * (20 * step + 1)
+            del futures, blocks
+            if step % _state.TRIM_EVERY == _state.TRIM_EVERY - 1:
+                sizes.append(len(spans.spans))
+        await rank0.close(3 * _state.TRIM_EVERY)
+    assert max(sizes) <= 5 + 2, sizes  # the newest kept, and those of the last step's take
+    assert key_split.cache_info().currsize <= 50 + 1
+    stream = ext.streams["t"]
+    assert not stream.pending and not stream.deferred and stream.dropped == deque()
+    await until_released(s, [a, b], "r1")
