@@ -30,8 +30,15 @@ SPANS_KEPT = 100
 """The newest computations (spans) whose records the scheduler keeps, whatever their age."""
 SPANS_GRACE_S = 60.0
 """How long a finished computation's record is kept (a worker's heartbeat may still report it)."""
+MIB = 2**20
+
 KEY_SPLIT_CACHE = 10_000
 """The key prefixes dask may cache (``key_split``: one per step's key name) before emptying."""
+
+
+def mib(nbytes: float) -> str:
+    """``nbytes`` for a person: ``"118 MiB"``."""
+    return f"{nbytes / MIB:.0f} MiB"
 
 
 class StreamState:
@@ -82,6 +89,25 @@ class StreamState:
         task = asyncio.ensure_future(coroutine)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    def pressure(self) -> list[str]:
+        """One line per worker paused for memory (which worker, its use, its limit), or
+        spilling to disk for it; ``[]`` when none is."""
+        lines = []
+        for ws in self.scheduler.workers.values():
+            memory, limit = ws.memory, ws.memory_limit
+            of_limit = f"of its memory limit of {mib(limit)}" if limit else "(no memory limit)"
+            if ws.status.name == "paused":
+                lines.append(
+                    f"worker {ws.address} is paused for memory: {mib(memory.process)} in use "
+                    f"{of_limit}; its tasks wait until it frees some"
+                )
+            elif memory.spilled:
+                lines.append(
+                    f"worker {ws.address} is spilling to disk for memory: {mib(memory.spilled)} "
+                    f"spilled, {mib(memory.process)} in use {of_limit}"
+                )
+        return lines
 
     def _trim(self) -> None:
         """Forget what distributed would keep for the life of the scheduler, one record per step

@@ -42,12 +42,15 @@ Routes (RPC handlers on the scheduler):
   next one if the current one is consumed. A step's record carries its block keys, the worker
   holding each block (``workers``, as the Bridge reported it) and those workers' thread counts
   (``nthreads``), so the analytics' splitter need not ask again. A step lost with a worker
-  answers ``Status.LOST`` with ``step`` and ``workers``; the end answers ``Status.END``.
+  answers ``Status.LOST`` with ``step`` and ``workers``; the end answers ``Status.END``. A
+  step's record and a timeout carry ``memory``, the lines of ``deisa_stats``'s, when a worker
+  is paused or spilling for memory.
 - ``deisa_attach(name, client, consumer, group=None)``: attach the consumer now (``zip``
   attaches to all its arrays before waiting for the first).
 - ``deisa_detach(consumer, names=None)``: the consumer leaves those arrays (default: all).
 - ``deisa_stats()``: message counts per route and per stream, with each stream's readers and
-  its lost steps (``[step, worker]``); a plain dict, not a reply.
+  its lost steps (``[step, worker]``), and ``memory``: a line per worker paused (or spilling)
+  for memory, naming it and its limit; a plain dict, not a reply.
 - ``deisa_set_value(name, value)``, ``deisa_get_value(name)``: steering values, the analytics'
   answers to the simulation (:mod:`deisa.analysis.steering`).
 - ``deisa_set_contract``, ``deisa_get_contract``, ``deisa_watch_contracts``: what the analytics
@@ -105,6 +108,7 @@ class StreamExtension(Publishing, Taking, Workers, SchedulerPlugin):
             "totals": {name: dict(counts) for name, counts in self.totals.items()},
             "steering": self.steering.stats(),
             "contracts": self.contracts.stats(),
+            "memory": self.pressure(),
             "streams": {
                 name: {
                     "run": s.run,

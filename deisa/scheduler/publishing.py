@@ -98,16 +98,27 @@ class Publishing(StreamState):
             if not has_room:
                 _dask_internals.release_keys(self.scheduler, keys, stream.holder)
                 slowest = max(stream.readers.values(), key=Reader.queued_steps)
-                who = (
-                    "no consumer is attached"
-                    if slowest.name == UNCLAIMED
-                    else f"slowest reader: {slowest.name}"
+                if slowest.name != UNCLAIMED:
+                    who = f"slowest reader: {slowest.name}"
+                elif stream.taken:  # they took steps, then detached (closed, or their client left)
+                    who = "the consumers that took steps have detached: none is attached now"
+                else:
+                    who = "no consumer is attached"
+                pressure = self.pressure()
+                why = (
+                    "; the analytics' tasks wait for memory: "
+                    + "; ".join(pressure)
+                    + " (raise the workers' memory limit, deisa-run --memory-limit, or lower "
+                    "buffer_nb: docs/reliability.md)"
+                    if pressure
+                    else ""
                 )
                 return error(
                     f"the analytics took no step of {stream.name!r} for {timeout} s while "
                     f"buffer_nb={limit} steps were waiting (taken so far: {stream.taken}); "
-                    f"step {step} was not delivered ({who})",
+                    f"step {step} was not delivered ({who}){why}",
                     Status.TIMEOUT,
+                    memory=pressure,
                 )
             if stream.last_taken is not None and step <= stream.last_taken:
                 return self._drop_late(stream, record)  # taken past it while waiting

@@ -21,6 +21,7 @@ from unittest import mock
 import numpy as np
 import pytest
 from distributed import Client, Worker
+from distributed.core import Status as Status_
 from distributed.utils_test import async_poll_for, captured_logger, gen_cluster
 from stream_driver import (
     EXPIRE,
@@ -886,6 +887,60 @@ async def test_a_lost_step_whose_marker_was_read_is_passed_and_not_delivered_aga
     await until_gone(s, [a], rank0.keys(0) + again.keys(0))  # neither publication is held
     assert await again.publish(1) == ok()  # the run goes on after it
     assert fields(await get(c, "t"), "step") == (Status.OK, 1)
+
+
+@gen_cluster(client=True)
+async def test_a_timeout_after_every_consumer_detached_says_so_not_no_consumer(
+    c: Client, s: Any, a: Any, b: Any
+) -> None:
+    _, rank0 = await opened(c, s, [a, b], publish=[0], buffer_nb=1)
+    assert (await get(c, "t", consumer="pca"))["step"] == 0
+    await rank0.publish(1)
+    await c.scheduler.deisa_detach(consumer="pca")  # e.g. the analytics gave up and closed
+    reply = await rank0.publish(2, timeout=EXPIRE)
+    assert status(reply) is Status.TIMEOUT
+    assert reply["message"].endswith(
+        "(taken so far: 1); step 2 was not delivered (the consumers that took steps have "
+        "detached: none is attached now)"
+    )
+
+
+# -- memory pressure ---------------------------------------------------------------------------
+
+
+@gen_cluster(
+    client=True, nthreads=[("", 1), ("", 1)], worker_kwargs={"memory_limit": "100 MB"}, timeout=120
+)
+async def test_a_worker_paused_for_memory_is_named_to_both_sides_while_flow_control_holds(
+    c: Client, s: Any, a: Any, b: Any
+) -> None:
+    """This test process uses more than 80 % of 100 MB: its workers pause, as a worker whose
+    blocks and the analytics' temporaries outgrow its limit does (issue #54: the simulation
+    was told "no consumer is attached" while the analytics waited for memory)."""
+    await async_poll_for(lambda: all(ws.status.name == "paused" for ws in s.workers.values()), WAIT)
+    with captured_logger("deisa.scheduler.extension") as log:
+        ext, rank0 = await opened(c, s, [a, b], publish=[0], buffer_nb=1)
+        a.status = Status_.running  # its memory monitor pauses it again at once
+        await async_poll_for(lambda: "paused for memory" in log.getvalue(), WAIT)
+    assert f"worker {a.address} paused for memory (memory limit 95 MiB)" in log.getvalue()
+
+    record = await get(c, "t", consumer="pca")  # the steps still come; computing them waits
+    assert record["step"] == 0
+    assert any(
+        line.startswith(f"worker {a.address} is paused for memory: ")
+        and line.endswith("of its memory limit of 95 MiB; its tasks wait until it frees some")
+        for line in record["memory"]
+    ), record["memory"]
+    assert ext.stats()["memory"] == list(ext.pressure())
+    assert await rank0.publish(1) == ok()
+    reply = await rank0.publish(2, timeout=EXPIRE)  # flow control held it, then gave up
+    assert status(reply) is Status.TIMEOUT
+    message = reply["message"]
+    assert (
+        "step 2 was not delivered (slowest reader: pca); the analytics' tasks wait for " in message
+    )
+    assert f"worker {a.address} is paused for memory" in message
+    assert "deisa-run --memory-limit" in message and "no consumer" not in message
 
 
 # -- long runs ---------------------------------------------------------------------------------
