@@ -373,19 +373,14 @@ class _Pipeline:
         """Give up if the oldest fit made no progress for ``stall_timeout`` seconds."""
         stalled_s, timeout = now - self.last_progress, self.settings.stall_timeout
         if self.in_flight and timeout is not None and stalled_s > timeout:
-            message = self.in_flight[0].describe(self.array, now)
-            pressure = self._memory_pressure()
-            if pressure:
-                message += "; " + "; ".join(pressure) + " (docs/reliability.md, memory pressure)"
-            raise PipelineError(message)
+            pressure = "".join(f"; {line}" for line in self._memory_pressure())
+            raise PipelineError(self.in_flight[0].describe(self.array, now) + pressure)
 
     def _memory_pressure(self) -> list[str]:
         """The scheduler's lines on workers paused or spilling for memory (a live stream)."""
-        if not isinstance(self.adapter, Adapter):
-            return []
         try:
-            return list(self.adapter.stats().get("memory") or [])
-        except Exception:  # the scheduler is gone too: the stall is what can be said
+            return list(self.adapter.stats().get("memory") or [])  # type: ignore[union-attr]
+        except Exception:  # a replay, or the scheduler gone too: the stall is what is known
             return []
 
 
