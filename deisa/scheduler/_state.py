@@ -16,7 +16,7 @@ from collections import Counter
 from typing import Any
 
 from .. import _dask_internals
-from ._streams import UNCLAIMED, Lost, Step, Stream, insert
+from ._streams import Lost, Step, Stream, insert
 from .contracts import ContractStore
 from .steering import SteeringValues
 
@@ -154,7 +154,7 @@ class StreamState:
         if stream.run is not None:
             _dask_internals.forget_holder(self.scheduler, stream.holder)
         for name, reader in list(stream.readers.items()):
-            if (reader.run is not None and reader.run == stream.run) or name == UNCLAIMED:
+            if (reader.run is not None and reader.run == stream.run) or reader.waiting:
                 del stream.readers[name]
             else:
                 reader.queue.clear()

@@ -22,7 +22,9 @@ Routes (RPC handlers on the scheduler):
 - ``deisa_watch_workers(known, timeout)``: ``ok(workers=[[address, nthreads], ...])`` as soon
   as the workers' addresses differ from ``known``, else after ``timeout`` seconds; how a
   Bridge learns that a worker left or joined without waiting on a connection timeout.
-- ``deisa_open(name, run, meta, buffer_nb, on_full)``: a Bridge announces an array.
+- ``deisa_open(name, run, meta, buffer_nb, on_full, consumers=1)``: a Bridge announces an
+  array, whose steps are held for ``consumers`` readers until they attach (see "Consumers and
+  groups" in :mod:`._streams`).
 - ``deisa_publish(name, run, step, blocks, timeout, contract=None)``: register one step's blocks
   (``[key, worker, nbytes]`` triples) and queue it for every reader; while a reader has
   ``buffer_nb`` steps to take it waits (``on_full="block"``, up to ``timeout``) or releases the
@@ -68,7 +70,6 @@ from distributed.diagnostics.plugin import SchedulerPlugin
 from ..wire import PLUGIN_NAME, Route
 from . import contracts, steering
 from ._state import logger
-from ._streams import UNCLAIMED
 from .publishing import Publishing
 from .taking import Taking
 from .workers import Workers
@@ -125,7 +126,7 @@ class StreamExtension(Publishing, Taking, Workers, SchedulerPlugin):
                             "queued": r.queued_steps(),
                         }
                         for r in s.readers.values()
-                        if r.name != UNCLAIMED
+                        if not r.waiting
                     },
                 }
                 for name, s in self.streams.items()

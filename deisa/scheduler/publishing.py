@@ -9,7 +9,7 @@ from typing import Any
 from .. import _dask_internals
 from ..wire import PROTOCOL, Reply, Status, error, ok
 from ._state import TRIM_EVERY, StreamState, logger
-from ._streams import UNCLAIMED, End, Lost, Reader, Step, Stream, insert
+from ._streams import End, Lost, Reader, Step, Stream, insert
 
 
 class Publishing(StreamState):
@@ -22,6 +22,7 @@ class Publishing(StreamState):
         meta: dict[str, Any],
         buffer_nb: int | None,
         on_full: str = "block",
+        consumers: int = 1,
     ) -> Reply:
         self.calls["open"] += 1
         stream = self._stream(name)
@@ -33,9 +34,10 @@ class Publishing(StreamState):
         if stream.run != run:  # a new run replaces a finished one, in place: getters may wait on it
             self._retire(stream)
         stream.run, stream.meta, stream.buffer_nb = run, meta, buffer_nb
-        stream.on_full = on_full
+        stream.on_full, stream.consumers = on_full, max(1, int(consumers))
         for reader in stream.readers.values():
             reader.run = run  # those waiting for the next run
+        stream.expect(run)
         await stream.notify()
         # the array's contract, checked against it, applies from the run's first step
         return ok(protocol=PROTOCOL, **self.contracts.opened(name, meta))
@@ -98,8 +100,14 @@ class Publishing(StreamState):
             if not has_room:
                 _dask_internals.release_keys(self.scheduler, keys, stream.holder)
                 slowest = max(stream.readers.values(), key=Reader.queued_steps)
-                if slowest.name != UNCLAIMED:
+                attached = sum(1 for r in stream.readers.values() if not r.waiting)
+                if not slowest.waiting:
                     who = f"slowest reader: {slowest.name}"
+                elif attached:
+                    who = (
+                        f"{stream.consumers - attached} of the consumers={stream.consumers} "
+                        "expected have not attached"
+                    )
                 elif stream.taken:  # they took steps, then detached (closed, or their client left)
                     who = "the consumers that took steps have detached: none is attached now"
                 else:

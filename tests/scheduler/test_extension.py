@@ -905,6 +905,43 @@ async def test_a_timeout_after_every_consumer_detached_says_so_not_no_consumer(
     )
 
 
+@gen_cluster(client=True)
+async def test_a_run_for_two_consumers_holds_every_step_for_the_one_that_attaches_late(
+    c: Client, s: Any, a: Any, b: Any
+) -> None:
+    """Two analytics started with the simulation: under load the second attaches steps later
+    (issue #54: one of them ended with 6 of 20 steps). A run opened for consumers=2 holds its
+    steps for the second until it comes, and flow control waits for it meanwhile."""
+    ext, rank0 = await opened(c, s, [a, b], publish=[0, 1], buffer_nb=2, consumers=2)
+    assert [(await get(c, "t", consumer="first"))["step"] for _ in range(2)] == [0, 1]
+    assert status(await rank0.publish(2, timeout=EXPIRE)) is Status.TIMEOUT  # held for "late"
+    assert (
+        "1 of the consumers=2 expected have not attached"
+        in (await rank0.publish(2, timeout=EXPIRE))["message"]
+    )
+    assert [(await get(c, "t", consumer="late"))["step"] for _ in range(2)] == [0, 1]
+    for step in (2, 3):
+        assert await rank0.publish(step) == ok()
+    await rank0.close(4)
+    for consumer in ("first", "late"):
+        assert [(await get(c, "t", consumer=consumer)).get("step") for _ in range(3)] == [
+            2, 3, None,  # then the end
+        ]  # fmt: skip
+    assert ext.stats()["streams"]["t"]["run"] is None  # both read the end: the run retired
+    assert held(s, holder("t", "r1")) == set()  # the stream let go of every step
+
+
+@gen_cluster(client=True)
+async def test_a_consumer_joining_a_run_for_one_starts_at_the_next_step(
+    c: Client, s: Any, a: Any, b: Any
+) -> None:
+    _, rank0 = await opened(c, s, [a, b], publish=[0], buffer_nb=2)  # consumers=1 (default)
+    assert (await get(c, "t", consumer="first"))["step"] == 0
+    await c.scheduler.deisa_attach(name="t", client=c.id, consumer="late")
+    assert await rank0.publish(1) == ok()
+    assert (await get(c, "t", consumer="late"))["step"] == 1
+
+
 # -- memory pressure ---------------------------------------------------------------------------
 
 
