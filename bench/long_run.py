@@ -16,6 +16,9 @@ metrics). At each mark the extension's trim and the workers' fold run, as they d
 step and every 10 s, and dask's key-prefix cache, which the trim empties past 10,000 entries, is
 emptied: what is measured is what stays, not how full a bounded cache happens to be.
 
+distributed's own histories, bounded by count or by wall time (:data:`HISTORIES`), are shortened
+so that they are full before the start mark.
+
 Target: from the middle to the end, at most ``--max-growth`` bytes a step (default 512; before
 issue 54 about 8.5 KiB). The extension forgets a finished computation 60 s after it ended
 (``SPANS_GRACE_S``, so that a worker's late heartbeat still finds it): memory is bounded by
@@ -38,8 +41,18 @@ from typing import Any
 
 import numpy as np
 
+HISTORIES = {
+    "distributed.admin.low-level-log-length": 100,
+    "distributed.admin.system-monitor.log-length": 10,
+    "distributed.worker.profile.enabled": False,
+}
+"""distributed's own histories, bounded by count (1,000 messages per batched stream, 1,000
+transitions) or by time (an hour of profiles and system samples, one a second): shortened here
+so that they are full before the first mark, and what grows after it is what a step leaves."""
+
 
 async def _run(steps: int, grace: float) -> dict[str, Any]:
+    import dask
     import dask.array as da
     from dask.utils import key_split
     from distributed import Client, Scheduler, Worker
@@ -51,6 +64,7 @@ async def _run(steps: int, grace: float) -> dict[str, Any]:
     from deisa.worker.plugin import SharedMemoryPlugin
 
     _state.SPANS_GRACE_S = grace
+    dask.config.set(HISTORIES)
     marks = {"start": steps // 10, "middle": steps // 2, "end": steps - 1}
     rows: dict[str, dict[str, Any]] = {}
     async with (
