@@ -15,6 +15,10 @@ loop, and serves each rank that connects with the same uid:
 The first worker of a node to run the plugin also relays rank 0's calls to the scheduler
 (:mod:`.relay`), so that a rank 0 on that node need not import distributed.
 
+It also keeps the worker's memory flat over a long run: every :data:`FOLD_DIGESTS_S` it folds
+the metrics distributed keeps per computation, one set per step's analytics, into one per task
+prefix (:func:`deisa._dask_internals.fold_span_digests`).
+
 The array's memory is the slot's: spilling, pickling and transfers to other workers see a
 plain ndarray. When the last reference to the array (and to any view of it) is gone, the slot
 is marked free for the rank to reuse. A rank that dies leaves its slots mapped only as long as
@@ -60,6 +64,9 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["SharedMemoryPlugin"]
 
+FOLD_DIGESTS_S = 10.0
+"""How often a worker folds its metrics per computation (see the module)."""
+
 
 class SharedMemoryPlugin(WorkerPlugin):
     """Serve the ranks of this node that share blocks through memory (see the module).
@@ -73,8 +80,16 @@ class SharedMemoryPlugin(WorkerPlugin):
     def __init__(self) -> None:
         self._server: _Server | None = None
         self._relay: RelayServer | None = None
+        self._fold: Any = None
 
     async def setup(self, worker: Any) -> None:
+        from tornado.ioloop import PeriodicCallback
+
+        def fold() -> None:
+            _dask_internals.fold_span_digests(worker)
+
+        self._fold = PeriodicCallback(fold, FOLD_DIGESTS_S * 1000)
+        self._fold.start()
         try:
             self._server = _Server(worker)
         except OSError as exc:  # the ranks fall back to TCP
@@ -85,6 +100,9 @@ class SharedMemoryPlugin(WorkerPlugin):
             logger.warning("deisa: no relay for rank 0 on worker %s: %s", worker.address, exc)
 
     def teardown(self, worker: Any) -> None:
+        if self._fold is not None:
+            self._fold.stop()
+            self._fold = None
         if self._server is not None:
             self._server.close()
             self._server = None
