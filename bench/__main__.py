@@ -34,6 +34,7 @@ BENCHMARKS = (
     "tls_startup",
     "node_local",
     "shm_pages",
+    "long_run",
     "adios2_endstep",  # its lanes skip with the reason where ADIOS2 or the engine is absent
 )
 

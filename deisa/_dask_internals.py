@@ -23,6 +23,10 @@ file and one test, not the whole package.
   counts as wanted by this client.
 - :func:`graph_mappings`: the mappings of the materialized layers of dask collections or of
   an expression (``Client.get`` receives dask's expression of a computation).
+- :func:`forget_finished_spans`, :func:`trim_key_split_cache`, :func:`fold_span_digests`:
+  bound what distributed keeps per computation for the life of the scheduler or worker (its
+  spans, dask/distributed#7977, and their TaskGroups; the worker's metrics per span; dask's
+  ``key_split`` cache), which every step of a stream adds to (its keys name the step).
 - :func:`count_handler_calls`: wrap the scheduler's handler tables to count the messages it
   handles (benchmarks and tests only).
 
@@ -203,6 +207,102 @@ def graph_mappings(obj: Any) -> Iterator[Mapping[Any, Any]]:
             for layer in graph.layers.values():
                 if isinstance(layer, MaterializedLayer):
                     yield layer.mapping
+
+
+def forget_finished_spans(scheduler: Any, keep: int, grace_s: float) -> int:
+    """Forget the spans of computations finished more than ``grace_s`` seconds ago, all of
+    whose tasks the scheduler has forgotten, but the newest ``keep`` (top-level ones, with their
+    sub-spans); how many were forgotten.
+
+    distributed keeps every span forever (dask/distributed#7977), and with it the TaskGroups of
+    its computation. Its own workflows reuse a few group names; a stream's keys name their step,
+    so each step's computation adds a span and its groups: about 8 KiB a step on the scheduler.
+    ``grace_s``: a worker's heartbeat may still carry metrics of a span that just finished,
+    which count if the span is still there; the scheduler's handler of them is made to skip a
+    span forgotten (it looks each one up, a ``KeyError`` otherwise).
+    """
+    import time
+
+    spans = scheduler.extensions.get("spans")
+    if spans is None or len(spans.root_spans) <= keep:
+        return 0
+    _skip_forgotten_spans(spans)
+    live = scheduler.task_groups
+    horizon = time.time() - grace_s
+    gone: set[Any] = set()
+    kept: list[Any] = []
+    for root in spans.root_spans[:-keep]:
+        tree = list(root.traverse_spans())
+        groups = [tg for span in tree for tg in span.groups]
+        finished = (
+            groups
+            and root.done
+            and not any(live.get(tg.name) is tg for tg in groups)
+            and max(tg.stop for tg in groups) < horizon
+        )
+        if finished:
+            gone.update(tree)
+        else:
+            kept.append(root)
+    if not gone:
+        return 0
+    spans.root_spans[:] = kept + spans.root_spans[-keep:]
+    for span in gone:
+        spans.spans.pop(span.id, None)
+    for index in (spans.spans_search_by_name, spans.spans_search_by_tag):
+        for name in [name for name, found in index.items() if any(s in gone for s in found)]:
+            index[name] = [span for span in index[name] if span not in gone]
+            if not index[name]:
+                del index[name]
+    return len(gone)
+
+
+def _skip_forgotten_spans(spans: Any) -> None:
+    """Make ``spans.heartbeat`` (a worker's metrics per span) skip the spans forgotten."""
+    if getattr(spans, "_deisa_skips_forgotten", False):
+        return
+    heartbeat = spans.heartbeat
+
+    def known_spans_only(ws: Any, data: Mapping[tuple[Hashable, ...], float]) -> None:
+        heartbeat(ws, {key: value for key, value in data.items() if key[1] in spans.spans})
+
+    spans.heartbeat = known_spans_only
+    spans._deisa_skips_forgotten = True
+
+
+def trim_key_split_cache(limit: int) -> bool:
+    """Empty dask's cache of key prefixes (``dask.utils.key_split``, up to 100,000 entries of
+    about 340 B, one per key name: per step, for a stream) once it holds ``limit``; whether it
+    was emptied. The scheduler calls ``key_split`` for every task it makes."""
+    from dask.utils import key_split
+
+    if key_split.cache_info().currsize < limit:
+        return False
+    key_split.cache_clear()
+    return True
+
+
+def fold_span_digests(worker: Any) -> int:
+    """Fold the worker's cumulative metrics per span (``digests_total``, ``digests_max``, keyed
+    ``("execute", span_id, prefix, activity, unit)``) into one entry per prefix and activity
+    (``span_id`` None); how many entries went. distributed adds a dozen per computation and
+    never removes them; the scheduler receives its copy per span at each heartbeat, from
+    ``digests_total_since_heartbeat``, which this leaves alone."""
+    folded = 0
+    for digest, merge in ((worker.digests_total, float.__add__), (worker.digests_max, max)):
+        for key in [k for k in digest if _per_span(k)]:
+            value = digest.pop(key)
+            merged = (key[0], None, *key[2:])
+            digest[merged] = merge(float(digest.get(merged, 0.0)), float(value))
+            folded += 1
+    if getattr(worker, "digests", None) is not None:  # with crick: one t-digest per key
+        for key in [k for k in worker.digests if _per_span(k)]:
+            del worker.digests[key]
+    return folded
+
+
+def _per_span(key: Any) -> bool:
+    return isinstance(key, tuple) and len(key) > 2 and key[0] == "execute" and key[1] is not None
 
 
 def count_handler_calls(scheduler: Any, counter: Counter[str]) -> Callable[[], None]:

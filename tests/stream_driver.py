@@ -35,13 +35,16 @@ class Rank0:
         self.c, self.workers, self.name, self.run = c, workers, name, run
         self.revision = revision  # > 0: a step published again, under new keys
 
-    async def open(self, buffer_nb: int | None = None, on_full: str = "block") -> dict[str, Any]:
+    async def open(
+        self, buffer_nb: int | None = None, on_full: str = "block", consumers: int = 1
+    ) -> dict[str, Any]:
         return await self.c.scheduler.deisa_open(
             name=self.name,
             run=self.run,
             meta={**META, "run": self.run},
             buffer_nb=buffer_nb,
             on_full=on_full,
+            consumers=consumers,
         )
 
     def keys(self, step: int) -> list[tuple[str, int, int]]:

@@ -385,3 +385,13 @@ def test_shm_pages_measures_each_kind_of_page_offered(tmp_path: Path) -> None:
     assert "4 KiB pages" in rows  # the others where the node offers them
     assert all(r["populate_ms"] > 0 and r["copy_ms"] > 0 for r in rows.values())
     assert len(result["targets"]) == len(rows) and "copy into the slot" in proc.stdout
+
+
+def test_long_run_prints_memory_at_three_marks_and_writes_json(tmp_path: Path) -> None:
+    cmd = [sys.executable, "-m", "bench.long_run", "--steps", "60", "--out", str(tmp_path)]
+    proc = subprocess.run(cmd, cwd=REPO, env=test_env(), capture_output=True, text=True)
+    assert proc.returncode in (0, 1), proc.stderr[-3000:]  # 1: a target missed, as printed
+    result = json.loads((tmp_path / "long_run.json").read_text())
+    assert list(result["marks"]) == ["start", "middle", "end"]
+    assert all(mark["traced_kib"] > 0 for mark in result["marks"].values())
+    assert "growth middle -> end" in proc.stdout and "flat memory" in result["targets"]

@@ -10,6 +10,7 @@ import asyncio
 from collections import Counter
 from typing import Any
 
+import dask.array as da
 import numpy as np
 from distributed import Client
 from distributed.utils_test import async_poll_for, gen_cluster
@@ -150,3 +151,59 @@ def test_graph_mappings_finds_a_layer_in_collections_and_in_dasks_expression() -
     assert found(derived) and found([derived]) and found({"x": (array,)})
     assert found(collections_to_expr([derived]))
     assert not found(da.zeros(4, chunks=2)) and not found(3)
+
+
+async def _per_step_computations(c: Client, steps: int) -> None:
+    """What a stream's analytics does: one computation per step, on keys naming the step."""
+    for step in range(steps):
+        x = da.full((4, 4), float(step), chunks=2, name=f"deisa-r-t-{step}")
+        assert await c.compute(x.sum()) == 16 * step
+
+
+@gen_cluster(client=True, timeout=RELEASE * 4)
+async def test_forget_finished_spans_keeps_the_newest_and_the_unfinished(
+    c: Client, s: Any, a: Any, b: Any
+) -> None:
+    spans = s.extensions["spans"]
+    await _per_step_computations(c, 30)
+    assert len(spans.spans) == 30  # distributed keeps one per computation, forever
+    assert _dask_internals.forget_finished_spans(s, keep=5, grace_s=3600) == 0  # too recent
+    held = c.compute(da.ones(4, chunks=2, name="held").sum())
+    await held  # finished, but its result is still wanted: its groups are alive
+    assert _dask_internals.forget_finished_spans(s, keep=5, grace_s=0) == 25
+    assert len(spans.spans) == len(spans.root_spans) == 6
+    assert sum(len(found) for found in spans.spans_search_by_name.values()) == 6
+    await _per_step_computations(c, 3)  # a new computation gets a span as before
+    assert len(spans.spans) == 9
+    # a worker's heartbeat with metrics of a forgotten span: skipped, not a KeyError
+    s.extensions["spans"].heartbeat(s.workers[a.address], {("execute", "gone", "x", "y", "s"): 1.0})
+    del held
+
+
+@gen_cluster(client=True, nthreads=[("", 1)], timeout=RELEASE * 4)
+async def test_fold_span_digests_keeps_the_totals_in_one_entry_per_prefix(
+    c: Client, s: Any, a: Any
+) -> None:
+    await _per_step_computations(c, 20)
+
+    def execute_total(digest: Any) -> float:
+        return sum(v for k, v in digest.items() if isinstance(k, tuple) and k[0] == "execute")
+
+    before, keys = execute_total(a.digests_total), len(a.digests_total)
+    assert _dask_internals.fold_span_digests(a) > 0
+    assert np.isclose(execute_total(a.digests_total), before)
+    assert len(a.digests_total) < keys
+    folded = len(a.digests_total)
+    await _per_step_computations(c, 20)
+    _dask_internals.fold_span_digests(a)
+    assert len(a.digests_total) == folded  # flat: new steps land in the same entries
+
+
+def test_trim_key_split_cache_empties_it_at_its_limit() -> None:
+    from dask.utils import key_split
+
+    for step in range(50):
+        key_split(f"deisa-run-t-{step}")
+    assert not _dask_internals.trim_key_split_cache(10**9)
+    assert _dask_internals.trim_key_split_cache(50)
+    assert key_split.cache_info().currsize == 0

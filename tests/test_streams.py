@@ -160,6 +160,35 @@ def test_fan_out_group_windows_and_zip_on_one_heat_run(
         assert stats[array]["run"] is None and stats[array]["consumers"] == {}
 
 
+def test_a_second_analytics_that_attaches_late_receives_the_whole_run_with_consumers_2(
+    cluster: DaskProcesses, tmp_path: Path
+) -> None:
+    """Two analytics started with the simulation, the second late (under load its process
+    starts seconds later: issue #54, one ended with 6 of 20 steps, or with none). The heat run
+    declares ``--consumers 2``: its steps wait for the second, which receives every one."""
+    config = write_config(tmp_path / "sim.yml", steps=10, output_period=2)
+
+    def steps(a: Adapter) -> list[int]:
+        return [step for step, _ in a["late"].items()]
+
+    first, second = Reader(cluster, steps), Reader(cluster, steps)
+    first.start()
+    with cluster.client() as client:
+        watcher = Adapter(client)
+        sim = start_heat(
+            4, config, "--scheduler-file", str(cluster.scheduler_file), "--array", "late",
+            "--buffer-nb", "2", "--consumers", "2",
+        )  # fmt: skip
+        try:
+            taken = lambda: watcher.stats()["streams"].get("late", {}).get("taken", 0)  # noqa: E731
+            poll_for(lambda: taken() >= 2, HANG, period=0.1)  # the first reads, alone
+            second.start()
+            assert first.outcome() == second.outcome() == list(range(10))
+        finally:
+            _, err = sim.communicate(timeout=2 * STARTUP)
+        assert sim.returncode == 0, err[-3000:]
+
+
 DYING_CONSUMER = f"""
 import sys, time
 from distributed import Client

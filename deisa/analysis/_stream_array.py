@@ -73,6 +73,7 @@ class ArrayDescriptor(StepArray):
         # the worker of each block of a step, and their threads, as the stream reported them
         self._holders: dict[int, tuple[list[str], dict[str, int]]] = {}
         self._lost: dict[int, list[str]] = {}  # steps lost with a worker: the workers
+        self._pressure: list[str] = []  # the workers paused for memory, as last told
         self._unreported: set[int] = set()  # lost steps the iteration has not passed yet
         self._reached: int | None = None  # the latest step received, lost ones included
 
@@ -158,6 +159,7 @@ class ArrayDescriptor(StepArray):
             group=self.adapter.group,
         )
         answer = status(reply)
+        self._note_memory(reply.get("memory") or [])
         if answer is Status.ERROR:
             raise RuntimeError(f"deisa_get of {self.name!r} refused: {reply['message']}")
         if answer is Status.END:
@@ -180,8 +182,10 @@ class ArrayDescriptor(StepArray):
                 if reply["open"]
                 else "no simulation has opened it yet"
             )
+            pressure = "".join(f"; {line}" for line in reply.get("memory") or [])
             raise TimeoutError(
                 f"waited {self.adapter.timeout} s for the next step of {self.name!r}: {state}"
+                f"{pressure}"
             )
         self._meta, self._run = reply["meta"], reply["run"]
         step = int(reply["step"])
@@ -196,6 +200,18 @@ class ArrayDescriptor(StepArray):
         self._seen.append(step)
         self._reached = max(step, self._reached if self._reached is not None else step)
         return True
+
+    def _note_memory(self, pressure: list[str]) -> None:
+        """Warn, once per change, that workers are paused (or spilling) for memory: this
+        analytics' computations wait for them (``pressure``: the scheduler's lines)."""
+        if pressure and pressure != self._pressure:
+            logger.warning(
+                "deisa adapter: %s: computations on %r wait for memory (docs/reliability.md, "
+                "memory pressure)",
+                "; ".join(pressure),
+                self.name,
+            )
+        self._pressure = pressure
 
     def _pull_until(self, step: int | None) -> None:
         """Pull until ``step`` (or a later one) was received, or to the end if ``None``."""

@@ -252,6 +252,12 @@ class BridgeOptions:
     on_scheduler_loss
         When the scheduler is unreachable for ``connect_timeout``: ``"continue"`` the
         simulation without in situ output (one error line is logged), or ``"fail"`` (raise).
+    consumers
+        The analytics that read every step (Adapters of their own, or groups, each counting
+        as one): the scheduler holds each step for those not attached yet, so that one
+        starting late (under load, a second analytics process) still receives the run from
+        its first step; flow control waits for them. With the default ``1``, a consumer that
+        attaches while another reads starts at the next step. See ``docs/streams.md``.
 
     Raises
     ------
@@ -270,7 +276,8 @@ class BridgeOptions:
     ['--placement', 'round_robin', '--buffer-nb', '2', '--timeout', '600.0', \
 '--connect-timeout', '30.0', '--min-workers', '1', '--on-full', 'drop_oldest', '--mode', \
 'async', '--max-in-flight', '2', '--on-worker-loss', 'continue', '--transport', 'auto', \
-'--on-scheduler-loss', 'continue', '--shm-pool-mib', 'none', '--shm-pool-scope', 'rank']
+'--on-scheduler-loss', 'continue', '--shm-pool-mib', 'none', '--shm-pool-scope', 'rank', \
+'--consumers', '1']
     >>> BridgeOptions(buffer_nb=0)
     Traceback (most recent call last):
     ...
@@ -321,6 +328,9 @@ class BridgeOptions:
     )  # fmt: skip
     shm_pool_scope: str = _option(
         "rank", Choice(POOL_SCOPES, "pool scope"), "shm-pool-mib per rank, or per node"
+    )
+    consumers: int = _option(
+        1, Count(), "analytics (Adapters or groups) each step is held for until they attach"
     )
 
     def __post_init__(self) -> None:

@@ -4,9 +4,13 @@ Pure bookkeeping, no Dask: each registered callback keeps, per array it names, a
 window of the last ``size`` steps received, and decides at each arrival whether to run:
 
 - ``when="OR"``: at every arrival of any of its arrays;
-- ``when="AND"`` (default): once every one of its arrays has received a step since the last
-  run, all at the same timestep (deisa-dask's rule, issue #128 of deisa-dask: never a
-  temperature of step 3 with a pressure of step 2).
+- ``when="AND"`` (default): at each timestep that every one of its arrays has received
+  (deisa-dask's rule, issue #128 of deisa-dask: never a temperature of step 3 with a pressure
+  of step 2). Steps are matched by timestep, not by order of arrival: each array is read by
+  a thread of its own, so a temperature may arrive at step 3 before the pressure of step 2;
+  the run of step 2 still comes when the pressure of step 2 does, with the windows as they
+  stood at step 2. An array's steps received after the last run wait for the others (at most
+  :data:`AND_AHEAD` of them; beyond, the oldest can no longer be matched).
 
 A run gets one list per array, in the order the arrays were named, oldest step first.
 """
@@ -22,6 +26,10 @@ __all__ = ["DEFAULT_SLIDING_WINDOW_SIZE", "Registration", "parse_windows"]
 
 DEFAULT_SLIDING_WINDOW_SIZE = 1
 """The window of an array named without a size (deisa-dask's default)."""
+
+AND_AHEAD = 64
+"""The most steps of one array an ``AND`` callback keeps beyond its last run, waiting for the
+other arrays to reach them (each holds its step's blocks on the workers)."""
 
 
 def parse_windows(callback_args: Sequence[Any]) -> list[tuple[str, int]]:
@@ -85,15 +93,17 @@ class Registration:
     windows: list[tuple[str, int]]
     when: Literal["AND", "OR"] = "AND"
     exception_handler: Callable[[BaseException], Any] | None = None
-    _steps: dict[str, deque[Any]] = field(init=False, repr=False)
-    _changed: dict[str, bool] = field(init=False, repr=False)
+    _steps: dict[str, deque[tuple[int, Any]]] = field(init=False, repr=False)
+    _ran: int | None = field(init=False, repr=False, default=None)  # AND: its last run's step
     _last: dict[str, int | None] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.when not in ("AND", "OR"):
             raise ValueError(f"when must be 'AND' or 'OR', got {self.when!r}")
-        self._steps = {name: deque(maxlen=size) for name, size in self.windows}
-        self._changed = dict.fromkeys(self._steps, False)
+        # OR: the window; AND: the window as of the last run, then the steps waiting for a run
+        self._steps = {
+            name: deque(maxlen=size if self.when == "OR" else None) for name, size in self.windows
+        }
         self._last = dict.fromkeys(self._steps, None)
 
     @property
@@ -117,16 +127,37 @@ class Registration:
                 f"which is before last seen iteration {last}. Iterations must be "
                 "monotonically increasing."
             )
-        self._steps[name].append(item)
-        self._changed[name] = True
+        self._steps[name].append((timestep, item))
         self._last[name] = timestep
         if self.when == "OR":
-            self._changed[name] = False
-            return self._snapshot()
-        if all(self._changed.values()) and len(set(self._last.values())) == 1:
-            self._changed = dict.fromkeys(self._changed, False)
-            return self._snapshot()
-        return None
+            return self._snapshot(None)
+        due = self._ran is None or timestep > self._ran
+        if not due or not all(any(t == timestep for t, _ in self._steps[n]) for n in self.names):
+            self._bound(name)
+            return None
+        # every array has reached ``timestep`` (this one last): run with the windows as of it
+        windows = self._snapshot(timestep)
+        self._ran = timestep
+        for n, size in self.windows:
+            steps = self._steps[n]
+            ahead = [entry for entry in steps if entry[0] > timestep]
+            upto = [entry for entry in steps if entry[0] <= timestep][-size:]
+            steps.clear()
+            steps.extend(upto + ahead)
+        return windows
 
-    def _snapshot(self) -> list[list[Any]]:
-        return [list(self._steps[name]) for name in self.names]
+    def _bound(self, name: str) -> None:
+        """Forget the oldest of ``name``'s steps beyond the window once :data:`AND_AHEAD` of
+        them wait for the other arrays."""
+        size = dict(self.windows)[name]
+        steps = self._steps[name]
+        while len(steps) > size + AND_AHEAD:
+            steps.popleft()
+
+    def _snapshot(self, upto: int | None) -> list[list[Any]]:
+        """The windows: per array, its last steps (up to timestep ``upto``), oldest first."""
+        windows = []
+        for name, size in self.windows:
+            items = [item for t, item in self._steps[name] if upto is None or t <= upto]
+            windows.append(items[-size:])
+        return windows

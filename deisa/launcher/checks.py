@@ -155,6 +155,35 @@ def parse_eps(value: Any, name: str = "--stop-when-converged") -> float | None:
     return eps
 
 
+def parse_memory_limit(value: Any, name: str = "--memory-limit") -> int | str | None:
+    """``--memory-limit``: each worker's memory limit in bytes (``4GiB``, ``500MB``, an
+    integer), ``auto`` (sized by :func:`deisa.launcher.dask_processes.memory_limit`), or
+    ``None`` for ``none``/``null`` (no limit: the workers never pause nor spill for memory).
+
+    Raises
+    ------
+    UsageError
+        Anything else, or a size that is not positive.
+    """
+    from dask.utils import parse_bytes
+
+    if value is None or (isinstance(value, str) and value.lower() in ("none", "null")):
+        return None
+    if isinstance(value, str) and value.lower() == "auto":
+        return "auto"
+    try:
+        if isinstance(value, bool):
+            raise ValueError
+        size = parse_bytes(value) if isinstance(value, str) else int(value)
+    except (TypeError, ValueError):
+        raise UsageError(
+            f"{name}={value!r} must be a size (4GiB, 500MB, bytes), auto or none"
+        ) from None
+    if size <= 0:
+        raise UsageError(f"{name}={value!r} must be a positive size")
+    return size
+
+
 def parse_step_timeout(value: Any, name: str = "--step-timeout") -> float | None:
     """``--step-timeout``: a positive number of seconds, or ``None`` (``none``, ``null``: wait
     for a step as long as the simulation runs).

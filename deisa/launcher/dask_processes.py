@@ -119,6 +119,29 @@ def _comm(credentials: TLSOptions | None, comm: Sequence[str]) -> list[str]:
     return credentials.cli_args() if credentials is not None else list(comm)
 
 
+SIMULATION_STEPS = 2
+"""The steps' worth of memory ``--memory-limit auto`` leaves to the simulation's ranks on a
+node (its field, and the copy each publish sends)."""
+
+MIN_MEMORY_LIMIT = 256 * 2**20
+"""The least ``--memory-limit auto`` gives a worker (distributed and its imports)."""
+
+
+def memory_limit(workers: int, step_bytes: int, total: int | None = None) -> int:
+    """``--memory-limit auto``: this node's memory (``total``, by default psutil's), less
+    :data:`SIMULATION_STEPS` steps of ``step_bytes`` for the simulation, shared by ``workers``
+    workers; at least :data:`MIN_MEMORY_LIMIT`.
+
+    >>> memory_limit(2, 64 * 2**20, total=8 * 2**30) // 2**20
+    4032
+    """
+    if total is None:
+        import psutil
+
+        total = int(psutil.virtual_memory().total)
+    return max(MIN_MEMORY_LIMIT, (total - SIMULATION_STEPS * step_bytes) // workers)
+
+
 def worker_command(
     scheduler_file: Path | str,
     index: int | None,
@@ -128,6 +151,7 @@ def worker_command(
     credentials: TLSOptions | None = None,
     extra: Sequence[str] = (),
     *,
+    memory: int | str | None = "auto",
     bridge_preload: bool = True,
     python: str = sys.executable,
     listen: Sequence[str] = ("--host", LOOPBACK),
@@ -155,6 +179,9 @@ def worker_command(
         The job's TLS files; ``None``: plain TCP, or ``comm``.
     extra
         More options, last.
+    memory
+        ``--memory-limit``: bytes, ``"auto"`` (dask's: the node's memory shared by threads) or
+        ``None`` (no limit).
     bridge_preload
         Preload :data:`BRIDGE_WORKER`; ``False``: rank 0 calls the
         scheduler through distributed (a benchmark's comparison).
@@ -165,6 +192,7 @@ def worker_command(
         *python_argv(python), "-m", "dask", "worker",
         "--scheduler-file", str(scheduler_file),
         "--nthreads", str(threads),
+        "--memory-limit", "0" if memory is None else str(memory),
         "--no-nanny", "--no-dashboard", "--dashboard-address", f"{LOOPBACK}:0",
         *preload_args(preload, bridge=bridge_preload),
         *listen,

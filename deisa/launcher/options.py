@@ -130,6 +130,13 @@ OPTIONS: tuple[Option, ...] = (
     # Dask
     Option("workers", ("--workers", "-w"), _both(), {"type": int}, check=checks.positive),
     Option("threads", ("--threads", "-t"), _both(), {"type": int}, check=checks.positive),
+    Option(
+        "memory_limit",
+        ("--memory-limit",),
+        _both(),
+        {"metavar": "BYTES|auto|none"},
+        check=_named(checks.parse_memory_limit),
+    ),
     # analytics and run
     Option("n_components", ("--n-components",), _all(), {"type": int}, check=checks.positive),
     Option(

@@ -19,6 +19,7 @@ that go together: the simulation's with the Python solver's own
 from __future__ import annotations
 
 import argparse
+import math
 import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -27,6 +28,7 @@ from typing import Any
 from ..bridge.options import BridgeOptionError, BridgeOptions
 from . import checks, solver, ucx
 from .adios2_engine import ENGINE_FILE, GUARD_FILE
+from .dask_processes import memory_limit
 from .defaults import PACKAGED, Defaults, UsageError, load_defaults, read_yaml
 from .options import ANALYTICS, OPTIONS, RUN, SLURM, build_parser, option
 from .settings import (
@@ -131,6 +133,10 @@ def run_settings(command: str, argv: Sequence[str]) -> RunSettings:
     if command == RUN and shutil.which(mpirun[0]) is None:
         raise UsageError(f"{defaults.origin('mpi', 'mpirun')}: {mpirun[0]!r} not found")
     chosen, reason = _solver(values, build_dir, pdi_config, bridge)
+    memory = values["memory_limit"]
+    if memory == "auto" and command == RUN:  # this node: the one the workers run on
+        step = 0 if values.command else 8 * math.prod(simulation.get("global_size") or (0,))
+        memory = memory_limit(values["workers"], step)
     return RunSettings(
         ranks=grid[0] * grid[1], process_grid=grid, workers=values["workers"],
         threads=values["threads"], simulation=simulation, solver=chosen, solver_reason=reason,
@@ -141,7 +147,7 @@ def run_settings(command: str, argv: Sequence[str]) -> RunSettings:
         stop_when_converged=values["stop_when_converged"], tls=values["tls"],
         protocol=protocol, dashboard=values["dashboard"], step_timeout=values["step_timeout"],
         command=values.command, analytics=values["analytics"], worker_preload=preload,
-        slurm=slurm, verbose=values["verbose"],
+        slurm=slurm, verbose=values["verbose"], memory_limit=memory,
     )  # fmt: skip
 
 

@@ -328,6 +328,7 @@ def _processes(settings: RunSettings, where: Where) -> dict[str, Any]:
     )  # fmt: skip
     workers = worker_command(
         where.scheduler_file, None, settings.threads, preload=settings.worker_preload,
+        memory=settings.memory_limit,
         python=where.python, listen=where.listen, comm=where.comm,
     )  # fmt: skip
     analytics = _analytics(settings, where, timings if timings_file else None)

@@ -109,6 +109,10 @@ class RunSettings:
     (:mod:`deisa.pca_app.stall`); ``None``: as long as it runs."""
     verbose: int = 0
     """``-v``: 1 logs at info, 2 at debug level."""
+    memory_limit: int | str | None = "auto"
+    """Each worker's ``--memory-limit``: bytes (``auto`` resolved for this node by
+    :func:`~deisa.launcher.dask_processes.memory_limit`), ``"auto"`` (``deisa-run slurm``:
+    dask's own on the worker's node) or ``None`` (no limit)."""
 
     @property
     def placement(self) -> str:
@@ -124,6 +128,7 @@ class RunSettings:
             "ranks": self.ranks,
             "workers": self.workers,
             "threads": self.threads,
+            "memory_limit": self.memory_limit,
             "solver": self.solver,
             "placement": self.placement,
             "buffer_nb": self.buffer_nb,

@@ -373,7 +373,15 @@ class _Pipeline:
         """Give up if the oldest fit made no progress for ``stall_timeout`` seconds."""
         stalled_s, timeout = now - self.last_progress, self.settings.stall_timeout
         if self.in_flight and timeout is not None and stalled_s > timeout:
-            raise PipelineError(self.in_flight[0].describe(self.array, now))
+            pressure = "".join(f"; {line}" for line in self._memory_pressure())
+            raise PipelineError(self.in_flight[0].describe(self.array, now) + pressure)
+
+    def _memory_pressure(self) -> list[str]:
+        """The scheduler's lines on workers paused or spilling for memory (a live stream)."""
+        try:
+            return list(self.adapter.stats().get("memory") or [])  # type: ignore[union-attr]
+        except Exception:  # a replay, or the scheduler gone too: the stall is what is known
+            return []
 
 
 def warm_up(client: Client, n_components: int = 4, block: int = 16) -> PendingFit | None:

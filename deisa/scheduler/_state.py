@@ -16,12 +16,29 @@ from collections import Counter
 from typing import Any
 
 from .. import _dask_internals
-from ._streams import UNCLAIMED, Lost, Step, Stream, insert
+from ._streams import Lost, Step, Stream, insert
 from .contracts import ContractStore
 from .steering import SteeringValues
 
 # the extension's one logger, whichever module logs: its records keep the name users filter on
 logger = logging.getLogger(__name__)
+
+TRIM_EVERY = 100
+"""Every so many steps published, the scheduler forgets what distributed keeps per
+computation (:meth:`StreamState._trim`): a long run's memory stays flat."""
+SPANS_KEPT = 100
+"""The newest computations (spans) whose records the scheduler keeps, whatever their age."""
+SPANS_GRACE_S = 60.0
+"""How long a finished computation's record is kept (a worker's heartbeat may still report it)."""
+MIB = 2**20
+
+KEY_SPLIT_CACHE = 10_000
+"""The key prefixes dask may cache (``key_split``: one per step's key name) before emptying."""
+
+
+def mib(nbytes: float) -> str:
+    """``nbytes`` for a person: ``"118 MiB"``."""
+    return f"{nbytes / MIB:.0f} MiB"
 
 
 class StreamState:
@@ -73,6 +90,37 @@ class StreamState:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    def pressure(self) -> list[str]:
+        """One line per worker paused for memory (which worker, its use, its limit), or
+        spilling to disk for it; ``[]`` when none is."""
+        lines = []
+        for ws in self.scheduler.workers.values():
+            memory, limit = ws.memory, ws.memory_limit
+            of_limit = f"of its memory limit of {mib(limit)}" if limit else "(no memory limit)"
+            if ws.status.name == "paused":
+                lines.append(
+                    f"worker {ws.address} is paused for memory: {mib(memory.process)} in use "
+                    f"{of_limit}; its tasks wait until it frees some"
+                )
+            elif memory.spilled:
+                lines.append(
+                    f"worker {ws.address} is spilling to disk for memory: {mib(memory.spilled)} "
+                    f"spilled, {mib(memory.process)} in use {of_limit}"
+                )
+        return lines
+
+    def _trim(self) -> None:
+        """Forget what distributed would keep for the life of the scheduler, one record per step
+        (every :data:`TRIM_EVERY` steps published): the finished computations' spans and their
+        task groups, dask's cache of key prefixes. The extension's own records of a run are
+        bounded by ``buffer_nb`` and the readers."""
+        forgotten = _dask_internals.forget_finished_spans(self.scheduler, SPANS_KEPT, SPANS_GRACE_S)
+        emptied = _dask_internals.trim_key_split_cache(KEY_SPLIT_CACHE)
+        if forgotten or emptied:
+            logger.debug(
+                "deisa: forgot %d finished span(s), emptied key cache: %s", forgotten, emptied
+            )
+
     def _lose(self, stream: Stream, marker: Lost, readers: Any, step: Step | None = None) -> None:
         """``marker`` takes the place of ``step`` (or its step's place, for a step never
         queued) in the queues of ``readers``; the stream lets go of the step's keys."""
@@ -106,7 +154,7 @@ class StreamState:
         if stream.run is not None:
             _dask_internals.forget_holder(self.scheduler, stream.holder)
         for name, reader in list(stream.readers.items()):
-            if (reader.run is not None and reader.run == stream.run) or name == UNCLAIMED:
+            if (reader.run is not None and reader.run == stream.run) or reader.waiting:
                 del stream.readers[name]
             else:
                 reader.queue.clear()
@@ -114,4 +162,5 @@ class StreamState:
         stream.pending.clear()
         stream.deferred.clear()
         stream.closed, stream.published, stream.taken = False, 0, 0
-        stream.dropped, stream.lost, stream.last_taken = [], [], None
+        stream.dropped.clear()
+        stream.ndropped, stream.lost, stream.last_taken = 0, [], None

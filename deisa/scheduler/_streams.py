@@ -18,7 +18,12 @@ counts as one).
   ``deisa_get`` of it. It receives the steps published after that; the first reader of a run
   (or the first after every reader left) also takes the steps that waited for a reader: before
   any reader is attached, steps are held for the first one (within ``buffer_nb``), so either
-  side may start first.
+  side may start first. A run opened for ``consumers`` readers (the Bridge's option) holds its
+  steps that way for each of them: until the ``consumers``-th reader has attached, each one
+  yet to come has its own queue, which flow control waits for like any reader's, and which the
+  next reader to attach takes; so a second analytics that starts late, under load, still
+  receives the run from its first step. A reader that joins when every expected one has come
+  starts at the next step.
 - Two consumers on one client that take the same step: the second ``deisa_get`` answers
   ``confirm: True`` and the stream keeps its claim on the keys until the client's
   ``deisa_step_taken`` arrives on its batched stream, after any release the client sent for the
@@ -75,9 +80,20 @@ from typing import Any
 
 from ..wire import Reply, Status, error
 
+DROPPED_KEPT = 1000
+"""The steps dropped by ``on_full="drop_oldest"`` that a stream lists (``deisa_stats``): the
+last ones; a long run that drops most steps keeps no more."""
+
 UNCLAIMED = ""
 """The reader that holds the steps published while no consumer is attached (start-order
-independence): the first reader to attach takes its place."""
+independence): the first reader to attach takes its place. A run that expects more consumers
+(``deisa_open``'s ``consumers``) has one such reader per consumer not attached yet, named
+:func:`unclaimed` ``(i)``."""
+
+
+def unclaimed(index: int) -> str:
+    """The name of the ``index``-th reader holding steps for a consumer yet to attach."""
+    return UNCLAIMED if index == 0 else f"{UNCLAIMED}#unclaimed-{index}"
 
 
 @dataclass(eq=False)
@@ -140,6 +156,7 @@ class Reader:
     queue: deque[Entry] = field(default_factory=deque)
     run: str | None = None  # the run it reads; None: the next one to open
     taken: int = 0
+    waiting: bool = False  # holds the steps for a consumer yet to attach (see UNCLAIMED)
 
     def queued_steps(self) -> int:
         """Steps to take (lost ones do not count: flow control does not wait for them)."""
@@ -155,7 +172,10 @@ class Stream:
     meta: dict[str, Any] | None = None
     buffer_nb: int | None = None
     on_full: str = "block"
-    dropped: list[int] = field(default_factory=list)
+    consumers: int = 1  # the consumers the run holds its steps for until they attach
+    # the last DROPPED_KEPT steps dropped (on_full="drop_oldest"), and how many in all
+    dropped: deque[int] = field(default_factory=lambda: deque(maxlen=DROPPED_KEPT))
+    ndropped: int = 0
     lost: list[tuple[int, str]] = field(default_factory=list)  # (step, departed worker)
     readers: dict[str, Reader] = field(default_factory=dict)
     pending: dict[int, Step] = field(default_factory=dict)  # steps some reader has to take
@@ -193,7 +213,17 @@ class Stream:
     def some_reader(self, run: str) -> None:
         """Give the stream the unclaimed reader if it has none, to hold what comes."""
         if not self.readers:
-            self.readers[UNCLAIMED] = Reader(UNCLAIMED, set(), run=run)
+            self.readers[UNCLAIMED] = Reader(UNCLAIMED, set(), run=run, waiting=True)
+
+    def expect(self, run: str) -> None:
+        """At the opening of ``run``: one unclaimed reader per consumer expected and not
+        attached yet (each waiting reader counts as one), to hold the steps for it."""
+        for index in range(sum(1 for r in self.readers.values() if r.run == run), self.consumers):
+            self.readers[unclaimed(index)] = Reader(unclaimed(index), set(), run=run, waiting=True)
+
+    def unclaimed_reader(self) -> Reader | None:
+        """A reader holding steps for a consumer yet to attach, if any."""
+        return next((r for r in self.readers.values() if r.waiting), None)
 
     async def notify(self) -> None:
         await notify(self.changed)

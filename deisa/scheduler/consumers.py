@@ -23,9 +23,9 @@ class Consumers(StreamState):
             return reader
         if stream.run is None or stream.consumed:
             reader = Reader(name, {consumer})  # waits for the next run
-        elif UNCLAIMED in stream.readers:  # the first reader takes the steps that waited
-            unclaimed = stream.readers.pop(UNCLAIMED)
-            reader = Reader(name, {consumer}, unclaimed.queue, unclaimed.run)
+        elif (held := stream.unclaimed_reader()) is not None:  # it takes the steps that waited
+            del stream.readers[held.name]
+            reader = Reader(name, {consumer}, held.queue, held.run)
         else:  # joins mid-run: starts at the next step
             reader = Reader(name, {consumer}, run=stream.run)
             if stream.closed:
@@ -42,7 +42,9 @@ class Consumers(StreamState):
         steps = [entry for entry in reader.queue if isinstance(entry, Step)]
         if not stream.readers and stream.run is not None and (steps or not stream.closed):
             # the last reader left mid-run: what it had not taken waits for the next one
-            stream.readers[UNCLAIMED] = Reader(UNCLAIMED, set(), reader.queue, reader.run)
+            stream.readers[UNCLAIMED] = Reader(
+                UNCLAIMED, set(), reader.queue, reader.run, waiting=True
+            )
             return
         for step in steps:
             self._untake(stream, step)

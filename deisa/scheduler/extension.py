@@ -22,7 +22,9 @@ Routes (RPC handlers on the scheduler):
 - ``deisa_watch_workers(known, timeout)``: ``ok(workers=[[address, nthreads], ...])`` as soon
   as the workers' addresses differ from ``known``, else after ``timeout`` seconds; how a
   Bridge learns that a worker left or joined without waiting on a connection timeout.
-- ``deisa_open(name, run, meta, buffer_nb, on_full)``: a Bridge announces an array.
+- ``deisa_open(name, run, meta, buffer_nb, on_full, consumers=1)``: a Bridge announces an
+  array, whose steps are held for ``consumers`` readers until they attach (see "Consumers and
+  groups" in :mod:`._streams`).
 - ``deisa_publish(name, run, step, blocks, timeout, contract=None)``: register one step's blocks
   (``[key, worker, nbytes]`` triples) and queue it for every reader; while a reader has
   ``buffer_nb`` steps to take it waits (``on_full="block"``, up to ``timeout``) or releases the
@@ -42,12 +44,15 @@ Routes (RPC handlers on the scheduler):
   next one if the current one is consumed. A step's record carries its block keys, the worker
   holding each block (``workers``, as the Bridge reported it) and those workers' thread counts
   (``nthreads``), so the analytics' splitter need not ask again. A step lost with a worker
-  answers ``Status.LOST`` with ``step`` and ``workers``; the end answers ``Status.END``.
+  answers ``Status.LOST`` with ``step`` and ``workers``; the end answers ``Status.END``. A
+  step's record and a timeout carry ``memory``, the lines of ``deisa_stats``'s, when a worker
+  is paused or spilling for memory.
 - ``deisa_attach(name, client, consumer, group=None)``: attach the consumer now (``zip``
   attaches to all its arrays before waiting for the first).
 - ``deisa_detach(consumer, names=None)``: the consumer leaves those arrays (default: all).
 - ``deisa_stats()``: message counts per route and per stream, with each stream's readers and
-  its lost steps (``[step, worker]``); a plain dict, not a reply.
+  its lost steps (``[step, worker]``), and ``memory``: a line per worker paused (or spilling)
+  for memory, naming it and its limit; a plain dict, not a reply.
 - ``deisa_set_value(name, value)``, ``deisa_get_value(name)``: steering values, the analytics'
   answers to the simulation (:mod:`deisa.analysis.steering`).
 - ``deisa_set_contract``, ``deisa_get_contract``, ``deisa_watch_contracts``: what the analytics
@@ -65,7 +70,6 @@ from distributed.diagnostics.plugin import SchedulerPlugin
 from ..wire import EXTENSION_NAME, Route
 from . import contracts, steering
 from ._state import logger
-from ._streams import UNCLAIMED
 from .publishing import Publishing
 from .taking import Taking
 from .workers import Workers
@@ -105,6 +109,7 @@ class StreamExtension(Publishing, Taking, Workers, SchedulerPlugin):
             "totals": {name: dict(counts) for name, counts in self.totals.items()},
             "steering": self.steering.stats(),
             "contracts": self.contracts.stats(),
+            "memory": self.pressure(),
             "streams": {
                 name: {
                     "run": s.run,
@@ -121,7 +126,7 @@ class StreamExtension(Publishing, Taking, Workers, SchedulerPlugin):
                             "queued": r.queued_steps(),
                         }
                         for r in s.readers.values()
-                        if r.name != UNCLAIMED
+                        if not r.waiting
                     },
                 }
                 for name, s in self.streams.items()

@@ -8,8 +8,8 @@ from typing import Any
 
 from .. import _dask_internals
 from ..wire import PROTOCOL, Reply, Status, error, ok
-from ._state import StreamState, logger
-from ._streams import UNCLAIMED, End, Lost, Reader, Step, Stream, insert
+from ._state import TRIM_EVERY, StreamState, logger
+from ._streams import End, Lost, Reader, Step, Stream, insert
 
 
 class Publishing(StreamState):
@@ -22,6 +22,7 @@ class Publishing(StreamState):
         meta: dict[str, Any],
         buffer_nb: int | None,
         on_full: str = "block",
+        consumers: int = 1,
     ) -> Reply:
         self.calls["open"] += 1
         stream = self._stream(name)
@@ -33,9 +34,10 @@ class Publishing(StreamState):
         if stream.run != run:  # a new run replaces a finished one, in place: getters may wait on it
             self._retire(stream)
         stream.run, stream.meta, stream.buffer_nb = run, meta, buffer_nb
-        stream.on_full = on_full
+        stream.on_full, stream.consumers = on_full, max(1, int(consumers))
         for reader in stream.readers.values():
             reader.run = run  # those waiting for the next run
+        stream.expect(run)
         await stream.notify()
         # the array's contract, checked against it, applies from the run's first step
         return ok(protocol=PROTOCOL, **self.contracts.opened(name, meta))
@@ -81,6 +83,8 @@ class Publishing(StreamState):
         stream.published += 1
         nbytes = sum(n for *_, n in present)
         self.totals.setdefault(name, Counter()).update(published=1, bytes=nbytes)
+        if self.calls["publish"] % TRIM_EVERY == 0:
+            self._trim()
         await stream.notify()
         return ok()
 
@@ -96,16 +100,33 @@ class Publishing(StreamState):
             if not has_room:
                 _dask_internals.release_keys(self.scheduler, keys, stream.holder)
                 slowest = max(stream.readers.values(), key=Reader.queued_steps)
-                who = (
-                    "no consumer is attached"
-                    if slowest.name == UNCLAIMED
-                    else f"slowest reader: {slowest.name}"
+                attached = sum(1 for r in stream.readers.values() if not r.waiting)
+                if not slowest.waiting:
+                    who = f"slowest reader: {slowest.name}"
+                elif attached:
+                    who = (
+                        f"{stream.consumers - attached} of the consumers={stream.consumers} "
+                        "expected have not attached"
+                    )
+                elif stream.taken:  # they took steps, then detached (closed, or their client left)
+                    who = "the consumers that took steps have detached: none is attached now"
+                else:
+                    who = "no consumer is attached"
+                pressure = self.pressure()
+                why = (
+                    "; the analytics' tasks wait for memory: "
+                    + "; ".join(pressure)
+                    + " (raise the workers' memory limit, deisa-run --memory-limit, or lower "
+                    "buffer_nb: docs/reliability.md)"
+                    if pressure
+                    else ""
                 )
                 return error(
                     f"the analytics took no step of {stream.name!r} for {timeout} s while "
                     f"buffer_nb={limit} steps were waiting (taken so far: {stream.taken}); "
-                    f"step {step} was not delivered ({who})",
+                    f"step {step} was not delivered ({who}){why}",
                     Status.TIMEOUT,
+                    memory=pressure,
                 )
             if stream.last_taken is not None and step <= stream.last_taken:
                 return self._drop_late(stream, record)  # taken past it while waiting
@@ -166,13 +187,14 @@ class Publishing(StreamState):
                 reader.queue.remove(oldest)
         _dask_internals.release_keys(self.scheduler, oldest.keys, stream.holder)
         stream.dropped.append(oldest.step)
+        stream.ndropped += 1
         logger.warning(
             "deisa: dropped step %d of %r: buffer_nb=%d steps were waiting for the "
             "analytics (on_full='drop_oldest'; %d step(s) dropped so far)",
             oldest.step,
             stream.name,
             stream.buffer_nb,
-            len(stream.dropped),
+            stream.ndropped,
         )
 
     async def close_stream(

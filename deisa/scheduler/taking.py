@@ -66,6 +66,7 @@ class Taking(Consumers):
                 Status.TIMEOUT,
                 open=stream.run is not None and not stream.consumed,
                 published=0 if stream.consumed else stream.published,
+                memory=self.pressure(),
             )
         if replaced():  # its end marker went with the run it finished
             return end_reply(name, None, run)  # type: ignore[arg-type]
@@ -118,7 +119,9 @@ class Taking(Consumers):
         self.totals.setdefault(stream.name, Counter())["taken"] += 1
         stream.passed(entry.step)
         await stream.notify()
+        pressure = self.pressure()
         return ok(
+            **({"memory": pressure} if pressure else {}),
             step=entry.step,
             keys=entry.keys,
             workers=entry.workers,

@@ -1,6 +1,13 @@
 """The workers watch: the routes ``deisa_workers`` and ``deisa_watch_workers``, and the
 scheduler's worker hooks (a step with a block on a worker that left is lost for the readers that
-had not taken it)."""
+had not taken it; a worker paused for memory is named, with its limit: :meth:`Workers.pressure`).
+
+Memory pressure: a worker whose process uses more than ``distributed.worker.memory.pause``
+(80 %) of its memory limit stops running tasks until it frees some; the analytics' computations
+then wait, the steps queue up to ``buffer_nb`` and flow control holds the simulation, as it does
+for any slow analytics. The scheduler logs each pause (and its end), a publish that times out
+names the paused workers, and so does every step record and timeout the analytics receives.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +15,7 @@ from typing import Any
 
 from ..wire import WATCH_SECONDS, Reply, ok
 from . import _streams
-from ._state import StreamState
+from ._state import StreamState, logger, mib
 from ._streams import Lost
 
 
@@ -27,6 +34,23 @@ class Workers(StreamState):
         changed = self._workers_changed
         await _streams.wait_for(changed, lambda: set(self.scheduler.workers) != set(known), timeout)
         return ok(workers=self._worker_list())
+
+    def log_event(self, topic: Any, msg: Any) -> None:
+        """distributed logs each change of a worker's status: a pause for memory, and its end,
+        are logged here with the worker's limit."""
+        if not isinstance(msg, dict) or msg.get("action") != "worker-status-change":
+            return
+        if msg.get("status") == "paused":
+            ws = self.scheduler.workers.get(topic) if isinstance(topic, str) else None
+            limit = f" (memory limit {mib(ws.memory_limit)})" if ws and ws.memory_limit else ""
+            logger.warning(
+                "deisa: worker %s paused for memory%s: the analytics' tasks wait, and flow "
+                "control holds the simulation once buffer_nb steps are queued",
+                topic,
+                limit,
+            )
+        elif msg.get("prev-status") == "paused":
+            logger.info("deisa: worker %s resumed (%s)", topic, msg.get("status"))
 
     def add_worker(self, scheduler: Any, worker: str) -> None:
         """A worker joined: wake the ``deisa_watch_workers`` callers."""

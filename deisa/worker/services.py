@@ -7,6 +7,10 @@ Runs in a Dask worker process, on the worker's event loop (``setup``, ``teardown
 install them (rank 0's loop thread, a worker's relay, the analytics' client). Imports
 :mod:`deisa.wire`, :mod:`deisa.scheduler` (the extension it installs) and its siblings.
 
+The services also keep the worker's memory flat over a long run: every :data:`FOLD_DIGESTS_S`
+they fold the metrics distributed keeps per computation, one set per step's analytics, into one
+per task prefix (:func:`deisa._dask_internals.fold_span_digests`).
+
 Rank 0 registers :class:`WorkerServices` on the scheduler beside the stream extension
 (:func:`install_on_the_scheduler`), so every worker, present or future, runs it; nothing is
 added to the worker's command line (``dask worker --preload deisa.worker`` registers it before
@@ -20,6 +24,7 @@ from typing import Any
 
 from distributed import WorkerPlugin
 
+from .. import _dask_internals
 from ..wire.shm import SERVICES_NAME
 from .relay import RelayServer
 from .shm import Listener
@@ -27,6 +32,9 @@ from .shm import Listener
 logger = logging.getLogger(__name__)
 
 __all__ = ["WorkerServices", "install_on_the_scheduler", "register"]
+
+FOLD_DIGESTS_S = 10.0
+"""How often a worker folds its metrics per computation (see the module)."""
 
 
 class WorkerServices(WorkerPlugin):
@@ -39,8 +47,16 @@ class WorkerServices(WorkerPlugin):
     def __init__(self) -> None:
         self._server: Listener | None = None
         self._relay: RelayServer | None = None
+        self._fold: Any = None
 
     async def setup(self, worker: Any) -> None:
+        from tornado.ioloop import PeriodicCallback
+
+        def fold() -> None:
+            _dask_internals.fold_span_digests(worker)
+
+        self._fold = PeriodicCallback(fold, FOLD_DIGESTS_S * 1000)
+        self._fold.start()
         try:
             self._server = Listener(worker)
         except OSError as exc:  # the ranks fall back to TCP
@@ -51,6 +67,9 @@ class WorkerServices(WorkerPlugin):
             logger.warning("deisa: no relay for rank 0 on worker %s: %s", worker.address, exc)
 
     def teardown(self, worker: Any) -> None:
+        if self._fold is not None:
+            self._fold.stop()
+            self._fold = None
         if self._server is not None:
             self._server.close()
             self._server = None

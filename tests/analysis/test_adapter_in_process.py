@@ -111,3 +111,36 @@ def test_lost_steps_are_named_skipped_or_raised_and_leave_no_key() -> None:
         await until_released(s, [a], "r1")  # no key of either array is left
 
     run()
+
+
+def test_workers_paused_for_memory_are_named_when_a_step_is_taken_and_at_a_timeout(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Workers limited to 100 MB pause at once (this process uses more): the analytics is told
+    why its computations wait (issue #54), the steps themselves still come."""
+
+    @gen_cluster(client=True, worker_kwargs={"memory_limit": "100 MB"}, timeout=120)
+    async def run(c, s, a, b) -> None:
+        await async_poll_for(
+            lambda: all(w.status.name == "paused" for w in s.workers.values()), WAIT
+        )
+        await install(c, s)
+        rank0 = Rank0(c, [a, b], "t", "r1")
+        await rank0.open()
+        await rank0.publish(0)
+
+        def analytics() -> None:
+            with Client(s.address, timeout=WAIT) as client, Adapter(client, timeout=0.5) as adapter:
+                with caplog.at_level("WARNING", logger="deisa.analysis._stream_array"):
+                    assert adapter["t"][0] is not None  # step 0 taken: its record names them
+                assert f"worker {a.address} is paused for memory" in caplog.text
+                assert "of its memory limit of 95 MiB" in caplog.text
+                with pytest.raises(
+                    TimeoutError, match=f"; worker {b.address} is paused for memory"
+                ):
+                    adapter["t"][1]
+                assert adapter.stats()["memory"]
+
+        await in_thread(analytics)
+
+    run()

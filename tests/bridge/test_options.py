@@ -24,6 +24,7 @@ DEFAULTS = {
     "on_scheduler_loss": "continue",
     "shm_pool_mib": None,
     "shm_pool_scope": "rank",
+    "consumers": 1,
 }
 
 
@@ -119,7 +120,8 @@ def test_options_from_mapping_rejects_unknown_keys_naming_them() -> None:
     assert info.value.option == "bufer_nb"
     assert str(info.value) == (
         "run.yml: unknown Bridge option(s) ['bufer_nb', 'zz']; valid options are "
-        "['buffer_nb', 'connect_timeout', 'max_in_flight', 'min_workers', 'mode', 'on_full', "
+        "['buffer_nb', 'connect_timeout', 'consumers', 'max_in_flight', 'min_workers', 'mode', "
+        "'on_full', "
         "'on_scheduler_loss', 'on_worker_loss', 'placement', 'shm_pool_mib', 'shm_pool_scope', "
         "'timeout', 'transport']"
     )
@@ -141,7 +143,7 @@ def test_options_from_mapping_prefixes_the_source() -> None:
         BridgeOptions(mode="sync", max_in_flight=5),
         BridgeOptions(on_worker_loss="fail", on_scheduler_loss="fail", transport="tcp"),
         BridgeOptions(shm_pool_mib=0, shm_pool_scope="node"),
-        BridgeOptions(shm_pool_mib=1024.0),
+        BridgeOptions(shm_pool_mib=1024.0, consumers=2),
     ],
     ids=["defaults", "set", "none", "inf", "sync", "fail", "no pool", "pool"],
 )
@@ -161,6 +163,7 @@ def test_options_argv_round_trip(options: BridgeOptions) -> None:
         "--on-scheduler-loss",
         "--shm-pool-mib",
         "--shm-pool-scope",
+        "--consumers",
     ]
     assert BridgeOptions.from_namespace(parser().parse_args(argv)) == options
 

@@ -231,3 +231,15 @@ def test_an_installed_engine_is_checked_where_it_was_found(
     assert "the ADIOS2 memory selection guard preloaded from" in err, err
     assert f"{installed / GUARD_FILE} is writable by other accounts (mode 664)" in err
     assert parse.run_settings(SLURM, argv) is not None  # the settings alone find no fault
+
+
+def test_memory_limit_is_a_size_auto_or_none_and_the_error_names_the_option() -> None:
+    from deisa.launcher.checks import parse_memory_limit
+
+    assert parse_memory_limit("4GiB") == 4 * 2**30
+    assert parse_memory_limit(1000) == 1000
+    assert parse_memory_limit("AUTO") == "auto"
+    assert parse_memory_limit("none") is parse_memory_limit(None) is None
+    for bad in ("lots", "0", -5, True):
+        with pytest.raises(UsageError, match="--memory-limit="):
+            parse_memory_limit(bad)

@@ -64,8 +64,29 @@ def test_the_workers_command_is_dask_processes_one(tmp_path: Path) -> None:
     scheduler_file = str((settings.output / "scheduler.json").absolute())
     assert plan.workers.argv == worker_command(
         scheduler_file, None, settings.threads, preload=settings.worker_preload,
-        comm=["--protocol", "tls"],
+        comm=["--protocol", "tls"], memory=settings.memory_limit,
     )  # fmt: skip
+
+
+def test_the_workers_memory_limit_is_given_or_sized_from_this_node_and_the_step(
+    tmp_path: Path,
+) -> None:
+    from deisa.launcher.dask_processes import MIN_MEMORY_LIMIT, memory_limit
+
+    def limit(command: str, *argv: str) -> str:
+        settings = settings_of(command, "--solver", "python", "-o", str(tmp_path / "o"), *argv)
+        argv = make_plan(settings, JOB if command == SLURM else None).workers.argv
+        return argv[argv.index("--memory-limit") + 1]
+
+    step = 8 * 1024 * 512  # float64, --size 1024 512
+    auto = memory_limit(3, step)
+    assert limit(RUN, "--size", "1024", "512", "--workers", "3") == str(auto)
+    assert MIN_MEMORY_LIMIT <= auto <= (memory_limit(3, 0))
+    assert memory_limit(2, 64 * 2**20, total=2**30) == (2**30 - 2 * 64 * 2**20) // 2
+    assert memory_limit(4, 0, total=2**30) == MIN_MEMORY_LIMIT  # never below
+    assert limit(RUN, "--memory-limit", "120MB") == "120000000"
+    assert limit(RUN, "--memory-limit", "none") == "0"  # dask worker: no limit
+    assert limit(SLURM, "--memory-limit", "auto") == "auto"  # dask's own, on the worker's node
 
 
 def test_a_user_command_gets_the_scheduler_file_and_the_plugin(tmp_path: Path) -> None:

@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from typing import Any
+from unittest import mock
 
 import numpy as np
 import pytest
 from distributed import Client, Worker
+from distributed.core import Status as Status_
 from distributed.utils_test import async_poll_for, captured_logger, gen_cluster
 from stream_driver import (
     EXPIRE,
@@ -884,3 +887,135 @@ async def test_a_lost_step_whose_marker_was_read_is_passed_and_not_delivered_aga
     await until_gone(s, [a], rank0.keys(0) + again.keys(0))  # neither publication is held
     assert await again.publish(1) == ok()  # the run goes on after it
     assert fields(await get(c, "t"), "step") == (Status.OK, 1)
+
+
+@gen_cluster(client=True)
+async def test_a_timeout_after_every_consumer_detached_says_so_not_no_consumer(
+    c: Client, s: Any, a: Any, b: Any
+) -> None:
+    _, rank0 = await opened(c, s, [a, b], publish=[0], buffer_nb=1)
+    assert (await get(c, "t", consumer="pca"))["step"] == 0
+    await rank0.publish(1)
+    await c.scheduler.deisa_detach(consumer="pca")  # e.g. the analytics gave up and closed
+    reply = await rank0.publish(2, timeout=EXPIRE)
+    assert status(reply) is Status.TIMEOUT
+    assert reply["message"].endswith(
+        "(taken so far: 1); step 2 was not delivered (the consumers that took steps have "
+        "detached: none is attached now)"
+    )
+
+
+@gen_cluster(client=True)
+async def test_a_run_for_two_consumers_holds_every_step_for_the_one_that_attaches_late(
+    c: Client, s: Any, a: Any, b: Any
+) -> None:
+    """Two analytics started with the simulation: under load the second attaches steps later
+    (issue #54: one of them ended with 6 of 20 steps). A run opened for consumers=2 holds its
+    steps for the second until it comes, and flow control waits for it meanwhile."""
+    ext, rank0 = await opened(c, s, [a, b], publish=[0, 1], buffer_nb=2, consumers=2)
+    assert [(await get(c, "t", consumer="first"))["step"] for _ in range(2)] == [0, 1]
+    assert status(await rank0.publish(2, timeout=EXPIRE)) is Status.TIMEOUT  # held for "late"
+    assert (
+        "1 of the consumers=2 expected have not attached"
+        in (await rank0.publish(2, timeout=EXPIRE))["message"]
+    )
+    assert [(await get(c, "t", consumer="late"))["step"] for _ in range(2)] == [0, 1]
+    for step in (2, 3):
+        assert await rank0.publish(step) == ok()
+    await rank0.close(4)
+    for consumer in ("first", "late"):
+        assert [(await get(c, "t", consumer=consumer)).get("step") for _ in range(3)] == [
+            2, 3, None,  # then the end
+        ]  # fmt: skip
+    assert ext.stats()["streams"]["t"]["run"] is None  # both read the end: the run retired
+    assert held(s, holder("t", "r1")) == set()  # the stream let go of every step
+
+
+@gen_cluster(client=True)
+async def test_a_consumer_joining_a_run_for_one_starts_at_the_next_step(
+    c: Client, s: Any, a: Any, b: Any
+) -> None:
+    _, rank0 = await opened(c, s, [a, b], publish=[0], buffer_nb=2)  # consumers=1 (default)
+    assert (await get(c, "t", consumer="first"))["step"] == 0
+    await c.scheduler.deisa_attach(name="t", client=c.id, consumer="late")
+    assert await rank0.publish(1) == ok()
+    assert (await get(c, "t", consumer="late"))["step"] == 1
+
+
+# -- memory pressure ---------------------------------------------------------------------------
+
+
+@gen_cluster(
+    client=True, nthreads=[("", 1), ("", 1)], worker_kwargs={"memory_limit": "100 MB"}, timeout=120
+)
+async def test_a_worker_paused_for_memory_is_named_to_both_sides_while_flow_control_holds(
+    c: Client, s: Any, a: Any, b: Any
+) -> None:
+    """This test process uses more than 80 % of 100 MB: its workers pause, as a worker whose
+    blocks and the analytics' temporaries outgrow its limit does (issue #54: the simulation
+    was told "no consumer is attached" while the analytics waited for memory)."""
+    await async_poll_for(lambda: all(ws.status.name == "paused" for ws in s.workers.values()), WAIT)
+    with captured_logger("deisa.scheduler") as log:
+        ext, rank0 = await opened(c, s, [a, b], publish=[0], buffer_nb=1)
+        a.status = Status_.running  # its memory monitor pauses it again at once
+        await async_poll_for(lambda: "paused for memory" in log.getvalue(), WAIT)
+    assert f"worker {a.address} paused for memory (memory limit 95 MiB)" in log.getvalue()
+
+    record = await get(c, "t", consumer="pca")  # the steps still come; computing them waits
+    assert record["step"] == 0
+    assert any(
+        line.startswith(f"worker {a.address} is paused for memory: ")
+        and line.endswith("of its memory limit of 95 MiB; its tasks wait until it frees some")
+        for line in record["memory"]
+    ), record["memory"]
+    assert ext.stats()["memory"] == list(ext.pressure())
+    assert await rank0.publish(1) == ok()
+    reply = await rank0.publish(2, timeout=EXPIRE)  # flow control held it, then gave up
+    assert status(reply) is Status.TIMEOUT
+    message = reply["message"]
+    assert (
+        "step 2 was not delivered (slowest reader: pca); the analytics' tasks wait for " in message
+    )
+    assert f"worker {a.address} is paused for memory" in message
+    assert "deisa-run --memory-limit" in message and "no consumer" not in message
+
+
+# -- long runs ---------------------------------------------------------------------------------
+
+
+@gen_cluster(client=True, timeout=240)
+async def test_a_long_run_keeps_the_schedulers_records_per_step_bounded(
+    c: Client, s: Any, a: Any, b: Any
+) -> None:
+    """Each step's analytics is a computation of its own, on keys naming the step: distributed
+    keeps a span and its task groups per computation, forever (about 8 KiB a step, issue #54).
+    The extension forgets the finished ones every TRIM_EVERY steps published, beyond the newest
+    SPANS_KEPT: the scheduler's records stay flat however many steps a run takes."""
+    import dask.array as da
+    from dask.utils import key_split
+
+    from deisa.scheduler import _state
+
+    spans = s.extensions["spans"]
+    sizes = []
+    with (
+        mock.patch.object(_state, "SPANS_GRACE_S", 0.0),
+        mock.patch.object(_state, "SPANS_KEPT", 5),
+        mock.patch.object(_state, "KEY_SPLIT_CACHE", 50),
+    ):
+        ext, rank0 = await opened(c, s, [a, b], buffer_nb=2)
+        for step in range(3 * _state.TRIM_EVERY):
+            assert await rank0.publish(step) == ok()
+            record = await get(c, "t")
+            futures = [_dask_internals.future_in_memory(key, c) for key in record["keys"]]
+            blocks = [da.from_delayed(f, (2, 3), float) for f in futures]
+            assert await c.compute(da.concatenate(blocks).sum()) == 6 * (20 * step + 1)
+            del futures, blocks
+            if step % _state.TRIM_EVERY == _state.TRIM_EVERY - 1:
+                sizes.append(len(spans.spans))
+        await rank0.close(3 * _state.TRIM_EVERY)
+    assert max(sizes) <= 5 + 2, sizes  # the newest kept, and those of the last step's take
+    assert key_split.cache_info().currsize <= 50 + 1
+    stream = ext.streams["t"]
+    assert not stream.pending and not stream.deferred and stream.dropped == deque()
+    await until_released(s, [a, b], "r1")

@@ -281,6 +281,7 @@ async def _open_arrays(
                 meta=meta(dec, run),
                 buffer_nb=options.buffer_nb,
                 on_full=options.on_full,
+                consumers=options.consumers,
             ),
             connect_timeout,
         )
