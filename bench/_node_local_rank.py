@@ -9,7 +9,7 @@ publish's duration, CPU time on the rank's thread and involuntary context switch
 thread (``publish_preempted``), the resident memory before the Bridge and after the publishes, the
 transport the blocks took, and how the sustained publishes placed them in shared memory
 (``slots``: into a slot mapped ahead, a slot given back, or a fresh one; the Bridge's debug
-lines, :data:`deisa.bridge.transport.SLOT_PATHS`). With ``--bursts N``, the sustained publishes
+lines, :data:`deisa.bridge.shm.transport.SLOT_PATHS`). With ``--bursts N``, the sustained publishes
 are repeated N times, once the analytics has taken the last burst (``--taken``: its count of
 steps) and ``--pause-s`` after (the worker frees the slots): one
 entry of ``bursts`` each; the top-level figures are the first burst's. ``pool``: the Bridge's
@@ -90,7 +90,7 @@ def sustain(
     registered: the burst's figures; ``into``, the yardstick's buffer (:func:`_memcpy.scratch`,
     made before the memory is measured: it is the benchmark's, not the Bridge's)."""
     slots = SlotPaths()
-    placed = logging.getLogger("deisa.bridge.transport")
+    placed = logging.getLogger("deisa.bridge.shm.transport")
     placed.addHandler(slots)
     placed.setLevel(logging.DEBUG)
     # the debug lines counted here are the benchmark's, not the Bridge's cost: no caller lookup

@@ -59,9 +59,9 @@ async def _run(steps: int, grace: float) -> dict[str, Any]:
 
     from deisa import _dask_internals
     from deisa.scheduler import _state
-    from deisa.scheduler.extension import PLUGIN_NAME, StreamExtension
+    from deisa.scheduler.extension import EXTENSION_NAME, StreamExtension
     from deisa.wire import step_key_name
-    from deisa.worker.plugin import SharedMemoryPlugin
+    from deisa.worker.services import WorkerServices
 
     _state.SPANS_GRACE_S = grace
     dask.config.set(HISTORIES)
@@ -74,8 +74,8 @@ async def _run(steps: int, grace: float) -> dict[str, Any]:
         Client(s.address, asynchronous=True) as c,
     ):
         await c.register_plugin(StreamExtension())
-        await c.register_plugin(SharedMemoryPlugin())  # deisa's worker plugin, as deisa-run's
-        ext = s.plugins[PLUGIN_NAME]
+        await c.register_plugin(WorkerServices())  # deisa's worker services, as deisa-run's
+        ext = s.plugins[EXTENSION_NAME]
         await ext.open_stream("t", "run", {"dtype": "<f8"}, buffer_nb=2)
         began = time.perf_counter()
         for step in range(steps):

@@ -92,7 +92,7 @@ from bench._common import (
     pinned_to,
     table,
 )
-from deisa.bridge.transport import SLOT_PATHS
+from deisa.bridge.shm.transport import SLOT_PATHS
 from deisa.wire.shm import slot_bytes
 
 RANK = Path(__file__).with_name("_node_local_rank.py")

@@ -4,7 +4,7 @@
     sysctl vm.nr_hugepages=1100                                # as root, for the hugetlb row
     echo advise > /sys/kernel/mm/transparent_hugepage/shmem_enabled   # for the THP row
 
-One process, one slot per kind of page the node offers now (``deisa.bridge._shm_pool``), for
+One process, one slot per kind of page the node offers now (``deisa.bridge.shm.pool``), for
 each block size (``--sizes``, MiB): the time to populate the slot (what the pool's thread
 pays, off the publish path), then the copy of a block into the populated slot (what a publish
 pays), against ``np.copyto`` into private memory (memcpy: numpy's, in transparent huge pages
@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from bench._common import finish, loadavg, median, table
-from deisa.bridge._shm_pool import (
+from deisa.bridge.shm.pool import (
     HUGETLB,
     SMALL,
     THP,

@@ -8,10 +8,17 @@ The names below are imported on first use (PEP 562), so that a simulation rank i
 ``deisa.bridge`` (or the PDI plugin) does not pay for the analytics' dask.array, scipy and
 scikit-learn imports.
 
-The package reads as the data flow: :mod:`deisa.bridge` (the simulation side, one Bridge per
-rank), :mod:`deisa.scheduler` (the scheduler extension), :mod:`deisa.analysis` (Adapter,
-splitter, PCA), sharing only :mod:`deisa.wire` (the protocol) and :mod:`deisa.contract`;
-:mod:`deisa.launcher` (``deisa-run``) sits beside them and nothing imports it.
+The package reads as the data flow, one sub-package per process it runs in:
+:mod:`deisa.bridge` (the simulation side, one Bridge per rank), :mod:`deisa.worker` (inside the
+Dask workers), :mod:`deisa.scheduler` (the scheduler extension), :mod:`deisa.analysis`
+(Adapter, splitter, PCA), sharing only :mod:`deisa.wire` (what they send each other),
+:mod:`deisa.contract` (what a contract is), :mod:`deisa._dask_internals` (the one door to
+distributed's private API) and :mod:`deisa._lazy` (names imported on first use).
+:mod:`deisa.insitu` is deisa-core's backend over both sides; :mod:`deisa.pca_app` the built-in
+PCA that :mod:`deisa.launcher` (``deisa-run``) runs; :mod:`deisa.doctor` what a run needs
+(``python -m deisa doctor``). Nothing imports the launcher. docs/architecture.md is the map.
+
+Runs in every process that imports deisa; imports nothing at import time (PEP 562).
 """
 
 from __future__ import annotations

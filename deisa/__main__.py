@@ -1,5 +1,8 @@
 """``python -m deisa COMMAND``: ``doctor`` prints what a run needs, as found here
-(:mod:`deisa.doctor`). ``deisa-run`` (:mod:`deisa.launcher`) runs."""
+(:mod:`deisa.doctor`). ``deisa-run`` (:mod:`deisa.launcher`) runs.
+
+Runs in that command's process; imports :mod:`deisa.doctor` only.
+"""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ file and one test, not the whole package.
   ``Client.scatter(direct=True)`` does internally, without the scheduler round trips
   scatter adds (a cores query and a registration per call).
 - :func:`store_on_worker`: the same ``update_data``, called inside the worker (the
-  shared-memory path, :mod:`deisa.worker.plugin`, hands it arrays over shared slots).
+  shared-memory path, :mod:`deisa.worker.shm`, hands it arrays over shared slots).
 - :func:`open_comm` and :func:`send_blocks_on`: the same RPC in two halves, the connection
   (``ConnectionPool.connect``, documented "for internal use") then the call over it, so that
   a caller can watch the connection being made (``mode="sync"`` sends, docs/reliability.md).
@@ -34,6 +34,9 @@ distributed is imported by the functions that use it, not by this module: a simu
 imports this module on its main thread and sends from its event-loop thread, which imports
 distributed there, off the simulation's path (docs/benchmarks.md, "Start-up of a rank"). Such
 an import off the main thread starts with :func:`import_distributed`.
+
+Runs in every process of a run (a rank's loop thread, the workers', the scheduler's and the
+analytics' event loops); imports nothing of deisa.
 """
 
 from __future__ import annotations
@@ -71,7 +74,7 @@ async def send_blocks_to_worker(
     registers it), so this costs the scheduler nothing. The bytes are written from the arrays'
     own buffers; a non-contiguous view is packed once by distributed's numpy serializer.
     ``pool`` is a :class:`distributed.core.ConnectionPool` or a
-    :class:`deisa.bridge._connect.Pool`.
+    :class:`deisa.bridge.link.connect.Connections`.
     """
     import_distributed()
     from distributed.protocol import to_serialize

@@ -1,5 +1,8 @@
 """Names a package imports on first use (PEP 562), shared by ``deisa``, ``deisa.bridge`` and
-``deisa.analysis``, so that importing a package does not import what its names need."""
+``deisa.analysis``, so that importing a package does not import what its names need.
+
+Runs in every process, at the first use of a name; imports nothing of deisa.
+"""
 
 from __future__ import annotations
 

@@ -52,6 +52,9 @@ replies built with :func:`deisa.wire.ok` and :func:`deisa.wire.error`):
   if some does, else when one changes, else empty after ``timeout``). Rank 0 of a Bridge keeps
   it open from its connection to its close: the scheduler notes when it last heard of each array
   so (``deisa_stats()["contracts"]["silent_s"]``), the simulation's heartbeat.
+
+Runs in every process (rank 0 and every rank's publish, the scheduler, the analytics); imports
+nothing of deisa.
 """
 
 from __future__ import annotations

@@ -247,7 +247,7 @@ def planted_library(directory: Path, marker: Path, extra: str = "") -> Path:
 def stranger() -> Stranger:
     """The account :data:`STRANGER`, made (``useradd --system``) if absent; the test skips
     where it cannot be (not root, no ``useradd``) or no Python is open to it."""
-    from bridge.test_transport import FOREIGN_PYTHON
+    from bridge.shm.test_transport import FOREIGN_PYTHON
 
     if os.geteuid() != 0:
         pytest.skip("needs root, to act as another account")

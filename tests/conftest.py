@@ -92,7 +92,7 @@ def start_dask(
 ) -> DaskProcesses:
     """Start a scheduler and ``n_workers`` workers on loopback, their files and logs in
     ``tmp``; wait until they are connected. ``bridge_preload=False``: the workers start
-    without deisa's worker plugin (rank 0 registers it when it connects)."""
+    without deisa's worker services (rank 0 registers them when it connects)."""
     cluster = DaskProcesses.started(
         tmp, n_workers, STARTUP, threads=nthreads, env=test_env(),
         worker_args=extra_worker_args or (), bridge_preload=bridge_preload,
@@ -309,7 +309,7 @@ PROCESS_FIXTURES = frozenset(
 # Tests that start processes themselves (mpirun, deisa-run, python subprocesses) rather than
 # through a fixture: every test of a module (None), or the tests named.
 PROCESS_TESTS: dict[str, frozenset[str] | None] = {
-    "test_analytics_scripts": None,
+    "test_examples": None,
     "test_async_publish": None,
     "test_bench": None,
     "test_bench_contracts": None,

@@ -1,5 +1,6 @@
 """A scheduler link that fails as a dead scheduler's connection does, for the registration
-tests of both modes (tests/bridge/test_registrar.py, tests/bridge/test_sync.py): no MPI, no Dask."""
+tests of both modes (tests/bridge/registration/test_registrar.py, tests/bridge/test_sync.py): no
+MPI, no Dask."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ from distributed.utils_test import async_poll_for
 
 from deisa import _dask_internals
 from deisa.scheduler._streams import Lost, Step
-from deisa.scheduler.extension import PLUGIN_NAME, StreamExtension
+from deisa.scheduler.extension import EXTENSION_NAME, StreamExtension
 from deisa.wire import status, step_key_name
 
 # deadlines for things that must happen: generous, a loaded machine still meets them
@@ -102,7 +102,7 @@ def block(step: int, i: int) -> np.ndarray:
 
 async def install(c: Client, s: Any) -> StreamExtension:
     await c.register_plugin(StreamExtension())
-    return s.plugins[PLUGIN_NAME]
+    return s.plugins[EXTENSION_NAME]
 
 
 async def get(

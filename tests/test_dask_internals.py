@@ -16,8 +16,8 @@ from distributed import Client
 from distributed.utils_test import async_poll_for, gen_cluster
 
 from deisa import _dask_internals
-from deisa.bridge._connect import open_pool
 from deisa.bridge._loop import LoopThread
+from deisa.bridge.link.connect import open_pool
 
 # a release travels on the client's batched stream: wait for it, generously (a loaded machine)
 RELEASE = 60.0

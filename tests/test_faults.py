@@ -326,7 +326,7 @@ def test_lost_worker_the_simulation_goes_on_and_every_other_step_arrives(
 
 def relaying_worker(cluster: DaskProcesses) -> int:
     """The index of the worker that relays rank 0's calls (it says who it is to a connection)."""
-    from deisa.bridge._relay import Relay
+    from deisa.bridge.link.relay import Relay
 
     address = json.loads(cluster.scheduler_file.read_text())["address"]
 

@@ -6,7 +6,7 @@ of its Listing 3's shape: tests/grammars/paper_heat.c) and the YAML of the DEISA
 twin, ghosts, a 2x2 process grid, a fixed-length time axis, `init_on', `map_in'). Each run is
 checked bitwise against what decl_hdf5 writes from the same code, then again with the scheduler
 file that the YAML names, started by ``deisa-run -- ./sim``. The configuration errors of these
-grammars are the CTest cases of plugin/tests/ (run by tests/test_pdi_plugin.py).
+grammars are the CTest cases of plugin/pdi/tests/ (run by tests/test_pdi_plugin.py).
 """
 
 from __future__ import annotations

@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from conftest import STARTUP, DaskProcesses, modules_loaded, mpirun, test_env
+from house_measures import DOCS, REPO, missing_in_docs
 
 PACKAGE = Path(__file__).resolve().parents[1] / "deisa"
 SIDES = ("bridge", "worker", "scheduler", "analysis", "launcher", "doctor", "insitu", "pca_app")
@@ -40,7 +42,7 @@ ALLOWED = {
     "pca_app": {"pca_app", "analysis"},
     "doctor": {"doctor", "launcher"},
     # deisa-core's backend (deisa.insitu) names the Bridge and the Deisa of one module, as
-    # deisa.dask does; each is written in its own side (bridge/insitu.py, analysis/insitu.py)
+    # deisa.dask does; its two halves (insitu/bridge.py, insitu/analytics.py) each import one side
     "insitu": {"insitu", "bridge", "analysis"},
     "": set(),  # deisa/wire/, contract.py, _dask_internals.py, _lazy.py
 }
@@ -265,7 +267,7 @@ def test_no_import_circle() -> None:
     """No module of deisa/ reaches itself through its imports (docs/architecture.md, "Map")."""
     graph = _import_graph()
     assert "deisa.bridge._losses" in graph["deisa.bridge.bridge"]  # from ._losses import Losses
-    assert "deisa.worker" in graph["deisa.bridge._connect"]  # inside a function
+    assert "deisa.worker" in graph["deisa.bridge.link.connect"]  # inside a function
     circles = [
         "; ".join(f"{m} -> {', '.join(sorted(graph[m] & set(group)))}" for m in group)
         for group in _circles(graph)
@@ -341,8 +343,148 @@ def _private_reads(path: Path) -> list[str]:
     return sorted(set(found))
 
 
-@pytest.mark.parametrize("path", sorted((PACKAGE / "bridge").glob("*.py")), ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path", sorted((PACKAGE / "bridge").rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE))
+)
 def test_bridge_modules_read_no_private_state_of_another_object(path: Path) -> None:
     """The Bridge's parts hold the same parts and a scheduler link through public names
-    (deisa/bridge/_parts.py, _link.py), not through each other's private attributes."""
+    (deisa/bridge/_parts.py, link/scheduler.py), not through each other's private attributes."""
     assert _private_reads(path) == []
+
+
+# the loggers a module may use besides its own: the ADIOS2 engine's, which its C++ half
+# (plugin/adios2/deisa_engine.cxx) logs to through Python and docs/adios2.md names
+OTHER_LOGGERS = {"bridge/engine_parameters.py": "deisa.adios2"}
+
+
+@pytest.mark.parametrize(
+    "path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE))
+)
+def test_each_module_logs_under_its_own_name(path: Path) -> None:
+    """A module's log lines carry its own name (``logging.getLogger(__name__)``), so that a
+    line leads to the file that wrote it and a user sets one module's level by its name."""
+    wrong = []
+    for statement in ast.parse(path.read_text()).body:  # the module's own logger: at module level
+        node = statement.value if isinstance(statement, ast.Assign) else None
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "getLogger"
+            and node.args
+        ):
+            name = node.args[0]
+            if isinstance(name, ast.Name) and name.id == "__name__":
+                continue
+            allowed = OTHER_LOGGERS.get(str(path.relative_to(PACKAGE)))
+            if not (isinstance(name, ast.Constant) and name.value == allowed):
+                wrong.append(f"line {node.lineno}: getLogger({ast.unparse(name)})")
+    assert wrong == [], f"{path.relative_to(PACKAGE)} logs under another name: {wrong}"
+
+
+def test_logger_check_finds_a_borrowed_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The check above fails on a module that logs under another module's name."""
+    fake = tmp_path / "deisa" / "analysis" / "_cut_out.py"
+    fake.parent.mkdir(parents=True)
+    fake.write_text('import logging\nlogger = logging.getLogger("deisa.analysis.adapter")\n')
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", tmp_path / "deisa")
+    with pytest.raises(AssertionError, match="logs under another name"):
+        test_each_module_logs_under_its_own_name(fake)
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(REPO)))
+def test_docs_cite_only_what_exists(doc: Path) -> None:
+    """Every path, module and name a doc cites in backquotes (``deisa/bridge/bridge.py``,
+    ``deisa.bridge.shm.channel``, ``deisa.worker.services.WorkerServices``, a file name such as
+    ``channel.py``) names a file, a module or a name of this tree: the map cannot drift
+    (tests/house_measures.py, ``docs_paths_missing``; what is not ours: ``NOT_OURS`` there)."""
+    assert missing_in_docs([doc]) == []
+
+
+def test_docs_check_finds_what_is_gone(tmp_path: Path) -> None:
+    doc = REPO / "docs" / "_probe_of_the_docs_check.md"
+    cited = "`deisa/bridge/_gone.py`, `deisa.bridge.nowhere`, `deisa.wire.NO_SUCH_NAME`, `_gone.py`"
+    try:
+        doc.write_text(cited + ", `deisa/bridge/bridge.py`, `deisa.wire.EXTENSION_NAME`\n")
+        missing = missing_in_docs([doc])
+    finally:
+        doc.unlink()
+    assert [m.split(": ")[1] for m in missing] == sorted(
+        ["_gone.py", "deisa.bridge.nowhere", "deisa.wire.NO_SUCH_NAME", "deisa/bridge/_gone.py"]
+    )
+
+
+@pytest.mark.parametrize(
+    "init", sorted(PACKAGE.rglob("__init__.py")), ids=lambda p: str(p.parent.relative_to(PACKAGE))
+)
+def test_a_package_that_lists_its_modules_lists_them_all(init: Path) -> None:
+    """A package docstring that lists its modules (``:mod:`.x```, ``:mod:`~deisa.pkg.x``` or
+    a private one as ````_x````; three or more) names every one of them, sub-packages
+    included: a newcomer's index."""
+    package = _module_of(init)
+    doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+    here = {p.stem for p in init.parent.glob("*.py")} | {
+        p.parent.name for p in init.parent.glob("*/__init__.py")
+    }
+    here -= {"__init__", "__main__"}
+    cited = {
+        name.rpartition(".")[2]
+        for name in re.findall(r":mod:`~?([\w.]+)`", doc)
+        if name.startswith(".") or name.startswith(package + ".")
+    } | (set(re.findall(r"``(\w+)``", doc)) & here)
+    if len(cited & here) >= 3:
+        assert sorted(here - cited) == [], f"{package}'s docstring leaves out modules"
+
+
+def _private_across_sides(path: Path) -> list[str]:
+    """The private modules (``_x``) of another side that ``path`` imports."""
+    side = _side(_module_of(path))
+    wrong = []
+    for target in _imports_of(path):
+        parts = target.split(".")
+        module_parts = (
+            parts if (PACKAGE.parent / Path(*parts)).with_suffix(".py").exists() else parts[:-1]
+        )
+        private = [p for p in module_parts[1:] if p.startswith("_") and not p.startswith("__")]
+        if private and module_parts[1] not in SHARED and _side(target) != side:
+            wrong.append(target)
+    return sorted(wrong)
+
+
+@pytest.mark.parametrize(
+    "path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE))
+)
+def test_no_module_imports_a_private_module_of_another_side(path: Path) -> None:
+    """A private module (``_reading``, ``_collective``) is its side's own: another side imports
+    what its package makes public, or the module moves to where it is used (issue 55). The
+    shared private modules (``_dask_internals``, ``_lazy``) are for every side."""
+    assert _private_across_sides(path) == [], f"{path.relative_to(PACKAGE)} imports them"
+
+
+def test_private_import_check_finds_one() -> None:
+    fake = PACKAGE / "pca_app" / "_probe_of_the_private_check.py"
+    try:
+        fake.write_text("from ..analysis._reading import StepArray\nfrom .. import _lazy\n")
+        assert _private_across_sides(fake) == [
+            "deisa.analysis._reading",
+            "deisa.analysis._reading.StepArray",
+        ]
+    finally:
+        fake.unlink()
+
+
+@pytest.mark.parametrize(
+    "path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE))
+)
+def test_each_module_says_which_process_runs_it(path: Path) -> None:
+    """Every module's opening docstring, or its package's (``deisa/`` itself aside: each
+    top-level module says it), says which process runs it ("Runs in ...") and what it may
+    import: the map, where a newcomer reads first."""
+    chain = [path, *(p / "__init__.py" for p in path.parents if PACKAGE in p.parents)]
+    docs = [ast.get_docstring(ast.parse(p.read_text())) or "" for p in chain if p.exists()]
+    assert any("Runs in" in doc for doc in docs), f"{path.relative_to(PACKAGE)} says not"
+    if "bridge" in path.relative_to(PACKAGE).parts[:1] and path.name != "__init__.py":
+        # a rank runs the Bridge on two threads (its main thread and the loop's): each module
+        # says which of them runs what
+        assert "thread" in docs[0], f"{path.relative_to(PACKAGE)} says not which thread runs it"

@@ -5,7 +5,7 @@ it uses (``spack.package``'s directives, and the ``PythonPackage`` base class wh
 keeps it, ``spack_repo.builtin.build_systems.python``, or where older Spack did), which records
 each directive. Its version, its Python dependencies and their versions must be
 pyproject.toml's, each optional extra (but ``test``) a variant of the same name; ``+plugin``
-builds and installs the plugin with the CMake target and component that plugin/CMakeLists.txt
+builds and installs the plugin with the CMake target and component that plugin/pdi/CMakeLists.txt
 defines, and puts its directory on ``PDI_PLUGIN_PATH``.
 """
 
@@ -247,7 +247,7 @@ def test_recipe_plugin_installs_the_cmake_component_on_pdi_plugin_path(recipe: A
         ["--build", build, "--target", "pdi_deisa_plugin", "--parallel", "3"],
         ["--install", build, "--component", "deisa_plugin"],
     ]
-    cmake = (REPO / "plugin" / "CMakeLists.txt").read_text()
+    cmake = (REPO / "plugin" / "pdi" / "CMakeLists.txt").read_text()
     assert "add_library(pdi_deisa_plugin MODULE" in cmake  # the target built
     install = (
         r'install\(TARGETS pdi_deisa_plugin .*"\$\{INSTALL_PDIPLUGINDIR\}" COMPONENT deisa_plugin\)'
@@ -292,3 +292,15 @@ def test_recipe_import_modules_are_packages(recipe: Any, launcher: str) -> None:
     packages = set(PYPROJECT["tool"]["setuptools"]["packages"])
     for module in modules:
         assert module in packages and (REPO / Path(*module.split(".")) / "__init__.py").exists()
+
+
+def test_every_package_of_the_tree_is_listed_in_pyproject() -> None:
+    """A wheel holds only the packages pyproject.toml lists: a new sub-package (deisa/bridge/shm/,
+    issue 55) that is left out imports in an editable install and is missing from the wheel."""
+    listed = set(PYPROJECT["tool"]["setuptools"]["packages"])
+    found = {
+        ".".join(init.parent.relative_to(REPO).parts)
+        for root in ("deisa", "deisa_simulation")
+        for init in (REPO / root).rglob("__init__.py")
+    }
+    assert sorted(found - listed) == []

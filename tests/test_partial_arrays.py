@@ -5,7 +5,7 @@ ranks 0 and 1 (the top row of the process grid) also publish ``boundary`` (the g
 row, 1 x 6) through a second Bridge over ``comm.Split``. The other ranks never construct it,
 so never take part in its collectives. Two ways, one run each: two Bridges written by hand, and
 one :class:`deisa.BridgeGroup` (what the PDI plugin builds from per-entry communicators). Then
-the same through the PDI plugin (plugin/tests/edge_driver.c; skipped without PDI 1.12): a
+the same through the PDI plugin (plugin/pdi/tests/edge_driver.c; skipped without PDI 1.12): a
 `write' entry with ``communicator: $edge_comm``, a communicator the simulation exposes.
 """
 
@@ -121,7 +121,7 @@ def test_array_on_two_of_four_ranks_assembles_bitwise_beside_a_whole_domain_arra
     assert reports[0]["runs"][0] != reports[0]["runs"][1]
 
 
-# The PDI configuration of plugin/tests/edge_driver.c: `top' goes to `gtop' over `edge_comm'.
+# The PDI configuration of plugin/pdi/tests/edge_driver.c: `top' goes to `gtop' over `edge_comm'.
 EDGE_PDI = """
 metadata:
   nsteps: int
@@ -166,7 +166,9 @@ def test_pdi_entry_communicator_publishes_an_array_of_two_of_four_ranks(
     env["PDI_PLUGIN_PATH"] = str(built / "plugin")
     with shared_dask.client() as client:  # the module's earlier runs count in the scheduler's
         calls_before = Adapter(client).stats()["calls"]
-    cmd = mpirun(4, str(built / "plugin" / "tests" / "deisa_edge_driver"), str(config), str(nsteps))
+    cmd = mpirun(
+        4, str(built / "plugin" / "pdi" / "tests" / "deisa_edge_driver"), str(config), str(nsteps)
+    )
     sim = subprocess.Popen(
         cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )

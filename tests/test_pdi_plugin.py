@@ -334,7 +334,7 @@ def test_unreachable_scheduler_names_the_scheduler_file(built: Path, tmp_path: P
 
 
 def test_plugin_configuration_errors_ctest(built: Path) -> None:
-    """The plugin's CTest cases (plugin/tests/): each bad configuration is refused naming its
+    """The plugin's CTest cases (plugin/pdi/tests/): each bad configuration is refused naming its
     YAML key, the key's position and what is wrong; a valid one reaches deisa.Bridge."""
     ctest = shutil.which("ctest")
     if ctest is None:
@@ -432,8 +432,8 @@ def test_pca_in_situ_equals_post_hoc(
     simulation = write_config(tmp_path / "simulation.yml")
     env = test_env()
 
-    def analytics(kind: str) -> list[str]:  # analytics/pca.py, live or on heat_hdf5.yml's file
-        script = str(REPO / "analytics" / "pca.py")
+    def analytics(kind: str) -> list[str]:  # examples/pca.py, live or on heat_hdf5.yml's file
+        script = str(REPO / "examples" / "pca.py")
         source = (
             ["--scheduler-file", str(shared_dask.scheduler_file)]
             if kind == "insitu"

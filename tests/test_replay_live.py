@@ -2,7 +2,7 @@
 analytics saw, and the same analysis gives the same results on both.
 
 - The C solver with configs/heat_both.yml: decl_hdf5 records every 10th step to heat.h5 while
-  the deisa plugin streams every step; analytics/pca.py --replay heat.h5 gives the live PCA,
+  the deisa plugin streams every step; examples/pca.py --replay heat.h5 gives the live PCA,
   and the replay is chunked as the live stream, for an even decomposition and an uneven one.
 - The Python solver (it has no HDF5 output): the live analytics records every step it receives
   to one file per step, and a replay of that pattern gives the same windows and zips.
@@ -52,7 +52,7 @@ def cluster(tmp_path: Path) -> Iterator[Callable[[int], DaskProcesses]]:
 
 
 def pca_variance(field: Any, client: Any = None) -> list[float]:
-    """What analytics/pca.py computes for one step."""
+    """What examples/pca.py computes for one step."""
     pca = IncrementalPCA(n_components=2, copy=False, svd_solver="full", client=client).fit(field)
     return [float(v) for v in pca.explained_variance_]
 
@@ -115,7 +115,7 @@ def test_c_solver_records_and_streams_and_the_replay_is_what_the_live_side_saw(
         assert np.array_equal(temp.compute(), live[step][0]), step
         assert np.array_equal(change.compute(), live[step][1]), step
 
-    script = [sys.executable, str(REPO / "analytics" / "pca.py"), "--replay", "heat.h5"]
+    script = [sys.executable, str(REPO / "examples" / "pca.py"), "--replay", "heat.h5"]
     proc = subprocess.run(
         [*script, "--out", "replay.json"],
         cwd=tmp_path,

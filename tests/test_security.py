@@ -32,7 +32,7 @@ PUBLISHER = REPO / "tests" / "publish_blocks.py"
 sys.path.insert(0, str(PUBLISHER.parent))
 from publish_blocks import expected  # noqa: E402
 
-sys.path.insert(0, str(REPO / "tests" / "bridge"))
+sys.path.insert(0, str(REPO / "tests" / "bridge" / "shm"))
 from test_transport import AS_NOBODY, FOREIGN_PYTHON, as_root  # noqa: E402
 from wire.test_guard import ATTACKER, CONNECTIONS  # noqa: E402
 
@@ -148,7 +148,7 @@ scheduler_file, out, nsteps = sys.argv[1], sys.argv[2], int(sys.argv[3])
 holds = [int(s) for s in sys.argv[4].split(",") if s]
 rank = MPI.COMM_WORLD.Get_rank()
 logging.basicConfig(filename=f"{out}/log-{rank}.txt", level=logging.WARNING)
-logging.getLogger("deisa.bridge._notices").setLevel(logging.DEBUG)
+logging.getLogger("deisa.bridge.registration.notices").setLevel(logging.DEBUG)
 spec = ArraySpec("float64", global_shape=(4, 3), start=(2 * rank, 0), shape=(2, 3))
 x, y = np.indices((2, 3))
 report = {"rank": rank}

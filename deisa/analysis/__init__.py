@@ -2,7 +2,11 @@
 same from saved files), :func:`split` groups their blocks by worker, :class:`IncrementalPCA`
 reduces them where they are.
 
-Names are imported on first use (PEP 562). Nothing here imports :mod:`deisa.bridge`.
+Runs in the analytics' process (a :class:`distributed.Client`'s; the PCA's kernels and the
+warm-up preload, :mod:`.warm`, in the Dask workers). Imports :mod:`deisa.wire`,
+:mod:`deisa.contract`, :mod:`deisa._dask_internals`, :mod:`deisa.scheduler` (the Adapter may
+install the extension) and the :mod:`deisa.worker` package's install; never :mod:`deisa.bridge`.
+Names are imported on first use (PEP 562).
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from typing import TYPE_CHECKING
 from .._lazy import attach
 
 if TYPE_CHECKING:
+    from ._reading import StepArray
     from .adapter import (
         Adapter,
         ArrayDescriptor,
@@ -37,6 +42,7 @@ _LAZY = {
     "IncrementalPCA": "pca",
     **dict.fromkeys(["Replay", "ReplayArray", "ReplayError"], "replay"),
     "split": "splitter",
+    "StepArray": "_reading",
 }
 
 __all__ = [
@@ -47,6 +53,7 @@ __all__ = [
     "Replay",
     "ReplayArray",
     "ReplayError",
+    "StepArray",
     "StepLostError",
     "StepNotAvailableError",
     "split",

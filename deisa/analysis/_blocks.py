@@ -16,7 +16,7 @@ import numpy as np
 
 __all__ = ["BLOCKS_DATASET", "chunks_from_starts", "is_block_starts"]
 
-logger = logging.getLogger("deisa.analysis.replay")
+logger = logging.getLogger(__name__)
 
 #: the name of the dataset holding where each block of the run starts (one row per block)
 BLOCKS_DATASET = "block_start"

@@ -18,7 +18,7 @@ from ._released import GUIDE
 from .adapter import Adapter
 
 # one logger for the whole released API, whichever module of it speaks
-logger = logging.getLogger("deisa.analysis.compat")
+logger = logging.getLogger(__name__)
 
 _warned = False
 _OWN_MODULES = ("deisa.analysis.compat", "deisa.analysis._compat")

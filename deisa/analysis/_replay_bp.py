@@ -47,7 +47,7 @@ from ._replay_operators import bp4_operators, describe
 
 __all__ = ["BPBlock", "BPFile", "is_bp"]
 
-logger = logging.getLogger("deisa.analysis.replay")
+logger = logging.getLogger(__name__)
 
 #: ADIOS2's type names, those of a Replay's arrays (``long double`` has no portable numpy twin)
 DTYPES = {

@@ -26,7 +26,7 @@ from ._reading import StepArray, StepNotAvailableError
 
 __all__ = ["ArrayDescriptor", "StepLostError"]
 
-logger = logging.getLogger("deisa.analysis.adapter")
+logger = logging.getLogger(__name__)
 
 
 class Consumer(Protocol):

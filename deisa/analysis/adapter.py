@@ -113,7 +113,7 @@ class Adapter(StepReader):
         self.on_lost = on_lost
         self.consumer = f"{client.id}/{uuid.uuid4().hex[:12]}"
         client.register_plugin(StreamExtension())
-        from ..worker import install  # deisa's worker plugin, unless already there
+        from ..worker import install  # deisa's worker services, unless already there
 
         install(client)
         self._descriptors: dict[str, ArrayDescriptor] = {}

@@ -1,24 +1,37 @@
 """The simulation side: one :class:`Bridge` per MPI rank publishes its blocks to Dask workers.
 
-Importing this package is cheap (PEP 562): the PDI plugin imports :mod:`deisa.bridge._preload`
-on the simulation's main thread and loads the rest in the background. Nothing here imports
-:mod:`deisa.analysis` (no dask.array, scipy or scikit-learn on a rank) nor :mod:`deisa.launcher`.
+Runs in a simulation rank: its main thread (the simulation's, or PDI's) and the Bridge's event-loop
+thread (:mod:`._loop`). Imports :mod:`deisa.wire`, :mod:`deisa.contract`,
+:mod:`deisa._dask_internals` and, on rank 0 only, :mod:`deisa.scheduler` (to install the
+extension) and the :mod:`deisa.worker` package's installs; never :mod:`deisa.analysis` (no
+dask.array, scipy or scikit-learn on a rank) nor :mod:`deisa.launcher`. Importing this package
+is cheap (PEP 562): the PDI plugin imports :mod:`deisa.bridge._preload` on the simulation's main
+thread and loads the rest in the background.
 
-Modules: :mod:`~deisa.bridge.bridge` (the Bridge), :mod:`~deisa.bridge.group` (BridgeGroup),
-:mod:`~deisa.bridge.options` (its options, declared once), :mod:`~deisa.bridge.decomposition`
-(ArraySpec, the global grid), :mod:`~deisa.bridge.placement` (rank to worker),
-:mod:`~deisa.bridge.scheduler_file`, :mod:`~deisa.bridge.tls_files` (deisa's names of the job's
-TLS files, which ``deisa-run`` sets: :mod:`deisa.wire.tls_files`),
-:mod:`~deisa.bridge.contracts` (the contracts in force);
-private: the collective error protocol and exchange fields (``_collective``), rank 0's
-connection (``_connect``), the scheduler link and its routes (``_link``), the Bridge's parts,
-each owning its fields (``_parts``: ``_arrays``, ``_steps``, ``_workers``, ``_loop``...), how
-it opens and closes (``_opening``, ``_closing``), the two publish modes (``_async`` and its
-rank 0 side ``_registrar``, ``_sync``), the exchange's decisions (``_publisher``), the worker
-list and the placement in use (``_workers``), what a lost worker or scheduler does
-(``_losses``), the event-loop thread (``_loop``), early registration (``_notices``), the
-plugin's background imports (``_preload``). What runs inside the Dask workers is
-:mod:`deisa.worker`; what the two sides exchange, :mod:`deisa.wire`.
+Public modules: :mod:`~deisa.bridge.bridge` (the Bridge), :mod:`~deisa.bridge.group`
+(BridgeGroup), :mod:`~deisa.bridge.options` (its options, declared once),
+:mod:`~deisa.bridge.decomposition` (ArraySpec, the global grid), :mod:`~deisa.bridge.placement`
+(rank to worker), :mod:`~deisa.bridge.scheduler_file`, :mod:`~deisa.bridge.tls_files` (deisa's
+names of the job's TLS files, which ``deisa-run`` sets: :mod:`deisa.wire.tls_files`),
+:mod:`~deisa.bridge.contracts` (the contracts in force), :mod:`~deisa.bridge.engine_parameters`
+(the deisa ADIOS2 engine's parameters), :mod:`~deisa.bridge.worker` (the older name of the
+workers' preload, :mod:`deisa.worker`).
+
+Three wings, each a sub-package that mirrors :mod:`deisa.worker` and :mod:`deisa.wire`:
+
+- :mod:`~deisa.bridge.shm`: how a block reaches a worker on this node (the transport that picks
+  shared memory or TCP, a channel per worker, its slots, the warm pool of slots);
+- :mod:`~deisa.bridge.link`: rank 0's link to the scheduler (the calls, the connections, the
+  relay through a worker, the workers known, Dask addresses);
+- :mod:`~deisa.bridge.registration`: how a step's blocks get registered in ``mode="async"``
+  (rank 0's registrar and the other ranks' notices).
+
+The Bridge's other private rooms: its parts, each owning its fields (``_parts``: ``_arrays``,
+``_steps``, ``_loop``...), how it opens and closes (``_opening``, ``_closing``), the two publish
+modes (``_async``, with its own block buffers ``_buffers``; ``_sync``), the exchange's decisions
+(``_publisher``) and transport (``_exchange``), the collective error protocol
+(``_collective``), what a lost worker or scheduler does (``_losses``), the event-loop thread
+(``_loop``), the plugin's background imports (``_preload``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,8 @@
-"""The arrays of one rank's Bridge: :class:`Arrays`, declared once by its construction."""
+"""The arrays of one rank's Bridge: :class:`Arrays`, declared once by its construction.
+
+Built on the rank's main thread by the Bridge's construction, never changed after: read from
+both threads.
+"""
 
 from __future__ import annotations
 

@@ -13,10 +13,10 @@ Who owns what:
 - the caller's (main) thread: MPI, the ledger, :attr:`AsyncPublisher.sends`, the buffers,
   the counters; it is the only thread that calls MPI;
 - the loop thread: the sends' coroutines, rank 0's connection, its registrar (the steps'
-  ``deisa_publish`` calls, in publication order) and early registration (:mod:`._registrar`,
-  :mod:`._notices`); it writes rank 0's :class:`~._registrar.RootNews`, which the main thread
-  reads when it posts an exchange, and wakes the main thread through
-  :attr:`AsyncPublisher.progress`.
+  ``deisa_publish`` calls, in publication order) and early registration
+  (:mod:`deisa.bridge.registration.registrar`, :mod:`deisa.bridge.registration.notices`); it writes
+  rank 0's :class:`~deisa.bridge.registration.registrar.RootNews`, which the main thread reads when
+  it posts an exchange, and wakes the main thread through :attr:`AsyncPublisher.progress`.
 
 A send that fails because its worker left (``on_worker_loss="continue"``) is not reported:
 it waits for the exchange that spreads the new worker list, and is then sent again to the
@@ -48,12 +48,12 @@ from ._publisher import (
     RankReport,
     RootReport,
 )
-from ._registrar import Registrar, plan_of
+from .registration.registrar import Registrar, plan_of
 
 if TYPE_CHECKING:
-    from ._link import SchedulerLink
-    from ._notices import EarlyRegistration
     from ._parts import BridgeParts
+    from .link.scheduler import SchedulerLink
+    from .registration.notices import EarlyRegistration
 
 logger = logging.getLogger(__name__)
 
@@ -340,7 +340,7 @@ class AsyncPublisher:
         """Give back the buffers of sends done; forget the sends reported and registered.
 
         The slots given back are unmapped by their channel's thread at the next
-        :meth:`~deisa.bridge.transport.Transport.settle`: after the next copy, or while this
+        :meth:`~deisa.bridge.shm.transport.Transport.settle`: after the next copy, or while this
         rank waits, never beside a copy (on 2 cores, a munmap of 64 MiB there halved the copy's
         speed; docs/benchmarks.md, section 16)."""
         registered = self.ledger.registered

@@ -1,5 +1,9 @@
 """The Bridge's own block buffers (``mode="async"``), where a block goes by TCP or before the
-connection is known: a copy per block in flight, reused for the next ones of the same array."""
+connection is known: a copy per block in flight, reused for the next ones of the same array.
+
+Main thread only (``publish`` takes a buffer, the exchange that says its send finished gives it
+back); the loop thread only reads a buffer while it sends it.
+"""
 
 from __future__ import annotations
 

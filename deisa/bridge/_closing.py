@@ -1,5 +1,9 @@
 """How one rank's Bridge closes: rank 0 ends every array's stream on the scheduler (with what
-the ranks report of their run), then every rank stops its background work and its loop."""
+the ranks report of their run), then every rank stops its background work and its loop.
+
+Runs on the rank's main thread (``Bridge.close``), which waits for what it hands the loop
+thread (rank 0's last calls to the scheduler), then stops that thread.
+"""
 
 from __future__ import annotations
 
@@ -9,13 +13,13 @@ from typing import TYPE_CHECKING, Any
 
 from ..wire import is_ok
 from ._collective import BridgeError
-from ._link import SchedulerLost, until_answered
-from ._shm_pool import pool_totals
+from .link.scheduler import SchedulerLost, until_answered
+from .shm.pool import pool_totals
 
 if TYPE_CHECKING:
     from ._async import AsyncPublisher
-    from ._link import SchedulerLink
     from ._parts import BridgeParts
+    from .link.scheduler import SchedulerLink
 
 logger = logging.getLogger(__name__)
 
@@ -32,8 +36,8 @@ def end_streams(
     sent and their warm pools (``gathered``: each rank's ``(transport, shm_pool)``).
 
     Each call is made again while the scheduler does not answer, until it counts as lost
-    (:func:`~._link.until_answered`): the message of its loss then, ``None`` once every
-    stream is ended."""
+    (:func:`~deisa.bridge.link.scheduler.until_answered`): the message of its loss then, ``None``
+    once every stream is ended."""
     used = [way for way, _ in gathered]
     pool = pool_totals([pool for _, pool in gathered])
     for name in parts.arrays.decompositions:

@@ -5,6 +5,8 @@ the problem to a collective call (``allgather``, ``gather`` then ``bcast``) and 
 raises the first problem, naming the rank at fault, at the same call. So no rank is left
 waiting in a collective that another has abandoned. The checks here are pure: they return the
 problem as a string, or ``None``.
+
+Runs on the rank's main thread, the only one that calls MPI.
 """
 
 from __future__ import annotations

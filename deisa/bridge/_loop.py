@@ -1,4 +1,12 @@
-"""An asyncio event loop in a daemon thread, for synchronous callers (MPI ranks, PDI)."""
+"""An asyncio event loop in a daemon thread, for synchronous callers (MPI ranks, PDI).
+
+Runs in a simulation rank. :class:`LoopThread` is built by the Bridge on the rank's main thread
+(the simulation's, or PDI's), which then calls :meth:`~LoopThread.run`, :meth:`~LoopThread.spawn`,
+:meth:`~LoopThread.soon` and :meth:`~LoopThread.batched`; everything those hand over runs on the
+loop's own daemon thread (``deisa-bridge-<rank>``): the sends to the workers, rank 0's calls to
+the scheduler and its registrar, the notices, the shared-memory channels' replies. That thread
+never calls MPI (only the main thread does). Imports the standard library only.
+"""
 
 from __future__ import annotations
 

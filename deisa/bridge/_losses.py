@@ -1,6 +1,8 @@
 """What a Bridge does when a worker or the scheduler is lost (``on_worker_loss``,
 ``on_scheduler_loss``), once the exchange has told every rank: place again and send again, fail
 at the same call on every rank, or detach. See ``docs/reliability.md``.
+
+Runs on the rank's main thread, at the ``publish`` whose exchange told every rank of the loss.
 """
 
 from __future__ import annotations

@@ -1,6 +1,10 @@
 """How one rank's Bridge opens: its arrays declared on every rank, rank 0's connection (at once
 in ``mode="sync"``, in the background in ``mode="async"``), and what every rank takes in once
-the connection is known (the run, the workers, the placement; rank 0's watches)."""
+the connection is known (the run, the workers, the placement; rank 0's watches).
+
+Runs on the rank's main thread (the Bridge's construction and first ``publish``); rank 0's
+connection runs on the loop thread, in the background in ``mode="async"``.
+"""
 
 from __future__ import annotations
 
@@ -8,15 +12,15 @@ import logging
 from typing import TYPE_CHECKING
 
 from ._collective import check_arrays, names_disagree, on_root, raise_first
-from ._shm_pool import by_node
 from .placement import needs_hosts, this_host
+from .shm.pool import by_node
 
 if TYPE_CHECKING:
     from ._async import AsyncPublisher
-    from ._link import SchedulerLink
     from ._parts import BridgeParts
     from ._publisher import Connection
     from .decomposition import ArraySpec
+    from .link.scheduler import SchedulerLink
 
 logger = logging.getLogger(__name__)
 
@@ -36,7 +40,7 @@ def declare_arrays(parts: BridgeParts, arrays: dict[str, ArraySpec], problem: st
     parts.arrays.declare(arrays, comm.allgather(arrays))
     by_host = needs_hosts(options.placement)
     hosts = comm.allgather(this_host()) if by_host or by_node(options) else None
-    parts.transport.pool.size_for(options, arrays.values(), hosts)
+    parts.transport.slot_pool.size_for(options, arrays.values(), hosts)
     parts.routing.declare(parts.arrays.decompositions, hosts if by_host else None)
 
 

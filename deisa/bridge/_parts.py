@@ -4,7 +4,10 @@ The Bridge (:mod:`.bridge`), its two publish modes (:mod:`._async`, :mod:`._sync
 does when a worker or the scheduler is lost (:class:`._losses.Losses`) hold the same parts and
 change them only through their methods; the holder itself is frozen (no module rebinds a part),
 and none reads another's private attributes. They call the scheduler through the
-:class:`~._link.SchedulerLink`.
+:class:`~deisa.bridge.link.scheduler.SchedulerLink`.
+
+Built on the rank's main thread by the Bridge's construction; each part's docstring says which
+thread writes its fields.
 """
 
 from __future__ import annotations
@@ -17,10 +20,10 @@ from ._arrays import Arrays
 from ._collective import ExchangeFields
 from ._loop import LoopThread
 from ._steps import StepBook, Timings
-from ._workers import Detachment, Routing, WorkerBook
 from .contracts import ContractBook
+from .link.workers import Detachment, Routing, WorkerBook
 from .options import BridgeOptions
-from .transport import Transport
+from .shm.transport import Transport
 
 
 @dataclass(frozen=True)

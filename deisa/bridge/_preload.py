@@ -6,7 +6,7 @@ stages. The plugin waits for a stage only when it needs it (:meth:`Preload.wait`
 options at ``PDI_init`` (``deisa.bridge.options``: numpy, the placements), the Bridge at the first
 publication (``deisa.bridge.bridge``, which does not import distributed). distributed is not
 preloaded: a rank whose blocks go through shared memory, and a rank 0 whose calls a worker of
-its node relays (:mod:`deisa.bridge._relay`), never import it (0.4 s of CPU and 27 MiB each,
+its node relays (:mod:`deisa.bridge.link.relay`), never import it (0.4 s of CPU and 27 MiB each,
 docs/benchmarks.md, section 11); a rank that sends by TCP imports it on the Bridge's
 event-loop thread at its first send, off the simulation's thread.
 

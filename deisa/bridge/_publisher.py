@@ -67,7 +67,9 @@ class Connection:
     address: str
     run: str
     workers: tuple[str, ...]
-    notices: str | None = None  # rank 0's listener for "block sent" notices (deisa.bridge._notices)
+    notices: str | None = (
+        None  # rank 0's listener for "block sent" notices (deisa.bridge.registration.notices)
+    )
     token: str = ""  # what a notice must carry
     notices_tls: tuple[str, str, str | None] | None = None  # its client files: CA, cert, key
 

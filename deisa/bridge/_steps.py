@@ -1,4 +1,8 @@
-"""What one rank's Bridge counts of the steps it published: :class:`StepBook`, :class:`Timings`."""
+"""What one rank's Bridge counts of the steps it published: :class:`StepBook`, :class:`Timings`.
+
+The main thread counts publications and timings; rank 0's loop thread counts the steps
+queued on the scheduler (:meth:`StepBook.queued`).
+"""
 
 from __future__ import annotations
 

@@ -11,12 +11,13 @@ spreads the new worker list, and the ranks whose send failed send again, once, t
 of the new placement; a block that fails again is registered with its departed worker, which
 the scheduler answers with ``lost`` (the step is lost, with a warning).
 
-Only rank 0 hears from the scheduler that a worker left, and the other ranks hear from rank 0
-only at the end of a publish: a send to a worker killed since then needs a new connection, which
+Only rank 0 hears from the scheduler that a worker left, and the other ranks hear from rank 0 only
+at the end of a publish: a send to a worker killed since then needs a new connection, which
 distributed retries, refused, for its whole connect timeout (30 s by default). So a send whose
 connection is not made within ``REFUSAL_CHECK_S`` checks, and checks again at growing intervals,
-whether anything still listens at the worker's address (:func:`._workers.refuses_connections`);
-a refusal fails the send then, as a communication error.
+whether anything still listens at the worker's address
+(:func:`deisa.bridge.link.workers.refuses_connections`); a refusal fails the send then, as a
+communication error.
 """
 
 from __future__ import annotations
@@ -32,13 +33,13 @@ from .. import _dask_internals
 from ..contract import Plan
 from ..wire import step_key_name
 from ._collective import BridgeError, on_root, raise_first, reply_problem
-from ._link import register_until_answered
 from ._publisher import PublishTiming, registration
-from ._workers import refuses_connections
+from .link.scheduler import register_until_answered
+from .link.workers import refuses_connections
 
 if TYPE_CHECKING:
-    from ._link import SchedulerLink
     from ._parts import BridgeParts
+    from .link.scheduler import SchedulerLink
 
 logger = logging.getLogger(__name__)
 
@@ -194,9 +195,10 @@ class SyncPublisher:
     def _register(
         self, name: str, step: int, blocks: list[Any], plan: Plan
     ) -> dict[str, Any] | str:
-        """Rank 0: ``deisa_publish`` of the step: the scheduler's reply, or why the scheduler
-        counts as lost (asked again until then: :func:`~._link.register_until_answered`), the
-        one message of a lost scheduler, as in ``mode="async"`` (``docs/reliability.md``)."""
+        """Rank 0: ``deisa_publish`` of the step: the scheduler's reply, or why the scheduler counts
+        as lost (asked again until then:
+        :func:`~deisa.bridge.link.scheduler.register_until_answered`), the one message of a lost
+        scheduler, as in ``mode="async"`` (``docs/reliability.md``)."""
         registering = register_until_answered(
             self.link, self.parts.worker_book, give_up=True, name=name, step=step,
             blocks=blocks, timeout=self.parts.options.timeout, contract=plan.wire(),

@@ -23,6 +23,9 @@ In ``mode="sync"`` the ranks gather their keys on rank 0 and wait for its ``deis
 
 So the scheduler handles one message per step and array whatever the number of ranks, and only
 rank 0 ever talks to it. See ``docs/architecture.md``.
+
+Runs in a rank: public methods on its main thread (the only one calling MPI), what they hand over
+on the event-loop thread (:mod:`._loop`). Imports the Bridge's modules, wire and contract.
 """
 
 from __future__ import annotations
@@ -43,13 +46,13 @@ from ._collective import (
     check_block,
     on_root,
 )
-from ._link import SchedulerLink, SchedulerLost
 from ._losses import Losses
 from ._opening import connect_now, declare_arrays, take_connection
 from ._parts import BridgeParts
 from ._publisher import Connection, PublishTiming
 from ._sync import SyncPublisher
 from .decomposition import ArraySpec, Decomposition
+from .link.scheduler import SchedulerLink, SchedulerLost
 from .options import BridgeOptions
 from .scheduler_file import SchedulerFileError, resolve_scheduler_file
 
@@ -242,14 +245,14 @@ class Bridge:
 
     @property
     def shm_pool(self) -> dict[str, Any]:
-        """This rank's warm pool of shared memory (:mod:`deisa.bridge._shm_pool`): its budget
+        """This rank's warm pool of shared memory (:mod:`deisa.bridge.shm.pool`): its budget
         and peak in MiB, the pages its slots are made of, why it shrank (or ``None``)."""
-        return self._parts.transport.pool.summary()
+        return self._parts.transport.slot_pool.summary()
 
     @property
     def transport(self) -> str:
         """How this rank's blocks went so far: ``"shared memory"``, ``"tcp"``, ``"shared memory
-        and tcp"`` or ``"none"`` (:mod:`deisa.bridge.transport`)."""
+        and tcp"`` or ``"none"`` (:mod:`deisa.bridge.shm.transport`)."""
         return self._parts.transport.used
 
     @property

@@ -1,6 +1,9 @@
 """The Bridge's side of contracts: the contracts in force, the same on every rank.
 
 See :mod:`deisa.contract` for what a contract is and how it reaches the simulation.
+
+The main thread reads the contracts in force (``plan``, at each ``publish``); rank 0's loop thread
+watches the scheduler for new ones, which reach the other ranks through the exchange.
 """
 
 from __future__ import annotations

@@ -7,6 +7,8 @@ derives the dask ``chunks`` and each rank's block index from it.
 
 The time axis is not part of these shapes: every array is implicitly a sequence of steps,
 a leading axis, unbounded unless a ``time_length`` declares how many steps it holds.
+
+Pure geometry, no thread of its own: used on the rank's main thread (and read from the loop thread).
 """
 
 from __future__ import annotations

@@ -40,6 +40,8 @@ openPMD-api adds to every engine it opens (:data:`OPENPMD_KEYS`) are accepted an
 ``<transport>`` sections. A key close to one of the deisa engine's own (``BuferNb``) is still
 an error that suggests it; any other unknown key is one warning line. A key that is both a
 deisa parameter and one of ADIOS2's (``Timeout``, DataMan's) is the deisa engine's.
+
+Runs on the simulation's thread that opens the deisa ADIOS2 engine (its ``Open``, from C++).
 """
 
 from __future__ import annotations

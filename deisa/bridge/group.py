@@ -8,6 +8,8 @@ that is two Bridges (see the :class:`~deisa.Bridge` examples). :class:`BridgeGro
 bookkeeping for a caller that sees arrays by name only (the PDI plugin): it groups the arrays
 by communicator, builds and closes the Bridges in the same order on every rank, and sends each
 :meth:`~BridgeGroup.publish` to the Bridge of its array.
+
+Runs on the rank's main thread, as the Bridges it holds.
 """
 
 from __future__ import annotations

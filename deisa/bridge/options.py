@@ -15,6 +15,9 @@ durations with the same constraints.
 
 ``buffer_nb`` is ``None`` for "unbounded"; ``0`` is refused everywhere (it is not a synonym of
 unbounded), with a message saying so.
+
+Checked on the rank's main thread, at the Bridge's construction (or the plugin's start); read
+from both threads after.
 """
 
 from __future__ import annotations
@@ -235,9 +238,9 @@ class BridgeOptions:
     transport
         ``"auto"``: blocks go through shared memory to the workers of the rank's node that
         answer the handshake, over the Dask connection (TCP or TLS) to the others; ``"tcp"``:
-        over the Dask connection only. See :mod:`deisa.bridge.transport`.
+        over the Dask connection only. See :mod:`deisa.bridge.shm.transport`.
     shm_pool_mib
-        The warm pool of shared memory (:mod:`deisa.bridge._shm_pool`): MiB of slots kept
+        The warm pool of shared memory (:mod:`deisa.bridge.shm.pool`): MiB of slots kept
         mapped and populated for the run, reused before anything new is allocated (as Ray's
         ``object_store_memory``). ``None``: ``buffer_nb`` steps of the rank's blocks plus one
         (5 steps when ``buffer_nb`` is unbounded), each block with its slot's header page;

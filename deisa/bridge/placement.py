@@ -22,6 +22,9 @@ worker. Three policies:
 ``round_robin`` and ``locality`` need only the decomposition and the workers
 (:data:`Placement`); ``node_local`` also needs each rank's :class:`Host`
 (:func:`needs_hosts`). :func:`place` calls any of them.
+
+Pure decisions, no thread of its own: made on the rank's main thread (rank 0's loop thread
+places again when a worker joins or leaves).
 """
 
 from __future__ import annotations

@@ -2,6 +2,8 @@
 
 The launcher, the ranks and the workers share these names; they live with the other names
 the sides share, in :mod:`deisa.wire`.
+
+Names only, no thread of its own.
 """
 
 from __future__ import annotations

@@ -2,6 +2,8 @@
 
 The workers' side of the Bridge lives in :mod:`deisa.worker`, which ``deisa-run`` and its Slurm
 job preload; this name stays for users' own command lines and job scripts that preload it.
+
+Runs in a Dask worker process at its start (the preload), on the worker's event-loop thread.
 """
 
 from __future__ import annotations

@@ -13,9 +13,10 @@ One line per part, with a ``fix:`` line under each part that is missing or suspi
   (h5py for :class:`deisa.Replay`, serial or parallel, and the C library's
   ``h5pcc -showconfig``).
 
-The exit status is 0 when everything a local run needs is there, else 1; ``--json`` prints the
+Each check returns the :class:`~.common.Finding` of :mod:`.common`. The exit status is 0 when
+everything a local run needs is there, else 1; ``--json`` prints the
 findings for machines. Nothing in the library imports this package: ``python -m deisa doctor``
-does (:mod:`deisa.__main__`).
+does (:mod:`deisa.__main__`). Runs in that process; imports :mod:`deisa.launcher`'s lookups only.
 """
 
 from __future__ import annotations

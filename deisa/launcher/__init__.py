@@ -6,6 +6,9 @@ own, :mod:`deisa.pca_app`:
 - :mod:`~deisa.launcher.defaults`: the defaults file ``deisa/templates/defaults.yml`` (dask
   configuration: ``deisa.run``, ``deisa.mpi``, ``deisa.slurm``), its overrides and its
   comments (the options' help);
+- :mod:`~deisa.launcher.security`: a job's TLS credentials and its private files;
+- :mod:`~deisa.launcher.private_tmp`: the run's private temporary directory, where every process
+  it starts keeps its scratch;
 - :mod:`~deisa.launcher.elf`, :mod:`~deisa.launcher.libraries`: the RPATH/RUNPATH of an ELF
   library, and what the loaders are handed checked against other accounts (the directories
   they search by name, every name tried there, the plugin paths and ``LD_PRELOAD``);
@@ -14,8 +17,10 @@ own, :mod:`deisa.pca_app`:
   check) and the parsers built from it;
 - :mod:`~deisa.launcher.settings`: the frozen settings of a run
   (:class:`~deisa.launcher.settings.RunSettings`) and of the analytics client;
-- :mod:`~deisa.launcher.solver`, :mod:`~deisa.launcher.ucx`: services the settings ask (can
-  the C solver run here, its PDI YAML, the deisa PDI plugin; can the run speak UCX);
+- :mod:`~deisa.launcher.solver`, :mod:`~deisa.launcher.ucx`,
+  :mod:`~deisa.launcher.adios2_engine`: services the settings ask (can the C solver run here,
+  its PDI YAML, the deisa PDI plugin; can the run speak UCX; where the deisa ADIOS2 engine is,
+  for a user's ADIOS2 code);
 - :mod:`~deisa.launcher.parse`: the one pass from the command line, the defaults and the config
   file to settings, every value checked once (the Bridge's options and the launcher's counts
   with the constraints of :mod:`deisa.bridge.options`);
@@ -33,7 +38,11 @@ own, :mod:`deisa.pca_app`:
   launches;
 - :mod:`~deisa.launcher.local`: a local run's plan started on this machine;
 - :mod:`~deisa.launcher.slurm`: a job's plan rendered into one batch script;
-- :mod:`~deisa.launcher.cli`: the commands of ``deisa-run``, their messages and exit status.
+- :mod:`~deisa.launcher.cli`: the commands of ``deisa-run``, their messages and exit status
+  (``python -m deisa.launcher``: its ``__main__``).
+
+Runs in the ``deisa-run`` process (and the job script it writes); it may import any side of
+deisa, and no side imports it.
 
 The library (:class:`deisa.Bridge`, :class:`deisa.Adapter`, the splitter, the PCA) never imports
 this package, nor its plotting and progress-bar dependencies (the ``launcher`` extra).

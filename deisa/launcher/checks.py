@@ -205,7 +205,7 @@ def parse_step_timeout(value: Any, name: str = "--step-timeout") -> float | None
 
 
 #: what ``--worker-preload pca`` names: the PCA's warm-up, a module of no public API
-PCA_WARM_UP = "deisa.analysis._warm"
+PCA_WARM_UP = "deisa.analysis.warm"
 
 
 def parse_preload(value: Any, name: str = "--worker-preload", *, builtin: bool) -> str | None:

@@ -13,7 +13,7 @@ on ``sys.path``: :func:`~deisa.launcher.processes.python_argv`); the servers lis
 files, never the key itself); BLAS and OpenMP pinned to one thread, no work stealing
 (:func:`~deisa.launcher.processes.child_env`); each process in its own session, logged to a
 private file (0600, no symbolic link followed) of :attr:`DaskProcesses.log_dir`, inheriting
-the caller's umask (``deisa-run``: 077); the workers preload deisa's worker plugin
+the caller's umask (``deisa-run``: 077); the workers preload deisa's worker services
 (``--preload deisa.worker``: shared memory from the first step, and a rank 0 that
 calls the scheduler without distributed), unless a benchmark opts out.
 """
@@ -159,7 +159,7 @@ def worker_command(
 ) -> list[str]:
     """``dask worker`` number ``index`` (named ``worker-<index>``; ``None``: unnamed, each
     task of a job's step) without nanny (a killed worker stays dead) nor dashboard, preloading
-    deisa's worker plugin (:data:`BRIDGE_WORKER`).
+    deisa's worker services (:data:`BRIDGE_WORKER`).
 
     Parameters
     ----------
@@ -173,7 +173,7 @@ def worker_command(
         Its spill directory (``--local-directory``); ``None``: Dask's default.
     preload
         A module for ``--preload`` (the settings' ``worker_preload``, e.g. the PCA's warm-up
-        :mod:`deisa.analysis._warm`), beside those of the dask configuration
+        :mod:`deisa.analysis.warm`), beside those of the dask configuration
         (:func:`preload_args`).
     credentials
         The job's TLS files; ``None``: plain TCP, or ``comm``.
@@ -206,10 +206,10 @@ def worker_command(
 BRIDGE_WORKER = "deisa.worker"
 """The module every ``dask worker`` that deisa starts preloads (:mod:`deisa.worker`; its older
 name ``deisa.bridge.worker`` stays for users' own command lines):
-deisa's worker plugin runs on it from the start, so that the ranks of its node send their
+deisa's worker services run on it from the start, so that the ranks of its node send their
 blocks through shared memory from the first step and a rank 0 on its node calls the scheduler
 through its relay, without importing distributed. Without it, rank 0 goes through distributed
-and registers the plugin itself."""
+and registers the services itself."""
 
 
 def worker_preloads(module: str | None = None, *, bridge: bool = True) -> list[str]:
@@ -220,8 +220,8 @@ def worker_preloads(module: str | None = None, *, bridge: bool = True) -> list[s
 
     Examples
     --------
-    >>> worker_preloads("deisa.analysis._warm")  # doctest: +SKIP
-    ['deisa.worker', 'deisa.analysis._warm']
+    >>> worker_preloads("deisa.analysis.warm")  # doctest: +SKIP
+    ['deisa.worker', 'deisa.analysis.warm']
     """
     import dask.config
 
@@ -278,7 +278,7 @@ class DaskProcesses:
         which also stops them with the run's other processes; by default one of this object's
         own (in ``log_dir``).
     bridge_preload
-        The workers preload deisa's worker plugin, as ``deisa-run``'s do
+        The workers preload deisa's worker services, as ``deisa-run``'s do
         (:func:`worker_command`); ``False``: they do not.
     """
 

@@ -12,4 +12,7 @@ shared protocol, never the launcher. Modules, each importing only those before i
   every step with its keyword-only :class:`~deisa.pca_app.pipeline.PCASettings`;
 - :mod:`~deisa.pca_app.report`: the per-step table, the plot and ``results.json``;
 - :mod:`~deisa.pca_app.driver`: the one driver, from the warm-up to the report.
+
+Runs in the analytics' process that ``deisa-run`` starts (its main thread; the fits on the Dask
+workers); imports :mod:`deisa.analysis` only.
 """

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from distributed import Client
 
-from ..analysis._reading import StepArray
+from ..analysis import StepArray
 from ..analysis.adapter import Adapter, EndOfStreamError, StepNotAvailableError
 from ..analysis.pca import IncrementalPCA, PendingFit
 from ..analysis.replay import Replay
@@ -391,7 +391,7 @@ def warm_up(client: Client, n_components: int = 4, block: int = 16) -> PendingFi
     the simulation's first step exists: the client's first graph and split, the workers' first
     tasks, their first transfers to each other, the first merges. ``deisa-run`` (and its Slurm
     job's client) calls it as the simulation starts (its ranks take longer to start than this
-    fit takes); the workers' preload (:mod:`deisa.analysis._warm`) has imported the kernels by
+    fit takes); the workers' preload (:mod:`deisa.analysis.warm`) has imported the kernels by
     then. The array is
     ``2 x 2`` blocks of ``block x block``, scattered (no task computes them: a busy worker
     does not hold this call back) so that each row band spans two workers, when there are

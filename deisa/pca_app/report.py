@@ -423,7 +423,7 @@ def ways_in_words(ways: dict[str, int]) -> str:
 
 
 def pool_in_words(totals: dict[str, int]) -> str:
-    """The ranks' warm pools (``deisa.bridge._shm_pool.pool_totals``) in words, for the run's
+    """The ranks' warm pools (``deisa.bridge.shm.pool.pool_totals``) in words, for the run's
     transport line: ``"warm pool 160 MiB of 160 MiB in 4 ranks (4 KiB pages)"``; empty
     without a pool."""
     if not totals.get("ranks"):

@@ -3,7 +3,7 @@
 :class:`StreamState` holds the streams by array name (their records: :mod:`._streams`), the
 consumers and the clients that own their keys, and the counters of ``deisa_stats``. The route
 groups (:mod:`.workers`, :mod:`.consumers`, :mod:`.publishing`, :mod:`.taking`) extend it, and
-:class:`~.extension.StreamExtension` joins them into one scheduler plugin. The transitions here
+:class:`~.extension.StreamExtension` joins them into one scheduler extension. The transitions here
 (a step lost, a step one reader fewer has to take, a run retired) are the only places, with
 the routes themselves, where a stream lets go of keys.
 """
@@ -21,7 +21,7 @@ from .contracts import ContractStore
 from .steering import SteeringValues
 
 # the extension's one logger, whichever module logs: its records keep the name users filter on
-logger = logging.getLogger("deisa.scheduler.extension")
+logger = logging.getLogger(__name__)
 
 TRIM_EVERY = 100
 """Every so many steps published, the scheduler forgets what distributed keeps per
@@ -56,7 +56,7 @@ class StreamState:
     consumers : dict of str to str
         Consumer id to the client that owns the keys it takes.
     scheduler : distributed.Scheduler
-        Set when the plugin starts.
+        Set when the extension starts.
     steering, contracts
         The stores of steering values and contracts, installed with the routes.
     """

@@ -9,7 +9,7 @@ per step and array, and each consumer one ``deisa_get`` per step, whatever the n
 How a stream serves its consumers and groups (fan-out, work queues, attach and detach, flow
 control, runs, repeated and lost steps) is told in :mod:`._streams`, beside its records.
 
-The plugin is this module's class alone; its routes live in one module per concept, each a
+The extension is this module's class alone; its routes live in one module per concept, each a
 class that extends the shared state (:mod:`._state`: the streams, counters and key transitions):
 :mod:`.workers` (the workers watch, steps lost with a worker), :mod:`.consumers` (attach and
 detach), :mod:`.publishing` (the simulation's side) and :mod:`.taking` (the analytics' side);
@@ -67,20 +67,20 @@ from typing import Any
 
 from distributed.diagnostics.plugin import SchedulerPlugin
 
-from ..wire import PLUGIN_NAME, Route
+from ..wire import EXTENSION_NAME, Route
 from . import contracts, steering
 from ._state import logger
 from .publishing import Publishing
 from .taking import Taking
 from .workers import Workers
 
-__all__ = ["PLUGIN_NAME", "StreamExtension"]
+__all__ = ["EXTENSION_NAME", "StreamExtension"]
 
 
 class StreamExtension(Publishing, Taking, Workers, SchedulerPlugin):
     """Holds the steps published by Bridges until Adapters take them. See module docstring."""
 
-    name = PLUGIN_NAME
+    name = EXTENSION_NAME
     idempotent = True
 
     async def start(self, scheduler: Any) -> None:

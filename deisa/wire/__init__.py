@@ -1,452 +1,89 @@
-"""The wire protocol between the three sides: route names, replies, key names, value encoding,
-dimension names.
+"""The wire protocol between the sides: what the simulation ranks, the Dask workers, the scheduler
+and the analytics send each other. One module per conversation, their names re-exported here:
 
-The simulation side (:mod:`deisa.bridge`), the scheduler side (:mod:`deisa.scheduler`) and the
-analytics side (:mod:`deisa.analysis`) never import each other's code (except to install the
-scheduler extension): what they share is here. Routes are RPC handlers that the
-:class:`~deisa.scheduler.StreamExtension` registers on the Dask scheduler; a caller reaches one
-as ``rpc.<name>(**kwargs)`` (``getattr(rpc, Route.PUBLISH)``) and gets a :data:`Reply` back.
+- :mod:`.routes`: the scheduler's routes and their replies (route names, statuses, the protocol
+  version, the names of a step's keys, the scheduler file's variable);
+- :mod:`.dims`: an array's dimension names in its metadata;
+- :mod:`.steering`: steering values in their plain form;
+- :mod:`.insitu`: the names deisa-core's backend keeps on the scheduler;
+- :mod:`.shm`: a rank and a worker of its node sharing blocks through memory;
+- :mod:`.relay`: rank 0's calls relayed by a worker of its node;
+- :mod:`.guard`, :mod:`.names`, :mod:`.tls_files`: what every listener shares (who may connect,
+  socket names another account cannot guess, the job's TLS files).
 
-Every reply is a dict with a ``"status"`` (a :class:`Status` value, sent as its string) and,
-unless it is ``OK``, a ``"message"`` for a person. Build replies with :func:`ok` and
-:func:`error` and read them with :func:`status` and :func:`is_ok`, so that the status values
-live here only. Two routes answer plain data, not a reply, as they cannot fail:
-``deisa_workers`` (``[[address, nthreads], ...]``) and ``deisa_stats``.
+Imported by every side, it imports no side: the simulation side (:mod:`deisa.bridge`), the
+scheduler side (:mod:`deisa.scheduler`) and the analytics side (:mod:`deisa.analysis`) never
+import each other's code (except to install the scheduler extension): what they share is here.
+
+Runs in every process; imports nothing of the sides.
 """
 
 from __future__ import annotations
 
-import enum
-import json
-import math
-import reprlib
-from typing import Any
-
-import numpy as np
-
-PLUGIN_NAME = "deisa"
-"""Name of the scheduler plugin (:class:`~deisa.scheduler.StreamExtension`)."""
-
-PROTOCOL = 2
-"""The version of the routes' arguments and replies, raised when one changes. The extension
-answers ``deisa_open`` with it, and a Bridge of another protocol stops there, saying so: the
-first Bridge installs the extension on a scheduler and it stays, so a long-lived scheduler may
-hold the extension of an older deisa (protocol 1 did not send it)."""
-
-SCHEDULER_FILE_ENV = "DEISA_SCHEDULER_FILE"
-"""The environment variable naming the scheduler file (``deisa-run`` sets it) for every side:
-the Bridge and the plugin when no ``scheduler_file`` is given, ``Adapter.from_env()``."""
-
-
-class Route(str, enum.Enum):
-    """Names of the scheduler routes; see :mod:`deisa.scheduler.extension` for each one."""
-
-    WORKERS = "deisa_workers"
-    OPEN = "deisa_open"
-    PUBLISH = "deisa_publish"
-    CLOSE = "deisa_close"
-    META = "deisa_meta"
-    GET = "deisa_get"
-    ATTACH = "deisa_attach"
-    DETACH = "deisa_detach"
-    STATS = "deisa_stats"
-    SET_VALUE = "deisa_set_value"
-    GET_VALUE = "deisa_get_value"
-    SET_CONTRACT = "deisa_set_contract"
-    GET_CONTRACT = "deisa_get_contract"
-    WATCH_CONTRACTS = "deisa_watch_contracts"
-    WATCH_WORKERS = "deisa_watch_workers"
-    STEP_TAKEN = "deisa_step_taken"
-    """A batched-stream message (``client.scheduler_comm``), not an RPC: no reply."""
-
-    def __str__(self) -> str:
-        return self.value
-
-
-class Status(str, enum.Enum):
-    """The ``"status"`` of a reply."""
-
-    OK = "OK"
-    ERROR = "error"
-    TIMEOUT = "timeout"
-    DROPPED = "dropped"
-    """``deisa_publish``: a repeated step the analytics has passed; not a failure."""
-    END = "end"
-    """``deisa_get``: the end of the stream (``nsteps``, ``run``)."""
-    LOST = "lost"
-    """A step whose blocks died with a worker (``step``, ``workers``): ``deisa_publish`` refused
-    it, or ``deisa_get`` hands its place in the stream to the analytics."""
-
-    def __str__(self) -> str:
-        return self.value
-
-
-Reply = dict[str, Any]
-"""What a route returns: ``{"status": Status, "message"?: str, ...fields}``."""
-
-
-def ok(**fields: Any) -> Reply:
-    """A successful reply carrying ``fields``."""
-    return {"status": Status.OK.value, **fields}
-
-
-def error(message: str, status: Status = Status.ERROR, **fields: Any) -> Reply:
-    """A reply saying what went wrong (``status`` another than ``OK``)."""
-    return {"status": status.value, "message": message, **fields}
-
-
-def status(reply: Reply) -> Status:
-    """The status of ``reply``, raising :class:`ProtocolError` for anything else."""
-    try:
-        return Status(reply["status"])
-    except (TypeError, KeyError, ValueError):
-        raise ProtocolError(f"the scheduler answered {reply!r}, not a deisa reply") from None
-
-
-def is_ok(reply: Reply) -> bool:
-    """Whether ``reply`` says ``OK``."""
-    return status(reply) is Status.OK
-
-
-class ProtocolError(RuntimeError):
-    """A reply that is not one of this protocol's (another extension, or another version)."""
-
-
-def step_key_name(run: str, name: str, step: int, revision: int = 0) -> str:
-    """The dask name of one step of an array; block keys are ``(name, i, j, ...)``.
-
-    ``revision`` counts the earlier publications of the same step in the run (a step
-    published again gets new keys: the earlier ones may still be held); 0 has no suffix.
-    """
-    suffix = f"-r{revision}" if revision else ""
-    return f"deisa-{run}-{name}-{step}{suffix}"
-
-
-# -- an array's dimension names ------------------------------------------------------------
-#
-# An array's metadata (what ``deisa_open`` registers and ``deisa_meta``/``deisa_get`` return)
-# holds "dims", the names of its spatial axes, only when the simulation gave them: an older
-# Bridge sends none, an older Adapter ignores it. Likewise "time_length", the number of steps
-# its time axis holds, only when the simulation declared one (ArraySpec's time_length).
-
-TIME_DIM = "step"
-"""The name of the time axis of a labelled (xarray) array; the step numbers are its coordinate."""
-
-
-def check_dims(dims: Any, ndim: int, argument: str = "dims") -> tuple[str, ...] | None:
-    """``dims`` as a tuple of names, one per spatial axis of an array of ``ndim`` of them.
-
-    Parameters
-    ----------
-    dims
-        ``None`` (no names), or a sequence of ``ndim`` distinct non-empty strings, none of them
-        :data:`TIME_DIM`.
-    ndim
-        How many spatial axes the array has (the time axis excluded).
-    argument
-        How errors name ``dims`` (``"dims"``, ``"dims['gtemp']"``).
-
-    Raises
-    ------
-    TypeError
-        ``dims`` is not a sequence (a single string is not), or holds something else than
-        strings.
-    ValueError
-        Not ``ndim`` names, an empty or repeated name, or :data:`TIME_DIM`.
-    """
-    if dims is None:
-        return None
-    if isinstance(dims, (str, bytes)) or not isinstance(dims, (list, tuple)):
-        raise TypeError(
-            f"{argument}={dims!r} must be a list or tuple of names, one per spatial axis "
-            "(e.g. ['x', 'y'])"
-        )
-    names = tuple(dims)
-    for name in names:
-        if not isinstance(name, str):
-            raise TypeError(f"{argument}={dims!r}: {name!r} is not a string")
-        if not name:
-            raise ValueError(f"{argument}={dims!r}: a dimension name cannot be empty")
-    if len(names) != ndim:
-        raise ValueError(
-            f"{argument}={dims!r} gives {len(names)} name(s) for {ndim} spatial axes (the "
-            "time axis is implicit: do not name it)"
-        )
-    repeated = sorted({name for name in names if names.count(name) > 1})
-    if repeated:
-        raise ValueError(f"{argument}={dims!r} names two axes {repeated[0]!r}")
-    if TIME_DIM in names:
-        raise ValueError(
-            f"{argument}={dims!r}: {TIME_DIM!r} is the name of the time axis (the step "
-            "numbers); give the spatial axes other names"
-        )
-    return names
-
-
-WATCH_SECONDS = 10.0
-"""Longest a ``deisa_watch_contracts`` (or, by default, ``deisa_watch_workers``) call waits on
-the scheduler before answering "no change"."""
-
-
-# -- steering values ------------------------------------------------------------------------
-#
-# A steering value crosses the scheduler in a plain form that msgpack carries as it is, and that
-# nothing ever unpickles: Python scalars as {"type": ..., "value": ...}, numpy arrays and scalars
-# as {"type": "ndarray" | "numpy_scalar", "dtype": dtype.str, "shape": [...], "data": bytes}.
-# The scheduler checks that form (value_problem) before storing it, and rank 0 again before
-# reading it, so what a client sends another way than encode_value is refused, not run.
-
-MAX_VALUE_BYTES = 1 << 20
-"""Largest steering value accepted (1 MiB: an array's data, a string's UTF-8): values are control
-data, not arrays to ship."""
-
-ACCEPTED_VALUES = (
-    "None, bool, int (64 bits), float, complex, str, or a numpy array or scalar of booleans, "
-    "numbers, datetimes, timedeltas, bytes or str"
+from .dims import (
+    TIME_DIM,
+    check_dims,
 )
-"""What a steering value may be, as errors say it."""
+from .insitu import (
+    INSITU_CONTROL_PREFIX,
+    INSITU_GO,
+    insitu_control_arrays,
+    insitu_control_name,
+    insitu_index_name,
+    insitu_value_name,
+)
+from .routes import (
+    EXTENSION_NAME,
+    PROTOCOL,
+    SCHEDULER_FILE_ENV,
+    WATCH_SECONDS,
+    ProtocolError,
+    Reply,
+    Route,
+    Status,
+    error,
+    is_ok,
+    ok,
+    status,
+    step_key_name,
+)
+from .steering import (
+    ACCEPTED_VALUES,
+    MAX_VALUE_BYTES,
+    SteeringError,
+    decode_value,
+    encode_value,
+    value_name_problem,
+    value_problem,
+)
 
-_INT_RANGE = range(-(1 << 63), 1 << 64)  # what msgpack carries
-_DTYPE_KINDS = "biufcmMSU"  # no object ("O") nor void/structured ("V") dtype
-_MAX_DIMS = 32
-_MAX_INTP = int(np.iinfo(np.intp).max)  # numpy refuses a shape whose size overflows it
-_SCALARS: dict[str, tuple[type, ...]] = {
-    "bool": (bool,),
-    "int": (int,),
-    "float": (float,),
-    "complex": (list, tuple),  # [real, imag]
-    "str": (str,),
-}
-_ARRAYS = ("ndarray", "numpy_scalar")
-
-
-class SteeringError(ValueError):
-    """A steering value that cannot be stored or read: a bad name, a value of a type not
-    accepted (:data:`ACCEPTED_VALUES`), too large, or not in the plain form on the wire."""
-
-
-def encode_value(name: str, value: Any) -> dict[str, Any] | None:
-    """``value`` in the plain form of ``deisa_set_value`` (``None`` stays ``None``: it clears
-    ``name``).
-
-    Accepted: ``None``, ``bool``, ``int`` (64 bits), ``float``, ``complex``, ``str``, and numpy
-    arrays and scalars of booleans, numbers, datetimes, timedeltas, bytes or str, whatever their
-    byte order, shape or strides (a subclass of ``ndarray`` is sent as a plain array). They come
-    back as the same type (:func:`decode_value`). Lists and tuples are refused: an array says
-    its dtype and shape, a list would have to guess them; send ``np.asarray(value)``.
-
-    Raises
-    ------
-    SteeringError
-        ``name`` is not a non-empty string, ``value`` is of another type (or an array of
-        objects or of a structured dtype), or larger than :data:`MAX_VALUE_BYTES`.
-    """
-    problem = value_name_problem(name)
-    if problem is not None:
-        raise SteeringError(problem)
-    if value is None:
-        return None
-    encoded: dict[str, Any]
-    if isinstance(value, (np.ndarray, np.generic)):  # before float: np.float64 is a float
-        array = np.asarray(value)
-        problem = _dtype_problem(name, array.dtype) or _size_problem(name, array.nbytes)
-        if problem is not None:
-            raise SteeringError(problem)
-        encoded = {
-            "type": "ndarray" if isinstance(value, np.ndarray) else "numpy_scalar",
-            "dtype": array.dtype.str,
-            "shape": list(array.shape),
-            "data": array.tobytes(),
-        }
-    elif isinstance(value, bool):  # before int: a bool is an int
-        encoded = {"type": "bool", "value": bool(value)}
-    elif isinstance(value, int):
-        encoded = {"type": "int", "value": int(value)}
-    elif isinstance(value, float):
-        encoded = {"type": "float", "value": float(value)}
-    elif isinstance(value, complex):
-        encoded = {"type": "complex", "value": [value.real, value.imag]}
-    elif isinstance(value, str):
-        encoded = {"type": "str", "value": str(value)}
-    else:
-        hint = "; send np.asarray(value)" if isinstance(value, (list, tuple)) else ""
-        raise SteeringError(
-            f"steering value {name!r} is a {type(value).__module__}.{type(value).__qualname__}: "
-            f"accepted are {ACCEPTED_VALUES}{hint}"
-        )
-    problem = value_problem(name, encoded)  # the int range, a str's size and encoding
-    if problem is not None:
-        raise SteeringError(problem)
-    return encoded
-
-
-def decode_value(name: str, reply: Reply, default: Any) -> Any:
-    """The value of a ``deisa_get_value`` reply for ``name``, or ``default`` if it holds none.
-
-    Builds the value from its plain form (:func:`encode_value`), never unpickling anything; an
-    array comes back writable, in the byte order it was sent with.
-
-    Raises
-    ------
-    SteeringError
-        The reply is an error, or its value is not in the plain form (:func:`value_problem`).
-    """
-    if not is_ok(reply):
-        raise SteeringError(reply["message"])
-    encoded = reply["value"]
-    if encoded is None:
-        return default
-    problem = value_problem(name, encoded)
-    if problem is not None:
-        raise SteeringError(problem)
-    kind = encoded["type"]
-    if kind == "complex":
-        return complex(*encoded["value"])
-    if kind not in _ARRAYS:
-        return encoded["value"]
-    array = np.frombuffer(encoded["data"], dtype=np.dtype(encoded["dtype"]))
-    if kind == "numpy_scalar":
-        return array[0]
-    return array.reshape(tuple(encoded["shape"])).copy()
-
-
-def value_problem(name: str, encoded: Any) -> str | None:
-    """Why ``encoded`` is not a steering value in the plain form of :func:`encode_value`, or
-    ``None``: the scheduler's check of what any client sends, and rank 0's of what it reads."""
-    kind = encoded.get("type") if isinstance(encoded, dict) else None
-    if not isinstance(kind, str):
-        kind = None
-    if kind in _SCALARS:
-        fields = {"type", "value"}
-    elif kind in _ARRAYS:
-        fields = {"type", "dtype", "shape", "data"}
-    else:
-        return (
-            f"steering value {name!r} is not in the plain form of deisa.wire.encode_value "
-            f"(got a {type(encoded).__name__}{f' of type {kind!r}' if kind else ''}); accepted "
-            f"are {ACCEPTED_VALUES}"
-        )
-    if set(encoded) != fields:
-        return f"steering value {name!r} of type {kind!r} has the fields {sorted(fields)}"
-    if kind in _ARRAYS:
-        return _array_problem(name, kind, encoded["dtype"], encoded["shape"], encoded["data"])
-    value = encoded["value"]
-    typed = isinstance(value, _SCALARS[kind])  # a flag: value stays Any for what follows
-    if not typed or (isinstance(value, bool) and kind != "bool"):
-        return f"steering value {name!r} of type {kind!r} holds a {type(value).__name__}"
-    if kind == "int" and value not in _INT_RANGE:
-        return (
-            f"steering value {name!r} = {reprlib.repr(value)} does not fit 64 bits; send a "
-            "float or a str"
-        )
-    if kind == "complex" and (len(value) != 2 or not all(type(v) is float for v in value)):
-        return (
-            f"steering value {name!r} of type 'complex' holds {reprlib.repr(value)}, not "
-            "[real, imag]"
-        )
-    if kind == "str":
-        try:
-            nbytes = len(value.encode())
-        except UnicodeEncodeError as exc:
-            return f"steering value {name!r} is a str that UTF-8 cannot encode: {exc}"
-        return _size_problem(name, nbytes)
-    return None
-
-
-def _array_problem(name: str, kind: str, dtype: Any, shape: Any, data: Any) -> str | None:
-    try:
-        parsed = np.dtype(dtype) if isinstance(dtype, str) and len(dtype) <= 32 else None
-    except (TypeError, ValueError, OverflowError):
-        parsed = None
-    if parsed is None or parsed.str != dtype:
-        return (
-            f"steering value {name!r}: {reprlib.repr(dtype)} is not a numpy dtype string "
-            "(dtype.str)"
-        )
-    problem = _dtype_problem(name, parsed)
-    if problem is not None:
-        return problem
-    if (
-        not isinstance(shape, (list, tuple))
-        or len(shape) > (0 if kind == "numpy_scalar" else _MAX_DIMS)
-        or not all(type(n) is int and n >= 0 for n in shape)
-    ):
-        return f"steering value {name!r} of type {kind!r} has the shape {reprlib.repr(shape)}"
-    if math.prod(max(n, 1) for n in shape) * parsed.itemsize > _MAX_INTP:  # even if empty
-        return (
-            f"steering value {name!r} of type {kind!r} has the shape {reprlib.repr(shape)}, "
-            "larger than numpy's largest array"
-        )
-    if not isinstance(data, bytes):
-        return f"steering value {name!r}: its data is a {type(data).__name__}, not bytes"
-    expected = math.prod(shape) * parsed.itemsize
-    if len(data) != expected:
-        return (
-            f"steering value {name!r}: {len(data)} bytes of data for {len(shape)}-d shape "
-            f"{tuple(shape)} of {dtype} ({expected} bytes)"
-        )
-    return _size_problem(name, len(data))
-
-
-def _dtype_problem(name: str, dtype: np.dtype[Any]) -> str | None:
-    if dtype.kind not in _DTYPE_KINDS or dtype.hasobject or dtype.names is not None:
-        return (
-            f"steering value {name!r} is an array of dtype {dtype}: accepted are "
-            f"{ACCEPTED_VALUES} (no objects, no structured dtypes)"
-        )
-    if dtype.itemsize == 0:
-        return f"steering value {name!r} has the empty dtype {dtype.str}"
-    return None
-
-
-def _size_problem(name: str, nbytes: int) -> str | None:
-    if nbytes <= MAX_VALUE_BYTES:
-        return None
-    return (
-        f"steering value {name!r} is {nbytes} bytes, more than the {MAX_VALUE_BYTES} allowed: "
-        "steering values are small control data; publish arrays through the Bridge"
-    )
-
-
-def value_name_problem(name: Any) -> str | None:
-    """Why ``name`` cannot name a steering value, or ``None``."""
-    if not isinstance(name, str) or not name:
-        return f"a steering value's name must be a non-empty string, got {name!r}"
-    return None
-
-
-# -- deisa-core's interface (deisa.insitu): the names it keeps on the scheduler ----------------
-# A simulation of deisa.insitu.Bridge opens, last, a one-element-per-rank array whose name lists
-# its arrays (the analytics' handshake and end of run); its feedback values are steering values.
-
-INSITU_CONTROL_PREFIX = "deisa.insitu:"
-"""The name of a simulation's control stream: this prefix, then its arrays as a JSON list."""
-
-INSITU_GO = "deisa.insitu/go"
-"""The steering value the analytics (``deisa.insitu.Deisa``) sets: the Bridges may start."""
-
-
-def insitu_control_name(arrays: list[str]) -> str:
-    """The control stream of a simulation publishing ``arrays``."""
-    return INSITU_CONTROL_PREFIX + json.dumps(sorted(arrays), separators=(",", ":"))
-
-
-def insitu_control_arrays(name: str) -> list[str] | None:
-    """The arrays a control stream's ``name`` lists, or ``None`` if it is no control stream."""
-    if not name.startswith(INSITU_CONTROL_PREFIX):
-        return None
-    try:
-        arrays = json.loads(name[len(INSITU_CONTROL_PREFIX) :])
-    except ValueError:
-        return None
-    return [str(a) for a in arrays] if isinstance(arrays, list) else None
-
-
-def insitu_index_name(key: str) -> str:
-    """The steering value listing the timesteps for which ``key`` was set (an int64 array)."""
-    return f"deisa.insitu/{key}"
-
-
-def insitu_value_name(key: str, timestep: int) -> str:
-    """The steering value holding ``key`` at ``timestep``."""
-    return f"deisa.insitu/{key}@{timestep}"
+__all__ = [
+    "ACCEPTED_VALUES",
+    "EXTENSION_NAME",
+    "INSITU_CONTROL_PREFIX",
+    "INSITU_GO",
+    "MAX_VALUE_BYTES",
+    "PROTOCOL",
+    "SCHEDULER_FILE_ENV",
+    "TIME_DIM",
+    "WATCH_SECONDS",
+    "ProtocolError",
+    "Reply",
+    "Route",
+    "Status",
+    "SteeringError",
+    "check_dims",
+    "decode_value",
+    "encode_value",
+    "error",
+    "insitu_control_arrays",
+    "insitu_control_name",
+    "insitu_index_name",
+    "insitu_value_name",
+    "is_ok",
+    "ok",
+    "status",
+    "step_key_name",
+    "value_name_problem",
+    "value_problem",
+]

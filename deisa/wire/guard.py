@@ -1,8 +1,8 @@
 """Listeners that another account cannot flood: what every listener deisa opens shares.
 
-A rank 0's notices listener (:mod:`deisa.bridge._notices`), a worker's shared-memory listener
-(:mod:`deisa.worker.plugin`) and its relay (:mod:`deisa.worker.relay`) all accept connections
-from anyone
+A rank 0's notices listener (:mod:`deisa.bridge.registration.notices`), a worker's
+shared-memory listener (:mod:`deisa.worker.shm`) and its relay (:mod:`deisa.worker.relay`) all
+accept connections from anyone
 who can reach them, and learn who the peer is only afterwards (a TLS handshake, ``SO_PEERCRED``,
 the job's token). Each therefore:
 

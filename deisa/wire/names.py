@@ -1,6 +1,6 @@
 """Abstract socket names another account cannot guess, nor take first.
 
-The shared-memory listener (:mod:`deisa.worker.plugin`) and the relay
+The shared-memory listener (:mod:`deisa.worker.shm`) and the relay
 (:mod:`deisa.worker.relay`) listen
 on abstract Unix sockets, which any account of the node can bind, and connect to, by name.
 Their names are an HMAC of the listener's address and the account's uid under a secret of the

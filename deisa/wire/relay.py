@@ -1,9 +1,9 @@
 """The frames between rank 0 and the worker that relays its calls to the scheduler.
 
 Frames of a 4-byte big-endian length then a msgpack map, as distributed's own messages (tuples
-arrive as tuples). Rank 0 (:mod:`deisa.bridge._relay`) sends ``{"id": n, "op": route,
+arrive as tuples). Rank 0 (:mod:`deisa.bridge.link.relay`) sends ``{"id": n, "op": route,
 "kwargs": {...}}``, where ``route`` is one of :data:`RELAYED` (deisa's routes, and
-``"install"``: the scheduler extension and the workers' plugin); the worker
+``"install"``: the scheduler extension and the workers' services); the worker
 (:mod:`deisa.worker.relay`) answers ``{"id": n, "result": ...}``, or ``{"id": n, "error": type
 name, "message": ..., "kind": "os" | "timeout" | "other"}``. Nothing is unpickled. The relay
 listens on an abstract Unix socket named from the scheduler's address, the account's uid and
@@ -20,7 +20,7 @@ from . import Route
 from .names import names
 
 INSTALL = "install"
-"""The op that installs the scheduler extension and the workers' plugin (relayed as rank 0
+"""The op that installs the scheduler extension and the workers' services (relayed as rank 0
 would make it: :func:`deisa.worker.install_on_scheduler`)."""
 
 RELAYED = frozenset(

@@ -1,11 +1,11 @@
 """What a rank and a worker of its node agree on to share blocks through memory.
 
-The rank owns a small ring of *slots* per worker (:mod:`._shm`): each slot is an anonymous
-``memfd`` (no name in ``/dev/shm``, nothing left behind by a crash: the memory goes when the
-last process that maps it closes or dies), whose file descriptor is passed once to the worker
-over a Unix socket (``SCM_RIGHTS``). A block is then copied into a slot and announced by a
-small message; the worker keeps a plain ``ndarray`` over the slot under the block's key
-(:mod:`deisa.worker.plugin`), and marks the slot free when that array is gone.
+The rank owns a small ring of *slots* per worker (:mod:`deisa.bridge.shm.channel`): each slot is an
+anonymous ``memfd`` (no name in ``/dev/shm``, nothing left behind by a crash: the memory goes when
+the last process that maps it closes or dies), whose file descriptor is passed once to the worker
+over a Unix socket (``SCM_RIGHTS``). A block is then copied into a slot and announced by a small
+message; the worker keeps a plain ``ndarray`` over the slot under the block's key
+(:mod:`deisa.worker.shm`), and marks the slot free when that array is gone.
 
 The socket is in the abstract namespace (no file either), named from the worker's address, the
 account's uid and the run's secret (:mod:`.names`: another account cannot guess the name, and
@@ -36,7 +36,9 @@ MAX_MESSAGE = 1 << 16
 SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW
 """The seals of a slot once sized (:func:`memfd`): neither end can shrink it under the other's
 mapping (a read past the end is a ``SIGBUS``) nor grow it."""
-PLUGIN_NAME = "deisa-shared-memory"
+SERVICES_NAME = "deisa-shared-memory"
+"""The name deisa's services on a worker (:class:`deisa.worker.services.WorkerServices`: the
+shared-memory listener and rank 0's relay) are registered under (its first service named it)."""
 
 
 def socket_names(worker: str, secret: bytes = b"", uid: int | None = None) -> list[bytes]:
@@ -59,7 +61,7 @@ def slot_bytes(nbytes: int) -> int:
 
 def memfd(name: str, size: int, *, huge: bool = False) -> int:
     """A fresh memfd of ``size`` bytes, sealed with :data:`SEALS`: the worker maps only slots
-    sealed so (:class:`deisa.worker.plugin._Slot`). ``huge``: in the node's reserved huge
+    sealed so (:class:`deisa.worker.shm._Slot`). ``huge``: in the node's reserved huge
     pages (``size`` a whole number of them), an ``OSError`` where there are none."""
     flags = os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING | (os.MFD_HUGETLB if huge else 0)
     fd = os.memfd_create(name, flags)

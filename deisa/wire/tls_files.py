@@ -1,12 +1,12 @@
 """The job's TLS files under deisa's own names: what ``deisa-run`` hands every rank.
 
 ``deisa-run`` gives every process of a job its credentials as files, in Dask's configuration
-variables (``DASK_DISTRIBUTED__COMM__TLS__*``: :func:`deisa.launcher.security.tls_env`), and
-the same files again under the names of :data:`TLS_FILES_ENV`. Rank 0's notices listener
-(:mod:`._notices`) reads these, so that it needs neither dask nor distributed (their import
-costs a rank up to 0.4 s of CPU): Dask's variables are only a part of Dask's configuration,
-which files and other variables may change, and only dask can read it. Both sides import the
-names from here (the library never imports the launcher).
+variables (``DASK_DISTRIBUTED__COMM__TLS__*``: :func:`deisa.launcher.security.tls_env`), and the
+same files again under the names of :data:`TLS_FILES_ENV`. Rank 0's notices listener
+(:mod:`deisa.bridge.registration.notices`) reads these, so that it needs neither dask nor
+distributed (their import costs a rank up to 0.4 s of CPU): Dask's variables are only a part of
+Dask's configuration, which files and other variables may change, and only dask can read it. Both
+sides import the names from here (the library never imports the launcher).
 """
 
 from __future__ import annotations

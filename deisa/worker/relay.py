@@ -1,16 +1,16 @@
-"""The worker's side of the relay (:mod:`deisa.bridge._relay`): rank 0's calls, made on the
+"""The worker's side of the relay (:mod:`deisa.bridge.link.relay`): rank 0's calls, made on the
 scheduler.
 
-:class:`RelayServer` runs on the worker's event loop, started by the worker's deisa plugin
-(:class:`~.plugin.SharedMemoryPlugin`). It binds the node's relay name for the worker's
-scheduler; where another worker of the node holds it already, this one does not relay (one
-relay per node is enough: rank 0 needs one). Each connection is checked for the worker's own
-uid before a byte of it is read (a flood of another account's is counted and logged once a
-minute: :mod:`deisa.wire.guard`); each call is one of :data:`~deisa.wire.relay.RELAYED`, made
-with the worker's connection to the scheduler (its TLS credentials), in a task of its own (a
-registration may wait on flow control while the contracts' watch waits for a change). A
-connection that closes cancels its calls still running.
-"""
+:class:`RelayServer` runs in a Dask worker process, on the worker's event loop, started by
+deisa's services on the worker (:class:`~.services.WorkerServices`); it imports
+:mod:`deisa.wire` and the scheduler extension's install only. It binds the node's relay name for
+the worker's scheduler; where another worker of the node holds it already, this one does not
+relay (one relay per node is enough: rank 0 needs one). Each connection is checked for the
+worker's own uid before a byte of it is read (a flood of another account's is counted and logged
+once a minute: :mod:`deisa.wire.guard`); each call is one of :data:`~deisa.wire.relay.RELAYED`,
+made with the worker's connection to the scheduler (its TLS credentials), in a task of its own
+(a registration may wait on flow control while the contracts' watch waits for a change). A
+connection that closes cancels its calls still running."""
 
 from __future__ import annotations
 
@@ -28,8 +28,8 @@ from ..wire.relay import INSTALL, MAX_FRAME, RELAYED, pack, read_frame, relay_na
 
 logger = logging.getLogger(__name__)
 
-#: installs deisa's scheduler extension and, if asked, its worker plugin:
-#: ``install(pool, scheduler, shared_memory)`` (given by the plugin that starts the relay)
+#: installs deisa's scheduler extension and, if asked, its worker services:
+#: ``install(pool, scheduler, shared_memory)`` (given by the services that start the relay)
 Install = Callable[[Any, str, bool], Awaitable[None]]
 
 

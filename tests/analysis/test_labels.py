@@ -26,7 +26,7 @@ from stream_driver import META, WAIT, Rank0, block, install
 from deisa import Adapter, ArraySpec, Decomposition, Replay
 from deisa.analysis._labels import XarrayMissingError
 from deisa.analysis.replay import UnknownArrayError
-from deisa.bridge._connect import meta
+from deisa.bridge.link.connect import meta
 from deisa.wire import step_key_name
 
 xr = pytest.importorskip("xarray")

@@ -135,7 +135,7 @@ def test_bp_single_values_are_one_element_arrays_as_live(
     tmp_path: Path, engine: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """As the deisa engine publishes them (docs/adios2.md): ``replay["step"][t].compute()[0]``."""
-    with caplog.at_level("INFO", logger="deisa.analysis.replay"):
+    with caplog.at_level("INFO", logger="deisa.analysis"):
         replay = Replay(two_arrays(tmp_path / "out.bp", engine))
     assert "'label' (a single value of type string) left out" in caplog.text
     step, time = replay["step"], replay["time"]
@@ -223,7 +223,7 @@ def test_bp_leaves_local_arrays_out(tmp_path: Path, caplog: pytest.LogCaptureFix
     writer.Put(glob, np.arange(3.0), bindings.Mode.Sync)
     writer.EndStep()
     writer.Close()
-    with caplog.at_level("INFO", logger="deisa.analysis.replay"):
+    with caplog.at_level("INFO", logger="deisa.analysis"):
         replay = Replay(tmp_path / "local.bp")
     assert replay.names == ["U"] and "'particles' (LocalArray) left out" in caplog.text
     assert np.array_equal(replay["U"][0].compute(), np.arange(3.0))

@@ -1,4 +1,4 @@
-"""deisa.analysis._warm: the workers' preload that imports and runs the PCA's kernels."""
+"""deisa.analysis.warm: the workers' preload that imports and runs the PCA's kernels."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from conftest import STARTUP, DaskProcesses, start_dask
 from distributed.utils_test import poll_for
 
-from deisa.analysis import _warm
+from deisa.analysis import warm as _warm
 
 
 @pytest.fixture

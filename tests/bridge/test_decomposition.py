@@ -114,7 +114,7 @@ def test_array_spec_dims_are_carried_by_the_decomposition_and_agree_across_ranks
 
 
 def test_array_spec_time_length_reaches_the_metadata_and_agrees_across_ranks() -> None:
-    from deisa.bridge._connect import meta
+    from deisa.bridge.link.connect import meta
 
     assert ArraySpec("float64", (8, 8), (0, 0), (8, 8)).time_length is None
     specs = [

@@ -17,8 +17,8 @@ from deisa.bridge._loop import LoopThread
 from deisa.bridge._parts import BridgeParts
 from deisa.bridge._publisher import PublishTiming
 from deisa.bridge._steps import StepBook, Timings
-from deisa.bridge._workers import Detachment
 from deisa.bridge.decomposition import ArraySpec
+from deisa.bridge.link.workers import Detachment
 from deisa.bridge.options import BridgeOptions
 
 

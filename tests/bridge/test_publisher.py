@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from deisa.bridge._notices import EarlyRegistration, encode_notice
 from deisa.bridge._publisher import Connection, Entry, Ledger, RankReport, RootReport
+from deisa.bridge.registration.notices import EarlyRegistration, encode_notice
 
 W = "tcp://w0"
 CONNECTION = Connection("tcp://127.0.0.1:8786", "run0", ("tcp://w0", "tcp://w1"))

@@ -1,10 +1,10 @@
 """deisa.bridge._sync: rank 0's registration of a sync publish when the scheduler does not
 answer, with a link that fails as a dead scheduler's connection does (pure: no MPI, no Dask).
 
-As in ``mode="async"`` (tests/bridge/test_registrar.py): a registration that fails with an
-``OSError`` is made again, under either ``on_scheduler_loss``, until the worker book counts the
-scheduler lost after ``connect_timeout``; then the one message of a lost scheduler. The run with
-a real scheduler SIGKILLed is ``tests/test_faults.py``.
+As in ``mode="async"`` (tests/bridge/registration/test_registrar.py): a registration that fails
+with an ``OSError`` is made again, under either ``on_scheduler_loss``, until the worker book
+counts the scheduler lost after ``connect_timeout``; then the one message of a lost scheduler.
+The run with a real scheduler SIGKILLed is ``tests/test_faults.py``.
 """
 
 from __future__ import annotations

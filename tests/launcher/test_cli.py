@@ -610,7 +610,7 @@ def test_demo_options_beside_a_user_command_are_a_usage_error(flags: list[str]) 
 
 def test_workers_preload_the_pca_warm_up_for_the_builtin_pca_only(tmp_path: Path) -> None:
     demo = resolved()
-    assert demo.worker_preload == checks.PCA_WARM_UP == "deisa.analysis._warm"
+    assert demo.worker_preload == checks.PCA_WARM_UP == "deisa.analysis.warm"
     assert demo.summary()["worker_preload"] == checks.PCA_WARM_UP
     user = parse.run_settings(RUN, ["--analytics", "a.py", "--", "./sim"])
     assert user.worker_preload is None  # deisa does not know what a user's analytics imports
@@ -621,7 +621,7 @@ def test_workers_preload_the_pca_warm_up_for_the_builtin_pca_only(tmp_path: Path
     with pytest.raises(UsageError, match="--worker-preload"):
         resolved("--worker-preload", " ")
     cmd = dask_processes.worker_command(tmp_path / "s.json", 0, 1, tmp_path, checks.PCA_WARM_UP)
-    assert preloads(cmd) == [BRIDGE, "deisa.analysis._warm"]
+    assert preloads(cmd) == [BRIDGE, "deisa.analysis.warm"]
     assert preloads(dask_processes.worker_command(tmp_path / "s.json", 0, 1, tmp_path)) == [BRIDGE]
 
 
@@ -640,7 +640,7 @@ def slurm_worker_line(*argv: str) -> str:
 
 
 def test_slurm_workers_preload_the_pca_warm_up_for_the_builtin_pca_only() -> None:
-    assert " --preload deisa.analysis._warm " in slurm_worker_line("--solver", "python")
+    assert " --preload deisa.analysis.warm " in slurm_worker_line("--solver", "python")
     assert "_warm" not in slurm_worker_line("--analytics", "a.py", "--", "./sim")
     assert "--preload my.mod" in slurm_worker_line("--worker-preload", "my.mod", "--", "./sim")
 
@@ -677,9 +677,7 @@ def test_worker_preload_keeps_the_preloads_of_the_dask_configuration(tmp_path: P
         cmd = dask_processes.worker_command(tmp_path / "s.json", 0, 1, tmp_path, checks.PCA_WARM_UP)
         assert preloads(cmd) == ["mine.monitor", BRIDGE, checks.PCA_WARM_UP]
         script = slurm.job_script(make_plan(parse.run_settings("slurm", [])))
-        assert (
-            f" --preload mine.monitor --preload {BRIDGE} --preload deisa.analysis._warm" in script
-        )
+        assert f" --preload mine.monitor --preload {BRIDGE} --preload deisa.analysis.warm" in script
         cmd = dask_processes.worker_command(tmp_path / "s.json", 0, 1, tmp_path)
         assert preloads(cmd) == ["mine.monitor", BRIDGE]
         # nothing of deisa's to add: the configuration applies as it is

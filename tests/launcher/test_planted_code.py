@@ -2,7 +2,7 @@
 is first shown to work against a deliberately unsafe setting (the positive control), then
 blocked by ``deisa-run`` by default, the run still analysing every step.
 
-The attacker is a real process of uid 65534 (:data:`bridge.test_transport.AS_NOBODY`); the
+The attacker is a real process of uid 65534 (:data:`bridge.shm.test_transport.AS_NOBODY`); the
 planted code writes a marker file with the uid that ran it, which must never appear under the
 run. The node's shared temporary directory is one of the test's own (mode 1777, as ``/tmp``),
 never the machine's ``/tmp``, where other users' Dask processes would meet the plant.
@@ -35,7 +35,7 @@ from typing import Any
 
 import pytest
 from attack import job_security
-from bridge.test_transport import AS_NOBODY, FOREIGN_PYTHON, as_root
+from bridge.shm.test_transport import AS_NOBODY, FOREIGN_PYTHON, as_root
 from conftest import STARTUP, test_env
 from distributed.utils_test import poll_for
 from test_slurm import Slurm, check_results, run_job, slurm  # noqa: F401 - a fixture

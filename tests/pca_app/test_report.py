@@ -151,7 +151,7 @@ def test_the_ranks_warm_pools_are_on_the_transport_line_and_in_results_json(
 ) -> None:
     import io
 
-    from deisa.bridge._shm_pool import SMALL, THP, pool_totals
+    from deisa.bridge.shm.pool import SMALL, THP, pool_totals
     from deisa.pca_app.driver import pool
 
     summaries = [  # Bridge.shm_pool of 3 ranks

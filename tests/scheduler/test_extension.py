@@ -43,7 +43,7 @@ from stream_driver import (
 )
 
 from deisa import _dask_internals
-from deisa.scheduler.extension import PLUGIN_NAME, StreamExtension
+from deisa.scheduler.extension import EXTENSION_NAME, StreamExtension
 from deisa.wire import PROTOCOL, Status, error, is_ok, ok, status, step_key_name
 
 # -- one step, end to end --------------------------------------------------------------------
@@ -283,7 +283,7 @@ async def test_drop_oldest_keeps_the_newest_buffer_nb_steps_and_frees_the_rest(
     c: Client, s: Any, a: Any, b: Any
 ) -> None:
     ext, rank0 = await opened(c, s, [a, b], buffer_nb=2, on_full="drop_oldest")
-    with captured_logger("deisa.scheduler.extension", level=logging.WARNING) as log:
+    with captured_logger("deisa.scheduler", level=logging.WARNING) as log:
         for step in range(5):
             assert await rank0.publish(step, timeout=None) == ok()  # never waits
     assert "dropped step 0 of 't': buffer_nb=2 steps were waiting" in log.getvalue()
@@ -343,7 +343,7 @@ async def test_installing_twice_keeps_the_streams(c: Client, s: Any, a: Any, b: 
     ext = await install(c, s)
     await Rank0(c, [a, b], "t", "r1").open()
     await c.register_plugin(StreamExtension())  # the second Bridge or Adapter to connect
-    assert s.plugins[PLUGIN_NAME] is ext and ext.streams["t"].run == "r1"
+    assert s.plugins[EXTENSION_NAME] is ext and ext.streams["t"].run == "r1"
 
 
 # -- defects found by these tests, fixed --------------------------------------------------------
@@ -478,7 +478,7 @@ async def test_step_published_again_before_it_is_taken_replaces_it(
     await rank0.open(buffer_nb=2)
     for step in (0, 1):
         assert await rank0.publish(step) == ok()
-    with captured_logger("deisa.scheduler.extension", level=logging.INFO) as log:
+    with captured_logger("deisa.scheduler", level=logging.INFO) as log:
         # buffer_nb steps are queued: a replacement takes no room, so it does not wait
         assert await rank0.publish(1, timeout=EXPIRE) == ok(replaced=True)
     assert "step 1 of 't' published again before the analytics took it" in log.getvalue()
@@ -511,7 +511,7 @@ async def test_step_published_after_the_reader_passed_it_is_dropped_with_a_warni
         await rank0.publish(step)
     first = [await get(c, "t", run="r1") for _ in range(2)]  # the reader takes 0 and 1
     assert [r["step"] for r in first] == [0, 1]
-    with captured_logger("deisa.scheduler.extension", level=logging.WARNING) as log:
+    with captured_logger("deisa.scheduler", level=logging.WARNING) as log:
         again = await rank0.publish(1)  # the step itself was taken
         backwards = await rank0.publish(0)  # an index that goes back past taken steps
     for step, reply in ((1, again), (0, backwards)):
@@ -783,14 +783,14 @@ async def test_watch_workers_answers_when_the_workers_change_or_at_its_timeout(
     watching = asyncio.ensure_future(
         c.scheduler.deisa_watch_workers(known=[a.address, b.address], timeout=WAIT)
     )
-    await until_called(s.plugins[PLUGIN_NAME], "watch_workers", 3)
+    await until_called(s.plugins[EXTENSION_NAME], "watch_workers", 3)
     await b.close()
     left = await watching
     assert lists(left["workers"]) == [[a.address, a.state.nthreads]]
     watching = asyncio.ensure_future(
         c.scheduler.deisa_watch_workers(known=[a.address], timeout=WAIT)
     )
-    await until_called(s.plugins[PLUGIN_NAME], "watch_workers", 4)
+    await until_called(s.plugins[EXTENSION_NAME], "watch_workers", 4)
     async with Worker(s.address, nthreads=3) as w:
         joined = await watching
         assert lists(joined["workers"]) == sorted([[a.address, a.state.nthreads], [w.address, 3]])
@@ -955,7 +955,7 @@ async def test_a_worker_paused_for_memory_is_named_to_both_sides_while_flow_cont
     blocks and the analytics' temporaries outgrow its limit does (issue #54: the simulation
     was told "no consumer is attached" while the analytics waited for memory)."""
     await async_poll_for(lambda: all(ws.status.name == "paused" for ws in s.workers.values()), WAIT)
-    with captured_logger("deisa.scheduler.extension") as log:
+    with captured_logger("deisa.scheduler") as log:
         ext, rank0 = await opened(c, s, [a, b], publish=[0], buffer_nb=1)
         a.status = Status_.running  # its memory monitor pauses it again at once
         await async_poll_for(lambda: "paused for memory" in log.getvalue(), WAIT)

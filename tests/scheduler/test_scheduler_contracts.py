@@ -13,7 +13,7 @@ from distributed.utils_test import async_poll_for, gen_cluster
 
 from deisa.contract import Contract
 from deisa.scheduler.extension import StreamExtension
-from deisa.wire import PLUGIN_NAME, PROTOCOL, Status, is_ok, ok, status
+from deisa.wire import EXTENSION_NAME, PROTOCOL, Status, is_ok, ok, status
 
 META = {"dtype": "<f8", "shape": [8, 6], "chunks": [[4, 4], [3, 3]], "run": "r1"}
 
@@ -49,7 +49,7 @@ async def test_contract_set_before_the_array_opens_is_checked_and_served_at_open
     assert Contract.from_wire(opened["contract"]["contract"]).region == ((4, 8), (0, 3))
     reply = await pending
     assert is_ok(reply) and _region(reply["contract"]) == ((4, 8), (0, 3))
-    stats = s.plugins[PLUGIN_NAME].stats()["contracts"]
+    stats = s.plugins[EXTENSION_NAME].stats()["contracts"]
     assert stats["contracts"]["u"]["version"] == 1 and stats["contracts"]["u"]["checked"]
 
 
@@ -122,12 +122,12 @@ async def test_rank0s_contract_watch_is_the_arrays_heartbeat(c, s, a, b) -> None
     answered) note when rank 0 was last heard of for its arrays; ``deisa_stats`` says since
     when (deisa.pca_app.stall tells a gone simulation by it)."""
     await c.register_plugin(StreamExtension())
-    store = s.plugins[PLUGIN_NAME].contracts
+    store = s.plugins[EXTENSION_NAME].contracts
     assert store.stats()["silent_s"] == {}
     await _open(c)
     opened = store.heard["u"]
     await asyncio.sleep(0.2)
-    assert s.plugins[PLUGIN_NAME].stats()["contracts"]["silent_s"]["u"] >= 0.2
+    assert s.plugins[EXTENSION_NAME].stats()["contracts"]["silent_s"]["u"] >= 0.2
     watch = asyncio.ensure_future(
         c.scheduler.deisa_watch_contracts(names=["u", "v"], versions={}, timeout=30)
     )

@@ -18,7 +18,7 @@ from distributed import Client
 from distributed.utils_test import gen_cluster
 
 from deisa import wire
-from deisa.scheduler.extension import PLUGIN_NAME, StreamExtension
+from deisa.scheduler.extension import EXTENSION_NAME, StreamExtension
 
 
 async def _set(c: Client, name: Any, value: Any) -> dict[str, Any]:
@@ -40,7 +40,7 @@ async def test_steering_latest_value_wins_when_set_twice_before_a_read(c, s, a, 
     await _set(c, "dt", np.arange(3.0))
     np.testing.assert_array_equal(await _get(c, "dt"), [0.0, 1.0, 2.0])
     assert await _get(c, "stop") == 2  # names are independent
-    stats = s.plugins[PLUGIN_NAME].stats()["steering"]
+    stats = s.plugins[EXTENSION_NAME].stats()["steering"]
     assert stats["values"] == {
         "stop": {"version": 2, "set": True},
         "dt": {"version": 1, "set": True},
@@ -55,7 +55,10 @@ async def test_steering_none_clears_the_value(c, s, a, b) -> None:
     reply = await _set(c, "stop", None)
     assert reply == wire.ok(version=2)
     assert await _get(c, "stop", False) is False
-    assert s.plugins[PLUGIN_NAME].steering.stats()["values"]["stop"] == {"version": 2, "set": False}
+    assert s.plugins[EXTENSION_NAME].steering.stats()["values"]["stop"] == {
+        "version": 2,
+        "set": False,
+    }
 
 
 @gen_cluster(client=True)
@@ -99,4 +102,4 @@ async def test_steering_routes_refuse_bad_names_and_payloads(c, s, a, b) -> None
     assert wire.status(reply) is wire.Status.ERROR
     with pytest.raises(wire.SteeringError, match="non-empty string"):
         wire.decode_value("x", reply, None)
-    assert s.plugins[PLUGIN_NAME].steering.stats()["values"] == {}
+    assert s.plugins[EXTENSION_NAME].steering.stats()["values"] == {}

@@ -17,23 +17,23 @@ from unittest import mock
 
 import numpy as np
 import pytest
-from bridge.test_transport import AS_NOBODY, FOREIGN_PYTHON, as_root, attack
+from bridge.shm.test_transport import AS_NOBODY, FOREIGN_PYTHON, as_root, attack
 from conftest import STARTUP
 from distributed.utils_test import gen_cluster
 
-from deisa.bridge._relay import Relay
-from deisa.bridge.transport import Transport
+from deisa.bridge.link.relay import Relay
+from deisa.bridge.shm.transport import Transport
 from deisa.wire import guard as _guard
 from deisa.wire.relay import relay_names
 from deisa.wire.shm import socket_name
-from deisa.worker.plugin import SharedMemoryPlugin
+from deisa.worker.services import WorkerServices
 
 CONNECTIONS = 1000
 
 LISTENER = """
 import asyncio, logging, os, resource, sys, time
 from deisa.wire import guard as _guard
-from deisa.bridge._notices import EarlyRegistration, Notifier
+from deisa.bridge.registration.notices import EarlyRegistration, Notifier
 
 resource.setrlimit(resource.RLIMIT_NOFILE, (512, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
 logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="LOG %(message)s")
@@ -187,7 +187,7 @@ async def unix_flood(name: bytes, kind: str) -> tuple[int, list[str]]:
 @as_root
 @gen_cluster(client=True, timeout=4 * STARTUP)
 async def test_a_flood_of_another_account_on_the_workers_listeners_logs_a_line(c, s, a, b) -> None:
-    await c.register_plugin(SharedMemoryPlugin())
+    await c.register_plugin(WorkerServices())
     # the control: a line per refusal, as before the count
     with mock.patch.object(_guard, "LOG_INTERVAL_S", 0.0):
         held, lines = await unix_flood(socket_name(a.address), "SOCK_SEQPACKET")

@@ -13,17 +13,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from bridge.test_transport import as_root, squat
+from bridge.shm.test_transport import as_root, squat
 from conftest import STARTUP
 from distributed.utils_test import gen_cluster
 
-from deisa.bridge import _shm
-from deisa.bridge._relay import Relay
+from deisa.bridge.link.relay import Relay
+from deisa.bridge.shm import channel as _shm
 from deisa.wire import names as _names
 from deisa.wire.relay import relay_names
 from deisa.wire.shm import socket_names
 from deisa.wire.tls_files import TLS_FILES_ENV
-from deisa.worker.plugin import SharedMemoryPlugin
+from deisa.worker.services import WorkerServices
 
 KEY = "-----BEGIN PRIVATE KEY-----\na stand-in, secret all the same\n-----END PRIVATE KEY-----"
 
@@ -72,15 +72,15 @@ async def test_names_held_by_another_account_are_replaced(c, s, a, b) -> None:
     squatters += squat_all(relay_names(s.address), "SOCK_STREAM")
     try:
         # the control: public names (no secret), all held: TCP, and no relay
-        await c.register_plugin(SharedMemoryPlugin())
+        await c.register_plugin(WorkerServices())
         assert await _shm.Channel.open(a.address) is None
         assert await Relay.open(s.address, STARTUP) is None
-        await c.unregister_worker_plugin(SharedMemoryPlugin.name)
+        await c.unregister_worker_plugin(WorkerServices.name)
         # the run's secret; its first names leaked and held too
         os.environ[TLS_FILES_ENV[2]] = str(key)
         squatters += [squat(socket_names(a.address, secret)[0])]
         squatters += [squat(relay_names(s.address, secret)[0], "SOCK_STREAM")]
-        await c.register_plugin(SharedMemoryPlugin())
+        await c.register_plugin(WorkerServices())
         channel = await _shm.Channel.open(a.address)
         assert channel is not None
         assert channel.sock.getpeername() == socket_names(a.address, secret)[1]
@@ -98,7 +98,7 @@ async def test_names_held_by_another_account_are_replaced(c, s, a, b) -> None:
 
 @gen_cluster(client=True, timeout=STARTUP)
 async def test_a_rank_with_the_secret_finds_a_worker_started_without_it(c, s, a, b) -> None:
-    await c.register_plugin(SharedMemoryPlugin())  # no DEISA_TLS_KEY: the names without secret
+    await c.register_plugin(WorkerServices())  # no DEISA_TLS_KEY: the names without secret
     key = Path(os.environ.get("TMPDIR", "/tmp")) / f"deisa-test-key-{os.getpid()}.pem"
     key.write_text(KEY)
     os.environ[TLS_FILES_ENV[2]] = str(key)

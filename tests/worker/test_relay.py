@@ -1,5 +1,6 @@
-"""Rank 0's calls relayed by a worker of its node (deisa.bridge._relay, deisa.worker.relay): against
-real workers in process (``gen_cluster``), the routes answer as through distributed, a call the
+"""Rank 0's calls relayed by a worker of its node (deisa.bridge.link.relay,
+deisa.worker.relay): against real workers in process (``gen_cluster``), the routes answer as
+through distributed, a call the
 relay does not make is refused, a lost relay hands its calls to distributed, and the relay and
 rank 0 each refuse a process of another account (server-side: a real process of uid 65534);
 then a real rank 0 against real dask processes, which never imports distributed."""
@@ -16,21 +17,21 @@ from typing import Any
 
 import numpy as np
 import pytest
-from bridge.test_transport import AS_NOBODY, REFUSED, as_root, attack, squat
+from bridge.shm.test_transport import AS_NOBODY, REFUSED, as_root, attack, squat
 from conftest import STARTUP, start_dask, test_env
 from distributed.utils_test import gen_cluster
 
 from deisa import Adapter
-from deisa.bridge._connect import Pool, route
-from deisa.bridge._relay import Relay, RemoteError
+from deisa.bridge.link.connect import Connections, route
+from deisa.bridge.link.relay import Relay, RemoteError
 from deisa.wire import Route
 from deisa.wire.relay import pack, read_frame, relay_name
-from deisa.worker.plugin import SharedMemoryPlugin
+from deisa.worker.services import WorkerServices
 
 
 async def relayed(c: Any, s: Any) -> Relay:
     """The plugin on the workers, then rank 0's connection to the node's relay."""
-    await c.register_plugin(SharedMemoryPlugin())
+    await c.register_plugin(WorkerServices())
     relay = await Relay.open(s.address, STARTUP)
     assert relay is not None
     return relay
@@ -46,7 +47,7 @@ def relaying(relay: Relay, *workers: Any) -> Any:
 async def test_the_routes_answer_through_the_relay_as_through_distributed(c, s, a, b) -> None:
     relay = await relayed(c, s)
     assert relay.worker in (a.address, b.address)  # one relay per node: the first to bind it
-    pool, direct = Pool(), Pool()
+    pool, direct = Connections(), Connections()
     pool.relay = relay
     try:
         await relay.call("install", shared_memory=True)
@@ -115,7 +116,7 @@ async def test_the_relay_makes_deisas_calls_only(c, s, a, b) -> None:
 @gen_cluster(client=True, timeout=STARTUP)
 async def test_a_lost_relay_hands_its_calls_to_distributed(c, s, a, b) -> None:
     relay = await relayed(c, s)
-    pool = Pool()
+    pool = Connections()
     pool.relay = relay
     try:
         await relay.call("install", shared_memory=True)
@@ -215,7 +216,7 @@ print("distributed" in sys.modules, bridge.transport)
 def test_a_rank_0_on_a_workers_node_imports_distributed_only_when_it_installs_the_plugin(
     tmp_path: Path, first: str
 ) -> None:
-    """Who installs deisa's worker plugin: the workers' preload (as deisa-run's), else the
+    """Who installs deisa's worker services: the workers' preload (as deisa-run's), else the
     first side to connect: the analytics' Adapter, or rank 0 itself (with distributed, said in
     one log line)."""
     cluster = start_dask(tmp_path, n_workers=1, bridge_preload=first == "workers")

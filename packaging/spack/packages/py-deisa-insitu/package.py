@@ -63,7 +63,7 @@ class PyDeisaInsitu(PythonPackage):
     depends_on("py-xarray@2024.6:", type=("build", "run"), when="+xarray")
     depends_on("py-deisa-core@0.6:", type=("build", "run"), when="+core")
 
-    # +plugin: CMake builds plugin/ against PDI, MPI and this Python, which the plugin embeds
+    # +plugin: CMake builds plugin/pdi/ against PDI, MPI and this Python, which the plugin embeds
     depends_on("pdi@1.12: +python", type=("build", "link", "run"), when="+plugin")
     depends_on("paraconf@1:", type=("build", "link"), when="+plugin")
     depends_on("pdiplugin-mpi@1.12:", type="run", when="+plugin")  # configs/*.yml load it

@@ -1,0 +1,5 @@
+"""``python -m bench.bandwidth``: see :mod:`bench.bandwidth`."""
+
+from . import main
+
+raise SystemExit(main())

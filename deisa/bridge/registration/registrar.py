@@ -1,0 +1,211 @@
+"""Rank 0's side of ``mode="async"``: its connection in the background, and the registrar.
+
+Rank 0 connects on the event-loop thread while the simulation computes (:meth:`Registrar.connect`);
+once every rank knows the connection, the registrar registers the steps on the scheduler, in
+publication order, one at a time (``deisa_publish`` through
+:class:`~deisa.bridge.link.scheduler.SchedulerLink`), as the exchanges (:mod:`._async`) or the
+notices of the other ranks (:mod:`deisa.bridge.registration.notices`, early registration) find each
+step's blocks on their workers. The loop thread writes rank 0's :class:`RootNews`, which the main
+thread reads when it posts an exchange, and wakes the main thread through ``progress``. The other
+ranks hold only their :class:`~deisa.bridge.registration.notices.Notifier` to rank 0's listener, if
+any.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ...contract import FULL as FULL_PLAN
+from ...contract import Plan
+from ...wire import step_key_name
+from .._publisher import Connection, Entry, Sent, registration
+from ..link.scheduler import register_until_answered
+from .notices import EarlyRegistration, Notifier
+
+if TYPE_CHECKING:
+    from .._parts import BridgeParts
+    from ..link.scheduler import SchedulerLink
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class RootNews:
+    """Rank 0's news for the next exchange: written by the loop thread, read by the main thread
+    (each field is one assignment of an immutable value)."""
+
+    connection: Connection | None = None
+    connect_error: str | None = None
+    registered: int = 0  # publications below this are registered (or reported lost)
+    error: str | None = None  # a registration failed; names the step
+
+
+class Registrar:
+    """Rank 0's background connection and registrar; every rank's notices (module docstring).
+
+    Parameters
+    ----------
+    parts
+        The Bridge's parts.
+    link
+        Its calls to the scheduler.
+    progress
+        Set (by the loop thread) at each news: the main thread waits on it.
+    """
+
+    def __init__(self, parts: BridgeParts, link: SchedulerLink, progress: threading.Event) -> None:
+        self.parts = parts
+        self.link = link
+        self.progress = progress
+        self.news = RootNews()
+        self._queue: asyncio.Queue[tuple[Entry, list[Any]] | None] | None = None
+        self.early: EarlyRegistration | None = None  # rank 0: registration on sent notices
+        self.notices: Notifier | None = None  # the other ranks: to rank 0's listener, if any
+
+    def connect(self, scheduler_file: str) -> concurrent.futures.Future[Any]:
+        """Rank 0: connect in the background; the exchanges carry the outcome."""
+        parts = self.parts
+        self.early = EarlyRegistration(parts.comm.Get_size(), self._queue_now)
+
+        async def run() -> None:
+            try:
+                self.news.connection = connection = await self.link.connect(
+                    scheduler_file, parts.options, parts.arrays.decompositions, parts.contracts,
+                    self.early,
+                )  # fmt: skip
+            except Exception as exc:
+                logger.error("deisa bridge: connecting failed: %s", exc)
+                self.news.connect_error = f"{type(exc).__name__}: {exc}"
+                return
+            finally:
+                self.progress.set()
+            # now, not once an exchange has told every rank: the scheduler hears from rank 0
+            # however long the simulation computes before its first publish
+            names = sorted(parts.arrays.decompositions)
+            await self.link.watch_contracts(
+                connection.address, parts.contracts, names, self.progress.set
+            )
+
+        return parts.loop.spawn(run())
+
+    def notify_to(self, connection: Connection) -> None:
+        """Every rank, connected: the ranks but 0 send their notices to rank 0's listener, if
+        any (rank 0 takes its own directly)."""
+        if connection.notices is not None and self.parts.rank != 0:
+            self.notices = Notifier(
+                connection.notices, connection.token, self.parts.rank, connection.notices_tls
+            )
+
+    @property
+    def noticing(self) -> bool:
+        """Whether a notices listener (rank 0) or a connection to one (the others) is open."""
+        return self.early is not None or self.notices is not None
+
+    async def close_notices(self) -> None:
+        """Close rank 0's notices listener, or this rank's connection to it."""
+        if self.early is not None:
+            await self.early.close()
+        if self.notices is not None:
+            await self.notices.close()
+
+    def start(self) -> concurrent.futures.Future[Any]:
+        """Rank 0, once connected: start the registrar (and early registration)."""
+        self._queue = asyncio.Queue()
+        if self.early is not None:
+            self.parts.loop.soon(self.early.activate)
+        return self.parts.loop.spawn(self._run())
+
+    @property
+    def started(self) -> bool:
+        """Rank 0: whether the registrar runs."""
+        return self._queue is not None
+
+    def known(self, entry: Entry) -> None:
+        """Main thread: ``entry`` is published (rank 0's early registration waits for its
+        blocks)."""
+        if self.early is not None:
+            self.parts.loop.soon(self.early.known, entry)
+
+    def sent(self, seq: int, nbytes: int, worker: str) -> None:
+        """Loop thread (or the main thread, for a send done before it looked): this rank's
+        block of publication ``seq`` is on ``worker``. Rank 0 takes it at once on the loop
+        thread (its early registration may queue the step now, not a loop turn later)."""
+        parts = self.parts
+        if self.early is not None and parts.loop.on_loop:
+            self.early.sent(seq, parts.rank, nbytes, worker)
+        elif self.early is not None:
+            parts.loop.soon(self.early.sent, seq, parts.rank, nbytes, worker)
+        elif self.notices is not None:
+            parts.loop.spawn(self.notices.notify(seq, nbytes, worker))
+
+    def ready(self, entry: Entry, sent: list[Sent]) -> None:
+        """Rank 0, main thread: the exchange found ``entry`` sent by every rank."""
+        loop = self.parts.loop
+        if self.early is not None:  # unless its notices got it registered already
+            loop.soon(self.early.ready, entry, sent)
+        else:
+            loop.soon(self._queue_now, entry, sent)
+
+    def stop(self) -> None:
+        """Stop the registrar once the steps queued before are registered."""
+        if self._queue is not None:
+            self.parts.loop.soon(self._queue.put_nowait, None)
+
+    def _queue_now(self, entry: Entry, sent: list[Sent]) -> None:
+        """Rank 0, loop thread: hand ``entry`` (every block on its worker) to the registrar."""
+        dec = self.parts.arrays.decompositions[entry.name]
+        name = step_key_name(self.link.run or "", entry.name, entry.step, entry.revision)
+        plan = plan_of(entry)
+        blocks = [
+            ((name, *plan.key_index(dec.block_index[rank])), worker, nbytes)
+            for rank, (nbytes, worker) in enumerate(sent)
+            if entry.senders is None or rank in entry.senders
+        ]
+        queue = self._queue
+        assert queue is not None
+        queue.put_nowait((entry, blocks))
+
+    async def _run(self) -> None:
+        """Rank 0: register the steps on the scheduler, in publication order, one at a time."""
+        parts = self.parts
+        queue = self._queue
+        assert queue is not None
+        while (item := await queue.get()) is not None:
+            entry, blocks = item
+            outcome = await self._register(entry, blocks)
+            kind, message = registration(
+                outcome, entry.name, entry.step, parts.options.on_worker_loss
+            )
+            if kind == "error":
+                logger.error("deisa bridge: %s", message)
+                self.news.error = message
+                self.progress.set()
+                return
+            if kind == "queued":
+                parts.steps.queued(entry.name)
+            self.news.registered = entry.seq + 1
+            self.progress.set()
+
+    async def _register(self, entry: Entry, blocks: list[Any]) -> dict[str, Any]:
+        """``deisa_publish`` of ``entry``, asked again while the scheduler does not answer, until
+        the exchange acts on its loss
+        (:func:`~deisa.bridge.link.scheduler.register_until_answered`)."""
+        parts = self.parts
+        reply = await register_until_answered(
+            self.link, parts.worker_book, give_up=False, on_failure=self.progress.set,
+            name=entry.name, step=entry.step, blocks=blocks, timeout=parts.options.timeout,
+            contract=plan_of(entry).wire(),
+        )  # fmt: skip
+        assert isinstance(reply, dict)  # without give_up, only a reply ends it
+        return reply
+
+
+def plan_of(entry: Entry) -> Plan:
+    """What ``entry`` sends: its plan, or the whole array."""
+    plan: Plan = entry.plan if entry.plan is not None else FULL_PLAN
+    return plan

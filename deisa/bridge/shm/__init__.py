@@ -1,0 +1,5 @@
+"""The rank's side of the shared-memory path: how a block reaches a worker on this node.
+
+Runs in a simulation rank. Mirrors :mod:`deisa.worker.shm` (the worker's side) and
+:mod:`deisa.wire.shm` (what the two agree on).
+"""

@@ -1,0 +1,82 @@
+"""deisa.bridge.registration.registrar: rank 0's registrations when the scheduler does not
+answer, with a link that fails as a dead scheduler's connection does (pure: no MPI, no Dask).
+
+A registration that fails with an ``OSError`` (the connection reset, refused) is the scheduler
+not answering, under either ``on_scheduler_loss``: the worker book decides the loss after
+``connect_timeout`` and names it in one message (``docs/reliability.md``); the run with a real
+scheduler SIGKILLed is ``tests/test_faults.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+from conftest import STARTUP
+from distributed.utils_test import async_poll_for
+from failing_link import FailingLink, RankZeroComm
+
+from deisa.bridge._parts import BridgeParts
+from deisa.bridge._publisher import Entry
+from deisa.bridge.options import BridgeOptions
+from deisa.bridge.registration.registrar import Registrar
+from deisa.wire import ok
+
+
+def _registrar(policy: str, link: FailingLink, lost_after: float) -> Registrar:
+    options = BridgeOptions(on_scheduler_loss=policy, connect_timeout=lost_after)
+    return Registrar(BridgeParts.new(RankZeroComm(), options), link, threading.Event())  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("policy", ["continue", "fail"])
+def test_a_reset_registration_is_made_again_and_the_scheduler_answering_clears_it(
+    policy: str,
+) -> None:
+    link = FailingLink([ConnectionResetError("reset by peer"), ConnectionRefusedError("refused")])
+    registrar = _registrar(policy, link, STARTUP)
+    try:
+        reply = asyncio.run(registrar._register(Entry(0, "a", 0, 0), []))
+        book = registrar.parts.worker_book
+        assert reply == ok() and link.calls == 3
+        assert book.scheduler_lost() is None
+        book.lost_after = 0.0
+        assert book.scheduler_lost() is None  # the registration's answer counts as one
+    finally:
+        registrar.parts.loop.stop()
+
+
+@pytest.mark.parametrize("policy", ["continue", "fail"])
+def test_a_scheduler_whose_registrations_reset_is_lost_with_the_one_message(policy: str) -> None:
+    """The book's message, whatever the policy; the registration goes on meanwhile (the
+    exchange acts on the loss: fails or detaches every rank at the same call)."""
+    link = FailingLink([ConnectionResetError("reset by peer")] * 1000)
+    registrar = _registrar(policy, link, 0.5)
+    book = registrar.parts.worker_book
+
+    async def run() -> str | None:
+        task = asyncio.ensure_future(registrar._register(Entry(0, "a", 0, 0), []))
+        await async_poll_for(lambda: book.scheduler_lost() is not None, STARTUP, period=0.05)
+        assert not task.done()  # not failed on the reset itself
+        task.cancel()
+        return book.scheduler_lost()
+
+    try:
+        lost = asyncio.run(run())
+    finally:
+        registrar.parts.loop.stop()
+    assert lost is not None and lost.startswith("the scheduler has not answered for")
+    assert "connect_timeout=0.5 s" in lost and "its connection closed" in lost  # a reset, in words
+
+
+def test_a_registration_the_scheduler_refuses_fails_at_once() -> None:
+    """Not an OSError (here, what a scheduler without deisa's extension raises): no retry."""
+    link = FailingLink([ValueError("no route deisa_publish")])
+    registrar = _registrar("continue", link, STARTUP)
+    try:
+        reply = asyncio.run(registrar._register(Entry(0, "a", 3, 0), []))
+    finally:
+        registrar.parts.loop.stop()
+    assert reply["status"] == "error" and link.calls == 1
+    why = "ValueError: no route deisa_publish"
+    assert reply["message"] == f"registering step 3 of 'a' failed: {why}"

@@ -1,0 +1,369 @@
+"""The measures of the house (issue 55, item 5), computed the same way before and after a change:
+
+    PYTHONPATH=$PWD python3 tests/house_measures.py            # the static measures
+    PYTHONPATH=$PWD python3 tests/house_measures.py --block     # and a block's way (real processes)
+
+- **rooms, floors and arrows of deisa/bridge/**: its modules (sub-packages' included; and how
+  many sit flat in deisa/bridge/, how many sub-packages, "wings", it has), the
+  imports from one to another (an arrow, each import statement's target module counted once per
+  module, at module level or inside a function alike), and the longest chain of arrows plus one
+  (floors: a module that imports no other bridge module is on floor 1);
+- **names defined twice**: the top-level classes, functions and constants (``UPPER_CASE``) of
+  deisa/ defined (not imported) in more than one module;
+- **docs paths that do not exist**: every ``path/with.ext`` or ``deisa.dotted.name`` that
+  README.md, docs/*.md, plugin/pdi/README.md, bench/README.md or tests/README.md cite in backquotes,
+  that names no file, module or name of the tree (``tests/test_layout.py`` holds it to 0);
+- **a block's way** (``--block``): a scheduler, one worker (preloading ``deisa.worker``), one
+  rank under mpirun (``mode="async"``, shared memory: the defaults) and an analytics process,
+  each traced with a profile hook that records the calls into deisa/'s files. In steady state
+  (the rank publishes a step every 0.5 s until the analytics has read step 0), from rank 0's
+  call of ``publish`` for the next step N to the analytics' sum of step N (a step's news reaches
+  the ranks at the next ``publish``'s exchange, so step N + 1's publish is on the way, and the
+  analytics' reads of earlier steps may overlap: the same files): the
+  files called, and the returns: a call, in one thread, into a file that thread had left for
+  another one (``a -> b -> a``), each distinct ``(thread's process, file left, file re-entered)``
+  counted once, so that a loop or a poll that repeats counts once; the same by folder (a
+  sub-package, or deisa/wire/, is one room there).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE = REPO / "deisa"
+DOCS = [
+    REPO / "README.md",
+    *sorted((REPO / "docs").glob("*.md")),
+    REPO / "plugin" / "pdi" / "README.md",
+    REPO / "bench" / "README.md",
+    REPO / "tests" / "README.md",
+]
+
+
+def module_of(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(path: Path) -> set[str]:
+    """The deisa modules and names ``path`` imports, resolved to dotted names."""
+    module = module_of(path)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("deisa"))
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join([*base, node.module] if node.module else base)
+            else:
+                target = node.module or ""
+            if target.startswith("deisa"):
+                found.add(target)
+                found.update(f"{target}.{a.name}" for a in node.names)
+    return found
+
+
+def bridge_graph() -> dict[str, set[str]]:
+    paths = sorted((PACKAGE / "bridge").rglob("*.py"))
+    modules = {module_of(p) for p in paths}
+    return {
+        module_of(p): {
+            name if name in modules else name.rpartition(".")[0]
+            for name in imports_of(p)
+            if name in modules or name.rpartition(".")[0] in modules
+        }
+        - {module_of(p)}
+        for p in paths
+    }
+
+
+def floors(graph: dict[str, set[str]]) -> int:
+    depth: dict[str, int] = {}
+
+    def visit(module: str, seen: frozenset[str]) -> int:
+        if module not in depth:
+            below = [visit(m, seen | {module}) for m in graph[module] if m not in seen]
+            depth[module] = 1 + max(below, default=0)
+        return depth[module]
+
+    return max(visit(m, frozenset()) for m in graph)
+
+
+def defined_twice() -> dict[str, list[str]]:
+    """Top-level names (classes, functions, UPPER_CASE constants) defined in two modules or more."""
+    where: dict[str, list[str]] = defaultdict(list)
+    for path in sorted(PACKAGE.rglob("*.py")):
+        names = set()
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                names.add(node.name)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                names.update(t.id for t in targets if isinstance(t, ast.Name) and t.id.isupper())
+        for name in names - {"main", "__all__", "__getattr__", "__dir__", "TYPE_CHECKING"}:
+            where[name].append(module_of(path))
+    return {name: mods for name, mods in sorted(where.items()) if len(mods) > 1}
+
+
+# what the docs cite in backquotes that is not a path or a module of this tree: a logger, a
+# configuration namespace, files of other projects (deisa-core's tests, PDI's decl_hdf5)
+NOT_OURS = {
+    "deisa.adios2",  # the ADIOS2 engine's logger
+    "deisa.slurm",  # the launch configuration's namespace
+    "test/test_api.py", "test_deisa.py", "test_fakecomm.py", "test_handshake.py", "test_mpi.py",
+    "test_per_array_communicator.py",  # deisa-core's and deisa-dask's tests
+    "attribute_op.cxx", "dataset_op.cxx", "file_op.cxx",  # PDI's decl_hdf5 plugin
+    "example/simulation.yml",  # pdidev/deisa's
+    "queues.py",
+    "variable.py",  # distributed's, models of deisa/scheduler/
+    "results/fragmentation.json",  # what a benchmark writes
+}  # fmt: skip
+CITED = re.compile(r"`([^`\s]+)`")
+PATHLIKE = re.compile(r"^[\w./-]+/[\w.-]*\.(py|md|cxx|h|c|f90|yml|yaml|json|txt|toml|sh|in)$")
+FILELIKE = re.compile(r"^[\w-]+\.(py|cxx|h)$")
+
+
+def _name_exists(dotted: str) -> bool:
+    """``deisa.x.y``: a module, or a name a module defines or imports (``deisa.x.Class``)."""
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        base = REPO.joinpath(*parts[:cut])
+        for path in (base.with_suffix(".py"), base / "__init__.py"):
+            if path.is_file():
+                rest = parts[cut:]
+                if not rest:
+                    return True
+                text = path.read_text()
+                return re.search(rf"\b{re.escape(rest[0])}\b", text) is not None
+    return False
+
+
+def _file_exists(name: str, doc: Path) -> bool:
+    for root in (REPO, doc.parent, REPO / "deisa", REPO / "plugin", REPO / "bench", REPO / "tests"):
+        if (root / name).exists():
+            return True
+    return any(REPO.glob(f"**/{name}"))
+
+
+def cited(doc: Path) -> list[str]:
+    """What ``doc`` cites in backquotes that looks like a path or a deisa module or name."""
+    found = []
+    for text in CITED.findall(doc.read_text()):
+        text = text.rstrip(".,:;)").split("::")[0].split(":")[0]
+        text = re.sub(r"\(\)$", "", text)
+        dotted = text.startswith("deisa.") and re.fullmatch(r"[\w.]+", text)
+        if dotted or PATHLIKE.match(text) or FILELIKE.match(text):
+            found.append(text)
+    return found
+
+
+def missing_in_docs(docs: list[Path] = DOCS) -> list[str]:
+    """``doc: citation`` for each citation of ``docs`` that names nothing of this tree."""
+    missing = []
+    for doc in docs:
+        for text in cited(doc):
+            if text in NOT_OURS:
+                continue
+            is_file = PATHLIKE.match(text) or FILELIKE.match(text)
+            if not (_file_exists(text, doc) if is_file else _name_exists(text)):
+                missing.append(f"{doc.relative_to(REPO)}: {text}")
+    return sorted(set(missing))
+
+
+def static() -> dict[str, object]:
+    graph = bridge_graph()
+    twice = defined_twice()
+    missing = missing_in_docs()
+    return {
+        "bridge_rooms": len(graph),
+        "bridge_arrows": sum(len(v) for v in graph.values()),
+        "bridge_floors": floors(graph),
+        "bridge_flat_modules": len([p for p in (PACKAGE / "bridge").glob("*.py")]) - 1,
+        "bridge_wings": len(list((PACKAGE / "bridge").glob("*/__init__.py"))),
+        "names_defined_twice": len(twice),
+        "names_defined_twice_list": {k: v for k, v in twice.items()},
+        "docs_paths_missing": len(missing),
+        "docs_paths_missing_list": missing,
+    }
+
+
+# -- a block's way ------------------------------------------------------------------------------
+
+TRACER = """
+import os, sys, threading, time
+_root = os.environ["HOUSE_TRACE_ROOT"]
+_out = open(os.path.join(os.environ["HOUSE_TRACE_DIR"], f"{os.getpid()}.trace"), "a", buffering=1)
+_argv = open("/proc/self/cmdline").read().split("\\0")
+_name = next((a for a in _argv if a in ("scheduler", "worker")), None) or os.path.basename(
+    next((a for a in _argv[1:] if a.endswith(".py")), "python"))
+
+def _hook(frame, event, arg):
+    if event == "call":
+        f = frame.f_code.co_filename
+        if f.startswith(_root) and "/tests/" not in f:
+            thread = threading.current_thread().name.replace(" ", "_").replace("|", "_")
+            _out.write(f"{time.time():.6f} {_name} {thread} {f[len(_root):]} "
+                       f"{frame.f_code.co_name}\\n")
+
+if not os.environ.get("HOUSE_TRACE_OFF"):
+    sys.setprofile(_hook)
+    threading.setprofile(_hook)
+"""
+
+RANK = """
+import logging, os, sys, time
+if os.environ.get("HOUSE_DEBUG"):
+    logging.basicConfig(level=logging.DEBUG)
+from pathlib import Path
+import numpy as np
+from deisa import ArraySpec, Bridge
+marks = Path(sys.argv[2])
+
+def wait(name):
+    while not (marks / name).exists():
+        time.sleep(0.05)
+
+spec = ArraySpec("float64", (256, 256), (0, 0), (256, 256))
+with Bridge(sys.argv[1], {"field": spec}, connect_timeout=300) as bridge:
+    step = 0
+    while not (marks / "read0").exists():  # a step's news reaches the ranks at the next one's
+        bridge.publish("field", np.full((256, 256), float(step)), step)
+        step += 1
+        time.sleep(0.5)
+    time.sleep(1.0)  # what the first steps started settles
+    (marks / "target").write_text(str(step))
+    (marks / "start").write_text(repr(time.time()))
+    bridge.publish("field", np.full((256, 256), float(step)), step)
+    time.sleep(0.3)
+    bridge.publish("field", np.full((256, 256), float(step + 1)), step + 1)  # registers step
+    wait(f"read{step}")
+"""
+
+ANALYTICS = """
+import sys, time
+from pathlib import Path
+from distributed import Client
+from deisa import Adapter
+marks = Path(sys.argv[2])
+with Client(scheduler_file=sys.argv[1], timeout=300) as client:
+    adapter = Adapter(client, timeout=300)
+    for step, x in adapter["field"].items():
+        float(x.sum().compute())
+        (marks / f"read{step}").write_text(repr(time.time()))
+        if (marks / "target").exists() and step >= int((marks / "target").read_text()):
+            break
+"""
+
+
+def block_way() -> dict[str, object]:
+    sys.path.insert(0, str(REPO / "tests"))
+    from conftest import DaskProcesses, mpirun, test_env
+
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        for name, text in (("sitecustomize.py", TRACER), ("rank.py", RANK), ("ana.py", ANALYTICS)):
+            (tmp / name).write_text(text)
+        (tmp / "trace").mkdir()
+        (tmp / "marks").mkdir()
+        (tmp / "dask").mkdir()
+        env = test_env()
+        env["PYTHONPATH"] = os.pathsep.join([str(tmp), env["PYTHONPATH"]])
+        env["HOUSE_TRACE_ROOT"] = str(REPO) + "/"
+        env["HOUSE_TRACE_DIR"] = str(tmp / "trace")
+        cluster = DaskProcesses.started(tmp / "dask", 1, 300, env=env, bridge_preload=True)
+        try:
+            sched = str(cluster.scheduler_file)
+            ana = subprocess.Popen(
+                [sys.executable, str(tmp / "ana.py"), sched, str(tmp / "marks")], env=env
+            )
+            rank = subprocess.run(
+                mpirun(1, sys.executable, str(tmp / "rank.py"), sched, str(tmp / "marks")),
+                env=env,
+                timeout=int(os.environ.get("HOUSE_TIMEOUT", 600)),
+                text=True,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+            )
+            assert rank.returncode == 0, rank.stdout
+            assert ana.wait(timeout=600) == 0
+        finally:
+            cluster.stop()
+        start = float((tmp / "marks" / "start").read_text())
+        target = int((tmp / "marks" / "target").read_text())
+        end = float((tmp / "marks" / f"read{target}").read_text())
+        threads: dict[str, list[tuple[float, str, str]]] = defaultdict(list)
+        for trace in (tmp / "trace").glob("*.trace"):
+            for line in trace.read_text().splitlines():
+                parts = line.split(" ")
+                if len(parts) != 5:
+                    continue
+                t, proc, thread, file, func = parts
+                if start <= float(t) <= end:
+                    threads[f"{proc}|{trace.stem}|{thread}"].append((float(t), file, func))
+    files: set[str] = set()
+    returns: set[tuple[str, str, str]] = set()
+    folder_returns: set[tuple[str, str, str]] = set()
+    per_thread = {}
+    for key, calls in sorted(threads.items()):
+        proc = key.split("|")[0]
+        seq: list[str] = []
+        folders: list[str] = []
+        for _, file, _ in sorted(calls):
+            if seq and seq[-1] != file and file in seq:
+                returns.add((proc, seq[-1], file))
+            if not seq or seq[-1] != file:
+                seq.append(file)
+            folder = file.rpartition("/")[0] + "/"
+            if folders and folders[-1] != folder and folder in folders:
+                folder_returns.add((proc, folders[-1], folder))
+            if not folders or folders[-1] != folder:
+                folders.append(folder)
+        files.update(seq)
+        first: dict[str, str] = {}
+        for _, file, func in sorted(calls):
+            first.setdefault(file, func)
+        per_thread[key] = [f"{f} ({first[f]})" for i, f in enumerate(seq) if f not in seq[:i]]
+    return {
+        "block_files": len(files),
+        "block_returns": len(returns),
+        "block_folders": len({f.rpartition("/")[0] for f in files}),
+        "block_folder_returns": len(folder_returns),
+        "block_files_list": sorted(files),
+        "block_returns_list": sorted(f"{r[1]} -> {r[2]} ({r[0]})" for r in returns),
+        "block_folder_returns_list": sorted(f"{r[1]} -> {r[2]} ({r[0]})" for r in folder_returns),
+        "block_processes": sorted({k.split("|")[0] for k in per_thread}),
+        "block_threads": per_thread,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--block", action="store_true", help="also trace a block's way")
+    parser.add_argument("--json", type=Path, help="write the measures here too")
+    args = parser.parse_args()
+    measures = static()
+    if args.block:
+        measures.update(block_way())
+    text = json.dumps(measures, indent=1)
+    print(text)
+    if args.json:
+        args.json.write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    started = time.time()
+    main()
+    print(f"({time.time() - started:.0f} s)", file=sys.stderr)

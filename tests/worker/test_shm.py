@@ -1,0 +1,142 @@
+"""The worker's shared-memory side (deisa.worker.shm) against what a peer may send
+instead of a rank's slot: a descriptor that is not a sealed memfd, a dtype of objects, void or
+fields, a shape that is not one. Each is answered with an error, nothing is mapped or stored,
+and the listener goes on serving the next rank. The positive control: an unsealed memfd that
+its owner shrinks under a mapping kills the reader with SIGBUS; a sealed one cannot shrink."""
+
+from __future__ import annotations
+
+import array
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import STARTUP
+from distributed.utils_test import gen_cluster
+
+from deisa.bridge.shm.transport import Transport
+from deisa.wire.shm import HEADER, memfd, socket_name
+from deisa.worker.services import WorkerServices
+from deisa.worker.shm import block_dtype, block_shape, slot_problem
+
+SIZE = HEADER + 4096
+
+SHRUNK_UNDER_A_MAPPING = """
+import mmap, os, sys
+fd = os.memfd_create("victim", os.MFD_CLOEXEC | ({sealing}))
+os.ftruncate(fd, 2 * mmap.PAGESIZE)
+{seal}
+region = mmap.mmap(fd, 2 * mmap.PAGESIZE)  # the worker's mapping
+try:
+    os.ftruncate(fd, 0)  # the peer shrinks the slot
+except OSError as exc:
+    print("refused:", exc.errno, flush=True)
+print("read:", region[mmap.PAGESIZE], flush=True)
+"""
+
+
+def test_a_slot_shrunk_under_its_mapping_kills_the_reader_unless_sealed() -> None:
+    unsealed = SHRUNK_UNDER_A_MAPPING.format(sealing=0, seal="")
+    proc = subprocess.run([sys.executable, "-c", unsealed], capture_output=True, text=True)
+    assert proc.returncode == -7, (proc.returncode, proc.stdout)  # SIGBUS: the control
+    sealed = SHRUNK_UNDER_A_MAPPING.format(
+        sealing="os.MFD_ALLOW_SEALING",
+        seal="import fcntl; fcntl.fcntl(fd, fcntl.F_ADD_SEALS, "
+        "fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW)",
+    )
+    proc = subprocess.run([sys.executable, "-c", sealed], capture_output=True, text=True)
+    assert proc.returncode == 0 and "refused: 1" in proc.stdout and "read: 0" in proc.stdout
+
+
+def unsealed_memfd() -> int:
+    fd = os.memfd_create("deisa-test", os.MFD_CLOEXEC)
+    os.ftruncate(fd, SIZE)
+    return fd
+
+
+def test_only_a_sealed_memfd_of_the_size_is_a_slot() -> None:
+    fd = memfd("deisa-test", SIZE)
+    assert slot_problem(fd, SIZE) is None
+    assert "claimed" in str(slot_problem(fd, SIZE + 4096))
+    os.close(fd)
+    fd = unsealed_memfd()
+    assert "not sealed" in str(slot_problem(fd, SIZE))
+    os.close(fd)
+    with tempfile.TemporaryFile() as file:
+        file.truncate(SIZE)
+        assert "a memfd, not" in str(slot_problem(file.fileno(), SIZE))
+    reader, writer = os.pipe()
+    assert "a memfd, not 'pipe:" in str(slot_problem(reader, SIZE))
+    os.close(reader)
+    os.close(writer)
+
+
+@pytest.mark.parametrize("dtype", ["|O", "|V8", "[('a', '<i4')]", "(2,)<i4", 7, "x" * 40])
+def test_blocks_of_objects_void_or_fields_are_refused(dtype: Any) -> None:
+    with pytest.raises((ValueError, TypeError)):
+        block_dtype(dtype)
+
+
+def test_plain_dtypes_and_shapes_are_taken() -> None:
+    assert block_dtype("<f8") == np.float64 and block_dtype("<M8[s]").kind == "M"
+    assert block_shape([0, 3]) == (0, 3)
+    for wrong in ([-1], [1.5], "3", [True], None):
+        with pytest.raises(ValueError, match="not a block shape"):
+            block_shape(wrong)
+
+
+async def exchange(sock: socket.socket, message: dict[str, Any], fd: int | None = None) -> Any:
+    """The listener's answer to ``message``; a ``slot`` message, answered only when refused,
+    is followed by a ``hello``, so that its answer is the hello's when the slot was mapped."""
+    loop = asyncio.get_running_loop()
+    fds = [] if fd is None else [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))]
+    sock.sendmsg([json.dumps(message).encode()], fds)
+    if message["op"] == "slot":
+        await loop.sock_sendall(sock, b'{"op": "hello"}')
+    reply = json.loads(await asyncio.wait_for(loop.sock_recv(sock, 65536), STARTUP))
+    if message["op"] == "slot" and reply["op"] != "hello":
+        await asyncio.wait_for(loop.sock_recv(sock, 65536), STARTUP)  # the hello's
+    return reply
+
+
+@gen_cluster(client=True, timeout=STARTUP)
+async def test_the_worker_maps_no_descriptor_but_a_sealed_memfd(c, s, a, b) -> None:
+    await c.register_plugin(WorkerServices())
+    loop = asyncio.get_running_loop()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    sock.setblocking(False)
+    await loop.sock_connect(sock, socket_name(a.address))
+    fds = [unsealed_memfd(), os.open("/dev/zero", os.O_RDWR)]
+    try:
+        for ident, fd in enumerate(fds):
+            reply = await exchange(sock, {"op": "slot", "id": ident, "size": SIZE}, fd)
+            assert reply["op"] == "error" and "memfd" in reply["message"], reply
+            put = {"op": "put", "id": 9, "slot": ident, "key": ["k", 0], "dtype": "<f8",
+                   "shape": [8]}  # fmt: skip
+            assert (await exchange(sock, put))["op"] == "error"  # nothing mapped
+        sealed = memfd("deisa-test", SIZE)
+        fds.append(sealed)
+        assert (await exchange(sock, {"op": "slot", "id": 5, "size": SIZE}, sealed))["op"] == (
+            "hello"
+        )  # mapped: no answer but the hello's
+        for dtype in ("|O", "|V8", "[('a', '<i4')]"):
+            put = {"op": "put", "id": 1, "slot": 5, "key": ["k", 1], "dtype": dtype, "shape": [2]}
+            reply = await exchange(sock, put)
+            assert reply["op"] == "error", (dtype, reply)
+        assert ("k", 1) not in a.data
+    finally:
+        sock.close()
+        for fd in fds:
+            os.close(fd)
+    transport = Transport()
+    try:  # the listener goes on serving a rank
+        assert await transport.send_shared(a.address, ("k", 2), np.ones(8)) == 64
+    finally:
+        await transport.close()
