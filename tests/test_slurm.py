@@ -355,9 +355,16 @@ def test_script_is_valid_bash(tmp_path: Path) -> None:
 
 @pytest.fixture
 def fake_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A build directory the C solver counts as runnable, whatever is installed here."""
+    """A build directory the C solver counts as runnable, whatever is installed here: its
+    ``simulation/heat`` a real program with no RUNPATH (``true``), as the job checks it
+    (``deisa.launcher.libraries``) before its steps."""
     monkeypatch.setattr(solver, "c_solver_problem", lambda build_dir, pdi_config: None)
-    return tmp_path / "build"
+    build = tmp_path / "build"
+    (build / "simulation").mkdir(parents=True)
+    true = shutil.which("true")
+    assert true is not None
+    shutil.copy(true, build / "simulation" / "heat")
+    return build
 
 
 def preamble(script: str) -> str:
