@@ -4,6 +4,7 @@ and the analytics send each other. One module per conversation, their names re-e
 - :mod:`.routes`: the scheduler's routes and their replies (route names, statuses, the protocol
   version, the names of a step's keys, the scheduler file's variable);
 - :mod:`.dims`: an array's dimension names in its metadata;
+- :mod:`.layout`: one step of a moving array (its shape and boxes, in parcels);
 - :mod:`.steering`: steering values in their plain form;
 - :mod:`.insitu`: the names deisa-core's backend keeps on the scheduler;
 - :mod:`.shm`: a rank and a worker of its node sharing blocks through memory;
