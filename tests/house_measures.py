@@ -57,7 +57,10 @@ def module_of(path: Path) -> str:
 
 
 def imports_of(path: Path) -> set[str]:
-    """The deisa modules and names ``path`` imports, resolved to dotted names."""
+    """The deisa modules and names ``path`` imports, resolved to dotted names (a package by its
+    name: ``from .x import y`` in ``deisa/wire/__init__.py`` is ``deisa.wire.x``); every import
+    statement, inside functions and under ``TYPE_CHECKING`` too. The one reading of imports for
+    these measures and for tests/test_layout.py."""
     module = module_of(path)
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     found: set[str] = set()

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 from conftest import STARTUP, DaskProcesses, modules_loaded, mpirun, test_env
-from house_measures import DOCS, REPO, missing_in_docs
+from house_measures import DOCS, REPO, imports_of, missing_in_docs, module_of
 
 PACKAGE = Path(__file__).resolve().parents[1] / "deisa"
 SIDES = ("bridge", "worker", "scheduler", "analysis", "launcher", "doctor", "insitu", "pca_app")
@@ -158,27 +158,6 @@ def test_adapter_loads_no_bridge_module() -> None:
     assert _heavy(loaded, ("deisa.bridge", "deisa.launcher", "mpi4py")) == []
 
 
-def _imports_of(path: Path) -> set[str]:
-    """The deisa modules ``path`` imports, resolved to dotted names."""
-    module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
-    package = module.rpartition(".")[0] if path.name != "__init__.py" else module
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            found.update(a.name for a in node.names if a.name.startswith("deisa"))
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")
-                base = base[: len(base) - node.level + 1]
-                target = ".".join([*base, node.module] if node.module else base)
-            else:
-                target = node.module or ""
-            if target.startswith("deisa"):
-                found.add(target)
-                found.update(f"{target}.{a.name}" for a in node.names)
-    return found
-
-
 def _side(module: str) -> str | None:
     """The side (``bridge``...) a deisa module belongs to, ``""`` for a shared module."""
     parts = module.split(".")
@@ -199,7 +178,7 @@ def test_imports_run_one_way(path: Path) -> None:
     assert side is not None
     wrong = sorted(
         target
-        for target in _imports_of(path)
+        for target in imports_of(path)
         if (other := _side(target)) not in (None, "")
         and other not in ALLOWED[side]
         and target not in ALLOWED_MODULES.get(side, set())
@@ -207,25 +186,26 @@ def test_imports_run_one_way(path: Path) -> None:
     assert wrong == [], f"{path.relative_to(PACKAGE)} ({side or 'shared'}) imports {wrong}"
 
 
-def _module_of(path: Path) -> str:
-    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
 def _import_graph() -> dict[str, set[str]]:
     """Each module of deisa/ and the modules of deisa/ it imports: every import statement, at
     module level, inside a function or under ``TYPE_CHECKING`` alike (an import inside a function
     is a loop at run time all the same, and one for the types is a loop in the design)."""
-    modules = {_module_of(path) for path in PACKAGE.rglob("*.py")}
+    modules = {module_of(path) for path in PACKAGE.rglob("*.py")}
     graph: dict[str, set[str]] = {}
     for path in PACKAGE.rglob("*.py"):
-        module = _module_of(path)
+        module = module_of(path)
         # "from .x import y": y may be a module or a name of x; keep what is a module
-        graph[module] = {
-            name if name in modules else name.rpartition(".")[0]
-            for name in _imports_of(path)
-            if name in modules or name.rpartition(".")[0] in modules
-        } - {module}
+        # and the module's own packages do not count: Python runs them before the module
+        ancestors = {module.rsplit(".", n)[0] for n in range(1, module.count(".") + 1)}
+        graph[module] = (
+            {
+                name if name in modules else name.rpartition(".")[0]
+                for name in imports_of(path)
+                if name in modules or name.rpartition(".")[0] in modules
+            }
+            - {module}
+            - ancestors
+        )
     return graph
 
 
@@ -422,7 +402,7 @@ def test_a_package_that_lists_its_modules_lists_them_all(init: Path) -> None:
     """A package docstring that lists its modules (``:mod:`.x```, ``:mod:`~deisa.pkg.x``` or
     a private one as ````_x````; three or more) names every one of them, sub-packages
     included: a newcomer's index."""
-    package = _module_of(init)
+    package = module_of(init)
     doc = ast.get_docstring(ast.parse(init.read_text())) or ""
     here = {p.stem for p in init.parent.glob("*.py")} | {
         p.parent.name for p in init.parent.glob("*/__init__.py")
@@ -439,9 +419,9 @@ def test_a_package_that_lists_its_modules_lists_them_all(init: Path) -> None:
 
 def _private_across_sides(path: Path) -> list[str]:
     """The private modules (``_x``) of another side that ``path`` imports."""
-    side = _side(_module_of(path))
+    side = _side(module_of(path))
     wrong = []
-    for target in _imports_of(path):
+    for target in imports_of(path):
         parts = target.split(".")
         module_parts = (
             parts if (PACKAGE.parent / Path(*parts)).with_suffix(".py").exists() else parts[:-1]
