@@ -10,11 +10,14 @@ Three arrays, their values computed by :func:`truth` (what the analytics must re
 - ``rho``: a 2-D field of 6 x (8, or 10 from step 3) cells, in six boxes of 2 rows x half the
   columns, two boxes a rank; the boxes move to the next rank from step 2;
 - ``T``: a fixed array (3 x 4, one row a rank) published plain, except at step 2 where each rank
-  gives its row as two boxes: that step carries a layout.
+  gives its row as two boxes: that step carries a layout;
+- ``late``: a fixed array (3 x 2) declared after step 1 (``Bridge.declare``), published from
+  step 2 on.
 
-``--bad shape``: rank 2 gives ``rho``'s step 1 another shape than rank 1; ``--bad outside``:
-rank 1 gives a box of ``rho`` outside the step's shape at step 1. Each rank then writes the
-:class:`~deisa.BridgeError` it raised to ``OUT/rank-R.txt`` (``--out``) and exits normally.
+``--bad declare``: rank 1 declares ``late`` under another name; ``--bad shape``: rank 2 gives
+``rho``'s step 1 another shape than rank 1; ``--bad outside``: rank 1 gives a box of ``rho``
+outside the step's shape at step 1. Each rank then writes the :class:`~deisa.BridgeError` it
+raised to ``OUT/rank-R.txt`` (``--out``) and exits normally.
 """
 
 from __future__ import annotations
@@ -62,6 +65,8 @@ def truth(name: str, step: int) -> np.ndarray:
         return np.concatenate([particles(r, step) for r in range(NRANKS)])
     if name == "rho":
         return field(step, rho_shape(step))
+    if name == "late":
+        return field(step, (NRANKS, 2))
     return field(step, (NRANKS, 4))
 
 
@@ -71,7 +76,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--mode", default="async")
     parser.add_argument("--connect-timeout", type=float, default=120.0)
-    parser.add_argument("--bad", choices=["shape", "outside"], default=None)
+    parser.add_argument("--bad", choices=["shape", "outside", "declare"], default=None)
     parser.add_argument("--out", default=None)
     parser.add_argument("--tag", default="", help="appended to the arrays' names")
     args = parser.parse_args()
@@ -119,6 +124,11 @@ def run(args: argparse.Namespace) -> None:
                 bridge.publish(t, [((rank, 0), row[:, :2]), ((rank, 2), row[:, 2:])], step)
             else:
                 bridge.publish(t, row, step)
+            if step == 1:  # an array the code defines once the run goes on
+                late = f"late{'-other' if args.bad == 'declare' and rank == 1 else ''}{args.tag}"
+                bridge.declare({late: ArraySpec("float64", (NRANKS, 2), (rank, 0), (1, 2))})
+            if step >= 2:
+                bridge.publish(late, field(step, (NRANKS, 2))[rank : rank + 1], step)
 
 
 if __name__ == "__main__":

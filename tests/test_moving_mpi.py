@@ -66,6 +66,7 @@ def test_moving_arrays_from_mpi_ranks_read_bitwise_through_their_layouts(
         with shared_dask.client() as client:
             for name in ("x", "rho", "T"):
                 got[name] = [read_step(client, name) for _ in range(NSTEPS)]
+            got["late"] = [read_step(client, "late") for _ in range(2, NSTEPS)]
             meta = got["x"][0][1]["meta"], got["rho"][0][1]["meta"]
             # assembled by deisa.analysis.moving, as the Adapter does, from the same parcels
             _, reply, parcels = got["rho"][2]
@@ -104,9 +105,14 @@ def test_moving_arrays_from_mpi_ranks_read_bitwise_through_their_layouts(
             assert "layout" not in reply
             rows = [b for _, b in sorted(zip(reply["keys"], blocks, strict=True))]
             np.testing.assert_array_equal(np.concatenate(rows), truth("T", step))
+    # declared after step 1 (Bridge.declare), published from step 2
+    for step, (number, reply, blocks) in enumerate(got["late"], start=2):
+        rows = [b for _, b in sorted(zip(reply["keys"], blocks, strict=True))]
+        assert number == step and "layout" not in reply
+        np.testing.assert_array_equal(np.concatenate(rows), truth("late", step))
     # one scheduler message per step and array, whatever the number of boxes and ranks
     calls = {k: stats["calls"].get(k, 0) - calls_before.get(k, 0) for k in stats["calls"]}
-    assert calls["publish"] == 3 * NSTEPS
+    assert calls["publish"] == 3 * NSTEPS + NSTEPS - 2 and calls["open"] == 4
 
 
 @pytest.mark.parametrize(
@@ -115,6 +121,9 @@ def test_moving_arrays_from_mpi_ranks_read_bitwise_through_their_layouts(
         # seen by rank 0 as it builds the step's layout: the step fails, every rank raises it
         ("shape", r"step 1 of 'rho-\w+': rank 2 gives the shape \(7, 8\), rank 1 gives \(6, 8\)"),
         # seen by the rank itself: a wrong call, raised on every rank
+        # Bridge.declare with names that differ: raised on every rank, as at the construction
+        ("declare", r"rank 1 publishes arrays \['late-other-declare'\], rank 0 publishes "
+                    r"\['late-declare'\]"),
         ("outside", r"rank 1: publish\('rho-\w+', step=1\) refused: box 1 \[2:4, 4:8\] of "
                     r"'rho-\w+' lies outside the step's shape \(6, 4\)"),
     ],
