@@ -18,8 +18,8 @@ from distributed import Client, futures_of, wait
 from distributed.utils_test import gen_cluster
 from stream_driver import META, WAIT, MovingRank0, Rank0, block, install, moving_meta
 
-from deisa import Adapter
-from deisa.analysis._reading import NoFixedShapeError, StepShapesDifferError
+from deisa import Adapter, split
+from deisa.analysis import NoFixedShapeError, StepShapesDifferError
 from deisa.analysis.moving import MissingRegionError
 from deisa.contract import ContractError
 
@@ -126,6 +126,12 @@ async def test_two_boxes_a_rank_moving_between_ranks_are_views_on_their_parcels_
             holders = client.who_has(views)
             workers = [holders[v.key] for v in views]
             assert workers == [(a.address,), (a.address,), (b.address,), (b.address,)]
+            # the splitter finds a step's blocks where its parcels lie: nothing to move
+            zero = rho[0]
+            parts = split(zero, persist=True)
+            assert parts.bytes_to_move == 0 and {p.worker for p in parts} == {a.address, b.address}
+            sums = client.gather(parts.map(lambda blocks: sum(float(x.sum()) for x in blocks)))
+            assert sum(sums) == field(0).sum()
             both = rho[0:2]  # same shapes: stacked
             assert both.shape == (2, 6, 8)
             np.testing.assert_array_equal(both.compute(), np.stack([field(0), field(1)]))
