@@ -38,7 +38,8 @@ def particles(step: int, counts: list[int]) -> list[np.ndarray]:
     return out
 
 
-COUNTS = {0: [3, 0, 5], 1: [4, 2, 0], 2: [0, 0, 6]}  # a rank with none at every step
+# a rank with none at every step, none at all at step 3
+COUNTS = {0: [3, 0, 5], 1: [4, 2, 0], 2: [0, 0, 6], 3: [0, 0, 0]}
 
 
 @gen_cluster(client=True, timeout=120)
@@ -62,6 +63,8 @@ async def test_joined_particles_per_step_with_a_rank_that_has_none(
             with pytest.raises(NoFixedShapeError, match=r"its chunks change.*\[step\].chunks"):
                 _ = x.chunks
             assert x.shape_of(1) == (6,) and x.shape_of(0) == (8,)
+            with pytest.raises(IndexError, match="index 8 is out of bounds for axis 1 of 'x'"):
+                x[0, 8]
             with pytest.raises(
                 StepShapesDifferError, match=r"steps 0 and 1 of 'x'.*\(8,\) and \(6,\)"
             ):
@@ -69,13 +72,13 @@ async def test_joined_particles_per_step_with_a_rank_that_has_none(
             seen = []
             for step, array in x.items():
                 truth = np.concatenate(particles(step, COUNTS[step]))
-                assert array.chunks == (tuple(n for n in COUNTS[step] if n),)
+                assert array.chunks == (tuple(n for n in COUNTS[step] if n) or (0,),)
                 got = array.compute()
                 assert got.dtype == truth.dtype and got.tobytes() == truth.tobytes()
                 histogram, _ = np.histogram(got, bins=4, range=(0, 3000))
                 assert histogram.sum() == sum(COUNTS[step])
                 seen.append(step)
-            assert seen == [0, 1, 2] and x.shape_of(-1) == (6,)
+            assert seen == [0, 1, 2, 3] and x.shape_of(-1) == (0,)
 
     await in_thread(analytics)
 
