@@ -115,6 +115,8 @@ async def test_two_boxes_a_rank_moving_between_ranks_are_views_on_their_parcels_
     def analytics() -> None:
         with Client(s.address, timeout=WAIT) as client, Adapter(client, timeout=WAIT) as adapter:
             rho = adapter["rho"]
+            layout = rho.layout(1)
+            assert layout is not None and layout.shape == (6, 8) and layout.parcels == (2, 2)
             blocks = rho.blocks(1)
             assert [(blk.start, blk.count) for blk in blocks] == [
                 (QUARTERS[k][0], QUARTERS[k][1]) for owned in OWNERS[1] for k in owned
@@ -219,6 +221,7 @@ async def test_a_fixed_array_whose_step_moved_and_zip_and_xarray_per_step(
             assert p0.dims == ("particle",) and int(p0["step"]) == 0 and p0.shape == (8,)
             assert p1.shape == (6,) and int(p1["step"]) == 1
             assert adapter["t"].shape_of(1) == (4, 3) == adapter["t"].shape
+            assert adapter["t"].layout(0) is None and adapter["t"].layout(1).parcels == (1, 1)
             with pytest.raises(StepShapesDifferError, match=r"steps 0 and 1 of .p."):
                 adapter["p"].to_xarray([0, 1])
 
@@ -261,5 +264,34 @@ async def test_the_layouts_of_released_steps_are_forgotten(
                 assert array.sum().compute() == step * (step + 1) / 2
                 del array
             assert len(x._layouts) <= 1
+
+    await in_thread(analytics)
+
+
+@gen_cluster(client=True, timeout=120)
+async def test_windows_of_a_moving_array_stack_while_the_shapes_agree(
+    c: Client, s: Any, a: Any, b: Any
+) -> None:
+    await install(c, s)
+    sim = MovingRank0(c, [a, b], "x", moving_meta(1, joined_axis=0))
+    await sim.open()
+    lengths = [4, 4, 4, 7]  # the particle count changes at step 3
+    for step, n in enumerate(lengths):
+        half = step * 100.0 + np.arange(n, dtype=np.float64)
+        await sim.publish(step, [[((0,), half[: n // 2])], [((0,), half[n // 2 :])]])
+    await sim.close(len(lengths))
+
+    def analytics() -> None:
+        with Client(s.address, timeout=WAIT) as client, Adapter(client, timeout=WAIT) as adapter:
+            windows = adapter["x"].windows(2)
+            for first in (0, 1):
+                steps, window = next(windows)
+                assert steps == [first, first + 1] and window.shape == (2, 4)
+                expected = np.stack([t * 100.0 + np.arange(4.0) for t in steps])
+                assert window.compute().tobytes() == expected.tobytes()
+            with pytest.raises(
+                StepShapesDifferError, match=r"steps 2 and 3 of 'x'.*\(4,\) and \(7,\)"
+            ):
+                next(windows)
 
     await in_thread(analytics)
