@@ -276,6 +276,23 @@ Array_geometry Array_transfer::geometry(Context& ctx) const
 	return result;
 }
 
+std::pair<long, vector<long>> Array_transfer::step_without_box(Context& ctx) const
+{
+	const string dataset_name = dataset(ctx);
+	const Dataset_description& dataset_description = description(dataset_name);
+	vector<long> global_shape;
+	size_t rank = 0;
+	try {
+		global_shape = dataset_description.evaluate(ctx, dataset_name).global_shape;
+		rank = global_shape.size();
+	} catch (const PDI::Error&) { // its sizes need a box's data: the ranks with boxes give the shape
+		global_shape.clear();
+	}
+	if (m_moving.joined_axis() >= 0) global_shape.clear();
+	if (!rank) rank = m_dataset_selection.has_start() ? m_dataset_selection.start_rank() - 1 : 0;
+	return {m_dataset_selection.time_start(ctx, rank + 1), std::move(global_shape)};
+}
+
 Block Array_transfer::block(Context& ctx, Ref ref) const
 {
 	Ref_r readable{ref};
@@ -321,8 +338,8 @@ Block Array_transfer::block(Context& ctx, Ref ref) const
 	m_moving.check_rank(rank, m_data, dataset_name);
 	dataset_size(ctx, size, dataset_name);
 	vector<long> box_start = m_dataset_selection.spatial_start(ctx, rank + 1);
-	if (m_moving.joined_axis() >= 0) { // placed by the ranks' counts: no global shape, no start on that axis
-		box_start[m_moving.joined_axis()] = 0;
+	if (m_moving.joined_axis() >= 0) { // placed by the ranks' counts, in rank order: no global shape, no start
+		box_start.clear();
 		global.global_shape.clear();
 	}
 	return Block{

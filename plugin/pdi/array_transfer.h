@@ -90,7 +90,7 @@ struct Block {
 	/// a moving array's (`moving'): this step's global shape, the time axis excluded (empty when joined)
 	std::vector<long> global_shape = {};
 
-	/// a moving array's: the box's first index in this step's global shape (0 on a joined axis)
+	/// a moving array's: the box's first index in this step's global shape (empty when joined: placed in rank order)
 	std::vector<long> start = {};
 };
 
@@ -235,6 +235,14 @@ eturn its YAML node, absent (PC_status non-zero) if not given
 	 * \return the description of the array for the bridge
 	 */
 	Array_geometry geometry(PDI::Context& ctx) const;
+
+	/** A step of a moving array from which this rank has no box (`moving.boxes_until': nothing
+	 * exposed since the last event): its time index and, if it can be evaluated now, its global shape
+	 * \param ctx the context in which to evaluate the $-expressions
+	 * \return the time index, and the global shape (empty for a joined array, or one that cannot
+	 * be evaluated without the data of a box: the ranks with boxes give it)
+	 */
+	std::pair<long, std::vector<long>> step_without_box(PDI::Context& ctx) const;
 
 	/** Describes the selected part of the exposed data, without copying it; for a moving array
 	 * (`moving'), also evaluates this step's global shape and the box's start

@@ -15,8 +15,8 @@
  * situ (deisa) by its YAML: tests/test_pdi_moving.py compares them bitwise.
  */
 
-#include <math.h>
 #include <mpi.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
