@@ -2,10 +2,11 @@
 
 plugin/pdi/tests/particles.c exposes, at each step, particles whose count changes with the step
 and the rank (rank 1 has none at step 1), and a field as two boxes a rank that move to the next
-rank at step 2 (at step 3 the last rank has none: rank 0 has four). One YAML loads both ``decl_hdf5`` (one file per rank, one dataset per step: the
-sizes change) and ``deisa`` (``moving``: joined particles, a start per rank, boxes gathered until
-an event); the analytics reads every step through real Dask scheduler and worker processes and
-compares it bitwise with the same run's HDF5 output.
+rank at step 2 (at step 3 the last rank has none, rank 0 four). One YAML loads both
+``decl_hdf5`` (one file per rank, one dataset per step: the sizes change) and ``deisa``
+(``moving``: joined particles, a start per rank, boxes gathered until an event); the analytics
+reads every step through real Dask scheduler and worker processes and compares it bitwise with
+the same run's HDF5 output.
 """
 
 from __future__ import annotations
@@ -150,7 +151,8 @@ def test_c_particle_code_reaches_the_adapter_bitwise_as_its_hdf5_output(
     with h5py.File(tmp_path / "particles_1.h5", "r") as f:
         assert "x_0" in f and "x_1" not in f  # rank 1 had no particle at step 1
     with h5py.File(tmp_path / f"particles_{NRANKS - 1}.h5", "r") as f:
-        assert not [key for key in f if key.startswith("rho_3_")]  # nor the last rank a box at step 3
+        # nor the last rank a box at step 3
+        assert not [key for key in f if key.startswith("rho_3_")]
 
 
 def test_a_fixed_entry_whose_block_changes_shape_names_moving(built: Path, tmp_path: Path) -> None:
