@@ -56,6 +56,7 @@ plugins:
   deisa:
     scheduler_file: SCHEDULER
     connect_timeout: STARTUP
+    mode: MODE
     datasets:
       x: {type: array, subtype: double, size: [$nsteps, $npart]}  # joined: that size is not used
       id: {type: array, subtype: int64, size: [$nsteps, $ntotal]}
@@ -101,14 +102,15 @@ def from_hdf5(directory: Path, name: str, step: int) -> np.ndarray:
             f.close()
 
 
+@pytest.mark.parametrize("mode", ["async", "sync"])
 def test_c_particle_code_reaches_the_adapter_bitwise_as_its_hdf5_output(
-    built: Path, dask_processes: DaskProcesses, tmp_path: Path
+    built: Path, dask_processes: DaskProcesses, tmp_path: Path, mode: str
 ) -> None:
     config = tmp_path / "pdi.yml"
     config.write_text(
-        PARTICLES_PDI.replace("SCHEDULER", str(dask_processes.scheduler_file)).replace(
-            "STARTUP", str(STARTUP)
-        )
+        PARTICLES_PDI.replace("SCHEDULER", str(dask_processes.scheduler_file))
+        .replace("STARTUP", str(STARTUP))
+        .replace("MODE", mode)
     )
     env = test_env()
     env["PDI_PLUGIN_PATH"] = str(built / "plugin")
@@ -162,7 +164,7 @@ def test_a_fixed_entry_whose_block_changes_shape_names_moving(built: Path, tmp_p
 
     head = PARTICLES_PDI[: PARTICLES_PDI.index("  decl_hdf5:")]
     fixed = head + (
-        "  deisa:\n    scheduler_file: nowhere.json\n"
+        "  deisa:\n    scheduler_file: nowhere.json\n    mode: async\n"
         "    datasets: {id: {type: array, subtype: int64, size: [$nsteps, $ntotal]}}\n"
         "    write: {id: {dataset_selection: {start: [$step, $offset]}}}\n"
     )
