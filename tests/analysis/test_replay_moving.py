@@ -8,6 +8,8 @@ truth it was cut from, and equal, chunks included, to what the live run's
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -259,3 +261,72 @@ def test_blocks_the_data_files_cannot_hold_are_refused_naming_the_step(
     data.write_bytes(data.read_bytes()[:4000])
     with pytest.raises(ReplayError, match=r"'U' at step 0 in .*cut.bp hold 8000 bytes, more than"):
         Replay(path)["U"]
+
+
+# -- written by MPI ranks: blocks of several writers, JoinedDim across ranks, boxes that move --
+
+WRITER_SOURCE = Path(__file__).parent / "bp_moving_writer"
+WRITER_BUILD = Path(__file__).resolve().parents[2] / "build" / "test-bp-moving"
+# the writer's p (JoinedDim): [step][rank] -> its blocks' counts; x: [step][rank] -> its count
+MPI_JOINED = [[[2, 1], [], [3]], [[1], [2, 2], [0]], [[], [], [4]]]
+MPI_COUNTS = [[5, 0, 7], [6, 6, 6], [1, 9, 2]]
+
+
+def build_moving_writer() -> tuple[Path | None, str]:
+    """tests/analysis/bp_moving_writer built (again if its source changed), or None and why."""
+    binary = WRITER_BUILD / "deisa_test_bp_moving"
+    newest = max(p.stat().st_mtime for p in WRITER_SOURCE.iterdir())
+    if binary.exists() and binary.stat().st_mtime > newest:
+        return binary, "built"
+    if shutil.which("cmake") is None:
+        return None, "cmake is not installed"
+    configure = ["cmake", "-S", str(WRITER_SOURCE), "-B", str(WRITER_BUILD), "-Wno-dev"]
+    for cmd in (configure, ["cmake", "--build", str(WRITER_BUILD)]):
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        if proc.returncode != 0:
+            last = (proc.stdout + proc.stderr).strip().splitlines()[-1:]
+            return None, f"the C++ writer does not build against ADIOS2 with MPI: {last}"
+    return binary, "built"
+
+
+def mpi_particles(step: int) -> np.ndarray:
+    return np.array(
+        [100.0 * step + 10 * rank + k + 0.001 * i
+         for rank, blocks in enumerate(MPI_JOINED[step])
+         for k, count in enumerate(blocks)
+         for i in range(count)]
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_bp_written_by_mpi_ranks_is_the_live_runs_per_step(tmp_path: Path, engine: str) -> None:
+    """Three MPI ranks of a C++ code: particles joined across ranks (a rank with none, a
+    block of none), an array whose shape changes Put as two blocks a rank, a field whose boxes
+    move between ranks at step 2. Every step bitwise; each writer a parcel (BP5 records the
+    writer of a block; BP4 does not: one parcel), the joined layout StepLayout.joined's."""
+    from conftest import mpirun, test_env
+
+    writer, why = build_moving_writer()
+    if writer is None:
+        pytest.skip(why)
+    out = tmp_path / "out.bp"
+    proc = subprocess.run(
+        mpirun(3, str(writer), engine, str(out)),
+        env=test_env(), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    replay = Replay(out)
+    p, x, rho = replay["p"], replay["x"], replay["rho"]
+    assert p.steps == x.steps == rho.steps == [0, 1, 2]
+    for step in range(3):
+        assert p[step].compute().tobytes() == mpi_particles(step).tobytes()
+        holding = [[(c,) for c in blocks] for blocks in MPI_JOINED[step] if sum(blocks)]
+        if engine == "BP5":
+            assert p.layout(step) == StepLayout.joined(0, holding)
+        n = sum(MPI_COUNTS[step])
+        assert x[step].compute().tobytes() == (1000.0 * step + np.arange(n)).tobytes()
+        expected = 1000.0 * step + np.arange(48.0).reshape(6, 8)
+        assert rho[step].compute().tobytes() == expected.tobytes()
+        assert rho[step].chunks == ((3, 3), (4, 4))
+    assert x[0].chunks == ((2, 3, 3, 4),)  # each rank's two blocks; rank 1 has none
+    assert x.layout(0).parcels == ((2, 2) if engine == "BP5" else (6,))
