@@ -20,6 +20,7 @@ import pytest
 
 from deisa import Replay, ReplayError
 from deisa.analysis import _replay_bp_io
+from deisa.analysis._reading import NoFixedShapeError, StepShapesDifferError
 from deisa.analysis.moving import MissingRegionError, assemble
 from deisa.wire.layout import Box, LayoutError, StepLayout
 
@@ -113,7 +114,7 @@ def test_a_particle_array_of_changing_length_is_bitwise_each_step(moving_bp: Pat
     for step in x.steps:
         n = sum(PARTICLE_COUNTS[step])
         got = x[step]
-        assert x.shape_at(step) == (n,) and got.shape == (n,)
+        assert x.shape_of(step) == (n,) and got.shape == (n,)
         assert got.compute().tobytes() == truth("x", step, (n,)).tobytes()
         assert got.chunks == (tuple(c for c in PARTICLE_COUNTS[step] if c),)  # as written
         live_step = live(x.layout(step), truth("x", step, (n,)))
@@ -167,10 +168,15 @@ def test_a_variable_first_written_after_step_0_and_absent_at_one(moving_bp: Path
 
 def test_steps_of_different_shapes_say_so_and_are_not_stacked(moving_bp: Path) -> None:
     x = Replay(moving_bp)["x"]
-    with pytest.raises(ReplayError, match=r"'x' has no one shape: \(100,\) at step 0, \(137,\)"):
+    assert x.moving and x.ndim == 1
+    with pytest.raises(NoFixedShapeError, match=r"'x' changes its shape .*\(100,\) at step 0, "):
         _ = x.shape
-    with pytest.raises(ReplayError, match=r"different shapes, \(100,\) and \(137,\)"):
+    with pytest.raises(NoFixedShapeError, match=r"chunks of 'x' change from step to step"):
+        _ = x.chunks
+    with pytest.raises(StepShapesDifferError, match=r"steps 0 and 1 of 'x' .* \(\(100,\) and"):
         x[0:2]
+    with pytest.raises(StepShapesDifferError):
+        next(x.windows(2))
     with pytest.raises(IndexError, match="too many indices"):
         x[0, 1, 2]
 
@@ -226,7 +232,11 @@ def test_a_level_covering_part_of_the_domain_names_what_is_missing(
     )  # fmt: skip
     blocks = u.blocks(0)
     assert [(s, c) for s, c, _ in blocks] == boxes
-    assert blocks[1][2].compute().tobytes() == expected[6:, 6:].tobytes()
+    assert blocks[1].array.compute().tobytes() == expected[6:, 6:].tobytes()
+    u.fill = -1.0  # every step, as a live array's fill
+    assert (u[1].compute()[4:] == -1.0).all() and [s for s, _ in u.items()] == [0, 1]
+    with pytest.raises(ValueError, match="must be a scalar"):
+        u.step(0, fill=[1.0])
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -330,3 +340,14 @@ def test_bp_written_by_mpi_ranks_is_the_live_runs_per_step(tmp_path: Path, engin
         assert rho[step].chunks == ((3, 3), (4, 4))
     assert x[0].chunks == ((2, 3, 3, 4),)  # each rank's two blocks; rank 1 has none
     assert x.layout(0).parcels == ((2, 2) if engine == "BP5" else (6,))
+
+
+def test_a_fixed_array_reads_as_a_moving_one_does(tmp_path: Path) -> None:
+    """One shape and the same covering blocks at every step: a plain ReplayArray (one shape,
+    one grid, as before), with the moving arrays' blocks(t), step(t) and fill too."""
+    boxes = [((0, 0), (2, 5)), ((2, 0), (4, 5))]
+    u = Replay(write_boxes(tmp_path / "fixed.bp", "BP5", (6, 5), [boxes, boxes]))["U"]
+    assert not u.moving and u.shape == (6, 5) and u.chunks == ((2, 4), (5,))
+    assert [(b.start, b.count) for b in u.blocks(1)] == boxes
+    assert u.blocks(1)[1].array.compute().tobytes() == truth("U", 1, (6, 5))[2:].tobytes()
+    assert u.step(1, fill=0.0).compute().tobytes() == u[1].compute().tobytes()
