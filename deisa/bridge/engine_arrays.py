@@ -32,9 +32,18 @@ import numpy as np
 
 from .decomposition import ArraySpec, Decomposition, DecompositionError
 
-__all__ = ["FIXED", "MOVING", "VALUE", "Declaration", "EngineArrayError", "agree"]
+__all__ = [
+    "FIXED",
+    "MOVING",
+    "VALUE",
+    "Declaration",
+    "Described",
+    "EngineArrayError",
+    "agree",
+    "decide",
+]
 
-logger = logging.getLogger("deisa.adios2")
+logger = logging.getLogger(__name__)
 
 FIXED = "fixed"
 """A variable published on today's path: one block per rank on a grid (its declared block)."""
@@ -114,7 +123,7 @@ def agree(comm_handle: int, mine: Sequence[Any], step: int, created: bool) -> li
         for variable in variables:
             by_name.setdefault(variable.name, {})[writer] = variable
     size = comm.Get_size()
-    return [_declare(name, by_name[name], size, rank, step, created) for name in sorted(by_name)]
+    return [decide(name, by_name[name], size, rank, step, created) for name in sorted(by_name)]
 
 
 def _block(block: Sequence[Dims]) -> Block:
@@ -122,9 +131,18 @@ def _block(block: Sequence[Dims]) -> Block:
     return tuple(int(n) for n in shape), tuple(int(s) for s in start), tuple(int(c) for c in count)
 
 
-def _declare(
+def decide(
     name: str, writers: dict[int, Described], size: int, rank: int, step: int, created: bool
 ) -> Declaration:
+    """How ``name`` is published from ``step`` on, on ``rank`` of ``size``, from what each rank
+    that Put it (``writers``, by rank) Put of it in that step; ``created``: whether the Bridge
+    exists. Pure: :func:`agree` after its exchange.
+
+    Raises
+    ------
+    EngineArrayError
+        The writers disagree on its dtype, kind, dimensions or joined axis.
+    """
     first_writer = min(writers)
     ref = writers[first_writer]
     for writer, variable in sorted(writers.items()):
