@@ -152,7 +152,18 @@ def meta(dec: Decomposition, run: str) -> dict[str, Any]:
     ``"dims"`` (the axes' names) only when the ranks named them: the metadata of an unnamed
     array is that of Bridges older than ``dims``, and older Adapters ignore the key; likewise
     ``"time_length"`` (the declared number of steps) only when the ranks declared one.
+    A moving array (:meth:`~deisa.bridge.decomposition.ArraySpec.moving`) has no ``"shape"``
+    nor ``"chunks"``: ``"moving": True``, its ``"ndim"`` and ``"joined_axis"`` (``None``: none),
+    each step carrying its layout.
     """
+    if dec.is_moving:
+        moving: dict[str, Any] = {
+            "dtype": dec.dtype.str, "moving": True, "ndim": dec.ndim,
+            "joined_axis": dec.joined_axis, "run": run,
+        }  # fmt: skip
+        if dec.dims is not None:
+            moving["dims"] = list(dec.dims)
+        return moving
     described: dict[str, Any] = {
         "dtype": dec.dtype.str,
         "shape": list(dec.global_shape),

@@ -34,6 +34,7 @@ from .._publisher import Connection
 from .connect import Connections, connect, route
 
 if TYPE_CHECKING:
+    from ...wire.layout import StepLayout
     from ..contracts import ContractBook
     from ..decomposition import Decomposition
     from ..options import BridgeOptions
@@ -231,13 +232,17 @@ class SchedulerLink:
         blocks: list[Any],
         timeout: float | None,
         contract: dict[str, Any] | None,
+        layout: StepLayout | None = None,
     ) -> Call:
         """Rank 0: ``deisa_publish``, the registration of a step whose ``blocks`` (key, worker,
-        bytes) are on their workers; waits up to ``timeout`` on flow control."""
+        bytes) are on their workers; waits up to ``timeout`` on flow control. A moving step's
+        ``layout`` rides in the same call (its plain form); a step without one sends none."""
         call = route(self.pool, self.scheduler, Route.PUBLISH)
+        extra = {} if layout is None else {"layout": layout.to_wire()}
         return call(
-            name=name, run=self.run, step=step, blocks=blocks, timeout=timeout, contract=contract
-        )
+            name=name, run=self.run, step=step, blocks=blocks, timeout=timeout,
+            contract=contract, **extra,
+        )  # fmt: skip
 
     def register_failed(self, name: str, step: int, exc: BaseException) -> str:
         """What to say of a :meth:`register` of ``step`` of ``name`` that raised ``exc``."""

@@ -55,7 +55,7 @@ def line(**fields: Any) -> bytes:
 
 
 def test_notice_round_trip() -> None:
-    assert decode_notice(encode_notice(TOKEN, 7, 2, 800, W), TOKEN, 3) == (7, 2, 800, W)
+    assert decode_notice(encode_notice(TOKEN, 7, 2, 800, W), TOKEN, 3) == (7, 2, 800, W, None)
     assert len(encode_notice(TOKEN, 2**40, 4095, 2**40, "tls://[::1]:65535")) < MAX_LINE // 4
 
 
