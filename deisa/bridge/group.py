@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -158,9 +158,18 @@ class BridgeGroup:
             )
         return bridge
 
-    def publish(self, name: str, block: np.ndarray, step: int) -> None:
-        """:meth:`deisa.Bridge.publish` on the Bridge of ``name``: collective over its ranks."""
-        self.bridge(name).publish(name, block, step)
+    def publish(
+        self,
+        name: str,
+        block: np.ndarray | Sequence[Any],
+        step: int,
+        *,
+        start: Sequence[int] | None = None,
+        shape: Sequence[int] | None = None,
+    ) -> None:
+        """:meth:`deisa.Bridge.publish` on the Bridge of ``name``: collective over its ranks
+        (boxes, ``start`` and ``shape`` as there: data that moves)."""
+        self.bridge(name).publish(name, block, step, start=start, shape=shape)
 
     def get(self, name: str, default: Any = None) -> Any:
         """:meth:`deisa.Bridge.get` on the Bridge over ``comm``: collective over ``comm``."""
