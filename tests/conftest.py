@@ -332,6 +332,7 @@ PROCESS_TESTS: dict[str, frozenset[str] | None] = {
     "test_released_clients": None,  # mpirun, dask processes, the analytics' python
     "test_pdi_plugin": None,
     "test_adios2": None,  # mpirun, deisa-run, Slurm, the ADIOS2 codes
+    "test_adios2_moving": None,  # mpirun, deisa-run, the ADIOS2 code whose data moves
     "test_adios2_fortran": None,  # CMake, mpif90, mpirun, deisa-run
     "test_ecosystem": None,  # virtual environments, pip, mpirun, dask processes
     "test_insitu_mpi": None,  # deisa.insitu: mpirun, the analytics' python

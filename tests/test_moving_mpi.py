@@ -10,6 +10,7 @@ the number of boxes.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -65,6 +66,7 @@ def test_moving_arrays_from_mpi_ranks_read_bitwise_through_their_layouts(
         with shared_dask.client() as client:
             for name in ("x", "rho", "T"):
                 got[name] = [read_step(client, name) for _ in range(NSTEPS)]
+            got["late"] = [read_step(client, "late") for _ in range(2, NSTEPS)]
             meta = got["x"][0][1]["meta"], got["rho"][0][1]["meta"]
             # assembled by deisa.analysis.moving, as the Adapter does, from the same parcels
             _, reply, parcels = got["rho"][2]
@@ -103,6 +105,38 @@ def test_moving_arrays_from_mpi_ranks_read_bitwise_through_their_layouts(
             assert "layout" not in reply
             rows = [b for _, b in sorted(zip(reply["keys"], blocks, strict=True))]
             np.testing.assert_array_equal(np.concatenate(rows), truth("T", step))
+    # declared after step 1 (Bridge.declare), published from step 2
+    for step, (number, reply, blocks) in enumerate(got["late"], start=2):
+        rows = [b for _, b in sorted(zip(reply["keys"], blocks, strict=True))]
+        assert number == step and "layout" not in reply
+        np.testing.assert_array_equal(np.concatenate(rows), truth("late", step))
     # one scheduler message per step and array, whatever the number of boxes and ranks
     calls = {k: stats["calls"].get(k, 0) - calls_before.get(k, 0) for k in stats["calls"]}
-    assert calls["publish"] == 3 * NSTEPS
+    assert calls["publish"] == 3 * NSTEPS + NSTEPS - 2 and calls["open"] == 4
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        # seen by rank 0 as it builds the step's layout: the step fails, every rank raises it
+        ("shape", r"step 1 of 'rho-\w+': rank 2 gives the shape \(7, 8\), rank 1 gives \(6, 8\)"),
+        # seen by the rank itself: a wrong call, raised on every rank
+        # Bridge.declare with names that differ: raised on every rank, as at the construction
+        ("declare", r"rank 1 publishes arrays \['late-other-declare'\], rank 0 publishes "
+                    r"\['late-declare'\]"),
+        ("outside", r"rank 1: publish\('rho-\w+', step=1\) refused: box 1 \[2:4, 4:8\] of "
+                    r"'rho-\w+' lies outside the step's shape \(6, 4\)"),
+    ],
+)  # fmt: skip
+def test_a_moving_step_whose_boxes_do_not_hold_together_fails_on_every_rank_naming_the_ranks(
+    shared_dask: DaskProcesses, tmp_path: Path, bad: str, message: str
+) -> None:
+    cmd = mpirun(NRANKS, sys.executable, str(HERE / "publish_moving.py"),
+                 str(shared_dask.scheduler_file), "--steps", str(NSTEPS), "--bad", bad,
+                 "--out", str(tmp_path), "--connect-timeout", str(STARTUP),
+                 f"--tag=-{bad}")  # fmt: skip
+    done = subprocess.run(cmd, env=test_env(), capture_output=True, text=True, timeout=4 * STARTUP)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    raised = [(tmp_path / f"rank-{r}.txt").read_text() for r in range(NRANKS)]
+    assert len(set(raised)) == 1, raised  # the same error on every rank
+    assert re.search(message, raised[0]), raised[0]

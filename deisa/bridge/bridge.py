@@ -47,7 +47,7 @@ from ._collective import (
     on_root,
 )
 from ._losses import Losses
-from ._opening import connect_now, declare_arrays, take_connection
+from ._opening import connect_now, declare_arrays, declare_more, take_connection
 from ._parts import BridgeParts
 from ._publisher import Connection, PublishTiming
 from ._sync import SyncPublisher
@@ -309,6 +309,16 @@ class Bridge:
     def run(self) -> str | None:
         """The run's name, once the connection is known (``None`` before)."""
         return self._link.run
+
+    def declare(self, arrays: Mapping[str, ArraySpec]) -> None:
+        """Add ``arrays`` (name -> this rank's :class:`ArraySpec`, fixed or moving), known only
+        once the run goes on (an ADIOS2 variable defined after step 0); collective, the same
+        names on every rank. Rank 0 opens them once every rank knows its connection (async:
+        waits for it). A contract set on them later is not followed. Raises, on every rank,
+        the construction's errors (bad arrays, names that differ or are declared already)."""
+        if self._closed:
+            raise BridgeError("declare() after close()")
+        declare_more(self._parts, self._link, self._async, dict(arrays))
 
     # -- publishing --------------------------------------------------------------------------
 

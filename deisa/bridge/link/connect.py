@@ -228,7 +228,7 @@ async def connect(
             f"scheduler at {address} within connect_timeout={connect_timeout:g} s"
         ) from exc
     run = uuid.uuid4().hex[:8]
-    await _open_arrays(pool, address, run, decompositions, options, contracts)
+    await open_arrays(pool, address, run, decompositions, options, contracts)
     if early is None:
         return Connection(address, run, tuple(workers))
     try:
@@ -273,7 +273,7 @@ async def _reach_and_install(
         ) from exc
 
 
-async def _open_arrays(
+async def open_arrays(
     pool: Connections,
     address: str,
     run: str,
@@ -281,8 +281,9 @@ async def _open_arrays(
     options: BridgeOptions,
     contracts: ContractBook,
 ) -> None:
-    """Rank 0: open every array's stream of ``run`` on the scheduler; the contracts it serves
-    are in force from the first step."""
+    """Rank 0: open every array's stream of ``run`` on the scheduler (at the connection, and
+    the arrays of :meth:`deisa.Bridge.declare`); the contracts it serves are in force from the
+    first step."""
     connect_timeout = options.connect_timeout
     for name, dec in decompositions.items():
         reply = await asyncio.wait_for(

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from ...wire import Route, Status
 from .._collective import BridgeError
 from .._publisher import Connection
-from .connect import Connections, connect, route
+from .connect import Connections, connect, open_arrays, route
 
 if TYPE_CHECKING:
     from ...wire.layout import StepLayout
@@ -224,6 +224,17 @@ class SchedulerLink:
         """Rank 0: find the scheduler, install the extension, wait for the workers, open the
         arrays (:func:`deisa.bridge.link.connect.connect`)."""
         return connect(self.pool, scheduler_file, options, decompositions, contracts, early)
+
+    def open_arrays(
+        self,
+        decompositions: Mapping[str, Decomposition],
+        options: BridgeOptions,
+        contracts: ContractBook,
+    ) -> Call:
+        """Rank 0, connected: open more arrays' streams of this run (``Bridge.declare``)."""
+        return open_arrays(
+            self.pool, self.scheduler, self.run or "", decompositions, options, contracts
+        )
 
     def register(
         self,
