@@ -121,6 +121,9 @@ def test_a_particle_array_of_changing_length_is_bitwise_each_step(moving_bp: Pat
         assert got.chunks == live_step.chunks
     assert [s for s, _ in x.items()] == x.steps
     assert np.array_equal(x[1, 60:70].compute(), truth("x", 1, (137,))[60:70])
+    rechunked = Replay(moving_bp, chunks=50)["x"][1]  # given chunks win, step by step
+    assert rechunked.chunks == ((50, 50, 37),)
+    assert rechunked.compute().tobytes() == truth("x", 1, (137,)).tobytes()
 
 
 def test_the_layout_is_the_live_runs(moving_bp: Path) -> None:
