@@ -10,7 +10,8 @@ that is cut in two boxes, then grows (SetShape), an array and a single value def
 first step. Run once with BP5 (the reference, read back with the ``adios2`` wheel, each step's
 whole selection) and once with its XML's engine swapped for deisa under ``deisa-run`` (a
 scheduler, workers, the analytics), every step of every variable compared bitwise by the
-analytics, which takes them with ``Adapter``.
+analytics, which takes them with ``Adapter``, and against ``Replay`` of the BP5 output (each
+step the live one: values, shape and chunks).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import sys
 import adios2
 import numpy as np
 
-from deisa import Adapter
+from deisa import Adapter, Replay
 
 reference, names = sys.argv[1], sys.argv[2].split(",")
 expected = {name: {} for name in names}  # the steps where BP5 has the variable
@@ -47,6 +48,7 @@ with adios2.Stream(reference, "r") as stream:
             value = stream.read(name, [0] * len(shape), shape) if shape else stream.read(name)
             expected[name][step] = np.atleast_1d(value)
 steps = sorted({step for values in expected.values() for step in values})
+replay = Replay(reference)  # the same run's BP5 output, replayed: the live run's steps
 with Adapter.from_env() as adapter:
     for step in steps:
         for name in names:
@@ -57,11 +59,15 @@ with Adapter.from_env() as adapter:
             want = expected[name][step]
             assert got.dtype == want.dtype and got.shape == want.shape, (name, step, got, want)
             assert got.tobytes() == want.tobytes(), (name, step, got, want)
+            saved = replay[name][step]
+            assert saved.chunks == live.chunks, (name, step, saved.chunks, live.chunks)
+            assert saved.compute().tobytes() == got.tobytes(), (name, step)
             print(f"{name} step {step}: shape {got.shape} chunks {live.chunks}", flush=True)
     streams = adapter.stats()["streams"]
     published = {name: streams[name]["published"] for name in names}
     assert published == {name: len(expected[name]) for name in names}, published
 first = {name: min(expected[name]) for name in names}
+assert {name: replay[name].steps for name in names} == {n: sorted(expected[n]) for n in names}
 print(f"adios2 moving checker: {len(steps)} steps bitwise, first steps {first}", flush=True)
 """
 
@@ -97,7 +103,8 @@ def test_moving_data_under_deisa_run_bitwise(
 ) -> None:
     """Every step of every variable of the moving code arrives as BP5 writes it: the
     particles' changing lengths, the joined array in rank order, the boxes where they moved,
-    the field that splits and grows, the variables defined late from their first step."""
+    the field that splits and grows, the variables defined late from their first step; and
+    Replay of the BP5 output gives the live run's arrays, chunks included (issue 56 item 8)."""
     xml = engine_xml(tmp_path / "deisa.xml", **parameters)
     script = tmp_path / "moving_checker.py"
     script.write_text(CHECKER)
