@@ -351,6 +351,7 @@ def test_a_fixed_array_reads_as_a_moving_one_does(tmp_path: Path) -> None:
     boxes = [((0, 0), (2, 5)), ((2, 0), (4, 5))]
     u = Replay(write_boxes(tmp_path / "fixed.bp", "BP5", (6, 5), [boxes, boxes]))["U"]
     assert not u.moving and u.shape == (6, 5) and u.chunks == ((2, 4), (5,))
+    assert u.layout(1) is None  # as a live step published plain
     assert [(b.start, b.count) for b in u.blocks(1)] == boxes
     assert u.blocks(1)[1].array.compute().tobytes() == truth("U", 1, (6, 5))[2:].tobytes()
     assert u.step(1, fill=0.0).compute().tobytes() == u[1].compute().tobytes()
