@@ -194,6 +194,20 @@ def test_nothing_is_read_before_compute(moving_bp: Path) -> None:
     assert _replay_bp_io._READERS
 
 
+def test_each_box_is_read_on_the_cluster(moving_bp: Path) -> None:
+    """With a Client, the workers read the boxes themselves (a box reader pickled as the path,
+    the name and where the box lies)."""
+    from conftest import two_worker_client
+
+    with two_worker_client() as client:
+        replay = Replay(moving_bp, client)
+        steps = client.compute([x for _, x in replay["x"].items()], sync=True)
+        for step, got in enumerate(steps):
+            assert got.tobytes() == truth("x", step, (sum(PARTICLE_COUNTS[step]),)).tobytes()
+        level = client.compute(replay["rho"][1], sync=True)
+        assert level.tobytes() == truth("rho", 1, FIELD).tobytes()
+
+
 def write_boxes(path: Path, engine: str, shape: tuple[int, ...], steps: list[list[Any]]) -> Path:
     """``U`` of ``shape``: at each step, the boxes ``(start, count)`` of ``steps[i]`` only."""
     adios = bindings.ADIOS()
