@@ -321,6 +321,12 @@ PROCESS_TESTS: dict[str, frozenset[str] | None] = {
             "test_bp_written_by_mpi_ranks_replays_their_blocks",
         }
     ),
+    "test_replay_moving": frozenset(  # a LocalCluster; mpirun of tests/analysis/bp_moving_writer
+        {
+            "test_each_box_is_read_on_the_cluster",
+            "test_bp_written_by_mpi_ranks_is_the_live_runs_per_step",
+        }
+    ),
     "test_cli": None,
     "test_local": None,
     "test_processes": None,
@@ -329,6 +335,7 @@ PROCESS_TESTS: dict[str, frozenset[str] | None] = {
     "test_released_clients": None,  # mpirun, dask processes, the analytics' python
     "test_pdi_plugin": None,
     "test_adios2": None,  # mpirun, deisa-run, Slurm, the ADIOS2 codes
+    "test_adios2_moving": None,  # mpirun, deisa-run, the ADIOS2 code whose data moves
     "test_adios2_fortran": None,  # CMake, mpif90, mpirun, deisa-run
     "test_ecosystem": None,  # virtual environments, pip, mpirun, dask processes
     "test_insitu_mpi": None,  # deisa.insitu: mpirun, the analytics' python

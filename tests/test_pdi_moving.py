@@ -6,7 +6,7 @@ rank at step 2 (at step 3 the last rank has none, rank 0 four). One YAML loads b
 ``decl_hdf5`` (one file per rank, one dataset per step: the sizes change) and ``deisa``
 (``moving``: joined particles, a start per rank, boxes gathered until an event); the analytics
 reads every step through real Dask scheduler and worker processes and compares it bitwise with
-the same run's HDF5 output.
+the same run's HDF5 output, and ``Replay`` of that output gives the live run's particles.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from conftest import STARTUP, DaskProcesses, kill_if_running, mpirun, test_env
 
-from deisa import Adapter
+from deisa import Adapter, Replay
 
 pytestmark = pytest.mark.pdi
 
@@ -126,12 +126,15 @@ def test_c_particle_code_reaches_the_adapter_bitwise_as_its_hdf5_output(
     try:
         read: dict[str, list[np.ndarray]] = {"x": [], "id": [], "rho": []}
         chunks = []
+        live_chunks: dict[str, list[tuple[tuple[int, ...], ...]]] = {"x": [], "id": []}
         with dask_processes.client() as client, Adapter(client, timeout=STARTUP) as adapter:
             for step, arrays in adapter.zip("x", "id", "rho"):
                 assert step == len(read["x"])
                 for name, array in zip(("x", "id", "rho"), arrays, strict=True):
                     read[name].append(array.compute())
                 chunks.append(arrays[2].chunks)
+                for name, array in zip(("x", "id"), arrays[:2], strict=True):
+                    live_chunks[name].append(array.chunks)
         out, err = sim.communicate(timeout=2 * STARTUP)
     finally:
         kill_if_running(sim)
@@ -148,6 +151,15 @@ def test_c_particle_code_reaches_the_adapter_bitwise_as_its_hdf5_output(
         assert read["id"][step].tolist() == [step * 1_000_000 + i for i in range(sum(counts))]
         # every rank's two boxes, chunked as written, whichever rank holds them this step
         assert chunks[step] == ((4,), (2,) * (2 * NRANKS))
+    # Replay of the run's HDF5 output (a file a rank, x_$step where the rank has particles):
+    # each step of the particles the live one, chunked the same (issue 56 item 8)
+    replay = Replay(str(tmp_path / "particles_${rank}.h5"))
+    for name in ("x", "id"):
+        assert replay[name].steps == list(range(NSTEPS))
+        for step in range(NSTEPS):
+            saved = replay[name][step]
+            assert saved.chunks == live_chunks[name][step], (name, step)
+            assert saved.compute().tobytes() == read[name][step].tobytes(), (name, step)
     import h5py
 
     with h5py.File(tmp_path / "particles_1.h5", "r") as f:
