@@ -540,6 +540,8 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.when == "teardown" and not report.failed:
         return
     outcome = "skipped" if report.skipped else "failed" if report.failed else "passed"
+    if hasattr(report, "wasxfail"):  # an expected failure (xfail) is not a skip
+        outcome = "xfailed" if report.skipped else "xpassed"
     markers = (("PDI", "pdi"), ("ADIOS2", "adios2"), ("openPMD", "openpmd"), ("Slurm", "slurm"))
     kinds = [k for k, marker in markers if marker in report.keywords]
     if _USED_MPI in report.user_properties:
@@ -547,16 +549,16 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     for kind in kinds:
         _TALLY.add(kind, outcome)
     # a PDI test of a Slurm job skips with Slurm (no root, no daemons): the Slurm count says so
-    if "pdi" in report.keywords and "slurm" not in report.keywords and report.skipped:
+    if "pdi" in report.keywords and "slurm" not in report.keywords and outcome == "skipped":
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
         _TALLY.skipped_pdi.append(f"{report.nodeid}: {reason}")
-    if "adios2" in report.keywords and "slurm" not in report.keywords and report.skipped:
+    if "adios2" in report.keywords and "slurm" not in report.keywords and outcome == "skipped":
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
         _TALLY.skipped_adios2.append(f"{report.nodeid}: {reason}")
-    if "adios2_fortran" in report.keywords and report.skipped:
+    if "adios2_fortran" in report.keywords and outcome == "skipped":
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
         _TALLY.skipped_adios2_fortran.append(f"{report.nodeid}: {reason}")
-    if "openpmd" in report.keywords and report.skipped:
+    if "openpmd" in report.keywords and outcome == "skipped":
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
         _TALLY.skipped_openpmd.append(f"{report.nodeid}: {reason}")
 

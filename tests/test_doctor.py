@@ -630,7 +630,7 @@ def test_openpmd_version_adios2_and_mpi(
         assert not finding.fix
     else:
         assert "-DopenPMD_USE_MPI=ON -DopenPMD_USE_ADIOS2=ON" in finding.fix
-        assert "README.md, 'openPMD-api (for openPMD codes)'" in finding.fix
+        assert "README.md, 'From an openPMD-api code'" in finding.fix
 
 
 def test_openpmd_package_without_its_library(

@@ -76,15 +76,19 @@ with adios2.Stream(reference, "r") as stream:
     for _ in stream.steps():
         expected.append({name: stream.read(name) for name in stream.available_variables()})
 assert len(expected) == iterations, len(expected)
-names = sorted(expected[0])
+names = sys.argv[3].split(",") if len(sys.argv) > 3 else sorted(expected[0])
 with Adapter.from_env() as adapter:
     for it in range(iterations):
         for name in names:
-            got = adapter[name][it].compute()
+            live = adapter[name][it]
+            got = live.compute()
             want = expected[it][name]
             assert got.dtype == want.dtype and got.shape == want.shape, (name, it, got, want)
             assert got.tobytes() == want.tobytes(), (name, it)
-        print(f"iteration {it}: {len(names)} records bitwise", flush=True)
+        print(f"iteration {it}: {len(names)} records bitwise, {names[0]} in {live.chunks}",
+              flush=True)
+    streams = adapter.stats()["streams"]  # what the code wrote, and nothing else, published
+    assert set(streams) == set(names), sorted(streams)
 print(f"openpmd checker: {len(names)} records, {iterations} iterations bitwise", flush=True)
 """
 
@@ -199,6 +203,55 @@ def test_bp5_output_is_what_the_writer_computes(bp5_reference: Path) -> None:
     reader.close()
 
 
+def in_situ(
+    writer: Path, reference: Path, tmp_path: Path, *flags: str, names: list[str] | None = None
+) -> tuple[subprocess.CompletedProcess[str], str]:
+    """The writer with the deisa engine's configuration under deisa-run (4 ranks, 2 workers),
+    the analytics comparing every iteration of ``names`` (all the reference's records) with
+    ``reference``: deisa-run's result and the simulation's log, which must show the engine
+    past Open, openPMD-api's own parameters ignored in one line."""
+    config = configuration(tmp_path / "deisa.json", DEISA)
+    script = tmp_path / "openpmd_checker.py"
+    script.write_text(CHECKER)
+    analytics = f"{script} {reference} {ITERATIONS}" + (f" {','.join(names)}" if names else "")
+    out = tmp_path / "out"
+    proc = deisa_run(
+        "--ranks", str(RANKS), "--workers", "2", "--timeout", "240", "--output", str(out),
+        "--analytics", analytics,
+        "--", str(writer), str(tmp_path / "ignored.bp"), config, str(ITERATIONS), *flags,
+        timeout=600,
+    )  # fmt: skip
+    (log,) = out.rglob("simulation.log")
+    text = log.read_text()
+    notices = [line for line in text.splitlines() if "deisa ADIOS2 engine: ignored" in line]
+    assert notices == [
+        "deisa ADIOS2 engine: ignored, as meant for ADIOS2's own engines or openPMD-api: "
+        "parameters AsyncWrite, CollectiveMetadata, Profile, StatsLevel"
+    ], text[-3000:]  # past Open: openPMD's parameters accepted
+    assert not (tmp_path / "ignored.bp").exists()  # nothing written to a file
+    return proc, text
+
+
+@pytest.mark.timeout(600)
+def test_meshes_in_one_chunk_per_rank_go_in_situ_bitwise(
+    openpmd_writer: Path, bp5_reference: Path, tmp_path: Path
+) -> None:
+    """What the engine publishes before issue 56: the writer with --one-chunk --meshes-only
+    (each rank's two boxes stored as one chunk, the same arrays; no species), its
+    configuration alone swapped for the deisa engine's: every component of E and B of every
+    iteration arrives bitwise as the two-chunk BP5 run wrote it, in the ranks' columns, and
+    nothing else is published."""
+    proc, _ = in_situ(openpmd_writer, bp5_reference, tmp_path, "--one-chunk", "--meshes-only",
+                      names=MESHES)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:] + proc.stdout[-2000:]
+    assert f"openpmd checker: {len(MESHES)} records, {ITERATIONS} iterations bitwise" in (
+        proc.stdout
+    )
+    assert f"iteration 0: 6 records bitwise, {MESHES[0]} in ((8,), (2, 3, 4, 2), (6,))" in (
+        proc.stdout
+    )
+
+
 @pytest.mark.timeout(600)
 @pytest.mark.xfail(
     raises=MovingDataRefusedError,
@@ -213,24 +266,9 @@ def test_only_its_configuration_changed_the_writer_goes_in_situ_bitwise(
     """The same writer, its openPMD configuration alone swapped for the deisa engine's
     (``type: plugin``, ``pretend_engine: sst``, PluginName, PluginLibrary), under deisa-run:
     openPMD-api's own parameters are ignored in one line at Open, and every mesh and particle
-    record of every iteration arrives bitwise as the BP5 output has it."""
-    config = configuration(tmp_path / "deisa.json", DEISA)
-    script = tmp_path / "openpmd_checker.py"
-    script.write_text(CHECKER)
-    out = tmp_path / "out"
-    proc = deisa_run(
-        "--ranks", str(RANKS), "--workers", "2", "--timeout", "240", "--output", str(out),
-        "--analytics", f"{script} {bp5_reference} {ITERATIONS}",
-        "--", str(openpmd_writer), str(tmp_path / "ignored.bp"), config, str(ITERATIONS),
-        timeout=600,
-    )  # fmt: skip
-    (log,) = out.rglob("simulation.log")
-    text = log.read_text()
-    notices = [line for line in text.splitlines() if "deisa ADIOS2 engine: ignored" in line]
-    assert notices == [
-        "deisa ADIOS2 engine: ignored, as meant for ADIOS2's own engines or openPMD-api: "
-        "parameters AsyncWrite, CollectiveMetadata, Profile, StatsLevel"
-    ], text[-3000:]  # past Open: openPMD's parameters accepted
+    record of every iteration (two chunks per rank, counts that change, a rank with none)
+    arrives bitwise as the BP5 output has it."""
+    proc, text = in_situ(openpmd_writer, bp5_reference, tmp_path)
     if proc.returncode != 0:
         refused = [line for line in text.splitlines() if any(r in line for r in REFUSED)]
         if refused:
@@ -238,4 +276,3 @@ def test_only_its_configuration_changed_the_writer_goes_in_situ_bitwise(
     assert proc.returncode == 0, proc.stderr[-4000:] + proc.stdout[-2000:]
     records = len(MESHES) + len(PARTICLES)
     assert f"openpmd checker: {records} records, {ITERATIONS} iterations bitwise" in proc.stdout
-    assert not (tmp_path / "ignored.bp").exists()  # nothing written to a file

@@ -19,7 +19,7 @@ from .common import MISSING, OK, WARNING, Finding
 from .pdi import SYSTEM_PREFIXES
 
 OPENPMD_VERSION = (0, 17)  # the first with the ADIOS2 parameters and encodings documented here
-INSTALL = "README.md, 'openPMD-api (for openPMD codes)'"
+INSTALL = "README.md, 'From an openPMD-api code'"
 OPTIONS = "-DopenPMD_USE_MPI=ON -DopenPMD_USE_ADIOS2=ON"
 LIBRARY = "libopenPMD.so"
 

@@ -1,7 +1,7 @@
 /* An MPI code that writes with openPMD-api, as WarpX and PIConGPU do: the openPMD test code of
  * the deisa ADIOS2 engine (tests/test_openpmd.py, docs/openpmd.md).
  *
- *   mpirun -np N deisa_openpmd_writer SERIES CONFIG ITERATIONS
+ *   mpirun -np N deisa_openpmd_writer SERIES CONFIG ITERATIONS [--one-chunk] [--meshes-only]
  *
  * SERIES is the openPMD series' path (`out.bp'), CONFIG its openPMD JSON configuration, inline
  * or `@file.json' (the engine, the iteration encoding: the only thing a user changes to go in
@@ -17,6 +17,10 @@
  *   iteration;
  * - the iteration's time and dt, the meshes' grid spacing, offset, units and the records' unit
  *   dimensions, as a PIC code gives them.
+ *
+ * With --one-chunk a rank stores its two boxes (one above the other) as one chunk, the same
+ * array; with --meshes-only the species is left out: what the deisa engine publishes before
+ * issue 56 (moving data).
  *
  * Every value is a small dyadic rational (exact in double, whatever the order of the
  * operations): the test computes the same from the formulas below and compares bitwise.
@@ -59,7 +63,7 @@ std::uint64_t particles(int rank, int nranks, int it)
 	return 4 + (7 * rank + 5 * it) % 9;
 }
 
-void write_meshes(openPMD::Iteration& iteration, int it, int rank, int nranks, std::vector<std::vector<double>>& kept)
+void write_meshes(openPMD::Iteration& iteration, int it, int rank, int nranks, bool one_chunk, std::vector<std::vector<double>>& kept)
 {
 	std::uint64_t ny = 0, first_column = 0;
 	for (int r = 0; r < nranks; ++r) {
@@ -87,8 +91,10 @@ void write_meshes(openPMD::Iteration& iteration, int it, int rank, int nranks, s
 			component.resetDataset(openPMD::Dataset(openPMD::Datatype::DOUBLE, {NX, ny, NZ}));
 			component.setPosition(std::vector<double>{0.5, 0.5, 0.5});
 			component.setUnitSI(1.0);
+			std::vector<std::uint64_t> chunks(ROWS.begin(), ROWS.end()); // two boxes, two chunks
+			if (one_chunk) chunks = {NX}; // the rank's two boxes, one above the other, as one chunk
 			std::uint64_t first_row = 0;
-			for (std::uint64_t rows: ROWS) { // two boxes, two chunks
+			for (std::uint64_t rows: chunks) {
 				std::vector<double> box(rows * columns(rank) * NZ);
 				std::size_t at = 0;
 				for (std::uint64_t a = first_row; a < first_row + rows; ++a) {
@@ -173,8 +179,19 @@ void write_particles(
 int main(int argc, char* argv[])
 {
 	MPI_Init(&argc, &argv);
-	if (argc != 4) {
-		std::fprintf(stderr, "usage: %s SERIES CONFIG ITERATIONS\n", argv[0]);
+	bool one_chunk = false, meshes_only = false;
+	for (int i = 4; i < argc; ++i) {
+		const std::string flag = argv[i];
+		if (flag == "--one-chunk") {
+			one_chunk = true;
+		} else if (flag == "--meshes-only") {
+			meshes_only = true;
+		} else {
+			argc = 0; // a usage error
+		}
+	}
+	if (argc < 4) {
+		std::fprintf(stderr, "usage: %s SERIES CONFIG ITERATIONS [--one-chunk] [--meshes-only]\n", argv[0]);
 		MPI_Abort(MPI_COMM_WORLD, 2);
 	}
 	int rank = 0, nranks = 1;
@@ -193,8 +210,8 @@ int main(int argc, char* argv[])
 			iteration.setTimeUnitSI(1e-15);
 			std::vector<std::vector<double>> kept; // the chunks, until the iteration is closed
 			std::vector<std::vector<std::uint64_t>> kept_ids;
-			write_meshes(iteration, it, rank, nranks, kept);
-			write_particles(iteration, it, rank, nranks, kept, kept_ids);
+			write_meshes(iteration, it, rank, nranks, one_chunk, kept);
+			if (!meshes_only) write_particles(iteration, it, rank, nranks, kept, kept_ids);
 			iteration.close();
 		}
 		series.close();
