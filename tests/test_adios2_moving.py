@@ -10,7 +10,8 @@ that is cut in two boxes, then grows (SetShape), an array and a single value def
 first step. Run once with BP5 (the reference, read back with the ``adios2`` wheel, each step's
 whole selection) and once with its XML's engine swapped for deisa under ``deisa-run`` (a
 scheduler, workers, the analytics), every step of every variable compared bitwise by the
-analytics, which takes them with ``Adapter``.
+analytics, which takes them with ``Adapter``; then ``deisa.Replay`` of the BP5 output gives the
+live run's arrays, chunks and bytes.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import sys
 import adios2
 import numpy as np
 
-from deisa import Adapter
+from deisa import Adapter, Replay
 
 reference, names = sys.argv[1], sys.argv[2].split(",")
 expected = {name: {} for name in names}  # the steps where BP5 has the variable
@@ -47,6 +48,7 @@ with adios2.Stream(reference, "r") as stream:
             value = stream.read(name, [0] * len(shape), shape) if shape else stream.read(name)
             expected[name][step] = np.atleast_1d(value)
 steps = sorted({step for values in expected.values() for step in values})
+lived = {}
 with Adapter.from_env() as adapter:
     for step in steps:
         for name in names:
@@ -57,12 +59,18 @@ with Adapter.from_env() as adapter:
             want = expected[name][step]
             assert got.dtype == want.dtype and got.shape == want.shape, (name, step, got, want)
             assert got.tobytes() == want.tobytes(), (name, step, got, want)
+            lived[name, step] = (got, live.chunks)
             print(f"{name} step {step}: shape {got.shape} chunks {live.chunks}", flush=True)
     streams = adapter.stats()["streams"]
     published = {name: streams[name]["published"] for name in names}
     assert published == {name: len(expected[name]) for name in names}, published
+replay = Replay(reference)  # the BP5 output read back by deisa: the live run's arrays and chunks
+for (name, step), (got, chunks) in lived.items():
+    replayed = replay[name][step]
+    assert replayed.chunks == chunks, (name, step, replayed.chunks, chunks)
+    assert replayed.compute().tobytes() == got.tobytes(), (name, step)
 first = {name: min(expected[name]) for name in names}
-print(f"adios2 moving checker: {len(steps)} steps bitwise, first steps {first}", flush=True)
+print(f"adios2 moving checker: {len(steps)} steps bitwise, first steps {first}; Replay equal")
 """
 
 
@@ -109,7 +117,7 @@ def test_moving_data_under_deisa_run_bitwise(
     assert proc.returncode == 0, proc.stderr[-4000:] + proc.stdout[-3000:]
     assert (
         "adios2 moving checker: 6 steps bitwise, first steps {'px': 0, 'pj': 0, 'rho': 0, "
-        "'T': 0, 'age': 2, 'nparticles': 1, 'step': 0}" in proc.stdout
+        "'T': 0, 'age': 2, 'nparticles': 1, 'step': 0}; Replay equal" in proc.stdout
     ), proc.stdout[-3000:]
     # the particles' lengths change; the field's boxes are the ranks' (two each, then moved)
     assert "px step 0: shape (15,)" in proc.stdout and "px step 3: shape (8,)" in proc.stdout
