@@ -321,6 +321,9 @@ PROCESS_TESTS: dict[str, frozenset[str] | None] = {
             "test_bp_written_by_mpi_ranks_replays_their_blocks",
         }
     ),
+    "test_replay_moving": frozenset(  # mpirun of tests/analysis/bp_moving_writer (CMake)
+        {"test_bp_written_by_mpi_ranks_is_the_live_runs_per_step"}
+    ),
     "test_cli": None,
     "test_local": None,
     "test_processes": None,

@@ -16,7 +16,7 @@ from conftest import STARTUP, DaskProcesses, kill_if_running, mpirun, test_env
 from publish_moving import NRANKS, count, rho_shape, truth
 
 from deisa import Adapter
-from deisa.analysis._reading import NoFixedShapeError, StepShapesDifferError
+from deisa.analysis import NoFixedShapeError, StepShapesDifferError
 
 HERE = Path(__file__).parent
 NSTEPS = 4

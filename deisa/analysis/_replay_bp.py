@@ -8,6 +8,11 @@ lazy dask array whose chunks are those blocks (on each axis, from one block's st
 over every step: exactly the blocks for any decomposition that forms a grid, the same cut finer
 otherwise), each chunk read with ADIOS2 by whichever process computes it (:class:`BPBlock`).
 
+An array whose shape changes between steps (``SetShape``), whose blocks change (several
+``Put``s a writer, boxes that move, ``JoinedDim``), or whose blocks do not hold every element
+once (a refined level) is read as the live run reads a moving array: each step its own layout,
+assembled from its blocks (:mod:`deisa.analysis._replay_moving`).
+
 - The time axis is the ADIOS2 step (``0 .. N-1``, or ``Replay(steps=...)``'s numbers, one per
   ADIOS2 step); an array written every 10th step has the steps 0, 10, 20...
 - A global single value (a ``Put`` of a variable defined without shape: a step counter, a time)
@@ -15,15 +20,14 @@ otherwise), each chunk read with ADIOS2 by whichever process computes it (:class
   publishes it (docs/adios2.md): ``replay["step"][t].compute()[0]``, ``replay.zip("U",
   "step")``. The values are read in the same pass (they are in the metadata).
 - Local arrays and local values (no global shape), and strings, are not arrays of a Replay: they
-  are left out, with one log line naming them. A step whose blocks leave holes in the array or
-  overlap, or an array whose shape changes between steps, is a :class:`ReplayError` at
-  ``replay[name]``, never a wrong array.
+  are left out, with one log line naming them.
 
 Files are data, never code, and never hang a reader (docs/security.md, "Replay's inputs"): an
 array written with an ADIOS2 operator is refused at ``replay[name]`` unless trusted
-(:mod:`deisa.analysis._replay_operators`); a shape is checked against the file's data and the
-grid of blocks against ``max_metadata_bytes``; every read is bounded (:func:`_open`), a failed
-one a :class:`ReplayError` naming the file and the step.
+(:mod:`deisa.analysis._replay_operators`); a shape (a moving step's blocks) is checked against
+the file's data and the grid of blocks against ``max_metadata_bytes``; every read is bounded
+(:func:`~deisa.analysis._replay_bp_io.open_bp`), a failed one a :class:`ReplayError` naming the
+file and the step.
 """
 
 from __future__ import annotations

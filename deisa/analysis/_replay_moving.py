@@ -29,6 +29,8 @@ import dask.array as da
 import numpy as np
 
 from ..wire.layout import Box, LayoutError, StepLayout
+from ._parcels import Block
+from ._reading import NoFixedShapeError, summary
 from ._replay_array import ReplayArray, ReplayError
 from .moving import assemble, grid_edges
 
@@ -90,7 +92,15 @@ def _cells(layout: StepLayout, box: Box) -> tuple[tuple[int, ...], ...]:
 
 
 class MovingReplayArray(ReplayArray):
-    """A saved array whose steps each have their own shape and blocks.
+    """A saved array whose steps each have their own shape and blocks: the reading interface of
+    a live moving array (:class:`~deisa.analysis.adapter.ArrayDescriptor`'s), over saved steps.
+
+    Each step is assembled from its boxes (chunked as written); where they do not cover its
+    shape, ``array[t]`` raises :class:`~deisa.analysis.moving.MissingRegionError` naming the
+    regions: read the boxes (:meth:`blocks`), one step with a fill value (:meth:`step`), or set
+    :attr:`fill` for every step. :attr:`shape` is the steps' one shape, if they share one;
+    stacking steps of different shapes (``array[0:10]``, windows) raises
+    :class:`~deisa.analysis._reading.StepShapesDifferError` naming two.
 
     Parameters
     ----------
@@ -105,6 +115,8 @@ class MovingReplayArray(ReplayArray):
         ``Replay(chunks=...)``: each step's array rechunked so (anything
         :func:`dask.array.core.normalize_chunks` takes); default: as written.
     """
+
+    moving = True
 
     def __init__(
         self,
@@ -128,52 +140,68 @@ class MovingReplayArray(ReplayArray):
 
     @property
     def shape(self) -> tuple[int, ...]:
-        """The spatial shape shared by every step; the steps of different shapes: ask each
-        step's (:meth:`shape_at`).
+        """The spatial shape every step has.
 
         Raises
         ------
-        ReplayError
-            The steps have different shapes; the message names two.
+        NoFixedShapeError
+            The steps have different shapes (the message names two): ask one step's,
+            :meth:`shape_of` or ``array[t].shape``.
         """
         if self._common is None:
-            first, other = (
-                self._layouts[0],
-                next(lay for lay in self._layouts if lay.shape != self._layouts[0].shape),
-            )
-            raise ReplayError(
-                f"{self.name!r} has no one shape: {first.shape} at step {self._seen[0]}, "
-                f"{other.shape} at step {self._seen[self._layouts.index(other)]} (ask "
-                "shape_at(step), or layout(step))"
+            first = self._layouts[0]
+            i = next(i for i, lay in enumerate(self._layouts) if lay.shape != first.shape)
+            raise NoFixedShapeError(
+                f"{self.name!r} changes its shape from step to step ({first.shape} at step "
+                f"{self._seen[0]}, {self._layouts[i].shape} at step {self._seen[i]}): ask one "
+                "step's, shape_of(step) or array[step].shape"
             )
         return self._common
 
     @property
+    def ndim(self) -> int:
+        """Number of spatial axes (the same at every step)."""
+        return self._ndim
+
+    @property
     def chunks(self) -> tuple[tuple[int, ...], ...]:
-        """The chunks of the first step (each step's: ``array[step].chunks``)."""
-        return self[self._seen[0]].chunks if self._seen else ()
+        """The chunks every step has (as written).
+
+        Raises
+        ------
+        NoFixedShapeError
+            The steps' chunks differ: ask one step's, ``array[step].chunks``.
+        """
+        grids = {
+            tuple(tuple(np.diff(e).tolist()) for e in grid_edges(lay)) for lay in self._layouts
+        }
+        if self._spec is None and len(grids) == 1 and self._common is not None:
+            return next(iter(grids))
+        if self._spec is not None and self._common is not None:
+            return da.core.normalize_chunks(self._spec, self._common, dtype=self._dtype)
+        raise NoFixedShapeError(
+            f"the chunks of {self.name!r} change from step to step (its blocks do): ask one "
+            "step's, array[step].chunks"
+        )
 
     def layout(self, step: int) -> StepLayout:
         """``step``'s global shape and boxes, as the file lists them."""
         return self._layouts[self._index[self._resolve_int(step)]]
 
-    def shape_at(self, step: int) -> tuple[int, ...]:
-        """``step``'s spatial shape."""
-        return self.layout(step).shape
+    def _step_shape(self, step: int) -> tuple[int, ...]:
+        return self._layouts[self._index[step]].shape
 
-    def blocks(self, step: int) -> list[tuple[tuple[int, ...], tuple[int, ...], da.Array]]:
-        """Every box of ``step``: its start, its count, and its lazy dask array (one chunk)."""
+    def blocks(self, step: int) -> list[Block]:
+        """Every box of ``step`` as written: ``(start, count, array)`` each
+        (:class:`~deisa.analysis._parcels.Block`), ``array`` its lazy dask array (one chunk), in
+        the layout's order (writer by writer, empty ones of a writer holding elements
+        included); works where ``array[step]`` raises
+        :class:`~deisa.analysis.moving.MissingRegionError`."""
         i = self._index[self._resolve_int(step)]
-        layout = self._layouts[i]
         return [
-            (box.start, box.count, self._box(i, k, tuple((c,) for c in box.count)))
-            for k, box in enumerate(layout.boxes)
+            Block(box.start, box.count, self._box(i, k, tuple((c,) for c in box.count)))
+            for k, box in enumerate(self._layouts[i].boxes)
         ]
-
-    def step(self, step: int, *, fill: Any = None) -> da.Array:
-        """``step``'s array; ``fill``: the value of the regions no box holds (default: such
-        regions are a :class:`~deisa.analysis.moving.MissingRegionError` naming them)."""
-        return self._assembled(self._index[self._resolve_int(step)], fill)
 
     def _assembled(self, i: int, fill: Any = None) -> da.Array:
         layout = self._layouts[i]
@@ -184,35 +212,14 @@ class MovingReplayArray(ReplayArray):
             array = array.rechunk(da.core.normalize_chunks(self._spec, layout.shape, self._dtype))
         return array
 
-    def _split_index(self, index: Any) -> tuple[Any, tuple[Any, ...]]:
-        if self._common is not None:
-            return super()._split_index(index)
-        index = index if isinstance(index, tuple) else (index,)
-        if Ellipsis in index:
-            at = index.index(Ellipsis)
-            index = index[:at] + (slice(None),) * (self._ndim + 2 - len(index)) + index[at + 1 :]
-        if len(index) > self._ndim + 1:
-            raise IndexError(
-                f"too many indices for {self.name!r}: it has {self._ndim + 1} axes (time + "
-                f"{self._ndim} spatial), {len(index)} were given"
-            )
-        return index[0], index[1:] + (slice(None),) * (self._ndim + 1 - len(index))
-
-    def _stack(self, arrays: list[Any], as_xarray: bool) -> Any:  # type: ignore[override]
-        shapes = [tuple(a.shape) for a in arrays]
-        if len(set(shapes)) > 1:
-            other = next(s for s in shapes if s != shapes[0])
-            raise ReplayError(
-                f"steps of {self.name!r} of different shapes, {shapes[0]} and {other}, cannot "
-                "be stacked on a time axis: take them one step at a time (items(), array[t])"
-            )
-        return super()._stack(arrays, as_xarray)
+    def _step_array(self, step: int, fill: Any = None) -> da.Array:
+        return self._assembled(self._index[step], self.fill if fill is None else fill)
 
     def __repr__(self) -> str:
         shape = self._common if self._common is not None else "changing from step to step"
         return (
-            f"<ReplayArray {self.name!r}: {len(self._seen)} steps saved, shape {shape}, "
-            f"from {self.source}>"
+            f"<ReplayArray {self.name!r}: {len(self._seen)} steps saved "
+            f"({summary(self._seen)}), shape {shape}, from {self.source}>"
         )
 
 

@@ -319,7 +319,8 @@ class ArrayDescriptor(StepArray):
         if step in self._cached:
             return self._cached[step]
         alive = {key: ref() for key, ref in self._handed[step].items()}
-        if any(f is None for f in alive.values()):
+        # (a step of no block, an empty moving step, is released with its layout)
+        if any(f is None for f in alive.values()) or not (alive or step in self._layouts):
             raise StepNotAvailableError(
                 f"step {step} of {self.name!r} was handed out before and its data has "
                 "been released since; keep the first array to use it again"

@@ -24,10 +24,16 @@ Sources
   ``{step:05d}`` field; the step numbers are read from the names), a glob (``"data_*.h5"``: the
   last number of each name) or a list of paths (steps ``0 .. n-1`` in the list's order). Each
   file holds the step's datasets with the spatial shape, or with a leading axis of length 1.
-
+- **One dataset per step** in one HDF5 file (``x/step_0003``, ``x/0003``, ``x_0003``,
+  ``x_step_0003``): the array ``x``, its steps the numbers in the names.
 - **ADIOS2 output** (``"out.bp"``, BP4 or BP5): every global array; its steps are the ADIOS2
   steps holding it, its chunks the blocks the writers put (:mod:`deisa.analysis._replay_bp`); a
   global single value is a one-element array, as the deisa ADIOS2 engine publishes it.
+
+An array whose shape or blocks change from step to step (particles, several boxes a writer,
+boxes that move, ``JoinedDim``, a refined level that covers part of the domain) reads as a live
+moving array: each step assembled from its blocks (:mod:`deisa.analysis._replay_moving`,
+:mod:`deisa.analysis._replay_per_step`; docs/moving-data.md).
 
 ``steps=`` gives the step numbers explicitly, for any source.
 

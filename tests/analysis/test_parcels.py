@@ -18,8 +18,8 @@ from distributed import Client, futures_of, wait
 from distributed.utils_test import gen_cluster
 from stream_driver import META, WAIT, MovingRank0, Rank0, block, install, moving_meta
 
-from deisa import Adapter
-from deisa.analysis._reading import NoFixedShapeError, StepShapesDifferError
+from deisa import Adapter, split
+from deisa.analysis import NoFixedShapeError, StepShapesDifferError
 from deisa.analysis.moving import MissingRegionError
 from deisa.contract import ContractError
 
@@ -38,7 +38,8 @@ def particles(step: int, counts: list[int]) -> list[np.ndarray]:
     return out
 
 
-COUNTS = {0: [3, 0, 5], 1: [4, 2, 0], 2: [0, 0, 6]}  # a rank with none at every step
+# a rank with none at every step, none at all at step 3
+COUNTS = {0: [3, 0, 5], 1: [4, 2, 0], 2: [0, 0, 6], 3: [0, 0, 0]}
 
 
 @gen_cluster(client=True, timeout=120)
@@ -62,6 +63,8 @@ async def test_joined_particles_per_step_with_a_rank_that_has_none(
             with pytest.raises(NoFixedShapeError, match=r"its chunks change.*\[step\].chunks"):
                 _ = x.chunks
             assert x.shape_of(1) == (6,) and x.shape_of(0) == (8,)
+            with pytest.raises(IndexError, match="index 8 is out of bounds for axis 1 of 'x'"):
+                x[0, 8]
             with pytest.raises(
                 StepShapesDifferError, match=r"steps 0 and 1 of 'x'.*\(8,\) and \(6,\)"
             ):
@@ -69,13 +72,13 @@ async def test_joined_particles_per_step_with_a_rank_that_has_none(
             seen = []
             for step, array in x.items():
                 truth = np.concatenate(particles(step, COUNTS[step]))
-                assert array.chunks == (tuple(n for n in COUNTS[step] if n),)
+                assert array.chunks == (tuple(n for n in COUNTS[step] if n) or (0,),)
                 got = array.compute()
                 assert got.dtype == truth.dtype and got.tobytes() == truth.tobytes()
                 histogram, _ = np.histogram(got, bins=4, range=(0, 3000))
                 assert histogram.sum() == sum(COUNTS[step])
                 seen.append(step)
-            assert seen == [0, 1, 2] and x.shape_of(-1) == (6,)
+            assert seen == [0, 1, 2, 3] and x.shape_of(-1) == (0,)
 
     await in_thread(analytics)
 
@@ -126,6 +129,12 @@ async def test_two_boxes_a_rank_moving_between_ranks_are_views_on_their_parcels_
             holders = client.who_has(views)
             workers = [holders[v.key] for v in views]
             assert workers == [(a.address,), (a.address,), (b.address,), (b.address,)]
+            # the splitter finds a step's blocks where its parcels lie: nothing to move
+            zero = rho[0]
+            parts = split(zero, persist=True)
+            assert parts.bytes_to_move == 0 and {p.worker for p in parts} == {a.address, b.address}
+            sums = client.gather(parts.map(lambda blocks: sum(float(x.sum()) for x in blocks)))
+            assert sum(sums) == field(0).sum()
             both = rho[0:2]  # same shapes: stacked
             assert both.shape == (2, 6, 8)
             np.testing.assert_array_equal(both.compute(), np.stack([field(0), field(1)]))

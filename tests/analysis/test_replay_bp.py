@@ -213,7 +213,7 @@ def test_bp_steps_that_are_not_one_grid_are_assembled_as_live(tmp_path: Path) ->
     whole = [((0, 0), (10, 7))]
     grown = write_bp(tmp_path / "grown.bp", "BP5", {"U": (np.float64, whole)}, shapes=shapes)
     u = Replay(grown)["U"]
-    assert u[1].compute().tobytes() == field(1).tobytes() and u.shape_at(2) == (10, 8)
+    assert u[1].compute().tobytes() == field(1).tobytes() and u.shape_of(2) == (10, 8)
     with pytest.raises(MissingRegionError, match=r"step 2 of 'U' .* no block holds \[0:10, 7:8\]"):
         u[2]
     with pytest.raises(UnknownArrayError, match=r"no array 'X' in .*grown.bp; the arrays there"):

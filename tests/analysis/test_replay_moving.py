@@ -8,6 +8,8 @@ truth it was cut from, and equal, chunks included, to what the live run's
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,7 @@ import pytest
 
 from deisa import Replay, ReplayError
 from deisa.analysis import _replay_bp_io
+from deisa.analysis._reading import NoFixedShapeError, StepShapesDifferError
 from deisa.analysis.moving import MissingRegionError, assemble
 from deisa.wire.layout import Box, LayoutError, StepLayout
 
@@ -111,13 +114,16 @@ def test_a_particle_array_of_changing_length_is_bitwise_each_step(moving_bp: Pat
     for step in x.steps:
         n = sum(PARTICLE_COUNTS[step])
         got = x[step]
-        assert x.shape_at(step) == (n,) and got.shape == (n,)
+        assert x.shape_of(step) == (n,) and got.shape == (n,)
         assert got.compute().tobytes() == truth("x", step, (n,)).tobytes()
         assert got.chunks == (tuple(c for c in PARTICLE_COUNTS[step] if c),)  # as written
         live_step = live(x.layout(step), truth("x", step, (n,)))
         assert got.chunks == live_step.chunks
     assert [s for s, _ in x.items()] == x.steps
     assert np.array_equal(x[1, 60:70].compute(), truth("x", 1, (137,))[60:70])
+    rechunked = Replay(moving_bp, chunks=50)["x"][1]  # given chunks win, step by step
+    assert rechunked.chunks == ((50, 50, 37),)
+    assert rechunked.compute().tobytes() == truth("x", 1, (137,)).tobytes()
 
 
 def test_the_layout_is_the_live_runs(moving_bp: Path) -> None:
@@ -165,10 +171,15 @@ def test_a_variable_first_written_after_step_0_and_absent_at_one(moving_bp: Path
 
 def test_steps_of_different_shapes_say_so_and_are_not_stacked(moving_bp: Path) -> None:
     x = Replay(moving_bp)["x"]
-    with pytest.raises(ReplayError, match=r"'x' has no one shape: \(100,\) at step 0, \(137,\)"):
+    assert x.moving and x.ndim == 1
+    with pytest.raises(NoFixedShapeError, match=r"'x' changes its shape .*\(100,\) at step 0, "):
         _ = x.shape
-    with pytest.raises(ReplayError, match=r"different shapes, \(100,\) and \(137,\)"):
+    with pytest.raises(NoFixedShapeError, match=r"chunks of 'x' change from step to step"):
+        _ = x.chunks
+    with pytest.raises(StepShapesDifferError, match=r"steps 0 and 1 of 'x' .* \(\(100,\) and"):
         x[0:2]
+    with pytest.raises(StepShapesDifferError):
+        next(x.windows(2))
     with pytest.raises(IndexError, match="too many indices"):
         x[0, 1, 2]
 
@@ -224,7 +235,11 @@ def test_a_level_covering_part_of_the_domain_names_what_is_missing(
     )  # fmt: skip
     blocks = u.blocks(0)
     assert [(s, c) for s, c, _ in blocks] == boxes
-    assert blocks[1][2].compute().tobytes() == expected[6:, 6:].tobytes()
+    assert blocks[1].array.compute().tobytes() == expected[6:, 6:].tobytes()
+    u.fill = -1.0  # every step, as a live array's fill
+    assert (u[1].compute()[4:] == -1.0).all() and [s for s, _ in u.items()] == [0, 1]
+    with pytest.raises(ValueError, match="must be a scalar"):
+        u.step(0, fill=[1.0])
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -259,3 +274,83 @@ def test_blocks_the_data_files_cannot_hold_are_refused_naming_the_step(
     data.write_bytes(data.read_bytes()[:4000])
     with pytest.raises(ReplayError, match=r"'U' at step 0 in .*cut.bp hold 8000 bytes, more than"):
         Replay(path)["U"]
+
+
+# -- written by MPI ranks: blocks of several writers, JoinedDim across ranks, boxes that move --
+
+WRITER_SOURCE = Path(__file__).parent / "bp_moving_writer"
+WRITER_BUILD = Path(__file__).resolve().parents[2] / "build" / "test-bp-moving"
+# the writer's p (JoinedDim): [step][rank] -> its blocks' counts; x: [step][rank] -> its count
+MPI_JOINED = [[[2, 1], [], [3]], [[1], [2, 2], [0]], [[], [], [4]]]
+MPI_COUNTS = [[5, 0, 7], [6, 6, 6], [1, 9, 2]]
+
+
+def build_moving_writer() -> tuple[Path | None, str]:
+    """tests/analysis/bp_moving_writer built (again if its source changed), or None and why."""
+    binary = WRITER_BUILD / "deisa_test_bp_moving"
+    newest = max(p.stat().st_mtime for p in WRITER_SOURCE.iterdir())
+    if binary.exists() and binary.stat().st_mtime > newest:
+        return binary, "built"
+    if shutil.which("cmake") is None:
+        return None, "cmake is not installed"
+    configure = ["cmake", "-S", str(WRITER_SOURCE), "-B", str(WRITER_BUILD), "-Wno-dev"]
+    for cmd in (configure, ["cmake", "--build", str(WRITER_BUILD)]):
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        if proc.returncode != 0:
+            last = (proc.stdout + proc.stderr).strip().splitlines()[-1:]
+            return None, f"the C++ writer does not build against ADIOS2 with MPI: {last}"
+    return binary, "built"
+
+
+def mpi_particles(step: int) -> np.ndarray:
+    return np.array(
+        [100.0 * step + 10 * rank + k + 0.001 * i
+         for rank, blocks in enumerate(MPI_JOINED[step])
+         for k, count in enumerate(blocks)
+         for i in range(count)]
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_bp_written_by_mpi_ranks_is_the_live_runs_per_step(tmp_path: Path, engine: str) -> None:
+    """Three MPI ranks of a C++ code: particles joined across ranks (a rank with none, a
+    block of none), an array whose shape changes Put as two blocks a rank, a field whose boxes
+    move between ranks at step 2. Every step bitwise; each writer a parcel (BP5 records the
+    writer of a block; BP4 does not: one parcel), the joined layout StepLayout.joined's."""
+    from conftest import mpirun, test_env
+
+    writer, why = build_moving_writer()
+    if writer is None:
+        pytest.skip(why)
+    out = tmp_path / "out.bp"
+    proc = subprocess.run(
+        mpirun(3, str(writer), engine, str(out)),
+        env=test_env(), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    replay = Replay(out)
+    p, x, rho = replay["p"], replay["x"], replay["rho"]
+    assert p.steps == x.steps == rho.steps == [0, 1, 2]
+    for step in range(3):
+        assert p[step].compute().tobytes() == mpi_particles(step).tobytes()
+        holding = [[(c,) for c in blocks] for blocks in MPI_JOINED[step] if sum(blocks)]
+        if engine == "BP5":
+            assert p.layout(step) == StepLayout.joined(0, holding)
+        n = sum(MPI_COUNTS[step])
+        assert x[step].compute().tobytes() == (1000.0 * step + np.arange(n)).tobytes()
+        expected = 1000.0 * step + np.arange(48.0).reshape(6, 8)
+        assert rho[step].compute().tobytes() == expected.tobytes()
+        assert rho[step].chunks == ((3, 3), (4, 4))
+    assert x[0].chunks == ((2, 3, 3, 4),)  # each rank's two blocks; rank 1 has none
+    assert x.layout(0).parcels == ((2, 2) if engine == "BP5" else (6,))
+
+
+def test_a_fixed_array_reads_as_a_moving_one_does(tmp_path: Path) -> None:
+    """One shape and the same covering blocks at every step: a plain ReplayArray (one shape,
+    one grid, as before), with the moving arrays' blocks(t), step(t) and fill too."""
+    boxes = [((0, 0), (2, 5)), ((2, 0), (4, 5))]
+    u = Replay(write_boxes(tmp_path / "fixed.bp", "BP5", (6, 5), [boxes, boxes]))["U"]
+    assert not u.moving and u.shape == (6, 5) and u.chunks == ((2, 4), (5,))
+    assert [(b.start, b.count) for b in u.blocks(1)] == boxes
+    assert u.blocks(1)[1].array.compute().tobytes() == truth("U", 1, (6, 5))[2:].tobytes()
+    assert u.step(1, fill=0.0).compute().tobytes() == u[1].compute().tobytes()

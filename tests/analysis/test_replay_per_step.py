@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from deisa import Replay, ReplayError
+from deisa.analysis._reading import StepShapesDifferError
 from deisa.analysis.moving import assemble
 from deisa.wire.layout import StepLayout
 
@@ -57,11 +58,11 @@ def test_per_step_datasets_of_particles_are_bitwise_and_chunked_by_rank(
     assert x.steps == STEPS
     for step in STEPS:
         got = x[step]
-        assert x.shape_at(step) == got.shape == (sum(COUNTS[step]),)
+        assert x.shape_of(step) == got.shape == (sum(COUNTS[step]),)
         assert got.compute().tobytes() == particles(step).tobytes()
         assert got.chunks == (written(COUNTS[step]),)  # a rank with none: no block
         assert got.chunks == live(x.layout(step), particles(step)).chunks
-    with pytest.raises(ReplayError, match=r"different shapes, \(75,\) and \(49,\)"):
+    with pytest.raises(StepShapesDifferError, match=r"different shapes \(\(75,\) and \(49,\)\)"):
         x[0:2]
 
 
