@@ -258,4 +258,8 @@ def _with_geometry(
     reply: _Sent | _SendFailure | str, geometry: Geometry | None
 ) -> _Sent | _SendFailure | str:
     """``reply`` carrying the geometry of the parcel it sent (a problem carries none)."""
-    return reply if isinstance(reply, str) else reply._replace(geometry=geometry)
+    if isinstance(reply, _Sent):
+        return _Sent(reply.key, reply.worker, reply.nbytes, geometry)
+    if isinstance(reply, _SendFailure):
+        return _SendFailure(reply.key, reply.worker, reply.message, geometry)
+    return reply

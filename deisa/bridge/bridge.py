@@ -333,7 +333,7 @@ class Bridge:
     ) -> None:
         """Publish this rank's ``block`` of array ``name`` at ``step``; collective.
 
-        Data that moves (``docs/moving.md``): ``block`` at ``start`` in this step's global
+        Data that moves (``docs/moving-data.md``): ``block`` at ``start`` in this step's global
         ``shape``; or a list of ``(start, array)`` boxes (any number, ``[]`` included); or,
         for an array joined along an axis (:meth:`ArraySpec.moving` ``joined_axis``), an array
         or a list of arrays, placed after the lower ranks' boxes. The ranks that give

@@ -263,3 +263,32 @@ async def test_the_layouts_of_released_steps_are_forgotten(
             assert len(x._layouts) <= 1
 
     await in_thread(analytics)
+
+
+@gen_cluster(client=True, timeout=120)
+async def test_windows_of_a_moving_array_stack_while_the_shapes_agree(
+    c: Client, s: Any, a: Any, b: Any
+) -> None:
+    await install(c, s)
+    sim = MovingRank0(c, [a, b], "x", moving_meta(1, joined_axis=0))
+    await sim.open()
+    lengths = [4, 4, 4, 7]  # the particle count changes at step 3
+    for step, n in enumerate(lengths):
+        half = step * 100.0 + np.arange(n, dtype=np.float64)
+        await sim.publish(step, [[((0,), half[: n // 2])], [((0,), half[n // 2 :])]])
+    await sim.close(len(lengths))
+
+    def analytics() -> None:
+        with Client(s.address, timeout=WAIT) as client, Adapter(client, timeout=WAIT) as adapter:
+            windows = adapter["x"].windows(2)
+            for first in (0, 1):
+                steps, window = next(windows)
+                assert steps == [first, first + 1] and window.shape == (2, 4)
+                expected = np.stack([t * 100.0 + np.arange(4.0) for t in steps])
+                assert window.compute().tobytes() == expected.tobytes()
+            with pytest.raises(
+                StepShapesDifferError, match=r"steps 2 and 3 of 'x'.*\(4,\) and \(7,\)"
+            ):
+                next(windows)
+
+    await in_thread(analytics)

@@ -95,11 +95,8 @@ def encode_notice(
 ) -> bytes:
     """The line telling rank 0 that ``rank`` has sent its block of publication ``seq`` (its
     boxes, of ``geometry``, for a moving step: :mod:`deisa.bridge.boxes`)."""
-    notice: dict[str, Any] = {
-        "token": token, "seq": seq, "rank": rank, "nbytes": nbytes, "worker": worker
-    }  # fmt: skip
-    if geometry is not None:
-        notice["geometry"] = geometry
+    shape = {} if geometry is None else {"geometry": geometry}
+    notice = dict(token=token, seq=seq, rank=rank, nbytes=nbytes, worker=worker, **shape)
     return json.dumps(notice, separators=(",", ":")).encode() + b"\n"
 
 
@@ -257,9 +254,7 @@ class EarlyRegistration:
         self.sent(seq, rank, nbytes, worker, geometry)
         return True
 
-    def sent(
-        self, seq: int, rank: int, nbytes: int, worker: str, geometry: Geometry | None = None
-    ) -> None:
+    def sent(self, seq: int, rank: int, nbytes: int, worker: str, geometry: Any = None) -> None:
         if seq >= self.next_seq:
             where = (nbytes, worker) if geometry is None else (nbytes, worker, geometry)
             self._sent.setdefault(seq, {})[rank] = where
@@ -340,11 +335,10 @@ class Notifier:
         self, seq: int, nbytes: int, worker: str, geometry: Geometry | None = None
     ) -> None:
         """Tell rank 0 that this rank's block of publication ``seq`` (its boxes of
-        ``geometry``) is on ``worker``; nothing if the notice would be longer than
-        :data:`MAX_LINE` (many boxes: the exchange tells rank 0)."""
+        ``geometry``) is on ``worker``; nothing if longer than :data:`MAX_LINE` (the exchange
+        tells it)."""
         line = encode_notice(self.token, seq, self.rank, nbytes, worker, geometry)
         if len(line) > MAX_LINE:
-            logger.debug("deisa bridge: publication %d: its geometry is told by the exchange", seq)
             return
         self._unsent.append(line)
         await self._send()
