@@ -103,16 +103,13 @@ class SyncPublisher:
             geometry = None
             if isinstance(block, Parcel):  # one key per rank (deisa.bridge.boxes)
                 key, geometry = (step_key, rank), block.geometry
-                if len(block.arrays) == 1:
-                    block = block.arrays[0]
-                else:  # packed here, then copied into its slot (or sent by TCP)
-                    packed = np.empty(block.shape, self.parts.arrays.decompositions[name].dtype)
-                    block.pack(packed)
-                    block = packed
+                block = self._packed(name, block)
             else:
                 dec = self.parts.arrays.decompositions[name]
                 key = (step_key, *plan.key_index(dec.block_index[rank]))
             reply = _with_geometry(self._send(name, step, key, block), geometry)
+            if not isinstance(reply, _SendFailure) and self.parts.transport.give_back(block):
+                self.parts.transport.settle()  # a slot it was packed into (else sent again)
         t1 = time.perf_counter()
         replies = self.parts.comm.gather((name, step, reply), root=0)
         placed, fields = on_root(
@@ -123,6 +120,7 @@ class SyncPublisher:
             if isinstance(reply, _SendFailure) and key is not None:
                 assert isinstance(block, np.ndarray)
                 reply = _with_geometry(self._send(name, step, key, block), reply.geometry)
+                self.parts.transport.give_back(block)
             replies = self.parts.comm.gather((name, step, reply), root=0)
             placed, fields = on_root(
                 self.parts.comm,
@@ -137,6 +135,19 @@ class SyncPublisher:
         logger.debug(
             "deisa bridge: %s step %d: send %.4f s, sync %.4f s", name, step, t1 - t0, t2 - t1
         )
+
+    def _packed(self, name: str, parcel: Parcel) -> np.ndarray:
+        """A parcel's array to send: its one box as it is (copied into a slot as it is sent), or
+        its boxes packed into a slot of the worker's ring (sent from there), else into an array
+        of their own."""
+        if len(parcel.arrays) == 1:
+            return parcel.arrays[0]
+        worker = self.parts.routing.worker_of[name]
+        packed = self.parts.transport.copy_parcel_in(worker, parcel)
+        if packed is None:
+            packed = np.empty(parcel.shape, self.parts.arrays.decompositions[name].dtype)
+            parcel.pack(packed)
+        return packed
 
     def _send(
         self, name: str, step: int, key: tuple[Any, ...], block: np.ndarray
