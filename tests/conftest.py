@@ -321,6 +321,9 @@ PROCESS_TESTS: dict[str, frozenset[str] | None] = {
             "test_bp_written_by_mpi_ranks_replays_their_blocks",
         }
     ),
+    "test_replay_moving": frozenset(  # mpirun of tests/analysis/bp_moving_writer (CMake)
+        {"test_bp_written_by_mpi_ranks_is_the_live_runs_per_step"}
+    ),
     "test_cli": None,
     "test_local": None,
     "test_processes": None,
@@ -329,6 +332,7 @@ PROCESS_TESTS: dict[str, frozenset[str] | None] = {
     "test_released_clients": None,  # mpirun, dask processes, the analytics' python
     "test_pdi_plugin": None,
     "test_adios2": None,  # mpirun, deisa-run, Slurm, the ADIOS2 codes
+    "test_adios2_moving": None,  # mpirun, deisa-run, the ADIOS2 code whose data moves
     "test_adios2_fortran": None,  # CMake, mpif90, mpirun, deisa-run
     "test_openpmd": None,  # CMake, mpirun, deisa-run, the openPMD-api writer
     "test_ecosystem": None,  # virtual environments, pip, mpirun, dask processes

@@ -171,3 +171,57 @@ async def until_released(s: Any, workers: list[Any], run: str) -> None:
         raise AssertionError(run_keys(s, workers, run))
 
     await async_poll_for(lambda: not run_keys(s, workers, run), WAIT, left, period=0.01)
+
+
+def moving_meta(ndim: int, joined_axis: int | None = None, dtype: str = "<f8") -> dict[str, Any]:
+    """A moving array's metadata, as the Bridge opens it (docs/moving-data.md)."""
+    return {"dtype": dtype, "moving": True, "ndim": ndim, "joined_axis": joined_axis}
+
+
+Boxes = Sequence[tuple[Sequence[int], np.ndarray]]
+
+
+class MovingRank0:
+    """Publishes one moving array as rank 0 of a Bridge does: each rank's boxes of a step go in
+    one parcel (the boxes one after another, each in C order; a rank with one box sends its
+    block as it is) straight to its worker (rank ``i`` to ``workers[i % len(workers)]``); a rank
+    with no element this step sends nothing; then one ``deisa_publish`` with the layout."""
+
+    def __init__(self, c: Client, workers: list[Any], name: str, meta: dict[str, Any]) -> None:
+        self.c, self.workers, self.name, self.meta, self.run = c, workers, name, meta, "r1"
+
+    async def open(self, **kwargs: Any) -> dict[str, Any]:
+        return await self.c.scheduler.deisa_open(
+            name=self.name, run=self.run, meta=self.meta, buffer_nb=None, **kwargs
+        )
+
+    async def publish(
+        self, step: int, ranks: Sequence[Boxes], shape: Sequence[int] | None = None
+    ) -> dict[str, Any]:
+        """Publish ``step``: ``ranks[i]``, rank i's boxes (start, block); ``shape`` the step's
+        global shape (``None``: a joined array's, from the counts in rank order)."""
+        from deisa.wire.layout import Box, StepLayout
+
+        sending = [(i, boxes) for i, boxes in enumerate(ranks) if sum(b.size for _, b in boxes)]
+        if shape is None:
+            axis = self.meta["joined_axis"]
+            layout = StepLayout.joined(axis, [[b.shape for _, b in boxes] for _, boxes in sending])
+        else:
+            found = tuple(Box(s, b.shape) for _, boxes in sending for s, b in boxes)
+            layout = StepLayout(tuple(shape), found, tuple(len(boxes) for _, boxes in sending))
+        blocks = []
+        for i, boxes in sending:
+            key = (step_key_name(self.run, self.name, step, 0), i)
+            parcel = (
+                boxes[0][1] if len(boxes) == 1 else np.concatenate([b.ravel() for _, b in boxes])
+            )
+            worker = self.workers[i % len(self.workers)].address
+            nbytes = await _dask_internals.send_blocks_to_worker(self.c.rpc, worker, {key: parcel})
+            blocks.append((key, worker, nbytes[key]))
+        return await self.c.scheduler.deisa_publish(
+            name=self.name, run=self.run, step=step, blocks=blocks, timeout=WAIT,
+            layout=layout.to_wire(),
+        )  # fmt: skip
+
+    async def close(self, nsteps: int) -> dict[str, Any]:
+        return await self.c.scheduler.deisa_close(name=self.name, run=self.run, nsteps=nsteps)

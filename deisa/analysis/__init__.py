@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from .._lazy import attach
 
 if TYPE_CHECKING:
-    from ._reading import StepArray
+    from ._reading import NoFixedShapeError, StepArray, StepShapesDifferError
     from .adapter import (
         Adapter,
         ArrayDescriptor,
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
         StepLostError,
         StepNotAvailableError,
     )
+    from .moving import MissingRegionError
     from .pca import IncrementalPCA
     from .replay import Replay, ReplayArray, ReplayError
     from .splitter import split
@@ -40,9 +41,10 @@ _LAZY = {
         "adapter",
     ),
     "IncrementalPCA": "pca",
+    "MissingRegionError": "moving",
+    **dict.fromkeys(["NoFixedShapeError", "StepArray", "StepShapesDifferError"], "_reading"),
     **dict.fromkeys(["Replay", "ReplayArray", "ReplayError"], "replay"),
     "split": "splitter",
-    "StepArray": "_reading",
 }
 
 __all__ = [
@@ -50,12 +52,15 @@ __all__ = [
     "ArrayDescriptor",
     "EndOfStreamError",
     "IncrementalPCA",
+    "MissingRegionError",
+    "NoFixedShapeError",
     "Replay",
     "ReplayArray",
     "ReplayError",
     "StepArray",
     "StepLostError",
     "StepNotAvailableError",
+    "StepShapesDifferError",
     "split",
 ]
 

@@ -29,23 +29,26 @@ def is_block_starts(name: str, info: Any) -> bool:
 
 
 def chunks_from_starts(
-    rows: Any, shape: tuple[int, ...], name: str, source: str
+    rows: Any, shape: tuple[int, ...], name: str, source: str, *, empty: bool = False
 ) -> tuple[tuple[int, ...], ...] | None:
     """The chunks of an array of spatial ``shape`` whose blocks start at ``rows`` (those of
     :data:`BLOCKS_DATASET`): on each axis, from one start to the next. None where they do not fit
     it (another number of axes, a first block not at 0, a start past the end): its file's
-    chunks then."""
+    chunks then. ``empty``: a start at the end is an empty block (a rank with no particle this
+    step, of a per-step array), left out."""
     starts = np.asarray(rows, dtype=np.int64)
-    if starts.shape[1] != len(shape) or not starts.size:
+    if starts.ndim != 2 or starts.shape[1] != len(shape) or not starts.size:
         logger.debug(
             "deisa replay: %r has %d spatial axes, %r starts blocks of %d: its file's chunks",
-            name, len(shape), BLOCKS_DATASET, starts.shape[1],
+            name, len(shape), BLOCKS_DATASET, starts.shape[-1] if starts.ndim else 0,
         )  # fmt: skip
         return None
     chunks = []
     for axis, extent in enumerate(shape):
-        bounds = sorted({int(s) for s in starts[:, axis]})
-        if bounds[0] != 0 or bounds[-1] >= extent:
+        bounds = sorted({int(s) for s in starts[:, axis] if not (empty and s == extent)})
+        if empty and extent == 0 and not bounds:
+            bounds = [0]
+        if not bounds or bounds[0] != 0 or bounds[-1] >= (max(extent, 1) if empty else extent):
             logger.info(
                 "deisa replay: %r of %s does not fit %r (axis %d of %d elements starts blocks "
                 "at %s): its file's chunks are used",

@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 from abc import ABC, abstractmethod
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
@@ -36,6 +36,7 @@ import dask.array as da
 import numpy as np
 
 from . import _labels
+from ._zip_steps import check_zip, zip_steps
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -47,6 +48,16 @@ _Reader = TypeVar("_Reader", bound="StepReader")
 
 class EndOfStreamError(IndexError):
     """A selection asks for steps past the end of a closed stream (or of the saved steps)."""
+
+
+class NoFixedShapeError(TypeError):
+    """The shape (or chunks) of an array whose shape changes from step to step (a moving array):
+    ask one step's, :meth:`StepArray.shape_of` or ``array[t].shape``."""
+
+
+class StepShapesDifferError(ValueError):
+    """Steps of different shapes were to be stacked on a time axis (``array[0:10]``, a window):
+    the message names two of them and their shapes."""
 
 
 class StepNotAvailableError(KeyError):
@@ -84,7 +95,13 @@ class StepArray(ABC):
     @property
     @abstractmethod
     def shape(self) -> tuple[int, ...]:
-        """Spatial shape (the time axis is not included)."""
+        """Spatial shape (the time axis is not included); an array whose shape changes from step
+        to step raises :class:`NoFixedShapeError` (see :meth:`shape_of`)."""
+
+    @property
+    def ndim(self) -> int:
+        """Number of spatial axes (the same at every step, moving arrays included)."""
+        return len(self.shape)
 
     @property
     @abstractmethod
@@ -117,6 +134,11 @@ class StepArray(ABC):
     def _step_array(self, step: int) -> da.Array:
         """The lazy dask array of ``step`` (one that :meth:`_has`)."""
 
+    def _step_shape(self, step: int) -> tuple[int, ...]:
+        """The spatial shape of ``step`` (one that :meth:`_has`); :attr:`shape` by default, a
+        moving array's step its own."""
+        return self.shape
+
     def _attach(self) -> None:  # noqa: B027 (a hook that does nothing unless overridden)
         """Start receiving the steps from now on; nothing to do by default (saved steps)."""
 
@@ -131,6 +153,18 @@ class StepArray(ABC):
     def __len__(self) -> int:
         """How many steps :attr:`steps` holds."""
         return len(self._seen)
+
+    def shape_of(self, step: int) -> tuple[int, ...]:
+        """The spatial shape of ``step`` (a step number; negative: from the end), which a
+        moving array's steps each have their own of (:attr:`shape` otherwise); on a live stream,
+        waits for the step as ``array[step]`` does, without taking its data out of the cache.
+
+        Raises
+        ------
+        StepNotAvailableError, EndOfStreamError
+            As ``array[step]``.
+        """
+        return self._step_shape(self._resolve_int(step))
 
     @property
     def ended(self) -> bool:
@@ -169,7 +203,9 @@ class StepArray(ABC):
         time_index, spatial = self._split_index(index)
         array: Any
         if isinstance(time_index, (int, np.integer)):
-            array = self._take(self._resolve_int(int(time_index)), as_xarray)
+            step = self._resolve_int(int(time_index))
+            self._check_bounds(spatial, self._step_shape(step))
+            array = self._take(step, as_xarray)
         else:
             steps = self._resolve_many(time_index)
             if not steps:
@@ -177,7 +213,9 @@ class StepArray(ABC):
                     f"time selection {time_index!r} of {self.name!r} holds no "
                     f"{self._missing_word} step (steps {self._steps_word}: {summary(self._seen)})"
                 )
-            array = self._stack([self._take(s, as_xarray) for s in steps], as_xarray)
+            self._same_shapes([(s, self._step_shape(s)) for s in steps])  # before taking any
+            self._check_bounds(spatial, self._step_shape(steps[0]))
+            array = self._stack([(s, self._take(s, as_xarray)) for s in steps], as_xarray)
             spatial = (slice(None), *spatial)
         if all(s == slice(None) for s in spatial):
             return array
@@ -188,14 +226,28 @@ class StepArray(ABC):
         array = self._step_array(step)
         return _labels.step(array, self.name, self.dims, step) if as_xarray else array
 
-    @staticmethod
-    def _stack(arrays: list[Any], as_xarray: bool) -> Any:
-        """Step arrays (labelled if ``as_xarray``) on a new leading time axis."""
+    def _stack(self, taken: list[tuple[int, Any]], as_xarray: bool) -> Any:
+        """Step arrays (labelled if ``as_xarray``), ``(step, array)`` pairs, on a new leading
+        time axis."""
+        self._same_shapes([(step, tuple(array.shape)) for step, array in taken])
+        arrays = [array for _, array in taken]
         return _labels.stack(arrays) if as_xarray else da.stack(arrays)
+
+    def _same_shapes(self, shapes: list[tuple[int, tuple[int, ...]]]) -> None:
+        """:class:`StepShapesDifferError` naming two steps of different shapes, if any
+        (``shapes``: ``(step, shape)`` pairs)."""
+        first, reference = shapes[0]
+        for step, shape in shapes[1:]:
+            if shape != reference:
+                raise StepShapesDifferError(
+                    f"steps {first} and {step} of {self.name!r} have different shapes "
+                    f"({reference} and {shape}): they cannot be stacked on a time axis; work on "
+                    "each step (items(), array[t]) instead"
+                )
 
     def _split_index(self, index: Any) -> tuple[Any, tuple[Any, ...]]:
         index = index if isinstance(index, tuple) else (index,)
-        ndim = 1 + len(self.shape)
+        ndim = 1 + self.ndim
         if sum(i is Ellipsis for i in index) > 1:
             raise IndexError("an index can only have a single ellipsis ('...')")
         if Ellipsis in index:
@@ -207,13 +259,16 @@ class StepArray(ABC):
                 f"too many indices for {self.name!r}: it has {ndim} axes (time + {ndim - 1} "
                 f"spatial), {len(index)} were given"
             )
-        spatial = index[1:] + (slice(None),) * (ndim - len(index))
-        for axis, (i, size) in enumerate(zip(spatial, self.shape, strict=True), start=1):
+        return index[0], index[1:] + (slice(None),) * (ndim - len(index))
+
+    def _check_bounds(self, spatial: tuple[Any, ...], shape: tuple[int, ...]) -> None:
+        """An :class:`IndexError` naming the axis where an integer of ``spatial`` lies outside
+        ``shape`` (a step's)."""
+        for axis, (i, size) in enumerate(zip(spatial, shape, strict=True), start=1):
             if isinstance(i, (int, np.integer)) and not -size <= i < size:
                 raise IndexError(
                     f"index {i} is out of bounds for axis {axis} of {self.name!r} with size {size}"
                 )
-        return index[0], spatial
 
     def _resolve_int(self, step: int) -> int:
         if step < 0:
@@ -350,7 +405,7 @@ class StepArray(ABC):
             window.append((step, array))
             del array
             if partial or len(window) == size:
-                yield [s for s, _ in window], self._stack([a for _, a in window], as_xarray)
+                yield [s for s, _ in window], self._stack(list(window), as_xarray)
 
 
 class StepReader(ABC):
@@ -430,52 +485,6 @@ class StepReader(ABC):
         for array in arrays:  # before waiting for any
             array._attach()
         yield from zip_steps(arrays, how, as_xarray=as_xarray)
-
-
-def check_zip(names: Sequence[str], how: str) -> None:
-    """The arguments of a ``zip``: at least two distinct names, ``how`` "all" or "any"."""
-    if len(names) < 2 or len(set(names)) != len(names):
-        raise ValueError(f"zip needs at least two distinct array names, got {tuple(names)!r}")
-    if how not in ("all", "any"):
-        raise ValueError(f"how={how!r} must be 'all' or 'any'")
-
-
-def zip_steps(
-    arrays: Sequence[StepArray], how: Literal["all", "any"] = "all", *, as_xarray: bool = False
-) -> Iterator[tuple[int, tuple[Any, ...]]]:
-    """Iterate the steps of several arrays together, in step order (see ``Adapter.zip``).
-
-    ``how="all"`` yields the steps every array has, and ends when any array ends;
-    ``how="any"`` yields every step some array has, ``None`` for the others, until all ended.
-    A step is yielded once each array has it or a later step (or ended). ``as_xarray``: the
-    arrays labelled (:meth:`StepArray.items`).
-    """
-    check_zip([a.name for a in arrays], how)
-    iterators = [array._items(as_xarray) for array in arrays]
-    heads = [next(it, None) for it in iterators]
-    while True:
-        live = [head for head in heads if head is not None]
-        if not live or (how == "all" and len(live) < len(heads)):
-            return
-        step = min(head[0] for head in live)
-        here = [head is not None and head[0] == step for head in heads]
-        if how == "any" or all(here):
-            chosen = [
-                h[1] if h is not None and at else None for h, at in zip(heads, here, strict=True)
-            ]
-            yield step, tuple(chosen)
-            del chosen
-        else:
-            logger.debug(
-                "deisa: step %d of %s skipped by zip(how='all'): not in %s",
-                step,
-                ", ".join(a.name for a, at in zip(arrays, here, strict=True) if at),
-                ", ".join(a.name for a, at in zip(arrays, here, strict=True) if not at),
-            )
-        heads = [
-            next(it, None) if at else head
-            for it, head, at in zip(iterators, heads, here, strict=True)
-        ]
 
 
 def summary(steps: list[int]) -> str:

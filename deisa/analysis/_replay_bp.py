@@ -8,6 +8,11 @@ lazy dask array whose chunks are those blocks (on each axis, from one block's st
 over every step: exactly the blocks for any decomposition that forms a grid, the same cut finer
 otherwise), each chunk read with ADIOS2 by whichever process computes it (:class:`BPBlock`).
 
+An array whose shape changes between steps (``SetShape``), whose blocks change (several
+``Put``s a writer, boxes that move, ``JoinedDim``), or whose blocks do not hold every element
+once (a refined level) is read as the live run reads a moving array: each step its own layout,
+assembled from its blocks (:mod:`deisa.analysis._replay_moving`).
+
 - The time axis is the ADIOS2 step (``0 .. N-1``, or ``Replay(steps=...)``'s numbers, one per
   ADIOS2 step); an array written every 10th step has the steps 0, 10, 20...
 - A global single value (a ``Put`` of a variable defined without shape: a step counter, a time)
@@ -15,24 +20,21 @@ otherwise), each chunk read with ADIOS2 by whichever process computes it (:class
   publishes it (docs/adios2.md): ``replay["step"][t].compute()[0]``, ``replay.zip("U",
   "step")``. The values are read in the same pass (they are in the metadata).
 - Local arrays and local values (no global shape), and strings, are not arrays of a Replay: they
-  are left out, with one log line naming them. A step whose blocks leave holes in the array or
-  overlap, or an array whose shape changes between steps, is a :class:`ReplayError` at
-  ``replay[name]``, never a wrong array.
+  are left out, with one log line naming them.
 
 Files are data, never code, and never hang a reader (docs/security.md, "Replay's inputs"): an
 array written with an ADIOS2 operator is refused at ``replay[name]`` unless trusted
-(:mod:`deisa.analysis._replay_operators`); a shape is checked against the file's data and the
-grid of blocks against ``max_metadata_bytes``; every read is bounded (:func:`_open`), a failed
-one a :class:`ReplayError` naming the file and the step.
+(:mod:`deisa.analysis._replay_operators`); a shape (a moving step's blocks) is checked against
+the file's data and the grid of blocks against ``max_metadata_bytes``; every read is bounded
+(:func:`~deisa.analysis._replay_bp_io.open_bp`), a failed one a :class:`ReplayError` naming the
+file and the step.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
-import re
-import threading
-from collections import OrderedDict
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,11 +43,14 @@ import dask.array as da
 import numpy as np
 from dask.base import tokenize
 
+from ..wire.layout import LayoutError
 from . import _labels
 from ._replay_array import ReplayArray, ReplayError, UnknownArrayError
+from ._replay_bp_io import BPBlock, adios2_message, bindings_of, open_bp
+from ._replay_moving import MovingReplayArray, bp_layout, check_layouts, layout_error
 from ._replay_operators import bp4_operators, describe
 
-__all__ = ["BPBlock", "BPFile", "is_bp"]
+__all__ = ["BPFile", "adios2_message", "is_bp"]
 
 logger = logging.getLogger(__name__)
 
@@ -56,48 +61,12 @@ DTYPES = {
     "uint64_t": "uint64", "float": "float32", "double": "float64", "float complex": "complex64",
     "double complex": "complex128", "complex": "complex64",
 }  # fmt: skip
-_OPEN_READERS = 8  # BP files kept open per process by BPBlock (the oldest is closed first)
-#: ADIOS2's terminal colour codes, and the time that opens its messages
-_COLOUR = re.compile(r"\x1b\[[0-9;]*m")
-_STAMP = re.compile(r"^\s*\[[A-Z][a-z]{2} [A-Z][a-z]{2} [^\]]*\]\s*")
+_Block = tuple[tuple[int, ...], tuple[int, ...], int]  # a block's start, count and writer
 
 
 def is_bp(path: str) -> bool:
     """Whether ``path`` is ADIOS2 output: a BP4/BP5 directory (it holds ``md.idx``)."""
     return os.path.isfile(os.path.join(path, "md.idx"))
-
-
-def adios2_message(exc: BaseException) -> str:
-    """ADIOS2's message of ``exc`` on one line, without its terminal colour codes and time."""
-    text = _STAMP.sub("", _COLOUR.sub("", str(exc)).strip())
-    return " ".join(text.replace(": iostream error", "").split())
-
-
-def _check_parts(path: str) -> None:
-    """Every part of ``path`` ADIOS2 reads is a regular file: a pipe would block its open."""
-    with os.scandir(path) as entries:
-        for entry in entries:
-            if entry.name.startswith(("md.", "mmd.", "data.")) and not os.path.isfile(entry.path):
-                raise ReplayError(
-                    f"{entry.path} is not a regular file (a pipe, a device, a directory or a "
-                    "dangling link): not BP output a Replay reads"
-                )
-
-
-def _open(bindings: Any, path: str, mode: Any, name: str) -> tuple[Any, Any, Any]:
-    """``(adios, io, engine)`` reading ``path``, every read bounded: no wait for the file to
-    grow (``OpenTimeoutSecs`` 0, where BP5's ``Mode.Read`` waits an hour for a metadata file
-    shorter than its index says), and the ``stdio`` transport, whose short read is an error
-    where the POSIX transport waits for the missing bytes (BP4: for ever)."""
-    _check_parts(path)
-    adios = bindings.ADIOS()
-    io = adios.DeclareIO(name)
-    io.SetParameter("OpenTimeoutSecs", "0")
-    io.AddTransport("File", {"Library": "stdio"})
-    try:
-        return adios, io, io.Open(path, mode)
-    except Exception as exc:
-        raise ReplayError(f"{path}: not readable by ADIOS2 ({adios2_message(exc)})") from None
 
 
 def _data_bytes(path: str) -> int:
@@ -106,32 +75,37 @@ def _data_bytes(path: str) -> int:
         return sum(e.stat().st_size for e in entries if e.name.startswith("data.") and e.is_file())
 
 
-def _bindings(path: str) -> Any:
-    try:
-        import adios2.bindings as bindings
-    except ImportError as exc:
-        raise ReplayError(
-            f"{path} is ADIOS2 output: reading it needs the adios2 package "
-            "(pip install 'deisa-insitu[adios2]')"
-        ) from exc
-    return bindings
-
-
 @dataclass
 class _Variable:
     """One global array of a BP file: what every step's metadata says of it."""
 
     name: str
     type: str
-    shape: tuple[int, ...]
+    shape: tuple[int, ...]  # at its first step
     steps: list[int] = field(default_factory=list)  # ADIOS2 steps holding blocks of it
-    blocks: list[list[tuple[tuple[int, ...], tuple[int, ...]]]] = field(default_factory=list)
-    reshaped: str | None = None  # how its shape changed between steps, if it did
+    shapes: list[tuple[int, ...]] = field(default_factory=list)  # at each of those steps
+    blocks: list[list[_Block]] = field(default_factory=list)  # (start, count, writer)
     operator: str | None = None  # written with an ADIOS2 operator: its name ("": unnamed)
+
+    def moves(self) -> bool:
+        """Whether its shape or its blocks change between steps, or some step's blocks do not
+        hold every element once: each step is then its own layout (its blocks may move
+        between writers and keep one grid)."""
+        boxes = [{(start, count) for start, count, _ in blocks} for blocks in self.blocks]
+        return (
+            any(s != self.shape for s in self.shapes)
+            or any(b != boxes[0] for b in boxes)
+            or sum(math.prod(count) for _, count in boxes[0]) != math.prod(self.shape)
+        )
 
 
 def _numbers(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in text.replace(" ", "").split(",") if x)
+
+
+def _block(info: dict[str, str]) -> _Block:
+    """A block's start, count and writer, from what ADIOS2's ``BlocksInfo`` says of it."""
+    return _numbers(info["Start"]), _numbers(info["Count"]), int(info.get("WriterID", 0))
 
 
 class BPFile:
@@ -172,7 +146,7 @@ class BPFile:
         self._variables: dict[str, _Variable] = {}
         self._values: dict[str, dict[int, Any]] = {}  # a single value: step -> value
         self._left_out: dict[str, str] = {}  # local arrays and values: their shape kind
-        self.count = self._scan(_bindings(path))
+        self.count = self._scan(bindings_of(path))
         self._numbers = list(range(self.count)) if steps is None else [int(s) for s in steps]
         if len(self._numbers) != self.count:
             raise ReplayError(
@@ -188,7 +162,7 @@ class BPFile:
 
     def _scan(self, bindings: Any) -> int:
         """Read every step's metadata (and its single values); the number of steps."""
-        _, io, engine = _open(bindings, self.path, bindings.Mode.Read, "deisa-replay-scan")
+        _, io, engine = open_bp(bindings, self.path, bindings.Mode.Read, "deisa-replay-scan")
         bp4 = bp4_operators(self.path) if engine.Type().upper().startswith("BP4") else {}
         count = 0
         try:
@@ -248,12 +222,13 @@ class BPFile:
         found = self._variables.setdefault(name, _Variable(name, info["Type"], shape))
         if operator is not None and found.operator is None:
             found.operator = operator
-        if shape != found.shape and found.reshaped is None:
-            found.reshaped = f"{found.shape} at step {found.steps[0]}, {shape} at step {step}"
         if not blocks:
             return
+        if not found.steps:
+            found.shape = shape
         found.steps.append(step)
-        found.blocks.append([(_numbers(b["Start"]), _numbers(b["Count"])) for b in blocks])
+        found.shapes.append(shape)
+        found.blocks.append([_block(b) for b in blocks])
 
     # -- what Replay asks ------------------------------------------------------------------------
 
@@ -278,12 +253,9 @@ class BPFile:
             raise UnknownArrayError(
                 f"no array {name!r} in {self.path}; the arrays there are: {present}"
             )
-        if variable.reshaped is not None:
-            raise ReplayError(
-                f"{name!r} in {self.path} changes its shape between steps ({variable.reshaped})"
-                ": a Replay array has one shape"
-            )
         dtype = _dtype(variable, self.path)
+        if variable.moves():
+            return self._moving_array(variable, dtype, chunks, dims)
         self._check_data(variable, dtype)
         spec = chunks if chunks is not None else self._written_chunks(variable)
         grid = da.core.normalize_chunks(spec, variable.shape, dtype=dtype)
@@ -302,8 +274,47 @@ class BPFile:
         labels = _labels.chosen(name, None, dims, len(variable.shape), self.path)
         return ReplayArray(name, steps, variable.shape, dtype, grid, build, self.path, labels)
 
-    def _check_data(self, variable: _Variable, dtype: np.dtype) -> None:
-        """Refuse an operator not trusted, and a shape the file's data cannot hold."""
+    def _moving_array(
+        self, variable: _Variable, dtype: np.dtype, chunks: Any, dims: Any
+    ) -> MovingReplayArray:
+        """``variable``, whose shape or blocks change between steps: each step assembled from
+        its blocks, as the live run's (:mod:`deisa.analysis._replay_moving`)."""
+        name, path = variable.name, self.path
+        steps = [self._numbers[s] for s in variable.steps]
+        layouts = []
+        for step, shape, blocks in zip(steps, variable.shapes, variable.blocks, strict=True):
+            try:
+                layouts.append(bp_layout(shape, blocks))
+            except LayoutError as exc:
+                raise layout_error(name, path, step, exc) from None
+        if self._trusted_operator(variable) is None:
+            held = _data_bytes(path)
+            for step, layout in zip(steps, layouts, strict=True):
+                size = sum(box.size for box in layout.boxes) * dtype.itemsize
+                if size > held:
+                    raise ReplayError(
+                        f"the blocks of {name!r} at step {step} in {path} hold {size} bytes, "
+                        f"more than the {held} bytes of its data files (data.*): step {step} "
+                        "cannot be read (a data file missing, truncated or crafted)"
+                    )
+        check_layouts(name, path, steps, layouts, self._max_metadata_bytes)
+        token = tokenize(path, name, os.stat(os.path.join(path, "md.idx")).st_mtime_ns)
+
+        def box(i: int, k: int, grid: tuple[tuple[int, ...], ...]) -> da.Array:
+            at = layouts[i].boxes[k]
+            block = BPBlock(path, name, i, at.count, dtype, steps[i], origin=at.start)
+            return da.from_array(
+                block,
+                chunks=grid,
+                name=f"replay-{name}-{token}-{tokenize(grid)}-{i}-{k}",
+                meta=np.empty((0,) * len(at.count), dtype),
+            )
+
+        labels = _labels.chosen(name, None, dims, len(variable.shape), path)
+        return MovingReplayArray(name, steps, layouts, dtype, box, path, labels, chunks)
+
+    def _trusted_operator(self, variable: _Variable) -> str | None:
+        """The operator ``variable`` was written with (None: none), refused if not trusted."""
         name = variable.name
         if variable.operator is not None:
             trusted = self._trusted is True or (
@@ -316,6 +327,12 @@ class BPFile:
                     f"the file's bytes; Replay(..., trust_operators=[{name!r}]) reads it if you "
                     "trust whoever wrote the file"
                 )
+        return variable.operator
+
+    def _check_data(self, variable: _Variable, dtype: np.dtype) -> None:
+        """Refuse an operator not trusted, and a shape the file's data cannot hold."""
+        name = variable.name
+        if self._trusted_operator(variable) is not None:
             return  # compressed: its data may be smaller than its shape
         step_bytes = int(np.prod(variable.shape, dtype=np.float64) * dtype.itemsize)
         held = _data_bytes(self.path)
@@ -350,7 +367,7 @@ class BPFile:
         for axis, extent in enumerate(shape):
             cuts = {0, extent}
             for blocks in variable.blocks:
-                for start, count in blocks:
+                for start, count, _ in blocks:
                     cuts.update((start[axis], start[axis] + count[axis]))
             if min(cuts) < 0 or max(cuts) > extent:
                 raise ReplayError(
@@ -376,7 +393,7 @@ def _check_cover(
 ) -> None:
     """Every cell of the grid ``bounds`` is in exactly one of the step's ``blocks``."""
     covered = np.zeros([len(b) - 1 for b in bounds], dtype=np.int64)
-    for start, count in blocks:
+    for start, count, _ in blocks:
         cells = tuple(
             slice(np.searchsorted(b, s), np.searchsorted(b, s + c))
             for b, s, c in zip(bounds, start, count, strict=True)
@@ -403,94 +420,3 @@ def _read_value(bindings: Any, engine: Any, variable: Any) -> Any:
     out = np.empty(1, np.dtype(DTYPES[variable.Type()]))
     engine.Get(variable, out, bindings.Mode.Sync)
     return out[0]
-
-
-class BPBlock:
-    """The ``index``-th step of the array ``name`` of a BP file, sliced like an array: what
-    :func:`dask.array.from_array` reads a chunk from. Pickled as the path and the names, so a
-    worker opens the file itself; each process keeps a few files open (:func:`_reader`)."""
-
-    def __init__(
-        self,
-        path: str,
-        name: str,
-        index: int,
-        shape: tuple[int, ...],
-        dtype: np.dtype,
-        step: int | None = None,
-    ) -> None:
-        self.path, self.name, self.index = path, name, index
-        self.shape, self.dtype, self.ndim = shape, dtype, len(shape)
-        self.step = index if step is None else step  # its number, for messages
-
-    def __getitem__(self, index: Any) -> np.ndarray:
-        index = index if isinstance(index, tuple) else (index,)
-        index = index + (slice(None),) * (self.ndim - len(index))
-        pairs = zip(index, self.shape, strict=True)
-        ranges = [s.indices(n) if isinstance(s, slice) else None for s, n in pairs]
-        if None in ranges or any(r[2] != 1 for r in ranges if r):  # not a box: read, then index
-            return self[tuple(slice(None) for _ in self.shape)][index]
-        start = [r[0] for r in ranges if r]
-        count = [max(r[1] - r[0], 0) for r in ranges if r]
-        out = np.empty(count, self.dtype)
-        if out.size == 0:
-            return out
-        bindings = _bindings(self.path)
-        key, (lock, _, io, engine) = _reader(bindings, self.path, self.step)
-        with lock:
-            try:
-                variable = io.InquireVariable(self.name)
-                variable.SetStepSelection([self.index, 1])  # the index-th step holding the array
-                variable.SetSelection([start, count])
-                engine.Get(variable, out, bindings.Mode.Sync)
-            except Exception as exc:
-                _forget(key)  # an engine whose read failed is not used again
-                raise ReplayError(
-                    f"{self.path}: step {self.step} of {self.name!r} cannot be read "
-                    f"({adios2_message(exc)})"
-                ) from None
-        return out
-
-
-_READERS: OrderedDict[tuple[str, int], tuple[threading.Lock, Any, Any, Any]] = OrderedDict()
-_READERS_LOCK = threading.Lock()
-
-
-def _reader(
-    bindings: Any, path: str, step: int
-) -> tuple[tuple[str, int], tuple[threading.Lock, Any, Any, Any]]:
-    """This process's open reader of ``path`` (random access), opened again if the file
-    changed, and its key; a lock per file, since an ADIOS2 engine is not to be used by two
-    threads at once."""
-    try:
-        key = (path, os.stat(os.path.join(path, "md.idx")).st_mtime_ns)
-    except OSError as exc:
-        raise ReplayError(f"{path}: step {step} cannot be read ({exc.strerror})") from None
-    with _READERS_LOCK:
-        if key in _READERS:
-            _READERS.move_to_end(key)
-            return key, _READERS[key]
-        try:
-            adios, io, engine = _open(bindings, path, bindings.Mode.ReadRandomAccess, "read")
-        except ReplayError as exc:
-            raise ReplayError(f"step {step}: {exc}") from None
-        _READERS[key] = (threading.Lock(), adios, io, engine)
-        while len(_READERS) > _OPEN_READERS:
-            _close(_READERS.popitem(last=False)[1])
-        return key, _READERS[key]
-
-
-def _forget(key: tuple[str, int]) -> None:
-    with _READERS_LOCK:
-        reader = _READERS.pop(key, None)
-    if reader is not None:
-        try:
-            reader[3].Close()  # its lock is held by the caller
-        except Exception as exc:
-            logger.debug("deisa replay: closing %s: %s", key[0], adios2_message(exc))
-
-
-def _close(reader: tuple[threading.Lock, Any, Any, Any]) -> None:
-    lock, _, _, engine = reader
-    with lock:
-        engine.Close()

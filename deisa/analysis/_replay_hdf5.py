@@ -36,16 +36,32 @@ class HDF5Block:
 
     ``leading``: the index of the step on the dataset's first axis (a file with a time axis,
     or a per-step file whose dataset keeps a leading axis of length 1), else ``None``.
+    ``origin``: where it starts in the step's array (a box of ``shape`` elements from there,
+    read with slices); default: the whole step.
     """
 
-    def __init__(self, dataset: Dataset, leading: int | None, shape: tuple[int, ...]) -> None:
+    def __init__(
+        self,
+        dataset: Dataset,
+        leading: int | None,
+        shape: tuple[int, ...],
+        origin: tuple[int, ...] | None = None,
+    ) -> None:
         self.path, self.dataset, self.leading = dataset.path, dataset.name, leading
         self.shape, self.dtype, self.ndim = shape, dataset.dtype, len(shape)
+        self.origin = origin
 
     def __getitem__(self, index: Any) -> np.ndarray:
         import h5py
 
         index = index if isinstance(index, tuple) else (index,)
+        if self.origin is not None:  # dask's chunk reads: one slice an axis
+            index = index + (slice(None),) * (self.ndim - len(index))
+            shifted = []
+            for i, n, o in zip(index, self.shape, self.origin, strict=True):
+                start, stop, stride = i.indices(n)
+                shifted.append(slice(start + o, stop + o, stride))
+            index = tuple(shifted)
         if self.leading is not None:
             index = (self.leading, *index)
         with h5py.File(self.path, "r") as f:

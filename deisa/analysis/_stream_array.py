@@ -3,7 +3,8 @@
 :class:`ArrayDescriptor` is what ``Adapter(client)[name]`` returns (:mod:`deisa.analysis.adapter`,
 where it and :class:`StepLostError` are importable from, as before): it takes the array's steps
 out of the scheduler in order (``deisa_get``), caches those taken ahead, builds each step's dask
-array from its blocks' keys, and asks for contracts (:mod:`deisa.contract`).
+array from its blocks' keys (a step with a layout, a moving array's, from its parcels:
+:mod:`._parcels`, :mod:`.moving`), and asks for contracts (:mod:`deisa.contract`).
 """
 
 from __future__ import annotations
@@ -21,8 +22,10 @@ from distributed import Client, Future
 from .. import _dask_internals
 from ..contract import Contract
 from ..wire import Reply, Route, Status, is_ok, status
-from . import _block_locations, contracts
-from ._reading import StepArray, StepNotAvailableError
+from ..wire.layout import StepLayout
+from . import _block_locations, _parcels, contracts
+from ._reading import NoFixedShapeError, StepArray, StepNotAvailableError
+from .moving import assemble
 
 __all__ = ["ArrayDescriptor", "StepLostError"]
 
@@ -60,6 +63,17 @@ class ArrayDescriptor(StepArray):
 
     Steps are taken out of the scheduler in order, each handed out once. Steps taken to reach
     a later one but not asked for yet stay cached here (holding their data) until asked for.
+
+    A *moving* array (``ArraySpec.moving``: particles, several boxes a rank, boxes that move;
+    ``docs/moving-data.md``) has no :attr:`shape` or :attr:`chunks` of its own (they raise
+    :class:`~deisa.analysis._reading.NoFixedShapeError`): each step has its own
+    (:meth:`shape_of`), and is assembled from its boxes, chunked as written. Where its boxes
+    do not cover its shape, ``array[t]`` raises
+    :class:`~deisa.analysis.moving.MissingRegionError` naming the regions: read the boxes
+    (:meth:`blocks`), assemble one step with a fill value (:meth:`step`), or set :attr:`fill`
+    for every step. Stacking steps of different shapes (``array[0:10]``, :meth:`windows`)
+    raises :class:`~deisa.analysis._reading.StepShapesDifferError`. A fixed array's step whose
+    blocks moved (some rank published boxes other than its declared block) is read the same way.
     """
 
     def __init__(self, adapter: Consumer, name: str) -> None:
@@ -76,6 +90,9 @@ class ArrayDescriptor(StepArray):
         self._pressure: list[str] = []  # the workers paused for memory, as last told
         self._unreported: set[int] = set()  # lost steps the iteration has not passed yet
         self._reached: int | None = None  # the latest step received, lost ones included
+        # the layout (wire form) of each step published with one, while its data may be read
+        self._layouts: dict[int, dict[str, Any]] = {}
+        self._fill: Any = None
 
     # -- metadata ----------------------------------------------------------------------------
 
@@ -103,13 +120,55 @@ class ArrayDescriptor(StepArray):
         return np.dtype(self.meta["dtype"])
 
     @property
+    def moving(self) -> bool:
+        """Whether the array was declared moving: a shape and boxes of their own at each step."""
+        return bool(self.meta.get("moving", False))
+
+    @property
     def shape(self) -> tuple[int, ...]:
-        """Spatial shape (the time axis is unbounded and not included)."""
+        """Spatial shape (the time axis is unbounded and not included).
+
+        Raises
+        ------
+        NoFixedShapeError
+            A moving array: each step has its shape (:meth:`shape_of`, ``array[t].shape``).
+        """
+        if self.moving:
+            raise NoFixedShapeError(self._varies("shape", "shape_of(step) or array[step].shape"))
         return tuple(self.meta["shape"])
 
     @property
     def chunks(self) -> tuple[tuple[int, ...], ...]:
+        """Spatial chunks of a step's dask array: the declared blocks (a moving array's step's
+        are its own, ``array[step].chunks``; here :class:`NoFixedShapeError`)."""
+        if self.moving:
+            raise NoFixedShapeError(self._varies("chunks", "array[step].chunks"))
         return tuple(tuple(c) for c in self.meta["chunks"])
+
+    @property
+    def ndim(self) -> int:
+        """Number of spatial axes (a moving array's, declared: the same at every step)."""
+        return int(self.meta["ndim"]) if self.moving else len(self.shape)
+
+    def _varies(self, what: str, instead: str) -> str:
+        return (
+            f"{self.name!r} is a moving array: its {what} changes from step to step; ask one "
+            f"step's: {instead}"
+        )
+
+    @property
+    def fill(self) -> Any:
+        """The value of the regions of a step that none of its blocks holds (a refined AMR
+        level's), for ``array[t]``, :meth:`~StepArray.items`, ``zip`` and windows; ``None``
+        (default): such a step raises :class:`~deisa.analysis.moving.MissingRegionError`.
+        :meth:`step` takes its own."""
+        return self._fill
+
+    @fill.setter
+    def fill(self, value: Any) -> None:
+        if value is not None and np.ndim(value) != 0:
+            raise ValueError(f"fill={value!r} of {self.name!r} must be a scalar or None")
+        self._fill = value
 
     @property
     def dims(self) -> tuple[str, ...] | None:
@@ -196,6 +255,9 @@ class ArrayDescriptor(StepArray):
                 client, Route.STEP_TAKEN.value, name=self.name, run=self._run, step=step
             )
         self._cached[step] = futures
+        self._forget_layouts()
+        if reply.get("layout") is not None:
+            self._layouts[step] = reply["layout"]
         self._contract_of[step] = reply.get("contract")
         self._seen.append(step)
         self._reached = max(step, self._reached if self._reached is not None else step)
@@ -246,18 +308,41 @@ class ArrayDescriptor(StepArray):
         )
 
     def _step_array(self, step: int) -> da.Array:
+        return self._build(step, self._fill)
+
+    def _step_shape(self, step: int) -> tuple[int, ...]:
+        layout = self._layouts.get(step)
+        return self.shape if layout is None else tuple(int(n) for n in layout["shape"])
+
+    def _futures(self, step: int) -> dict[Any, Future]:
+        """The futures of ``step``'s keys, cached or handed out before (and still alive)."""
+        if step in self._cached:
+            return self._cached[step]
+        alive = {key: ref() for key, ref in self._handed[step].items()}
+        # (a step of no block, an empty moving step, is released with its layout)
+        if any(f is None for f in alive.values()) or not (alive or step in self._layouts):
+            raise StepNotAvailableError(
+                f"step {step} of {self.name!r} was handed out before and its data has "
+                "been released since; keep the first array to use it again"
+            )
+        return alive  # type: ignore[return-value]
+
+    def _hand(self, step: int) -> None:
+        """``step`` is handed out: the cache lets go of its futures (the arrays hold them)."""
         if step in self._cached:
             futures = self._cached.pop(step)
             self._handed[step] = {key: weakref.ref(f) for key, f in futures.items()}
-        else:
-            refs = self._handed[step]
-            alive = {key: ref() for key, ref in refs.items()}
-            if any(f is None for f in alive.values()):
-                raise StepNotAvailableError(
-                    f"step {step} of {self.name!r} was handed out before and its data has "
-                    "been released since; keep the first array to use it again"
-                )
-            futures = alive  # type: ignore[assignment]
+
+    def _build(self, step: int, fill: Any) -> da.Array:
+        """The dask array of ``step``, handed out; if it cannot be built (a region no block
+        holds, without ``fill``), the step stays cached for another try."""
+        futures = self._futures(step)
+        if step in self._layouts:
+            layout, boxes = self._boxes(step, futures)
+            what = f"step {step} of {self.name!r}"
+            array = assemble(layout, boxes, fill=fill, dtype=self.dtype, what=what)
+            self._hand(step)
+            return array
         meta = self.meta
         if self._contract_of.get(step) is not None:  # sent under a contract: its region
             array = contracts.region_array(futures, meta, self._contract_of[step])  # type: ignore[arg-type]
@@ -269,8 +354,59 @@ class ArrayDescriptor(StepArray):
                 dtype=np.dtype(meta["dtype"]),
                 shape=tuple(meta["shape"]),
             )
+        self._hand(step)
         workers, nthreads = self._holders[step]
         return _block_locations.located(array, futures, workers, nthreads)
+
+    def _boxes(self, step: int, futures: dict[Any, Future]) -> tuple[StepLayout, list[da.Array]]:
+        """The layout of ``step`` and one dask array per box, a view of its parcel."""
+        layout = StepLayout.from_wire(self._layouts[step])
+        what = f"step {step} of {self.name!r}"
+        return layout, _parcels.box_arrays(layout, list(futures.values()), self.dtype, what)
+
+    def _forget_layouts(self) -> None:
+        """Drop the layouts of the steps whose data is gone (handed out, then released)."""
+        for step in list(self._layouts):
+            if step not in self._cached and not any(
+                ref() is not None for ref in self._handed.get(step, {}).values()
+            ):
+                del self._layouts[step]
+
+    def blocks(self, step: int) -> list[_parcels.Block]:
+        """Every block of ``step`` as published: ``(start, count, array)`` each
+        (:class:`~deisa.analysis._parcels.Block`), ``start`` and ``count`` in the step's shape,
+        ``array`` its lazy dask array (a view of the data where it lies). A moving step's
+        boxes in their layout's order (rank by rank, empty ones included); a step without layout:
+        its declared blocks (its array's chunks). Takes the step as ``array[step]`` does; works
+        where ``array[step]`` raises :class:`~deisa.analysis.moving.MissingRegionError`.
+
+        Examples
+        --------
+        >>> level = adapter["rho_level1"]  # doctest: +SKIP
+        >>> total = sum(b.array.sum() for b in level.blocks(3)).compute()  # doctest: +SKIP
+        """
+        step = self._resolve_int(step)
+        if step not in self._layouts:
+            return _parcels.declared_blocks(self._step_array(step))
+        layout, boxes = self._boxes(step, self._futures(step))
+        self._hand(step)
+        return [
+            _parcels.Block(box.start, box.count, array)
+            for box, array in zip(layout.boxes, boxes, strict=True)
+        ]
+
+    def step(self, step: int, *, fill: Any = None) -> da.Array:
+        """``array[step]``, its regions that no block holds set to ``fill`` (``None``: they
+        raise :class:`~deisa.analysis.moving.MissingRegionError`, as ``array[step]`` does
+        unless :attr:`fill` is set).
+
+        Examples
+        --------
+        >>> adapter["rho_level1"].step(3, fill=np.nan)  # doctest: +SKIP
+        """
+        if fill is not None and np.ndim(fill) != 0:
+            raise ValueError(f"fill={fill!r} must be a scalar or None")
+        return self._build(self._resolve_int(step), fill)
 
     # -- contracts (deisa.contract) ---------------------------------------------------------
 
@@ -303,10 +439,11 @@ class ArrayDescriptor(StepArray):
         ------
         deisa.contract.ContractError
             A malformed region or steps, a region outside the array or empty, a stride below
-            1; or no simulation opened the array within the Adapter's timeout (the contract
-            is then withdrawn). If the array is not open yet, waits for it to be (so that the
-            region can be checked), up to the Adapter's ``timeout``; the contract is already
-            in place when the simulation opens the array, and applies from its first step.
+            1, a region of a moving array (not supported yet: steps only); or no simulation
+            opened the array within the Adapter's timeout (the contract is then withdrawn). If
+            the array is not open yet, waits for it to be (so that the region can be checked),
+            up to the Adapter's ``timeout``; the contract is already in place when the
+            simulation opens the array, and applies from its first step.
 
         Examples
         --------

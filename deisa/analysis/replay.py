@@ -24,10 +24,16 @@ Sources
   ``{step:05d}`` field; the step numbers are read from the names), a glob (``"data_*.h5"``: the
   last number of each name) or a list of paths (steps ``0 .. n-1`` in the list's order). Each
   file holds the step's datasets with the spatial shape, or with a leading axis of length 1.
-
+- **One dataset per step** in one HDF5 file (``x/step_0003``, ``x/0003``, ``x_0003``,
+  ``x_step_0003``): the array ``x``, its steps the numbers in the names.
 - **ADIOS2 output** (``"out.bp"``, BP4 or BP5): every global array; its steps are the ADIOS2
   steps holding it, its chunks the blocks the writers put (:mod:`deisa.analysis._replay_bp`); a
   global single value is a one-element array, as the deisa ADIOS2 engine publishes it.
+
+An array whose shape or blocks change from step to step (particles, several boxes a writer,
+boxes that move, ``JoinedDim``, a refined level that covers part of the domain) reads as a live
+moving array: each step assembled from its blocks (:mod:`deisa.analysis._replay_moving`,
+:mod:`deisa.analysis._replay_per_step`; docs/moving-data.md).
 
 ``steps=`` gives the step numbers explicitly, for any source.
 
@@ -52,10 +58,8 @@ dataset (see :mod:`deisa.analysis._blocks`), else the file's chunks, else dask's
 
 from __future__ import annotations
 
-import glob as globbing
 import logging
 import os
-import re
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
@@ -64,12 +68,14 @@ import numpy as np
 from dask.base import tokenize
 
 from . import _labels
-from ._blocks import BLOCKS_DATASET, chunks_from_starts, is_block_starts
+from ._blocks import BLOCKS_DATASET, is_block_starts
 from ._reading import StepReader
 from ._replay_array import ReplayArray, ReplayError, UnknownArrayError
 from ._replay_bp import BPFile, is_bp
+from ._replay_files import GLOB_CHARS, STEP_FIELD, files_of_glob, files_of_list, files_of_pattern
 from ._replay_hdf5 import Dataset, HDF5Block, list_datasets, zarr_datasets
 from ._replay_operators import checked_trust
+from ._replay_per_step import group_per_step, per_step_array, starts_of, step_chunks
 
 __all__ = ["Replay", "ReplayArray", "ReplayError", "UnknownArrayError"]
 
@@ -77,8 +83,6 @@ logger = logging.getLogger(__name__)
 
 #: the name of the dataset holding the step numbers of a file with a time axis
 STEP_DATASET = "step"
-_STEP_FIELD = re.compile(r"\$?\{step(?::[^}]*)?\}")
-_GLOB_CHARS = re.compile(r"[*?\[]")
 #: the default of ``Replay(max_metadata_bytes=...)``
 MAX_METADATA_BYTES = 64 * 2**20
 
@@ -180,6 +184,7 @@ class Replay(StepReader):
         self._files: list[str] = []  # per-step files, in step order
         self._file_steps: list[int] = []
         self._datasets: dict[str, Dataset] = {}  # a file with a time axis: its datasets
+        self._groups: dict[str, dict[int, Dataset]] = {}  # its datasets of one step, by name
         self._zarr = False
         self._path = ""
         self._time_steps: list[int] | None = None
@@ -195,14 +200,14 @@ class Replay(StepReader):
         """Read the metadata of ``source``, whichever kind it is."""
         if isinstance(source, (str, os.PathLike)):
             text = os.fspath(source)
-            if _STEP_FIELD.search(text):
-                self._per_step_pattern(text)
-            elif _GLOB_CHARS.search(text):
-                self._per_step_glob(text)
+            if STEP_FIELD.search(text):
+                self._files, self._file_steps = files_of_pattern(text)
+            elif GLOB_CHARS.search(text):
+                self._files, self._file_steps = files_of_glob(text, self._explicit_steps)
             else:
                 self._one_file(text)
         else:
-            self._per_step_list(source)
+            self._files, self._file_steps = files_of_list(source)
         if self._files:
             self._source = (
                 self._files[0]
@@ -243,51 +248,8 @@ class Replay(StepReader):
             self._datasets = {d.name: d for d in zarr_datasets(path)}
         else:
             self._datasets = {d.name: d for d in list_datasets(path)}
+            self._groups = group_per_step(self._datasets.values())
         self._time_steps = self._steps_of_the_file()
-
-    def _per_step_list(self, source: Sequence[str | os.PathLike[str]]) -> None:
-        paths = [os.path.abspath(os.fspath(p)) for p in source]
-        if not paths:
-            raise FileNotFoundError("Replay was given an empty list of files")
-        for path in paths:
-            if not os.path.isfile(path):
-                raise FileNotFoundError(f"{path}: no such file (a per-step file of Replay)")
-        self._files, self._file_steps = paths, list(range(len(paths)))
-
-    def _per_step_pattern(self, pattern: str) -> None:
-        pattern = os.path.abspath(pattern)
-        fields = _STEP_FIELD.findall(pattern)
-        pieces = _STEP_FIELD.split(pattern)
-        regex = re.compile("(\\d+)".join(re.escape(p) for p in pieces))
-        found: dict[int, str] = {}
-        for path in globbing.glob("*".join(globbing.escape(p) for p in pieces)):
-            match = regex.fullmatch(path)
-            if match is None or len(set(match.groups())) != 1:
-                continue
-            found.setdefault(int(match.group(1)), path)
-        if not found:
-            raise FileNotFoundError(
-                f"no file matches the per-step pattern {pattern!r} ({len(fields)} step field(s) "
-                "read as the step number)"
-            )
-        self._file_steps = sorted(found)
-        self._files = [found[s] for s in self._file_steps]
-
-    def _per_step_glob(self, pattern: str) -> None:
-        paths = sorted(globbing.glob(os.path.abspath(pattern)))
-        if not paths:
-            raise FileNotFoundError(f"no file matches {os.path.abspath(pattern)!r}")
-        numbers = [re.findall(r"\d+", os.path.splitext(os.path.basename(p))[0]) for p in paths]
-        steps = [int(n[-1]) if n else None for n in numbers]
-        if self._explicit_steps is None and (None in steps or len(set(steps)) != len(steps)):
-            raise ReplayError(
-                f"the files matching {pattern!r} do not each hold a distinct step number in "
-                "their names (the last number of the name, extension excluded): give "
-                "steps=[...], or a pattern with a {step} field"
-            )
-        order = sorted(range(len(paths)), key=lambda i: steps[i] or 0)
-        self._files = [paths[i] for i in order]
-        self._file_steps = [steps[i] or 0 for i in order]
 
     def _steps_of_the_file(self) -> list[int] | None:
         """The step numbers of a file with a time axis, from its ``step`` dataset (None: none)."""
@@ -357,10 +319,16 @@ class Replay(StepReader):
         per-step file; the global arrays of ADIOS2 output)."""
         if self._bp is not None:
             return self._bp.names
-        names = [n for n, d in self._datasets.items() if not is_block_starts(n, d)]
+        grouped = {d.name for group in self._groups.values() for d in group.values()}
+        names = [
+            n for n, d in self._datasets.items() if not is_block_starts(n, d) and n not in grouped
+        ]
         if self._files:
             return sorted(names)
-        return sorted(n for n in names if self._time_axis_problem(self._datasets[n]) is None)
+        per_step = [n for n in self._groups if n != BLOCKS_DATASET]
+        return sorted(
+            [n for n in names if self._time_axis_problem(self._datasets[n]) is None] + per_step
+        )
 
     def __contains__(self, name: object) -> bool:
         return name in self.names
@@ -417,6 +385,8 @@ class Replay(StepReader):
             return self._bp.array(name, self._chunks, self._dims.get(name))
         if self._files:
             return self._make_per_step(name)
+        if name in self._groups and name != BLOCKS_DATASET:
+            return self._make_step_datasets(name)
         info = self._datasets.get(name)
         if info is None:
             raise self._unknown(name)
@@ -449,6 +419,7 @@ class Replay(StepReader):
 
     def _make_per_step(self, name: str) -> ReplayArray:
         infos: list[Dataset] = []
+        starts: list[Dataset | None] = []
         for path in self._files:  # metadata only, every file: a bad one fails here
             found = {d.name: d for d in list_datasets(path)}
             if name not in found:
@@ -459,41 +430,58 @@ class Replay(StepReader):
                     f"per-step files must hold the same arrays"
                 )
             infos.append(found[name])
-        first = infos[0]
-        shape = first.shape[1:] if first.shape[:1] == (1,) and len(first.shape) > 1 else first.shape
-        for path, info in zip(self._files, infos, strict=True):
-            if info.shape != first.shape or info.dtype != first.dtype:
-                raise ReplayError(
-                    f"the per-step files disagree on {name!r}: {first.path} holds "
-                    f"{first.shape} {first.dtype}, {path} {info.shape} {info.dtype}"
-                )
-        if not shape:
-            raise ReplayError(f"{name!r} in {first.path} is a scalar: it has no spatial axis")
-        leading = 0 if len(first.shape) > len(shape) else None
-        chunks = self._spatial_chunks(first, shape)
-        stamps = [os.stat(p).st_mtime_ns for p in self._files]
-        token = tokenize(self._files, name, stamps, chunks)
+            starts.append(found.get(BLOCKS_DATASET))
+        return self._per_step(name, infos, self._file_steps, starts)
 
-        def build(i: int) -> da.Array:
-            return da.from_array(
-                HDF5Block(infos[i], leading, shape),
-                chunks=chunks,
-                name=f"replay-{name}-{token}-{i}",
-                meta=np.empty((0,) * len(shape), first.dtype),
+    def _make_step_datasets(self, name: str) -> ReplayArray:
+        """The array of the datasets named ``name`` and a step number, in one file."""
+        group = self._groups[name]
+        numbers = sorted(group)
+        if self._explicit_steps is not None:
+            self._check_count(len(numbers), f"datasets of {name!r} (one a step)")
+        plain = self._datasets.get(BLOCKS_DATASET)
+        starts = [starts_of(self._groups, n) or plain for n in numbers]
+        steps = self._explicit_steps or numbers
+        return self._per_step(name, [group[n] for n in numbers], steps, starts)
+
+    def _per_step(
+        self,
+        name: str,
+        infos: list[Dataset],
+        steps: Sequence[int],
+        starts: Sequence[Dataset | None],
+    ) -> ReplayArray:
+        def chunks(i: int, info: Dataset, shape: tuple[int, ...], moving: bool) -> Any:
+            return step_chunks(
+                info,
+                shape,
+                starts[i],
+                spec=self._chunks,
+                read_small=self._read_small,
+                source=self._source,
+                moving=moving,
             )
 
-        file_dims = first.dims[len(first.shape) - len(shape) :] if first.dims else None
-        dims = _labels.chosen(name, file_dims, self._dims.get(name), len(shape), self._source)
-        return ReplayArray(
-            name, self._file_steps, shape, first.dtype, chunks, build, self._source, dims
+        return per_step_array(
+            name,
+            infos,
+            steps,
+            source=self._source,
+            chunks=chunks,
+            dims=self._dims.get(name),
+            max_metadata_bytes=self._max_metadata_bytes,
         )
 
     def _spatial_chunks(self, info: Dataset, shape: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
-        spec: Any = self._chunks
         starts = self._datasets.get(BLOCKS_DATASET)
-        if spec is None and starts is not None and is_block_starts(BLOCKS_DATASET, starts):
-            spec = chunks_from_starts(self._read_small(starts), shape, info.name, self._source)
-        if spec is None:
-            file_chunks = info.chunks[-len(shape) :] if info.chunks else None
-            spec = file_chunks if file_chunks is not None else "auto"
-        return da.core.normalize_chunks(spec, shape, dtype=info.dtype)
+        if starts is not None and not is_block_starts(BLOCKS_DATASET, starts):
+            starts = None
+        return step_chunks(
+            info,
+            shape,
+            starts,
+            spec=self._chunks,
+            read_small=self._read_small,
+            source=self._source,
+            moving=False,
+        )

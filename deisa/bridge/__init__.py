@@ -10,11 +10,13 @@ thread and loads the rest in the background.
 
 Public modules: :mod:`~deisa.bridge.bridge` (the Bridge), :mod:`~deisa.bridge.group`
 (BridgeGroup), :mod:`~deisa.bridge.options` (its options, declared once),
-:mod:`~deisa.bridge.decomposition` (ArraySpec, the global grid), :mod:`~deisa.bridge.placement`
+:mod:`~deisa.bridge.decomposition` (ArraySpec, the global grid), :mod:`~deisa.bridge.boxes` (a
+rank's boxes of a moving step, and the step's layout rank 0 builds), :mod:`~deisa.bridge.placement`
 (rank to worker), :mod:`~deisa.bridge.scheduler_file`, :mod:`~deisa.bridge.tls_files` (deisa's
 names of the job's TLS files, which ``deisa-run`` sets: :mod:`deisa.wire.tls_files`),
 :mod:`~deisa.bridge.contracts` (the contracts in force), :mod:`~deisa.bridge.engine_parameters`
-(the deisa ADIOS2 engine's parameters), :mod:`~deisa.bridge.worker` (the older name of the
+(the deisa ADIOS2 engine's parameters), :mod:`~deisa.bridge.engine_arrays` (the engine's
+variables, declared fixed or moving), :mod:`~deisa.bridge.worker` (the older name of the
 workers' preload, :mod:`deisa.worker`).
 
 Three wings, each a sub-package that mirrors :mod:`deisa.worker` and :mod:`deisa.wire`:

@@ -1,21 +1,22 @@
-"""The arrays of one rank's Bridge: :class:`Arrays`, declared once by its construction.
+"""The arrays of one rank's Bridge: :class:`Arrays`, declared by its construction, and more by
+:meth:`deisa.Bridge.declare`.
 
-Built on the rank's main thread by the Bridge's construction, never changed after: read from
-both threads.
+Written on the rank's main thread (an array, once declared, never changes); read from both
+threads.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from .decomposition import ArraySpec, Decomposition
+from .decomposition import ArraySpec, Decomposition, DecompositionError
 
 
 class Arrays:
     """Each array as every rank declared it, and this rank's block of each.
 
-    Empty until :meth:`declare`, which the Bridge's construction calls once, the same on every
-    rank; read-only afterwards.
+    Empty until :meth:`declare`, which the Bridge's construction calls, the same on every rank,
+    and :meth:`deisa.Bridge.declare` again with arrays not declared yet.
 
     Attributes
     ----------
@@ -33,11 +34,22 @@ class Arrays:
         self, mine: Mapping[str, ArraySpec], everyone: Sequence[Mapping[str, ArraySpec]]
     ) -> None:
         """Take in this rank's blocks (``mine``) and every rank's (``everyone``, in rank order:
-        the ``allgather`` of ``mine``): the global array of each name."""
+        the ``allgather`` of ``mine``): the global array of each name.
+
+        Raises
+        ------
+        DecompositionError
+            The same on every rank: a name declared already, blocks that do not tile.
+        """
         for name in sorted(mine):
-            specs = [specs[name] for specs in everyone]
-            self._decompositions[name] = Decomposition.from_specs(name, specs)
-        self._specs = dict(mine)
+            if name in self._decompositions:
+                raise DecompositionError(f"array {name!r} is declared already")
+        built = {
+            name: Decomposition.from_specs(name, [specs[name] for specs in everyone])
+            for name in sorted(mine)
+        }
+        self._decompositions.update(built)
+        self._specs.update(mine)
 
     @property
     def decompositions(self) -> dict[str, Decomposition]:

@@ -48,6 +48,7 @@ from ._publisher import (
     RankReport,
     RootReport,
 )
+from .boxes import Geometry, Parcel
 from .registration.registrar import Registrar, plan_of
 
 if TYPE_CHECKING:
@@ -69,6 +70,8 @@ class _Send:
     reported: bool = False
     failed_at: float | None = None  # when a failure was first held back (its worker may leave)
     lost: bool = False  # its worker left and none is left to take it
+    geometry: Geometry | None = None  # a parcel of boxes (deisa.bridge.boxes): their geometry
+    empty: bool = False  # a parcel with no element: nothing sent, only its geometry reported
 
 
 class AsyncPublisher:
@@ -106,9 +109,16 @@ class AsyncPublisher:
         return self.exchanger.completed
 
     def publish(
-        self, name: str, block: np.ndarray, step: int, revision: int, problem: str | None, t0: float
+        self,
+        name: str,
+        block: np.ndarray | Parcel | None,
+        step: int,
+        revision: int,
+        problem: str | None,
+        t0: float,
     ) -> None:
-        """The async :meth:`~deisa.Bridge.publish` (see there).
+        """The async :meth:`~deisa.Bridge.publish` (see there); ``block`` is a fixed array's
+        block, or this rank's :class:`~deisa.bridge.boxes.Parcel` of boxes.
 
         Completes the exchange the previous call posted (its decisions: a failure, or the
         previous call's problem, raised here on every rank), waits for room if the ledger says
@@ -124,7 +134,13 @@ class AsyncPublisher:
             self._publish(name, block, step, revision, problem, t0)
 
     def _publish(
-        self, name: str, block: np.ndarray, step: int, revision: int, problem: str | None, t0: float
+        self,
+        name: str,
+        block: np.ndarray | Parcel | None,
+        step: int,
+        revision: int,
+        problem: str | None,
+        t0: float,
     ) -> None:
         parts = self.parts
         self.complete()
@@ -160,7 +176,7 @@ class AsyncPublisher:
         self.registrar.known(entry)
         self.reclaim()
         nbytes = 0
-        if problem is None and plan.sends(parts.rank):  # else outside the contract's region
+        if problem is None and block is not None and plan.sends(parts.rank):  # else not sent
             nbytes = self.copy_and_send(entry, block)
         t3 = time.perf_counter()
         self.post(call, problem)
@@ -179,17 +195,32 @@ class AsyncPublisher:
             name, step, t3 - t2, (t1 - t0) + (t4 - t3), t2 - t1, in_flight,
         )  # fmt: skip
 
-    def copy_and_send(self, entry: Entry, block: np.ndarray) -> int:
+    def copy_and_send(self, entry: Entry, block: np.ndarray | Parcel) -> int:
         """Copy ``block`` (``entry``'s) into a slot of its worker's ring, or else a buffer of
-        the Bridge's own, and start sending it if the rank is connected; its bytes."""
+        the Bridge's own, and start sending it if the rank is connected; its bytes. A parcel
+        of boxes is packed there, one copy per box; one with no element sends nothing (its
+        geometry goes to rank 0 with the next report)."""
         parts, name = self.parts, entry.name
         worker = parts.routing.worker_of.get(name) if self.ledger.connection else None
-        buffer = parts.transport.copy_in(worker, block) if worker else None
-        if buffer is None:  # no shared slot: a buffer of the Bridge's own
-            spec = parts.arrays.specs[name]
-            buffer = self.buffers.take(name, spec.shape, spec.dtype)
-            np.copyto(buffer, block)
-        send = _Send(entry, buffer)
+        geometry = None
+        if isinstance(block, Parcel):
+            geometry = block.geometry
+            if not block.size:
+                self.sends[entry.seq] = _Send(entry, None, geometry=geometry, empty=True)
+                self.registrar.sent(entry.seq, 0, "", geometry)
+                return 0
+            buffer = parts.transport.copy_parcel_in(worker, block) if worker else None
+            if buffer is None:  # no shared slot: a buffer of the Bridge's own
+                dtype = parts.arrays.decompositions[name].dtype
+                buffer = self.buffers.take_parcel(name, block.shape, dtype)
+                block.pack(buffer)
+        else:
+            buffer = parts.transport.copy_in(worker, block) if worker else None
+            if buffer is None:  # no shared slot: a buffer of the Bridge's own
+                spec = parts.arrays.specs[name]
+                buffer = self.buffers.take(name, spec.shape, spec.dtype)
+                np.copyto(buffer, block)
+        send = _Send(entry, buffer, geometry=geometry)
         self.sends[entry.seq] = send
         if self.ledger.connection is not None:
             self.start_send(send)
@@ -199,10 +230,14 @@ class AsyncPublisher:
         """Send ``send``'s buffer to this rank's worker under the current placement."""
         parts = self.parts
         name, entry = send.entry.name, send.entry
-        key = (
-            step_key_name(self.link.run or "", name, entry.step, entry.revision),
-            *plan_of(entry).key_index(parts.arrays.decompositions[name].block_index[parts.rank]),
-        )
+        if send.empty:
+            return
+        step_key = step_key_name(self.link.run or "", name, entry.step, entry.revision)
+        if send.geometry is not None:  # a parcel: one key per rank (deisa.bridge.boxes)
+            key: tuple[Any, ...] = (step_key, parts.rank)
+        else:
+            dec = parts.arrays.decompositions[name]
+            key = (step_key, *plan_of(entry).key_index(dec.block_index[parts.rank]))
         send.worker = parts.routing.worker_of[name]
         send.failed_at = None
         assert send.buffer is not None
@@ -210,14 +245,21 @@ class AsyncPublisher:
         future = parts.loop.spawn_soon(sending)
         send.future = future
         worker = send.worker
-        future.add_done_callback(lambda done: self._sent(entry.seq, worker, done))
+        geometry = send.geometry
+        future.add_done_callback(lambda done: self._sent(entry.seq, worker, done, geometry))
 
-    def _sent(self, seq: int, worker: str, future: concurrent.futures.Future[Any]) -> None:
+    def _sent(
+        self,
+        seq: int,
+        worker: str,
+        future: concurrent.futures.Future[Any],
+        geometry: Geometry | None = None,
+    ) -> None:
         """Loop thread, a send finished: wake the main thread, and tell rank 0 (._notices)."""
         self.progress.set()
         if future.cancelled() or future.exception() is not None:
             return  # the exchange reports the failure
-        self.registrar.sent(seq, int(next(iter(future.result().values()))), worker)
+        self.registrar.sent(seq, int(next(iter(future.result().values()))), worker, geometry)
 
     def reroute(self, departed: list[str]) -> None:
         """The workers ``departed`` left: send again what was on its way to them (same call
@@ -247,15 +289,20 @@ class AsyncPublisher:
     def report(self, call: tuple[Any, Any] | None, problem: str | None) -> RankReport:
         """This rank's part of the next exchange."""
         parts = self.parts
-        sent: list[tuple[int, int, str]] = []
+        sent: list[tuple[Any, ...]] = []
         failed: list[tuple[int, str]] = []
         hold = 2 * parts.options.connect_timeout
         for seq, send in self.sends.items():
             if send.reported:
                 continue
+            shape = () if send.geometry is None else (send.geometry,)  # a parcel's geometry
+            if send.empty:  # nothing sent: only the geometry, for the step's layout
+                send.reported = True
+                sent.append((seq, 0, "", *shape))
+                continue
             if send.lost:  # named with its departed worker: the scheduler reports it lost
                 send.reported = True
-                sent.append((seq, 0, send.worker))
+                sent.append((seq, 0, send.worker, *shape))
                 continue
             future = send.future
             if future is None or not future.done() or future.cancelled():
@@ -263,7 +310,8 @@ class AsyncPublisher:
             exc = future.exception()
             if exc is None:
                 send.reported = True
-                sent.append((seq, int(next(iter(future.result().values()))), send.worker))
+                nbytes = int(next(iter(future.result().values())))
+                sent.append((seq, nbytes, send.worker, *shape))
                 continue
             if parts.options.on_worker_loss == "continue" and isinstance(exc, OSError):
                 if send.worker not in parts.routing.workers:  # left already: send again
@@ -327,7 +375,7 @@ class AsyncPublisher:
                 self.ledger.fail(failure)
             if self.ledger.failure is None:
                 for send in self.sends.values():
-                    if send.future is None:
+                    if send.future is None and not send.empty:
                         self.start_send(send)
         if parts.rank == 0 and self.registrar.started:
             for entry, sent in exchanged.ready:
@@ -347,14 +395,14 @@ class AsyncPublisher:
         for seq, send in list(self.sends.items()):
             future = send.future
             done = future is not None and future.done() and (send.reported or _succeeded(future))
-            if not done and not send.lost:
+            if not done and not send.lost and not (send.empty and send.reported):
                 continue
             if send.buffer is not None:
                 transport = self.parts.transport
                 if transport.give_back(send.buffer):
                     pass  # a slot
                 elif transport.node_local(send.worker):
-                    self.buffers.drop(send.entry.name)  # the next copies go to slots
+                    self.buffers.drop(send.entry.name, send.buffer)  # next copies: slots
                 else:
                     self.buffers.give_back(send.entry.name, send.buffer)  # kept for the next
                 send.buffer = None

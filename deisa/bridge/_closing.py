@@ -8,20 +8,62 @@ thread (rank 0's last calls to the scheduler), then stops that thread.
 from __future__ import annotations
 
 import logging
+import time
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ..wire import is_ok
-from ._collective import BridgeError
+from ._collective import BridgeError, on_root
 from .link.scheduler import SchedulerLost, until_answered
 from .shm.pool import pool_totals
 
 if TYPE_CHECKING:
     from ._async import AsyncPublisher
+    from ._losses import Losses
     from ._parts import BridgeParts
     from .link.scheduler import SchedulerLink
 
 logger = logging.getLogger(__name__)
+
+
+def close_bridge(
+    parts: BridgeParts,
+    link: SchedulerLink,
+    publisher: AsyncPublisher,
+    losses: Losses,
+    opened: float,
+) -> None:
+    """Every rank, :meth:`deisa.Bridge.close` (``opened``: when the Bridge opened, on
+    ``time.perf_counter``): wait for the steps published (``mode="async"``), end the streams
+    (rank 0, with the ranks' transports and pools), shut down; raise, on every rank, a
+    background failure no ``publish`` raised yet (after ending the streams if it can)."""
+    error: BridgeError | None = None
+    if parts.asynchronous and publisher.raised is None and not parts.detached:
+        try:
+            publisher.wait_until(lambda: publisher.ledger.flushed)
+        except BridgeError as exc:
+            error = exc
+    nsteps = parts.steps.queued_steps()
+    open_s = time.perf_counter() - opened
+    try:
+        # the same decision on every rank: the connection is known everywhere, or nowhere;
+        # a lost scheduler is known everywhere too (no call to it: the loss was raised)
+        connected = not parts.asynchronous or publisher.ledger.connection is not None
+        if connected and losses.scheduler_lost is None:
+            # how each rank sent, and its warm pool of shared memory
+            mine = (parts.transport.used, parts.transport.slot_pool.summary())
+            gathered = parts.comm.gather(mine, root=0)
+            lost = on_root(parts.comm, lambda: end_streams(parts, link, gathered, nsteps, open_s))
+            if lost is not None:  # detach (close returns) or fail, on every rank
+                losses.lose_scheduler_now(lost)
+    except BridgeError:
+        if error is None:
+            raise
+        logger.warning("deisa bridge: ending the streams failed too", exc_info=True)
+    finally:
+        shut_down(parts, publisher, link)
+    if error is not None:
+        raise error
 
 
 def end_streams(

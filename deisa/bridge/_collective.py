@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from ._exchange import wait
+from .boxes import Parcel, parcel_of
 from .decomposition import ArraySpec, Decomposition
 from .options import BridgeOptionError, BridgeOptions
 
@@ -148,6 +149,30 @@ def check_block(
     if block.dtype != spec.dtype:
         return f"block of {name!r} has dtype {block.dtype}, declared {spec.dtype}"
     return None
+
+
+def check_publish(
+    decompositions: Mapping[str, Decomposition],
+    specs: Mapping[str, ArraySpec],
+    name: str,
+    block: Any,
+    step: Any,
+    start: Any = None,
+    shape: Any = None,
+) -> tuple[np.ndarray | Parcel | None, str | None]:
+    """This rank's ``publish(name, block, step, start=, shape=)``: what it sends (a fixed
+    array's block published plain, or this rank's :class:`~.boxes.Parcel` of boxes) and what is
+    wrong with it, or ``None``."""
+    if name not in decompositions or not isinstance(step, (int, np.integer)) or step < 0:
+        return None, check_block(decompositions, specs, name, block, step)
+    try:
+        parcel = parcel_of(decompositions[name], block, start, shape)
+    except ValueError as exc:
+        return None, str(exc)
+    if parcel is not None:
+        return parcel, None
+    problem = check_block(decompositions, specs, name, block, step)
+    return (None if problem else block), problem
 
 
 def reply_problem(reply: tuple[str, int, Any], name: str, step: int) -> str | None:

@@ -147,7 +147,8 @@ Wire = tuple[Any, ...]
 def to_wire(report: RankReport, workers: Sequence[str]) -> Wire:
     """``report`` as plain tuples, a send's worker as its index in ``workers`` where listed."""
     index = {worker: i for i, worker in enumerate(workers)}
-    sent = tuple((seq, nbytes, index.get(worker, worker)) for seq, nbytes, worker in report.sent)
+    sent = tuple((seq, nbytes, index.get(worker, worker), *geometry)
+                 for seq, nbytes, worker, *geometry in report.sent)  # fmt: skip
     root = report.root
     wire_root = None
     if root is not None:
@@ -167,7 +168,8 @@ def from_wire(wire: Wire, workers: Sequence[str]) -> RankReport:
         call=call,
         problem=problem,
         sent=tuple(
-            (seq, nbytes, workers[w] if isinstance(w, int) else w) for seq, nbytes, w in sent
+            (seq, nbytes, workers[w] if isinstance(w, int) else w, *geometry)
+            for seq, nbytes, w, *geometry in sent
         ),
         failed=failed,
         root=root,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from ._collective import check_arrays, names_disagree, on_root, raise_first
+from ._collective import BridgeError, check_arrays, names_disagree, on_root, raise_first
 from .placement import needs_hosts, this_host
 from .shm.pool import by_node
 
@@ -40,8 +40,34 @@ def declare_arrays(parts: BridgeParts, arrays: dict[str, ArraySpec], problem: st
     parts.arrays.declare(arrays, comm.allgather(arrays))
     by_host = needs_hosts(options.placement)
     hosts = comm.allgather(this_host()) if by_host or by_node(options) else None
-    parts.transport.slot_pool.size_for(options, arrays.values(), hosts)
+    parts.transport.slot_pool.size_for(options, parts.arrays.specs.values(), hosts)
     parts.routing.declare(parts.arrays.decompositions, hosts if by_host else None)
+
+
+def declare_more(
+    parts: BridgeParts, link: SchedulerLink, publisher: AsyncPublisher, arrays: dict[str, ArraySpec]
+) -> None:
+    """Every rank, :meth:`deisa.Bridge.declare`: the arrays checked and declared as at the
+    construction (:func:`declare_arrays`), placed over the workers in use, and opened on the
+    scheduler by rank 0, once every rank knows the connection (``mode="async"`` exchanges until
+    then); a :class:`~._collective.BridgeError` on every rank otherwise."""
+    if parts.asynchronous:  # rank 0 opens the arrays it connects with: wait for that first
+        publisher.wait_until(lambda: publisher.ledger.connection is not None)
+        publisher.raise_failure()
+    declare_arrays(parts, arrays, None)
+    if parts.detached:
+        return
+    if parts.routing.workers:  # the same outcome on every rank
+        try:
+            parts.routing.place(parts.routing.workers)
+        except ValueError as exc:
+            raise BridgeError(str(exc)) from None
+    news = {name: parts.arrays.decompositions[name] for name in arrays}
+    on_root(
+        parts.comm,
+        lambda: parts.loop.run(link.open_arrays(news, parts.options, parts.contracts)),
+    )
+    logger.debug("deisa bridge: arrays %s declared", sorted(arrays))
 
 
 def connect_now(parts: BridgeParts, link: SchedulerLink, scheduler_file: str) -> Connection:

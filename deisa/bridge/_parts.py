@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..contract import Plan
+from ..contract import FULL, Plan
 from ._arrays import Arrays
 from ._collective import ExchangeFields
 from ._loop import LoopThread
@@ -108,4 +108,8 @@ class BridgeParts:
     def plan(self, name: str, step: int) -> Plan:
         """What ``step`` of ``name`` sends under the contract in force (same on every rank)."""
         dec = self.arrays.decompositions[name]
+        if dec.is_moving:  # its blocks change: a contract only thins its steps
+            contract = self.contracts.active.get(name)
+            wanted = contract is None or contract.wants(step)
+            return FULL if wanted else Plan(send=False, contract=contract)
         return self.contracts.plan(name, step, dec.chunks, dec.block_index)

@@ -91,9 +91,10 @@ class RankReport:
 
     call: tuple[Any, Any] | None = None  # (name, step) of the publish making it; None: a wait
     problem: str | None = None  # this rank's block or call is wrong
-    # (seq, nbytes, worker) of sends done since the last exchange; a block whose worker left
-    # with no other to take it comes with that worker, so that the scheduler reports it lost
-    sent: tuple[tuple[int, int, str], ...] = ()
+    # (seq, nbytes, worker) of sends done since the last exchange, (seq, nbytes, worker,
+    # geometry) for a parcel of boxes (deisa.bridge.boxes); a block whose worker left with no
+    # other to take it comes with that worker, so that the scheduler reports it lost
+    sent: tuple[tuple[Any, ...], ...] = ()
     failed: tuple[tuple[int, str], ...] = ()  # (seq, message) of sends failed since then
     root: RootReport | None = None
 
@@ -110,9 +111,15 @@ class Entry:
     plan: Any = None  # the Bridge's deisa.contract.Plan of the step
 
 
-Sent = tuple[int, str]
+Sent = tuple[Any, ...]
 """Where a rank's block of a publication went: ``(nbytes, worker)``; ``(0, "")`` for a rank
-that sends none (contracts)."""
+that sends none (contracts); ``(nbytes, worker, geometry)`` for a rank's boxes of a step
+(:data:`deisa.bridge.boxes.Geometry`; ``(0, "", geometry)``: it holds no element this step)."""
+
+
+def geometry_of(sent: Sent) -> Any:
+    """The geometry of a :data:`Sent` (``None``: a block published plain, or none)."""
+    return sent[2] if len(sent) > 2 else None
 
 
 @dataclass
@@ -204,9 +211,9 @@ class Ledger:
             self.connection = out.connection = root.connection
         send_failures: list[tuple[int, int, str]] = []
         for rank, report in enumerate(reports):
-            for seq, nbytes, worker in report.sent:
+            for seq, *where in report.sent:
                 if seq in self._sent:
-                    self._sent[seq][rank] = (nbytes, worker)
+                    self._sent[seq][rank] = tuple(where)
             send_failures += [(seq, rank, message) for seq, message in report.failed]
         failures += [f"rank {rank}: {message}" for _, rank, message in sorted(send_failures)]
         if root.error:

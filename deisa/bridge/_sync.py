@@ -32,10 +32,13 @@ import numpy as np
 from .. import _dask_internals
 from ..contract import Plan
 from ..wire import step_key_name
+from ..wire.layout import LayoutError, StepLayout
 from ._collective import BridgeError, on_root, raise_first, reply_problem
-from ._publisher import PublishTiming, registration
+from ._publisher import Entry, PublishTiming, registration
+from .boxes import Geometry, Parcel
 from .link.scheduler import register_until_answered
 from .link.workers import refuses_connections
+from .registration.registrar import registered_blocks
 
 if TYPE_CHECKING:
     from ._parts import BridgeParts
@@ -50,11 +53,13 @@ REFUSAL_CHECK_MAX_S = 8.0
 
 
 class _Sent(NamedTuple):
-    """A rank's block of a sync publish, on its worker."""
+    """A rank's block of a sync publish, on its worker (its boxes' geometry, if a parcel;
+    a parcel with no element is sent nowhere: no key, no worker)."""
 
-    key: tuple[Any, ...]
+    key: tuple[Any, ...] | None
     worker: str
     nbytes: int
+    geometry: Geometry | None = None
 
 
 class _SendFailure(NamedTuple):
@@ -63,6 +68,7 @@ class _SendFailure(NamedTuple):
     key: tuple[Any, ...]
     worker: str
     message: str
+    geometry: Geometry | None = None
 
 
 class SyncPublisher:
@@ -73,34 +79,52 @@ class SyncPublisher:
         self.link = link
 
     def publish(
-        self, name: str, block: np.ndarray, step: int, revision: int, problem: str | None, t0: float
+        self,
+        name: str,
+        block: np.ndarray | Parcel | None,
+        step: int,
+        revision: int,
+        problem: str | None,
+        t0: float,
     ) -> None:
         reply: _Sent | _SendFailure | str | None
         plan = None if problem else self.parts.plan(name, step)
         key: tuple[Any, ...] | None = None
-        if problem:
+        rank = self.parts.rank
+        if problem or block is None:
             reply = problem
-        elif plan is not None and not plan.sends(self.parts.rank):
+        elif plan is not None and not plan.sends(rank):
             reply = None  # not wanted by the contract in force (deisa.contract)
+        elif isinstance(block, Parcel) and not block.size:
+            reply = _Sent(None, "", 0, block.geometry)  # nothing to send: its geometry only
         else:
             assert plan is not None
-            key = (
-                step_key_name(self.link.run or "", name, step, revision),
-                *plan.key_index(
-                    self.parts.arrays.decompositions[name].block_index[self.parts.rank]
-                ),
-            )
-            reply = self._send(name, step, key, block)
+            step_key = step_key_name(self.link.run or "", name, step, revision)
+            geometry = None
+            if isinstance(block, Parcel):  # one key per rank (deisa.bridge.boxes)
+                key, geometry = (step_key, rank), block.geometry
+                block = self._packed(name, block)
+            else:
+                dec = self.parts.arrays.decompositions[name]
+                key = (step_key, *plan.key_index(dec.block_index[rank]))
+            reply = _with_geometry(self._send(name, step, key, block), geometry)
+            if not isinstance(reply, _SendFailure) and self.parts.transport.give_back(block):
+                self.parts.transport.settle()  # a slot it was packed into (else sent again)
         t1 = time.perf_counter()
         replies = self.parts.comm.gather((name, step, reply), root=0)
-        placed, fields = on_root(self.parts.comm, lambda: self._queue(name, step, plan, replies))
+        placed, fields = on_root(
+            self.parts.comm, lambda: self._queue(name, step, revision, plan, replies)
+        )
         if placed == "retry":  # a worker left: place again, send again what failed, once
             self.parts.fields.deliver(fields)
             if isinstance(reply, _SendFailure) and key is not None:
-                reply = self._send(name, step, key, block)
+                assert isinstance(block, np.ndarray)
+                reply = _with_geometry(self._send(name, step, key, block), reply.geometry)
+                self.parts.transport.give_back(block)
             replies = self.parts.comm.gather((name, step, reply), root=0)
             placed, fields = on_root(
-                self.parts.comm, lambda: self._queue(name, step, plan, replies, retried=True)
+                self.parts.comm,
+                lambda: self._queue(name, step, revision, plan, replies, retried=True),
             )
         if placed == "queued":
             self.parts.steps.queued(name)
@@ -111,6 +135,19 @@ class SyncPublisher:
         logger.debug(
             "deisa bridge: %s step %d: send %.4f s, sync %.4f s", name, step, t1 - t0, t2 - t1
         )
+
+    def _packed(self, name: str, parcel: Parcel) -> np.ndarray:
+        """A parcel's array to send: its one box as it is (copied into a slot as it is sent), or
+        its boxes packed into a slot of the worker's ring (sent from there), else into an array
+        of their own."""
+        if len(parcel.arrays) == 1:
+            return parcel.arrays[0]
+        worker = self.parts.routing.worker_of[name]
+        packed = self.parts.transport.copy_parcel_in(worker, parcel)
+        if packed is None:
+            packed = np.empty(parcel.shape, self.parts.arrays.decompositions[name].dtype)
+            parcel.pack(packed)
+        return packed
 
     def _send(
         self, name: str, step: int, key: tuple[Any, ...], block: np.ndarray
@@ -154,6 +191,7 @@ class SyncPublisher:
         self,
         name: str,
         step: int,
+        revision: int,
         plan: Plan | None,
         replies: list[tuple[str, int, Any]],
         retried: bool = False,
@@ -179,12 +217,21 @@ class SyncPublisher:
                 rank, failure.message,
             )  # fmt: skip
             return "retry", self.parts.fields.collect()  # with the new worker list
-        blocks = [
-            (r.key, r.worker, r.nbytes if isinstance(r, _Sent) else 0)
-            for _, _, r in replies
+        # a block that failed twice names its departed worker: the scheduler says "lost"
+        sent = {
+            rank: (r.nbytes if isinstance(r, _Sent) else 0, r.worker,
+                   *(() if r.geometry is None else (r.geometry,)))
+            for rank, (_, _, r) in enumerate(replies)
             if isinstance(r, (_Sent, _SendFailure))
-        ]  # a block that failed twice names its departed worker: the scheduler says "lost"
-        outcome = self._register(name, step, blocks, plan)
+        }  # fmt: skip
+        entry = Entry(-1, name, step, revision, tuple(sent), plan)
+        per_rank = [sent.get(rank, (0, "")) for rank in range(len(replies))]
+        dec = self.parts.arrays.decompositions[name]
+        try:
+            blocks, layout = registered_blocks(self.link.run or "", dec, entry, per_rank)
+        except LayoutError as exc:
+            raise BridgeError(f"step {step} of {name!r}: {exc}") from None
+        outcome = self._register(name, step, blocks, plan, layout)
         if isinstance(outcome, str):  # every rank fails or detaches at this call (Losses)
             return "detached", {**self.parts.fields.collect(), "scheduler_lost": outcome}
         kind, message = registration(outcome, name, step, self.parts.options.on_worker_loss)
@@ -193,7 +240,7 @@ class SyncPublisher:
         return kind, self.parts.fields.collect()
 
     def _register(
-        self, name: str, step: int, blocks: list[Any], plan: Plan
+        self, name: str, step: int, blocks: list[Any], plan: Plan, layout: StepLayout | None = None
     ) -> dict[str, Any] | str:
         """Rank 0: ``deisa_publish`` of the step: the scheduler's reply, or why the scheduler counts
         as lost (asked again until then:
@@ -202,6 +249,7 @@ class SyncPublisher:
         registering = register_until_answered(
             self.link, self.parts.worker_book, give_up=True, name=name, step=step,
             blocks=blocks, timeout=self.parts.options.timeout, contract=plan.wire(),
+            layout=layout,
         )  # fmt: skip
         return self.parts.loop.run(registering)
 
@@ -215,3 +263,14 @@ class SyncPublisher:
                 return False
             time.sleep(0.05)
         return True
+
+
+def _with_geometry(
+    reply: _Sent | _SendFailure | str, geometry: Geometry | None
+) -> _Sent | _SendFailure | str:
+    """``reply`` carrying the geometry of the parcel it sent (a problem carries none)."""
+    if isinstance(reply, _Sent):
+        return _Sent(reply.key, reply.worker, reply.nbytes, geometry)
+    if isinstance(reply, _SendFailure):
+        return _SendFailure(reply.key, reply.worker, reply.message, geometry)
+    return reply

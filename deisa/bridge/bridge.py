@@ -32,22 +32,22 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from ..wire import decode_value
 from ._async import AsyncPublisher
-from ._closing import end_streams, shut_down
+from ._closing import close_bridge, shut_down
 from ._collective import (
     BridgeError,
     build_options,
-    check_block,
+    check_publish,
     on_root,
 )
 from ._losses import Losses
-from ._opening import connect_now, declare_arrays, take_connection
+from ._opening import connect_now, declare_arrays, declare_more, take_connection
 from ._parts import BridgeParts
 from ._publisher import Connection, PublishTiming
 from ._sync import SyncPublisher
@@ -310,10 +310,35 @@ class Bridge:
         """The run's name, once the connection is known (``None`` before)."""
         return self._link.run
 
+    def declare(self, arrays: Mapping[str, ArraySpec]) -> None:
+        """Add ``arrays`` (name -> this rank's :class:`ArraySpec`, fixed or moving), known only
+        once the run goes on (an ADIOS2 variable defined after step 0); collective, the same
+        names on every rank. Rank 0 opens them once every rank knows its connection (async:
+        waits for it). A contract set on them later is not followed. Raises, on every rank,
+        the construction's errors (bad arrays, names that differ or are declared already)."""
+        if self._closed:
+            raise BridgeError("declare() after close()")
+        declare_more(self._parts, self._link, self._async, dict(arrays))
+
     # -- publishing --------------------------------------------------------------------------
 
-    def publish(self, name: str, block: np.ndarray, step: int) -> None:
+    def publish(
+        self,
+        name: str,
+        block: np.ndarray | Sequence[Any],
+        step: int,
+        *,
+        start: Sequence[int] | None = None,
+        shape: Sequence[int] | None = None,
+    ) -> None:
         """Publish this rank's ``block`` of array ``name`` at ``step``; collective.
+
+        Data that moves (``docs/moving-data.md``): ``block`` at ``start`` in this step's global
+        ``shape``; or a list of ``(start, array)`` boxes (any number, ``[]`` included); or,
+        for an array joined along an axis (:meth:`ArraySpec.moving` ``joined_axis``), an array
+        or a list of arrays, placed after the lower ranks' boxes. The ranks that give
+        ``shape`` give the same; at least one gives it (a joined array: none). A fixed array's
+        step published so carries a layout too; one published plain takes today's path.
 
         ``mode="async"`` (default): returns once ``block`` is copied into a buffer the Bridge
         owns (the caller may overwrite ``block`` right away); the transfer to the worker and
@@ -340,7 +365,7 @@ class Bridge:
             One of the arrays given at construction.
         block
             This rank's block, of the shape and dtype declared; a strided view (ghost cells
-            excluded) is fine.
+            excluded) is fine. Or boxes (above).
         step
             Time step (non-negative), normally increasing from one call to the next for a
             given array; see above for a step published again.
@@ -359,14 +384,14 @@ class Bridge:
         if self.detached is not None:
             return
         t0 = time.perf_counter()
-        problem = check_block(self.decompositions, self.specs, name, block, step)
+        sent, problem = check_publish(
+            self.decompositions, self.specs, name, block, step, start, shape
+        )
         revision = 0
         if isinstance(step, (int, np.integer)):  # counted on every rank, whatever happens next
             revision = self._parts.steps.publication(name, int(step))
-        if self.asynchronous:
-            self._async.publish(name, block, step, revision, problem, t0)
-        else:
-            self._sync.publish(name, block, step, revision, problem, t0)
+        publisher = self._async if self.asynchronous else self._sync
+        publisher.publish(name, sent, step, revision, problem, t0)
 
     def flush(self) -> None:
         """Return once every step published so far is registered on the scheduler; collective.
@@ -459,36 +484,8 @@ class Bridge:
         """
         if self._closed:
             return
-        error: BridgeError | None = None
-        if self.asynchronous and self._async.raised is None and self.detached is None:
-            try:
-                self._async.wait_until(lambda: self._async.ledger.flushed)
-            except BridgeError as exc:
-                error = exc
         self._closed = True
-        nsteps = self._parts.steps.queued_steps()
-        open_s = time.perf_counter() - self._opened
-        try:
-            # the same decision on every rank: the connection is known everywhere, or nowhere;
-            # a lost scheduler is known everywhere too (no call to it: the loss was raised)
-            connected = not self.asynchronous or self._async.ledger.connection is not None
-            if connected and self._losses.scheduler_lost is None:
-                # how each rank sent, and its warm pool of shared memory
-                gathered = self.comm.gather((self.transport, self.shm_pool), root=0)
-                lost = on_root(
-                    self.comm,
-                    lambda: end_streams(self._parts, self._link, gathered, nsteps, open_s),
-                )
-                if lost is not None:  # detach (close returns) or fail, on every rank
-                    self._losses.lose_scheduler_now(lost)
-        except BridgeError:
-            if error is None:
-                raise
-            logger.warning("deisa bridge: ending the streams failed too", exc_info=True)
-        finally:
-            self._shutdown()
-        if error is not None:
-            raise error
+        close_bridge(self._parts, self._link, self._async, self._losses, self._opened)
 
     def _shutdown(self) -> None:
         shut_down(self._parts, self._async, self._link)

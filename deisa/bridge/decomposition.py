@@ -5,6 +5,10 @@ checks, once at start-up, that the blocks of all ranks tile the global shape on 
 rectilinear grid (uneven splits are fine; gaps, overlaps and misaligned blocks are not) and
 derives the dask ``chunks`` and each rank's block index from it.
 
+An array declared with :meth:`ArraySpec.moving` has no fixed shape: each step's global shape
+and boxes are given at publish (:mod:`deisa.bridge.boxes`); its :class:`Decomposition` only
+carries its dtype, number of axes and joined axis, and places its ranks in rank order.
+
 The time axis is not part of these shapes: every array is implicitly a sequence of steps,
 a leading axis, unbounded unless a ``time_length`` declares how many steps it holds.
 
@@ -13,6 +17,7 @@ Pure geometry, no thread of its own: used on the rank's main thread (and read fr
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -65,6 +70,9 @@ class ArraySpec:
               dims=None, time_length=None)
     >>> ArraySpec("float64", (64, 64), (32, 0), (32, 64), dims=("x", "y")).dims
     ('x', 'y')
+
+    An array whose shape and blocks change from step to step (particles, several boxes a
+    rank): :meth:`moving`.
     """
 
     dtype: np.dtype
@@ -73,6 +81,9 @@ class ArraySpec:
     shape: tuple[int, ...]
     dims: tuple[str, ...] | None = None
     time_length: int | None = None
+    is_moving: bool = dataclasses.field(default=False, repr=False)
+    joined_axis: int | None = dataclasses.field(default=None, repr=False)
+    ndim: int = dataclasses.field(default=0, repr=False)
 
     def __init__(
         self,
@@ -123,6 +134,87 @@ class ArraySpec:
             object.__setattr__(self, field, value)
         object.__setattr__(self, "dims", names)
         object.__setattr__(self, "time_length", None if time_length is None else int(time_length))
+        object.__setattr__(self, "is_moving", False)
+        object.__setattr__(self, "joined_axis", None)
+        object.__setattr__(self, "ndim", len(values["shape"]))
+
+    @classmethod
+    def moving(
+        cls,
+        dtype: object,
+        ndim: int,
+        *,
+        joined_axis: int | None = None,
+        dims: Sequence[str] | None = None,
+    ) -> ArraySpec:
+        """An array with no fixed shape: each step's global shape and this rank's boxes of it
+        are given to :meth:`deisa.Bridge.publish` (``start=``, ``shape=``, or a list of
+        ``(start, array)`` boxes), and may change at every step, a rank holding any number of
+        boxes (none included).
+
+        Parameters
+        ----------
+        dtype
+            Element type, anything :func:`numpy.dtype` accepts.
+        ndim
+            Number of (spatial) axes, at least 1.
+        joined_axis
+            For a *joined* array (particles; ADIOS2's ``JoinedDim``): the axis along which the
+            ranks' boxes follow one another in rank order, each rank giving only its arrays
+            (no ``start``, no ``shape``); every box spans the other axes whole. ``None``
+            (default): boxes placed by their ``start`` in the step's ``shape``.
+        dims
+            Optional names of the axes, as for a fixed array.
+
+        Every rank declares the same dtype, ``ndim``, ``joined_axis`` and ``dims``.
+
+        Raises
+        ------
+        TypeError, ValueError
+            Naming the argument: an unknown dtype, ``ndim`` not a positive integer,
+            ``joined_axis`` not one of the axes, bad ``dims``.
+
+        Examples
+        --------
+        >>> x = ArraySpec.moving("float64", 1, joined_axis=0)
+        >>> x.is_moving, x.ndim, x.joined_axis
+        (True, 1, 0)
+        >>> ArraySpec.moving("float32", 2, dims=("y", "x"))
+        ArraySpec.moving(dtype=dtype('float32'), ndim=2, joined_axis=None, dims=('y', 'x'))
+        """
+        try:
+            dt = np.dtype(dtype)  # type: ignore[call-overload]
+        except TypeError as exc:
+            raise TypeError(f"dtype={dtype!r} is not a numpy dtype") from exc
+        if not isinstance(ndim, (int, np.integer)) or isinstance(ndim, bool) or ndim < 1:
+            raise ValueError(f"ndim={ndim!r} must be a positive integer")
+        ndim = int(ndim)
+        if joined_axis is not None and (
+            not isinstance(joined_axis, (int, np.integer))
+            or isinstance(joined_axis, bool)
+            or not 0 <= joined_axis < ndim
+        ):
+            raise ValueError(f"joined_axis={joined_axis!r} must be an axis of the {ndim} axes")
+        spec = object.__new__(cls)
+        for name, value in {
+            "dtype": dt, "global_shape": (), "start": (), "shape": (),
+            "dims": check_dims(dims, ndim), "time_length": None, "is_moving": True,
+            "joined_axis": None if joined_axis is None else int(joined_axis), "ndim": ndim,
+        }.items():  # fmt: skip
+            object.__setattr__(spec, name, value)
+        return spec
+
+    def __repr__(self) -> str:
+        if self.is_moving:
+            return (
+                f"ArraySpec.moving(dtype={self.dtype!r}, ndim={self.ndim}, "
+                f"joined_axis={self.joined_axis}, dims={self.dims})"
+            )
+        return (
+            f"ArraySpec(dtype={self.dtype!r}, global_shape={self.global_shape}, "
+            f"start={self.start}, shape={self.shape}, dims={self.dims}, "
+            f"time_length={self.time_length})"
+        )
 
 
 @dataclass(frozen=True)
@@ -145,6 +237,14 @@ class Decomposition:
         The axes' names (:class:`ArraySpec`'s ``dims``), identical on every rank.
     time_length : int or None
         The declared length of the time axis (:class:`ArraySpec`'s), identical on every rank.
+    is_moving : bool
+        Declared with :meth:`ArraySpec.moving`: no global shape (``()``); its "grid" is its
+        ranks in rank order (``chunks`` of ones, ``block_index[rank] == (rank,)``), which is what
+        the placement policies place.
+    joined_axis : int or None
+        A moving array's joined axis.
+    ndim : int
+        Its number of axes.
     """
 
     name: str
@@ -154,6 +254,9 @@ class Decomposition:
     block_index: tuple[tuple[int, ...], ...]
     dims: tuple[str, ...] | None = None
     time_length: int | None = None
+    is_moving: bool = False
+    joined_axis: int | None = None
+    ndim: int = 0
 
     @property
     def grid_shape(self) -> tuple[int, ...]:
@@ -178,6 +281,10 @@ class Decomposition:
             raise DecompositionError(f"array {name!r}: no rank describes a block")
         ref = specs[0]
         _check_agree(name, specs)
+        if ref.is_moving:
+            n = len(specs)
+            return cls(name, ref.dtype, (), ((1,) * n,), tuple((r,) for r in range(n)),
+                       ref.dims, None, True, ref.joined_axis, ref.ndim)  # fmt: skip
         ndim = len(ref.global_shape)
         boundaries = []
         for axis in range(ndim):
@@ -202,14 +309,41 @@ class Decomposition:
         _check_one_owner_each(name, specs, index, boundaries)
         chunks = tuple(tuple(int(d) for d in np.diff(edges)) for edges in boundaries)
         return cls(
-            name, ref.dtype, ref.global_shape, chunks, tuple(index), ref.dims, ref.time_length
+            name,
+            ref.dtype,
+            ref.global_shape,
+            chunks,
+            tuple(index),
+            ref.dims,
+            ref.time_length,
+            ndim=ndim,
         )
+
+    def declared_box(self, rank: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """A fixed array's block of ``rank``: its ``(start, count)`` in the global shape."""
+        start, count = [], []
+        for axis, i in enumerate(self.block_index[rank]):
+            start.append(sum(self.chunks[axis][:i]))
+            count.append(self.chunks[axis][i])
+        return tuple(start), tuple(count)
 
 
 def _check_agree(name: str, specs: Sequence[ArraySpec]) -> None:
     """Every rank declares ``name`` with rank 0's dtype, global shape, dims and time length."""
     ref = specs[0]
     for rank, spec in enumerate(specs):
+        if spec.is_moving != ref.is_moving:
+            kinds = {True: "moving (ArraySpec.moving)", False: "fixed"}
+            raise DecompositionError(
+                f"array {name!r}: rank {rank} declares it {kinds[spec.is_moving]}, rank 0 "
+                f"{kinds[ref.is_moving]}"
+            )
+        for what in ("ndim", "joined_axis"):
+            if ref.is_moving and getattr(spec, what) != getattr(ref, what):
+                raise DecompositionError(
+                    f"array {name!r}: rank {rank} has {what}={getattr(spec, what)}, rank 0 "
+                    f"has {what}={getattr(ref, what)}"
+                )
         if spec.dtype != ref.dtype:
             raise DecompositionError(
                 f"array {name!r}: rank {rank} has dtype {spec.dtype}, rank 0 has {ref.dtype}"

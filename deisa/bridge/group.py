@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -99,6 +99,7 @@ class BridgeGroup:
         self._bridge_of: dict[str, Bridge] = {}
         self._whole: Bridge | None = None  # the Bridge over comm
         self._closed = False
+        self._making = (scheduler_file, options, kwargs)  # a Bridge over comm made by declare
         array_comms = {name: c for name, c in (array_comms or {}).items() if c != self.comm}
         groups, problem = _groups(arrays, array_comms, MPI.COMM_NULL)
         whole = groups[0][0] if groups and groups[0][1] is None else ()
@@ -158,9 +159,34 @@ class BridgeGroup:
             )
         return bridge
 
-    def publish(self, name: str, block: np.ndarray, step: int) -> None:
-        """:meth:`deisa.Bridge.publish` on the Bridge of ``name``: collective over its ranks."""
-        self.bridge(name).publish(name, block, step)
+    def publish(
+        self,
+        name: str,
+        block: np.ndarray | Sequence[Any],
+        step: int,
+        *,
+        start: Sequence[int] | None = None,
+        shape: Sequence[int] | None = None,
+    ) -> None:
+        """:meth:`deisa.Bridge.publish` on the Bridge of ``name``: collective over its ranks
+        (boxes, ``start`` and ``shape`` as there: data that moves)."""
+        self.bridge(name).publish(name, block, step, start=start, shape=shape)
+
+    def declare(self, arrays: Mapping[str, ArraySpec]) -> None:
+        """:meth:`deisa.Bridge.declare` on the Bridge over ``comm``: arrays added once the run
+        goes on, every rank of ``comm`` holding each; collective over ``comm``. A group whose
+        arrays were all held by some ranks gets its Bridge over ``comm`` then."""
+        if self._closed:
+            raise BridgeError("declare() after close()")
+        if self._whole is not None:
+            self._whole.declare(arrays)
+            self._bridge_of.update(dict.fromkeys(arrays, self._whole))
+            return
+        scheduler_file, options, kwargs = self._making
+        bridge = Bridge(scheduler_file, dict(arrays), comm=self.comm, options=options, **kwargs)
+        self.bridges = {tuple(arrays): bridge, **self.bridges}  # closed first, as construction's
+        self._bridge_of.update(dict.fromkeys(arrays, bridge))
+        self._whole = bridge
 
     def get(self, name: str, default: Any = None) -> Any:
         """:meth:`deisa.Bridge.get` on the Bridge over ``comm``: collective over ``comm``."""

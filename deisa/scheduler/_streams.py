@@ -107,6 +107,9 @@ class Step:
     pending: int = 0  # readers that have not taken it yet; the stream holds its keys until 0
     clients: set[str] = field(default_factory=set)  # the clients that took it
     contract: dict[str, Any] | None = None  # the contract it was sent under (deisa.contract)
+    # a moving step's layout, in its wire form (deisa.wire.layout.StepLayout.to_wire): kept as
+    # given, handed to each taker, gone with the record once the last reader took the step
+    layout: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

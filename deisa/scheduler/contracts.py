@@ -82,7 +82,7 @@ class ContractStore:
         slot = self.slots.get(name)
         if slot is not None and slot.contract is not None:
             try:
-                contract = slot.contract.resolved(meta["shape"], name)
+                contract = resolved(slot.contract, meta, name)
             except ContractError as exc:
                 logger.error("deisa: contract of %r dropped: %s", name, exc)
                 self.slots[name] = _Slot(None, slot.version + 1, True, str(exc))
@@ -105,7 +105,7 @@ class ContractStore:
         meta = self.meta_of(name)
         if parsed is not None and meta is not None:
             try:
-                parsed = parsed.resolved(meta["shape"], name)
+                parsed = resolved(parsed, meta, name)
             except ContractError as exc:
                 return error(str(exc))
         version = slot.version + 1
@@ -191,6 +191,26 @@ class ContractStore:
                 for name, s in self.slots.items()
             },
         }
+
+
+def resolved(contract: Contract, meta: dict[str, Any], name: str) -> Contract:
+    """``contract`` checked against the array ``meta`` describes (:meth:`Contract.resolved`).
+
+    Raises
+    ------
+    ContractError
+        As :meth:`Contract.resolved`; or a region on a moving array (whose shape changes from
+        step to step: not supported yet).
+    """
+    if contract.region is None:  # steps only: any array, a moving one too
+        return contract
+    if meta.get("moving"):
+        raise ContractError(
+            f"array {name!r} is moving (its shape changes from step to step): a contract's "
+            "region is not supported on moving arrays yet; a contract of steps only "
+            "(require(steps=...)) is"
+        )
+    return contract.resolved(meta["shape"], name)
 
 
 def install(scheduler: Any, meta_of: Callable[[str], dict[str, Any] | None]) -> ContractStore:

@@ -50,6 +50,7 @@ class Publishing(StreamState):
         blocks: list[tuple[Any, str, int]],
         timeout: float | None = None,
         contract: dict[str, Any] | None = None,
+        layout: dict[str, Any] | None = None,
     ) -> Reply:
         self.calls["publish"] += 1
         stream = self.streams.get(name)
@@ -64,7 +65,12 @@ class Publishing(StreamState):
             nbytes={key: nbytes for key, _, nbytes in present},
             holder=stream.holder,
         )
-        record = Step(step, keys, [worker for _, worker, _ in blocks], run, contract=contract)
+        workers = [worker for _, worker, _ in blocks]
+        record = Step(step, keys, workers, run, contract=contract, layout=layout)
+        malformed = _malformed_layout(layout, len(keys))
+        if malformed is not None:  # refused: what the ranks sent is freed
+            _dask_internals.release_keys(self.scheduler, keys, stream.holder)
+            return error(f"step {step} of {name!r}: {malformed}; the step was not published")
         if departed:  # gone between the ranks' sends and this call: free what the others hold
             return await self._lost_on_arrival(stream, record, departed)
         if stream.last_taken is not None and step <= stream.last_taken:
@@ -156,7 +162,7 @@ class Publishing(StreamState):
         """A step published again before any reader took it: the new data takes its place."""
         released = [key for key in old.keys if key not in new.keys]
         old.keys, old.workers = new.keys, new.workers  # in place: in every reader's queue
-        old.contract = new.contract
+        old.contract, old.layout = new.contract, new.layout
         _dask_internals.release_keys(self.scheduler, released, stream.holder)
         logger.info(
             "deisa: step %d of %r published again before the analytics took it: the new data "
@@ -230,3 +236,19 @@ class Publishing(StreamState):
         stream.closed = True
         await stream.notify()
         return ok()
+
+
+def _malformed_layout(layout: Any, nkeys: int) -> str | None:
+    """What is wrong with a step's ``layout`` (wire form), or None: checked in O(1), the rest
+    (boxes inside the shape...) by the analytics, which builds the step from it."""
+    if layout is None:
+        return None
+    if not isinstance(layout, dict) or not {"shape", "boxes", "parcels"} <= set(layout):
+        return (
+            f"layout {layout!r:.200} is not a step layout (a dict of shape, boxes and parcels: "
+            "deisa.wire.layout.StepLayout.to_wire)"
+        )
+    parcels = layout["parcels"]
+    if not isinstance(parcels, (list, tuple)) or len(parcels) != nkeys:
+        return f"the layout's parcels {parcels!r:.200} do not name one box count per key ({nkeys})"
+    return None

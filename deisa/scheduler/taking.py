@@ -130,6 +130,7 @@ class Taking(Consumers):
             nthreads=self._nthreads(entry.workers),
             confirm=again,
             contract=entry.contract,
+            **({"layout": entry.layout} if entry.layout is not None else {}),
         )
 
     def step_taken(self, client: str, name: str, run: str, step: int) -> None:

@@ -6,9 +6,11 @@
 #include <chrono>
 #include <complex>
 #include <exception>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -16,6 +18,7 @@
 #include <pybind11/complex.h>
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include "array_order.h"
 #include "core/python_interpreter.h"
@@ -254,13 +257,6 @@ void Deisa_engine::check(const string& name, adios2::ShapeID shape_id, const vec
 		throw invalid_argument{
 			refused(name, "a local array or value (no global shape)", "define it with a shape, or leave it out with the `Variables' parameter")};
 	}
-	if (shape_id == adios2::ShapeID::JoinedArray) {
-		throw invalid_argument{refused(
-			name,
-			"a joined array (its blocks' positions are known only once all are written)",
-			"define it with a start, or leave it out with the `Variables' parameter"
-		)};
-	}
 	if (!operators.empty()) {
 		throw invalid_argument{refused(
 			name,
@@ -313,6 +309,17 @@ bool Deisa_engine::block_of(const adios2::Variable<T>& variable, Step_block& blo
 	block.global_shape = block.value ? vector<long>{1} : order(variable.Shape());
 	block.start = block.value ? vector<long>{0} : order(variable.Start());
 	block.shape = block.value ? vector<long>{1} : order(variable.Count());
+	if (variable.ShapeID() == adios2::ShapeID::JoinedArray) {
+		// its blocks follow one another along the JoinedDim axis, in rank order: no start
+		const auto joined = std::find(block.global_shape.begin(), block.global_shape.end(), static_cast<long>(adios2::JoinedDim));
+		if (joined != block.global_shape.end()) {
+			block.joined_axis = joined - block.global_shape.begin();
+			*joined = 0;
+		} else {
+			block.joined_axis = 0;
+		}
+		block.start.clear();
+	}
 	block.nbytes = sizeof(T) * (block.value ? 1 : variable.SelectionSize());
 	return true;
 }
@@ -326,6 +333,7 @@ void Deisa_engine::put(adios2::Variable<T> variable, const T* values, bool copy)
 	} else {
 		Step_block block;
 		if (!block_of(variable, block)) return;
+		if (block.value && m_rank != 0) return; // a single value is rank 0's
 		block.data = values;
 		if (!block.value) select_memory(variable, block, values);
 		if (copy || block.value) block.keep_copy();
@@ -357,7 +365,8 @@ void Deisa_engine::put_span(adios2::Variable<T> variable, typename adios2::Varia
 			+ ": ADIOS2 gives a plugin engine's Spans of a variable one core Span, which the second would take from the first"};
 	}
 	Step_block block;
-	const bool published = block_of(variable, block); // the code writes into an unpublished variable's Span too
+	// the code writes into an unpublished variable's Span too (a single value is rank 0's)
+	const bool published = block_of(variable, block) && (!block.value || m_rank == 0);
 	vector<unsigned char> memory(std::max(count, size_t{1}) * sizeof(T)); // operator new's alignment: any T's
 	T* buffer = reinterpret_cast<T*>(memory.data());
 	if (initialize) std::fill_n(buffer, count, value);
@@ -409,6 +418,7 @@ adios2::StepStatus Deisa_engine::BeginStep(adios2::StepMode, const float)
 {
 	if (m_in_step) throw invalid_argument{"deisa ADIOS2 engine: BeginStep called twice without EndStep"};
 	m_in_step = true;
+	m_began = true;
 	return adios2::StepStatus::OK;
 }
 
@@ -435,34 +445,82 @@ void Deisa_engine::EndStep()
 	++m_step;
 }
 
-void Deisa_engine::create_bridge()
+std::set<string> Deisa_engine::agree_on_step(bool& news)
 {
-	// rank 0's single values are the arrays of a communicator of rank 0 alone: every rank names them
-	string names;
-	if (m_rank == 0) {
-		for (auto&& name: m_step_blocks.value_names()) {
-			names += name + "\n";
-		}
+	const vector<Declared_array>& arrays = m_step_blocks.arrays();
+	vector<int> flags(arrays.size() + 1, 0);
+	for (size_t ii = 0; ii < arrays.size(); ++ii) {
+		flags[ii] = m_step_blocks.of(arrays[ii].name).empty() ? 0 : 1;
 	}
-	int length = static_cast<int>(names.size());
-	MPI_Bcast(&length, 1, MPI_INT, 0, m_comm);
-	names.resize(length);
-	MPI_Bcast(names.data(), length, MPI_CHAR, 0, m_comm);
-	vector<string> value_names;
-	for (size_t begin = 0, end; (end = names.find('\n', begin)) != string::npos; begin = end + 1) {
-		value_names.emplace_back(names.substr(begin, end - begin));
+	flags.back() = m_step_blocks.new_names().empty() ? 0 : 1;
+	MPI_Request request;
+	MPI_Iallreduce(MPI_IN_PLACE, flags.data(), static_cast<int>(flags.size()), MPI_INT, MPI_MAX, m_comm, &request);
+	// polled with short sleeps, not waited in MPI_Wait, where the MPI spins a core that may be
+	// another rank's (as the Bridge's exchange waits: deisa/bridge/_exchange.py)
+	auto pause = std::chrono::microseconds{50};
+	for (int done = 0;;) {
+		MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+		if (done) break;
+		std::this_thread::sleep_for(pause);
+		pause = std::min(pause * 2, std::chrono::microseconds{2000});
 	}
-	m_step_blocks.declare(value_names);
-	MPI_Comm_split(m_comm, m_rank == 0 ? 0 : MPI_UNDEFINED, 0, &m_values_comm);
-	python("creating the deisa Bridge", [&] {
+	std::set<string> put;
+	for (size_t ii = 0; ii < arrays.size(); ++ii) {
+		if (flags[ii]) put.insert(arrays[ii].name);
+	}
+	news = flags.back() != 0;
+	return put;
+}
+
+void Deisa_engine::declare_new_arrays(std::set<string>& put)
+{
+	const bool created = m_python.created();
+	if (!created) MPI_Comm_split(m_comm, m_rank == 0 ? 0 : MPI_UNDEFINED, 0, &m_values_comm);
+	python(created ? "declaring the variables first Put in step " + std::to_string(m_step) : string{"creating the deisa Bridge"}, [&] {
 		py::gil_scoped_acquire gil;
-		m_python.wait("bridge");
+		if (!created) m_python.wait("bridge");
+		py::list mine;
+		for (auto&& name: m_step_blocks.new_names()) {
+			const vector<const Step_block*> blocks = m_step_blocks.of(name);
+			const Step_block& first = *blocks.front();
+			py::list geometry;
+			for (auto&& block: blocks) {
+				geometry.append(py::make_tuple(block->global_shape, block->start, block->shape));
+			}
+			const char* kind = first.value ? "value" : first.joined_axis >= 0 ? "joined" : "array";
+			mine.append(py::make_tuple(name, first.dtype, kind, first.shape.size(), first.joined_axis, geometry));
+		}
+		py::module_ engine_arrays = py::module_::import("deisa.bridge.engine_arrays");
+		py::object declarations;
+		try {
+			declarations = engine_arrays.attr("agree")(MPI_Comm_c2f(m_comm), mine, m_step, created);
+		} catch (py::error_already_set& e) {
+			// ranks that Put one variable as two arrays: its one line, on every rank
+			if (!e.matches(engine_arrays.attr("EngineArrayError"))) throw;
+			throw invalid_argument{py::str(e.value()).cast<string>()};
+		}
 		py::dict specs;
 		vector<std::pair<string, MPI_Fint>> array_comms;
-		for (auto&& array: m_step_blocks.arrays()) {
-			if (array.value) array_comms.emplace_back(array.name, MPI_Comm_c2f(m_values_comm));
-			if (array.value && m_rank != 0) continue;
-			specs[py::str(array.name)] = m_python.array_spec(array.dtype, array.global_shape, array.start, array.shape);
+		vector<Declared_array> arrays;
+		for (auto&& declaration: declarations) {
+			Declared_array array;
+			array.name = declaration.attr("name").cast<string>();
+			array.dtype = declaration.attr("dtype").cast<string>();
+			const string path = declaration.attr("path").cast<string>();
+			array.path = path == "fixed" ? Path::fixed : path == "value" ? Path::value : Path::moving;
+			array.global_shape = declaration.attr("global_shape").cast<vector<long>>();
+			array.start = declaration.attr("start").cast<vector<long>>();
+			array.shape = declaration.attr("count").cast<vector<long>>();
+			if (array.path == Path::value) array_comms.emplace_back(array.name, MPI_Comm_c2f(m_values_comm));
+			py::object spec = declaration.attr("spec");
+			if (!spec.is_none()) specs[py::str(array.name)] = spec;
+			put.insert(array.name);
+			arrays.emplace_back(std::move(array));
+		}
+		m_step_blocks.declare(std::move(arrays));
+		if (created) {
+			m_python.declare(specs);
+			return;
 		}
 		const Startup startup = m_python.create(m_scheduler_file, specs, MPI_Comm_c2f(m_comm), array_comms, m_parameters.attr("options"));
 		if (m_rank == 0) {
@@ -482,16 +540,29 @@ void Deisa_engine::publish_step()
 		py::gil_scoped_acquire gil;
 		published = m_parameters.attr("publishes_step")(m_step).cast<bool>();
 	}
-	if (!published || (m_step_blocks.empty() && !m_step_blocks.declared())) return;
-	if (!m_step_blocks.declared()) create_bridge();
+	if (!published) return;
+	bool news = false;
+	std::set<string> put = agree_on_step(news);
+	const auto agreed = Clock::now();
+	if (news) declare_new_arrays(put);
 	double gil_ms = 0, publish_ms = 0; // the phases of EndStep, logged at debug level
-	for (auto&& block: m_step_blocks.to_publish(m_step, m_rank)) {
-		python("publishing `" + block->name + "' step " + std::to_string(m_step), [&] {
+	for (auto&& array: m_step_blocks.arrays()) {
+		if (array.path == Path::value ? m_rank != 0 || m_step_blocks.of(array.name).empty() : put.count(array.name) == 0) continue;
+		const Publication publication = m_step_blocks.publication(array);
+		python("publishing `" + array.name + "' step " + std::to_string(m_step), [&] {
 			const auto asked = Clock::now();
 			py::gil_scoped_acquire gil;
 			const auto held = Clock::now();
-			const long itemsize = py::dtype(block->dtype).itemsize();
-			m_python.publish(block->name, block->strided(itemsize), static_cast<long>(m_step), py::none());
+			const long itemsize = py::dtype(array.dtype).itemsize();
+			if (publication.plain != nullptr) {
+				m_python.publish(array.name, publication.plain->strided(itemsize), static_cast<long>(m_step), py::none());
+			} else {
+				vector<Box_block> boxes;
+				for (auto&& box: publication.boxes) {
+					boxes.push_back({box->start, box->strided(itemsize)});
+				}
+				m_python.publish_boxes(array.name, static_cast<long>(m_step), publication.shape, boxes);
+			}
 			gil_ms += milliseconds(asked, held);
 			publish_ms += milliseconds(held, Clock::now());
 		});
@@ -499,8 +570,9 @@ void Deisa_engine::publish_step()
 	if (m_debug) {
 		py::gil_scoped_acquire gil;
 		log("debug",
-		    py::str("EndStep step {}: {:.3f} ms, of which waiting for the GIL {:.3f} ms, in Bridge.publish {:.3f} ms")
-		        .format(m_step, milliseconds(start, Clock::now()), gil_ms, publish_ms)
+		    py::str("EndStep step {}: {:.3f} ms, of which agreeing on the step's variables {:.3f} ms, waiting for the GIL {:.3f} ms, in "
+		            "Bridge.publish {:.3f} ms")
+		        .format(m_step, milliseconds(start, Clock::now()), milliseconds(start, agreed), gil_ms, publish_ms)
 		        .cast<string>());
 	}
 }
@@ -509,7 +581,8 @@ void Deisa_engine::DoClose(const int)
 {
 	if (m_closed) return;
 	m_closed = true;
-	if (!m_step_blocks.empty()) EndStep(); // Puts without BeginStep/EndStep: one step, as BP5 writes it
+	// a step begun and not ended, or Puts without BeginStep/EndStep (one step, as BP5 writes it)
+	if (m_in_step || (!m_began && m_step == 0)) EndStep();
 	python("closing the deisa Bridge", [&] {
 		const bool created = m_python.created();
 		m_python.close();

@@ -6,6 +6,7 @@
 #include <mpi.h>
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -27,10 +28,13 @@ namespace deisa {
 
 /** The `deisa' engine of ADIOS2 (`<engine type="plugin">', PluginName `deisa').
  *
- * Each rank's Put of a global array is this rank's block of the array of the variable's name;
- * a global single value is a one-element array published by rank 0.  EndStep publishes the
- * step's blocks, in name order, through this rank's deisa.Bridge (created at the first
- * published step, with the variables Put then), the ADIOS2 step being the time index.  A sync
+ * Each Put of a global array (any number per rank and step, each with its selection in the
+ * step's shape; a joined array's) is a block of the array of the variable's name; a global single
+ * value is a one-element array published by rank 0.  EndStep publishes the step's blocks, in
+ * name order, through this rank's deisa.Bridge (created at the first published step, with the
+ * variables Put then; a variable first Put later is declared then), the ADIOS2 step being the
+ * time index: a variable whose first step's blocks were one per rank on a grid as declared
+ * (today's path), any other as boxes (Step_blocks::publication).  A sync
  * Put is copied (the code may reuse its buffer at once), a deferred Put is read at EndStep, or
  * copied at PerformPuts, as BP5 does; with a memory selection, the block is its sub-box of the
  * code's buffer (the memory selection guard tells it).  A Span Put lends the code the engine's
@@ -66,6 +70,9 @@ class Deisa_engine: public adios2::plugin::PluginEngineInterface
 
 	/// whether BeginStep was called and EndStep not yet
 	bool m_in_step = false;
+
+	/// whether BeginStep was ever called (else the Puts before Close are one step)
+	bool m_began = false;
 
 	/// whether Close was called
 	bool m_closed = false;
@@ -144,10 +151,20 @@ class Deisa_engine: public adios2::plugin::PluginEngineInterface
 	template <typename T>
 	void put(adios2::Variable<T> variable, const T* values, bool copy);
 
-	/// Creates the Bridge from the step's blocks (collective)
-	void create_bridge();
+	/** Which declared arrays some rank Put in the step, and whether some rank Put a variable not declared yet (collective: one small
+	 * non-blocking allreduce, polled)
+	 * \param news receives whether some rank Put a variable not declared yet
+	 * \return the names of the declared arrays some rank Put
+	 */
+	std::set<std::string> agree_on_step(bool& news);
 
-	/// Publishes the step's blocks, if the step is published (collective)
+	/** Declares the variables first Put in the step by some rank (deisa.bridge.engine_arrays.agree), creating the Bridge with them at the
+	 * first (collective)
+	 * \param put receives their names: published in the step
+	 */
+	void declare_new_arrays(std::set<std::string>& put);
+
+	/// Publishes the step's blocks, if the step is published: every array some rank Put, by every rank (collective)
 	void publish_step();
 
 	/** Runs a call to Python, turning a failure into one std::runtime_error naming `action' (the traceback is logged)

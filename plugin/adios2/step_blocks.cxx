@@ -1,4 +1,4 @@
-/* The blocks of the step an ADIOS2 code is writing, and the arrays they must match. */
+/* The blocks of the step an ADIOS2 code is writing, and how each declared array publishes them. */
 
 #include <algorithm>
 #include <stdexcept>
@@ -24,15 +24,6 @@ string dims(const vector<long>& values)
 		text += (ii ? ", " : "") + to_string(values[ii]);
 	}
 	return text + "}";
-}
-
-string changed(const Step_block& block, const Step_block& declared)
-{
-	if (block.dtype != declared.dtype) return "its type (" + declared.dtype + " -> " + block.dtype + ")";
-	if (block.global_shape != declared.global_shape) return "its shape (" + dims(declared.global_shape) + " -> " + dims(block.global_shape) + ")";
-	if (block.start != declared.start) return "this rank's start (" + dims(declared.start) + " -> " + dims(block.start) + ")";
-	if (block.shape != declared.shape) return "this rank's count (" + dims(declared.shape) + " -> " + dims(block.shape) + ")";
-	return {};
 }
 
 } // namespace
@@ -87,13 +78,25 @@ Strided_block Step_block::strided(long itemsize) const
 	return {data, dtype, shape, strides};
 }
 
+bool Step_block::empty() const
+{
+	return std::any_of(shape.begin(), shape.end(), [](long count) { return count == 0; });
+}
+
 void Step_blocks::add(Step_block block, size_t step)
 {
 	for (auto&& other: m_blocks) {
-		if (other.name == block.name) {
+		if (other.name != block.name) continue;
+		if (block.value) {
 			throw invalid_argument{
-				"deisa ADIOS2 engine: variable `" + block.name + "' Put twice by this rank in step " + to_string(step)
-				+ ": one block per rank and step is published (several blocks of a rank are not supported)"};
+				"deisa ADIOS2 engine: single value `" + block.name + "' Put twice by this rank in step " + to_string(step)
+				+ ": a step has one value of it"};
+		}
+		if (other.global_shape != block.global_shape) {
+			throw invalid_argument{
+				"deisa ADIOS2 engine: variable `" + block.name + "' Put with the shape " + dims(block.global_shape) + " after "
+				+ dims(other.global_shape) + " by this rank in step " + to_string(step)
+				+ ": the blocks of a step lie in one shape (SetShape before the step's first Put)"};
 		}
 	}
 	m_blocks.emplace_back(std::move(block));
@@ -106,64 +109,52 @@ void Step_blocks::keep_copies()
 	}
 }
 
-vector<string> Step_blocks::value_names() const
+vector<const Step_block*> Step_blocks::of(const string& name) const
+{
+	vector<const Step_block*> blocks;
+	for (auto&& block: m_blocks) {
+		if (block.name == name) blocks.emplace_back(&block);
+	}
+	return blocks;
+}
+
+vector<string> Step_blocks::new_names() const
 {
 	vector<string> names;
 	for (auto&& block: m_blocks) {
-		if (block.value) names.emplace_back(block.name);
+		const bool known = std::any_of(m_declared.begin(), m_declared.end(), [&](auto&& array) { return array.name == block.name; });
+		if (!known) names.emplace_back(block.name);
 	}
+	std::sort(names.begin(), names.end());
+	names.erase(std::unique(names.begin(), names.end()), names.end());
 	return names;
 }
 
-void Step_blocks::declare(const vector<string>& value_names)
+void Step_blocks::declare(vector<Declared_array> arrays)
 {
-	m_declared.clear();
-	for (auto&& block: m_blocks) {
-		// the single values are rank 0's (below): this rank's geometry, where it Put one too
-		if (block.value && std::find(value_names.begin(), value_names.end(), block.name) == value_names.end()) continue;
-		Step_block array = block;
-		array.copy.clear();
-		array.data = nullptr;
+	for (auto&& array: arrays) {
 		m_declared.emplace_back(std::move(array));
-	}
-	for (auto&& name: value_names) {
-		if (std::any_of(m_declared.begin(), m_declared.end(), [&](auto&& array) { return array.name == name; })) continue;
-		Step_block value;
-		value.name = name;
-		value.value = true;
-		m_declared.emplace_back(std::move(value));
 	}
 	std::sort(m_declared.begin(), m_declared.end(), [](auto&& a, auto&& b) { return a.name < b.name; });
 }
 
-vector<const Step_block*> Step_blocks::to_publish(size_t step, int rank) const
+Publication Step_blocks::publication(const Declared_array& array) const
 {
-	vector<const Step_block*> blocks;
-	for (auto&& declared: m_declared) {
-		if (declared.value && rank != 0) continue;
-		auto&& found = std::find_if(m_blocks.begin(), m_blocks.end(), [&](auto&& block) { return block.name == declared.name; });
-		if (found == m_blocks.end()) {
-			throw invalid_argument{
-				"deisa ADIOS2 engine: variable `" + declared.name + "' was not Put by rank " + to_string(rank) + " in step " + to_string(step)
-				+ ": every rank Puts every published variable in every published step (the `Variables' parameter chooses them)"};
-		}
-		const string difference = declared.value ? string{} : changed(*found, declared);
-		if (!difference.empty()) {
-			throw invalid_argument{
-				"deisa ADIOS2 engine: variable `" + declared.name + "' changed " + difference + " in step " + to_string(step)
-				+ ": a published array keeps its shape and decomposition"};
-		}
-		blocks.emplace_back(&*found);
-	}
-	for (auto&& block: m_blocks) {
-		const bool known = std::any_of(m_declared.begin(), m_declared.end(), [&](auto&& array) { return array.name == block.name; });
-		if (!known && !(block.value && rank != 0)) {
-			throw invalid_argument{
-				"deisa ADIOS2 engine: variable `" + block.name + "' is first Put in step " + to_string(step)
-				+ ": the published variables are those Put in the first published step"};
+	Publication result;
+	result.array = &array;
+	const vector<const Step_block*> blocks = of(array.name);
+	if (array.path != Path::moving && blocks.size() == 1) {
+		const Step_block& block = *blocks.front();
+		if (array.path == Path::value || (block.global_shape == array.global_shape && block.start == array.start && block.shape == array.shape)) {
+			result.plain = &block; // as declared: today's path
+			return result;
 		}
 	}
-	return blocks;
+	for (auto&& block: blocks) {
+		if (block->joined_axis < 0) result.shape = block->global_shape; // one shape per step (add)
+		if (!block->empty()) result.boxes.emplace_back(block);
+	}
+	return result;
 }
 
 } // namespace deisa

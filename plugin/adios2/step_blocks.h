@@ -1,4 +1,4 @@
-/* The blocks of the step an ADIOS2 code is writing, and the arrays they must match. */
+/* The blocks of the step an ADIOS2 code is writing, and how each declared array publishes them. */
 
 #ifndef DEISA_STEP_BLOCKS_H_
 #define DEISA_STEP_BLOCKS_H_
@@ -21,10 +21,13 @@ struct Step_block {
 	/// whether the variable is a global single value (a one-element array published by rank 0)
 	bool value = false;
 
-	/// the global array's shape
+	/// the axis of a joined array's JoinedDim, -1: not joined
+	long joined_axis = -1;
+
+	/// the global array's shape at the Put (SetShape); a joined array's joined axis: 0
 	std::vector<long> global_shape;
 
-	/// first index of the block in the global array
+	/// first index of the block in the global array (SetSelection); a joined array's: empty
 	std::vector<long> start;
 
 	/// size of the block
@@ -55,20 +58,64 @@ struct Step_block {
 	 * \param itemsize the size of an element in bytes
 	 */
 	Strided_block strided(long itemsize) const;
+
+	/// Whether the block holds no element (a count of 0 on some axis)
+	bool empty() const;
 };
 
-/** The blocks Put in the step being written, checked against the arrays the Bridge was created with.
+/// How the engine publishes a variable (deisa.bridge.engine_arrays)
+enum class Path {
+	/// today's path: one block per rank on a grid, as declared (a step that differs goes as boxes)
+	fixed,
+	/// every step as boxes (deisa.ArraySpec.moving): its shape given per step, or joined
+	moving,
+	/// a global single value: a one-element array, rank 0's
+	value,
+};
+
+/// An array of the Bridge: a variable declared at the first published step where some rank Put it
+struct Declared_array {
+	/// the variable's name
+	std::string name;
+
+	/// numpy name of the element type
+	std::string dtype;
+
+	/// how it is published
+	Path path = Path::moving;
+
+	/// a fixed array's global shape, this rank's start and count, as declared
+	std::vector<long> global_shape, start, shape;
+};
+
+/// What this rank publishes of a declared array in a step
+struct Publication {
+	/// the array
+	const Declared_array* array = nullptr;
+
+	/// the one block, as declared (today's path: Bridge.publish of the block); null: `boxes'
+	const Step_block* plain = nullptr;
+
+	/// the step's global shape this rank gives with its boxes; empty: none (no box, or a joined array)
+	std::vector<long> shape;
+
+	/// the boxes, in Put order, those holding no element left out (none: the rank takes part with nothing)
+	std::vector<const Step_block*> boxes;
+};
+
+/** The blocks Put in the step being written, and the arrays declared to the Bridge.
  *
- * Every error is a std::invalid_argument whose message names the variable, the step and what
- * differs, for the engine to raise at the Put or the EndStep that caused it.
+ * A rank Puts any number of blocks of a variable in a step, each with its own selection in
+ * the step's shape.  Every error is a std::invalid_argument whose message names the variable
+ * and the step, for the engine to raise at the Put that caused it.
  */
 class Step_blocks
 {
 	/// the blocks of the step, in Put order
 	std::vector<Step_block> m_blocks;
 
-	/// the arrays of the Bridge (their geometry, no data), by name
-	std::vector<Step_block> m_declared;
+	/// the arrays of the Bridge, by name
+	std::vector<Declared_array> m_declared;
 
 public:
 	/** Records a block
@@ -86,28 +133,33 @@ public:
 	/// Whether no block was Put in the step
 	bool empty() const { return m_blocks.empty(); }
 
-	/** The names of the single values Put in the step
-	 * \return the names, in Put order
+	/** The blocks of a variable in the step
+	 * \param name the variable
+	 * \return its blocks, in Put order
 	 */
-	std::vector<std::string> value_names() const;
+	std::vector<const Step_block*> of(const std::string& name) const;
 
-	/** The blocks of the step become the arrays of the Bridge
-	 * \param value_names the names of the single values (rank 0's, on every rank)
+	/** The variables Put in the step and not declared yet
+	 * \return their names, sorted
 	 */
-	void declare(const std::vector<std::string>& value_names);
+	std::vector<std::string> new_names() const;
 
-	/// Whether the arrays are declared
+	/** Declares arrays (their geometry, no data)
+	 * \param arrays the arrays, not declared yet
+	 */
+	void declare(std::vector<Declared_array> arrays);
+
+	/// Whether some array is declared
 	bool declared() const { return !m_declared.empty(); }
 
 	/// The arrays of the Bridge, by name
-	const std::vector<Step_block>& arrays() const { return m_declared; }
+	const std::vector<Declared_array>& arrays() const { return m_declared; }
 
-	/** The blocks to publish, by name, checked against the declared arrays
-	 * \param step the step, for messages
-	 * \param rank this rank: the single values are published by rank 0 only
-	 * \return the blocks
+	/** What this rank publishes of an array in the step
+	 * \param array one of arrays()
+	 * \return its plain block or its boxes
 	 */
-	std::vector<const Step_block*> to_publish(size_t step, int rank) const;
+	Publication publication(const Declared_array& array) const;
 };
 
 } // namespace deisa

@@ -119,6 +119,14 @@ py::object Python_bridge::array_spec(
 	)("dtype"_a = dtype, "global_shape"_a = to_tuple(global_shape), "start"_a = to_tuple(start), "shape"_a = to_tuple(shape), **names);
 }
 
+py::object Python_bridge::moving_spec(const string& dtype, long ndim, long joined_axis, const vector<string>& dims) const
+{
+	py::dict names; // `joined_axis' and `dims' only when given, so that ArraySpec.moving's defaults stay its own
+	if (joined_axis >= 0) names["joined_axis"] = joined_axis;
+	if (!dims.empty()) names["dims"] = to_tuple(dims);
+	return m_module.attr("ArraySpec").attr("moving")(dtype, ndim, **names);
+}
+
 Startup Python_bridge::create(
 	const string& scheduler_file,
 	const py::dict& specs,
@@ -153,6 +161,31 @@ void Python_bridge::publish(const string& name, const Strided_block& block, long
 {
 	py::gil_scoped_acquire gil;
 	m_bridge.attr("publish")(name, numpy_view(block, std::move(owner)), step);
+}
+
+void Python_bridge::publish_boxes(const string& name, long step, const vector<long>& global_shape, const vector<Box_block>& boxes, py::object owner)
+{
+	py::gil_scoped_acquire gil;
+	py::list blocks;
+	for (auto&& box: boxes) {
+		py::array view = numpy_view(box.block, owner);
+		if (box.start.empty()) {
+			blocks.append(std::move(view)); // a joined array's box: placed in rank order
+		} else {
+			blocks.append(py::make_tuple(to_tuple(box.start), std::move(view)));
+		}
+	}
+	if (global_shape.empty()) {
+		m_bridge.attr("publish")(name, blocks, step);
+	} else {
+		m_bridge.attr("publish")(name, blocks, step, "shape"_a = to_tuple(global_shape));
+	}
+}
+
+void Python_bridge::declare(const py::dict& specs)
+{
+	py::gil_scoped_acquire gil;
+	m_bridge.attr("declare")(specs);
 }
 
 py::object Python_bridge::get(const string& name)

@@ -28,6 +28,15 @@ struct Strided_block {
 	std::vector<long> strides;
 };
 
+/// One box of a step of a moving array (or of a fixed array's step that moves): where it lies, and its memory
+struct Box_block {
+	/// first index of the box in the step's global shape; empty: a box of a joined array (placed in rank order)
+	std::vector<long> start;
+
+	/// the box's memory
+	Strided_block block;
+};
+
 /// What creating the Bridge cost, for the start-up report
 struct Startup {
 	/// the Bridge's construction, seconds
@@ -137,6 +146,15 @@ public:
 		long time_length = 0
 	) const;
 
+	/** A deisa.ArraySpec.moving: an array whose shape and boxes are given at each publish (the GIL must be held)
+	 * \param dtype numpy name of the element type
+	 * \param ndim number of dimensions
+	 * \param joined_axis the axis along which the ranks' boxes follow one another in rank order, -1: none
+	 * \param dims names of the axes, empty for ArraySpec's default
+	 * \return the ArraySpec
+	 */
+	pybind11::object moving_spec(const std::string& dtype, long ndim, long joined_axis = -1, const std::vector<std::string>& dims = {}) const;
+
 	/** Creates the deisa.Bridge, collective over `comm' (a deisa.BridgeGroup if some arrays have a communicator of their own)
 	 *
 	 * Imports mpi4py.MPI on this thread: it calls MPI, which the simulation may allow on its
@@ -168,6 +186,29 @@ public:
 	 * \param owner what keeps the block's memory alive while Python holds a view of it
 	 */
 	void publish(const std::string& name, const Strided_block& block, long step, pybind11::object owner);
+
+	/** Publishes a step's boxes of an array from this rank (deisa.Bridge.publish with a list, collective);
+	 * returns when their memory may be reused
+	 *
+	 * Every rank calls it for the same (name, step), with no box if it has none this step.
+	 * \param name the global array
+	 * \param step the index on the time axis
+	 * \param global_shape the step's global shape, empty: not given by this rank (a joined array's, or given by another rank)
+	 * \param boxes the boxes, each at its start (all of a joined array's boxes have an empty start)
+	 * \param owner what keeps the boxes' memory alive while Python holds views of it
+	 */
+	void publish_boxes(
+		const std::string& name,
+		long step,
+		const std::vector<long>& global_shape,
+		const std::vector<Box_block>& boxes,
+		pybind11::object owner = pybind11::none()
+	);
+
+	/** Adds arrays to the Bridge after its creation (deisa.Bridge.declare, collective)
+	 * \param specs the deisa.ArraySpec of every new array, by name
+	 */
+	void declare(const pybind11::dict& specs);
 
 	/** Reads a steering value (deisa.Bridge.get, collective) with the GIL held
 	 * \param name the steering value's name

@@ -18,9 +18,11 @@ import numpy as np
 import pytest
 from conftest import two_worker_client
 
-from deisa import EndOfStreamError, Replay, ReplayError, StepNotAvailableError
-from deisa.analysis import _replay_bp
+from deisa import EndOfStreamError, Replay, StepNotAvailableError
+from deisa.analysis import _replay_bp_io
+from deisa.analysis.moving import MissingRegionError
 from deisa.analysis.replay import UnknownArrayError
+from deisa.wire.layout import LayoutError
 
 adios2 = pytest.importorskip("adios2", reason="the adios2 package (pip install adios2) is absent")
 bindings = adios2.bindings
@@ -181,32 +183,39 @@ def test_bp_array_written_every_other_step_keeps_its_step_numbers(
 
 def test_bp_is_lazy_and_computes_on_a_cluster(tmp_path: Path) -> None:
     path = two_arrays(tmp_path / "out.bp", "BP4")
-    _replay_bp._READERS.clear()
+    _replay_bp_io._READERS.clear()
     replay = Replay(path)
     total = sum(u.sum() for _, u in replay["U"].items())
-    assert not _replay_bp._READERS  # metadata only, so far
+    assert not _replay_bp_io._READERS  # metadata only, so far
     expected = sum(field(s).sum() for s in range(STEPS))
     assert total.compute() == pytest.approx(expected, rel=1e-12)
-    assert _replay_bp._READERS
+    assert _replay_bp_io._READERS
     with two_worker_client() as client:
         on_cluster = Replay(path, client)
         steps = client.compute([u for _, u in on_cluster["U"].items()], sync=True)
         assert all(a.tobytes() == field(s).tobytes() for s, a in enumerate(steps))
 
 
-def test_bp_refuses_what_is_not_one_array(tmp_path: Path) -> None:
+def test_bp_steps_that_are_not_one_grid_are_assembled_as_live(tmp_path: Path) -> None:
+    """Blocks leaving holes, overlapping, or a shape that grows: each step is its own layout
+    (tests/analysis/test_replay_moving.py), whose missing regions and overlaps are named when
+    the step is assembled, as on a live stream."""
     holes = write_bp(tmp_path / "holes.bp", "BP5", {"U": (np.float64, RAGGED[:-1])})
-    with pytest.raises(ReplayError, match=r"blocks of 'U' at step 0 .* leave holes"):
-        Replay(holes)["U"]
+    with pytest.raises(MissingRegionError, match=r"step 0 of 'U' .* no block holds \[4:10, 5:7\]"):
+        Replay(holes)["U"][0]
+    filled = Replay(holes)["U"].step(0, fill=0.0).compute()
+    assert np.array_equal(filled[:, :5], field(0)[:, :5]) and not filled[4:, 5:].any()
     overlap = [((0, 0), (10, 7)), ((2, 2), (3, 3))]
     overlapping = write_bp(tmp_path / "overlap.bp", "BP4", {"U": (np.float64, overlap)})
-    with pytest.raises(ReplayError, match="overlap"):
-        Replay(overlapping)["U"]
+    with pytest.raises(LayoutError, match="overlap"):
+        Replay(overlapping)["U"][0]
     shapes = {2: (10, 8)}
     whole = [((0, 0), (10, 7))]
     grown = write_bp(tmp_path / "grown.bp", "BP5", {"U": (np.float64, whole)}, shapes=shapes)
-    with pytest.raises(ReplayError, match=r"changes its shape between steps \(\(10, 7\) at step 0"):
-        Replay(grown)["U"]
+    u = Replay(grown)["U"]
+    assert u[1].compute().tobytes() == field(1).tobytes() and u.shape_of(2) == (10, 8)
+    with pytest.raises(MissingRegionError, match=r"step 2 of 'U' .* no block holds \[0:10, 7:8\]"):
+        u[2]
     with pytest.raises(UnknownArrayError, match=r"no array 'X' in .*grown.bp; the arrays there"):
         Replay(grown)["X"]
 

@@ -351,7 +351,8 @@ def test_a_bp_shape_its_data_cannot_hold_is_refused_before_anything_is_sized(
     tmp_path: Path,
 ) -> None:
     """300 one-cell blocks on the diagonal of a cube of side 600: 1.7 GB declared a step, its
-    blocks 601**3 pieces (a 1.7 GB grid to check they cover it), in a file of kilobytes."""
+    blocks 600**3 pieces (a 1.7 GB grid to assemble the step), in a file of kilobytes: a level
+    that covers part of its domain (issue 56) holds less than its shape, so the grid refuses it."""
     n = 300
     diagonal = [((2 * i,) * 3, (1, 1, 1)) for i in range(n)]
     path = write_blocks(tmp_path / "diagonal.bp", (2 * n,) * 3, diagonal)
@@ -360,7 +361,8 @@ def test_a_bp_shape_its_data_cannot_hold_is_refused_before_anything_is_sized(
         Replay(path)["U"]
     assert time.monotonic() - start < 1.0
     assert str(caught.value).startswith(
-        f"'U' in {path} declares shape (600, 600, 600) (1728000000 bytes a step), more than the "
+        f"the 300 blocks of 'U' at step 0 in {path} cut its shape (600, 600, 600) into 600 x 600 x "
+        "600 pieces: assembling it would take 1728000000 bytes, over max_metadata_bytes=67108864"
     )
 
 

@@ -137,3 +137,49 @@ def test_array_spec_time_length_reaches_the_metadata_and_agrees_across_ranks() -
 def test_even_split_covers_everything() -> None:
     parts = [even_split(10, 4, i) for i in range(4)]
     assert parts == [(0, 3), (3, 3), (6, 2), (8, 2)]
+
+
+def test_a_moving_array_declares_its_dtype_axes_and_joined_axis() -> None:
+    spec = ArraySpec.moving("f4", 2, joined_axis=1, dims=("n", "c"))
+    assert (spec.is_moving, spec.ndim, spec.joined_axis, spec.dims) == (True, 2, 1, ("n", "c"))
+    assert spec.global_shape == () and not ArraySpec("f8", (4,), (0,), (4,)).is_moving
+    dec = Decomposition.from_specs("p", [spec] * 3)
+    # its ranks are its grid, in rank order: what the placement policies place
+    assert dec.is_moving and dec.chunks == ((1, 1, 1),) and dec.block_index == ((0,), (1,), (2,))
+    assert (dec.ndim, dec.joined_axis, dec.global_shape) == (2, 1, ())
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"dtype": "nope", "ndim": 1}, TypeError, "dtype='nope'"),
+        ({"dtype": "f8", "ndim": 0}, ValueError, "ndim=0 must be a positive integer"),
+        ({"dtype": "f8", "ndim": True}, ValueError, "ndim=True"),
+        ({"dtype": "f8", "ndim": 2, "joined_axis": 2}, ValueError, "joined_axis=2 must be an axis"),
+        ({"dtype": "f8", "ndim": 1, "dims": ("a", "b")}, ValueError, "dims"),
+    ],
+)
+def test_a_moving_arrays_bad_declaration_names_the_argument(kwargs, error, message) -> None:
+    dtype, ndim = kwargs.pop("dtype"), kwargs.pop("ndim")
+    with pytest.raises(error, match=message):
+        ArraySpec.moving(dtype, ndim, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("other", "message"),
+    [
+        (ArraySpec.moving("f8", 2), "rank 1 has ndim=2, rank 0 has ndim=1"),
+        (ArraySpec.moving("f8", 1), "rank 1 has joined_axis=None, rank 0 has joined_axis=0"),
+        (ArraySpec.moving("f4", 1, joined_axis=0), "rank 1 has dtype float32"),
+        (ArraySpec("f8", (4,), (0,), (4,)), "rank 1 declares it fixed, rank 0 moving"),
+    ],
+)
+def test_ranks_that_declare_a_moving_array_differently_are_named(other, message) -> None:
+    with pytest.raises(DecompositionError, match=message):
+        Decomposition.from_specs("x", [ArraySpec.moving("f8", 1, joined_axis=0), other])
+
+
+def test_a_fixed_blocks_declared_box() -> None:
+    dec = Decomposition.from_specs("t", grid_specs((7, 5), (3, 1)))
+    assert [dec.declared_box(r) for r in range(3)] == [((0, 0), (3, 5)), ((3, 0), (2, 5)),
+                                                       ((5, 0), (2, 5))]  # fmt: skip

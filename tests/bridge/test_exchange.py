@@ -35,6 +35,14 @@ def test_wire_names_listed_workers_by_index_and_round_trips() -> None:
     assert from_wire(wire, WORKERS) == report
 
 
+def test_wire_carries_a_parcels_geometry_only_with_it() -> None:
+    geometry = (None, ((3,), (0,)))
+    report = RankReport(("x", 2), None, ((4, 24, "tcp://w0"), (5, 0, "", geometry)), ())
+    wire = to_wire(report, ["tcp://w0"])
+    assert wire[2] == ((4, 24, 0), (5, 0, "", geometry))  # a plain block's tuple as before
+    assert from_wire(wire, ["tcp://w0"]) == report
+
+
 def test_exchange_on_one_rank_posts_completes_and_overflows() -> None:
     from mpi4py import MPI
 

@@ -95,3 +95,27 @@ def test_ranks_holding_an_array_must_be_exactly_its_communicators() -> None:
     assert "holds ranks [0]" in problem
     # rank 2 holds it, outside the communicator of ranks 0 and 1
     assert "held by ranks [0, 1, 2]" in (_members_disagree([edge, edge, {"edge": [2]}]) or "")
+
+
+def test_declare_adds_arrays_to_the_bridge_over_comm_making_one_if_needed(
+    tmp_path: Path,
+) -> None:
+    # a group of single values only (the ADIOS2 engine's rank 0): its arrays over comm come
+    # later, with declare (a variable first Put after the first step)
+    group = BridgeGroup(
+        str(tmp_path / "none.json"),
+        {"step": SPEC},
+        array_comms={"step": MPI.COMM_SELF},
+        connect_timeout=0.2,
+    )
+    try:
+        group.declare({"x": ArraySpec.moving("float64", 1)})
+        assert list(group.bridges) == [("x",), ("step",)]  # the one over comm first
+        assert group.bridge("x").comm == group.comm and group.bridge("x") is not group.bridge(
+            "step"
+        )
+    finally:
+        with pytest.raises(BridgeError, match=r"none\.json"):
+            group.close()
+    with pytest.raises(BridgeError, match=r"declare\(\) after close\(\)"):
+        group.declare({"y": SPEC})

@@ -77,6 +77,26 @@ async def test_contract_that_does_not_fit_the_array_opened_is_refused_and_never_
 
 
 @gen_cluster(client=True)
+async def test_a_region_waiting_for_a_moving_array_is_refused_when_it_opens_steps_are_kept(
+    c, s, a, b
+) -> None:
+    """A moving array has no shape to check a region against (issue 56): refused, saying so,
+    without failing the opening; a contract of steps only is served."""
+    await c.register_plugin(StreamExtension())
+    pending = asyncio.ensure_future(_require(c, "m", Contract.build((slice(0, 4),)), timeout=30))
+    await asyncio.sleep(0.05)
+    meta = {"dtype": "<f8", "moving": True, "ndim": 1, "joined_axis": 0, "run": "r1"}
+    opened = await c.scheduler.deisa_open(name="m", run="r1", meta=meta, buffer_nb=None)
+    assert opened["status"] == "OK" and opened["contract"]["contract"] is None
+    reply = await pending
+    assert status(reply) is Status.ERROR
+    assert "array 'm' is moving" in reply["message"]
+    assert "region is not supported on moving arrays yet" in reply["message"]
+    steps = await _require(c, "m", Contract.build(None, 3))
+    assert is_ok(steps) and Contract.from_wire(steps["contract"]).stride == 3
+
+
+@gen_cluster(client=True)
 async def test_contract_of_an_array_nobody_opens_is_an_unknown_array_error(c, s, a, b) -> None:
     await c.register_plugin(StreamExtension())
     reply = await _require(c, "nosuch", Contract.build(None, 2), timeout=0.2)

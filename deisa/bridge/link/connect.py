@@ -152,7 +152,18 @@ def meta(dec: Decomposition, run: str) -> dict[str, Any]:
     ``"dims"`` (the axes' names) only when the ranks named them: the metadata of an unnamed
     array is that of Bridges older than ``dims``, and older Adapters ignore the key; likewise
     ``"time_length"`` (the declared number of steps) only when the ranks declared one.
+    A moving array (:meth:`~deisa.bridge.decomposition.ArraySpec.moving`) has no ``"shape"``
+    nor ``"chunks"``: ``"moving": True``, its ``"ndim"`` and ``"joined_axis"`` (``None``: none),
+    each step carrying its layout.
     """
+    if dec.is_moving:
+        moving: dict[str, Any] = {
+            "dtype": dec.dtype.str, "moving": True, "ndim": dec.ndim,
+            "joined_axis": dec.joined_axis, "run": run,
+        }  # fmt: skip
+        if dec.dims is not None:
+            moving["dims"] = list(dec.dims)
+        return moving
     described: dict[str, Any] = {
         "dtype": dec.dtype.str,
         "shape": list(dec.global_shape),
@@ -217,7 +228,7 @@ async def connect(
             f"scheduler at {address} within connect_timeout={connect_timeout:g} s"
         ) from exc
     run = uuid.uuid4().hex[:8]
-    await _open_arrays(pool, address, run, decompositions, options, contracts)
+    await open_arrays(pool, address, run, decompositions, options, contracts)
     if early is None:
         return Connection(address, run, tuple(workers))
     try:
@@ -262,7 +273,7 @@ async def _reach_and_install(
         ) from exc
 
 
-async def _open_arrays(
+async def open_arrays(
     pool: Connections,
     address: str,
     run: str,
@@ -270,8 +281,9 @@ async def _open_arrays(
     options: BridgeOptions,
     contracts: ContractBook,
 ) -> None:
-    """Rank 0: open every array's stream of ``run`` on the scheduler; the contracts it serves
-    are in force from the first step."""
+    """Rank 0: open every array's stream of ``run`` on the scheduler (at the connection, and
+    the arrays of :meth:`deisa.Bridge.declare`); the contracts it serves are in force from the
+    first step."""
     connect_timeout = options.connect_timeout
     for name, dec in decompositions.items():
         reply = await asyncio.wait_for(

@@ -31,9 +31,10 @@ from typing import TYPE_CHECKING, Any
 from ...wire import Route, Status
 from .._collective import BridgeError
 from .._publisher import Connection
-from .connect import Connections, connect, route
+from .connect import Connections, connect, open_arrays, route
 
 if TYPE_CHECKING:
+    from ...wire.layout import StepLayout
     from ..contracts import ContractBook
     from ..decomposition import Decomposition
     from ..options import BridgeOptions
@@ -224,6 +225,17 @@ class SchedulerLink:
         arrays (:func:`deisa.bridge.link.connect.connect`)."""
         return connect(self.pool, scheduler_file, options, decompositions, contracts, early)
 
+    def open_arrays(
+        self,
+        decompositions: Mapping[str, Decomposition],
+        options: BridgeOptions,
+        contracts: ContractBook,
+    ) -> Call:
+        """Rank 0, connected: open more arrays' streams of this run (``Bridge.declare``)."""
+        return open_arrays(
+            self.pool, self.scheduler, self.run or "", decompositions, options, contracts
+        )
+
     def register(
         self,
         name: str,
@@ -231,13 +243,17 @@ class SchedulerLink:
         blocks: list[Any],
         timeout: float | None,
         contract: dict[str, Any] | None,
+        layout: StepLayout | None = None,
     ) -> Call:
         """Rank 0: ``deisa_publish``, the registration of a step whose ``blocks`` (key, worker,
-        bytes) are on their workers; waits up to ``timeout`` on flow control."""
+        bytes) are on their workers; waits up to ``timeout`` on flow control. A moving step's
+        ``layout`` rides in the same call (its plain form); a step without one sends none."""
         call = route(self.pool, self.scheduler, Route.PUBLISH)
+        extra = {} if layout is None else {"layout": layout.to_wire()}
         return call(
-            name=name, run=self.run, step=step, blocks=blocks, timeout=timeout, contract=contract
-        )
+            name=name, run=self.run, step=step, blocks=blocks, timeout=timeout,
+            contract=contract, **extra,
+        )  # fmt: skip
 
     def register_failed(self, name: str, step: int, exc: BaseException) -> str:
         """What to say of a :meth:`register` of ``step`` of ``name`` that raised ``exc``."""

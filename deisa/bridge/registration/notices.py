@@ -14,7 +14,10 @@ without them. Both ways feed :class:`EarlyRegistration`, on rank 0's loop thread
 each publication to the registrar once, in order.
 
 The listener runs no code it receives: a notice is one line of JSON (:func:`encode_notice`),
-at most :data:`MAX_LINE` bytes, with four fields checked by type and the job's token (a random
+at most :data:`MAX_LINE` bytes, with four fields checked by type and the job's token (and, for
+a rank's boxes of a moving step, their geometry: plain integers, checked once the token is,
+:func:`deisa.bridge.boxes.check_geometry`; a rank whose geometry would not fit a notice sends
+none, the exchange carries it) (a random
 string that reaches the ranks through the exchange, never the network); anything else is
 dropped, and its connection closed (counted, and logged at most once a minute). Connections
 not yet authenticated are capped and dropped after a few seconds (:mod:`deisa.wire.guard`); a rank
@@ -55,12 +58,14 @@ from ...wire import guard as wire_guard
 from ...wire.guard import Guard, StreamListener
 from ...wire.tls_files import TLS_FILES_ENV
 from .._publisher import Entry, Sent
+from ..boxes import Geometry, check_geometry
 from ..link.net import host_port, interface_to, split_address
 
 logger = logging.getLogger(__name__)
 
 MAX_LINE = 1024
-"""Longest notice accepted, newline included (a notice is about 150 bytes)."""
+"""Longest notice accepted, newline included (a notice is about 150 bytes; one with the
+geometry of a few boxes a few hundred)."""
 
 RETRY_S = 5.0
 """A rank whose connection to the listener failed tries again after this long, with the notices
@@ -85,23 +90,30 @@ ADMITTED = b"+"
 _FIELDS = {"token": str, "seq": int, "rank": int, "nbytes": int, "worker": str}
 
 
-def encode_notice(token: str, seq: int, rank: int, nbytes: int, worker: str) -> bytes:
-    """The line telling rank 0 that ``rank`` has sent its block of publication ``seq``."""
-    notice = {"token": token, "seq": seq, "rank": rank, "nbytes": nbytes, "worker": worker}
+def encode_notice(
+    token: str, seq: int, rank: int, nbytes: int, worker: str, geometry: Geometry | None = None
+) -> bytes:
+    """The line telling rank 0 that ``rank`` has sent its block of publication ``seq`` (its
+    boxes, of ``geometry``, for a moving step: :mod:`deisa.bridge.boxes`)."""
+    shape = {} if geometry is None else {"geometry": geometry}
+    notice = dict(token=token, seq=seq, rank=rank, nbytes=nbytes, worker=worker, **shape)
     return json.dumps(notice, separators=(",", ":")).encode() + b"\n"
 
 
-def decode_notice(line: bytes, token: str, nranks: int) -> tuple[int, int, int, str]:
-    """``(seq, rank, nbytes, worker)`` of a notice line; :class:`ValueError` saying why a line
-    is not a notice of this job (malformed, a field missing or of another type, a rank out of
-    range, another token)."""
+def decode_notice(
+    line: bytes, token: str, nranks: int
+) -> tuple[int, int, int, str, Geometry | None]:
+    """``(seq, rank, nbytes, worker, geometry)`` of a notice line (``geometry``: ``None`` for a
+    plain block); :class:`ValueError` saying why a line is not a notice of this job (malformed,
+    a field missing or of another type, a rank out of range, another token, a geometry that is
+    not one)."""
     if len(line) > MAX_LINE or not line.endswith(b"\n"):
         raise ValueError(
             f"not a notice line ({len(line)} bytes, newline-terminated at most {MAX_LINE})"
         )
     notice = json.loads(line)  # a ValueError (JSONDecodeError, UnicodeDecodeError) if not JSON
-    if not isinstance(notice, dict) or notice.keys() != _FIELDS.keys():
-        raise ValueError(f"a notice has the fields {sorted(_FIELDS)}")
+    if not isinstance(notice, dict) or notice.keys() - {"geometry"} != _FIELDS.keys():
+        raise ValueError(f"a notice has the fields {sorted(_FIELDS)} (and maybe geometry)")
     for field, kind in _FIELDS.items():
         value = notice[field]
         if not isinstance(value, kind) or isinstance(value, bool):
@@ -113,7 +125,8 @@ def decode_notice(line: bytes, token: str, nranks: int) -> tuple[int, int, int, 
             f"out of range: rank {notice['rank']} of {nranks}, seq {notice['seq']}, "
             f"nbytes {notice['nbytes']}"
         )
-    return notice["seq"], notice["rank"], notice["nbytes"], notice["worker"]
+    geometry = check_geometry(notice.get("geometry"))
+    return notice["seq"], notice["rank"], notice["nbytes"], notice["worker"], geometry
 
 
 def _is_loopback(host: str) -> bool:
@@ -137,7 +150,7 @@ class EarlyRegistration:
         Ranks of the Bridge's communicator.
     queue
         ``queue(entry, sent)``: hand a publication to the registrar, with ``(nbytes, worker)``
-        of each rank's block.
+        of each rank's block (:data:`~deisa.bridge._publisher.Sent`).
     """
 
     def __init__(self, nranks: int, queue: Callable[[Entry, list[Sent]], None]) -> None:
@@ -234,16 +247,17 @@ class EarlyRegistration:
         """Take one line from a rank's connection; ``False`` (dropped, logged at debug level)
         for anything but a notice of this job (:func:`decode_notice`)."""
         try:
-            seq, rank, nbytes, worker = decode_notice(line, self.token, self.nranks)
+            seq, rank, nbytes, worker, geometry = decode_notice(line, self.token, self.nranks)
         except ValueError as exc:
             logger.debug("deisa bridge: dropped %d bytes, not a notice: %s", len(line), exc)
             return False
-        self.sent(seq, rank, nbytes, worker)
+        self.sent(seq, rank, nbytes, worker, geometry)
         return True
 
-    def sent(self, seq: int, rank: int, nbytes: int, worker: str) -> None:
+    def sent(self, seq: int, rank: int, nbytes: int, worker: str, geometry: Any = None) -> None:
         if seq >= self.next_seq:
-            self._sent.setdefault(seq, {})[rank] = (nbytes, worker)
+            where = (nbytes, worker) if geometry is None else (nbytes, worker, geometry)
+            self._sent.setdefault(seq, {})[rank] = where
             self._drain()
 
     def known(self, entry: Entry) -> None:
@@ -317,9 +331,16 @@ class Notifier:
         self._resending: asyncio.Task[None] | None = None
         self._closed = False
 
-    async def notify(self, seq: int, nbytes: int, worker: str) -> None:
-        """Tell rank 0 that this rank's block of publication ``seq`` is on ``worker``."""
-        self._unsent.append(encode_notice(self.token, seq, self.rank, nbytes, worker))
+    async def notify(
+        self, seq: int, nbytes: int, worker: str, geometry: Geometry | None = None
+    ) -> None:
+        """Tell rank 0 that this rank's block of publication ``seq`` (its boxes of
+        ``geometry``) is on ``worker``; nothing if longer than :data:`MAX_LINE` (the exchange
+        tells it)."""
+        line = encode_notice(self.token, seq, self.rank, nbytes, worker, geometry)
+        if len(line) > MAX_LINE:
+            return
+        self._unsent.append(line)
         await self._send()
 
     async def _send(self) -> None:

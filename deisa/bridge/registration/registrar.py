@@ -17,18 +17,22 @@ import asyncio
 import concurrent.futures
 import logging
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ...contract import FULL as FULL_PLAN
 from ...contract import Plan
-from ...wire import step_key_name
-from .._publisher import Connection, Entry, Sent, registration
+from ...wire import Status, step_key_name
+from ...wire.layout import LayoutError, StepLayout
+from .._publisher import Connection, Entry, Sent, geometry_of, registration
+from ..boxes import Geometry, step_layout
 from ..link.scheduler import register_until_answered
 from .notices import EarlyRegistration, Notifier
 
 if TYPE_CHECKING:
     from .._parts import BridgeParts
+    from ..decomposition import Decomposition
     from ..link.scheduler import SchedulerLink
 
 logger = logging.getLogger(__name__)
@@ -63,7 +67,8 @@ class Registrar:
         self.link = link
         self.progress = progress
         self.news = RootNews()
-        self._queue: asyncio.Queue[tuple[Entry, list[Any]] | None] | None = None
+        # each publication with its blocks and layout, or why its layout does not hold together
+        self._queue: asyncio.Queue[tuple[Entry, Any] | None] | None = None
         self.early: EarlyRegistration | None = None  # rank 0: registration on sent notices
         self.notices: Notifier | None = None  # the other ranks: to rank 0's listener, if any
 
@@ -131,17 +136,18 @@ class Registrar:
         if self.early is not None:
             self.parts.loop.soon(self.early.known, entry)
 
-    def sent(self, seq: int, nbytes: int, worker: str) -> None:
+    def sent(self, seq: int, nbytes: int, worker: str, geometry: Geometry | None = None) -> None:
         """Loop thread (or the main thread, for a send done before it looked): this rank's
-        block of publication ``seq`` is on ``worker``. Rank 0 takes it at once on the loop
-        thread (its early registration may queue the step now, not a loop turn later)."""
+        block of publication ``seq`` (its boxes of ``geometry``, if any) is on ``worker``.
+        Rank 0 takes it at once on the loop thread (its early registration may queue the step
+        now, not a loop turn later)."""
         parts = self.parts
         if self.early is not None and parts.loop.on_loop:
-            self.early.sent(seq, parts.rank, nbytes, worker)
+            self.early.sent(seq, parts.rank, nbytes, worker, geometry)
         elif self.early is not None:
-            parts.loop.soon(self.early.sent, seq, parts.rank, nbytes, worker)
+            parts.loop.soon(self.early.sent, seq, parts.rank, nbytes, worker, geometry)
         elif self.notices is not None:
-            parts.loop.spawn(self.notices.notify(seq, nbytes, worker))
+            parts.loop.spawn(self.notices.notify(seq, nbytes, worker, geometry))
 
     def ready(self, entry: Entry, sent: list[Sent]) -> None:
         """Rank 0, main thread: the exchange found ``entry`` sent by every rank."""
@@ -157,18 +163,19 @@ class Registrar:
             self.parts.loop.soon(self._queue.put_nowait, None)
 
     def _queue_now(self, entry: Entry, sent: list[Sent]) -> None:
-        """Rank 0, loop thread: hand ``entry`` (every block on its worker) to the registrar."""
+        """Rank 0, loop thread: hand ``entry`` (every block on its worker) to the registrar,
+        with the step's layout where its ranks sent boxes (:func:`registered_blocks`); a layout
+        that does not hold together fails the step (a ``LayoutError`` naming the ranks)."""
         dec = self.parts.arrays.decompositions[entry.name]
-        name = step_key_name(self.link.run or "", entry.name, entry.step, entry.revision)
-        plan = plan_of(entry)
-        blocks = [
-            ((name, *plan.key_index(dec.block_index[rank])), worker, nbytes)
-            for rank, (nbytes, worker) in enumerate(sent)
-            if entry.senders is None or rank in entry.senders
-        ]
+        run = self.link.run or ""
         queue = self._queue
         assert queue is not None
-        queue.put_nowait((entry, blocks))
+        try:
+            blocks, layout = registered_blocks(run, dec, entry, sent)
+        except LayoutError as exc:
+            queue.put_nowait((entry, f"step {entry.step} of {entry.name!r}: {exc}"))
+            return
+        queue.put_nowait((entry, (blocks, layout)))
 
     async def _run(self) -> None:
         """Rank 0: register the steps on the scheduler, in publication order, one at a time."""
@@ -177,7 +184,10 @@ class Registrar:
         assert queue is not None
         while (item := await queue.get()) is not None:
             entry, blocks = item
-            outcome = await self._register(entry, blocks)
+            if isinstance(blocks, str):
+                outcome = {"status": Status.ERROR.value, "message": blocks}
+            else:
+                outcome = await self._register(entry, *blocks)
             kind, message = registration(
                 outcome, entry.name, entry.step, parts.options.on_worker_loss
             )
@@ -191,7 +201,9 @@ class Registrar:
             self.news.registered = entry.seq + 1
             self.progress.set()
 
-    async def _register(self, entry: Entry, blocks: list[Any]) -> dict[str, Any]:
+    async def _register(
+        self, entry: Entry, blocks: list[Any], layout: StepLayout | None = None
+    ) -> dict[str, Any]:
         """``deisa_publish`` of ``entry``, asked again while the scheduler does not answer, until
         the exchange acts on its loss
         (:func:`~deisa.bridge.link.scheduler.register_until_answered`)."""
@@ -199,10 +211,36 @@ class Registrar:
         reply = await register_until_answered(
             self.link, parts.worker_book, give_up=False, on_failure=self.progress.set,
             name=entry.name, step=entry.step, blocks=blocks, timeout=parts.options.timeout,
-            contract=plan_of(entry).wire(),
+            contract=plan_of(entry).wire(), layout=layout,
         )  # fmt: skip
         assert isinstance(reply, dict)  # without give_up, only a reply ends it
         return reply
+
+
+def registered_blocks(
+    run: str, dec: Decomposition, entry: Entry, sent: Sequence[Sent]
+) -> tuple[list[tuple[Any, str, int]], StepLayout | None]:
+    """Rank 0, either mode: the ``(key, worker, nbytes)`` of each block of ``entry`` that the
+    ranks sent (``sent[rank]``), in key order, and the step's layout (``None``: a fixed array's
+    step published plain, today's grid keys). A step with a layout has one key per rank that
+    sent a parcel, ``(step key, rank)``, or the grid key of a fixed array's block published
+    plain (:mod:`deisa.bridge.boxes`).
+
+    Raises
+    ------
+    LayoutError
+        The ranks' geometries do not make a layout (:func:`~deisa.bridge.boxes.step_layout`).
+    """
+    name = step_key_name(run, entry.name, entry.step, entry.revision)
+    plan = plan_of(entry)
+    senders = [r for r in range(len(sent)) if entry.senders is None or r in entry.senders]
+    grid = {r: (name, *plan.key_index(dec.block_index[r])) for r in senders}
+    built = step_layout(dec, [(r, geometry_of(sent[r])) for r in senders])
+    if built is None:
+        return [(grid[r], sent[r][1], sent[r][0]) for r in senders], None
+    layout, ranks = built
+    keys = [grid[r] if geometry_of(sent[r]) is None else (name, r) for r in ranks]
+    return [(key, sent[r][1], sent[r][0]) for key, r in zip(keys, ranks, strict=True)], layout
 
 
 def plan_of(entry: Entry) -> Plan:

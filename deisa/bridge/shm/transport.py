@@ -30,6 +30,7 @@ import numpy as np
 
 from ... import _dask_internals
 from ...wire.shm import key_to_wire, plain_dtype
+from ..boxes import Parcel
 from ..options import TRANSPORTS
 from .channel import Channel
 from .pool import SlotPool
@@ -135,6 +136,32 @@ class Transport:
             "deisa bridge: a block of %d bytes into a %s slot (%d in the ring of worker %s)",
             block.nbytes, path, len(channel.slots), worker, extra={"deisa_slot": path},
         )  # fmt: skip
+        self._lent[id(view)] = (slot, view)
+        return view
+
+    def copy_parcel_in(self, worker: str, parcel: Parcel) -> np.ndarray | None:
+        """A rank's boxes of a step (:class:`~deisa.bridge.boxes.Parcel`) packed into a slot of
+        ``worker``'s ring, one copy per box straight from the caller's arrays, or ``None`` as
+        :meth:`copy_in` (one box is a block: :meth:`copy_in`)."""
+        if len(parcel.arrays) == 1:
+            return self.copy_in(worker, parcel.arrays[0])
+        starting = self._starting.pop(worker, None)
+        if starting is not None:
+            concurrent.futures.wait([starting], timeout=OPEN_WAIT_S)
+        channel = self._channels.get(worker)
+        dtype = parcel.arrays[0].dtype
+        if channel is None or channel.broken or not plain_dtype(dtype) or not parcel.size:
+            return None
+        slot = channel.take(parcel.size * dtype.itemsize)
+        if slot is None:
+            return None
+        try:
+            view = slot.view(parcel.shape, dtype)
+            parcel.pack(view)
+        except OSError as exc:  # no memory for it: this parcel goes by TCP
+            logger.warning("deisa bridge: writing a shared-memory slot failed: %s", exc)
+            channel.untake(slot)
+            return None
         self._lent[id(view)] = (slot, view)
         return view
 

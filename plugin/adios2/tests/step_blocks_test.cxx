@@ -1,6 +1,7 @@
-/* Step_blocks (plugin/adios2/step_blocks.h): the arrays declared from the first step, and each
- * later step checked against them, every error naming the variable, the step and what differs;
- * a block that is a sub-box of the code's buffer (a memory selection, memory_selection.h),
+/* Step_blocks (plugin/adios2/step_blocks.h): what each declared array publishes of a step's
+ * blocks (a fixed array's block as declared, else boxes: several, moved, none, in another shape,
+ * joined), the variables first Put in a step, the errors naming the variable and the step; a
+ * block that is a sub-box of the code's buffer (a memory selection, memory_selection.h),
  * described strided and copied row by row.  Run by CTest (deisa_step_blocks) and
  * tests/test_adios2.py. */
 
@@ -12,7 +13,9 @@
 #include "memory_selection.h"
 #include "step_blocks.h"
 
+using deisa::Declared_array;
 using deisa::Memory_box;
+using deisa::Path;
 using deisa::Step_block;
 using deisa::Step_blocks;
 using std::string;
@@ -62,14 +65,22 @@ bool has(const string& text, const string& part)
 	return text.find(part) != string::npos;
 }
 
-/// A Step_blocks declared from a first step of U (this rank's block at (10, 0)) and rank 0's value `step'
-Step_blocks declared(int rank)
+/// A Step_blocks whose arrays are U (fixed, this rank's block at (10, 0)), P (moving) and the value `step'
+Step_blocks declared()
 {
 	Step_blocks blocks;
 	blocks.add(block("U", {10, 0}, {3, 8}), 0);
+	blocks.add(block("P", {0, 0}, {3, 8}), 0);
+	blocks.add(block("P", {3, 0}, {2, 8}), 0);
 	blocks.add(block("step", {0}, {1}, true), 0);
-	blocks.declare({"step"});
-	check(blocks.to_publish(0, rank).size() == (rank == 0 ? 2u : 1u), "step 0 publishes U, and step on rank 0 only");
+	check(blocks.new_names() == vector<string>({"P", "U", "step"}), "the new variables, by name");
+	Declared_array u{"U", "float64", Path::fixed, {13, 10}, {10, 0}, {3, 8}};
+	Declared_array p{"P", "float64", Path::moving, {}, {}, {}};
+	Declared_array step{"step", "float64", Path::value, {1}, {0}, {1}};
+	blocks.declare({u, step});
+	blocks.declare({p});
+	check(blocks.new_names().empty(), "nothing new once declared");
+	check(blocks.arrays().size() == 3 && blocks.arrays()[0].name == "P" && blocks.arrays()[2].name == "step", "arrays by name");
 	blocks.clear();
 	return blocks;
 }
@@ -121,33 +132,52 @@ void check_memory_selection()
 int main()
 {
 	check_memory_selection();
-	Step_blocks blocks = declared(0);
-	check(blocks.arrays().size() == 2 && blocks.arrays()[0].name == "U" && blocks.arrays()[1].name == "step", "arrays by name");
+	Step_blocks blocks = declared();
+	const auto& u = blocks.arrays()[1];
+	const auto& p = blocks.arrays()[0];
+	const auto& value = blocks.arrays()[2];
+
+	blocks.add(block("U", {10, 0}, {3, 8}), 1);
 	blocks.add(block("step", {0}, {1}, true), 1);
-	blocks.add(block("U", {10, 0}, {3, 8}), 1);
-	const auto published = blocks.to_publish(1, 0);
-	check(published.size() == 2 && published[0]->name == "U", "a later step, in name order");
+	auto same = blocks.publication(u);
+	check(same.plain == blocks.of("U").front() && same.boxes.empty(), "a fixed array's block as declared: today's path");
+	check(blocks.publication(value).plain == blocks.of("step").front(), "a value: its block");
+	auto none = blocks.publication(p);
+	check(none.plain == nullptr && none.boxes.empty() && none.shape.empty(), "a moving array not Put: no box, no shape");
+	string twice = error_of([&] { blocks.add(block("step", {0}, {1}, true), 1); });
+	check(has(twice, "single value `step' Put twice by this rank in step 1"), "a value Put twice: " + twice);
 
-	string twice = error_of([&] { blocks.add(block("U", {10, 0}, {3, 8}), 1); });
-	check(has(twice, "variable `U' Put twice by this rank in step 1"), "Put twice: " + twice);
-
-	blocks.clear();
-	blocks.add(block("U", {10, 0}, {3, 8}), 2);
-	string missing = error_of([&] { blocks.to_publish(2, 0); });
-	check(has(missing, "variable `step' was not Put by rank 0 in step 2"), "a value missing on rank 0: " + missing);
-
-	blocks = declared(1);
-	blocks.add(block("U", {10, 0}, {3, 8}), 1);
-	check(error_of([&] { blocks.to_publish(1, 1); }).empty(), "rank 1 needs no value");
 	blocks.clear();
 	blocks.add(block("U", {10, 0}, {2, 8}), 2);
-	string changed = error_of([&] { blocks.to_publish(2, 1); });
-	check(has(changed, "variable `U' changed this rank's count ({3, 8} -> {2, 8}) in step 2"), "count changed: " + changed);
+	blocks.add(block("U", {12, 0}, {1, 8}), 2);
+	auto moved = blocks.publication(u);
+	check(
+		moved.plain == nullptr && moved.boxes.size() == 2 && moved.boxes[1]->start == vector<long>({12, 0}) && moved.shape == vector<long>({13, 10}),
+		"a fixed array's step in two boxes: boxes, with the shape"
+	);
+	Step_block grown = block("P", {0, 0}, {4, 10});
+	grown.global_shape = {20, 10};
+	blocks.add(grown, 2);
+	Step_block empty = block("P", {4, 0}, {0, 10});
+	empty.global_shape = {20, 10};
+	blocks.add(empty, 2);
+	auto resized = blocks.publication(p);
+	check(resized.boxes.size() == 1 && resized.shape == vector<long>({20, 10}), "SetShape: the step's shape; an empty box left out");
+	Step_block other = block("P", {0, 0}, {1, 1});
+	string reshaped = error_of([&] { blocks.add(other, 2); });
+	check(has(reshaped, "variable `P' Put with the shape {13, 10} after {20, 10} by this rank in step 2"), "two shapes: " + reshaped);
+	blocks.add(block("W", {0, 0}, {3, 8}), 2);
+	check(blocks.new_names() == vector<string>({"W"}), "a variable first Put in a later step");
+
 	blocks.clear();
-	blocks.add(block("U", {10, 0}, {3, 8}), 3);
-	blocks.add(block("W", {0, 0}, {3, 8}), 3);
-	string added = error_of([&] { blocks.to_publish(3, 1); });
-	check(has(added, "variable `W' is first Put in step 3"), "a new variable: " + added);
+	Step_block joined = block("J", {}, {5, 3});
+	joined.joined_axis = 0;
+	joined.global_shape = {0, 3};
+	blocks.add(joined, 3);
+	blocks.add(joined, 3);
+	blocks.declare({Declared_array{"J", "float64", Path::moving, {}, {}, {}}});
+	auto rows = blocks.publication(blocks.arrays()[0]);
+	check(rows.boxes.size() == 2 && rows.shape.empty() && rows.boxes[0]->start.empty(), "a joined array: boxes, no shape, no start");
 
 	Step_block copied = block("U", {0, 0}, {1, 1});
 	copied.keep_copy();

@@ -55,8 +55,16 @@ def line(**fields: Any) -> bytes:
 
 
 def test_notice_round_trip() -> None:
-    assert decode_notice(encode_notice(TOKEN, 7, 2, 800, W), TOKEN, 3) == (7, 2, 800, W)
+    assert decode_notice(encode_notice(TOKEN, 7, 2, 800, W), TOKEN, 3) == (7, 2, 800, W, None)
     assert len(encode_notice(TOKEN, 2**40, 4095, 2**40, "tls://[::1]:65535")) < MAX_LINE // 4
+
+
+def test_a_notice_carries_a_moving_steps_geometry_in_plain_form() -> None:
+    geometry = ((8, 8), ((0, 0, 2, 4), (2, 0, 2, 4)))
+    notice = encode_notice(TOKEN, 3, 1, 64, W, geometry)
+    assert decode_notice(notice, TOKEN, 3) == (3, 1, 64, W, geometry)
+    assert b'"geometry":[[8,8],[[0,0,2,4],[2,0,2,4]]]' in notice
+    assert b"geometry" not in encode_notice(TOKEN, 3, 1, 64, W)  # a plain block: today's notice
 
 
 @pytest.mark.parametrize(
@@ -78,6 +86,9 @@ def test_notice_round_trip() -> None:
         (line(rank=3), "rank 3 of 3"),
         (line(rank=-1), "rank -1 of 3"),
         (line(seq=-1), "seq -1"),
+        (line(geometry=[[4], [[-1]]]), "non-negative integers"),
+        (line(geometry={"__reduce__": 1}), "a geometry is a"),
+        (line(geometry=[[4], [[1, 2]]], token="e" * 32), "another job's token"),  # token first
     ],
 )
 def test_notice_refusals_name_the_problem(bad: bytes, why: str) -> None:
