@@ -10,10 +10,9 @@ per iteration) is built by the project's CMake where openPMD-api is found, run o
   and compared bitwise with what the writer computes (the same formulas, in numpy);
 - with only its configuration changed to the deisa engine, under ``deisa-run`` (a real dask
   scheduler and workers), every mesh and particle record of every iteration compared bitwise
-  with the BP5 output by the analytics. It opens (openPMD-api's own parameters are ignored) and
-  then stops at the second chunk of a rank: several chunks per rank and counts that change are
-  issue 56's (moving data), so the test is an expected failure, strict, that turns green, and
-  must lose its mark, the day the engine publishes them.
+  with the BP5 output by the analytics: openPMD-api's own parameters are ignored at Open, the
+  meshes arrive in the ranks' two chunks, the particles in the ranks' counts (the engine's data
+  that moves, issue 56); and the meshes alone written as one chunk per rank (a fixed array).
 
 Every test skips, saying why, where openPMD-api >= 0.17 with MPI and ADIOS2 (or ADIOS2 >= 2.12
 with MPI, or PDI for the project's build) is not installed; where openPMD-api is, a skipped
@@ -79,30 +78,21 @@ assert len(expected) == iterations, len(expected)
 names = sys.argv[3].split(",") if len(sys.argv) > 3 else sorted(expected[0])
 with Adapter.from_env() as adapter:
     for it in range(iterations):
+        chunks = {}
         for name in names:
             live = adapter[name][it]
             got = live.compute()
             want = expected[it][name]
             assert got.dtype == want.dtype and got.shape == want.shape, (name, it, got, want)
             assert got.tobytes() == want.tobytes(), (name, it)
-        print(f"iteration {it}: {len(names)} records bitwise, {names[0]} in {live.chunks}",
-              flush=True)
+            chunks[name] = live.chunks
+        first, last = names[0], names[-1]
+        print(f"iteration {it}: {len(names)} records bitwise, {first} in {chunks[first]}, "
+              f"{last} in {chunks[last]}", flush=True)
     streams = adapter.stats()["streams"]  # what the code wrote, and nothing else, published
     assert set(streams) == set(names), sorted(streams)
 print(f"openpmd checker: {len(names)} records, {iterations} iterations bitwise", flush=True)
 """
-
-
-class MovingDataRefusedError(AssertionError):
-    """The engine refused what issue 56 (moving data) brings: a second chunk of a rank in a
-    step, a count that changes between steps, a rank that stores nothing."""
-
-
-REFUSED = (  # the engine's lines for them (plugin/adios2), today
-    "Put twice by this rank in step",
-    "changed its shape",
-    "was not Put by rank",  # a rank with no particle stores no chunk
-)
 
 
 def field_value(it: int, field: int, component: int, ny: int) -> np.ndarray:
@@ -237,7 +227,7 @@ def in_situ(
 def test_meshes_in_one_chunk_per_rank_go_in_situ_bitwise(
     openpmd_writer: Path, bp5_reference: Path, tmp_path: Path
 ) -> None:
-    """What the engine publishes before issue 56: the writer with --one-chunk --meshes-only
+    """The fixed path (one block per rank, on a grid): the writer with --one-chunk --meshes-only
     (each rank's two boxes stored as one chunk, the same arrays; no species), its
     configuration alone swapped for the deisa engine's: every component of E and B of every
     iteration arrives bitwise as the two-chunk BP5 run wrote it, in the ranks' columns, and
@@ -254,14 +244,6 @@ def test_meshes_in_one_chunk_per_rank_go_in_situ_bitwise(
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.xfail(
-    raises=MovingDataRefusedError,
-    strict=True,
-    reason="issue 56 (moving data): the deisa ADIOS2 engine publishes one block per rank and "
-    "variable in a step, of a shape fixed at the first step, Put by every rank; openPMD's "
-    'two chunks per rank ("Put twice by this rank in step 0"), the species\' changing count '
-    "and a rank without particles are refused",
-)
 def test_only_its_configuration_changed_the_writer_goes_in_situ_bitwise(
     openpmd_writer: Path, bp5_reference: Path, tmp_path: Path
 ) -> None:
@@ -270,11 +252,14 @@ def test_only_its_configuration_changed_the_writer_goes_in_situ_bitwise(
     openPMD-api's own parameters are ignored in one line at Open, and every mesh and particle
     record of every iteration (two chunks per rank, counts that change, a rank with none)
     arrives bitwise as the BP5 output has it."""
-    proc, text = in_situ(openpmd_writer, bp5_reference, tmp_path)
-    if proc.returncode != 0:
-        refused = [line for line in text.splitlines() if any(r in line for r in REFUSED)]
-        if refused:
-            raise MovingDataRefusedError(refused[0])
+    proc, _ = in_situ(openpmd_writer, bp5_reference, tmp_path)
     assert proc.returncode == 0, proc.stderr[-4000:] + proc.stdout[-2000:]
     records = len(MESHES) + len(PARTICLES)
     assert f"openpmd checker: {records} records, {ITERATIONS} iterations bitwise" in proc.stdout
+    # the meshes in the ranks' boxes, the particles in the ranks' counts (none on rank 3 at 1)
+    for it in range(ITERATIONS):
+        counts = tuple(count for count in particle_counts(it) if count)
+        assert (
+            f"iteration {it}: {records} records bitwise, /data/meshes/B/x in ((3, 5), "
+            f"(2, 3, 4, 2), (6,)), {SPECIES}/weighting in ({counts},)"
+        ) in proc.stdout, proc.stdout

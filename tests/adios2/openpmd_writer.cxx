@@ -19,8 +19,8 @@
  *   dimensions, as a PIC code gives them.
  *
  * With --one-chunk a rank stores its two boxes (one above the other) as one chunk, the same
- * array; with --meshes-only the species is left out: what the deisa engine publishes before
- * issue 56 (moving data).
+ * array; with --meshes-only the species is left out: fixed arrays alone, one block per rank,
+ * for the deisa engine's fixed path.
  *
  * Every value is a small dyadic rational (exact in double, whatever the order of the
  * operations): the test computes the same from the formulas below and compares bitwise.
