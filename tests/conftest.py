@@ -337,6 +337,7 @@ PROCESS_TESTS: dict[str, frozenset[str] | None] = {
     "test_adios2": None,  # mpirun, deisa-run, Slurm, the ADIOS2 codes
     "test_adios2_moving": None,  # mpirun, deisa-run, the ADIOS2 code whose data moves
     "test_adios2_fortran": None,  # CMake, mpif90, mpirun, deisa-run
+    "test_openpmd": None,  # CMake, mpirun, deisa-run, the openPMD-api writer
     "test_ecosystem": None,  # virtual environments, pip, mpirun, dask processes
     "test_insitu_mpi": None,  # deisa.insitu: mpirun, the analytics' python
     "test_insitu_conformance": None,  # the deisa-project tests: pip, a venv, pytest, clusters
@@ -511,6 +512,7 @@ class _Tally:
         self.skipped_pdi: list[str] = []
         self.skipped_adios2: list[str] = []
         self.skipped_adios2_fortran: list[str] = []
+        self.skipped_openpmd: list[str] = []
 
     def add(self, kind: str, outcome: str) -> None:
         counts = self.outcomes.setdefault(kind, {})
@@ -518,7 +520,7 @@ class _Tally:
 
     def line(self) -> str:
         parts = []
-        for kind in ("PDI", "ADIOS2", "MPI", "Slurm"):
+        for kind in ("PDI", "ADIOS2", "openPMD", "MPI", "Slurm"):
             counts = self.outcomes.get(kind, {})
             done = ", ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items()))
             parts.append(f"{kind} tests: {done or 'none'}")
@@ -545,22 +547,27 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.when == "teardown" and not report.failed:
         return
     outcome = "skipped" if report.skipped else "failed" if report.failed else "passed"
-    markers = (("PDI", "pdi"), ("ADIOS2", "adios2"), ("Slurm", "slurm"))
+    if hasattr(report, "wasxfail"):  # an expected failure (xfail) is not a skip
+        outcome = "xfailed" if report.skipped else "xpassed"
+    markers = (("PDI", "pdi"), ("ADIOS2", "adios2"), ("openPMD", "openpmd"), ("Slurm", "slurm"))
     kinds = [k for k, marker in markers if marker in report.keywords]
     if _USED_MPI in report.user_properties:
         kinds.append("MPI")
     for kind in kinds:
         _TALLY.add(kind, outcome)
     # a PDI test of a Slurm job skips with Slurm (no root, no daemons): the Slurm count says so
-    if "pdi" in report.keywords and "slurm" not in report.keywords and report.skipped:
+    if "pdi" in report.keywords and "slurm" not in report.keywords and outcome == "skipped":
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
         _TALLY.skipped_pdi.append(f"{report.nodeid}: {reason}")
-    if "adios2" in report.keywords and "slurm" not in report.keywords and report.skipped:
+    if "adios2" in report.keywords and "slurm" not in report.keywords and outcome == "skipped":
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
         _TALLY.skipped_adios2.append(f"{report.nodeid}: {reason}")
-    if "adios2_fortran" in report.keywords and report.skipped:
+    if "adios2_fortran" in report.keywords and outcome == "skipped":
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
         _TALLY.skipped_adios2_fortran.append(f"{report.nodeid}: {reason}")
+    if "openpmd" in report.keywords and outcome == "skipped":
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
+        _TALLY.skipped_openpmd.append(f"{report.nodeid}: {reason}")
 
 
 def adios2_installed() -> Path | None:
@@ -598,20 +605,32 @@ def fortran_adios2_installed() -> Path | None:
     return config if features["mpi"] and features["fortran"] else None
 
 
+def openpmd_installed() -> Path | None:
+    """openPMD-api's CMake package, where the project's CMake would find it, with MPI and
+    ADIOS2 (tests/test_openpmd.py), and ADIOS2 with MPI beside it."""
+    from deisa.doctor.openpmd import check_openpmd, openpmd_config_file
+
+    config = openpmd_config_file()
+    usable = config is not None and check_openpmd().status == "ok"
+    return config if usable and adios2_installed() is not None else None
+
+
 def _skips(kind: str) -> tuple[list[str], Path | None, str]:
-    """The skipped tests of ``kind`` (PDI, ADIOS2, ADIOS2 Fortran), where it is installed, and
-    the variable that allows their skips."""
+    """The skipped tests of ``kind`` (PDI, ADIOS2, ADIOS2 Fortran, openPMD), where it is
+    installed, and the variable that allows their skips."""
     if kind == "PDI":
         return _TALLY.skipped_pdi, pdi_installed(), "DEISA_ALLOW_PDI_SKIP"
     if kind == "ADIOS2 Fortran":  # ADIOS2 without Fortran: its Fortran tests may skip
         skipped = _TALLY.skipped_adios2_fortran
         return skipped, fortran_adios2_installed(), "DEISA_ALLOW_ADIOS2_SKIP"
+    if kind == "openPMD":
+        return _TALLY.skipped_openpmd, openpmd_installed(), "DEISA_ALLOW_OPENPMD_SKIP"
     return _TALLY.skipped_adios2, adios2_installed(), "DEISA_ALLOW_ADIOS2_SKIP"
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     terminalreporter.write_line(_TALLY.line())
-    for kind in ("PDI", "ADIOS2", "ADIOS2 Fortran"):
+    for kind in ("PDI", "ADIOS2", "ADIOS2 Fortran", "openPMD"):
         skipped, config, allow = _skips(kind)
         if not skipped or config is None:
             continue
@@ -630,7 +649,7 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     # the C layer must not vanish from a run silently where it could have run
-    for kind in ("PDI", "ADIOS2", "ADIOS2 Fortran"):
+    for kind in ("PDI", "ADIOS2", "ADIOS2 Fortran", "openPMD"):
         skipped, config, allow = _skips(kind)
         allowed = os.environ.get(allow) == "1"
         if skipped and not allowed and config is not None and exitstatus == 0:

@@ -405,6 +405,11 @@ BAD = {
         "deisa ADIOS2 engine: variable `U' is given a memory selection in a column-major io "
         "from a row-major language",
     ),
+    "one variable, two types": (
+        {"SchedulerFile": "s.json"}, "", "types-differ",
+        "deisa ADIOS2 engine: variable `W' is Put at step 0 with dtype 'int32' by rank 1 and "
+        "'float64' by rank 0: one variable is one array",
+    ),
     "MemorySelections": (
         {"SchedulerFile": "s.json", "MemorySelections": "some"}, "", "",
         "deisa ADIOS2 engine: parameter `MemorySelections'='some' must be one of guard, none",

@@ -575,3 +575,119 @@ def test_adios2_absent_is_optional(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     finding = adios2.check_adios2()
     assert finding.status == MISSING and not finding.required
     assert "install ADIOS2 >= 2.12 with MPI" in finding.fix
+
+
+# -- openPMD-api (deisa.doctor.openpmd) ------------------------------------------------------
+
+
+def fake_openpmd(
+    prefix: Path, version: str = "0.17.1", mpi: str = "TRUE", adios2: str = "TRUE"
+) -> Path:
+    """An openPMD-api CMake package and library under ``prefix``, as its install writes them."""
+    config = prefix / "lib" / "cmake" / "openPMD"
+    config.mkdir(parents=True)
+    (config / "openPMDConfig.cmake").write_text(
+        f"set(openPMD_HAVE_MPI {mpi})\nset(openPMD_HAVE_HDF5 FALSE)\n"
+        f"set(openPMD_HAVE_ADIOS2 {adios2})\n"
+    )
+    (config / "openPMDConfigVersion.cmake").write_text(f'set(PACKAGE_VERSION "{version}")\n')
+    (prefix / "lib" / "libopenPMD.so").write_bytes(b"\x7fELF")
+    return config
+
+
+@pytest.mark.parametrize(
+    ("version", "mpi", "adios2", "status", "says"),
+    [
+        ("0.17.1", "TRUE", "TRUE", OK, "openPMD-api 0.17.1 ("),
+        ("0.17.1", "FALSE", "TRUE", WARNING, "reaches the deisa engine through ADIOS2, with MPI"),
+        ("0.17.1", "TRUE", "FALSE", WARNING, "reaches the deisa engine through ADIOS2, with MPI"),
+        ("0.16.1", "TRUE", "TRUE", WARNING, "needs openPMD-api >= 0.17"),
+    ],
+)
+def test_openpmd_version_adios2_and_mpi(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    version: str,
+    mpi: str,
+    adios2: str,
+    status: str,
+    says: str,
+) -> None:
+    """openPMD_DIR's package: its version, ADIOS2 and MPI or not, its library; what is not
+    usable is a warning whose fix names the CMake options and the README's recipe."""
+    from deisa.doctor import openpmd
+
+    config = fake_openpmd(tmp_path / "openpmd", version, mpi, adios2)
+    monkeypatch.setenv("openPMD_DIR", str(config))
+    finding = openpmd.check_openpmd()
+    assert finding.status == status and says in finding.found, finding
+    assert not finding.required
+    words = f"{'with' if adios2 == 'TRUE' else 'without'} ADIOS2, "
+    words += f"{'with' if mpi == 'TRUE' else 'without'} MPI; libopenPMD.so in "
+    assert words + str(tmp_path / "openpmd" / "lib") in finding.found
+    assert finding.details["version"] == version and finding.details["mpi"] == (mpi == "TRUE")
+    if status == OK:
+        assert not finding.fix
+    else:
+        assert "-DopenPMD_USE_MPI=ON -DopenPMD_USE_ADIOS2=ON" in finding.fix
+        assert "README.md, 'From an openPMD-api code'" in finding.fix
+
+
+def test_openpmd_package_without_its_library(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A CMake package whose libopenPMD.so is gone (a partial uninstall): a warning."""
+    from deisa.doctor import openpmd
+
+    config = fake_openpmd(tmp_path / "openpmd")
+    (tmp_path / "openpmd" / "lib" / "libopenPMD.so").unlink()
+    monkeypatch.setenv("openPMD_DIR", str(config))
+    finding = openpmd.check_openpmd()
+    assert finding.status == WARNING, finding
+    assert f"libopenPMD.so is not in {tmp_path / 'openpmd' / 'lib'}" in finding.found
+    assert "install it again" in finding.fix
+
+
+def test_openpmd_found_through_cmake_prefix_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from deisa.doctor import openpmd
+
+    fake_openpmd(tmp_path / "prefix")
+    monkeypatch.delenv("openPMD_DIR", raising=False)
+    monkeypatch.setenv("CMAKE_PREFIX_PATH", str(tmp_path / "prefix"))
+    monkeypatch.setattr(openpmd, "SYSTEM_PREFIXES", (str(tmp_path / "none"),))
+    finding = openpmd.check_openpmd()
+    assert finding.status == OK, finding
+    assert finding.details["config"] == str(
+        tmp_path / "prefix" / "lib" / "cmake" / "openPMD" / "openPMDConfig.cmake"
+    )
+
+
+def test_openpmd_absent_is_optional(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from deisa.doctor import openpmd
+
+    monkeypatch.delenv("openPMD_DIR", raising=False)
+    monkeypatch.setenv("CMAKE_PREFIX_PATH", str(tmp_path))
+    monkeypatch.setattr(openpmd, "SYSTEM_PREFIXES", (str(tmp_path / "none"),))
+    finding = openpmd.check_openpmd()
+    assert finding.status == MISSING and not finding.required
+    assert "build openPMD-api >= 0.17 from its sources" in finding.fix
+    assert "-DopenPMD_USE_MPI=ON -DopenPMD_USE_ADIOS2=ON" in finding.fix
+    assert openpmd.check_openpmd in deisa.doctor.CHECKS  # in `python -m deisa doctor`
+
+
+@pytest.mark.openpmd
+def test_doctor_reports_the_installed_openpmd(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The openPMD-api installed here (README.md's recipe): 0.17 or newer, with ADIOS2 and MPI,
+    its library in the package's library directory."""
+    from deisa.doctor import openpmd
+
+    monkeypatch.delenv("openPMD_DIR", raising=False)
+    config = openpmd.openpmd_config_file()
+    if config is None:
+        pytest.skip("openPMD-api is not installed (README.md: openPMD-api)")
+    finding = openpmd.check_openpmd()
+    assert finding.status == OK, finding
+    assert finding.details["adios2"] and finding.details["mpi"]
+    assert Path(finding.details["library"]).is_file()

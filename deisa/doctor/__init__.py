@@ -9,6 +9,7 @@ One line per part, with a ``fix:`` line under each part that is missing or suspi
 - optional: PDI (its CMake package, version and plugin directory, ``PDI_PLUGIN_PATH``), the
   Python that PDI would embed, the deisa PDI plugin that ``deisa-run`` finds (:mod:`.pdi`);
   ADIOS2 (version, MPI, the deisa ADIOS2 engine that ``deisa-run`` finds: :mod:`.adios2`);
+  openPMD-api (version, ADIOS2, MPI, its library: :mod:`.openpmd`);
   Slurm (``deisa-run slurm``); UCX (distributed-ucxx, ``deisa-run --protocol ucx``); HDF5
   (h5py for :class:`deisa.Replay`, serial or parallel, and the C library's
   ``h5pcc -showconfig``).
@@ -29,6 +30,7 @@ from dataclasses import asdict
 from .adios2 import check_adios2
 from .common import MISSING, OK, Finding
 from .mpi import check_mpi, check_mpi4py, check_slurm
+from .openpmd import check_openpmd
 from .pdi import check_pdi, check_pdi_python, check_plugin
 from .python import check_dask, check_hdf5, check_launcher, check_python, check_tls, check_ucx
 
@@ -45,6 +47,7 @@ CHECKS: tuple[Callable[[], Finding], ...] = (
     check_pdi_python,
     check_plugin,
     check_adios2,
+    check_openpmd,
     check_slurm,
     check_ucx,
     check_hdf5,

@@ -490,7 +490,15 @@ void Deisa_engine::declare_new_arrays(std::set<string>& put)
 			const char* kind = first.value ? "value" : first.joined_axis >= 0 ? "joined" : "array";
 			mine.append(py::make_tuple(name, first.dtype, kind, first.shape.size(), first.joined_axis, geometry));
 		}
-		py::object declarations = py::module_::import("deisa.bridge.engine_arrays").attr("agree")(MPI_Comm_c2f(m_comm), mine, m_step, created);
+		py::module_ engine_arrays = py::module_::import("deisa.bridge.engine_arrays");
+		py::object declarations;
+		try {
+			declarations = engine_arrays.attr("agree")(MPI_Comm_c2f(m_comm), mine, m_step, created);
+		} catch (py::error_already_set& e) {
+			// ranks that Put one variable as two arrays: its one line, on every rank
+			if (!e.matches(engine_arrays.attr("EngineArrayError"))) throw;
+			throw invalid_argument{py::str(e.value()).cast<string>()};
+		}
 		py::dict specs;
 		vector<std::pair<string, MPI_Fint>> array_comms;
 		vector<Declared_array> arrays;

@@ -1,7 +1,7 @@
 /* An MPI code written against ADIOS2's C++ API, as an ADIOS2 user writes one: the test code of
  * the deisa ADIOS2 engine (tests/test_adios2.py).
  *
- *   mpirun -np 4 deisa_adios2_ragged CONFIG.xml OUTPUT STEPS [--ghosts | --column-major | --span | --misuse local|span-twice|read|no-close|bad-selection|column-major-selection]
+ *   mpirun -np 4 deisa_adios2_ragged CONFIG.xml OUTPUT STEPS [--ghosts | --column-major | --span | --misuse local|span-twice|read|no-close|bad-selection|column-major-selection|types-differ]
  *
  * Writes STEPS steps to OUTPUT through io `SimulationOutput', whose engine CONFIG.xml chooses
  * (BP5, or deisa): a 13 x 10 global array `U' (double, a sync Put) and `V' (int32, a deferred
@@ -13,7 +13,8 @@
  * for its block's last element (left at -7.5), V written element by element through operator[].
  * --misuse makes it do what the deisa engine refuses: a local array, a second Span Put of U in a
  * step (span-twice), a reader, a memory selection whose buffer is too small for the block;
- * --misuse no-close leaves the engine to the ADIOS object's destructor.
+ * --misuse no-close leaves the engine to the ADIOS object's destructor; --misuse types-differ
+ * defines a variable `W' as double on rank 0 and int32 on the others, and Puts it.
  * --ghosts puts U and V from buffers with ghost cells (uneven: 1 before and 2 after the block
  * on the first axis, 2 and 1 on the second, filled with garbage) through SetMemorySelection,
  * as a stencil code does; from step 3 on V's selection is reset ({{}, {}}) and V is Put from a
@@ -75,6 +76,10 @@ void run(const std::string& config, const std::string& output, int steps, const 
 	auto var_step = io.DefineVariable<int>("step");
 	auto var_time = io.DefineVariable<double>("time");
 	if (misuse == "local") io.DefineVariable<double>("L", {}, {}, {count[0]});
+	if (misuse == "types-differ") { // one variable, two types: rank 0's double, the others' int32
+		if (rank == 0) io.DefineVariable<double>("W", {2}, {0}, {1});
+		if (rank != 0) io.DefineVariable<int32_t>("W", {2}, {1}, {1});
+	}
 	adios2::Engine writer = io.Open(output, misuse == "read" ? adios2::Mode::Read : adios2::Mode::Write);
 
 	// --ghosts: the block at `before' in a buffer of `rows' x `cols' (the ghost cells around it)
@@ -121,6 +126,10 @@ void run(const std::string& config, const std::string& output, int steps, const 
 			std::fill(v.begin(), v.end(), -1); // after PerformPuts: not written
 			std::fill(v_alone.begin(), v_alone.end(), -1);
 		}
+		if (misuse == "types-differ") {
+			if (rank == 0) writer.Put(io.InquireVariable<double>("W"), time, adios2::Mode::Sync);
+			if (rank != 0) writer.Put(io.InquireVariable<int32_t>("W"), step, adios2::Mode::Sync);
+		}
 		std::fill(u.begin(), u.end(), -1.0); // after a sync Put: not written
 		writer.EndStep();
 	}
@@ -140,7 +149,7 @@ int main(int argc, char* argv[])
 	if (argc != 4 && !alone && !(argc == 6 && std::string(argv[4]) == "--misuse")) {
 		if (rank == 0) {
 			std::
-				fprintf(stderr, "usage: %s CONFIG.xml OUTPUT STEPS [--ghosts | --column-major | --span | --misuse local|span-twice|read|no-close|bad-selection|column-major-selection]\n", argv[0]);
+				fprintf(stderr, "usage: %s CONFIG.xml OUTPUT STEPS [--ghosts | --column-major | --span | --misuse local|span-twice|read|no-close|bad-selection|column-major-selection|types-differ]\n", argv[0]);
 		}
 		status = 2;
 	} else {
