@@ -5,7 +5,8 @@ The project's own ADIOS2 code (tests/adios2/moving.cxx, 4 ranks) writes a partic
 length and counts change at every step (SetShape, SetSelection, two Puts on a rank, a rank with
 no Put, a rank with an empty selection), a joined particle array (JoinedDim), a field in two
 boxes per rank that move to the next rank at step 3 (a sync Put, a deferred Put from a buffer
-with ghost cells, PerformPuts followed by the buffers' overwrite), a field of one block per rank
+with ghost cells, PerformPuts followed by the buffers' overwrite) and that no rank writes at
+step 4 (BP5 has no such step of it, nor has the analytics), a field of one block per rank
 that is cut in two boxes, then grows (SetShape), an array and a single value defined after the
 first step. Run once with BP5 (the reference, read back with the ``adios2`` wheel, each step's
 whole selection) and once with its XML's engine swapped for deisa under ``deisa-run`` (a
@@ -125,3 +126,5 @@ def test_moving_data_under_deisa_run_bitwise(
     assert "T step 4: shape (20, 12)" in proc.stdout
     assert "T step 0: shape (16, 12) chunks ((4, 4, 4, 4), (12,))" in proc.stdout  # fixed
     assert "rho step 0: shape (16, 12) chunks ((2, 2, 2, 2, 2, 2, 2, 2), (12,))" in proc.stdout
+    assert "rho step 3: " in proc.stdout and "rho step 4: " not in proc.stdout  # no Put at 4
+    assert "rho step 5: " in proc.stdout
