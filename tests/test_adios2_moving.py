@@ -62,6 +62,8 @@ with Adapter.from_env() as adapter:
             assert got.tobytes() == want.tobytes(), (name, step, got, want)
             lived[name, step] = (got, live.chunks)
             print(f"{name} step {step}: shape {got.shape} chunks {live.chunks}", flush=True)
+    paths = {name: "moving" if adapter[name].moving else "fixed" for name in names}
+    print(f"declared: {paths}", flush=True)
     streams = adapter.stats()["streams"]
     published = {name: streams[name]["published"] for name in names}
     assert published == {name: len(expected[name]) for name in names}, published
@@ -119,6 +121,14 @@ def test_moving_data_under_deisa_run_bitwise(
     assert (
         "adios2 moving checker: 6 steps bitwise, first steps {'px': 0, 'pj': 0, 'rho': 0, "
         "'T': 0, 'age': 2, 'nparticles': 1, 'step': 0}; Replay equal" in proc.stdout
+    ), proc.stdout[-3000:]
+    # the engine's decisions (docs/adios2.md, "Which path"): one block per rank on a grid in the
+    # first step is fixed (T, age, the value step; px, one particle on rank 0 at step 0: its
+    # later steps move and carry their layouts); joined (pj), two boxes per rank (rho), a value
+    # first Put once the Bridge exists (nparticles): moving
+    assert (
+        "declared: {'px': 'fixed', 'pj': 'moving', 'rho': 'moving', 'T': 'fixed', "
+        "'age': 'fixed', 'nparticles': 'moving', 'step': 'fixed'}" in proc.stdout
     ), proc.stdout[-3000:]
     # the particles' lengths change; the field's boxes are the ranks' (two each, then moved)
     assert "px step 0: shape (15,)" in proc.stdout and "px step 3: shape (8,)" in proc.stdout

@@ -7,8 +7,9 @@
  * (BP5, or deisa):
  * - `px' (double), a particle array: its global length and each rank's count change at every
  *   step (SetShape, SetSelection, offsets from MPI_Exscan); rank 0 Puts its particles in two
- *   Puts (two selections), rank 1 Puts none at step 2 (no Put at all), rank N-1 an empty
- *   selection (count 0) at step 3;
+ *   Puts (two selections) where it has more than one (from step 1), rank 1 Puts none at step 2
+ *   (no Put at all), rank N-1 an empty selection (count 0) at step 3: one block per rank at
+ *   step 0, a fixed array whose later steps move;
  * - `pj' (float), N_j x 3 particles as a joined array ({JoinedDim, 3}: each rank gives its count
  *   only), the counts changing, rank 1 Putting a count of 0 at step 1;
  * - `rho' (double), a 16 x 12 field written as two boxes per rank (strips of rows r and r + N
