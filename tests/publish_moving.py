@@ -23,6 +23,8 @@ raised to ``OUT/rank-R.txt`` (``--out``) and exits normally.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -79,6 +81,7 @@ def main() -> None:
     parser.add_argument("--bad", choices=["shape", "outside", "declare"], default=None)
     parser.add_argument("--out", default=None)
     parser.add_argument("--tag", default="", help="appended to the arrays' names")
+    parser.add_argument("--scoped", action="store_true", help="each step in bridge.step(t)")
     args = parser.parse_args()
     try:
         run(args)
@@ -104,31 +107,43 @@ def run(args: argparse.Namespace) -> None:
         timeout=600.0,
     ) as bridge:  # fmt: skip
         for step in range(args.steps):
-            mine = particles(rank, step)
-            if step % 2:  # as two arrays, the second one may be empty
-                bridge.publish(x, [mine[:1], mine[1:]], step)
+            if args.scoped:  # the step's arrays with one exchange
+                with bridge.step(step) as scope:
+                    publish_step(scope.publish, rank, step, args, (x, rho_name, t))
             else:
-                bridge.publish(x, mine, step)
-            rho = field(step, rho_shape(step))  # the simulation's own arrays, boxes cut out
-            boxes = [
-                (s, rho[s[0] : s[0] + c[0], s[1] : s[1] + c[1]]) for s, c in rho_boxes(rank, step)
-            ]
-            shape = rho_shape(step) if rank == 1 else None
-            if step == 1 and args.bad == "shape" and rank == 2:
-                shape = (7, 8)
-            if step == 1 and args.bad == "outside" and rank == 1:
-                shape = (6, 4)
-            bridge.publish(rho_name, boxes, step, shape=shape)
-            row = field(step, (NRANKS, 4))[rank : rank + 1]
-            if step == 2:  # this step of the fixed array moves: two boxes a rank
-                bridge.publish(t, [((rank, 0), row[:, :2]), ((rank, 2), row[:, 2:])], step)
-            else:
-                bridge.publish(t, row, step)
+                publish_step(partial(bridge.publish, step=step), rank, step, args, (x, rho_name, t))
             if step == 1:  # an array the code defines once the run goes on
                 late = f"late{'-other' if args.bad == 'declare' and rank == 1 else ''}{args.tag}"
                 bridge.declare({late: ArraySpec("float64", (NRANKS, 2), (rank, 0), (1, 2))})
             if step >= 2:
                 bridge.publish(late, field(step, (NRANKS, 2))[rank : rank + 1], step)
+    if args.out is not None:
+        Path(args.out, f"exchanges-{rank}.txt").write_text(str(bridge.exchanges))
+
+
+def publish_step(
+    publish: Callable[..., None], rank: int, step: int, args: argparse.Namespace, names: tuple
+) -> None:
+    """This rank's ``x``, ``rho`` and ``T`` of ``step`` (``publish(name, block, **kwargs)``)."""
+    x, rho_name, t = names
+    mine = particles(rank, step)
+    if step % 2:  # as two arrays, the second one may be empty
+        publish(x, [mine[:1], mine[1:]])
+    else:
+        publish(x, mine)
+    rho = field(step, rho_shape(step))  # the simulation's own arrays, boxes cut out
+    boxes = [(s, rho[s[0] : s[0] + c[0], s[1] : s[1] + c[1]]) for s, c in rho_boxes(rank, step)]
+    shape = rho_shape(step) if rank == 1 else None
+    if step == 1 and args.bad == "shape" and rank == 2:
+        shape = (7, 8)
+    if step == 1 and args.bad == "outside" and rank == 1:
+        shape = (6, 4)
+    publish(rho_name, boxes, shape=shape)
+    row = field(step, (NRANKS, 4))[rank : rank + 1]
+    if step == 2:  # this step of the fixed array moves: two boxes a rank
+        publish(t, [((rank, 0), row[:, :2]), ((rank, 2), row[:, 2:])])
+    else:
+        publish(t, row)
 
 
 if __name__ == "__main__":

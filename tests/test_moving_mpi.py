@@ -49,15 +49,16 @@ def whole(layout: StepLayout, parcels: list[np.ndarray]) -> np.ndarray:
     return out
 
 
-@pytest.mark.parametrize("mode", ["async", "sync"])
+@pytest.mark.parametrize(("mode", "scoped"), [("async", False), ("sync", False), ("async", True)])
 def test_moving_arrays_from_mpi_ranks_read_bitwise_through_their_layouts(
-    shared_dask: DaskProcesses, mode: str
+    shared_dask: DaskProcesses, tmp_path: Path, mode: str, scoped: bool
 ) -> None:
     with shared_dask.client() as client:  # the module's earlier runs count in the scheduler's
         calls_before = Adapter(client).stats()["calls"]
     cmd = mpirun(NRANKS, sys.executable, str(HERE / "publish_moving.py"),
                  str(shared_dask.scheduler_file), "--steps", str(NSTEPS), "--mode", mode,
-                 "--connect-timeout", str(STARTUP))  # fmt: skip
+                 "--connect-timeout", str(STARTUP), "--out", str(tmp_path),
+                 *(["--scoped"] if scoped else []))  # fmt: skip
     sim = subprocess.Popen(
         cmd, env=test_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
@@ -113,6 +114,8 @@ def test_moving_arrays_from_mpi_ranks_read_bitwise_through_their_layouts(
     # one scheduler message per step and array, whatever the number of boxes and ranks
     calls = {k: stats["calls"].get(k, 0) - calls_before.get(k, 0) for k in stats["calls"]}
     assert calls["publish"] == 3 * NSTEPS + NSTEPS - 2 and calls["open"] == 4
+    exchanges = [int((tmp_path / f"exchanges-{r}.txt").read_text()) for r in range(NRANKS)]
+    assert len(set(exchanges)) == 1  # the same collectives on every rank, scoped or not
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,8 @@ thread and loads the rest in the background.
 Public modules: :mod:`~deisa.bridge.bridge` (the Bridge), :mod:`~deisa.bridge.group`
 (BridgeGroup), :mod:`~deisa.bridge.options` (its options, declared once),
 :mod:`~deisa.bridge.decomposition` (ArraySpec, the global grid), :mod:`~deisa.bridge.boxes` (a
-rank's boxes of a moving step, and the step's layout rank 0 builds), :mod:`~deisa.bridge.placement`
+rank's boxes of a moving step, and the step's layout rank 0 builds), :mod:`~deisa.bridge.step_scope`
+(several arrays of a step with one exchange), :mod:`~deisa.bridge.placement`
 (rank to worker), :mod:`~deisa.bridge.scheduler_file`, :mod:`~deisa.bridge.tls_files` (deisa's
 names of the job's TLS files, which ``deisa-run`` sets: :mod:`deisa.wire.tls_files`),
 :mod:`~deisa.bridge.contracts` (the contracts in force), :mod:`~deisa.bridge.engine_parameters`

@@ -95,6 +95,8 @@ class AsyncPublisher:
         self.progress = threading.Event()  # set by the loop thread: a send, a registration...
         self.registrar = Registrar(parts, link, self.progress)  # rank 0's; every rank's notices
         self._announced = False  # rank 0, main thread: the connection went in an exchange
+        # inside Bridge.step(): each publish's (call, problem), posted in one exchange at its end
+        self.held: list[tuple[tuple[Any, Any], str | None]] | None = None
 
     @property
     def early(self) -> EarlyRegistration | None:
@@ -160,7 +162,7 @@ class AsyncPublisher:
         t1 = time.perf_counter()
         plan = parts.plan(name, int(step)) if valid and int(step) >= 0 else None
         if plan is None or not plan.send:  # wrong, or not wanted by the contract in force
-            self.post(call, problem)
+            self.post_or_hold(call, problem)
             parts.timings.add(
                 PublishTiming(name, int(step) if valid else -1, 0, 0.0, time.perf_counter() - t0,
                               mode="async")
@@ -179,7 +181,7 @@ class AsyncPublisher:
         if problem is None and block is not None and plan.sends(parts.rank):  # else not sent
             nbytes = self.copy_and_send(entry, block)
         t3 = time.perf_counter()
-        self.post(call, problem)
+        self.post_or_hold(call, problem)
         t4 = time.perf_counter()
         parts.transport.settle()  # the channels' threads unmap and map slots after the copy
         in_flight = self.ledger.in_flight(name)
@@ -343,6 +345,14 @@ class AsyncPublisher:
                 fields=parts.fields.collect(),
             )
         return RankReport(call, problem, tuple(sent), tuple(failed), root)
+
+    def post_or_hold(self, call: tuple[Any, Any], problem: str | None) -> None:
+        """Post this publish's exchange, or hold it for the one exchange that ends the step
+        (inside :meth:`deisa.Bridge.step`)."""
+        if self.held is None:
+            self.post(call, problem)
+        else:
+            self.held.append((call, problem))
 
     def post(self, call: tuple[Any, Any] | None = None, problem: str | None = None) -> None:
         """Post this rank's report for the next exchange (the next call completes it)."""

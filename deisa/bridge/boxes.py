@@ -133,7 +133,7 @@ def parcel_of(dec: Decomposition, block: Any, start: Any, shape: Any) -> Parcel 
     step_shape = None if shape is None else _ints(shape, ndim, "shape")
     if many and start is not None:
         raise ValueError(f"start={start!r} with a list of boxes of {name!r}: each box has its own")
-    if len(block) > MAX_BOXES if many else False:
+    if many and len(block) > MAX_BOXES:
         raise ValueError(f"{len(block)} boxes of {name!r}: at most {MAX_BOXES} a rank and step")
     if joined:
         arrays = (

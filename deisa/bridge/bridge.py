@@ -40,12 +40,7 @@ import numpy as np
 from ..wire import decode_value
 from ._async import AsyncPublisher
 from ._closing import close_bridge, shut_down
-from ._collective import (
-    BridgeError,
-    build_options,
-    check_publish,
-    on_root,
-)
+from ._collective import BridgeError, build_options, check_publish, on_root
 from ._losses import Losses
 from ._opening import connect_now, declare_arrays, declare_more, take_connection
 from ._parts import BridgeParts
@@ -55,6 +50,7 @@ from .decomposition import ArraySpec, Decomposition
 from .link.scheduler import SchedulerLink, SchedulerLost
 from .options import BridgeOptions
 from .scheduler_file import SchedulerFileError, resolve_scheduler_file
+from .step_scope import StepScope
 
 __all__ = ["Bridge", "BridgeError", "PublishTiming"]
 
@@ -333,12 +329,10 @@ class Bridge:
     ) -> None:
         """Publish this rank's ``block`` of array ``name`` at ``step``; collective.
 
-        Data that moves (``docs/moving-data.md``): ``block`` at ``start`` in this step's global
-        ``shape``; or a list of ``(start, array)`` boxes (any number, ``[]`` included); or,
-        for an array joined along an axis (:meth:`ArraySpec.moving` ``joined_axis``), an array
-        or a list of arrays, placed after the lower ranks' boxes. The ranks that give
-        ``shape`` give the same; at least one gives it (a joined array: none). A fixed array's
-        step published so carries a layout too; one published plain takes today's path.
+        Data that moves (``docs/moving-data.md``): ``block`` at ``start`` in this step's
+        ``shape`` (ranks giving it agree; one at least), a list of ``(start, array)`` boxes
+        (``[]`` included), or for a joined array (:meth:`ArraySpec.moving`) arrays placed after
+        the lower ranks'. A fixed array's step published so carries a layout.
 
         ``mode="async"`` (default): returns once ``block`` is copied into a buffer the Bridge
         owns (the caller may overwrite ``block`` right away); the transfer to the worker and
@@ -392,6 +386,11 @@ class Bridge:
             revision = self._parts.steps.publication(name, int(step))
         publisher = self._async if self.asynchronous else self._sync
         publisher.publish(name, sent, step, revision, problem, t0)
+
+    def step(self, step: int) -> StepScope:
+        """``with bridge.step(t) as s: s.publish(name, block)``: step ``t`` of several arrays
+        with one exchange (:class:`~deisa.bridge.step_scope.StepScope`); collective."""
+        return StepScope(self.publish, self._async if self.asynchronous else None, step)
 
     def flush(self) -> None:
         """Return once every step published so far is registered on the scheduler; collective.

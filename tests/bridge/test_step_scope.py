@@ -1,0 +1,76 @@
+"""Several arrays of a step with one exchange (:mod:`deisa.bridge.step_scope`): inside
+``bridge.step(t)`` each publish's exchange is held (``AsyncPublisher.post_or_hold``) and the end
+of the step posts one, whose call names the arrays and the step and whose problem is the first
+one, naming its array; ``mode="sync"`` publishes as before. Under mpirun:
+tests/test_moving_mpi.py (``--scoped``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from deisa.bridge._async import AsyncPublisher
+from deisa.bridge.step_scope import StepScope
+
+
+class Publisher:
+    """The part of :class:`AsyncPublisher` a step scope drives: its held calls and its posts."""
+
+    def __init__(self) -> None:
+        self.held: list[Any] | None = None
+        self.posted: list[tuple[Any, Any]] = []
+
+    def post(self, call: Any = None, problem: str | None = None) -> None:
+        self.posted.append((call, problem))
+
+
+def scope(publisher: Publisher | None, problems: dict[str, str]) -> tuple[StepScope, list[Any]]:
+    published: list[Any] = []
+
+    def publish(name: str, block: Any, step: int, **kwargs: Any) -> None:
+        published.append((name, step, kwargs))
+        if publisher is not None:  # what AsyncPublisher._publish does at its end
+            AsyncPublisher.post_or_hold(publisher, (name, step), problems.get(name))  # type: ignore[arg-type]
+
+    return StepScope(publish, publisher, 7), published  # type: ignore[arg-type]
+
+
+def test_a_steps_arrays_post_one_exchange_at_its_end() -> None:
+    publisher = Publisher()
+    step, published = scope(publisher, {})
+    with step as s:
+        s.publish("Ex", [1])
+        s.publish("x", [2], start=(0,), shape=(4,))
+        assert publisher.posted == []  # held until the end of the step
+    assert publisher.posted == [((("Ex", "x"), 7), None)]
+    assert published[1] == ("x", 7, {"start": (0,), "shape": (4,)})
+    assert publisher.held is None
+    AsyncPublisher.post_or_hold(publisher, ("Ex", 8), None)  # type: ignore[arg-type]
+    assert publisher.posted[-1] == (("Ex", 8), None)  # outside a step: posted at once
+
+
+def test_the_first_problem_of_a_step_names_its_array() -> None:
+    publisher = Publisher()
+    step, _ = scope(publisher, {"rho": "box 1 lies outside", "T": "wrong dtype"})
+    with step as s:
+        for name in ("x", "rho", "T"):
+            s.publish(name, [])
+    assert publisher.posted == [((("x", "rho", "T"), 7), "'rho': box 1 lies outside")]
+
+
+def test_a_step_in_sync_mode_publishes_each_array_and_posts_nothing() -> None:
+    step, published = scope(None, {})
+    with step as s:
+        s.publish("x", [1])
+    assert published == [("x", 7, {"start": None, "shape": None})]
+    with pytest.raises(RuntimeError, match=r"outside its bridge\.step\(7\)"):
+        s.publish("x", [1])
+
+
+def test_steps_do_not_nest() -> None:
+    publisher = Publisher()
+    outer, _ = scope(publisher, {})
+    inner, _ = scope(publisher, {})
+    with outer, pytest.raises(RuntimeError, match=r"inside another bridge\.step"):
+        inner.__enter__()
