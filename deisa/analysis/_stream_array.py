@@ -372,6 +372,13 @@ class ArrayDescriptor(StepArray):
             ):
                 del self._layouts[step]
 
+    def layout(self, step: int) -> StepLayout | None:
+        """``step``'s global shape and boxes as the ranks published them (its parcels: one a
+        rank that held an element); ``None`` for a step published plain (the declared blocks).
+        Waits for the step as ``array[step]`` does, without taking it."""
+        wire = self._layouts.get(self._resolve_int(step))
+        return None if wire is None else StepLayout.from_wire(wire)
+
     def blocks(self, step: int) -> list[_parcels.Block]:
         """Every block of ``step`` as published: ``(start, count, array)`` each
         (:class:`~deisa.analysis._parcels.Block`), ``start`` and ``count`` in the step's shape,

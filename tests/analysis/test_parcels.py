@@ -115,6 +115,8 @@ async def test_two_boxes_a_rank_moving_between_ranks_are_views_on_their_parcels_
     def analytics() -> None:
         with Client(s.address, timeout=WAIT) as client, Adapter(client, timeout=WAIT) as adapter:
             rho = adapter["rho"]
+            layout = rho.layout(1)
+            assert layout is not None and layout.shape == (6, 8) and layout.parcels == (2, 2)
             blocks = rho.blocks(1)
             assert [(blk.start, blk.count) for blk in blocks] == [
                 (QUARTERS[k][0], QUARTERS[k][1]) for owned in OWNERS[1] for k in owned
@@ -219,6 +221,7 @@ async def test_a_fixed_array_whose_step_moved_and_zip_and_xarray_per_step(
             assert p0.dims == ("particle",) and int(p0["step"]) == 0 and p0.shape == (8,)
             assert p1.shape == (6,) and int(p1["step"]) == 1
             assert adapter["t"].shape_of(1) == (4, 3) == adapter["t"].shape
+            assert adapter["t"].layout(0) is None and adapter["t"].layout(1).parcels == (1, 1)
             with pytest.raises(StepShapesDifferError, match=r"steps 0 and 1 of .p."):
                 adapter["p"].to_xarray([0, 1])
 
