@@ -321,8 +321,11 @@ PROCESS_TESTS: dict[str, frozenset[str] | None] = {
             "test_bp_written_by_mpi_ranks_replays_their_blocks",
         }
     ),
-    "test_replay_moving": frozenset(  # mpirun of tests/analysis/bp_moving_writer (CMake)
-        {"test_bp_written_by_mpi_ranks_is_the_live_runs_per_step"}
+    "test_replay_moving": frozenset(  # a LocalCluster; mpirun of tests/analysis/bp_moving_writer
+        {
+            "test_each_box_is_read_on_the_cluster",
+            "test_bp_written_by_mpi_ranks_is_the_live_runs_per_step",
+        }
     ),
     "test_cli": None,
     "test_local": None,

@@ -72,6 +72,7 @@ for (name, step), (got, chunks) in lived.items():
     replayed = replay[name][step]
     assert replayed.chunks == chunks, (name, step, replayed.chunks, chunks)
     assert replayed.compute().tobytes() == got.tobytes(), (name, step)
+assert {name: replay[name].steps for name in names} == {n: sorted(expected[n]) for n in names}
 first = {name: min(expected[name]) for name in names}
 print(f"adios2 moving checker: {len(steps)} steps bitwise, first steps {first}; Replay equal")
 """

@@ -10,6 +10,7 @@ from typing import Any
 import dask.array as da
 import numpy as np
 
+from ..wire.layout import StepLayout
 from ._parcels import Block, declared_blocks
 from ._reading import StepArray, summary
 
@@ -121,6 +122,13 @@ class ReplayArray(StepArray):
         if value is not None and np.ndim(value) != 0:
             raise ValueError(f"fill={value!r} of {self.name!r} must be a scalar or None")
         self._fill = value
+
+    def layout(self, step: int) -> StepLayout | None:
+        """``step``'s :class:`~deisa.wire.layout.StepLayout` (its shape and blocks) for a moving
+        array; ``None`` here, as a live step published plain: the array's chunks say where its
+        blocks lie."""
+        self._resolve_int(step)
+        return None
 
     def blocks(self, step: int) -> list[Block]:
         """Every block of ``step``: ``(start, count, array)`` each

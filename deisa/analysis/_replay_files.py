@@ -1,6 +1,7 @@
 """The files of a :class:`deisa.Replay` of one file per step: from a pattern with a ``{step}``
 field (``"data_{step}.h5"``, decl_hdf5's ``"data_${step}.h5"``, ``"{step:05d}"``), a glob (the
-last number of each name is its step) or a list of paths (steps ``0 .. n-1``).
+last number of each name is its step) or a list of paths (steps ``0 .. n-1``); or of one file
+per rank, from a pattern with a ``{rank}`` field (``"particles_${rank}.h5"``).
 """
 
 from __future__ import annotations
@@ -12,10 +13,19 @@ from collections.abc import Sequence
 
 from ._replay_array import ReplayError
 
-__all__ = ["GLOB_CHARS", "STEP_FIELD", "files_of_glob", "files_of_list", "files_of_pattern"]
+__all__ = [
+    "GLOB_CHARS",
+    "RANK_FIELD",
+    "STEP_FIELD",
+    "files_of_glob",
+    "files_of_list",
+    "files_of_pattern",
+]
 
 #: a step field of a per-step pattern
 STEP_FIELD = re.compile(r"\$?\{step(?::[^}]*)?\}")
+#: a rank field of a per-rank pattern
+RANK_FIELD = re.compile(r"\$?\{rank(?::[^}]*)?\}")
 #: what makes a source a glob
 GLOB_CHARS = re.compile(r"[*?\[]")
 
@@ -31,11 +41,14 @@ def files_of_list(source: Sequence[str | os.PathLike[str]]) -> tuple[list[str], 
     return paths, list(range(len(paths)))
 
 
-def files_of_pattern(pattern: str) -> tuple[list[str], list[int]]:
-    """The files matching ``pattern``'s step fields with one number, in step order."""
+def files_of_pattern(
+    pattern: str, field: re.Pattern[str] = STEP_FIELD, word: str = "step"
+) -> tuple[list[str], list[int]]:
+    """The files matching ``pattern``'s ``field`` s (the step's, or the rank's) with one number,
+    in the order of the numbers."""
     pattern = os.path.abspath(pattern)
-    fields = STEP_FIELD.findall(pattern)
-    pieces = STEP_FIELD.split(pattern)
+    fields = field.findall(pattern)
+    pieces = field.split(pattern)
     regex = re.compile("(\\d+)".join(re.escape(p) for p in pieces))
     found: dict[int, str] = {}
     for path in globbing.glob("*".join(globbing.escape(p) for p in pieces)):
@@ -45,8 +58,8 @@ def files_of_pattern(pattern: str) -> tuple[list[str], list[int]]:
         found.setdefault(int(match.group(1)), path)
     if not found:
         raise FileNotFoundError(
-            f"no file matches the per-step pattern {pattern!r} ({len(fields)} step field(s) "
-            "read as the step number)"
+            f"no file matches the per-{word} pattern {pattern!r} ({len(fields)} {word} "
+            f"field(s) read as the {word} number)"
         )
     steps = sorted(found)
     return [found[s] for s in steps], steps

@@ -34,7 +34,7 @@ from ._reading import NoFixedShapeError, summary
 from ._replay_array import ReplayArray, ReplayError
 from .moving import assemble, grid_edges
 
-__all__ = ["MovingReplayArray", "bp_layout", "check_layouts"]
+__all__ = ["MovingReplayArray", "bp_layout", "check_layouts", "layout_error"]
 
 #: reads box ``k`` of the ``i``-th saved step, as a dask array of these chunks (lazily)
 BoxReader = Callable[[int, int, tuple[tuple[int, ...], ...]], da.Array]

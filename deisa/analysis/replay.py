@@ -25,15 +25,14 @@ Sources
   last number of each name) or a list of paths (steps ``0 .. n-1`` in the list's order). Each
   file holds the step's datasets with the spatial shape, or with a leading axis of length 1.
 - **One dataset per step** in one HDF5 file (``x/step_0003``, ``x/0003``, ``x_0003``,
-  ``x_step_0003``): the array ``x``, its steps the numbers in the names.
+  ``x_step_0003``): the array ``x``, its steps the numbers in the names; or in one file per
+  rank (``"particles_${rank}.h5"``), the ranks' datasets of a step joined in rank order.
 - **ADIOS2 output** (``"out.bp"``, BP4 or BP5): every global array; its steps are the ADIOS2
   steps holding it, its chunks the blocks the writers put (:mod:`deisa.analysis._replay_bp`); a
   global single value is a one-element array, as the deisa ADIOS2 engine publishes it.
 
-An array whose shape or blocks change from step to step (particles, several boxes a writer,
-boxes that move, ``JoinedDim``, a refined level that covers part of the domain) reads as a live
-moving array: each step assembled from its blocks (:mod:`deisa.analysis._replay_moving`,
-:mod:`deisa.analysis._replay_per_step`; docs/moving-data.md).
+An array whose shape or blocks change from step to step reads as a live moving array, each
+step assembled from its blocks (:mod:`deisa.analysis._replay_moving`; docs/moving-data.md).
 
 ``steps=`` gives the step numbers explicitly, for any source.
 
@@ -67,15 +66,13 @@ import dask.array as da
 import numpy as np
 from dask.base import tokenize
 
-from . import _labels
+from . import _labels, _replay_files, _replay_per_step
 from ._blocks import BLOCKS_DATASET, is_block_starts
 from ._reading import StepReader
 from ._replay_array import ReplayArray, ReplayError, UnknownArrayError
 from ._replay_bp import BPFile, is_bp
-from ._replay_files import GLOB_CHARS, STEP_FIELD, files_of_glob, files_of_list, files_of_pattern
 from ._replay_hdf5 import Dataset, HDF5Block, list_datasets, zarr_datasets
 from ._replay_operators import checked_trust
-from ._replay_per_step import group_per_step, per_step_array, starts_of, step_chunks
 
 __all__ = ["Replay", "ReplayArray", "ReplayError", "UnknownArrayError"]
 
@@ -185,6 +182,8 @@ class Replay(StepReader):
         self._file_steps: list[int] = []
         self._datasets: dict[str, Dataset] = {}  # a file with a time axis: its datasets
         self._groups: dict[str, dict[int, Dataset]] = {}  # its datasets of one step, by name
+        self._ranks: list[dict[str, dict[int, Dataset]]] = []  # one file a rank: each's groups
+        self._rank_files: list[str] = []
         self._zarr = False
         self._path = ""
         self._time_steps: list[int] | None = None
@@ -200,14 +199,17 @@ class Replay(StepReader):
         """Read the metadata of ``source``, whichever kind it is."""
         if isinstance(source, (str, os.PathLike)):
             text = os.fspath(source)
-            if STEP_FIELD.search(text):
-                self._files, self._file_steps = files_of_pattern(text)
-            elif GLOB_CHARS.search(text):
-                self._files, self._file_steps = files_of_glob(text, self._explicit_steps)
+            if _replay_files.RANK_FIELD.search(text):
+                self._per_rank(text)
+            elif _replay_files.STEP_FIELD.search(text):
+                self._files, self._file_steps = _replay_files.files_of_pattern(text)
+            elif _replay_files.GLOB_CHARS.search(text):
+                found = _replay_files.files_of_glob(text, self._explicit_steps)
+                self._files, self._file_steps = found
             else:
                 self._one_file(text)
         else:
-            self._files, self._file_steps = files_of_list(source)
+            self._files, self._file_steps = _replay_files.files_of_list(source)
         if self._files:
             self._source = (
                 self._files[0]
@@ -218,6 +220,15 @@ class Replay(StepReader):
             if self._explicit_steps is not None:
                 self._check_count(len(self._files), "per-step files")
                 self._file_steps = self._explicit_steps
+
+    def _per_rank(self, pattern: str) -> None:
+        """One file per rank, its datasets named by step (:mod:`._replay_per_step`)."""
+        if _replay_files.STEP_FIELD.search(pattern):
+            raise ReplayError(f"{pattern!r}: a pattern of one file per rank has no {{step}} field")
+        files, _ = _replay_files.files_of_pattern(pattern, _replay_files.RANK_FIELD, "rank")
+        self._source = f"{len(files)} files, one a rank ({files[0]}, ...)"
+        self._ranks = [_replay_per_step.group_per_step(list_datasets(path)) for path in files]
+        self._rank_files = files
 
     def _check_names(self) -> None:
         """The arrays ``dims`` and ``trust_operators`` name are the source's."""
@@ -248,7 +259,7 @@ class Replay(StepReader):
             self._datasets = {d.name: d for d in zarr_datasets(path)}
         else:
             self._datasets = {d.name: d for d in list_datasets(path)}
-            self._groups = group_per_step(self._datasets.values())
+            self._groups = _replay_per_step.group_per_step(self._datasets.values())
         self._time_steps = self._steps_of_the_file()
 
     def _steps_of_the_file(self) -> list[int] | None:
@@ -300,7 +311,7 @@ class Replay(StepReader):
             )
 
     def _check_workers_see_the_files(self) -> None:
-        paths = self._files or [self._path]
+        paths = self._files or self._rank_files or [self._path]
         seen = self.client.run(lambda: [os.path.exists(p) for p in paths])
         for worker, exists in seen.items():
             missing = [p for p, ok in zip(paths, exists, strict=True) if not ok]
@@ -319,6 +330,8 @@ class Replay(StepReader):
         per-step file; the global arrays of ADIOS2 output)."""
         if self._bp is not None:
             return self._bp.names
+        if self._ranks:
+            return sorted({n for rank in self._ranks for n in rank} - {BLOCKS_DATASET})
         grouped = {d.name for group in self._groups.values() for d in group.values()}
         names = [
             n for n, d in self._datasets.items() if not is_block_starts(n, d) and n not in grouped
@@ -383,6 +396,14 @@ class Replay(StepReader):
     def _make(self, name: str) -> ReplayArray:
         if self._bp is not None:
             return self._bp.array(name, self._chunks, self._dims.get(name))
+        if self._ranks:
+            if name not in self.names:
+                raise self._unknown(name)
+            ranks, cap = [rank.get(name, {}) for rank in self._ranks], self._max_metadata_bytes
+            dims, given = self._dims.get(name), self._explicit_steps
+            return _replay_per_step.per_rank_array(
+                name, ranks, source=self._source, dims=dims, steps=given, max_metadata_bytes=cap
+            )
         if self._files:
             return self._make_per_step(name)
         if name in self._groups and name != BLOCKS_DATASET:
@@ -440,7 +461,7 @@ class Replay(StepReader):
         if self._explicit_steps is not None:
             self._check_count(len(numbers), f"datasets of {name!r} (one a step)")
         plain = self._datasets.get(BLOCKS_DATASET)
-        starts = [starts_of(self._groups, n) or plain for n in numbers]
+        starts = [_replay_per_step.starts_of(self._groups, n) or plain for n in numbers]
         steps = self._explicit_steps or numbers
         return self._per_step(name, [group[n] for n in numbers], steps, starts)
 
@@ -451,37 +472,29 @@ class Replay(StepReader):
         steps: Sequence[int],
         starts: Sequence[Dataset | None],
     ) -> ReplayArray:
-        def chunks(i: int, info: Dataset, shape: tuple[int, ...], moving: bool) -> Any:
-            return step_chunks(
-                info,
-                shape,
-                starts[i],
-                spec=self._chunks,
-                read_small=self._read_small,
-                source=self._source,
-                moving=moving,
-            )
-
-        return per_step_array(
+        return _replay_per_step.per_step_array(
             name,
             infos,
             steps,
             source=self._source,
-            chunks=chunks,
+            chunks=self._chunker(starts),
             dims=self._dims.get(name),
             max_metadata_bytes=self._max_metadata_bytes,
         )
+
+    def _chunker(self, starts: Sequence[Dataset | None]) -> Any:
+        """The chunks of the ``i``-th step, from its ``block_start`` rows (``starts[i]``)."""
+
+        def chunks(i: int, info: Dataset, shape: tuple[int, ...], moving: bool) -> Any:
+            spec, read, source = self._chunks, self._read_small, self._source
+            return _replay_per_step.step_chunks(
+                info, shape, starts[i], spec=spec, read_small=read, source=source, moving=moving
+            )
+
+        return chunks
 
     def _spatial_chunks(self, info: Dataset, shape: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
         starts = self._datasets.get(BLOCKS_DATASET)
         if starts is not None and not is_block_starts(BLOCKS_DATASET, starts):
             starts = None
-        return step_chunks(
-            info,
-            shape,
-            starts,
-            spec=self._chunks,
-            read_small=self._read_small,
-            source=self._source,
-            moving=False,
-        )
+        return self._chunker([starts])(0, info, shape, False)

@@ -76,6 +76,8 @@ Array_transfer::Array_transfer(
 				m_dataset_selection = Selection{key, value};
 			} else if (key == "communicator") {
 				m_communicator = value;
+			} else if (key == "moving") {
+				m_moving = Moving{value, m_data};
 			} else if (is_file_only_write_key(key)) {
 				ignored.add(key, where);
 			} else if (key == "dims") {
@@ -88,7 +90,7 @@ Array_transfer::Array_transfer(
 				throw Spectree_error{
 					key_tree,
 					"Unknown key in deisa `write' entry of `{}': `{}' (expecting dataset, when, memory_selection, dataset_selection, "
-					"communicator, or one of decl_hdf5's keys for files: attributes, chunking, collision_policy, deflate, fletcher, mpio)",
+					"communicator, moving, or one of decl_hdf5's keys for files: attributes, chunking, collision_policy, deflate, fletcher, mpio)",
 					m_data,
 					key};
 			}
@@ -193,12 +195,58 @@ bool Array_transfer::when(Context& ctx) const
 	return m_when.evaluate(ctx, m_data);
 }
 
+vector<long> Array_transfer::dataset_size(Context& ctx, const vector<long>& memory_shape, const string& dataset_name) const
+{
+	vector<long> size{1};
+	size.insert(size.end(), memory_shape.begin(), memory_shape.end());
+	size = m_dataset_selection.size(ctx, size);
+	if (size[0] != 1) {
+		throw Spectree_error{
+			m_dataset_selection.size_tree(),
+			"`{}' of `{}' must be 1 on the time axis, not {}",
+			m_dataset_selection.size_key(),
+			m_data,
+			size[0]};
+	}
+	for (size_t dim = 0; dim < memory_shape.size(); ++dim) {
+		if (size[dim + 1] != memory_shape[dim]) {
+			throw Spectree_error{
+				m_dataset_selection.size_tree(),
+				"Incompatible selections for `{}': {} element(s) in memory but {} in dataset `{}' along dimension {}",
+				m_data,
+				memory_shape[dim],
+				size[dim + 1],
+				dataset_name,
+				dim + 1};
+		}
+	}
+	return vector<long>(size.begin() + 1, size.end());
+}
+
 Array_geometry Array_transfer::geometry(Context& ctx) const
 {
 	const string dataset_name = dataset(ctx);
 	const Dataset_description& dataset_description = description(dataset_name);
 	const Dataset_shape global = dataset_description.evaluate(ctx, dataset_name);
 	const size_t rank = global.global_shape.size();
+
+	Array_geometry result;
+	result.data = m_data;
+	result.dataset = dataset_name;
+	result.tree = PC_status(m_dataset_selection.tree()) ? dataset_description.tree() : m_dataset_selection.tree();
+	result.dtype = global.dtype;
+	result.time_extent = global.time_extent;
+	result.past_end = dataset_description.past_end();
+	result.time_axis_key = dataset_description.time_axis_key();
+	result.global_shape = global.global_shape;
+	result.dims = global.dims;
+	if (m_moving.moving()) { // its box is evaluated at each publication
+		m_moving.check_rank(rank, m_data, dataset_name);
+		result.moving = true;
+		result.joined_axis = m_moving.joined_axis();
+		result.tree = m_moving.tree();
+		return result;
+	}
 
 	vector<long> memory_shape(rank, 0);
 	if (m_memory_selection.has_size()) {
@@ -221,47 +269,28 @@ Array_geometry Array_transfer::geometry(Context& ctx) const
 				rank};
 		}
 	}
-
-	vector<long> dataset_size{1};
-	dataset_size.insert(dataset_size.end(), memory_shape.begin(), memory_shape.end());
-	dataset_size = m_dataset_selection.size(ctx, dataset_size);
-	if (dataset_size[0] != 1) {
-		throw Spectree_error{
-			m_dataset_selection.size_tree(),
-			"`{}' of `{}' must be 1 on the time axis, not {}",
-			m_dataset_selection.size_key(),
-			m_data,
-			dataset_size[0]};
-	}
 	// the time index is not evaluated: the Bridge may be created before the first step (`init_on')
-	vector<long> dataset_start = m_dataset_selection.spatial_start(ctx, rank + 1);
-
 	// the block's position in the global array is checked by deisa.ArraySpec
-	Array_geometry result;
-	result.data = m_data;
-	result.dataset = dataset_name;
-	result.tree = PC_status(m_dataset_selection.tree()) ? dataset_description.tree() : m_dataset_selection.tree();
-	result.dtype = global.dtype;
-	result.time_extent = global.time_extent;
-	result.past_end = dataset_description.past_end();
-	result.time_axis_key = dataset_description.time_axis_key();
-	result.global_shape = global.global_shape;
-	result.dims = global.dims;
-	for (size_t dim = 0; dim < rank; ++dim) {
-		result.start.emplace_back(dataset_start[dim]);
-		result.shape.emplace_back(dataset_size[dim + 1]);
-		if (result.shape[dim] != memory_shape[dim]) {
-			throw Spectree_error{
-				m_dataset_selection.size_tree(),
-				"Incompatible selections for `{}': {} element(s) in memory but {} in dataset `{}' along dimension {}",
-				m_data,
-				memory_shape[dim],
-				result.shape[dim],
-				dataset_name,
-				dim + 1};
-		}
-	}
+	result.start = m_dataset_selection.spatial_start(ctx, rank + 1);
+	result.shape = dataset_size(ctx, memory_shape, dataset_name);
 	return result;
+}
+
+std::pair<long, vector<long>> Array_transfer::step_without_box(Context& ctx) const
+{
+	const string dataset_name = dataset(ctx);
+	const Dataset_description& dataset_description = description(dataset_name);
+	vector<long> global_shape;
+	size_t rank = 0;
+	try {
+		global_shape = dataset_description.evaluate(ctx, dataset_name).global_shape;
+		rank = global_shape.size();
+	} catch (const PDI::Error&) { // its sizes need a box's data: the ranks with boxes give the shape
+		global_shape.clear();
+	}
+	if (m_moving.joined_axis() >= 0) global_shape.clear();
+	if (!rank) rank = m_dataset_selection.has_start() ? m_dataset_selection.start_rank() - 1 : 0;
+	return {m_dataset_selection.time_start(ctx, rank + 1), std::move(global_shape)};
 }
 
 Block Array_transfer::block(Context& ctx, Ref ref) const
@@ -291,7 +320,37 @@ Block Array_transfer::block(Context& ctx, Ref ref) const
 	}
 	const void* data = static_cast<const char*>(readable.get()) + offset;
 	const long step = m_dataset_selection.start(ctx, rank + 1)[0];
-	return Block{ref, data, published_dtype(*layout.scalar), std::move(size), std::move(strides), step};
+	if (!m_moving.moving()) return Block{ref, data, published_dtype(*layout.scalar), std::move(size), std::move(strides), step};
+
+	// a moving array: this step's global shape and the box's place in it, evaluated now
+	const string dataset_name = dataset(ctx);
+	const Dataset_description& dataset_description = description(dataset_name);
+	Dataset_shape global = dataset_description.evaluate(ctx, dataset_name);
+	if (global.global_shape.size() != rank) {
+		throw Spectree_error{
+			dataset_description.tree(),
+			"`{}' has {} dimension(s), dataset `{}' has {} spatial ones",
+			m_data,
+			rank,
+			dataset_name,
+			global.global_shape.size()};
+	}
+	m_moving.check_rank(rank, m_data, dataset_name);
+	dataset_size(ctx, size, dataset_name);
+	vector<long> box_start = m_dataset_selection.spatial_start(ctx, rank + 1);
+	if (m_moving.joined_axis() >= 0) { // placed by the ranks' counts, in rank order: no global shape, no start
+		box_start.clear();
+		global.global_shape.clear();
+	}
+	return Block{
+		ref,
+		data,
+		published_dtype(*layout.scalar),
+		std::move(size),
+		std::move(strides),
+		step,
+		std::move(global.global_shape),
+		std::move(box_start)};
 }
 
 } // namespace deisa

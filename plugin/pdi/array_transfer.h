@@ -18,6 +18,7 @@
 #include "condition.h"
 #include "dataset_description.h"
 #include "ignored_keys.h"
+#include "moving.h"
 #include "numpy_layout.h"
 #include "selection.h"
 
@@ -57,6 +58,13 @@ struct Array_geometry {
 
 	/// names of the spatial axes (`dims' of the dataset), empty when the YAML names none
 	std::vector<std::string> dims;
+
+	/// whether its sizes and starts are evaluated at each step (`moving'): then `global_shape' holds the first
+	/// publication's, for the rank only, and `start' and `shape' are empty
+	bool moving = false;
+
+	/// the joined spatial axis (`moving.joined'), -1 if none
+	long joined_axis = -1;
 };
 
 /// One block to publish: a strided, zero-copy description of exposed memory
@@ -78,6 +86,12 @@ struct Block {
 
 	/// index on the time axis
 	long step;
+
+	/// a moving array's (`moving'): this step's global shape, the time axis excluded (empty when joined)
+	std::vector<long> global_shape = {};
+
+	/// a moving array's: the box's first index in this step's global shape (empty when joined: placed in rank order)
+	std::vector<long> start = {};
 };
 
 /** Sends an exposed data to a global array of the bridge: the internal description of a
@@ -118,6 +132,17 @@ class Array_transfer
 
 	/// the YAML node of `communicator', absent if not given
 	PC_tree_t m_communicator = {PC_NODE_NOT_FOUND, nullptr, nullptr};
+
+	/// whether and how the sizes and starts change from step to step (`moving')
+	Moving m_moving;
+
+	/** The block's size in the dataset, checked against the memory selection's
+	 * \param ctx the context in which to evaluate the $-expressions
+	 * \param memory_shape the size selected in memory
+	 * \param dataset_name the dataset's name, for error messages
+	 * \return the spatial size (the time axis's, 1, excluded)
+	 */
+	std::vector<long> dataset_size(PDI::Context& ctx, const std::vector<long>& memory_shape, const std::string& dataset_name) const;
 
 	/** The description of a dataset
 	 * \param name the evaluated `dataset'
@@ -193,19 +218,34 @@ eturn its YAML node, absent (PC_status non-zero) if not given
 	 */
 	PC_tree_t communicator() const { return m_communicator; }
 
+	/** How the array moves (`moving')
+	 * \return it: not moving if the entry has no `moving' key
+	 */
+	const Moving& moving() const { return m_moving; }
+
 	/** Evaluates `when'
 	 * \param ctx the context in which to evaluate the condition
 	 * \return whether to publish now
 	 */
 	bool when(PDI::Context& ctx) const;
 
-	/** Evaluates the global array and this rank's block; the exposed data need not be available
+	/** Evaluates the global array and this rank's block (only the dtype and the rank of a moving
+	 * array, whose block is evaluated at each publication by block); the exposed data need not be available
 	 * \param ctx the context in which to evaluate the $-expressions
 	 * \return the description of the array for the bridge
 	 */
 	Array_geometry geometry(PDI::Context& ctx) const;
 
-	/** Describes the selected part of the exposed data, without copying it
+	/** A step of a moving array from which this rank has no box (`moving.boxes_until': nothing
+	 * exposed since the last event): its time index and, if it can be evaluated now, its global shape
+	 * \param ctx the context in which to evaluate the $-expressions
+	 * \return the time index, and the global shape (empty for a joined array, or one that cannot
+	 * be evaluated without the data of a box: the ranks with boxes give it)
+	 */
+	std::pair<long, std::vector<long>> step_without_box(PDI::Context& ctx) const;
+
+	/** Describes the selected part of the exposed data, without copying it; for a moving array
+	 * (`moving'), also evaluates this step's global shape and the box's start
 	 * \param ctx the context in which to evaluate the $-expressions
 	 * \param ref the exposed data
 	 * \return the block to publish

@@ -40,6 +40,16 @@ namespace {
 /// The environment variable that deisa-run sets to its scheduler file, which wins over the YAML's
 constexpr char SCHEDULER_FILE_OVERRIDE[] = "DEISA_SCHEDULER_FILE_OVERRIDE";
 
+/// a shape for messages, e.g. "4 x 3"
+string in_words(const vector<long>& shape)
+{
+	string result;
+	for (auto&& size: shape) {
+		result += (result.empty() ? "" : " x ") + std::to_string(size);
+	}
+	return result;
+}
+
 } // namespace
 
 MPI_Fint Bridge_handle::entry_communicator(Context& ctx, const Array_transfer& transfer, MPI_Fint bridge_comm) const
@@ -120,6 +130,9 @@ py::object Bridge_handle::array_spec(const Array_geometry& geometry) const
 		// the older grammars' fixed time axis (Past_end::END: later steps are not published) is the analytics' time length
 		const bool declared = geometry.past_end == Past_end::END && geometry.time_extent != LONG_MAX;
 		const long time_length = declared ? geometry.time_extent : 0;
+		if (geometry.moving) {
+			return m_python.moving_spec(geometry.dtype, static_cast<long>(geometry.global_shape.size()), geometry.joined_axis, geometry.dims);
+		}
 		return m_python.array_spec(geometry.dtype, geometry.global_shape, geometry.start, geometry.shape, geometry.dims, time_length);
 	} catch (py::error_already_set& e) {
 		if (!e.matches(PyExc_ValueError) && !e.matches(PyExc_TypeError)) throw;
@@ -225,11 +238,11 @@ void Bridge_handle::open(Context& ctx, const vector<Array_transfer>& transfers)
 	}
 }
 
-void Bridge_handle::publish(Context& ctx, const string& dataset, const Block& block)
+const Array_geometry* Bridge_handle::publishable(Context& ctx, const string& dataset, long step)
 {
 	if (m_disabled) {
-		ctx.logger().debug("Skipping `{}' step {}: the bridge is disabled", dataset, block.step);
-		return;
+		ctx.logger().debug("Skipping `{}' step {}: the bridge is disabled", dataset, step);
+		return nullptr;
 	}
 	auto&& declared = std::find_if(m_arrays.begin(), m_arrays.end(), [&](auto&& array) { return array.first == dataset; });
 	if (declared == m_arrays.end()) {
@@ -237,38 +250,55 @@ void Bridge_handle::publish(Context& ctx, const string& dataset, const Block& bl
 			"deisa: `dataset' evaluates to `{}' at step {}, which is not one of the arrays of the bridge (declared at the first publication): "
 			"each `write' entry publishes to one global array",
 			dataset,
-			block.step};
+			step};
 	}
-	for (auto&& array: m_arrays) {
-		if (array.first != dataset) continue;
-		const Array_geometry& geometry = array.second;
-		if (block.step >= geometry.time_extent && geometry.past_end == Past_end::END) {
-			if (std::find(m_ended.begin(), m_ended.end(), dataset) != m_ended.end()) return;
-			m_ended.emplace_back(dataset);
-			if (m_rank == 0) {
-				ctx.logger().warn(
-					"Step {} of `{}' is past the end of its time axis (length {}, {}): neither it nor any later step past the end is "
-					"published; the stream holds steps 0 to {}",
-					block.step,
-					dataset,
-					geometry.time_extent,
-					geometry.time_axis_key,
-					geometry.time_extent - 1
-				);
-			}
-			return;
-		}
-		if (block.step < 0 || block.step >= geometry.time_extent) {
-			throw PDI::Value_error{
-				"deisa: step {} of `{}' lies outside the time axis [0, {}) declared in {}",
-				block.step,
+	const Array_geometry& geometry = declared->second;
+	if (step >= geometry.time_extent && geometry.past_end == Past_end::END) {
+		if (std::find(m_ended.begin(), m_ended.end(), dataset) != m_ended.end()) return nullptr;
+		m_ended.emplace_back(dataset);
+		if (m_rank == 0) {
+			ctx.logger().warn(
+				"Step {} of `{}' is past the end of its time axis (length {}, {}): neither it nor any later step past the end is "
+				"published; the stream holds steps 0 to {}",
+				step,
 				dataset,
 				geometry.time_extent,
-				geometry.time_axis_key};
+				geometry.time_axis_key,
+				geometry.time_extent - 1
+			);
 		}
-		if (block.shape != geometry.shape) {
-			throw PDI::Value_error{"deisa: the block of `{}' changed shape since the bridge was created", dataset};
-		}
+		return nullptr;
+	}
+	if (step < 0 || step >= geometry.time_extent) {
+		throw PDI::Value_error{
+			"deisa: step {} of `{}' lies outside the time axis [0, {}) declared in {}",
+			step,
+			dataset,
+			geometry.time_extent,
+			geometry.time_axis_key};
+	}
+	return &geometry;
+}
+
+void Bridge_handle::publish(Context& ctx, const string& dataset, const Block& block)
+{
+	const Array_geometry* geometry = publishable(ctx, dataset, block.step);
+	if (!geometry) return;
+	if (geometry->moving) {
+		py::gil_scoped_acquire gil;
+		py::capsule owner{new Ref{block.ref}, [](void* ref) {
+							  delete static_cast<Ref*>(ref);
+						  }};
+		publish_boxes(ctx, dataset, block.step, block.global_shape, {block}, std::move(owner));
+		return;
+	}
+	if (block.shape != geometry->shape) {
+		throw PDI::Value_error{
+			"deisa: the block of `{}' changed shape since the bridge was created (from {} to {} elements along each axis): give its "
+			"`write' entry `moving: true' for an array whose sizes or starts change from step to step",
+			dataset,
+			in_words(geometry->shape),
+			in_words(block.shape)};
 	}
 	py::gil_scoped_acquire gil;
 	try {
@@ -281,6 +311,38 @@ void Bridge_handle::publish(Context& ctx, const string& dataset, const Block& bl
 		handle_python_error(
 			ctx,
 			"publishing `" + dataset + "' step " + std::to_string(block.step) + " (" + m_settings.scheduler_key + ": `" + m_scheduler_path + "')",
+			e
+		);
+	}
+}
+
+void Bridge_handle::publish_boxes(Context& ctx, const Step_boxes& boxes)
+{
+	if (!publishable(ctx, boxes.dataset, boxes.step)) return;
+	py::gil_scoped_acquire gil;
+	publish_boxes(ctx, boxes.dataset, boxes.step, boxes.global_shape, boxes.boxes, py::none());
+}
+
+void Bridge_handle::publish_boxes(
+	Context& ctx,
+	const string& dataset,
+	long step,
+	const vector<long>& global_shape,
+	const vector<Block>& blocks,
+	py::object owner
+)
+{
+	vector<Box_block> boxes;
+	for (auto&& block: blocks) {
+		boxes.emplace_back(Box_block{block.start, {block.data, block.dtype, block.shape, block.strides}});
+	}
+	try {
+		ctx.logger().trace("Publishing `{}' step {}: {} box(es)", dataset, step, boxes.size());
+		m_python.publish_boxes(dataset, step, global_shape, boxes, std::move(owner));
+	} catch (const py::error_already_set& e) {
+		handle_python_error(
+			ctx,
+			"publishing `" + dataset + "' step " + std::to_string(step) + " (" + m_settings.scheduler_key + ": `" + m_scheduler_path + "')",
 			e
 		);
 	}

@@ -19,6 +19,7 @@
 #include "array_transfer.h"
 #include "bridge_settings.h"
 #include "core/python_bridge.h"
+#include "gathered_boxes.h"
 
 namespace deisa {
 
@@ -71,6 +72,32 @@ class Bridge_handle
 	 * \param error the Python exception
 	 */
 	void handle_python_error(PDI::Context& ctx, const std::string& action, const pybind11::error_already_set& error);
+
+	/** Whether a step of an array is published: the array was declared, the step lies on its time axis
+	 * \param ctx the PDI context
+	 * \param dataset the global array
+	 * \param step the time index
+	 * \return the array's geometry; null if the step is not published (a disabled bridge, a step past the end of the older grammars' time axis)
+	 * \throw PDI::Value_error for an undeclared array or a step outside a time axis of deisa's own grammar
+	 */
+	const Array_geometry* publishable(PDI::Context& ctx, const std::string& dataset, long step);
+
+	/** Publishes a step's boxes of a moving array (the GIL must be held); a Python failure is handled by `on_error'
+	 * \param ctx the PDI context
+	 * \param dataset the global array
+	 * \param step the time index
+	 * \param global_shape the step's global shape, empty if not given
+	 * \param blocks the boxes (none: nothing from this rank)
+	 * \param owner what keeps their memory alive while Python holds views of it
+	 */
+	void publish_boxes(
+		PDI::Context& ctx,
+		const std::string& dataset,
+		long step,
+		const std::vector<long>& global_shape,
+		const std::vector<Block>& blocks,
+		pybind11::object owner
+	);
 
 	/** The deisa.ArraySpec of an array (the GIL must be held); it checks the block's position
 	 * \param geometry the array and this rank's block
@@ -143,6 +170,8 @@ public:
 
 	/** Publishes one block; returns when its memory may be reused
 	 *
+	 * A block of a moving array (`moving') is published as the step's one box of this rank, with
+	 * the step's global shape and its start (none for a joined array).
 	 * A step past the end of a fixed-length time axis is an error (Past_end::ERROR), or is not
 	 * published, with one warning line on rank 0 for the first of them (Past_end::END).
 	 * \param ctx the PDI context
@@ -150,6 +179,13 @@ public:
 	 * \param block the block
 	 */
 	void publish(PDI::Context& ctx, const std::string& dataset, const Block& block);
+
+	/** Publishes a step's boxes of a `moving.boxes_until' entry, at its event (collective: a rank
+	 * with no box publishes none); returns when their memory may be reused
+	 * \param ctx the PDI context
+	 * \param boxes the step's boxes
+	 */
+	void publish_boxes(PDI::Context& ctx, const Step_boxes& boxes);
 
 	/** Closes the stream (collective), if the bridge was created, and waits for the imports
 	 * \param ctx the PDI context

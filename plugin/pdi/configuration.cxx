@@ -101,6 +101,15 @@ Configuration::Configuration(Context& ctx, PC_tree_t config, Bridge_settings& br
 		m_transfers = Released_grammar::parse(ctx, config, deisa_arrays, map_in, time_step, default_when, datasets);
 		break;
 	}
+	for (auto&& transfer: m_transfers) {
+		if (!transfer.moving().boxes_until().empty() && !m_events.empty()) {
+			throw Spectree_error{
+				transfer.moving().tree(),
+				"`moving.boxes_until' of `{}' gathers the boxes of its exposes, but the plugin's `on_event' publishes at events from the "
+				"data store, not on expose: leave out one of them",
+				transfer.data()};
+		}
+	}
 	if (!PC_status(read)) m_reads = Steering_read::parse_read(read, default_when);
 	ignored.log(ctx);
 }

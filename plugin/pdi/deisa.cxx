@@ -7,6 +7,7 @@
  */
 
 #include <string>
+#include <tuple>
 
 #include <paraconf.h>
 
@@ -18,14 +19,17 @@
 #include "bridge_handle.h"
 #include "configuration.h"
 #include "core/python_interpreter.h"
+#include "gathered_boxes.h"
 #include "steering_read.h"
 
 namespace {
 
 using deisa::Bridge_handle;
 using deisa::Configuration;
+using deisa::Gathered_boxes;
 using deisa::Python_interpreter;
 using deisa::Steering_read;
+using deisa::Step_boxes;
 using PDI::Context;
 using PDI::Plugin;
 using PDI::Ref;
@@ -47,6 +51,18 @@ class deisa_plugin: public Plugin
 	/// whether the `init_on' event happened
 	bool m_init_seen = false;
 
+	/// the boxes of the `moving.boxes_until' entries exposed since their event
+	Gathered_boxes m_boxes;
+
+	/// whether some `write' entry gathers its boxes until an event
+	bool gathers() const
+	{
+		for (auto&& transfer: m_config.transfers()) {
+			if (!transfer.moving().boxes_until().empty()) return true;
+		}
+		return false;
+	}
+
 public:
 	deisa_plugin(Context& ctx, PC_tree_t config)
 		: Plugin{ctx}
@@ -58,7 +74,7 @@ public:
 			ctx.logger().debug("Using the host program's Python interpreter");
 		}
 		m_bridge.validate(ctx, config, m_interpreter.start_seconds());
-		if (!m_config.events().empty() || !m_config.init_on().empty()) {
+		if (!m_config.events().empty() || !m_config.init_on().empty() || gathers()) {
 			ctx.callbacks().add_event_callback([this](const string& name) { this->event(name); });
 		}
 		if (m_config.events().empty()) {
@@ -73,6 +89,17 @@ public:
 			context().logger().warn(
 				"The `init_on' event `{}' never happened: the deisa Bridge was created at the first publication",
 				m_config.init_on()
+			);
+		}
+		for (auto&& pending: m_boxes.pending()) {
+			context().logger().warn(
+				"{} box(es) of `{}' for `{}' step {} were exposed after the last `{}' event (`moving.boxes_until'), which never came: "
+				"they are not published",
+				pending.second.boxes.size(),
+				pending.first->data(),
+				pending.second.dataset,
+				pending.second.step,
+				pending.first->moving().boxes_until()
 			);
 		}
 		m_bridge.close(context());
@@ -96,6 +123,28 @@ public:
 			guarded([&] { m_bridge.open(context(), m_config.transfers()); });
 		}
 		if (m_config.events().count(event)) transfer(nullptr, nullptr);
+		guarded([&] {
+			for (auto&& transfer: m_config.transfers()) {
+				if (transfer.moving().boxes_until() == event) publish_boxes(transfer);
+			}
+		});
+	}
+
+	/** Publishes the boxes of a `moving.boxes_until' entry exposed since its event (collective:
+	 * none from this rank if it exposed none, unless its `when' is false now)
+	 * \param transfer the entry
+	 */
+	void publish_boxes(const deisa::Array_transfer& transfer)
+	{
+		Step_boxes boxes = m_boxes.take(transfer);
+		if (boxes.boxes.empty()) {
+			if (!transfer.when(context())) return;
+			boxes.dataset = transfer.dataset(context());
+			std::tie(boxes.step, boxes.global_shape) = transfer.step_without_box(context());
+		}
+		m_bridge.open(context(), m_config.transfers());
+		if (m_bridge.outside(transfer)) return;
+		m_bridge.publish_boxes(context(), boxes);
 	}
 
 	/** Publishes the `write' entries, then reads the `read' entries, of exposed data `name' (every entry if null) whose condition holds
@@ -115,6 +164,10 @@ public:
 				if (!matches(transfer.data()) || !transfer.when(context())) continue;
 				m_bridge.open(context(), m_config.transfers());
 				if (m_bridge.outside(transfer)) continue; // this rank is outside the entry's `communicator'
+				if (name && !transfer.moving().boxes_until().empty()) { // one box of several: published at the event
+					m_boxes.add(transfer, transfer.dataset(context()), transfer.block(context(), *ref));
+					continue;
+				}
 				m_bridge.publish(context(), transfer.dataset(context()), transfer.block(context(), ref_of(transfer.data())));
 			}
 			for (auto&& read: m_config.reads()) {

@@ -107,21 +107,25 @@ vector<long> Selection::size(Context& ctx, const vector<long>& dflt) const
 	return evaluate(ctx, m_size_tree, m_size_key, m_size, dflt.size());
 }
 
-vector<long> Selection::start(Context& ctx, size_t rank) const
+long Selection::time_start(Context& ctx, size_t rank) const
 {
-	if (!rank) return {};
-	vector<long> result{0};
 	if (m_time) {
 		// `start[0]' is not evaluated: the time index replaces it (the released plugin ignored it too)
 		try {
-			result[0] = m_time->to_long(ctx);
+			return m_time->to_long(ctx);
 		} catch (const PDI::Error& e) {
 			throw Spectree_error{m_time_tree, "Cannot evaluate `{}': {}", m_time_key, e.what()};
 		}
-	} else if (!m_start.empty()) {
-		check_start_rank(rank);
-		result = evaluate(ctx, m_start_tree, m_start_key, {m_start.front()}, 1);
 	}
+	if (m_start.empty()) return 0;
+	check_start_rank(rank);
+	return evaluate(ctx, m_start_tree, m_start_key, {m_start.front()}, 1)[0];
+}
+
+vector<long> Selection::start(Context& ctx, size_t rank) const
+{
+	if (!rank) return {};
+	vector<long> result{time_start(ctx, rank)};
 	vector<long> spatial = spatial_start(ctx, rank);
 	result.insert(result.end(), spatial.begin(), spatial.end());
 	return result;

@@ -87,6 +87,16 @@ public:
 	 */
 	void time_index(std::string key, PC_tree_t tree);
 
+	/** Whether `start' was given
+	 * \return true if `start' was given
+	 */
+	bool has_start() const { return !m_start.empty(); }
+
+	/** The number of dimensions of `start'
+	 * \return its length, 0 if absent
+	 */
+	size_t start_rank() const { return m_start.size(); }
+
 	/** Whether `size' was given
 	 * \return true if `size' was given
 	 */
@@ -105,6 +115,13 @@ public:
 	 * \return the start in each dimension
 	 */
 	std::vector<long> start(PDI::Context& ctx, size_t rank) const;
+
+	/** Evaluates the first index of `start' only, the time index (or the expression that replaces it)
+	 * \param ctx the context in which to evaluate the $-expressions
+	 * \param rank the expected number of dimensions, the time axis included
+	 * \return the time index (0 when `start' is absent)
+	 */
+	long time_start(PDI::Context& ctx, size_t rank) const;
 
 	/** Evaluates `start' but its first index, the time index: the block's place in space, known
 	 * before the first step's time index (at an `init_on' event, before `$step' is shared)

@@ -194,6 +194,20 @@ def test_nothing_is_read_before_compute(moving_bp: Path) -> None:
     assert _replay_bp_io._READERS
 
 
+def test_each_box_is_read_on_the_cluster(moving_bp: Path) -> None:
+    """With a Client, the workers read the boxes themselves (a box reader pickled as the path,
+    the name and where the box lies)."""
+    from conftest import two_worker_client
+
+    with two_worker_client() as client:
+        replay = Replay(moving_bp, client)
+        steps = client.compute([x for _, x in replay["x"].items()], sync=True)
+        for step, got in enumerate(steps):
+            assert got.tobytes() == truth("x", step, (sum(PARTICLE_COUNTS[step]),)).tobytes()
+        level = client.compute(replay["rho"][1], sync=True)
+        assert level.tobytes() == truth("rho", 1, FIELD).tobytes()
+
+
 def write_boxes(path: Path, engine: str, shape: tuple[int, ...], steps: list[list[Any]]) -> Path:
     """``U`` of ``shape``: at each step, the boxes ``(start, count)`` of ``steps[i]`` only."""
     adios = bindings.ADIOS()
@@ -351,6 +365,7 @@ def test_a_fixed_array_reads_as_a_moving_one_does(tmp_path: Path) -> None:
     boxes = [((0, 0), (2, 5)), ((2, 0), (4, 5))]
     u = Replay(write_boxes(tmp_path / "fixed.bp", "BP5", (6, 5), [boxes, boxes]))["U"]
     assert not u.moving and u.shape == (6, 5) and u.chunks == ((2, 4), (5,))
+    assert u.layout(1) is None  # as a live step published plain
     assert [(b.start, b.count) for b in u.blocks(1)] == boxes
     assert u.blocks(1)[1].array.compute().tobytes() == truth("U", 1, (6, 5))[2:].tobytes()
     assert u.step(1, fill=0.0).compute().tobytes() == u[1].compute().tobytes()

@@ -118,3 +118,41 @@ def test_per_step_datasets_of_another_dtype_are_refused_naming_both(tmp_path: Pa
         f.create_dataset("x_1", data=np.zeros(5, np.int32))
     with pytest.raises(ReplayError, match=r"datasets of 'x' disagree: .*:x_0 holds \(4,\) float64"):
         Replay(path)["x"]
+
+
+def test_one_file_per_rank_joins_the_ranks_particles_in_rank_order(tmp_path: Path) -> None:
+    """decl_hdf5 with a file a rank (``particles_${rank}.h5``, ``x_$step`` where the rank has
+    particles, as plugin/pdi/tests/particles.c's run writes them): each step is the ranks'
+    particles one after another in rank order, a rank with none holding no block, the layout
+    StepLayout.joined's (the live run's of a joined array)."""
+    for rank in range(3):
+        with h5py.File(tmp_path / f"particles_{rank}.h5", "w") as f:
+            for step in STEPS:
+                n = COUNTS[step][rank]
+                if n or step == 0:  # an empty dataset, or none at all: nothing of this rank
+                    lo = int(starts(step)[rank])
+                    f.create_dataset(f"x_{step}", data=particles(step)[lo : lo + n])
+                    f.create_dataset(f"rec_{step}", data=np.ones((n, 2), np.int32) * rank)
+    replay = Replay(str(tmp_path / "particles_${rank}.h5"))
+    assert replay.names == ["rec", "x"]
+    x = replay["x"]
+    assert x.steps == STEPS and x.moving
+    for step in STEPS:
+        got = x[step]
+        assert got.compute().tobytes() == particles(step).tobytes()
+        assert got.chunks == (written(COUNTS[step]),)
+        holding = [[(c,)] for c in COUNTS[step] if c]
+        assert x.layout(step) == StepLayout.joined(0, holding)
+    rec = replay["rec"][1].compute()
+    assert rec.shape == (49, 2) and rec[:, 0].tolist() == [0] * 40 + [2] * 9
+    with h5py.File(tmp_path / "particles_2.h5", "a") as f:
+        f.create_dataset("x_9", data=np.zeros((2, 2)))
+    with pytest.raises(ReplayError, match=r"datasets of 'x' at step 9 do not join along their"):
+        Replay(str(tmp_path / "particles_{rank}.h5"))["x"]
+
+
+def test_a_per_rank_pattern_names_what_it_does_not_take(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="no file matches the per-rank pattern"):
+        Replay(str(tmp_path / "none_{rank}.h5"))
+    with pytest.raises(ReplayError, match=r"one file per rank has no \{step\} field"):
+        Replay(str(tmp_path / "data_{step}_{rank}.h5"))
