@@ -2,11 +2,11 @@
 
 A :class:`StepArray` is one array with a leading time axis of *step numbers*: ``array[t, x, y]``,
 :meth:`~StepArray.items`, :meth:`~StepArray.windows`, :attr:`~StepArray.steps`, ``len``,
-``dtype``, ``shape``; :func:`zip_steps` pairs the steps of several arrays. Each hands out dask
-arrays, or labelled ones (``as_xarray=True``, :meth:`~StepArray.to_xarray`: an
-:class:`xarray.DataArray` with the axes' names and the step numbers, see
-:mod:`deisa.analysis._labels`). Two kinds implement it, and an analysis written against this
-interface runs on either unchanged:
+``dtype``, ``shape``; :func:`~deisa.analysis._zip_steps.zip_steps` pairs the steps of several
+arrays. Each hands out dask arrays, or labelled ones (``as_xarray=True``,
+:meth:`~StepArray.to_xarray`: an :class:`xarray.DataArray` with the axes' names and the step
+numbers, see :mod:`deisa.analysis._labels`). Two kinds implement it, and an analysis written
+against this interface runs on either unchanged:
 
 - :class:`deisa.analysis.adapter.ArrayDescriptor`: the steps a simulation publishes, taken from
   the scheduler as they arrive (each step is handed out once);
@@ -19,8 +19,7 @@ be read), ``_next_steps`` (the steps :meth:`~StepArray.items` yields) and ``_ste
 lazy dask array of one step), and may override ``_attach`` (start receiving steps now); the
 steps known so far are ``_seen`` (in order) and ``_ended`` says whether there will be no more.
 
-A :class:`StepReader` hands out its arrays by name, zips them (:meth:`StepReader.zip`) and is a
-context manager: :class:`deisa.analysis.adapter.Adapter` and :class:`deisa.analysis.replay.Replay`.
+What hands the arrays out by name and zips them is :class:`~deisa.analysis._step_reader.StepReader`.
 """
 
 from __future__ import annotations
@@ -29,21 +28,17 @@ import logging
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Iterator
-from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import dask.array as da
 import numpy as np
 
 from . import _labels
-from ._zip_steps import check_zip, zip_steps
 
 if TYPE_CHECKING:
     import xarray as xr
 
 logger = logging.getLogger(__name__)
-
-_Reader = TypeVar("_Reader", bound="StepReader")
 
 
 class EndOfStreamError(IndexError):
@@ -141,6 +136,41 @@ class StepArray(ABC):
 
     def _attach(self) -> None:  # noqa: B027 (a hook that does nothing unless overridden)
         """Start receiving the steps from now on; nothing to do by default (saved steps)."""
+
+    def _filled_step(self, step: int, fill: Any) -> da.Array:
+        """``step``'s array (one that :meth:`_has`), the regions no block holds read as ``fill``
+        (not None); by default :meth:`_step_array`: only a moving array's steps have such
+        regions."""
+        return self._step_array(step)
+
+    # -- the regions a moving step's blocks do not cover -------------------------------------
+
+    _fill: Any = None
+
+    @property
+    def fill(self) -> Any:
+        """The value of the regions of a step that none of its blocks holds (a refined AMR
+        level's, of a moving array), for ``array[t]``, :meth:`items`, ``zip`` and windows;
+        ``None`` (default): such a step raises
+        :class:`~deisa.analysis.moving.MissingRegionError`. :meth:`step` takes its own."""
+        return self._fill
+
+    @fill.setter
+    def fill(self, value: Any) -> None:
+        self._fill = _checked_fill(value, self.name)
+
+    def step(self, step: int, *, fill: Any = None) -> da.Array:
+        """``array[step]``, its regions that no block holds set to ``fill`` (``None``: to
+        :attr:`fill`, and where that is ``None`` too they raise
+        :class:`~deisa.analysis.moving.MissingRegionError`, as ``array[step]`` does).
+
+        Examples
+        --------
+        >>> adapter["rho_level1"].step(3, fill=np.nan)  # doctest: +SKIP
+        """
+        fill = _checked_fill(fill, self.name)
+        step = self._resolve_int(step)
+        return self._step_array(step) if fill is None else self._filled_step(step, fill)
 
     # -- the shared interface ----------------------------------------------------------------
 
@@ -408,83 +438,11 @@ class StepArray(ABC):
                 yield [s for s, _ in window], self._stack(list(window), as_xarray)
 
 
-class StepReader(ABC):
-    """What hands out :class:`StepArray` objects by name: a live stream's
-    :class:`~deisa.analysis.adapter.Adapter` or saved output's
-    :class:`~deisa.analysis.replay.Replay`; a context manager that :meth:`close` ends."""
-
-    @abstractmethod
-    def __getitem__(self, name: str) -> StepArray:
-        """The array ``name``."""
-
-    @abstractmethod
-    def close(self) -> None:
-        """Release what this reader holds."""
-
-    def __enter__(self: _Reader) -> _Reader:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    @overload
-    def zip(
-        self, *names: str, how: Literal["all", "any"] = "all", as_xarray: Literal[False] = ...
-    ) -> Iterator[tuple[int, tuple[da.Array | None, ...]]]: ...
-    @overload
-    def zip(
-        self, *names: str, how: Literal["all", "any"] = "all", as_xarray: Literal[True]
-    ) -> Iterator[tuple[int, tuple[xr.DataArray | None, ...]]]: ...
-    def zip(
-        self, *names: str, how: Literal["all", "any"] = "all", as_xarray: bool = False
-    ) -> Iterator[tuple[int, tuple[Any, ...]]]:
-        """Iterate the steps of several arrays together, in step order.
-
-        Parameters
-        ----------
-        *names
-            The arrays, at least two, each once.
-        how
-            ``"all"`` (AND): yield only the steps that every array published (or saved), as
-            ``(step, (array_1, array_2, ...))``; a step published by some of the arrays only is
-            skipped (logged at debug level) and its data released as soon as every array has
-            passed it; the iteration ends when any of the arrays ends. ``"any"`` (OR): yield
-            every step that some array published, with ``None`` for the arrays that did not
-            publish it, once every array has passed that step; it ends when all arrays ended.
-        as_xarray
-            ``True``: each array is an :class:`xarray.DataArray` (lazy still), labelled as
-            :meth:`StepArray.items` labels them.
-
-        Yields
-        ------
-        step, arrays
-            The step number and one array per name (see :meth:`StepArray.items`).
-
-        Notes
-        -----
-        A step is yielded once each array has published it or a later step (or ended), so the
-        iteration reads one step ahead on the arrays that are ahead. Each array's steps are
-        taken as its :meth:`~StepArray.items` takes them: on a live stream, by this Adapter,
-        which attaches to every array before waiting for any (each receives the steps from
-        now on); a :class:`~deisa.analysis.replay.Replay` zips its saved steps the same way.
-
-        Examples
-        --------
-        >>> for step, (temp, dtemp) in adapter.zip("gtemp", "gdtemp"):  # doctest: +SKIP
-        ...     print(step, float((dtemp / temp.max()).max()))
-        """
-        check_zip(names, how)
-        if as_xarray:
-            _labels.xarray()
-        arrays = [self[name] for name in names]
-        for array in arrays:  # before waiting for any
-            array._attach()
-        yield from zip_steps(arrays, how, as_xarray=as_xarray)
+def _checked_fill(value: Any, name: str) -> Any:
+    """``value`` as a fill value: a scalar or None."""
+    if value is not None and np.ndim(value) != 0:
+        raise ValueError(f"fill={value!r} of {name!r} must be a scalar or None")
+    return value
 
 
 def summary(steps: list[int]) -> str:

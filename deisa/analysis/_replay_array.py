@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
 
 import dask.array as da
 import numpy as np
@@ -66,7 +65,6 @@ class ReplayArray(StepArray):
         self._build = build
         self.source = source
         self._dims = dims
-        self._fill: Any = None
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -102,26 +100,12 @@ class ReplayArray(StepArray):
     def _next_steps(self) -> Iterator[int]:
         return iter(list(self._seen))
 
-    def _step_array(self, step: int, fill: Any = None) -> da.Array:
+    def _step_array(self, step: int) -> da.Array:
         return self._build(self._index[step])
 
     # -- the moving arrays' reading, the same on every saved array (as a live one's) ----------
 
     moving = False  # a saved array whose steps each have their shape and blocks: True
-
-    @property
-    def fill(self) -> Any:
-        """The value of the regions of a step that none of its blocks holds (a refined AMR
-        level's, of a moving array), for ``array[t]``, :meth:`items`, ``zip`` and windows;
-        ``None`` (default): such a step raises
-        :class:`~deisa.analysis.moving.MissingRegionError`. :meth:`step` takes its own."""
-        return self._fill
-
-    @fill.setter
-    def fill(self, value: Any) -> None:
-        if value is not None and np.ndim(value) != 0:
-            raise ValueError(f"fill={value!r} of {self.name!r} must be a scalar or None")
-        self._fill = value
 
     def layout(self, step: int) -> StepLayout | None:
         """``step``'s :class:`~deisa.wire.layout.StepLayout` (its shape and blocks) for a moving
@@ -135,16 +119,3 @@ class ReplayArray(StepArray):
         (:class:`~deisa.analysis._parcels.Block`); here the step's chunks (a moving array's
         are the boxes as written)."""
         return declared_blocks(self._step_array(self._resolve_int(step)))
-
-    def step(self, step: int, *, fill: Any = None) -> da.Array:
-        """``array[step]``, its regions that no block holds set to ``fill`` (``None``: they
-        raise :class:`~deisa.analysis.moving.MissingRegionError`, as ``array[step]`` does
-        unless :attr:`fill` is set; only a moving array's steps have such regions).
-
-        Examples
-        --------
-        >>> Replay("level1.bp")["rho"].step(3, fill=np.nan)  # doctest: +SKIP
-        """
-        if fill is not None and np.ndim(fill) != 0:
-            raise ValueError(f"fill={fill!r} must be a scalar or None")
-        return self._step_array(self._resolve_int(step), fill)

@@ -212,8 +212,11 @@ class MovingReplayArray(ReplayArray):
             array = array.rechunk(da.core.normalize_chunks(self._spec, layout.shape, self._dtype))
         return array
 
-    def _step_array(self, step: int, fill: Any = None) -> da.Array:
-        return self._assembled(self._index[step], self.fill if fill is None else fill)
+    def _step_array(self, step: int) -> da.Array:
+        return self._assembled(self._index[step], self.fill)
+
+    def _filled_step(self, step: int, fill: Any) -> da.Array:
+        return self._assembled(self._index[step], fill)
 
     def __repr__(self) -> str:
         shape = self._common if self._common is not None else "changing from step to step"

@@ -92,7 +92,6 @@ class ArrayDescriptor(StepArray):
         self._reached: int | None = None  # the latest step received, lost ones included
         # the layout (wire form) of each step published with one, while its data may be read
         self._layouts: dict[int, dict[str, Any]] = {}
-        self._fill: Any = None
 
     # -- metadata ----------------------------------------------------------------------------
 
@@ -155,20 +154,6 @@ class ArrayDescriptor(StepArray):
             f"{self.name!r} is a moving array: its {what} changes from step to step; ask one "
             f"step's: {instead}"
         )
-
-    @property
-    def fill(self) -> Any:
-        """The value of the regions of a step that none of its blocks holds (a refined AMR
-        level's), for ``array[t]``, :meth:`~StepArray.items`, ``zip`` and windows; ``None``
-        (default): such a step raises :class:`~deisa.analysis.moving.MissingRegionError`.
-        :meth:`step` takes its own."""
-        return self._fill
-
-    @fill.setter
-    def fill(self, value: Any) -> None:
-        if value is not None and np.ndim(value) != 0:
-            raise ValueError(f"fill={value!r} of {self.name!r} must be a scalar or None")
-        self._fill = value
 
     @property
     def dims(self) -> tuple[str, ...] | None:
@@ -310,6 +295,9 @@ class ArrayDescriptor(StepArray):
     def _step_array(self, step: int) -> da.Array:
         return self._build(step, self._fill)
 
+    def _filled_step(self, step: int, fill: Any) -> da.Array:
+        return self._build(step, fill)
+
     def _step_shape(self, step: int) -> tuple[int, ...]:
         layout = self._layouts.get(step)
         return self.shape if layout is None else tuple(int(n) for n in layout["shape"])
@@ -401,19 +389,6 @@ class ArrayDescriptor(StepArray):
             _parcels.Block(box.start, box.count, array)
             for box, array in zip(layout.boxes, boxes, strict=True)
         ]
-
-    def step(self, step: int, *, fill: Any = None) -> da.Array:
-        """``array[step]``, its regions that no block holds set to ``fill`` (``None``: they
-        raise :class:`~deisa.analysis.moving.MissingRegionError`, as ``array[step]`` does
-        unless :attr:`fill` is set).
-
-        Examples
-        --------
-        >>> adapter["rho_level1"].step(3, fill=np.nan)  # doctest: +SKIP
-        """
-        if fill is not None and np.ndim(fill) != 0:
-            raise ValueError(f"fill={fill!r} must be a scalar or None")
-        return self._build(self._resolve_int(step), fill)
 
     # -- contracts (deisa.contract) ---------------------------------------------------------
 

@@ -27,7 +27,8 @@ from distributed import Client
 
 from ..scheduler import StreamExtension
 from ..wire import SCHEDULER_FILE_ENV, Reply, Route
-from ._reading import EndOfStreamError, StepNotAvailableError, StepReader
+from ._reading import EndOfStreamError, StepNotAvailableError
+from ._step_reader import StepReader
 from ._stream_array import ArrayDescriptor, StepLostError
 
 __all__ = [

@@ -68,11 +68,11 @@ from dask.base import tokenize
 
 from . import _labels, _replay_files, _replay_per_step
 from ._blocks import BLOCKS_DATASET, is_block_starts
-from ._reading import StepReader
 from ._replay_array import ReplayArray, ReplayError, UnknownArrayError
 from ._replay_bp import BPFile, is_bp
 from ._replay_hdf5 import Dataset, HDF5Block, list_datasets, zarr_datasets
 from ._replay_operators import checked_trust
+from ._step_reader import StepReader
 
 __all__ = ["Replay", "ReplayArray", "ReplayError", "UnknownArrayError"]
 

@@ -115,7 +115,7 @@ def test_zip_pairs_arrays_saved_at_different_steps(tmp_path: Path) -> None:
     write_per_step(tmp_path)
     (tmp_path / "data_10.h5").unlink()
     per_step = Replay(tmp_path / "data_{step}.h5")
-    from deisa.analysis._reading import zip_steps
+    from deisa.analysis._zip_steps import zip_steps
 
     both = [s for s, _ in zip_steps([replay["gtemp"], per_step["gdtemp"]], "all")]
     assert both == [0, 20, 30]
