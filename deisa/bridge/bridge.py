@@ -329,11 +329,6 @@ class Bridge:
     ) -> None:
         """Publish this rank's ``block`` of array ``name`` at ``step``; collective.
 
-        Data that moves (``docs/moving-data.md``): ``block`` at ``start`` in this step's
-        ``shape`` (ranks giving it agree; one at least), a list of ``(start, array)`` boxes
-        (``[]`` included), or for a joined array (:meth:`ArraySpec.moving`) arrays placed after
-        the lower ranks'. A fixed array's step published so carries a layout.
-
         ``mode="async"`` (default): returns once ``block`` is copied into a buffer the Bridge
         owns (the caller may overwrite ``block`` right away); the transfer to the worker and
         the step's registration on the scheduler proceed in the background. Waits while this
@@ -363,6 +358,12 @@ class Bridge:
         step
             Time step (non-negative), normally increasing from one call to the next for a
             given array; see above for a step published again.
+        start, shape
+            Data that moves (``docs/moving-data.md``): ``block`` at ``start`` in this step's
+            global ``shape`` (the ranks giving it agree; one at least). ``block`` may also be a
+            list of ``(start, array)`` boxes (``[]``: none), or, for a joined array
+            (:meth:`ArraySpec.moving`), of arrays placed after the lower ranks'. A fixed
+            array's step published so carries a layout.
 
         Raises
         ------
