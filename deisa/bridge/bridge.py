@@ -50,6 +50,7 @@ from .decomposition import ArraySpec, Decomposition
 from .link.scheduler import SchedulerLink, SchedulerLost
 from .options import BridgeOptions
 from .scheduler_file import SchedulerFileError, resolve_scheduler_file
+from .shm.transport import SHARED_MEMORY, TCP
 from .step_scope import StepScope
 
 __all__ = ["Bridge", "BridgeError", "PublishTiming"]
@@ -242,8 +243,15 @@ class Bridge:
     @property
     def shm_pool(self) -> dict[str, Any]:
         """This rank's warm pool of shared memory (:mod:`deisa.bridge.shm.pool`): its budget
-        and peak in MiB, the pages its slots are made of, why it shrank (or ``None``)."""
-        return self._parts.transport.slot_pool.summary()
+        and peak in MiB, the pages its slots are made of, why it shrank (or ``None``), the
+        blocks sent by shared memory and by TCP so far (``"blocks by shared memory"``,
+        ``"blocks by tcp"``), and of the latter those that went by TCP to a worker of this
+        node for want of a free slot (``"fallbacks"``: 0 when the slots suffice)."""
+        transport = self._parts.transport
+        return {
+            **transport.slot_pool.summary(),
+            **{f"blocks by {kind}": transport.blocks[kind] for kind in (SHARED_MEMORY, TCP)},
+        }
 
     @property
     def transport(self) -> str:

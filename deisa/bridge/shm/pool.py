@@ -38,6 +38,7 @@ import logging
 import math
 import mmap
 import os
+import resource
 import threading
 import time
 from collections.abc import Iterable
@@ -57,11 +58,19 @@ __all__ = [
     "WarmRing",
     "page_kind",
     "pool_totals",
+    "ring_slots",
     "step_slot_bytes",
 ]
 
 UNBOUNDED_STEPS = 4
 """Steps of the rank's blocks the default budget holds when ``buffer_nb`` is unbounded."""
+OPEN_FILES_SHARE = 4
+"""With ``buffer_nb`` unbounded, a ring holds at most the open-file limit over this many slots
+(each slot an open memfd here and on the worker, beside their sockets and files)."""
+READ_AHEAD = 2
+"""Steps of an array the analytics may hold besides those waiting on the scheduler: the one it
+works on and the next, which ``Adapter.zip`` takes before letting the first go (each step of
+each array then holds its slot on the worker)."""
 LOW_AVAILABLE = 0.10
 """The pool shrinks when less than this share of the node's memory (or of the cgroup's limit)
 is left."""
@@ -123,6 +132,29 @@ def step_slot_bytes(blocks: Iterable[int]) -> int:
     block and its header page a slot (:func:`deisa.wire.shm.slot_bytes`), so that a budget of
     N steps keeps N slots per block, not one fewer."""
     return sum(slot_bytes(nbytes) for nbytes in blocks)
+
+
+def ring_slots(
+    arrays: int, buffer_nb: int | None, max_in_flight: int, open_files: int | None = None
+) -> int:
+    """The slots a channel's ring may hold (at least the channel's ``MAX_SLOTS``): a block of
+    each of the rank's ``arrays`` (a fixed array's block or a moving array's parcel, one slot
+    each) for every step that can be alive at once: ``buffer_nb`` steps waiting on the
+    scheduler, ``max_in_flight`` not registered yet, and :data:`READ_AHEAD` held by the
+    analytics. With ``buffer_nb`` unbounded the steps waiting have no bound either (an
+    analytics slower than the simulation): the ring may then hold a share of the open files
+    this process may have (``open_files``, its ``RLIMIT_NOFILE`` by default; a slot is a
+    memfd held here and on the worker), :data:`OPEN_FILES_SHARE`; the same blocks sent by TCP
+    would take the same memory on the worker. Only a cap: slots are made as blocks need them,
+    and the pool's budget decides which stay warm."""
+    if buffer_nb is not None:
+        return arrays * (buffer_nb + max_in_flight + READ_AHEAD)
+    if open_files is None:
+        open_files = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        open_files = 1024 if open_files == resource.RLIM_INFINITY else open_files
+    return max(
+        arrays * (UNBOUNDED_STEPS + max_in_flight + READ_AHEAD), open_files // OPEN_FILES_SHARE
+    )
 
 
 def round_up(nbytes: int, unit: int) -> int:
@@ -204,6 +236,12 @@ class SlotPool:
         Warm slots made of each kind of page.
     shrunk : str or None
         Why the pool gave memory back under pressure (once), if it did.
+    ring : int
+        Slots a channel's ring may hold, sized for the rank's arrays (:func:`ring_slots`; the
+        channel's own ``MAX_SLOTS`` at least); ``0`` until :meth:`size_for`.
+    fallbacks : int
+        Blocks that went by TCP to a worker of this node for want of a free slot
+        (:meth:`fell_back`: counted, and a warning the first time).
     """
 
     def __init__(self, budget: int = 0) -> None:
@@ -212,6 +250,8 @@ class SlotPool:
         self.peak = 0
         self.kinds: dict[str, int] = {}
         self.shrunk: str | None = None
+        self.fallbacks = 0
+        self.ring = 0
         self._lock = threading.Lock()
         self._checked = float("-inf")
         self._cap = budget
@@ -229,7 +269,10 @@ class SlotPool:
 
     def size_for(self, options: Any, specs: Iterable[Any], hosts: list[Host] | None) -> None:
         """Set the budget from the Bridge's ``options`` (``transport="auto"`` only), this rank's
-        array ``specs`` and, for a budget per node (:func:`by_node`), every rank's host."""
+        array ``specs`` and, for a budget per node (:func:`by_node`), every rank's host; and
+        the slots of a ring (:attr:`ring`, :func:`ring_slots`)."""
+        specs = list(specs)
+        self.ring = ring_slots(len(specs), options.buffer_nb, options.max_in_flight)
         if options.transport != "auto":
             return
         step_bytes = step_slot_bytes(math.prod(s.shape) * s.dtype.itemsize for s in specs)
@@ -280,23 +323,43 @@ class SlotPool:
         with self._lock:
             return max(0, self.held - self.allowed())
 
+    def fell_back(self, worker: str, nbytes: int, slots: int) -> None:
+        """Count a block of ``nbytes`` that goes by TCP to ``worker``, on this node, because
+        its ring of ``slots`` slots had none free; warn the first time (the ring's size is
+        :func:`ring_slots`: more steps held than ``buffer_nb`` and the read-ahead allow)."""
+        with self._lock:
+            self.fallbacks += 1
+            first = self.fallbacks == 1
+        if first:
+            logger.warning(
+                "deisa bridge: a block of %d bytes goes by TCP to worker %s, on this node: its "
+                "%d shared-memory slots are all held (more steps waiting than buffer_nb and the "
+                "analytics' read-ahead allow); counted in Bridge.shm_pool['fallbacks'] and the "
+                "run's totals", nbytes, worker, slots,
+            )  # fmt: skip
+
     def summary(self) -> dict[str, Any]:
-        """The pool in figures: budget, peak and held MiB, its pages, whether it shrank."""
+        """The pool in figures: budget, peak and held MiB, its pages, whether it shrank, the
+        blocks that went by TCP for want of a slot (``fallbacks``)."""
         return {
             "budget_mib": self.budget / 2**20,
             "peak_mib": self.peak / 2**20,
             "pages": sorted(self.kinds),
             "shrunk": self.shrunk,
+            "fallbacks": self.fallbacks,
         }
 
 
 def pool_totals(summaries: Iterable[dict[str, Any]]) -> dict[str, int]:
     """The ranks' pools (:meth:`SlotPool.summary` each) in whole figures, for the scheduler's
-    totals: ``peak KiB``, ``budget KiB``, ``ranks``, ``ranks shrunk``, ``ranks with <pages>``;
-    empty without a pool."""
-    pools = [s for s in summaries if s and s.get("budget_mib")]
+    totals: ``peak KiB``, ``budget KiB``, ``ranks``, ``ranks shrunk``, ``ranks with <pages>``,
+    and ``fallbacks`` (blocks by TCP for want of a slot, pool or not) where there were some;
+    empty without a pool or a fallback."""
+    summaries = [s for s in summaries if s]
+    fallbacks = sum(s.get("fallbacks", 0) for s in summaries)
+    pools = [s for s in summaries if s.get("budget_mib")]
     if not pools:
-        return {}
+        return {"fallbacks": fallbacks} if fallbacks else {}
     totals = {
         "peak KiB": round(1024 * sum(s["peak_mib"] for s in pools)),
         "budget KiB": round(1024 * sum(s["budget_mib"] for s in pools)),
@@ -305,6 +368,8 @@ def pool_totals(summaries: Iterable[dict[str, Any]]) -> dict[str, int]:
     }
     for pages in sorted({p for s in pools for p in s["pages"]}):
         totals[f"ranks with {pages}"] = sum(1 for s in pools if pages in s["pages"])
+    if fallbacks:
+        totals["fallbacks"] = fallbacks
     return totals
 
 

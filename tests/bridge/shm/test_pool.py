@@ -393,3 +393,45 @@ def test_population_goes_chunk_by_chunk_to_the_end(monkeypatch: pytest.MonkeyPat
         region.close()
     finally:
         os.close(fd)
+
+
+def test_a_ring_is_sized_for_the_arrays_and_the_steps_alive() -> None:
+    """Issue 56 item 9: a block of each array for each step waiting (``buffer_nb``), not
+    registered yet (``max_in_flight``) and held by the analytics (its step and ``zip``'s
+    read-ahead); unbounded ``buffer_nb``: a share of the open files, the same bound at least."""
+    from deisa import ArraySpec, BridgeOptions
+
+    assert _shm_pool.ring_slots(20, 2, 2) == 20 * 6
+    assert _shm_pool.ring_slots(1, 1, 1) == 4  # below the channel's MAX_SLOTS: that wins
+    assert _shm_pool.ring_slots(20, None, 2, open_files=20000) == 5000
+    assert _shm_pool.ring_slots(20, None, 2, open_files=64) == 20 * (4 + 2 + 2)
+    spec = ArraySpec("float64", (16,), (0,), (8,))
+    moving = ArraySpec.moving("float64", 1, joined_axis=0)  # a parcel a step: one slot too
+    pool = SlotPool()
+    pool.size_for(BridgeOptions(buffer_nb=3, transport="tcp"), [spec, moving], None)
+    assert pool.ring == 2 * (3 + 2 + 2) and pool.budget == 0
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        assert _shm.Channel("w", ours, pool).most_slots == _shm.MAX_SLOTS
+        pool.ring = 100
+        assert _shm.Channel("w", ours, pool).most_slots == 100
+    finally:
+        ours.close()
+        theirs.close()
+
+
+def test_a_fallback_is_counted_warned_once_and_in_the_totals(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    pool = SlotPool(MIB)
+    with caplog.at_level(logging.WARNING, logger="deisa.bridge.shm.pool"):
+        pool.fell_back("tcp://w", 4096, 32)
+        pool.fell_back("tcp://w", 4096, 32)
+    warned = [r.getMessage() for r in caplog.records if "goes by TCP" in r.getMessage()]
+    assert len(warned) == 1 and "worker tcp://w" in warned[0] and "32 shared-memory" in warned[0]
+    assert pool.summary()["fallbacks"] == 2
+    assert pool_totals([pool.summary(), SlotPool(MIB).summary()])["fallbacks"] == 2
+    assert pool_totals([SlotPool(MIB).summary()]).get("fallbacks") is None  # none: not said
+    no_pool = SlotPool(0)
+    no_pool.fell_back("tcp://w", 8, 32)
+    assert pool_totals([no_pool.summary()]) == {"fallbacks": 1}
