@@ -146,7 +146,9 @@ def main() -> None:
     }  # fmt: skip
     if profiler is not None:
         text = io.StringIO()
-        pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(25)
+        stats = pstats.Stats(profiler, stream=text).sort_stats("tottime")
+        stats.print_stats(25)
+        stats.print_callers("acquire|pwrite|memfd_create")  # who waits, who writes fresh slots
         report["profile"] = text.getvalue()
     (args.out / f"rank-{rank}.json").write_text(json.dumps(report))
 

@@ -462,16 +462,18 @@ def plot(records: list[dict[str, Any]], path: Path) -> None:
 
 def print_boxes(rows: list[dict[str, Any]]) -> None:
     """The scheduler's messages and memory per step against the boxes per rank (issue 56
-    item 9): the keys registered a step (one per rank: a rank's boxes travel as one parcel)
-    and the bytes of the step's layout, which the scheduler keeps with the step until taken."""
+    item 9): the keys registered a step (one per rank: a rank's boxes travel as one parcel),
+    the bytes of the step's layout, which the scheduler keeps with the step until taken, and
+    the analytics' messages ("other": its tasks, one chunk per box, and their results)."""
     print("Boxes per rank (messages and memory per step on the scheduler)")
     print(f"{'ranks':>5} {'boxes':>5} {'simulation':>10} {'publish':>8} {'keys':>5} "
-          f"{'layout B':>8} {'steady CPU ms':>13} {'register ms':>11}")  # fmt: skip
+          f"{'layout B':>8} {'analytics':>9} {'other':>7} {'steady CPU ms':>13} "
+          f"{'register ms':>11}")  # fmt: skip
     for rec in rows:
         p = rec["per_step"]
         print(f"{rec['ranks']:>5} {rec['boxes']:>5} {p['simulation']:>10.2f} "
               f"{p['publish']:>8.2f} {rec['register_blocks']:>5} "
-              f"{rec['layout_bytes_per_step']:>8.0f} "
+              f"{rec['layout_bytes_per_step']:>8.0f} {p['analytics']:>9.2f} {p['other']:>7.1f} "
               f"{rec['scheduler_cpu_steady_ms_per_step'] or float('nan'):>13.2f} "
               f"{rec['register_ms_per_step'] or float('nan'):>11.3f}")  # fmt: skip
 

@@ -67,10 +67,6 @@ UNBOUNDED_STEPS = 4
 OPEN_FILES_SHARE = 4
 """With ``buffer_nb`` unbounded, a ring holds at most the open-file limit over this many slots
 (each slot an open memfd here and on the worker, beside their sockets and files)."""
-READ_AHEAD = 2
-"""Steps of an array the analytics may hold besides those waiting on the scheduler: the one it
-works on and the next, which ``Adapter.zip`` takes before letting the first go (each step of
-each array then holds its slot on the worker)."""
 LOW_AVAILABLE = 0.10
 """The pool shrinks when less than this share of the node's memory (or of the cgroup's limit)
 is left."""
@@ -84,9 +80,14 @@ POPULATE_CHUNK = 4 << 20
 """Bytes populated per ``madvise`` call: the kernel holds the process's mmap lock through each
 call, and the publishing thread's ``mmap`` of a fresh slot waits for it (a 128 MiB slot in one
 call: an mmap's p99 16-22 ms, against 0.03 ms by chunks, on a loaded 2-core VM)."""
-STEADY_HELD = 2
-"""Slots the worker may hold while the pool grows in 4 KiB pages between bursts (a steady
-state's: the step the analytics takes, and the next)."""
+READ_AHEAD = 2
+"""Steps of an array the analytics may hold besides those waiting on the scheduler: the one it
+works on and the next, which ``Adapter.zip`` takes before letting the first go (each step of
+each array then holds its slot on the worker)."""
+STEADY_HELD = READ_AHEAD + 1
+"""Slots of each of the rank's arrays the worker may hold while the pool grows in 4 KiB pages
+between bursts (a steady state's: the steps the analytics holds, :data:`READ_AHEAD`, and the
+one just published)."""
 MEMINFO = Path("/proc/meminfo")
 SHMEM_THP = Path("/sys/kernel/mm/transparent_hugepage/shmem_enabled")
 
@@ -252,6 +253,9 @@ class SlotPool:
         self.shrunk: str | None = None
         self.fallbacks = 0
         self.ring = 0
+        self.arrays = 1
+        self._steps = 0  # the default budget's steps (0: a budget given in MiB, or none)
+        self._moving: dict[str, int] = {}  # a moving array's largest parcel's slot, in bytes
         self._lock = threading.Lock()
         self._checked = float("-inf")
         self._cap = budget
@@ -262,10 +266,25 @@ class SlotPool:
         hold one step of this rank's blocks (:func:`step_slot_bytes`, a header page each)."""
         if mib is not None:
             self.budget = int(mib * 2**20) // max(1, share)
+            self._steps = 0
         else:
             steps = UNBOUNDED_STEPS if buffer_nb is None else buffer_nb
-            self.budget = (steps + 1) * step_bytes
+            self._steps = steps + 1
+            self.budget = self._steps * (step_bytes + sum(self._moving.values()))
         self._cap = self.budget
+
+    def learn(self, name: str, nbytes: int) -> None:
+        """A parcel of ``nbytes`` of the moving array ``name`` (whose size the declaration does
+        not give): the default budget grows to hold its steps of the largest parcel seen, as a
+        fixed array's block is counted (a budget given in MiB stays as given)."""
+        slot = slot_bytes(nbytes)
+        with self._lock:
+            if not self._steps or slot <= self._moving.get(name, 0):
+                return
+            self.budget += self._steps * (slot - self._moving.get(name, 0))
+            self._moving[name] = slot
+            self._cap = self.budget
+            self._checked = float("-inf")  # memory pressure looked at again with the new budget
 
     def size_for(self, options: Any, specs: Iterable[Any], hosts: list[Host] | None) -> None:
         """Set the budget from the Bridge's ``options`` (``transport="auto"`` only), this rank's
@@ -273,9 +292,11 @@ class SlotPool:
         the slots of a ring (:attr:`ring`, :func:`ring_slots`)."""
         specs = list(specs)
         self.ring = ring_slots(len(specs), options.buffer_nb, options.max_in_flight)
+        self.arrays = max(1, len(specs))
         if options.transport != "auto":
             return
-        step_bytes = step_slot_bytes(math.prod(s.shape) * s.dtype.itemsize for s in specs)
+        fixed = [s for s in specs if not getattr(s, "is_moving", False)]  # moving: learn()
+        step_bytes = step_slot_bytes(math.prod(s.shape) * s.dtype.itemsize for s in fixed)
         here = hosts.count(this_host()) if by_node(options) and hosts else 1
         self.size(step_bytes, options.buffer_nb, options.shm_pool_mib, here)
 
@@ -472,9 +493,11 @@ class WarmRing:
 
     def _between_bursts(self) -> bool:
         """Under the lock: no slot lent here, and the worker holds no more than a steady
-        state's slots (:data:`STEADY_HELD`: the analytics may keep its last step for a while)."""
+        state's slots (:data:`STEADY_HELD` of each of the rank's arrays: the analytics may keep
+        its last steps for a while)."""
         held = sum(1 for slot in self.slots if slot.head[0] != FREE)
-        return held <= STEADY_HELD and not any(slot.taken for slot in self.slots)
+        steady = STEADY_HELD * self.pool.arrays
+        return held <= steady and not any(slot.taken for slot in self.slots)
 
     def _pool_waits(self) -> bool:
         """Under the lock: the pool would grow once the worker gives its slots back (nothing
