@@ -212,8 +212,7 @@ class AsyncPublisher:
                 self.registrar.sent(entry.seq, 0, "", geometry)
                 return 0
             dtype = parts.arrays.decompositions[name].dtype
-            if parts.arrays.specs[name].is_moving:  # the pool learns its parcels' size
-                parts.transport.slot_pool.learn(name, block.size * dtype.itemsize)
+            parts.transport.slot_pool.learn(name, block.size * dtype.itemsize)  # moving ones
             buffer = parts.transport.copy_parcel_in(worker, block) if worker else None
             if buffer is None:  # no shared slot: a buffer of the Bridge's own
                 buffer = self.buffers.take_parcel(name, block.shape, dtype)

@@ -140,9 +140,8 @@ class SyncPublisher:
         """A parcel's array to send: its one box as it is (copied into a slot as it is sent), or
         its boxes packed into a slot of the worker's ring (sent from there), else into an array
         of their own."""
-        if self.parts.arrays.specs[name].is_moving:  # the pool learns its parcels' size
-            dtype = self.parts.arrays.decompositions[name].dtype
-            self.parts.transport.slot_pool.learn(name, parcel.size * dtype.itemsize)
+        dtype = self.parts.arrays.decompositions[name].dtype
+        self.parts.transport.slot_pool.learn(name, parcel.size * dtype.itemsize)  # moving ones
         if len(parcel.arrays) == 1:
             return parcel.arrays[0]
         worker = self.parts.routing.worker_of[name]

@@ -242,16 +242,12 @@ class Bridge:
 
     @property
     def shm_pool(self) -> dict[str, Any]:
-        """This rank's warm pool of shared memory (:mod:`deisa.bridge.shm.pool`): its budget
-        and peak in MiB, the pages its slots are made of, why it shrank (or ``None``), the
-        blocks sent by shared memory and by TCP so far (``"blocks by shared memory"``,
-        ``"blocks by tcp"``), and of the latter those that went by TCP to a worker of this
-        node for want of a free slot (``"fallbacks"``: 0 when the slots suffice)."""
-        transport = self._parts.transport
-        return {
-            **transport.slot_pool.summary(),
-            **{f"blocks by {kind}": transport.blocks[kind] for kind in (SHARED_MEMORY, TCP)},
-        }
+        """This rank's warm pool of shared memory (:mod:`deisa.bridge.shm.pool`): budget and
+        peak MiB, pages, why it shrank (or ``None``), ``"fallbacks"`` (blocks by TCP to a
+        worker of this node, no slot free), ``"blocks by shared memory"``/``"tcp"`` so far."""
+        sent = self._parts.transport.blocks
+        blocks = {f"blocks by {kind}": sent[kind] for kind in (SHARED_MEMORY, TCP)}
+        return {**self._parts.transport.slot_pool.summary(), **blocks}
 
     @property
     def transport(self) -> str:

@@ -7,7 +7,7 @@ free slot (by ``publish`` itself in ``mode="async"``: the copy the Bridge makes 
 ``put`` message names its key, dtype and shape; the worker's ``stored`` answer means the block is
 in its memory, as after a TCP send. The ring grows while every slot is held by the worker (steps
 waiting for the analytics), up to the slots the rank's arrays can have alive at once
-(:func:`~deisa.bridge.shm.pool.ring_slots`, :data:`MAX_SLOTS` at least), then
+(:func:`~deisa.bridge.shm.ring_size.ring_slots`, :data:`MAX_SLOTS` at least), then
 :meth:`Channel.take` gives ``None`` and the block goes by TCP (counted:
 :meth:`~deisa.bridge.shm.pool.SlotPool.fell_back`); a slot comes back when the worker has
 dropped the block.

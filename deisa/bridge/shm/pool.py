@@ -38,7 +38,6 @@ import logging
 import math
 import mmap
 import os
-import resource
 import threading
 import time
 from collections.abc import Iterable
@@ -47,6 +46,7 @@ from typing import Any
 
 from ...wire.shm import FREE, memfd, slot_bytes
 from ..placement import Host, this_host
+from .ring_size import STEADY_HELD, UNBOUNDED_STEPS, ring_slots
 
 logger = logging.getLogger(__name__)
 
@@ -58,15 +58,9 @@ __all__ = [
     "WarmRing",
     "page_kind",
     "pool_totals",
-    "ring_slots",
     "step_slot_bytes",
 ]
 
-UNBOUNDED_STEPS = 4
-"""Steps of the rank's blocks the default budget holds when ``buffer_nb`` is unbounded."""
-OPEN_FILES_SHARE = 4
-"""With ``buffer_nb`` unbounded, a ring holds at most the open-file limit over this many slots
-(each slot an open memfd here and on the worker, beside their sockets and files)."""
 LOW_AVAILABLE = 0.10
 """The pool shrinks when less than this share of the node's memory (or of the cgroup's limit)
 is left."""
@@ -80,14 +74,6 @@ POPULATE_CHUNK = 4 << 20
 """Bytes populated per ``madvise`` call: the kernel holds the process's mmap lock through each
 call, and the publishing thread's ``mmap`` of a fresh slot waits for it (a 128 MiB slot in one
 call: an mmap's p99 16-22 ms, against 0.03 ms by chunks, on a loaded 2-core VM)."""
-READ_AHEAD = 2
-"""Steps of an array the analytics may hold besides those waiting on the scheduler: the one it
-works on and the next, which ``Adapter.zip`` takes before letting the first go (each step of
-each array then holds its slot on the worker)."""
-STEADY_HELD = READ_AHEAD + 1
-"""Slots of each of the rank's arrays the worker may hold while the pool grows in 4 KiB pages
-between bursts (a steady state's: the steps the analytics holds, :data:`READ_AHEAD`, and the
-one just published)."""
 MEMINFO = Path("/proc/meminfo")
 SHMEM_THP = Path("/sys/kernel/mm/transparent_hugepage/shmem_enabled")
 
@@ -133,29 +119,6 @@ def step_slot_bytes(blocks: Iterable[int]) -> int:
     block and its header page a slot (:func:`deisa.wire.shm.slot_bytes`), so that a budget of
     N steps keeps N slots per block, not one fewer."""
     return sum(slot_bytes(nbytes) for nbytes in blocks)
-
-
-def ring_slots(
-    arrays: int, buffer_nb: int | None, max_in_flight: int, open_files: int | None = None
-) -> int:
-    """The slots a channel's ring may hold (at least the channel's ``MAX_SLOTS``): a block of
-    each of the rank's ``arrays`` (a fixed array's block or a moving array's parcel, one slot
-    each) for every step that can be alive at once: ``buffer_nb`` steps waiting on the
-    scheduler, ``max_in_flight`` not registered yet, and :data:`READ_AHEAD` held by the
-    analytics. With ``buffer_nb`` unbounded the steps waiting have no bound either (an
-    analytics slower than the simulation): the ring may then hold a share of the open files
-    this process may have (``open_files``, its ``RLIMIT_NOFILE`` by default; a slot is a
-    memfd held here and on the worker), :data:`OPEN_FILES_SHARE`; the same blocks sent by TCP
-    would take the same memory on the worker. Only a cap: slots are made as blocks need them,
-    and the pool's budget decides which stay warm."""
-    if buffer_nb is not None:
-        return arrays * (buffer_nb + max_in_flight + READ_AHEAD)
-    if open_files is None:
-        open_files = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-        open_files = 1024 if open_files == resource.RLIM_INFINITY else open_files
-    return max(
-        arrays * (UNBOUNDED_STEPS + max_in_flight + READ_AHEAD), open_files // OPEN_FILES_SHARE
-    )
 
 
 def round_up(nbytes: int, unit: int) -> int:
@@ -238,8 +201,7 @@ class SlotPool:
     shrunk : str or None
         Why the pool gave memory back under pressure (once), if it did.
     ring : int
-        Slots a channel's ring may hold, sized for the rank's arrays (:func:`ring_slots`; the
-        channel's own ``MAX_SLOTS`` at least); ``0`` until :meth:`size_for`.
+        Slots a channel's ring may hold (:func:`.ring_size.ring_slots`); ``0`` until sized.
     fallbacks : int
         Blocks that went by TCP to a worker of this node for want of a free slot
         (:meth:`fell_back`: counted, and a warning the first time).
@@ -255,6 +217,7 @@ class SlotPool:
         self.ring = 0
         self.arrays = 1
         self._steps = 0  # the default budget's steps (0: a budget given in MiB, or none)
+        self.moving: set[str] = set()  # the moving arrays (their parcels: learn())
         self._moving: dict[str, int] = {}  # a moving array's largest parcel's slot, in bytes
         self._lock = threading.Lock()
         self._checked = float("-inf")
@@ -274,12 +237,11 @@ class SlotPool:
         self._cap = self.budget
 
     def learn(self, name: str, nbytes: int) -> None:
-        """A parcel of ``nbytes`` of the moving array ``name`` (whose size the declaration does
-        not give): the default budget grows to hold its steps of the largest parcel seen, as a
-        fixed array's block is counted (a budget given in MiB stays as given)."""
+        """A parcel of ``nbytes`` of ``name``: a moving array's (:attr:`moving`; its size is
+        not declared) grows the default budget to its steps of the largest parcel seen."""
         slot = slot_bytes(nbytes)
         with self._lock:
-            if not self._steps or slot <= self._moving.get(name, 0):
+            if not self._steps or name not in self.moving or slot <= self._moving.get(name, 0):
                 return
             self.budget += self._steps * (slot - self._moving.get(name, 0))
             self._moving[name] = slot
@@ -289,7 +251,7 @@ class SlotPool:
     def size_for(self, options: Any, specs: Iterable[Any], hosts: list[Host] | None) -> None:
         """Set the budget from the Bridge's ``options`` (``transport="auto"`` only), this rank's
         array ``specs`` and, for a budget per node (:func:`by_node`), every rank's host; and
-        the slots of a ring (:attr:`ring`, :func:`ring_slots`)."""
+        the slots of a ring (:attr:`ring`, :func:`.ring_size.ring_slots`)."""
         specs = list(specs)
         self.ring = ring_slots(len(specs), options.buffer_nb, options.max_in_flight)
         self.arrays = max(1, len(specs))
@@ -345,9 +307,8 @@ class SlotPool:
             return max(0, self.held - self.allowed())
 
     def fell_back(self, worker: str, nbytes: int, slots: int) -> None:
-        """Count a block of ``nbytes`` that goes by TCP to ``worker``, on this node, because
-        its ring of ``slots`` slots had none free; warn the first time (the ring's size is
-        :func:`ring_slots`: more steps held than ``buffer_nb`` and the read-ahead allow)."""
+        """Count a block of ``nbytes`` that goes by TCP to ``worker``, on this node, its ring
+        of ``slots`` slots (:func:`.ring_size.ring_slots`) all held; warn the first time."""
         with self._lock:
             self.fallbacks += 1
             first = self.fallbacks == 1

@@ -397,18 +397,14 @@ def test_population_goes_chunk_by_chunk_to_the_end(monkeypatch: pytest.MonkeyPat
         os.close(fd)
 
 
-def test_a_ring_is_sized_for_the_arrays_and_the_steps_alive() -> None:
-    """Issue 56 item 9: a block of each array for each step waiting (``buffer_nb``), not
-    registered yet (``max_in_flight``) and held by the analytics (its step and ``zip``'s
-    read-ahead); unbounded ``buffer_nb``: a share of the open files, the same bound at least."""
+def test_a_channel_s_ring_is_the_pool_s_size_for_the_arrays() -> None:
+    """Issue 56 item 9: the pool carries the ring's size for the rank's arrays
+    (:func:`deisa.bridge.shm.ring_size.ring_slots`, a moving array's parcel one slot too); a
+    channel holds that many slots, its ``MAX_SLOTS`` at least."""
     from deisa import ArraySpec, BridgeOptions
 
-    assert _shm_pool.ring_slots(20, 2, 2) == 20 * 6
-    assert _shm_pool.ring_slots(1, 1, 1) == 4  # below the channel's MAX_SLOTS: that wins
-    assert _shm_pool.ring_slots(20, None, 2, open_files=20000) == 5000
-    assert _shm_pool.ring_slots(20, None, 2, open_files=64) == 20 * (4 + 2 + 2)
     spec = ArraySpec("float64", (16,), (0,), (8,))
-    moving = ArraySpec.moving("float64", 1, joined_axis=0)  # a parcel a step: one slot too
+    moving = ArraySpec.moving("float64", 1, joined_axis=0)
     pool = SlotPool()
     pool.size_for(BridgeOptions(buffer_nb=3, transport="tcp"), [spec, moving], None)
     assert pool.ring == 2 * (3 + 2 + 2) and pool.budget == 0
@@ -449,11 +445,15 @@ def test_the_default_budget_learns_a_moving_arrays_parcels() -> None:
     moving = ArraySpec.moving("float64", 1, joined_axis=0)
     pool = SlotPool()
     pool.size_for(BridgeOptions(buffer_nb=2), [fixed, moving], None)
+    pool.moving = {"x"}
     assert pool.budget == 3 * slot_bytes(64 * 1024) and pool.arrays == 2
+    pool.learn("rho", 8 * 10**6)  # a fixed array published as boxes: counted as declared
+    assert pool.budget == 3 * slot_bytes(64 * 1024)
     pool.learn("x", 8 * 10**6)
     pool.learn("x", 8 * 10**5)  # fewer particles this step: the budget stays
     assert pool.budget == 3 * (slot_bytes(64 * 1024) + slot_bytes(8 * 10**6))
     given = SlotPool()
     given.size_for(BridgeOptions(shm_pool_mib=8), [moving], None)
+    given.moving = {"x"}
     given.learn("x", 8 * 10**6)
     assert given.budget == 8 * MIB
