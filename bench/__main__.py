@@ -33,6 +33,7 @@ BENCHMARKS = (
     "publish",
     "tls_startup",
     "node_local",
+    "step_arrays",
     "shm_pages",
     "long_run",
     "adios2_endstep",  # its lanes skip with the reason where ADIOS2 or the engine is absent

@@ -21,6 +21,12 @@ came). Writes ``scheduler_messages.json`` and
 ``scheduler_messages.png``. The target: simulation messages per step constant in the rank count.
 ``--quick``: ranks 2 4 8 and 10 steps; default ranks 2 4 8 16 (oversubscribed), 20 steps.
 
+``--boxes 1 8 64``: at the largest rank count, each rank publishes its block as that many boxes
+(bands of rows, ``deisa_simulation.heat --boxes``): a row per box count with the simulation's
+messages per step, the keys registered per step (one per rank: a rank's boxes are one parcel)
+and the bytes of each step's layout (what the scheduler keeps with the step until it is taken);
+the target then covers the box counts too (issue 56 item 9).
+
 ``--nodes 1 2 4`` (root, Slurm): each node count above 1 runs the simulation as a Slurm job on
 that many nodes of a cluster of network namespaces built on this machine by the test suite's
 ``tests/multinode.py`` (torn down by PID at the end), with one Dask worker per node and the
@@ -91,13 +97,13 @@ def _write_config(workdir: Path, ranks: int, size: int, steps: int, tag: str) ->
 class _Mpirun:
     """The simulation under ``mpirun`` on this node."""
 
-    def __init__(self, ranks: int, config: Path, scheduler_file: Path) -> None:
+    def __init__(self, ranks: int, config: Path, scheduler_file: Path, boxes: int = 1) -> None:
         env = {**os.environ, **PINS, "OMPI_ALLOW_RUN_AS_ROOT": "1",
                "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}  # fmt: skip
         self.proc = subprocess.Popen(
             ["mpirun", "--oversubscribe", "-np", str(ranks), sys.executable, "-m",
              "deisa_simulation.heat", str(config), "--scheduler-file", str(scheduler_file),
-             "--buffer-nb", "2"],
+             "--buffer-nb", "2", *(["--boxes", str(boxes)] if boxes > 1 else [])],
             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
 
@@ -200,17 +206,20 @@ def run_one(
     nodes: int = 1,
     cluster: Any = None,
     consumers: int = 1,
+    boxes: int = 1,
 ) -> dict[str, Any]:
     """Measure one run: ``nodes == 1``: this node, ``mpirun`` and two local workers; else a
     Slurm job on ``nodes`` nodes of ``cluster`` (a ``tests/multinode.py`` cluster).
-    ``consumers``: Adapters (each with its own Client) that each receive every step."""
+    ``consumers``: Adapters (each with its own Client) that each receive every step.
+    ``boxes``: each rank publishes its block as that many boxes (``deisa_simulation.heat
+    --boxes``, this node only): each step then carries its layout in its ``deisa_publish``."""
     from distributed import Client, LocalCluster
 
     from deisa import Adapter, _dask_internals
     from deisa._dask_internals import count_handler_calls
 
     os.environ.update(PINS)
-    tag = f"{nodes}n-{ranks}r"
+    tag = f"{nodes}n-{ranks}r-{boxes}b-{consumers}c"
     config = _write_config(workdir, ranks, size, steps, tag)
     local = nodes == 1
     with (
@@ -241,10 +250,13 @@ def run_one(
         counter: Counter[str] = Counter()
         restore = count_handler_calls(scheduler, counter)
         published: dict[int, float] = {}
+        layouts: list[int] = []  # bytes of each step's layout (JSON), as the scheduler keeps it
         publish_handler = scheduler.handlers["deisa_publish"]
 
         def stamped(*a: Any, **kw: Any) -> Any:
             published.setdefault(kw.get("step", -1), time.perf_counter())
+            layout = kw.get("layout")
+            layouts.append(0 if layout is None else len(json.dumps(layout)))
             return publish_handler(*a, **kw)
 
         scheduler.handlers["deisa_publish"] = functools.wraps(publish_handler)(stamped)
@@ -266,7 +278,7 @@ def run_one(
 
         _dask_internals.register_keys = timed_register  # type: ignore[assignment]
         sim: _Mpirun | _SlurmJob = (
-            _Mpirun(ranks, config, scheduler_file)
+            _Mpirun(ranks, config, scheduler_file, boxes)
             if local
             else _SlurmJob(cluster, nodes, ranks, config, scheduler_file)
         )
@@ -318,6 +330,8 @@ def run_one(
         "ranks": ranks,
         "nodes": nodes,
         "consumers": consumers,
+        "boxes": boxes,
+        "layout_bytes_per_step": statistics.median(layouts) if layouts else 0,
         "workers": 2 if local else nodes,
         "steps": steps,
         "seconds": elapsed,
@@ -446,6 +460,24 @@ def plot(records: list[dict[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
+def print_boxes(rows: list[dict[str, Any]]) -> None:
+    """The scheduler's messages and memory per step against the boxes per rank (issue 56
+    item 9): the keys registered a step (one per rank: a rank's boxes travel as one parcel),
+    the bytes of the step's layout, which the scheduler keeps with the step until taken, and
+    the analytics' messages ("other": its tasks, one chunk per box, and their results)."""
+    print("Boxes per rank (messages and memory per step on the scheduler)")
+    print(f"{'ranks':>5} {'boxes':>5} {'simulation':>10} {'publish':>8} {'keys':>5} "
+          f"{'layout B':>8} {'analytics':>9} {'other':>7} {'steady CPU ms':>13} "
+          f"{'register ms':>11}")  # fmt: skip
+    for rec in rows:
+        p = rec["per_step"]
+        print(f"{rec['ranks']:>5} {rec['boxes']:>5} {p['simulation']:>10.2f} "
+              f"{p['publish']:>8.2f} {rec['register_blocks']:>5} "
+              f"{rec['layout_bytes_per_step']:>8.0f} {p['analytics']:>9.2f} {p['other']:>7.1f} "
+              f"{rec['scheduler_cpu_steady_ms_per_step'] or float('nan'):>13.2f} "
+              f"{rec['register_ms_per_step'] or float('nan'):>11.3f}")  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ranks", type=int, nargs="+", default=[2, 4, 8, 16])
@@ -461,6 +493,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--consumers", type=int, nargs="+", default=[1],
                         help="consumers each receiving every step (fan-out); one row each, "
                         "at the largest rank count")  # fmt: skip
+    parser.add_argument("--boxes", type=int, nargs="+", default=[1],
+                        help="boxes per rank (each rank's block as that many bands of rows); "
+                        "one row each above 1, at the largest rank count")  # fmt: skip
     parser.add_argument("--extrapolate", type=int, nargs=2, default=[1024, 64],
                         metavar=("RANKS", "NODES"), help="a worker per node")  # fmt: skip
     args = parser.parse_args(argv)
@@ -485,6 +520,11 @@ def main(argv: list[str] | None = None) -> int:
             run_one(max(args.ranks), args.size, args.steps, Path(tmp), consumers=k)
             for k in args.consumers
             if k > 1
+        ]
+        by_boxes = [
+            run_one(max(args.ranks), args.size, args.steps, Path(tmp), boxes=b)
+            for b in args.boxes
+            if b > 1
         ]
 
     print(f"Scheduler messages per step ({args.size}x{args.size} field, {args.steps} steps)")
@@ -512,6 +552,8 @@ def main(argv: list[str] | None = None) -> int:
             p = rec["per_step"]
             print(f"{rec['ranks']:>5} {rec['consumers']:>9} {p['simulation']:>10.2f} "
                   f"{p['analytics']:>9.2f} {p['analytics'] / rec['consumers']:>12.2f}")  # fmt: skip
+    if by_boxes:
+        print_boxes([r for r in records if r["ranks"] == max(args.ranks)][:1] + by_boxes)
     ranks, nodes = args.extrapolate
     model = extrapolate(records, ranks, nodes)
     print(f"Extrapolated to {ranks} ranks, {nodes} workers ({model['cpu_ms_per_message']:.3f} ms "
@@ -522,13 +564,20 @@ def main(argv: list[str] | None = None) -> int:
         cpu = f"{m['cpu_ms_per_step']:.1f} ms CPU, " if "cpu_ms_per_step" in m else ""
         print(f"  {side}: {m['messages_per_step']:.1f} messages/step, {cpu}"
               f"{m['saturation_ms_per_step']:.2f} ms at {PAPER_SATURATION:.0f} req/s")  # fmt: skip
-    sim = [rec["per_step"]["simulation"] for rec in records]
+    sim = [rec["per_step"]["simulation"] for rec in records + by_boxes]
     flat = max(sim) - min(sim) < 1e-9
-    print(f"target: simulation messages per step constant in ranks: {'PASS' if flat else 'FAIL'}")
+    what = "ranks and boxes" if by_boxes else "ranks"
+    print(f"target: simulation messages per step constant in {what}: {'PASS' if flat else 'FAIL'}")
     plot(records, args.out / "scheduler_messages.png")
     (args.out / "scheduler_messages.json").write_text(
         json.dumps(
-            {"records": records, "fan_out": fan_out, "target_flat": flat, "extrapolated": model},
+            {
+                "records": records,
+                "fan_out": fan_out,
+                "boxes": by_boxes,
+                "target_flat": flat,
+                "extrapolated": model,
+            },
             indent=1,
         )
     )

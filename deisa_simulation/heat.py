@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -234,6 +235,7 @@ def run(
     checksums: bool = False,
     options: BridgeOptions | None = None,
     stop_value: str | None = "stop",
+    boxes: int = 1,
     **bridge_options: Any,
 ) -> list[StepTiming]:
     """Run the solver, publishing the field every ``output_period`` iterations.
@@ -245,6 +247,9 @@ def run(
     After each publication every rank reads the steering value ``stop_value``
     (:meth:`deisa.Bridge.get`, collective) and the run ends, closing the stream normally, once
     the analytics has set it true; ``None`` reads nothing.
+    ``boxes`` above 1: each rank publishes ``array`` as that many boxes, bands of its block's
+    rows (:func:`bands`: what a code of several boxes per rank sends; each step then carries
+    its layout).
     ``options`` and ``bridge_options`` (any :class:`~deisa.BridgeOptions` field by name) go
     to the :class:`~deisa.Bridge`. Returns this rank's timings per output step.
     """
@@ -274,7 +279,10 @@ def run(
             t1 = time.perf_counter()
             send, nbytes = 0.0, 0
             if bridge is not None:
-                bridge.publish(array, solver.interior, step)
+                if boxes > 1:
+                    bridge.publish(array, bands(solver.interior, solver.start, boxes), step)
+                else:
+                    bridge.publish(array, solver.interior, step)
                 send, nbytes = bridge.timings[-1].send_s, bridge.timings[-1].nbytes
                 if change_array is not None:
                     bridge.publish(change_array, solver.interior - previous, step)
@@ -297,6 +305,16 @@ def run(
         if bridge is not None:
             bridge.close()
     return timings
+
+
+def bands(block: np.ndarray, start: Sequence[int], boxes: int) -> list[tuple[Any, np.ndarray]]:
+    """``block`` (at ``start`` in the global array) as ``boxes`` boxes of whole rows, in the
+    ``(start, array)`` form of :meth:`deisa.Bridge.publish` (fewer where the block has fewer
+    rows)."""
+    cuts = np.linspace(0, block.shape[0], boxes + 1).astype(int)
+    return [
+        ((start[0] + int(a), *start[1:]), block[a:b]) for a, b in itertools.pairwise(cuts) if b > a
+    ]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -327,7 +345,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--checksums", action="store_true", help="record a checksum of every published block"
     )
+    parser.add_argument(
+        "--boxes", type=int, default=1,
+        help="publish each rank's block as this many boxes (bands of rows; default 1: a block)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
+    if args.boxes < 1:
+        parser.error(f"--boxes {args.boxes}: give 1 or more")
     try:
         options = BridgeOptions.from_namespace(args)
     except BridgeOptionError as exc:
@@ -347,6 +371,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         checksums=args.checksums,
         options=options,
         stop_value=args.stop_value or None,
+        boxes=args.boxes,
     )
     per_rank = comm.gather([asdict(t) for t in timings], root=0)
     if comm.Get_rank() == 0 and args.timings:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from conftest import run_heat, write_config
 
-from deisa_simulation.heat import HeatConfig, initial_field, reference_field
+from deisa_simulation.heat import HeatConfig, bands, initial_field, reference_field
 
 
 def test_heat_field_evolves_and_boundaries_hold() -> None:
@@ -55,3 +55,14 @@ def test_heat_rank_count_must_match_the_grid(tmp_path: Path) -> None:
     proc = run_heat(2, config, check=False)
     assert proc.returncode != 0
     assert "process_grid [2, 2] needs 4 ranks, mpirun gave 2" in proc.stderr
+
+
+def test_a_block_as_boxes_is_bands_of_its_rows_at_their_global_start() -> None:
+    """``--boxes N`` (bench.scheduler_messages --boxes): the block cut into N bands of whole
+    rows, each at its place in the global array, views of the block; none empty."""
+    block = np.arange(5 * 3, dtype=float).reshape(5, 3)
+    boxes = bands(block, (10, 6), 3)
+    assert [start for start, _ in boxes] == [(10, 6), (11, 6), (13, 6)]
+    np.testing.assert_array_equal(np.concatenate([b for _, b in boxes]), block)
+    assert all(np.shares_memory(b, block) for _, b in boxes)
+    assert len(bands(block, (0, 0), 8)) == 5  # more boxes than rows: a row each

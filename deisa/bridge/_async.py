@@ -211,9 +211,10 @@ class AsyncPublisher:
                 self.sends[entry.seq] = _Send(entry, None, geometry=geometry, empty=True)
                 self.registrar.sent(entry.seq, 0, "", geometry)
                 return 0
+            dtype = parts.arrays.decompositions[name].dtype
+            parts.transport.slot_pool.learn(name, block.size * dtype.itemsize)  # moving ones
             buffer = parts.transport.copy_parcel_in(worker, block) if worker else None
             if buffer is None:  # no shared slot: a buffer of the Bridge's own
-                dtype = parts.arrays.decompositions[name].dtype
                 buffer = self.buffers.take_parcel(name, block.shape, dtype)
                 block.pack(buffer)
         else:

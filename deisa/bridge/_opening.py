@@ -41,6 +41,7 @@ def declare_arrays(parts: BridgeParts, arrays: dict[str, ArraySpec], problem: st
     by_host = needs_hosts(options.placement)
     hosts = comm.allgather(this_host()) if by_host or by_node(options) else None
     parts.transport.slot_pool.size_for(options, parts.arrays.specs.values(), hosts)
+    parts.transport.slot_pool.moving = {n for n, s in parts.arrays.specs.items() if s.is_moving}
     parts.routing.declare(parts.arrays.decompositions, hosts if by_host else None)
 
 

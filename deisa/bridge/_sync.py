@@ -140,6 +140,8 @@ class SyncPublisher:
         """A parcel's array to send: its one box as it is (copied into a slot as it is sent), or
         its boxes packed into a slot of the worker's ring (sent from there), else into an array
         of their own."""
+        dtype = self.parts.arrays.decompositions[name].dtype
+        self.parts.transport.slot_pool.learn(name, parcel.size * dtype.itemsize)  # moving ones
         if len(parcel.arrays) == 1:
             return parcel.arrays[0]
         worker = self.parts.routing.worker_of[name]

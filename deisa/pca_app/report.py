@@ -424,10 +424,12 @@ def ways_in_words(ways: dict[str, int]) -> str:
 
 def pool_in_words(totals: dict[str, int]) -> str:
     """The ranks' warm pools (``deisa.bridge.shm.pool.pool_totals``) in words, for the run's
-    transport line: ``"warm pool 160 MiB of 160 MiB in 4 ranks (4 KiB pages)"``; empty
-    without a pool."""
+    transport line: ``"warm pool 160 MiB of 160 MiB in 4 ranks (4 KiB pages)"``, and the
+    blocks that went by TCP for want of a shared-memory slot, if any; empty without either."""
+    fallbacks = totals.get("fallbacks", 0)
+    fell = f"{fallbacks} block{'s' if fallbacks != 1 else ''} by TCP for want of a slot"
     if not totals.get("ranks"):
-        return ""
+        return fell if fallbacks else ""
     pages = [k.removeprefix("ranks with ") for k in sorted(totals) if k.startswith("ranks with")]
     text = (
         f"warm pool {totals.get('peak KiB', 0) / 1024:.0f} MiB of "
@@ -436,7 +438,8 @@ def pool_in_words(totals: dict[str, int]) -> str:
         f"({', '.join(pages) or 'not populated'})"
     )
     shrunk = totals.get("ranks shrunk", 0)
-    return text + (f", shrunk under memory pressure on {shrunk}" if shrunk else "")
+    text += f", shrunk under memory pressure on {shrunk}" if shrunk else ""
+    return text + (f"; {fell}" if fallbacks else "")
 
 
 def report(

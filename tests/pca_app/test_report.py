@@ -173,3 +173,16 @@ def test_the_ranks_warm_pools_are_on_the_transport_line_and_in_results_json(
         f"({SMALL}, {THP}), shrunk under memory pressure on 1"
     ) in out.getvalue().splitlines()
     assert json.loads((tmp_path / "results.json").read_text())["shm_pool"] == found
+
+
+def test_blocks_sent_by_tcp_for_want_of_a_slot_are_said() -> None:
+    """Issue 56 item 9: a fallback is reported, with a pool or without one."""
+    from deisa.bridge.shm.pool import THP, pool_totals
+    from deisa.pca_app.driver import pool
+
+    summaries = [{"budget_mib": 8.0, "peak_mib": 8.0, "pages": [THP], "shrunk": None,
+                  "fallbacks": 3}]  # fmt: skip
+    found = pool({f"pool {k}": v for k, v in pool_totals(summaries).items()})
+    assert found is not None and found["fallbacks"] == 3
+    assert report.pool_in_words(found).endswith("; 3 blocks by TCP for want of a slot")
+    assert report.pool_in_words({"fallbacks": 1}) == "1 block by TCP for want of a slot"

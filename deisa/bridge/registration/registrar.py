@@ -2,7 +2,7 @@
 
 Rank 0 connects on the event-loop thread while the simulation computes (:meth:`Registrar.connect`);
 once every rank knows the connection, the registrar registers the steps on the scheduler, in
-publication order, one at a time (``deisa_publish`` through
+publication order, the arrays of a step together (``deisa_publish`` through
 :class:`~deisa.bridge.link.scheduler.SchedulerLink`), as the exchanges (:mod:`._async`) or the
 notices of the other ranks (:mod:`deisa.bridge.registration.notices`, early registration) find each
 step's blocks on their workers. The loop thread writes rank 0's :class:`RootNews`, which the main
@@ -14,9 +14,11 @@ any.
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import logging
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -178,16 +180,40 @@ class Registrar:
         queue.put_nowait((entry, (blocks, layout)))
 
     async def _run(self) -> None:
-        """Rank 0: register the steps on the scheduler, in publication order, one at a time."""
-        parts = self.parts
+        """Rank 0: register the steps on the scheduler, in publication order: the
+        publications queued together, each of another array (a step's arrays, published
+        with :meth:`deisa.Bridge.step`), registered at once (:meth:`_wave`), a wave after the
+        other, so that a step of N arrays costs one round trip to the scheduler, not N."""
         queue = self._queue
         assert queue is not None
-        while (item := await queue.get()) is not None:
-            entry, blocks = item
-            if isinstance(blocks, str):
-                outcome = {"status": Status.ERROR.value, "message": blocks}
-            else:
-                outcome = await self._register(entry, *blocks)
+        pending: collections.deque[tuple[Entry, Any]] = collections.deque()
+        stopping = False
+        while pending or not stopping:
+            if not pending:
+                item = await queue.get()
+                if item is None:
+                    return
+                pending.append(item)
+            while not queue.empty() and not stopping:
+                item = queue.get_nowait()
+                if item is None:
+                    stopping = True
+                else:
+                    pending.append(item)
+            if not await self._wave(next_wave(pending)):
+                return
+
+    async def _wave(self, wave: list[tuple[Entry, Any]]) -> bool:
+        """Register ``wave`` (publications of distinct arrays, in publication order) at once;
+        take in the outcomes in order. ``False`` after a registration failed (reported)."""
+        parts = self.parts
+        t0 = time.perf_counter()
+        outcomes = await asyncio.gather(*(self._outcome(entry, blocks) for entry, blocks in wave))
+        logger.debug(
+            "deisa bridge: %d registrations in %.4f s", len(wave), time.perf_counter() - t0,
+            extra={"deisa_registrations": (len(wave), time.perf_counter() - t0)},
+        )  # fmt: skip
+        for (entry, _), outcome in zip(wave, outcomes, strict=True):
             kind, message = registration(
                 outcome, entry.name, entry.step, parts.options.on_worker_loss
             )
@@ -195,11 +221,18 @@ class Registrar:
                 logger.error("deisa bridge: %s", message)
                 self.news.error = message
                 self.progress.set()
-                return
+                return False
             if kind == "queued":
                 parts.steps.queued(entry.name)
             self.news.registered = entry.seq + 1
-            self.progress.set()
+        self.progress.set()
+        return True
+
+    async def _outcome(self, entry: Entry, blocks: Any) -> dict[str, Any]:
+        """The scheduler's reply to ``entry``'s registration, or the error its layout was."""
+        if isinstance(blocks, str):
+            return {"status": Status.ERROR.value, "message": blocks}
+        return await self._register(entry, *blocks)
 
     async def _register(
         self, entry: Entry, blocks: list[Any], layout: StepLayout | None = None
@@ -241,6 +274,18 @@ def registered_blocks(
     layout, ranks = built
     keys = [grid[r] if geometry_of(sent[r]) is None else (name, r) for r in ranks]
     return [(key, sent[r][1], sent[r][0]) for key, r in zip(keys, ranks, strict=True)], layout
+
+
+def next_wave(pending: collections.deque[tuple[Entry, Any]]) -> list[tuple[Entry, Any]]:
+    """Take from the front of ``pending`` the publications registered together: as many as
+    come before a second one of the same array (a step of an array is registered after the
+    array's previous step is, as the scheduler's flow control expects)."""
+    wave: list[tuple[Entry, Any]] = []
+    names: set[str] = set()
+    while pending and pending[0][0].name not in names:
+        names.add(pending[0][0].name)
+        wave.append(pending.popleft())
+    return wave
 
 
 def plan_of(entry: Entry) -> Plan:

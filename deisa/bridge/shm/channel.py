@@ -6,8 +6,11 @@ copied into a
 free slot (by ``publish`` itself in ``mode="async"``: the copy the Bridge makes anyway), then a
 ``put`` message names its key, dtype and shape; the worker's ``stored`` answer means the block is
 in its memory, as after a TCP send. The ring grows while every slot is held by the worker (steps
-waiting for the analytics), up to :data:`MAX_SLOTS`, then :meth:`Channel.take` gives ``None``
-and the block goes by TCP; a slot comes back when the worker has dropped the block.
+waiting for the analytics), up to the slots the rank's arrays can have alive at once
+(:func:`~deisa.bridge.shm.ring_size.ring_slots`, :data:`MAX_SLOTS` at least), then
+:meth:`Channel.take` gives ``None`` and the block goes by TCP (counted:
+:meth:`~deisa.bridge.shm.pool.SlotPool.fell_back`); a slot comes back when the worker has
+dropped the block.
 
 Bookkeeping (:meth:`Channel.take`, :meth:`Channel.untake`) may run on any thread, under the
 channel's lock; the socket is used from the Bridge's event-loop thread only.
@@ -41,7 +44,9 @@ from .slot import Slot
 logger = logging.getLogger(__name__)
 
 MAX_SLOTS = 32
-"""Slots per channel at most; past them, blocks go by TCP until the worker frees one."""
+"""Slots per channel at most, unless the rank's arrays need more
+(:attr:`~deisa.bridge.shm.pool.SlotPool.ring`); past them, blocks go by TCP until the worker
+frees one."""
 SPARE = 1
 """Free slots a channel keeps mapped ahead of the next block, by a thread of its own: slots
 the worker has given back, whose pages exist (a mapping costs about a third of a memcpy of
@@ -136,7 +141,7 @@ class Channel(WarmRing):
             fitting = [slot for slot in self.slots if slot.free and slot.fits(nbytes)]
             if fitting:  # a prepared one if any
                 slot = max(fitting, key=lambda s: (s.prepared, -s.capacity))
-            elif len(self.slots) < MAX_SLOTS:
+            elif len(self.slots) < self.most_slots:
                 self._outran |= len(self.slots) >= max(KEEP_FREE, SPARE)  # the pool may grow
                 slot = self._new_slot(nbytes)
             else:
@@ -152,6 +157,18 @@ class Channel(WarmRing):
             self.untake(slot)
             return None
         return slot
+
+    @property
+    def most_slots(self) -> int:
+        """The slots this ring may hold: the pool's :attr:`~.pool.SlotPool.ring`, sized for
+        the rank's arrays, :data:`MAX_SLOTS` at least."""
+        return max(MAX_SLOTS, self.pool.ring)
+
+    def full(self) -> bool:
+        """Whether the ring has its most slots (:attr:`most_slots`): a block that finds none
+        of them free goes by TCP."""
+        with self._lock:
+            return len(self.slots) >= self.most_slots
 
     def untake(self, slot: Slot) -> None:
         """Give back a slot :meth:`take` lent (handed to the worker or not): the preparer
@@ -297,7 +314,7 @@ class Channel(WarmRing):
             self._retire(slot)
 
     def _has_room(self) -> bool:
-        return len(self.slots) < MAX_SLOTS
+        return len(self.slots) < self.most_slots
 
     def _retire(self, slot: Slot) -> None:
         self.slots.remove(slot)

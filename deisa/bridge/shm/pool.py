@@ -46,6 +46,7 @@ from typing import Any
 
 from ...wire.shm import FREE, memfd, slot_bytes
 from ..placement import Host, this_host
+from .ring_size import STEADY_HELD, UNBOUNDED_STEPS, ring_slots
 
 logger = logging.getLogger(__name__)
 
@@ -60,8 +61,6 @@ __all__ = [
     "step_slot_bytes",
 ]
 
-UNBOUNDED_STEPS = 4
-"""Steps of the rank's blocks the default budget holds when ``buffer_nb`` is unbounded."""
 LOW_AVAILABLE = 0.10
 """The pool shrinks when less than this share of the node's memory (or of the cgroup's limit)
 is left."""
@@ -75,9 +74,6 @@ POPULATE_CHUNK = 4 << 20
 """Bytes populated per ``madvise`` call: the kernel holds the process's mmap lock through each
 call, and the publishing thread's ``mmap`` of a fresh slot waits for it (a 128 MiB slot in one
 call: an mmap's p99 16-22 ms, against 0.03 ms by chunks, on a loaded 2-core VM)."""
-STEADY_HELD = 2
-"""Slots the worker may hold while the pool grows in 4 KiB pages between bursts (a steady
-state's: the step the analytics takes, and the next)."""
 MEMINFO = Path("/proc/meminfo")
 SHMEM_THP = Path("/sys/kernel/mm/transparent_hugepage/shmem_enabled")
 
@@ -204,6 +200,11 @@ class SlotPool:
         Warm slots made of each kind of page.
     shrunk : str or None
         Why the pool gave memory back under pressure (once), if it did.
+    ring : int
+        Slots a channel's ring may hold (:func:`.ring_size.ring_slots`); ``0`` until sized.
+    fallbacks : int
+        Blocks that went by TCP to a worker of this node for want of a free slot
+        (:meth:`fell_back`: counted, and a warning the first time).
     """
 
     def __init__(self, budget: int = 0) -> None:
@@ -212,6 +213,12 @@ class SlotPool:
         self.peak = 0
         self.kinds: dict[str, int] = {}
         self.shrunk: str | None = None
+        self.fallbacks = 0
+        self.ring = 0
+        self.arrays = 1
+        self._steps = 0  # the default budget's steps (0: a budget given in MiB, or none)
+        self.moving: set[str] = set()  # the moving arrays (their parcels: learn())
+        self._moving: dict[str, int] = {}  # a moving array's largest parcel's slot, in bytes
         self._lock = threading.Lock()
         self._checked = float("-inf")
         self._cap = budget
@@ -222,17 +229,36 @@ class SlotPool:
         hold one step of this rank's blocks (:func:`step_slot_bytes`, a header page each)."""
         if mib is not None:
             self.budget = int(mib * 2**20) // max(1, share)
+            self._steps = 0
         else:
             steps = UNBOUNDED_STEPS if buffer_nb is None else buffer_nb
-            self.budget = (steps + 1) * step_bytes
+            self._steps = steps + 1
+            self.budget = self._steps * (step_bytes + sum(self._moving.values()))
         self._cap = self.budget
+
+    def learn(self, name: str, nbytes: int) -> None:
+        """A parcel of ``nbytes`` of ``name``: a moving array's (:attr:`moving`; its size is
+        not declared) grows the default budget to its steps of the largest parcel seen."""
+        slot = slot_bytes(nbytes)
+        with self._lock:
+            if not self._steps or name not in self.moving or slot <= self._moving.get(name, 0):
+                return
+            self.budget += self._steps * (slot - self._moving.get(name, 0))
+            self._moving[name] = slot
+            self._cap = self.budget
+            self._checked = float("-inf")  # memory pressure looked at again with the new budget
 
     def size_for(self, options: Any, specs: Iterable[Any], hosts: list[Host] | None) -> None:
         """Set the budget from the Bridge's ``options`` (``transport="auto"`` only), this rank's
-        array ``specs`` and, for a budget per node (:func:`by_node`), every rank's host."""
+        array ``specs`` and, for a budget per node (:func:`by_node`), every rank's host; and
+        the slots of a ring (:attr:`ring`, :func:`.ring_size.ring_slots`)."""
+        specs = list(specs)
+        self.ring = ring_slots(len(specs), options.buffer_nb, options.max_in_flight)
+        self.arrays = max(1, len(specs))
         if options.transport != "auto":
             return
-        step_bytes = step_slot_bytes(math.prod(s.shape) * s.dtype.itemsize for s in specs)
+        fixed = [s for s in specs if not getattr(s, "is_moving", False)]  # moving: learn()
+        step_bytes = step_slot_bytes(math.prod(s.shape) * s.dtype.itemsize for s in fixed)
         here = hosts.count(this_host()) if by_node(options) and hosts else 1
         self.size(step_bytes, options.buffer_nb, options.shm_pool_mib, here)
 
@@ -280,23 +306,42 @@ class SlotPool:
         with self._lock:
             return max(0, self.held - self.allowed())
 
+    def fell_back(self, worker: str, nbytes: int, slots: int) -> None:
+        """Count a block of ``nbytes`` that goes by TCP to ``worker``, on this node, its ring
+        of ``slots`` slots (:func:`.ring_size.ring_slots`) all held; warn the first time."""
+        with self._lock:
+            self.fallbacks += 1
+            first = self.fallbacks == 1
+        if first:
+            logger.warning(
+                "deisa bridge: a block of %d bytes goes by TCP to worker %s, on this node: its "
+                "%d shared-memory slots are all held (more steps waiting than buffer_nb and the "
+                "analytics' read-ahead allow); counted in Bridge.shm_pool['fallbacks'] and the "
+                "run's totals", nbytes, worker, slots,
+            )  # fmt: skip
+
     def summary(self) -> dict[str, Any]:
-        """The pool in figures: budget, peak and held MiB, its pages, whether it shrank."""
+        """The pool in figures: budget, peak and held MiB, its pages, whether it shrank, the
+        blocks that went by TCP for want of a slot (``fallbacks``)."""
         return {
             "budget_mib": self.budget / 2**20,
             "peak_mib": self.peak / 2**20,
             "pages": sorted(self.kinds),
             "shrunk": self.shrunk,
+            "fallbacks": self.fallbacks,
         }
 
 
 def pool_totals(summaries: Iterable[dict[str, Any]]) -> dict[str, int]:
     """The ranks' pools (:meth:`SlotPool.summary` each) in whole figures, for the scheduler's
-    totals: ``peak KiB``, ``budget KiB``, ``ranks``, ``ranks shrunk``, ``ranks with <pages>``;
-    empty without a pool."""
-    pools = [s for s in summaries if s and s.get("budget_mib")]
+    totals: ``peak KiB``, ``budget KiB``, ``ranks``, ``ranks shrunk``, ``ranks with <pages>``,
+    and ``fallbacks`` (blocks by TCP for want of a slot, pool or not) where there were some;
+    empty without a pool or a fallback."""
+    summaries = [s for s in summaries if s]
+    fallbacks = sum(s.get("fallbacks", 0) for s in summaries)
+    pools = [s for s in summaries if s.get("budget_mib")]
     if not pools:
-        return {}
+        return {"fallbacks": fallbacks} if fallbacks else {}
     totals = {
         "peak KiB": round(1024 * sum(s["peak_mib"] for s in pools)),
         "budget KiB": round(1024 * sum(s["budget_mib"] for s in pools)),
@@ -305,6 +350,8 @@ def pool_totals(summaries: Iterable[dict[str, Any]]) -> dict[str, int]:
     }
     for pages in sorted({p for s in pools for p in s["pages"]}):
         totals[f"ranks with {pages}"] = sum(1 for s in pools if pages in s["pages"])
+    if fallbacks:
+        totals["fallbacks"] = fallbacks
     return totals
 
 
@@ -407,9 +454,11 @@ class WarmRing:
 
     def _between_bursts(self) -> bool:
         """Under the lock: no slot lent here, and the worker holds no more than a steady
-        state's slots (:data:`STEADY_HELD`: the analytics may keep its last step for a while)."""
+        state's slots (:data:`STEADY_HELD` of each of the rank's arrays: the analytics may keep
+        its last steps for a while)."""
         held = sum(1 for slot in self.slots if slot.head[0] != FREE)
-        return held <= STEADY_HELD and not any(slot.taken for slot in self.slots)
+        steady = STEADY_HELD * self.pool.arrays
+        return held <= steady and not any(slot.taken for slot in self.slots)
 
     def _pool_waits(self) -> bool:
         """Under the lock: the pool would grow once the worker gives its slots back (nothing

@@ -204,6 +204,8 @@ class Transport:
         if own:  # a block of the caller's, or in the slot of a worker that has left: copy
             slot = channel.take(block.nbytes)
             if slot is None:
+                if channel.broken is None and channel.full():
+                    self.slot_pool.fell_back(worker, block.nbytes, len(channel.slots))
                 return None
             np.copyto(slot.view(block.shape, block.dtype), block)
         assert slot is not None

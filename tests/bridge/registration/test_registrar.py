@@ -10,7 +10,9 @@ scheduler SIGKILLed is ``tests/test_faults.py``.
 from __future__ import annotations
 
 import asyncio
+import collections
 import threading
+from typing import Any
 
 import pytest
 from conftest import STARTUP
@@ -20,11 +22,11 @@ from failing_link import FailingLink, RankZeroComm
 from deisa.bridge._parts import BridgeParts
 from deisa.bridge._publisher import Entry
 from deisa.bridge.options import BridgeOptions
-from deisa.bridge.registration.registrar import Registrar
+from deisa.bridge.registration.registrar import Registrar, next_wave
 from deisa.wire import ok
 
 
-def _registrar(policy: str, link: FailingLink, lost_after: float) -> Registrar:
+def _registrar(policy: str, link: Any, lost_after: float) -> Registrar:
     options = BridgeOptions(on_scheduler_loss=policy, connect_timeout=lost_after)
     return Registrar(BridgeParts.new(RankZeroComm(), options), link, threading.Event())  # type: ignore[arg-type]
 
@@ -80,3 +82,54 @@ def test_a_registration_the_scheduler_refuses_fails_at_once() -> None:
     assert reply["status"] == "error" and link.calls == 1
     why = "ValueError: no route deisa_publish"
     assert reply["message"] == f"registering step 3 of 'a' failed: {why}"
+
+
+class CountingLink:
+    """A scheduler link that answers every registration after a short wait, recording the
+    order of the calls and how many were in flight at once."""
+
+    address = "tcp://127.0.0.1:8786"
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, int]] = []
+        self.in_flight = 0
+        self.most = 0
+
+    async def register(self, *, name: str, step: int, **_: object) -> dict[str, object]:
+        self.calls.append((name, step))
+        self.in_flight += 1
+        self.most = max(self.most, self.in_flight)
+        await asyncio.sleep(0.01)
+        self.in_flight -= 1
+        return ok()
+
+
+def test_a_steps_arrays_are_registered_together_and_each_array_in_order() -> None:
+    """Issue 56 item 9: the publications queued together, one per array (a step of three
+    arrays), go to the scheduler at once, one round trip for the step; a second step of an
+    array waits for its first; the watermark covers every publication at the end."""
+    link = CountingLink()
+    registrar = _registrar("continue", link, STARTUP)  # type: ignore[arg-type]
+    published = [("a", 0), ("b", 0), ("c", 0), ("a", 1), ("b", 1)]
+
+    async def run() -> None:
+        registrar._queue = asyncio.Queue()
+        for seq, (name, step) in enumerate(published):
+            registrar._queue.put_nowait((Entry(seq, name, step, 0), ([], None)))
+        registrar._queue.put_nowait(None)
+        await registrar._run()
+
+    try:
+        asyncio.run(run())
+    finally:
+        registrar.parts.loop.stop()
+    assert link.calls == published and link.most == 3  # waves a0 b0 c0, then a1 b1
+    assert registrar.news.registered == len(published)
+    assert registrar.parts.steps.queued_steps() == {"a": 2, "b": 2, "c": 1}
+
+
+def test_next_wave_stops_before_an_arrays_second_publication() -> None:
+    pending = collections.deque((Entry(seq, name, 0, 0), None) for seq, name in enumerate("abab"))
+    assert [e.name for e, _ in next_wave(pending)] == ["a", "b"]
+    assert [e.name for e, _ in next_wave(pending)] == ["a", "b"]
+    assert not pending and next_wave(pending) == []

@@ -303,28 +303,30 @@ def test_the_pool_grows_between_bursts_while_the_worker_keeps_its_last_steps(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """After a burst, the pool in 4 KiB pages is populated to its budget once the worker holds
-    no more than a steady state's two slots (the analytics may keep its last step), not while
-    it holds more (a burst still draining: the copies need the core); nothing tells the rank
-    when the worker gives a slot back, its thread looks."""
+    no more than a steady state's three slots of the array (the analytics may keep its last
+    step and, with ``zip``, the next: issue 56 item 9), not while it holds more (a burst still
+    draining: the copies need the core); nothing tells the rank when the worker gives a slot
+    back, its thread looks."""
     monkeypatch.setattr(_shm_pool, "page_kind", lambda nbytes, *_: (SMALL, 2 * MIB))
+    assert _shm_pool.STEADY_HELD == 3
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    channel = _shm.Channel("w", ours, SlotPool(4 * slot_bytes(MIB)))
+    channel = _shm.Channel("w", ours, SlotPool(5 * slot_bytes(MIB)))
     try:
-        burst = [channel.take(MIB, mapped=False) for _ in "abc"]  # a third while two are lent
+        burst = [channel.take(MIB, mapped=False) for _ in "abcd"]  # past two lent: a burst
         for slot in burst:
             assert slot is not None
             slot.hand_over()  # the worker holds the burst
             channel.untake(slot)
         channel.settle()
-        poll_for(lambda: sum(x.warm for x in channel.slots) == 3, STARTUP)  # adopted, held
+        poll_for(lambda: sum(x.warm for x in channel.slots) == 4, STARTUP)  # adopted, held
         with channel._lock:
-            assert channel._pool_waits() and not channel._may_grow()  # three held: wait
+            assert channel._pool_waits() and not channel._may_grow()  # four held: wait
         assert burst[0] is not None
-        burst[0].hand_over(False)  # given back; the analytics keeps the last two steps
-        poll_for(lambda: len(channel.slots) == 4 and all(x.warm for x in channel.slots), STARTUP)
+        burst[0].hand_over(False)  # given back; the analytics keeps the last three steps
+        poll_for(lambda: len(channel.slots) == 5 and all(x.warm for x in channel.slots), STARTUP)
         grown = channel.slots[-1]
         poll_for(lambda: grown.prepared, STARTUP)
-        assert grown not in burst and grown.free and channel.pool.held == 4 * slot_bytes(MIB)
+        assert grown not in burst and grown.free and channel.pool.held == 5 * slot_bytes(MIB)
     finally:
         channel._break("closed")
         ours.close()
@@ -393,3 +395,65 @@ def test_population_goes_chunk_by_chunk_to_the_end(monkeypatch: pytest.MonkeyPat
         region.close()
     finally:
         os.close(fd)
+
+
+def test_a_channel_s_ring_is_the_pool_s_size_for_the_arrays() -> None:
+    """Issue 56 item 9: the pool carries the ring's size for the rank's arrays
+    (:func:`deisa.bridge.shm.ring_size.ring_slots`, a moving array's parcel one slot too); a
+    channel holds that many slots, its ``MAX_SLOTS`` at least."""
+    from deisa import ArraySpec, BridgeOptions
+
+    spec = ArraySpec("float64", (16,), (0,), (8,))
+    moving = ArraySpec.moving("float64", 1, joined_axis=0)
+    pool = SlotPool()
+    pool.size_for(BridgeOptions(buffer_nb=3, transport="tcp"), [spec, moving], None)
+    assert pool.ring == 2 * (3 + 2 + 2) and pool.budget == 0
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        assert _shm.Channel("w", ours, pool).most_slots == _shm.MAX_SLOTS
+        pool.ring = 100
+        assert _shm.Channel("w", ours, pool).most_slots == 100
+    finally:
+        ours.close()
+        theirs.close()
+
+
+def test_a_fallback_is_counted_warned_once_and_in_the_totals(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    pool = SlotPool(MIB)
+    with caplog.at_level(logging.WARNING, logger="deisa.bridge.shm.pool"):
+        pool.fell_back("tcp://w", 4096, 32)
+        pool.fell_back("tcp://w", 4096, 32)
+    warned = [r.getMessage() for r in caplog.records if "goes by TCP" in r.getMessage()]
+    assert len(warned) == 1 and "worker tcp://w" in warned[0] and "32 shared-memory" in warned[0]
+    assert pool.summary()["fallbacks"] == 2
+    assert pool_totals([pool.summary(), SlotPool(MIB).summary()])["fallbacks"] == 2
+    assert pool_totals([SlotPool(MIB).summary()]).get("fallbacks") is None  # none: not said
+    no_pool = SlotPool(0)
+    no_pool.fell_back("tcp://w", 8, 32)
+    assert pool_totals([no_pool.summary()]) == {"fallbacks": 1}
+
+
+def test_the_default_budget_learns_a_moving_arrays_parcels() -> None:
+    """Issue 56 item 9: a moving array's declaration gives no size; the default budget grows
+    to its steps of the largest parcel published (never shrinks with a smaller one); a budget
+    given in MiB stays as given."""
+    from deisa import ArraySpec, BridgeOptions
+
+    fixed = ArraySpec("float64", (16, 1024), (0, 0), (8, 1024))  # 64 KiB on this rank
+    moving = ArraySpec.moving("float64", 1, joined_axis=0)
+    pool = SlotPool()
+    pool.size_for(BridgeOptions(buffer_nb=2), [fixed, moving], None)
+    pool.moving = {"x"}
+    assert pool.budget == 3 * slot_bytes(64 * 1024) and pool.arrays == 2
+    pool.learn("rho", 8 * 10**6)  # a fixed array published as boxes: counted as declared
+    assert pool.budget == 3 * slot_bytes(64 * 1024)
+    pool.learn("x", 8 * 10**6)
+    pool.learn("x", 8 * 10**5)  # fewer particles this step: the budget stays
+    assert pool.budget == 3 * (slot_bytes(64 * 1024) + slot_bytes(8 * 10**6))
+    given = SlotPool()
+    given.size_for(BridgeOptions(shm_pool_mib=8), [moving], None)
+    given.moving = {"x"}
+    given.learn("x", 8 * 10**6)
+    assert given.budget == 8 * MIB

@@ -233,6 +233,10 @@ async def test_a_full_ring_sends_by_tcp(c, s, a, b) -> None:
         assert type(slot_of(a, key(1))).__name__ != "_SlotView"
         assert transport.blocks == {"shared memory": 1, "tcp": 1}
         assert transport.used == "shared memory and tcp"
+        # issue 56 item 9: a block refused a slot is counted, not silent (asked twice here:
+        # send_shared above, and send, whose shared-memory try comes first)
+        assert transport.slot_pool.fallbacks == 2
+        assert transport.slot_pool.summary()["fallbacks"] == 2
     finally:
         _shm.MAX_SLOTS, _shm.SPARE = saved
         await transport.close()
@@ -384,3 +388,27 @@ def test_the_preparer_waits_while_only_a_slot_of_another_size_is_free() -> None:
             slot.close()
         rank_end.close()
         worker_end.close()
+
+
+@gen_cluster(client=True, timeout=STARTUP)
+async def test_a_ring_holds_every_array_of_the_steps_in_flight(c, s, a, b) -> None:
+    """Issue 56 item 9: 20 arrays, two steps of each held by the worker (an analytics reading
+    one step ahead with ``zip``) and a third step sent: 60 blocks, past the ring's old bound of
+    32 slots, all by shared memory once the pool is sized for the rank's arrays."""
+    from deisa import ArraySpec, BridgeOptions
+
+    await install(c)
+    transport, pool = Transport(), Connections()
+    spec = ArraySpec("float64", (8, 8), (0, 0), (8, 8))
+    transport.slot_pool.size_for(BridgeOptions(buffer_nb=2), [spec] * 20, None)
+    assert transport.slot_pool.ring == 20 * (2 + 2 + 2) > _shm.MAX_SLOTS
+    try:
+        block = np.ones((8, 8))
+        for n in range(60):  # none released: every slot stays held by the worker
+            assert await transport.send(pool, a.address, key(n), block + n) == {key(n): 512}
+        assert transport.blocks == {"shared memory": 60}
+        assert transport.slot_pool.fallbacks == 0
+        np.testing.assert_array_equal(a.data[key(59)], block + 59)
+    finally:
+        await transport.close()
+        await pool.close()
