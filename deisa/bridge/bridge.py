@@ -50,7 +50,6 @@ from .decomposition import ArraySpec, Decomposition
 from .link.scheduler import SchedulerLink, SchedulerLost
 from .options import BridgeOptions
 from .scheduler_file import SchedulerFileError, resolve_scheduler_file
-from .shm.transport import SHARED_MEMORY, TCP
 from .step_scope import StepScope
 
 __all__ = ["Bridge", "BridgeError", "PublishTiming"]
@@ -245,9 +244,7 @@ class Bridge:
         """This rank's warm pool of shared memory (:mod:`deisa.bridge.shm.pool`): budget and
         peak MiB, pages, why it shrank (or ``None``), ``"fallbacks"`` (blocks by TCP to a
         worker of this node, no slot free), ``"blocks by shared memory"``/``"tcp"`` so far."""
-        sent = self._parts.transport.blocks
-        blocks = {f"blocks by {kind}": sent[kind] for kind in (SHARED_MEMORY, TCP)}
-        return {**self._parts.transport.slot_pool.summary(), **blocks}
+        return self._parts.transport.pool_summary()
 
     @property
     def transport(self) -> str:

@@ -87,6 +87,12 @@ class Transport:
         self._lent: dict[int, tuple[Slot, np.ndarray]] = {}
         self._starting: dict[str, concurrent.futures.Future[Channel | None]] = {}
 
+    def pool_summary(self) -> dict[str, Any]:
+        """The slot pool's :meth:`~deisa.bridge.shm.pool.SlotPool.summary` and how many blocks
+        went each way so far (``"blocks by shared memory"``, ``"blocks by tcp"``)."""
+        sent = {f"blocks by {kind}": self.blocks[kind] for kind in (SHARED_MEMORY, TCP)}
+        return {**self.slot_pool.summary(), **sent}
+
     @property
     def used(self) -> str:
         """``"shared memory"``, ``"tcp"``, ``"shared memory and tcp"`` or ``"none"``: how this
