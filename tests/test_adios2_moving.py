@@ -5,13 +5,14 @@ The project's own ADIOS2 code (tests/adios2/moving.cxx, 4 ranks) writes a partic
 length and counts change at every step (SetShape, SetSelection, two Puts on a rank, a rank with
 no Put, a rank with an empty selection), a joined particle array (JoinedDim), a field in two
 boxes per rank that move to the next rank at step 3 (a sync Put, a deferred Put from a buffer
-with ghost cells, PerformPuts followed by the buffers' overwrite), a field of one block per rank
+with ghost cells, PerformPuts followed by the buffers' overwrite) and that no rank writes at
+step 4 (BP5 has no such step of it, nor has the analytics), a field of one block per rank
 that is cut in two boxes, then grows (SetShape), an array and a single value defined after the
 first step. Run once with BP5 (the reference, read back with the ``adios2`` wheel, each step's
 whole selection) and once with its XML's engine swapped for deisa under ``deisa-run`` (a
 scheduler, workers, the analytics), every step of every variable compared bitwise by the
-analytics, which takes them with ``Adapter``, and against ``Replay`` of the BP5 output (each
-step the live one: values, shape and chunks).
+analytics, which takes them with ``Adapter``; then ``deisa.Replay`` of the BP5 output gives the
+live run's arrays, chunks and bytes.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ with adios2.Stream(reference, "r") as stream:
             value = stream.read(name, [0] * len(shape), shape) if shape else stream.read(name)
             expected[name][step] = np.atleast_1d(value)
 steps = sorted({step for values in expected.values() for step in values})
-replay = Replay(reference)  # the same run's BP5 output, replayed: the live run's steps
+lived = {}
 with Adapter.from_env() as adapter:
     for step in steps:
         for name in names:
@@ -59,16 +60,21 @@ with Adapter.from_env() as adapter:
             want = expected[name][step]
             assert got.dtype == want.dtype and got.shape == want.shape, (name, step, got, want)
             assert got.tobytes() == want.tobytes(), (name, step, got, want)
-            saved = replay[name][step]
-            assert saved.chunks == live.chunks, (name, step, saved.chunks, live.chunks)
-            assert saved.compute().tobytes() == got.tobytes(), (name, step)
+            lived[name, step] = (got, live.chunks)
             print(f"{name} step {step}: shape {got.shape} chunks {live.chunks}", flush=True)
+    paths = {name: "moving" if adapter[name].moving else "fixed" for name in names}
+    print(f"declared: {paths}", flush=True)
     streams = adapter.stats()["streams"]
     published = {name: streams[name]["published"] for name in names}
     assert published == {name: len(expected[name]) for name in names}, published
-first = {name: min(expected[name]) for name in names}
+replay = Replay(reference)  # the BP5 output read back by deisa: the live run's arrays and chunks
+for (name, step), (got, chunks) in lived.items():
+    replayed = replay[name][step]
+    assert replayed.chunks == chunks, (name, step, replayed.chunks, chunks)
+    assert replayed.compute().tobytes() == got.tobytes(), (name, step)
 assert {name: replay[name].steps for name in names} == {n: sorted(expected[n]) for n in names}
-print(f"adios2 moving checker: {len(steps)} steps bitwise, first steps {first}", flush=True)
+first = {name: min(expected[name]) for name in names}
+print(f"adios2 moving checker: {len(steps)} steps bitwise, first steps {first}; Replay equal")
 """
 
 
@@ -103,8 +109,7 @@ def test_moving_data_under_deisa_run_bitwise(
 ) -> None:
     """Every step of every variable of the moving code arrives as BP5 writes it: the
     particles' changing lengths, the joined array in rank order, the boxes where they moved,
-    the field that splits and grows, the variables defined late from their first step; and
-    Replay of the BP5 output gives the live run's arrays, chunks included (issue 56 item 8)."""
+    the field that splits and grows, the variables defined late from their first step."""
     xml = engine_xml(tmp_path / "deisa.xml", **parameters)
     script = tmp_path / "moving_checker.py"
     script.write_text(CHECKER)
@@ -116,7 +121,15 @@ def test_moving_data_under_deisa_run_bitwise(
     assert proc.returncode == 0, proc.stderr[-4000:] + proc.stdout[-3000:]
     assert (
         "adios2 moving checker: 6 steps bitwise, first steps {'px': 0, 'pj': 0, 'rho': 0, "
-        "'T': 0, 'age': 2, 'nparticles': 1, 'step': 0}" in proc.stdout
+        "'T': 0, 'age': 2, 'nparticles': 1, 'step': 0}; Replay equal" in proc.stdout
+    ), proc.stdout[-3000:]
+    # the engine's decisions (docs/adios2.md, "Which path"): one block per rank on a grid in the
+    # first step is fixed (T, age, the value step; px, one particle on rank 0 at step 0: its
+    # later steps move and carry their layouts); joined (pj), two boxes per rank (rho), a value
+    # first Put once the Bridge exists (nparticles): moving
+    assert (
+        "declared: {'px': 'fixed', 'pj': 'moving', 'rho': 'moving', 'T': 'fixed', "
+        "'age': 'fixed', 'nparticles': 'moving', 'step': 'fixed'}" in proc.stdout
     ), proc.stdout[-3000:]
     # the particles' lengths change; the field's boxes are the ranks' (two each, then moved)
     assert "px step 0: shape (15,)" in proc.stdout and "px step 3: shape (8,)" in proc.stdout
@@ -124,3 +137,5 @@ def test_moving_data_under_deisa_run_bitwise(
     assert "T step 4: shape (20, 12)" in proc.stdout
     assert "T step 0: shape (16, 12) chunks ((4, 4, 4, 4), (12,))" in proc.stdout  # fixed
     assert "rho step 0: shape (16, 12) chunks ((2, 2, 2, 2, 2, 2, 2, 2), (12,))" in proc.stdout
+    assert "rho step 3: " in proc.stdout and "rho step 4: " not in proc.stdout  # no Put at 4
+    assert "rho step 5: " in proc.stdout

@@ -7,14 +7,15 @@
  * (BP5, or deisa):
  * - `px' (double), a particle array: its global length and each rank's count change at every
  *   step (SetShape, SetSelection, offsets from MPI_Exscan); rank 0 Puts its particles in two
- *   Puts (two selections), rank 1 Puts none at step 2 (no Put at all), rank N-1 an empty
- *   selection (count 0) at step 3;
+ *   Puts (two selections) where it has more than one (from step 1), rank 1 Puts none at step 2
+ *   (no Put at all), rank N-1 an empty selection (count 0) at step 3: one block per rank at
+ *   step 0, a fixed array whose later steps move;
  * - `pj' (float), N_j x 3 particles as a joined array ({JoinedDim, 3}: each rank gives its count
  *   only), the counts changing, rank 1 Putting a count of 0 at step 1;
  * - `rho' (double), a 16 x 12 field written as two boxes per rank (strips of rows r and r + N
  *   of 2N), which move to the next rank from step 3 on; the first box a sync Put, the second a
  *   deferred Put from a buffer with ghost cells (SetMemorySelection), PerformPuts on odd steps
- *   followed by the buffer's overwrite;
+ *   followed by the buffer's overwrite; no rank writes it at step 4;
  * - `T' (int32), a 16 x 12 field of one block per rank (strips of rows) for steps 0 and 1, then
  *   two boxes per rank (each strip cut in two along the columns), then its shape grown to
  *   20 x 12 from step 4 (SetShape);
@@ -134,9 +135,10 @@ void run(const std::string& config, const std::string& output, int steps)
 				rho_first[(i - first) * NY + j] = rho_at(i, j, step);
 			}
 		}
+		const bool rho_written = step != 4; // no rank writes rho at step 4
 		var_rho.SetMemorySelection({{}, {}});
 		var_rho.SetSelection({{first, 0}, {last - first, NY}});
-		writer.Put(var_rho, rho_first.data(), adios2::Mode::Sync);
+		if (rho_written) writer.Put(var_rho, rho_first.data(), adios2::Mode::Sync);
 		std::fill(rho_first.begin(), rho_first.end(), -1.0); // after a sync Put: not written
 		strip_rows(NX, strips[1], 2 * nranks, first, last);
 		const size_t rows = last - first + 2, cols = NY + 2;
@@ -148,7 +150,7 @@ void run(const std::string& config, const std::string& output, int steps)
 		}
 		var_rho.SetSelection({{first, 0}, {last - first, NY}});
 		var_rho.SetMemorySelection({{1, 0}, {rows, cols}});
-		writer.Put(var_rho, rho_ghosts.data(), adios2::Mode::Deferred);
+		if (rho_written) writer.Put(var_rho, rho_ghosts.data(), adios2::Mode::Deferred);
 
 		// T: one block per rank, then two, then in a grown shape
 		const size_t t_rows = step >= 4 ? NX + 4 : NX;
