@@ -89,6 +89,8 @@ class StepArray(ABC):
         self.name = name
         self._seen: list[int] = []
         self._ended = False
+        # the attributes new or changed at each step that changed some (deisa.wire.attributes)
+        self._attr_changes: dict[int, dict[str, Any]] = {}
 
     # -- what a subclass provides ------------------------------------------------------------
 
@@ -139,6 +141,10 @@ class StepArray(ABC):
         moving array's step its own."""
         return self.shape
 
+    def _static_attrs(self) -> dict[str, Any]:
+        """The array's attributes before its first step (a live array's open metadata)."""
+        return {}
+
     def _attach(self) -> None:  # noqa: B027 (a hook that does nothing unless overridden)
         """Start receiving the steps from now on; nothing to do by default (saved steps)."""
 
@@ -165,6 +171,34 @@ class StepArray(ABC):
             As ``array[step]``.
         """
         return self._step_shape(self._resolve_int(step))
+
+    @property
+    def attrs(self) -> dict[str, Any]:
+        """The array's attributes as of the latest step known (:attr:`steps`): its static ones
+        (``ArraySpec(attrs=)``; an ADIOS2 io's at its first step), updated by those each step
+        set (``Bridge.publish(attrs=)``; the engine's attributes new or changed at the step);
+        plain values (numbers, strings, lists). :meth:`attrs_of` gives them as of a step."""
+        merged = dict(self._static_attrs())
+        for step in sorted(self._attr_changes):
+            merged.update(self._attr_changes[step])
+        return merged
+
+    def attrs_of(self, step: int) -> dict[str, Any]:
+        """The array's attributes as of ``step`` (a step number; negative: from the end): the
+        static ones updated by those of every step up to ``step``; what
+        ``to_xarray(step).attrs`` holds. On a live stream, waits for the step as
+        ``array[step]`` does.
+
+        Raises
+        ------
+        StepNotAvailableError, EndOfStreamError
+            As ``array[step]``.
+        """
+        step = self._resolve_int(step)
+        merged = dict(self._static_attrs())
+        for changed in sorted(s for s in self._attr_changes if s <= step):
+            merged.update(self._attr_changes[changed])
+        return merged
 
     @property
     def ended(self) -> bool:
@@ -224,7 +258,9 @@ class StepArray(ABC):
     def _take(self, step: int, as_xarray: bool) -> Any:
         """The array of ``step``, labelled if ``as_xarray``."""
         array = self._step_array(step)
-        return _labels.step(array, self.name, self.dims, step) if as_xarray else array
+        if not as_xarray:
+            return array
+        return _labels.step(array, self.name, self.dims, step, self.attrs_of(step))
 
     def _stack(self, taken: list[tuple[int, Any]], as_xarray: bool) -> Any:
         """Step arrays (labelled if ``as_xarray``), ``(step, array)`` pairs, on a new leading

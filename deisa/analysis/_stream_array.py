@@ -22,6 +22,7 @@ from distributed import Client, Future
 from .. import _dask_internals
 from ..contract import Contract
 from ..wire import Reply, Route, Status, is_ok, status
+from ..wire.attributes import plain_attrs
 from ..wire.layout import StepLayout
 from . import _block_locations, _parcels, contracts
 from ._reading import NoFixedShapeError, StepArray, StepNotAvailableError
@@ -118,6 +119,10 @@ class ArrayDescriptor(StepArray):
     @property
     def dtype(self) -> np.dtype:
         return np.dtype(self.meta["dtype"])
+
+    def _static_attrs(self) -> dict[str, Any]:
+        """The static attributes of the array's open metadata (``ArraySpec(attrs=)``)."""
+        return plain_attrs(self.meta.get("attrs"))  # lists, not the wire's tuples
 
     @property
     def moving(self) -> bool:
@@ -258,6 +263,8 @@ class ArrayDescriptor(StepArray):
         self._forget_layouts()
         if reply.get("layout") is not None:
             self._layouts[step] = reply["layout"]
+        if reply.get("attrs"):  # those new or changed at this step (kept: a few per change)
+            self._attr_changes[step] = plain_attrs(reply["attrs"])  # lists: the wire's tuples
         self._contract_of[step] = reply.get("contract")
         self._seen.append(step)
         self._reached = max(step, self._reached if self._reached is not None else step)

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from ..wire import decode_value
+from ..wire.attributes import plain_attrs
 from ._async import AsyncPublisher
 from ._closing import close_bridge, shut_down
 from ._collective import BridgeError, build_options, check_publish, on_root
@@ -326,6 +327,7 @@ class Bridge:
         *,
         start: Sequence[int] | None = None,
         shape: Sequence[int] | None = None,
+        attrs: Mapping[str, Any] | None = None,
     ) -> None:
         """Publish this rank's ``block`` of array ``name`` at ``step``; collective.
 
@@ -363,6 +365,10 @@ class Bridge:
         step
             Time step (non-negative), normally increasing from one call to the next for a
             given array; see above for a step published again.
+        attrs
+            Attributes of this step (the time, units that change...: plain values,
+            :mod:`deisa.wire.attributes`), as :meth:`set_attrs` then ``publish``: rank 0's go
+            with the step's one message to the scheduler, the analytics' ``attrs_of(step)``.
 
         Raises
         ------
@@ -381,11 +387,39 @@ class Bridge:
         sent, problem = check_publish(
             self.decompositions, self.specs, name, block, step, start, shape
         )
+        if attrs is not None:
+            self.set_attrs(name, attrs)
         revision = 0
         if isinstance(step, (int, np.integer)):  # counted on every rank, whatever happens next
             revision = self._parts.steps.publication(name, int(step))
+            if self.rank == 0 and problem is None:
+                static = self.decompositions[name].attrs
+                self._parts.steps.attach_attrs(name, int(step), revision, static)
         publisher = self._async if self.asynchronous else self._sync
         publisher.publish(name, sent, step, revision, problem, t0)
+
+    def set_attrs(self, name: str, attrs: Mapping[str, Any]) -> None:
+        """Set attributes of array ``name`` from its next published step on (the time of the
+        step, a unit that changes; static ones: ``ArraySpec(..., attrs=)``); not collective:
+        rank 0's are sent, with that step's one message to the scheduler, and the analytics
+        reads them as ``adapter[name].attrs_of(step)`` (and ``.attrs``, the latest). Values are
+        plain: numbers, strings, lists of them (:mod:`deisa.wire.attributes`). An attribute is
+        never removed; setting the same value again sends nothing new to the analytics' view.
+
+        Raises
+        ------
+        KeyError
+            ``name`` is not one of the Bridge's arrays.
+        deisa.wire.attributes.AttrsError
+            A value that is not plain (a :class:`TypeError`), naming its key.
+        """
+        if name not in self.decompositions:
+            raise KeyError(
+                f"set_attrs({name!r}): not one of the Bridge's arrays {sorted(self.decompositions)}"
+            )
+        checked = plain_attrs(attrs, f"attrs of {name!r}")
+        if self.rank == 0:
+            self._parts.steps.set_attrs(name, checked)
 
     def step(self, step: int) -> StepScope:
         """``with bridge.step(t) as s: s.publish(name, block)``: step ``t`` of several arrays
