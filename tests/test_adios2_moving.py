@@ -4,15 +4,15 @@
 The project's own ADIOS2 code (tests/adios2/moving.cxx, 4 ranks) writes a particle array whose
 length and counts change at every step (SetShape, SetSelection, two Puts on a rank, a rank with
 no Put, a rank with an empty selection), a joined particle array (JoinedDim), a field in two
-boxes per rank that move to the next rank at step 3 (a sync Put, a deferred Put from a buffer
-with ghost cells, PerformPuts followed by the buffers' overwrite) and that no rank writes at
-step 4 (BP5 has no such step of it, nor has the analytics), a field of one block per rank
-that is cut in two boxes, then grows (SetShape), an array and a single value defined after the
-first step. Run once with BP5 (the reference, read back with the ``adios2`` wheel, each step's
-whole selection) and once with its XML's engine swapped for deisa under ``deisa-run`` (a
-scheduler, workers, the analytics), every step of every variable compared bitwise by the
-analytics, which takes them with ``Adapter``; then ``deisa.Replay`` of the BP5 output gives the
-live run's arrays, chunks and bytes.
+boxes per rank that move to the next rank at step 3 (a sync Put, a Span Put on odd steps, a
+deferred Put from a buffer with ghost cells, PerformPuts followed by the buffers' overwrite)
+and that no rank writes at step 4 (BP5 has no such step of it, nor has the analytics), a field
+of one block per rank that is cut in two boxes, then grows (SetShape), an array and a single
+value defined after the first step. Run once with BP5 (the reference, read back with the
+``adios2`` wheel, each step's whole selection) and once with its XML's engine swapped for
+deisa under ``deisa-run`` (a scheduler, workers, the analytics), every step of every variable
+compared bitwise by the analytics, which takes them with ``Adapter``; then ``deisa.Replay`` of
+the BP5 output gives the live run's arrays, chunks and bytes.
 """
 
 from __future__ import annotations

@@ -13,7 +13,8 @@
  * - `pj' (float), N_j x 3 particles as a joined array ({JoinedDim, 3}: each rank gives its count
  *   only), the counts changing, rank 1 Putting a count of 0 at step 1;
  * - `rho' (double), a 16 x 12 field written as two boxes per rank (strips of rows r and r + N
- *   of 2N), which move to the next rank from step 3 on; the first box a sync Put, the second a
+ *   of 2N), which move to the next rank from step 3 on; the first box a sync Put (a Span Put
+ *   on odd steps: the code writes into the engine's memory), the second a
  *   deferred Put from a buffer with ghost cells (SetMemorySelection), PerformPuts on odd steps
  *   followed by the buffer's overwrite; no rank writes it at step 4;
  * - `T' (int32), a 16 x 12 field of one block per rank (strips of rows) for steps 0 and 1, then
@@ -138,7 +139,11 @@ void run(const std::string& config, const std::string& output, int steps)
 		const bool rho_written = step != 4; // no rank writes rho at step 4
 		var_rho.SetMemorySelection({{}, {}});
 		var_rho.SetSelection({{first, 0}, {last - first, NY}});
-		if (rho_written) writer.Put(var_rho, rho_first.data(), adios2::Mode::Sync);
+		if (rho_written && step % 2 == 0) writer.Put(var_rho, rho_first.data(), adios2::Mode::Sync);
+		if (rho_written && step % 2 == 1) { // a Span: the code writes into the engine's memory
+			auto span = writer.Put(var_rho);
+			std::copy(rho_first.begin(), rho_first.end(), span.data());
+		}
 		std::fill(rho_first.begin(), rho_first.end(), -1.0); // after a sync Put: not written
 		strip_rows(NX, strips[1], 2 * nranks, first, last);
 		const size_t rows = last - first + 2, cols = NY + 2;
