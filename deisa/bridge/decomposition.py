@@ -218,6 +218,18 @@ class ArraySpec:
             object.__setattr__(spec, name, value)
         return spec
 
+    def with_attrs(self, attrs: Mapping[str, Any] | None) -> ArraySpec:
+        """This spec with the static attributes ``attrs`` (checked as ``ArraySpec(attrs=)``).
+
+        >>> ArraySpec("float64", (4,), (0,), (4,)).with_attrs({"units": "K"}).attrs
+        {'units': 'K'}
+        """
+        spec = object.__new__(ArraySpec)
+        for f in dataclasses.fields(self):
+            object.__setattr__(spec, f.name, getattr(self, f.name))
+        object.__setattr__(spec, "attrs", plain_attrs(attrs) or None)
+        return spec
+
     def __repr__(self) -> str:
         if self.is_moving:
             return (
