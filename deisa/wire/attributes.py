@@ -129,7 +129,7 @@ def of_array(attributes: Mapping[str, Any], variable: str) -> dict[str, Any]:
     found: dict[str, tuple[int, Any]] = {}
     for name, value in attributes.items():
         segments = _segments(name)
-        if not segments:
+        if not segments or segments[0].startswith("__openPMD"):  # openPMD-api's bookkeeping
             continue
         joined = "/".join(segments)
         if joined.startswith(own + "/") and len(parts) > 0:
