@@ -71,7 +71,7 @@ class EngineAttributes:
     def _decide(self, variables: list[str], attributes: Mapping[str, Any]) -> list[str] | str:
         """Rank 0: the published names of ``variables``, or why they clash."""
         openpmd = is_openpmd(attributes)
-        names = []
+        names: list[str] = []
         for raw in variables:
             record = openpmd_record(raw, attributes) if openpmd else None
             name = raw if record is None else record

@@ -43,7 +43,9 @@ def test_an_openpmd_ios_variables_are_published_by_their_record_names() -> None:
 def test_two_variables_of_one_record_are_refused_naming_them() -> None:
     engine = EngineAttributes()
     engine.names(comm(), ["/data/0/meshes/E/x"], {**OPENPMD, "/basePath": "/data/%T/"})
-    with pytest.raises(EngineArrayNameError, match=r"`/data/0/meshes/E/x' and `/data/1/meshes/E/x'"):
+    with pytest.raises(
+        EngineArrayNameError, match=r"`/data/0/meshes/E/x' and `/data/1/meshes/E/x'"
+    ):
         engine.names(comm(), ["/data/1/meshes/E/x"], {**OPENPMD, "/basePath": "/data/%T/"})
 
 
