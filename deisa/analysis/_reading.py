@@ -36,6 +36,7 @@ import dask.array as da
 import numpy as np
 
 from . import _labels
+from ._attributes import AttrsView
 from ._zip_steps import check_zip, zip_steps
 
 if TYPE_CHECKING:
@@ -67,7 +68,7 @@ class StepNotAvailableError(KeyError):
         return str(self.args[0])
 
 
-class StepArray(ABC):
+class StepArray(AttrsView, ABC):
     """One array read step by step, indexed as ``array[t, x, y]`` with a leading time axis.
 
     The time index selects step numbers: an integer, a slice or ``range`` of steps
@@ -89,8 +90,7 @@ class StepArray(ABC):
         self.name = name
         self._seen: list[int] = []
         self._ended = False
-        # the attributes new or changed at each step that changed some (deisa.wire.attributes)
-        self._attr_changes: dict[int, dict[str, Any]] = {}
+        self._attr_changes: dict[int, dict[str, Any]] = {}  # AttrsView's
 
     # -- what a subclass provides ------------------------------------------------------------
 
@@ -141,11 +141,7 @@ class StepArray(ABC):
         moving array's step its own."""
         return self.shape
 
-    def _static_attrs(self) -> dict[str, Any]:
-        """The array's attributes before its first step (a live array's open metadata)."""
-        return {}
-
-    def _attach(self) -> None:  # noqa: B027 (a hook that does nothing unless overridden)
+    def _attach(self) -> None:
         """Start receiving the steps from now on; nothing to do by default (saved steps)."""
 
     # -- the shared interface ----------------------------------------------------------------
@@ -171,34 +167,6 @@ class StepArray(ABC):
             As ``array[step]``.
         """
         return self._step_shape(self._resolve_int(step))
-
-    @property
-    def attrs(self) -> dict[str, Any]:
-        """The array's attributes as of the latest step known (:attr:`steps`): its static ones
-        (``ArraySpec(attrs=)``; an ADIOS2 io's at its first step), updated by those each step
-        set (``Bridge.publish(attrs=)``; the engine's attributes new or changed at the step);
-        plain values (numbers, strings, lists). :meth:`attrs_of` gives them as of a step."""
-        merged = dict(self._static_attrs())
-        for step in sorted(self._attr_changes):
-            merged.update(self._attr_changes[step])
-        return merged
-
-    def attrs_of(self, step: int) -> dict[str, Any]:
-        """The array's attributes as of ``step`` (a step number; negative: from the end): the
-        static ones updated by those of every step up to ``step``; what
-        ``to_xarray(step).attrs`` holds. On a live stream, waits for the step as
-        ``array[step]`` does.
-
-        Raises
-        ------
-        StepNotAvailableError, EndOfStreamError
-            As ``array[step]``.
-        """
-        step = self._resolve_int(step)
-        merged = dict(self._static_attrs())
-        for changed in sorted(s for s in self._attr_changes if s <= step):
-            merged.update(self._attr_changes[changed])
-        return merged
 
     @property
     def ended(self) -> bool:

@@ -22,9 +22,10 @@ from distributed import Client, Future
 from .. import _dask_internals
 from ..contract import Contract
 from ..wire import Reply, Route, Status, is_ok, status
-from ..wire.attributes import openpmd_record, plain_attrs
+from ..wire.attributes import plain_attrs
 from ..wire.layout import StepLayout
 from . import _block_locations, _parcels, contracts
+from ._attributes import record_hint
 from ._reading import NoFixedShapeError, StepArray, StepNotAvailableError
 from .moving import assemble
 
@@ -112,7 +113,7 @@ class ArrayDescriptor(StepArray):
             if not is_ok(reply):
                 raise TimeoutError(
                     f"no simulation has opened array {self.name!r} within "
-                    f"{self.adapter.timeout} s{_record_hint(self.name)}"
+                    f"{self.adapter.timeout} s{record_hint(self.name)}"
                 )
             self._meta = reply["meta"]
         return self._meta
@@ -245,7 +246,7 @@ class ArrayDescriptor(StepArray):
                 f"the simulation has published {reply['published']} step(s) so far, the last "
                 f"one received here being {last}"
                 if reply["open"]
-                else f"no simulation has opened it yet{_record_hint(self.name)}"
+                else f"no simulation has opened it yet{record_hint(self.name)}"
             )
             pressure = "".join(f"; {line}" for line in reply.get("memory") or [])
             raise TimeoutError(
@@ -493,15 +494,3 @@ class ArrayDescriptor(StepArray):
         """
         wire = self._contract_of[step]
         return None if wire is None else Contract.from_wire(wire)
-
-
-def _record_hint(name: str) -> str:
-    """For a name an openPMD io's array is not published under (``/data/meshes/E/x``): the
-    record name it is (``E/x``), said in the timeout's message; else nothing."""
-    record = openpmd_record(name)
-    if record is None:
-        return ""
-    return (
-        f" (the deisa ADIOS2 engine publishes an openPMD code's {name!r} under its record name "
-        f"{record!r}: docs/openpmd.md)"
-    )

@@ -38,8 +38,8 @@ from typing import Any
 import numpy as np
 
 from ..wire import decode_value
-from ..wire.attributes import plain_attrs
 from ._async import AsyncPublisher
+from ._attrs import AttrsCalls
 from ._closing import close_bridge, shut_down
 from ._collective import BridgeError, build_options, check_publish, on_root
 from ._losses import Losses
@@ -47,7 +47,7 @@ from ._opening import connect_now, declare_arrays, declare_more, take_connection
 from ._parts import BridgeParts
 from ._publisher import Connection, PublishTiming
 from ._sync import SyncPublisher
-from .decomposition import ArraySpec, Decomposition
+from .decomposition import ArraySpec
 from .link.scheduler import SchedulerLink, SchedulerLost
 from .options import BridgeOptions
 from .scheduler_file import SchedulerFileError, resolve_scheduler_file
@@ -63,7 +63,7 @@ def _option_attribute(name: str, doc: str) -> Any:
     return property(lambda bridge: getattr(bridge.options, name), doc=f"{doc} ``options.{name}``.")
 
 
-class Bridge:
+class Bridge(AttrsCalls):
     """Publish the blocks of an MPI simulation to a Dask cluster, one Bridge per rank.
 
     Construction, :meth:`publish` and :meth:`close` are collective over ``comm``: every rank
@@ -288,11 +288,6 @@ class Bridge:
         return self._parts.detachment.reason
 
     @property
-    def decompositions(self) -> dict[str, Decomposition]:
-        """The arrays, as every rank declared them."""
-        return self._parts.arrays.decompositions
-
-    @property
     def specs(self) -> dict[str, ArraySpec]:
         """This rank's block of each array."""
         return self._parts.arrays.specs
@@ -366,9 +361,7 @@ class Bridge:
             Time step (non-negative), normally increasing from one call to the next for a
             given array; see above for a step published again.
         attrs
-            Attributes of this step (the time, units that change...: plain values,
-            :mod:`deisa.wire.attributes`), as :meth:`set_attrs` then ``publish``: rank 0's go
-            with the step's one message to the scheduler, the analytics' ``attrs_of(step)``.
+            This step's attributes (its time...), as :meth:`set_attrs` then ``publish``.
 
         Raises
         ------
@@ -387,39 +380,12 @@ class Bridge:
         sent, problem = check_publish(
             self.decompositions, self.specs, name, block, step, start, shape
         )
-        if attrs is not None:
-            self.set_attrs(name, attrs)
         revision = 0
         if isinstance(step, (int, np.integer)):  # counted on every rank, whatever happens next
             revision = self._parts.steps.publication(name, int(step))
-            if self.rank == 0 and problem is None:
-                static = self.decompositions[name].attrs
-                self._parts.steps.attach_attrs(name, int(step), revision, static)
+            self._attach_attrs(name, int(step), revision, attrs, problem is None)
         publisher = self._async if self.asynchronous else self._sync
         publisher.publish(name, sent, step, revision, problem, t0)
-
-    def set_attrs(self, name: str, attrs: Mapping[str, Any]) -> None:
-        """Set attributes of array ``name`` from its next published step on (the time of the
-        step, a unit that changes; static ones: ``ArraySpec(..., attrs=)``); not collective:
-        rank 0's are sent, with that step's one message to the scheduler, and the analytics
-        reads them as ``adapter[name].attrs_of(step)`` (and ``.attrs``, the latest). Values are
-        plain: numbers, strings, lists of them (:mod:`deisa.wire.attributes`). An attribute is
-        never removed; setting the same value again sends nothing new to the analytics' view.
-
-        Raises
-        ------
-        KeyError
-            ``name`` is not one of the Bridge's arrays.
-        deisa.wire.attributes.AttrsError
-            A value that is not plain (a :class:`TypeError`), naming its key.
-        """
-        if name not in self.decompositions:
-            raise KeyError(
-                f"set_attrs({name!r}): not one of the Bridge's arrays {sorted(self.decompositions)}"
-            )
-        checked = plain_attrs(attrs, f"attrs of {name!r}")
-        if self.rank == 0:
-            self._parts.steps.set_attrs(name, checked)
 
     def step(self, step: int) -> StepScope:
         """``with bridge.step(t) as s: s.publish(name, block)``: step ``t`` of several arrays

@@ -1,5 +1,5 @@
 """The deisa ADIOS2 engine's attributes and array names (called from C++,
-plugin/adios2/attributes.cxx, on the Bridge's ranks).
+plugin/adios2/deisa_engine.cxx, on the simulation's main thread of each rank, at EndStep).
 
 An io's ADIOS2 attributes (global ones and variables' ``var/attr``: numbers, strings, arrays of
 them) are the same on every rank in ADIOS2's model: rank 0's are read at each ``EndStep`` and
