@@ -43,7 +43,14 @@ import dask.array as da
 import numpy as np
 from dask.base import tokenize
 
-from ..wire.attributes import AttrsError, changes, is_openpmd, of_array, openpmd_record, plain
+from ..wire.attributes import (
+    AttributeIndex,
+    AttrsError,
+    changes,
+    is_openpmd,
+    openpmd_record,
+    plain,
+)
 from ..wire.layout import LayoutError
 from . import _labels
 from ._replay_array import ReplayArray, ReplayError, UnknownArrayError
@@ -149,6 +156,7 @@ class BPFile:
         self._left_out: dict[str, str] = {}  # local arrays and values: their shape kind
         self._attributes: list[dict[str, Any]] = []  # each ADIOS2 step's, by ADIOS2's names
         self.count = self._scan(bindings_of(path))
+        self._indexes: list[AttributeIndex | None] = [None] * len(self._attributes)
         # an openPMD file's records by their names (E/x, electrons/position/x), as in situ
         first = self._attributes[0] if self._attributes else {}
         self._records: dict[str, str] = {}  # record name -> ADIOS2 variable
@@ -278,7 +286,11 @@ class BPFile:
         seen: dict[str, Any] = {}
         found: dict[int, dict[str, Any]] = {}
         for i in indices:
-            news = changes(seen, of_array(self._attributes[i], raw))
+            if self._indexes[i] is None:  # each step's attributes indexed once, for every array
+                self._indexes[i] = AttributeIndex(self._attributes[i])
+            index = self._indexes[i]
+            assert index is not None
+            news = changes(seen, index.of_array(raw))
             if news:
                 seen.update(news)
                 found[self._numbers[i]] = news

@@ -20,7 +20,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..wire.attributes import changes, is_openpmd, of_array, openpmd_record
+from ..wire.attributes import AttributeIndex, changes, is_openpmd, of_array, openpmd_record
 from .decomposition import ArraySpec
 
 __all__ = ["EngineArrayNameError", "EngineAttributes"]
@@ -110,9 +110,10 @@ class EngineAttributes:
         step) gets the attributes new or changed since its previous step
         (``bridge.set_attrs``); how many arrays got some."""
         changed = 0
+        index = AttributeIndex(attributes)
         for name in names:
             sent = self._sent.setdefault(name, {})
-            news = changes(sent, of_array(attributes, self.raw(name)))
+            news = changes(sent, index.of_array(self.raw(name)))
             if news:
                 sent.update(news)
                 bridge.set_attrs(name, news)

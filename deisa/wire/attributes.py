@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "AttributeIndex",
     "AttrsError",
     "changes",
     "is_openpmd",
@@ -123,25 +124,35 @@ def of_array(attributes: Mapping[str, Any], variable: str) -> dict[str, Any]:
     >>> of_array(io, "/data/meshes/E/x")  # doctest: +NORMALIZE_WHITESPACE
     {'openPMD': '1.1.0', 'units': 'K', 'time': 0.5, 'gridSpacing': [1.0, 2.0], 'unitSI': 2.0}
     """
-    parts = _segments(variable)
-    own = "/".join(parts)
-    levels: dict[str, int] = {"/".join(parts[:n]): n for n in range(len(parts))}
-    found: dict[str, tuple[int, Any]] = {}
-    for name, value in attributes.items():
-        segments = _segments(name)
-        if not segments or segments[0].startswith("__openPMD"):  # openPMD-api's bookkeeping
-            continue
-        joined = "/".join(segments)
-        if joined.startswith(own + "/") and len(parts) > 0:
-            key, level = joined[len(own) + 1 :], len(parts)
-        else:
-            parent, key = "/".join(segments[:-1]), segments[-1]
-            if parent not in levels:
+    return AttributeIndex(attributes).of_array(variable)
+
+
+class AttributeIndex:
+    """An io's attributes indexed by path once (a step's), so that each array's
+    (:func:`of_array`'s rule) costs the depth of its name, not the number of attributes."""
+
+    def __init__(self, attributes: Mapping[str, Any]) -> None:
+        # the attributes right under each path, and those anywhere below it (by the rest)
+        self._at: dict[str, list[tuple[str, Any]]] = {}
+        self._below: dict[str, list[tuple[str, Any]]] = {}
+        for name, value in attributes.items():
+            segments = _segments(name)
+            if not segments or segments[0].startswith("__openPMD"):  # openPMD-api's bookkeeping
                 continue
-            level = levels[parent]
-        if key not in found or found[key][0] <= level:
-            found[key] = (level, value)
-    return {key: value for key, (_, value) in sorted(found.items(), key=lambda kv: kv[1][0])}
+            self._at.setdefault("/".join(segments[:-1]), []).append((segments[-1], value))
+            for depth in range(1, len(segments)):
+                rest = "/".join(segments[depth:])
+                self._below.setdefault("/".join(segments[:depth]), []).append((rest, value))
+
+    def of_array(self, variable: str) -> dict[str, Any]:
+        """The attributes of ``variable``, by :func:`of_array`'s rule."""
+        parts = _segments(variable)
+        found: dict[str, Any] = {}
+        for depth in range(len(parts)):  # the global ones first, the nearest last: it wins
+            found.update(self._at.get("/".join(parts[:depth]), ()))
+        if parts:
+            found.update(self._below.get("/".join(parts), ()))
+        return found
 
 
 # -- openPMD: record names ------------------------------------------------------------------
