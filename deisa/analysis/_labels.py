@@ -13,11 +13,12 @@ xarray is an optional dependency (``pip install "deisa-insitu[xarray]"``), impor
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import dask.array as da
+import numpy as np
 
 from ..wire import TIME_DIM, check_dims
 
@@ -50,11 +51,94 @@ def xarray() -> ModuleType:
     return xr
 
 
-def step(array: da.Array, name: str, dims: Sequence[str] | None, number: int) -> xr.DataArray:
-    """One step's array, its axes named ``dims`` (``None``: xarray's defaults), the step number
-    its scalar ``"step"`` coordinate."""
-    labelled = xarray().DataArray(array, dims=None if dims is None else tuple(dims), name=name)
+def step(
+    array: da.Array,
+    name: str,
+    dims: Sequence[str] | None,
+    number: int,
+    attrs: Mapping[str, Any] | None = None,
+) -> xr.DataArray:
+    """One step's array, its axes named ``dims`` (``None``: openPMD's ``axisLabels`` if
+    ``attrs`` give one per axis, else xarray's defaults), the step number its scalar
+    ``"step"`` coordinate, ``attrs`` (the array's attributes as of the step) its ``.attrs``,
+    with ``units`` from openPMD's ``unitDimension`` where it gives none (:func:`units`) and
+    the spatial coordinates from openPMD's grid (:func:`grid_coords`)."""
+    attrs = dict(attrs or {})
+    ndim = array.ndim
+    labels = attrs.get("axisLabels")
+    if dims is None and _strings(labels, ndim) and len(set(labels)) == ndim:  # type: ignore[arg-type]
+        dims = tuple(labels)  # type: ignore[arg-type]
+    if "units" not in attrs and (text := units(attrs.get("unitDimension"))) is not None:
+        attrs["units"] = text
+    labelled = xarray().DataArray(
+        array, dims=None if dims is None else tuple(dims), name=name, attrs=attrs
+    )
+    coords = grid_coords(attrs, tuple(array.shape))
+    if coords:
+        labelled = labelled.assign_coords(
+            {d: (d, values, a) for d, (values, a) in zip(labelled.dims, coords, strict=True)}
+        )
     return labelled.assign_coords({TIME_DIM: number})
+
+
+# openPMD's unitDimension: the powers of the SI base units, in this order
+_SI_BASE = ("m", "kg", "s", "A", "K", "mol", "cd")
+
+
+def units(dimension: Any) -> str | None:
+    """openPMD's ``unitDimension`` (the powers of m, kg, s, A, K, mol, cd) as a units string,
+    ``"kg m s^-3 A^-1"`` (``"1"``: dimensionless); ``None`` if it is not seven numbers.
+
+    >>> units([1.0, 1.0, -3.0, -1.0, 0.0, 0.0, 0.0])
+    'm kg s^-3 A^-1'
+    """
+    if not isinstance(dimension, list) or len(dimension) != len(_SI_BASE):
+        return None
+    if not all(isinstance(p, (int, float)) and not isinstance(p, bool) for p in dimension):
+        return None
+    parts = []
+    for unit, power in zip(_SI_BASE, dimension, strict=True):
+        if power == 0:
+            continue
+        exponent = int(power) if float(power).is_integer() else power
+        parts.append(unit if exponent == 1 else f"{unit}^{exponent}")
+    return " ".join(parts) or "1"
+
+
+def grid_coords(
+    attrs: Mapping[str, Any], shape: tuple[int, ...]
+) -> list[tuple[np.ndarray, dict[str, Any]]] | None:
+    """The coordinates of a mesh's axes from openPMD's attributes: ``gridGlobalOffset[i] +
+    (index + position[i]) * gridSpacing[i]`` along axis ``i`` (``position`` 0 and offset 0
+    where absent), in the grid's unit (its ``unitSI``: ``gridUnitSI``); ``None`` unless
+    ``gridSpacing`` gives one number per axis.
+    """
+    ndim = len(shape)
+    spacing = attrs.get("gridSpacing")
+    if not _numbers(spacing, ndim):
+        return None
+    offset = attrs.get("gridGlobalOffset")
+    position = attrs.get("position")
+    offset = offset if _numbers(offset, ndim) else [0.0] * ndim
+    position = position if _numbers(position, ndim) else [0.0] * ndim
+    unit = attrs.get("gridUnitSI")
+    coord_attrs = {"unitSI": unit} if isinstance(unit, (int, float)) else {}
+    return [
+        (offset[i] + (np.arange(n) + position[i]) * spacing[i], coord_attrs)  # type: ignore[index]
+        for i, n in enumerate(shape)
+    ]
+
+
+def _numbers(value: Any, n: int) -> bool:
+    return (
+        isinstance(value, list)
+        and len(value) == n
+        and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
+    )
+
+
+def _strings(value: Any, n: int) -> bool:
+    return isinstance(value, list) and len(value) == n and all(isinstance(v, str) for v in value)
 
 
 def stack(steps: Sequence[xr.DataArray]) -> xr.DataArray:

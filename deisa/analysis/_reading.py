@@ -34,6 +34,7 @@ import dask.array as da
 import numpy as np
 
 from . import _labels
+from ._attributes import AttrsView
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -62,7 +63,7 @@ class StepNotAvailableError(KeyError):
         return str(self.args[0])
 
 
-class StepArray(ABC):
+class StepArray(AttrsView, ABC):
     """One array read step by step, indexed as ``array[t, x, y]`` with a leading time axis.
 
     The time index selects step numbers: an integer, a slice or ``range`` of steps
@@ -84,6 +85,7 @@ class StepArray(ABC):
         self.name = name
         self._seen: list[int] = []
         self._ended = False
+        self._attr_changes: dict[int, dict[str, Any]] = {}  # AttrsView's
 
     # -- what a subclass provides ------------------------------------------------------------
 
@@ -134,7 +136,7 @@ class StepArray(ABC):
         moving array's step its own."""
         return self.shape
 
-    def _attach(self) -> None:  # noqa: B027 (a hook that does nothing unless overridden)
+    def _attach(self) -> None:
         """Start receiving the steps from now on; nothing to do by default (saved steps)."""
 
     def _filled_step(self, step: int, fill: Any) -> da.Array:
@@ -254,7 +256,9 @@ class StepArray(ABC):
     def _take(self, step: int, as_xarray: bool) -> Any:
         """The array of ``step``, labelled if ``as_xarray``."""
         array = self._step_array(step)
-        return _labels.step(array, self.name, self.dims, step) if as_xarray else array
+        if not as_xarray:
+            return array
+        return _labels.step(array, self.name, self.dims, step, self.attrs_of(step))
 
     def _stack(self, taken: list[tuple[int, Any]], as_xarray: bool) -> Any:
         """Step arrays (labelled if ``as_xarray``), ``(step, array)`` pairs, on a new leading

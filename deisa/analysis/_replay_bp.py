@@ -43,6 +43,14 @@ import dask.array as da
 import numpy as np
 from dask.base import tokenize
 
+from ..wire.attributes import (
+    AttributeIndex,
+    AttrsError,
+    changes,
+    is_openpmd,
+    openpmd_record,
+    plain,
+)
 from ..wire.layout import LayoutError
 from . import _labels
 from ._replay_array import ReplayArray, ReplayError, UnknownArrayError
@@ -146,8 +154,19 @@ class BPFile:
         self._variables: dict[str, _Variable] = {}
         self._values: dict[str, dict[int, Any]] = {}  # a single value: step -> value
         self._left_out: dict[str, str] = {}  # local arrays and values: their shape kind
+        self._attributes: list[dict[str, Any]] = []  # each ADIOS2 step's, by ADIOS2's names
         self.count = self._scan(bindings_of(path))
+        self._indexes: list[AttributeIndex | None] = [None] * len(self._attributes)
+        # an openPMD file's records by their names (E/x, electrons/position/x), as in situ
+        first = self._attributes[0] if self._attributes else {}
+        self._records: dict[str, str] = {}  # record name -> ADIOS2 variable
+        if is_openpmd(first):
+            for raw in [*self._variables, *self._values]:
+                record = openpmd_record(raw, first)
+                if record is not None:
+                    self._records[record] = raw
         self._numbers = list(range(self.count)) if steps is None else [int(s) for s in steps]
+        self._index_of = {number: i for i, number in enumerate(self._numbers)}
         if len(self._numbers) != self.count:
             raise ReplayError(
                 f"steps= gives {len(self._numbers)} step numbers for the {self.count} ADIOS2 "
@@ -201,6 +220,7 @@ class BPFile:
     def _scan_step(
         self, bindings: Any, io: Any, engine: Any, step: int, bp4: dict[str, str]
     ) -> None:
+        self._attributes.append(_read_attributes(io, self.path))
         for name, info in io.AvailableVariables().items():
             variable = io.InquireVariable(name)
             kind = variable.ShapeID()
@@ -234,21 +254,59 @@ class BPFile:
 
     @property
     def names(self) -> list[str]:
-        """The global arrays of at least one axis, in name order."""
-        arrays = [n for n, v in self._variables.items() if v.shape and v.steps]
-        return sorted(arrays + list(self._values))
+        """The global arrays of at least one axis, in name order (an openPMD file's records by
+        their record names, ``E/x``, as the deisa engine publishes them)."""
+        arrays = self._raw_names()
+        renamed = {n: r for r, n in self._records.items()}
+        return sorted(renamed.get(n, n) for n in arrays)
+
+    def _raw_names(self) -> list[str]:
+        """The global arrays of at least one axis and the single values, by ADIOS2's names."""
+        return [n for n, v in self._variables.items() if v.shape and v.steps] + list(self._values)
+
+    def array(self, name: str, chunks: Any, dims: Any) -> ReplayArray:
+        """The saved array ``name``: its steps, each a lazy dask array chunked as written, with
+        the attributes of each step (:mod:`deisa.wire.attributes`, as the deisa engine sends
+        them: those new or changed at a step the array is written)."""
+        renamed = {n: r for r, n in self._records.items()}
+        if name in renamed:  # an openPMD record asked for by its ADIOS2 variable
+            record = renamed[name]
+            raise UnknownArrayError(
+                f"{name!r} in {self.path} is the openPMD record {record!r}: a Replay, as the "
+                f"live run, names it so (replay[{record!r}])"
+            )
+        raw = self._records.get(name, name)
+        array = self._raw_array(raw, chunks, dims)
+        array._attr_changes = self._attr_changes(raw, [self._index_of[s] for s in array.steps])
+        array.name = name
+        return array
+
+    def _attr_changes(self, raw: str, indices: list[int]) -> dict[int, dict[str, Any]]:
+        """The attributes of ``raw`` new or changed at each of its ADIOS2 steps ``indices``."""
+        seen: dict[str, Any] = {}
+        found: dict[int, dict[str, Any]] = {}
+        for i in indices:
+            if self._indexes[i] is None:  # each step's attributes indexed once, for every array
+                self._indexes[i] = AttributeIndex(self._attributes[i])
+            index = self._indexes[i]
+            assert index is not None
+            news = changes(seen, index.of_array(raw))
+            if news:
+                seen.update(news)
+                found[self._numbers[i]] = news
+        return found
 
     @property
     def steps(self) -> list[int]:
         """The step number of every ADIOS2 step of the file."""
         return list(self._numbers)
 
-    def array(self, name: str, chunks: Any, dims: Any) -> ReplayArray:
-        """The saved array ``name``: its steps, each a lazy dask array chunked as written."""
+    def _raw_array(self, name: str, chunks: Any, dims: Any) -> ReplayArray:
+        """The ADIOS2 variable ``name``: its steps, each a lazy dask array chunked as written."""
         if name in self._values:
             return self._value_array(name, dims)
         variable = self._variables.get(name)
-        if variable is None or name not in self.names:
+        if variable is None or name not in self._raw_names():
             present = ", ".join(repr(n) for n in self.names) or "none"
             raise UnknownArrayError(
                 f"no array {name!r} in {self.path}; the arrays there are: {present}"
@@ -420,3 +478,19 @@ def _read_value(bindings: Any, engine: Any, variable: Any) -> Any:
     out = np.empty(1, np.dtype(DTYPES[variable.Type()]))
     engine.Get(variable, out, bindings.Mode.Sync)
     return out[0]
+
+
+def _read_attributes(io: Any, path: str) -> dict[str, Any]:
+    """The attributes of the step an ``io`` reads, by ADIOS2's names, as plain values (a single
+    value as itself, an array as a list: :func:`deisa.wire.attributes.plain`); one of another
+    type (complex) is left out, with a log line."""
+    found: dict[str, Any] = {}
+    for name in io.AvailableAttributes():
+        attribute = io.InquireAttribute(name)
+        kind = attribute.Type()
+        values = list(attribute.DataString()) if kind == "string" else attribute.Data().tolist()
+        try:
+            found[name] = plain(values[0] if attribute.SingleValue() else values, name)
+        except (AttrsError, IndexError) as exc:
+            logger.info("deisa replay: %s: attribute %r (%s) left out: %s", path, name, kind, exc)
+    return found

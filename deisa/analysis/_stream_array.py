@@ -22,8 +22,10 @@ from distributed import Client, Future
 from .. import _dask_internals
 from ..contract import Contract
 from ..wire import Reply, Route, Status, is_ok, status
+from ..wire.attributes import plain_attrs
 from ..wire.layout import StepLayout
 from . import _block_locations, _parcels, contracts
+from ._attributes import record_hint
 from ._reading import NoFixedShapeError, StepArray, StepNotAvailableError
 from .moving import assemble
 
@@ -109,7 +111,8 @@ class ArrayDescriptor(StepArray):
             )
             if not is_ok(reply):
                 raise TimeoutError(
-                    f"no simulation has opened array {self.name!r} within {self.adapter.timeout} s"
+                    f"no simulation has opened array {self.name!r} within "
+                    f"{self.adapter.timeout} s{record_hint(self.name)}"
                 )
             self._meta = reply["meta"]
         return self._meta
@@ -117,6 +120,10 @@ class ArrayDescriptor(StepArray):
     @property
     def dtype(self) -> np.dtype:
         return np.dtype(self.meta["dtype"])
+
+    def _static_attrs(self) -> dict[str, Any]:
+        """The static attributes of the array's open metadata (``ArraySpec(attrs=)``)."""
+        return plain_attrs(self.meta.get("attrs"))  # lists, not the wire's tuples
 
     @property
     def moving(self) -> bool:
@@ -224,7 +231,7 @@ class ArrayDescriptor(StepArray):
                 f"the simulation has published {reply['published']} step(s) so far, the last "
                 f"one received here being {last}"
                 if reply["open"]
-                else "no simulation has opened it yet"
+                else f"no simulation has opened it yet{record_hint(self.name)}"
             )
             pressure = "".join(f"; {line}" for line in reply.get("memory") or [])
             raise TimeoutError(
@@ -243,6 +250,8 @@ class ArrayDescriptor(StepArray):
         self._forget_layouts()
         if reply.get("layout") is not None:
             self._layouts[step] = reply["layout"]
+        if reply.get("attrs"):  # those new or changed at this step (kept: a few per change)
+            self._attr_changes[step] = plain_attrs(reply["attrs"])  # lists: the wire's tuples
         self._contract_of[step] = reply.get("contract")
         self._seen.append(step)
         self._reached = max(step, self._reached if self._reached is not None else step)

@@ -17,7 +17,8 @@ rank's boxes of a moving step, and the step's layout rank 0 builds), :mod:`~deis
 names of the job's TLS files, which ``deisa-run`` sets: :mod:`deisa.wire.tls_files`),
 :mod:`~deisa.bridge.contracts` (the contracts in force), :mod:`~deisa.bridge.engine_parameters`
 (the deisa ADIOS2 engine's parameters), :mod:`~deisa.bridge.engine_arrays` (the engine's
-variables, declared fixed or moving), :mod:`~deisa.bridge.worker` (the older name of the
+variables, declared fixed or moving), :mod:`~deisa.bridge.engine_attributes` (the engine's
+attributes and openPMD record names), :mod:`~deisa.bridge.worker` (the older name of the
 workers' preload, :mod:`deisa.worker`).
 
 Three wings, each a sub-package that mirrors :mod:`deisa.worker` and :mod:`deisa.wire`:
@@ -34,7 +35,7 @@ The Bridge's other private rooms: its parts, each owning its fields (``_parts``:
 modes (``_async``, with its own block buffers ``_buffers``; ``_sync``), the exchange's decisions
 (``_publisher``) and transport (``_exchange``), the collective error protocol
 (``_collective``), what a lost worker or scheduler does (``_losses``), the event-loop thread
-(``_loop``), the plugin's background imports (``_preload``).
+(``_loop``), the plugin's background imports (``_preload``), the attributes' calls (``_attrs``).
 """
 
 from __future__ import annotations

@@ -6,6 +6,9 @@ queued on the scheduler (:meth:`StepBook.queued`).
 
 from __future__ import annotations
 
+from typing import Any
+
+from ..wire.attributes import changes
 from ._publisher import PublishTiming
 
 
@@ -21,12 +24,41 @@ class StepBook:
     def __init__(self) -> None:
         self._revisions: dict[tuple[str, int], int] = {}
         self._queued: dict[str, int] = {}
+        # attributes set for each array's next publication, then those of each publication
+        # until rank 0 registers it (deisa.wire.attributes: plain values)
+        self._attrs_next: dict[str, dict[str, Any]] = {}
+        self._attrs_of: dict[tuple[str, int, int], dict[str, Any]] = {}
+        self._attrs_sent: dict[str, dict[str, Any]] = {}  # each array's, as the analytics has them
 
     def publication(self, name: str, step: int) -> int:
         """Count one more publication of ``step`` of ``name``; its revision (0 the first)."""
         revision = self._revisions.get((name, step), 0)
         self._revisions[name, step] = revision + 1
         return revision
+
+    def set_attrs(self, name: str, attrs: dict[str, Any]) -> None:
+        """Attributes (checked plain) for the next publication of ``name``; merged with those
+        set before it."""
+        self._attrs_next.setdefault(name, {}).update(attrs)
+
+    def attach_attrs(
+        self, name: str, step: int, revision: int, static: dict[str, Any] | None = None
+    ) -> None:
+        """Rank 0, main thread: the attributes set for ``name`` since its previous publication
+        go with this one, those new or changed only (against its ``static`` ones and those
+        sent before)."""
+        attrs = self._attrs_next.pop(name, None)
+        if not attrs:
+            return
+        sent = self._attrs_sent.setdefault(name, dict(static or {}))
+        news = changes(sent, attrs)
+        if news:
+            sent.update(news)
+            self._attrs_of[name, step, revision] = news
+
+    def attrs_of(self, name: str, step: int, revision: int) -> dict[str, Any] | None:
+        """Rank 0, registering a publication: its attributes (once), or ``None``."""
+        return self._attrs_of.pop((name, step, revision), None)
 
     def last(self) -> tuple[str, int]:
         """The array and step of the last publication counted; ``("", -1)`` before any."""

@@ -233,7 +233,8 @@ class SyncPublisher:
             blocks, layout = registered_blocks(self.link.run or "", dec, entry, per_rank)
         except LayoutError as exc:
             raise BridgeError(f"step {step} of {name!r}: {exc}") from None
-        outcome = self._register(name, step, blocks, plan, layout)
+        attrs = self.parts.steps.attrs_of(name, step, revision)
+        outcome = self._register(name, step, blocks, plan, layout, attrs)
         if isinstance(outcome, str):  # every rank fails or detaches at this call (Losses)
             return "detached", {**self.parts.fields.collect(), "scheduler_lost": outcome}
         kind, message = registration(outcome, name, step, self.parts.options.on_worker_loss)
@@ -242,7 +243,13 @@ class SyncPublisher:
         return kind, self.parts.fields.collect()
 
     def _register(
-        self, name: str, step: int, blocks: list[Any], plan: Plan, layout: StepLayout | None = None
+        self,
+        name: str,
+        step: int,
+        blocks: list[Any],
+        plan: Plan,
+        layout: StepLayout | None = None,
+        attrs: dict[str, Any] | None = None,
     ) -> dict[str, Any] | str:
         """Rank 0: ``deisa_publish`` of the step: the scheduler's reply, or why the scheduler counts
         as lost (asked again until then:
@@ -251,7 +258,7 @@ class SyncPublisher:
         registering = register_until_answered(
             self.link, self.parts.worker_book, give_up=True, name=name, step=step,
             blocks=blocks, timeout=self.parts.options.timeout, contract=plan.wire(),
-            layout=layout,
+            layout=layout, attrs=attrs,
         )  # fmt: skip
         return self.parts.loop.run(registering)
 

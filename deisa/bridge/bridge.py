@@ -39,6 +39,7 @@ import numpy as np
 
 from ..wire import decode_value
 from ._async import AsyncPublisher
+from ._attrs import AttrsCalls
 from ._closing import close_bridge, shut_down
 from ._collective import BridgeError, build_options, check_publish, on_root
 from ._losses import Losses
@@ -46,7 +47,7 @@ from ._opening import connect_now, declare_arrays, declare_more, take_connection
 from ._parts import BridgeParts
 from ._publisher import Connection, PublishTiming
 from ._sync import SyncPublisher
-from .decomposition import ArraySpec, Decomposition
+from .decomposition import ArraySpec
 from .link.scheduler import SchedulerLink, SchedulerLost
 from .options import BridgeOptions
 from .scheduler_file import SchedulerFileError, resolve_scheduler_file
@@ -62,7 +63,7 @@ def _option_attribute(name: str, doc: str) -> Any:
     return property(lambda bridge: getattr(bridge.options, name), doc=f"{doc} ``options.{name}``.")
 
 
-class Bridge:
+class Bridge(AttrsCalls):
     """Publish the blocks of an MPI simulation to a Dask cluster, one Bridge per rank.
 
     Construction, :meth:`publish` and :meth:`close` are collective over ``comm``: every rank
@@ -288,11 +289,6 @@ class Bridge:
         return self._parts.detachment.reason
 
     @property
-    def decompositions(self) -> dict[str, Decomposition]:
-        """The arrays, as every rank declared them."""
-        return self._parts.arrays.decompositions
-
-    @property
     def specs(self) -> dict[str, ArraySpec]:
         """This rank's block of each array."""
         return self._parts.arrays.specs
@@ -327,6 +323,7 @@ class Bridge:
         *,
         start: Sequence[int] | None = None,
         shape: Sequence[int] | None = None,
+        attrs: Mapping[str, Any] | None = None,
     ) -> None:
         """Publish this rank's ``block`` of array ``name`` at ``step``; collective.
 
@@ -365,6 +362,8 @@ class Bridge:
             list of ``(start, array)`` boxes (``[]``: none), or, for a joined array
             (:meth:`ArraySpec.moving`), of arrays placed after the lower ranks'. A fixed
             array's step published so carries a layout.
+        attrs
+            This step's attributes (its time...), as :meth:`set_attrs` then ``publish``.
 
         Raises
         ------
@@ -386,6 +385,7 @@ class Bridge:
         revision = 0
         if isinstance(step, (int, np.integer)):  # counted on every rank, whatever happens next
             revision = self._parts.steps.publication(name, int(step))
+            self._attach_attrs(name, int(step), revision, attrs, problem is None)
         publisher = self._async if self.asynchronous else self._sync
         publisher.publish(name, sent, step, revision, problem, t0)
 

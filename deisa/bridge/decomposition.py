@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from ..wire import check_dims
+from ..wire.attributes import plain_attrs
 
 
 class DecompositionError(ValueError):
@@ -54,6 +56,11 @@ class ArraySpec:
         older grammars declare it: ``size: [500, ...]``), sent to the analytics as the length
         of its time axis (:attr:`deisa.analysis.adapter.ArrayDescriptor.time_length`); ``None``
         (default): unbounded. Every rank gives the same.
+    attrs
+        Optional static attributes of the array (units, spacing...: a dict of numbers,
+        strings and lists of them, :mod:`deisa.wire.attributes`), sent once in its open
+        metadata: the analytics' ``adapter[name].attrs``. Rank 0's are sent. Attributes that
+        change per step: ``Bridge.publish(..., attrs=)`` or :meth:`Bridge.set_attrs`.
 
     Raises
     ------
@@ -84,6 +91,7 @@ class ArraySpec:
     is_moving: bool = dataclasses.field(default=False, repr=False)
     joined_axis: int | None = dataclasses.field(default=None, repr=False)
     ndim: int = dataclasses.field(default=0, repr=False)
+    attrs: dict[str, Any] | None = dataclasses.field(default=None, repr=False, hash=False)
 
     def __init__(
         self,
@@ -94,6 +102,7 @@ class ArraySpec:
         *,
         dims: Sequence[str] | None = None,
         time_length: int | None = None,
+        attrs: Mapping[str, Any] | None = None,
     ) -> None:
         try:
             dt = np.dtype(dtype)  # type: ignore[call-overload]
@@ -137,6 +146,7 @@ class ArraySpec:
         object.__setattr__(self, "is_moving", False)
         object.__setattr__(self, "joined_axis", None)
         object.__setattr__(self, "ndim", len(values["shape"]))
+        object.__setattr__(self, "attrs", plain_attrs(attrs) or None)
 
     @classmethod
     def moving(
@@ -146,6 +156,7 @@ class ArraySpec:
         *,
         joined_axis: int | None = None,
         dims: Sequence[str] | None = None,
+        attrs: Mapping[str, Any] | None = None,
     ) -> ArraySpec:
         """An array with no fixed shape: each step's global shape and this rank's boxes of it
         are given to :meth:`deisa.Bridge.publish` (``start=``, ``shape=``, or a list of
@@ -165,6 +176,8 @@ class ArraySpec:
             (default): boxes placed by their ``start`` in the step's ``shape``.
         dims
             Optional names of the axes, as for a fixed array.
+        attrs
+            Optional static attributes, as for a fixed array.
 
         Every rank declares the same dtype, ``ndim``, ``joined_axis`` and ``dims``.
 
@@ -200,8 +213,21 @@ class ArraySpec:
             "dtype": dt, "global_shape": (), "start": (), "shape": (),
             "dims": check_dims(dims, ndim), "time_length": None, "is_moving": True,
             "joined_axis": None if joined_axis is None else int(joined_axis), "ndim": ndim,
+            "attrs": plain_attrs(attrs) or None,
         }.items():  # fmt: skip
             object.__setattr__(spec, name, value)
+        return spec
+
+    def with_attrs(self, attrs: Mapping[str, Any] | None) -> ArraySpec:
+        """This spec with the static attributes ``attrs`` (checked as ``ArraySpec(attrs=)``).
+
+        >>> ArraySpec("float64", (4,), (0,), (4,)).with_attrs({"units": "K"}).attrs
+        {'units': 'K'}
+        """
+        spec = object.__new__(ArraySpec)
+        for f in dataclasses.fields(self):
+            object.__setattr__(spec, f.name, getattr(self, f.name))
+        object.__setattr__(spec, "attrs", plain_attrs(attrs) or None)
         return spec
 
     def __repr__(self) -> str:
@@ -245,6 +271,8 @@ class Decomposition:
         A moving array's joined axis.
     ndim : int
         Its number of axes.
+    attrs : dict or None
+        Rank 0's static attributes (:class:`ArraySpec`'s ``attrs``).
     """
 
     name: str
@@ -257,6 +285,7 @@ class Decomposition:
     is_moving: bool = False
     joined_axis: int | None = None
     ndim: int = 0
+    attrs: dict[str, Any] | None = dataclasses.field(default=None, hash=False)
 
     @property
     def grid_shape(self) -> tuple[int, ...]:
@@ -284,7 +313,7 @@ class Decomposition:
         if ref.is_moving:
             n = len(specs)
             return cls(name, ref.dtype, (), ((1,) * n,), tuple((r,) for r in range(n)),
-                       ref.dims, None, True, ref.joined_axis, ref.ndim)  # fmt: skip
+                       ref.dims, None, True, ref.joined_axis, ref.ndim, ref.attrs)  # fmt: skip
         ndim = len(ref.global_shape)
         boundaries = []
         for axis in range(ndim):
@@ -317,6 +346,7 @@ class Decomposition:
             ref.dims,
             ref.time_length,
             ndim=ndim,
+            attrs=ref.attrs,
         )
 
     def declared_box(self, rank: int) -> tuple[tuple[int, ...], tuple[int, ...]]:

@@ -167,10 +167,15 @@ class BridgeGroup:
         *,
         start: Sequence[int] | None = None,
         shape: Sequence[int] | None = None,
+        attrs: Mapping[str, Any] | None = None,
     ) -> None:
         """:meth:`deisa.Bridge.publish` on the Bridge of ``name``: collective over its ranks
-        (boxes, ``start`` and ``shape`` as there: data that moves)."""
-        self.bridge(name).publish(name, block, step, start=start, shape=shape)
+        (boxes, ``start`` and ``shape`` as there: data that moves; ``attrs``: the step's)."""
+        self.bridge(name).publish(name, block, step, start=start, shape=shape, attrs=attrs)
+
+    def set_attrs(self, name: str, attrs: Mapping[str, Any]) -> None:
+        """:meth:`deisa.Bridge.set_attrs` on the Bridge of ``name`` (its rank 0's are sent)."""
+        self.bridge(name).set_attrs(name, attrs)
 
     def declare(self, arrays: Mapping[str, ArraySpec]) -> None:
         """:meth:`deisa.Bridge.declare` on the Bridge over ``comm``: arrays added once the run

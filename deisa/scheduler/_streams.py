@@ -110,6 +110,8 @@ class Step:
     # a moving step's layout, in its wire form (deisa.wire.layout.StepLayout.to_wire): kept as
     # given, handed to each taker, gone with the record once the last reader took the step
     layout: dict[str, Any] | None = None
+    # the array's attributes new or changed at this step (deisa.wire.attributes: plain values)
+    attrs: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -180,6 +182,8 @@ class Stream:
     dropped: deque[int] = field(default_factory=lambda: deque(maxlen=DROPPED_KEPT))
     ndropped: int = 0
     lost: list[tuple[int, str]] = field(default_factory=list)  # (step, departed worker)
+    # attributes of steps dropped or lost before a reader took them: they go with the next step
+    attrs_carried: dict[str, Any] = field(default_factory=dict)
     readers: dict[str, Reader] = field(default_factory=dict)
     pending: dict[int, Step] = field(default_factory=dict)  # steps some reader has to take
     # (client, run, step) -> takes by a client that had taken the step before, through another

@@ -25,11 +25,12 @@ Routes (RPC handlers on the scheduler):
 - ``deisa_open(name, run, meta, buffer_nb, on_full, consumers=1)``: a Bridge announces an
   array, whose steps are held for ``consumers`` readers until they attach (see "Consumers and
   groups" in :mod:`._streams`).
-- ``deisa_publish(name, run, step, blocks, timeout, contract=None, layout=None)``: register one
-  step's blocks (``[key, worker, nbytes]`` triples) and queue it for every reader; a step whose
-  blocks are not the array's declared decomposition (a moving array's, :mod:`deisa.wire.layout`)
-  carries its ``layout`` (wire form, one parcel count per key, else refused), kept with the step
-  and handed to each reader with it, forgotten with the step; while a reader has
+- ``deisa_publish(name, run, step, blocks, timeout, contract=None, layout=None, attrs=None)``:
+  register one step's blocks (``[key, worker, nbytes]`` triples) and queue it for every
+  reader; a step whose blocks are not the array's declared decomposition (a moving array's,
+  :mod:`deisa.wire.layout`) carries its ``layout`` (wire form, one parcel count per key, else
+  refused), kept with the step and handed to each reader with it, forgotten with the step;
+  while a reader has
   ``buffer_nb`` steps to take it waits (``on_full="block"``, up to ``timeout``) or releases the
   oldest step some reader has not taken (``on_full="drop_oldest"``, with a warning naming the
   step; readers that took it keep it). A step index published again does what a file's slice
@@ -49,7 +50,9 @@ Routes (RPC handlers on the scheduler):
   (``nthreads``), so the analytics' splitter need not ask again. A step lost with a worker
   answers ``Status.LOST`` with ``step`` and ``workers``; the end answers ``Status.END``. A
   step's record and a timeout carry ``memory``, the lines of ``deisa_stats``'s, when a worker
-  is paused or spilling for memory; a step published with a ``layout`` carries it.
+  is paused or spilling for memory; a step published with a ``layout`` carries it, one with
+  ``attrs`` (the array's attributes new or changed at that step, :mod:`deisa.wire.attributes`;
+  those of a step dropped or lost ride with the next) carries them.
 - ``deisa_attach(name, client, consumer, group=None)``: attach the consumer now (``zip``
   attaches to all its arrays before waiting for the first).
 - ``deisa_detach(consumer, names=None)``: the consumer leaves those arrays (default: all).

@@ -51,6 +51,7 @@ class Publishing(StreamState):
         timeout: float | None = None,
         contract: dict[str, Any] | None = None,
         layout: dict[str, Any] | None = None,
+        attrs: dict[str, Any] | None = None,
     ) -> Reply:
         self.calls["publish"] += 1
         stream = self.streams.get(name)
@@ -66,8 +67,8 @@ class Publishing(StreamState):
             holder=stream.holder,
         )
         workers = [worker for _, worker, _ in blocks]
-        record = Step(step, keys, workers, run, contract=contract, layout=layout)
-        malformed = _malformed_layout(layout, len(keys))
+        record = Step(step, keys, workers, run, contract=contract, layout=layout, attrs=attrs)
+        malformed = _malformed_layout(layout, len(keys)) or _malformed_attrs(attrs)
         if malformed is not None:  # refused: what the ranks sent is freed
             _dask_internals.release_keys(self.scheduler, keys, stream.holder)
             return error(f"step {step} of {name!r}: {malformed}; the step was not published")
@@ -80,6 +81,9 @@ class Publishing(StreamState):
         refused = await self._make_room(stream, record, timeout)
         if refused is not None:
             return refused
+        if stream.attrs_carried:  # those of steps dropped or lost before it
+            record.attrs = {**stream.attrs_carried, **(record.attrs or {})}
+            stream.attrs_carried = {}
         stream.some_reader(run)
         for reader in stream.readers.values():
             insert(reader.queue, record)  # in place of its lost marker, if it was lost before
@@ -144,6 +148,7 @@ class Publishing(StreamState):
     async def _lost_on_arrival(self, stream: Stream, record: Step, departed: list[str]) -> Reply:
         """A step with blocks on workers that left: released, and lost for every reader."""
         _dask_internals.release_keys(self.scheduler, record.keys, stream.holder)
+        _carry_attrs(stream, record)
         passed = stream.last_taken is not None and record.step <= stream.last_taken
         if not passed:  # the readers have not passed it: they learn it was lost
             stream.some_reader(record.run)
@@ -163,6 +168,8 @@ class Publishing(StreamState):
         released = [key for key in old.keys if key not in new.keys]
         old.keys, old.workers = new.keys, new.workers  # in place: in every reader's queue
         old.contract, old.layout = new.contract, new.layout
+        if new.attrs:  # those of the first publication too: the analytics' view misses none
+            old.attrs = {**(old.attrs or {}), **new.attrs}
         _dask_internals.release_keys(self.scheduler, released, stream.holder)
         logger.info(
             "deisa: step %d of %r published again before the analytics took it: the new data "
@@ -176,6 +183,7 @@ class Publishing(StreamState):
     def _drop_late(self, stream: Stream, record: Step) -> Reply:
         """A step the analytics has already passed (taken it, or a later one): drop the new one."""
         _dask_internals.release_keys(self.scheduler, record.keys, stream.holder)
+        _carry_attrs(stream, record)
         message = (
             f"step {record.step} of {stream.name!r} was published after the analytics had "
             f"taken step {stream.last_taken}: this publication was dropped (a step the "
@@ -192,6 +200,11 @@ class Publishing(StreamState):
             if oldest in reader.queue:
                 reader.queue.remove(oldest)
         _dask_internals.release_keys(self.scheduler, oldest.keys, stream.holder)
+        if oldest.attrs and stream.pending:  # the next step to take brings them
+            following = stream.pending[min(stream.pending)]
+            following.attrs = {**oldest.attrs, **(following.attrs or {})}
+        else:
+            _carry_attrs(stream, oldest)
         stream.dropped.append(oldest.step)
         stream.ndropped += 1
         logger.warning(
@@ -251,4 +264,20 @@ def _malformed_layout(layout: Any, nkeys: int) -> str | None:
     parcels = layout["parcels"]
     if not isinstance(parcels, (list, tuple)) or len(parcels) != nkeys:
         return f"the layout's parcels {parcels!r:.200} do not name one box count per key ({nkeys})"
+    return None
+
+
+def _carry_attrs(stream: Stream, record: Step) -> None:
+    """The attributes of ``record``, a step no reader will take: the next step brings them."""
+    if record.attrs:
+        stream.attrs_carried.update(record.attrs)
+
+
+def _malformed_attrs(attrs: Any) -> str | None:
+    """What is wrong with a step's ``attrs``, or None: a dict with string keys (its values came
+    as the wire decodes them: numbers, strings, lists)."""
+    if attrs is None:
+        return None
+    if not isinstance(attrs, dict) or not all(isinstance(k, str) for k in attrs):
+        return f"attrs {attrs!r:.200} are not a dict of attributes by name"
     return None

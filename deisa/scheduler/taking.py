@@ -131,6 +131,7 @@ class Taking(Consumers):
             confirm=again,
             contract=entry.contract,
             **({"layout": entry.layout} if entry.layout is not None else {}),
+            **({"attrs": entry.attrs} if entry.attrs else {}),
         )
 
     def step_taken(self, client: str, name: str, run: str, step: int) -> None:

@@ -5,6 +5,8 @@ and the analytics send each other. One module per conversation, their names re-e
   version, the names of a step's keys, the scheduler file's variable);
 - :mod:`.dims`: an array's dimension names in its metadata;
 - :mod:`.layout`: one step of a moving array (its shape and boxes, in parcels);
+- :mod:`.attributes`: an array's attributes (plain values, which of an ADIOS2 io's belong to
+  which array, openPMD record names);
 - :mod:`.steering`: steering values in their plain form;
 - :mod:`.insitu`: the names deisa-core's backend keeps on the scheduler;
 - :mod:`.shm`: a rank and a worker of its node sharing blocks through memory;

@@ -21,6 +21,7 @@
 #include <pybind11/stl.h>
 
 #include "array_order.h"
+#include "attributes.h"
 #include "core/python_interpreter.h"
 #include "deisa_engine.h"
 #include "lent_span.h"
@@ -112,6 +113,13 @@ Deisa_engine::~Deisa_engine()
 	if (!Py_IsInitialized()) return;
 	py::gil_scoped_acquire gil;
 	m_parameters = py::object();
+	m_attributes = py::object();
+}
+
+const string& Deisa_engine::published_as(const string& variable) const
+{
+	auto&& renamed = m_published_as.find(variable);
+	return renamed == m_published_as.end() ? variable : renamed->second;
 }
 
 template <typename Call>
@@ -503,21 +511,42 @@ void Deisa_engine::declare_new_arrays(std::set<string>& put)
 			if (!e.matches(engine_arrays.attr("EngineArrayError"))) throw;
 			throw invalid_argument{py::str(e.value()).cast<string>()};
 		}
+		// the names they are published under (an openPMD io's records: rank 0's decision, every
+		// rank's), and rank 0's attributes of each: its static ones (deisa/bridge/engine_attributes.py)
+		py::module_ engine_attributes = py::module_::import("deisa.bridge.engine_attributes");
+		if (!m_attributes) m_attributes = engine_attributes.attr("EngineAttributes")();
+		py::list variables;
+		for (auto&& declaration: declarations) {
+			variables.append(declaration.attr("name"));
+		}
+		py::object attributes = m_rank == 0 ? py::object(io_attributes(m_IO)) : py::object(py::none());
+		py::list published;
+		try {
+			published = m_attributes.attr("names")(MPI_Comm_c2f(m_comm), variables, attributes);
+		} catch (py::error_already_set& e) {
+			// an openPMD series whose iterations are new variables: its one line, on every rank
+			if (!e.matches(engine_attributes.attr("EngineArrayNameError"))) throw;
+			throw invalid_argument{py::str(e.value()).cast<string>()};
+		}
 		py::dict specs;
 		vector<std::pair<string, MPI_Fint>> array_comms;
 		vector<Declared_array> arrays;
+		size_t index = 0;
 		for (auto&& declaration: declarations) {
 			Declared_array array;
 			array.name = declaration.attr("name").cast<string>();
+			const string name = published[index++].cast<string>();
+			if (name != array.name) m_published_as[array.name] = name;
 			array.dtype = declaration.attr("dtype").cast<string>();
 			const string path = declaration.attr("path").cast<string>();
 			array.path = path == "fixed" ? Path::fixed : path == "value" ? Path::value : Path::moving;
 			array.global_shape = declaration.attr("global_shape").cast<vector<long>>();
 			array.start = declaration.attr("start").cast<vector<long>>();
 			array.shape = declaration.attr("count").cast<vector<long>>();
-			if (array.path == Path::value) array_comms.emplace_back(array.name, MPI_Comm_c2f(m_values_comm));
+			if (array.path == Path::value) array_comms.emplace_back(name, MPI_Comm_c2f(m_values_comm));
 			py::object spec = declaration.attr("spec");
-			if (!spec.is_none()) specs[py::str(array.name)] = spec;
+			if (!spec.is_none() && m_rank == 0) spec = m_attributes.attr("static")(spec, name, attributes);
+			if (!spec.is_none()) specs[py::str(name)] = spec;
 			put.insert(array.name);
 			arrays.emplace_back(std::move(array));
 		}
@@ -550,22 +579,39 @@ void Deisa_engine::publish_step()
 	const auto agreed = Clock::now();
 	if (news) declare_new_arrays(put);
 	double gil_ms = 0, publish_ms = 0; // the phases of EndStep, logged at debug level
+	vector<const Declared_array*> publishing;
 	for (auto&& array: m_step_blocks.arrays()) {
 		if (array.path == Path::value ? m_rank != 0 || m_step_blocks.of(array.name).empty() : put.count(array.name) == 0) continue;
+		publishing.push_back(&array);
+	}
+	if (m_rank == 0 && !publishing.empty()) {
+		// the io's attributes new or changed for each array published: with its step's one message
+		python("sending the attributes of step " + std::to_string(m_step), [&] {
+			py::gil_scoped_acquire gil;
+			py::list names;
+			for (auto&& array: publishing) {
+				names.append(published_as(array->name));
+			}
+			m_attributes.attr("step")(m_python.bridge(), io_attributes(m_IO), names);
+		});
+	}
+	for (auto&& pointer: publishing) {
+		const Declared_array& array = *pointer;
+		const string& name = published_as(array.name);
 		const Publication publication = m_step_blocks.publication(array);
-		python("publishing `" + array.name + "' step " + std::to_string(m_step), [&] {
+		python("publishing `" + name + "' step " + std::to_string(m_step), [&] {
 			const auto asked = Clock::now();
 			py::gil_scoped_acquire gil;
 			const auto held = Clock::now();
 			const long itemsize = py::dtype(array.dtype).itemsize();
 			if (publication.plain != nullptr) {
-				m_python.publish(array.name, publication.plain->strided(itemsize), static_cast<long>(m_step), py::none());
+				m_python.publish(name, publication.plain->strided(itemsize), static_cast<long>(m_step), py::none());
 			} else {
 				vector<Box_block> boxes;
 				for (auto&& box: publication.boxes) {
 					boxes.push_back({box->start, box->strided(itemsize)});
 				}
-				m_python.publish_boxes(array.name, static_cast<long>(m_step), publication.shape, boxes);
+				m_python.publish_boxes(name, static_cast<long>(m_step), publication.shape, boxes);
 			}
 			gil_ms += milliseconds(asked, held);
 			publish_ms += milliseconds(held, Clock::now());

@@ -50,6 +50,15 @@ class Deisa_engine: public adios2::plugin::PluginEngineInterface
 	/// the engine's parameters (deisa.bridge.engine_parameters.EngineParameters)
 	pybind11::object m_parameters;
 
+	/// the arrays' published names and rank 0's attributes sent (deisa.bridge.engine_attributes)
+	pybind11::object m_attributes;
+
+	/// the name each variable is published under (an openPMD record's), where not its own
+	std::map<std::string, std::string> m_published_as;
+
+	/// The name `variable' is published under
+	const std::string& published_as(const std::string& variable) const;
+
 	/// the scheduler file, for messages
 	std::string m_scheduler_file;
 

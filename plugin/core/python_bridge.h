@@ -179,6 +179,9 @@ public:
 	 */
 	bool created() const { return static_cast<bool>(m_bridge); }
 
+	/// The deisa.Bridge (none before create), for the calls of the ADIOS2 engine's attributes
+	pybind11::handle bridge() const { return m_bridge; }
+
 	/** Publishes one block (deisa.Bridge.publish, collective); returns when its memory may be reused
 	 * \param name the global array
 	 * \param block the block

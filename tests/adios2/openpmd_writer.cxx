@@ -15,8 +15,9 @@
  *   (uint64) and a constant positionOffset: rank r has 4 + (7 r + 5 it) % 9 particles at
  *   iteration it (none for the last rank at iteration 1), so the species' count changes every
  *   iteration;
- * - the iteration's time and dt, the meshes' grid spacing, offset, units and the records' unit
- *   dimensions, as a PIC code gives them.
+ * - the iteration's time and dt, the meshes' grid spacing, offset (which moves with the
+ *   iterations, as a moving window does), units and the records' unit dimensions, as a PIC
+ *   code gives them.
  *
  * With --one-chunk a rank stores its two boxes (one above the other) as one chunk, the same
  * array; with --meshes-only the species is left out: fixed arrays alone, one block per rank,
@@ -77,7 +78,7 @@ void write_meshes(openPMD::Iteration& iteration, int it, int rank, int nranks, b
 		mesh.setDataOrder(openPMD::Mesh::DataOrder::C);
 		mesh.setAxisLabels({"x", "y", "z"});
 		mesh.setGridSpacing(std::vector<double>{0.5, 0.25, 0.125});
-		mesh.setGridGlobalOffset({-2.0, -1.0, 0.0});
+		mesh.setGridGlobalOffset({-2.0 + 0.25 * it, -1.0, 0.0}); // a moving window along x
 		mesh.setGridUnitSI(1e-6);
 		if (field == 0) {
 			mesh.setUnitDimension(

@@ -262,3 +262,87 @@ def test_bp_written_by_mpi_ranks_replays_their_blocks(tmp_path: Path, engine: st
         expected = np.arange(3.0)[:, None] + 1e-9 * np.arange(n, dtype=np.float64)
         expected[:, 0] = step  # each step marks its first element
         assert block[step].compute().tobytes() == expected.tobytes()
+
+
+# -- attributes (issue 57) ---------------------------------------------------------------------
+
+
+def write_with_attributes(path: Path, openpmd: bool) -> dict[str, str]:
+    """Two steps of ``T`` (or an openPMD-named mesh component and a scalar record) with a
+    global string, a global array, a variable's own number and, from step 1, a new global
+    attribute: the ADIOS2 names of the arrays, by the names Replay gives them."""
+    adios = bindings.ADIOS()
+    io = adios.DeclareIO(f"attrs-{path.name}")
+    io.SetEngine("BP5")
+    names = {"E/x": "/data/meshes/E/x", "rho": "/data/meshes/rho"} if openpmd else {"T": "T"}
+    variables = {
+        raw: io.DefineVariable(raw, np.zeros(1), [4], [0], [4], False) for raw in names.values()
+    }
+    io.DefineAttribute("author", "deisa tests")
+    io.DefineAttribute("grid", np.array([0.5, 0.25, 0.125]))
+    if openpmd:
+        io.DefineAttribute("/openPMD", "1.1.0")
+        io.DefineAttribute("/basePath", "/data/")
+        io.DefineAttribute("/meshesPath", "meshes/")
+        io.DefineAttribute("/data/meshes/E/unitDimension", [1.0, 1.0, -3.0, -1.0, 0.0, 0.0, 0.0])
+        io.DefineAttribute("/data/meshes/E/x/unitSI", np.array([2.0]))
+        io.DefineAttribute("/data/meshes/E/y/unitSI", np.array([3.0]))  # not E/x's
+        io.DefineAttribute("/data/meshes/rho/unitSI", np.array([4.0]))
+    else:
+        io.DefineAttribute("unitSI", np.array([2.0]), "T", "/")
+        io.DefineAttribute("labels", ["x"], "T", "/")
+    engine = io.Open(str(path), bindings.Mode.Write)
+    for step in range(2):
+        engine.BeginStep()
+        for variable in variables.values():
+            engine.Put(variable, np.arange(4.0) + step, bindings.Mode.Sync)
+        if step == 1:
+            io.DefineAttribute("/data/time" if openpmd else "time", np.array([0.5], np.float32))
+        engine.EndStep()
+    engine.Close()
+    return names
+
+
+@pytest.mark.parametrize("openpmd", [False, True], ids=["plain", "openpmd"])
+def test_bp_attributes_are_each_arrays_per_step_as_adios2_reads_them(
+    tmp_path: Path, openpmd: bool
+) -> None:
+    path = tmp_path / "attrs.bp"
+    names = write_with_attributes(path, openpmd)
+    # what the adios2 bindings read, step by step, by ADIOS2's names
+    read: list[dict[str, Any]] = []
+    with adios2.Stream(str(path), "r") as stream:
+        for _ in stream.steps():
+            step_attrs = {}
+            for name in stream.available_attributes():
+                value = stream.read_attribute(name)
+                step_attrs[name] = value if isinstance(value, (str, list)) else value.tolist()
+            read.append(step_attrs)
+    replay = Replay(str(path))
+    assert replay.names == sorted(names)
+    for name, raw in names.items():
+        own = raw.rsplit("/", 1)[0] if openpmd else raw
+        for step in range(2):
+            got = replay[name].attrs_of(step)
+            # each attribute of the array, under its own name, as the bindings read it
+            for key, value in got.items():
+                candidates = [n for n in read[step] if n.rsplit("/", 1)[-1] == key.split("/")[-1]]
+                assert any(read[step][n] == value for n in candidates), (name, key, value)
+        latest = replay[name].attrs
+        assert latest["author"] == "deisa tests" and latest["grid"] == [0.5, 0.25, 0.125]
+        assert "time" not in replay[name].attrs_of(0)
+        assert latest["time"] == [0.5] and type(latest["time"][0]) is float  # float32, exactly
+        assert replay[name]._attr_changes[1] == {"time": [0.5]}  # step 1: only what changed
+        assert own  # the record's path
+    if openpmd:
+        assert replay["E/x"].attrs["unitSI"] == [2.0]  # its own, not E/y's
+        assert replay["rho"].attrs["unitSI"] == [4.0]
+        assert replay["E/x"].attrs["unitDimension"] == [1.0, 1.0, -3.0, -1.0, 0.0, 0.0, 0.0]
+        assert replay["E/x"].attrs["openPMD"] == "1.1.0"
+        with pytest.raises(
+            UnknownArrayError, match=r"is the openPMD record 'E/x'.*replay\['E/x'\]"
+        ):
+            replay["/data/meshes/E/x"]
+        np.testing.assert_array_equal(replay["E/x"][1].compute(), np.arange(4.0) + 1)
+    else:
+        assert replay["T"].attrs["unitSI"] == [2.0] and replay["T"].attrs["labels"] == ["x"]

@@ -136,3 +136,44 @@ async def test_a_malformed_layout_is_refused_and_its_blocks_freed(
     assert not ext.streams["t"].pending and ext.streams["t"].published == 0
     await until_released(s, [a, b], "r1")  # what the ranks sent is freed
     assert await rank0.publish(0) == ok()  # the stream still takes good steps
+
+
+# -- a step's attributes (issue 57) ------------------------------------------------------------
+
+
+async def publish_with_attrs(rank0: Rank0, step: int, attrs: dict[str, Any] | None) -> Any:
+    blocks = await rank0.send(step)
+    return await rank0.c.scheduler.deisa_publish(
+        name=rank0.name, run=rank0.run, step=step, blocks=blocks, timeout=WAIT, attrs=attrs
+    )
+
+
+@gen_cluster(client=True)
+async def test_a_steps_attrs_are_handed_over_and_those_of_dropped_steps_come_with_the_next(
+    c: Client, s: Any, a: Any, b: Any
+) -> None:
+    await install(c, s)
+    rank0 = Rank0(c, [a, b], "t", "r1")
+    await rank0.open(buffer_nb=2, on_full="drop_oldest")
+    sent = {0: {"time": 0.0, "units": "K"}, 1: None, 2: {"time": 0.5}, 3: {"note": [1, 2]}}
+    for step, attrs in sent.items():
+        assert await publish_with_attrs(rank0, step, attrs) == ok()
+    # steps 0 and 1 were dropped: step 2, the next one taken, brings what they set
+    first = await get(c, "t", run="r1")
+    assert first["step"] == 2 and first["attrs"] == {"time": 0.5, "units": "K"}
+    await take(c, first)
+    second = await get(c, "t", run="r1")
+    assert second["step"] == 3 and second["attrs"] == {"note": (1, 2)}  # the wire's tuples
+    await take(c, second)
+    assert await publish_with_attrs(rank0, 4, None) == ok()
+    third = await get(c, "t", run="r1")
+    assert "attrs" not in third  # nothing changed: nothing sent
+    await take(c, third)
+    # a step published too late (the analytics passed it) hands its attrs to the next
+    assert status(await publish_with_attrs(rank0, 1, {"late": True})) == Status.DROPPED
+    assert await publish_with_attrs(rank0, 5, {"time": 1.0}) == ok()
+    fourth = await get(c, "t", run="r1")
+    assert fourth["attrs"] == {"late": True, "time": 1.0}
+    await take(c, fourth)
+    assert status(await publish_with_attrs(rank0, 6, ["not", "a", "dict"])) == Status.ERROR  # type: ignore[arg-type]
+    await rank0.close(6)

@@ -151,7 +151,8 @@ def meta(dec: Decomposition, run: str) -> dict[str, Any]:
 
     ``"dims"`` (the axes' names) only when the ranks named them: the metadata of an unnamed
     array is that of Bridges older than ``dims``, and older Adapters ignore the key; likewise
-    ``"time_length"`` (the declared number of steps) only when the ranks declared one.
+    ``"time_length"`` (the declared number of steps) only when the ranks declared one, and
+    ``"attrs"`` (rank 0's static attributes, plain values) only when it gave some.
     A moving array (:meth:`~deisa.bridge.decomposition.ArraySpec.moving`) has no ``"shape"``
     nor ``"chunks"``: ``"moving": True``, its ``"ndim"`` and ``"joined_axis"`` (``None``: none),
     each step carrying its layout.
@@ -163,6 +164,8 @@ def meta(dec: Decomposition, run: str) -> dict[str, Any]:
         }  # fmt: skip
         if dec.dims is not None:
             moving["dims"] = list(dec.dims)
+        if dec.attrs:
+            moving["attrs"] = dict(dec.attrs)
         return moving
     described: dict[str, Any] = {
         "dtype": dec.dtype.str,
@@ -174,6 +177,8 @@ def meta(dec: Decomposition, run: str) -> dict[str, Any]:
         described["dims"] = list(dec.dims)
     if dec.time_length is not None:
         described["time_length"] = dec.time_length
+    if dec.attrs:
+        described["attrs"] = dict(dec.attrs)
     return described
 
 

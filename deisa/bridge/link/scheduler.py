@@ -244,12 +244,16 @@ class SchedulerLink:
         timeout: float | None,
         contract: dict[str, Any] | None,
         layout: StepLayout | None = None,
+        attrs: dict[str, Any] | None = None,
     ) -> Call:
         """Rank 0: ``deisa_publish``, the registration of a step whose ``blocks`` (key, worker,
         bytes) are on their workers; waits up to ``timeout`` on flow control. A moving step's
-        ``layout`` rides in the same call (its plain form); a step without one sends none."""
+        ``layout`` rides in the same call (its plain form); a step without one sends none;
+        likewise the step's ``attrs`` (new or changed attributes, plain values)."""
         call = route(self.pool, self.scheduler, Route.PUBLISH)
-        extra = {} if layout is None else {"layout": layout.to_wire()}
+        extra: dict[str, Any] = {} if layout is None else {"layout": layout.to_wire()}
+        if attrs:
+            extra["attrs"] = attrs
         return call(
             name=name, run=self.run, step=step, blocks=blocks, timeout=timeout,
             contract=contract, **extra,

@@ -245,6 +245,7 @@ class Registrar:
             self.link, parts.worker_book, give_up=False, on_failure=self.progress.set,
             name=entry.name, step=entry.step, blocks=blocks, timeout=parts.options.timeout,
             contract=plan_of(entry).wire(), layout=layout,
+            attrs=parts.steps.attrs_of(entry.name, entry.step, entry.revision),
         )  # fmt: skip
         assert isinstance(reply, dict)  # without give_up, only a reply ends it
         return reply
