@@ -468,3 +468,12 @@ def test_each_module_says_which_process_runs_it(path: Path) -> None:
         # a rank runs the Bridge on two threads (its main thread and the loop's): each module
         # says which of them runs what
         assert "thread" in docs[0], f"{path.relative_to(PACKAGE)} says not which thread runs it"
+
+
+def test_no_two_test_files_share_a_name() -> None:
+    """pytest imports test files by their name (rootdir import mode, no ``__init__.py``): two
+    ``test_x.py`` in different folders stop the whole run with "import file mismatch"."""
+    seen: dict[str, list[str]] = {}
+    for path in sorted((REPO / "tests").rglob("test_*.py")):
+        seen.setdefault(path.name, []).append(str(path.relative_to(REPO)))
+    assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}
