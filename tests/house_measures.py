@@ -13,6 +13,8 @@
 - **docs paths that do not exist**: every ``path/with.ext`` or ``deisa.dotted.name`` that
   README.md, docs/*.md, plugin/pdi/README.md, bench/README.md or tests/README.md cite in backquotes,
   that names no file, module or name of the tree (``tests/test_layout.py`` holds it to 0);
+  and the names cited with their file (```path.py`, `function```: every hop of the block's way
+  in docs/architecture.md) that the file does not define (held to 0 too);
 - **a block's way** (``--block``): a scheduler, one worker (preloading ``deisa.worker``), one
   rank under mpirun (``mode="async"``, shared memory: the defaults) and an analytics process,
   each traced with a profile hook that records the calls into deisa/'s files. In steady state
@@ -186,6 +188,64 @@ def missing_in_docs(docs: list[Path] = DOCS) -> list[str]:
     return sorted(set(missing))
 
 
+# a path cited with a name of it: "`path.py`, `name`", "`path.py`'s `Class`", "`path.py`
+# (`name`)", or "`Class.method` (`path/to.py`": the block's way in docs/architecture.md is
+# written so, each hop its file and its function
+_PY = r"([\w./-]+\.py)"
+_NAME = r"([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)?)(?:\(\))?"
+PATH_AND_NAME = (
+    re.compile(rf"`{_PY}`,\s+`{_NAME}`"),
+    re.compile(rf"`{_PY}`'s\s+`{_NAME}`"),
+    re.compile(rf"`{_PY}`\s+\(`{_NAME}`"),
+)
+NAME_AND_PATH = re.compile(r"`([A-Z]\w*\.\w+|[A-Z]\w*)(?:\(\))?`\s+\(`([\w.-]+/[\w./-]+\.py)`")
+
+
+def cited_with_names(text: str) -> list[tuple[str, str]]:
+    """The ``(path, name)`` pairs ``text`` cites (see :data:`PATH_AND_NAME`)."""
+    pairs = [m.groups() for pattern in PATH_AND_NAME for m in pattern.finditer(text)]
+    pairs += [(m.group(2), m.group(1)) for m in NAME_AND_PATH.finditer(text)]
+    return [(path, name) for path, name in pairs if not re.search(r"\.(py|md|cxx|h)$", name)]
+
+
+def defines(path: Path, name: str) -> bool:
+    """``path`` defines ``name`` (``Class.method``: the method, anywhere in the file): a class,
+    a function or method, or a name assigned (``X = ...``, ``self.x = ...``)."""
+    last = name.rpartition(".")[2]
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            if node.name == last:
+                return True
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                if getattr(target, "id", getattr(target, "attr", None)) == last:
+                    return True
+    return False
+
+
+def _cited_file(name: str, doc: Path) -> Path | None:
+    for root in (REPO, doc.parent, REPO / "deisa", REPO / "bench", REPO / "tests"):
+        if (root / name).is_file():
+            return root / name
+    found = list(REPO.glob(f"**/{name}")) if "/" not in name else []
+    return found[0] if len(found) == 1 else None
+
+
+def names_missing_in_docs(docs: list[Path] = DOCS) -> list[str]:
+    """``doc: path, name`` for each name a doc cites with a file that does not define it (or
+    a file that is not there)."""
+    missing = []
+    for doc in docs:
+        for path, name in cited_with_names(doc.read_text()):
+            if path in NOT_OURS:
+                continue
+            file = _cited_file(path, doc)
+            if file is None or not defines(file, name):
+                missing.append(f"{doc.relative_to(REPO)}: {path}, {name}")
+    return sorted(set(missing))
+
+
 def static() -> dict[str, object]:
     graph = bridge_graph()
     twice = defined_twice()
@@ -200,6 +260,8 @@ def static() -> dict[str, object]:
         "names_defined_twice_list": {k: v for k, v in twice.items()},
         "docs_paths_missing": len(missing),
         "docs_paths_missing_list": missing,
+        "docs_names_missing": len(names := names_missing_in_docs()),
+        "docs_names_missing_list": names,
     }
 
 
