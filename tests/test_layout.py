@@ -432,12 +432,22 @@ def test_docs_check_finds_what_is_gone(tmp_path: Path) -> None:
     doc = REPO / "docs" / "_probe_of_the_docs_check.md"
     cited = "`deisa/bridge/_gone.py`, `deisa.bridge.nowhere`, `deisa.wire.NO_SUCH_NAME`, `_gone.py`"
     try:
-        doc.write_text(cited + ", `deisa/bridge/bridge.py`, `deisa.wire.EXTENSION_NAME`\n")
+        # a word of the module's text is not a name of it; a lazy name leads to its module
+        cited += ", `deisa.wire.routes.scheduler`, `deisa.Bridge.no_such_method`"
+        there = "`deisa/bridge/bridge.py`, `deisa.wire.EXTENSION_NAME`, `deisa.Bridge.publish`"
+        doc.write_text(f"{cited}, {there}, `deisa.bridge.link.connect.Connections`\n")
         missing = missing_in_docs([doc])
     finally:
         doc.unlink()
     assert [m.split(": ")[1] for m in missing] == sorted(
-        ["_gone.py", "deisa.bridge.nowhere", "deisa.wire.NO_SUCH_NAME", "deisa/bridge/_gone.py"]
+        [
+            "_gone.py",
+            "deisa.Bridge.no_such_method",
+            "deisa.bridge.nowhere",
+            "deisa.wire.NO_SUCH_NAME",
+            "deisa.wire.routes.scheduler",
+            "deisa/bridge/_gone.py",
+        ]
     )
 
 
