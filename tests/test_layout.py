@@ -631,12 +631,14 @@ NAMES_DEFINED_TWICE: dict[str, tuple[tuple[str, ...], str]] = {
     # they merge
     "HANDSHAKE_S": (
         ("deisa.bridge.shm.channel", "deisa.wire.guard"),
-        "one concept (a peer's time to finish its handshake): the channel should import "
-        "deisa.wire.guard's",
+        "two sides of one handshake (how long a listener lets a connection stay "
+        "unauthenticated; how long a rank's channel waits for the answer to its hello): the "
+        "channel's to be named for its own (HELLO_WAIT_S)",
     ),
     "RETRY_S": (
         ("deisa.bridge.registration.notices", "deisa.bridge.shm.transport"),
-        "two concepts (a notice's retry, a channel's reconnection): to be named for each",
+        "two retries (a rank's notices to rank 0's listener, a rank's shared-memory channel "
+        "to its worker), each tuned apart: to be named for each (NOTICE_RETRY_S, CHANNEL_RETRY_S)",
     ),
     "_Slot": (
         ("deisa.scheduler.contracts", "deisa.worker.shm"),
