@@ -246,6 +246,34 @@ def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+def test_the_rooms_table_says_what_the_imports_check_allows() -> None:
+    """docs/architecture.md's rooms (its "Map" table): each side's "may import" cell names the
+    sides this test file lets it import (:data:`ALLOWED`, :data:`ALLOWED_MODULES`), no more, no
+    less; the launcher's says "anything"."""
+    text = (REPO / "docs" / "architecture.md").read_text()
+    rows = {
+        cells[0].strip(): cells[-1]
+        for line in text.splitlines()
+        if line.startswith("| `deisa/") and len(cells := line.strip(" |").split(" | ")) == 4
+    }
+    said = {}
+    for room, may_import in rows.items():
+        side = re.match(r"`deisa/(\w+)/`", room)
+        if side and side.group(1) in SIDES:
+            said[side.group(1)] = (
+                {"anything"}
+                if may_import.strip().startswith("anything")
+                else {m.split(".")[1] for m in re.findall(r"`(deisa\.\w+)", may_import)}
+            )
+    allowed = {
+        side: {"anything"}
+        if side == "launcher"
+        else (ALLOWED[side] | {m.split(".")[1] for m in ALLOWED_MODULES.get(side, set())}) - {side}
+        for side in SIDES
+    }
+    assert said == allowed
+
+
 def test_circles_are_found_through_imports_inside_functions() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
     assert _circles(graph) == [["a", "b", "c"]]
