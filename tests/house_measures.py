@@ -12,7 +12,11 @@
   deisa/ defined (not imported) in more than one module;
 - **docs paths that do not exist**: every ``path/with.ext`` or ``deisa.dotted.name`` that
   README.md, docs/*.md, plugin/pdi/README.md, bench/README.md or tests/README.md cite in backquotes,
-  that names no file, module or name of the tree (``tests/test_layout.py`` holds it to 0);
+  that names no file, module or name of the tree (a name: defined by its module, or taken from
+  the module that defines it by an import or a lazy table; ``tests/test_layout.py`` holds it
+  to 0);
+  and the names cited with their file (```path.py`, `function```: every hop of the block's way
+  in docs/architecture.md) that the file does not define (held to 0 too);
 - **a block's way** (``--block``): a scheduler, one worker (preloading ``deisa.worker``), one
   rank under mpirun (``mode="async"``, shared memory: the defaults) and an analytics process,
   each traced with a profile hook that records the calls into deisa/'s files. In steady state
@@ -125,7 +129,9 @@ def defined_twice() -> dict[str, list[str]]:
 # configuration namespace, files of other projects (deisa-core's tests, PDI's decl_hdf5)
 NOT_OURS = {
     "deisa.adios2",  # the ADIOS2 engine's logger
-    "deisa.slurm",  # the launch configuration's namespace
+    "deisa.slurm", "deisa.run",  # the launch configuration's namespaces
+    "deisa.core", "deisa.dask", "deisa.dask.deisa", "deisa.dask.handshake", "deisa.dask.utils",
+    "deisa.ray",  # deisa-core's packages and its backends' (docs/ecosystem.md)
     "test/test_api.py", "test_deisa.py", "test_fakecomm.py", "test_handshake.py", "test_mpi.py",
     "test_per_array_communicator.py",  # deisa-core's and deisa-dask's tests
     "attribute_op.cxx", "dataset_op.cxx", "file_op.cxx",  # PDI's decl_hdf5 plugin
@@ -139,18 +145,54 @@ PATHLIKE = re.compile(r"^[\w./-]+/[\w.-]*\.(py|md|cxx|h|c|f90|yml|yaml|json|txt|
 FILELIKE = re.compile(r"^[\w-]+\.(py|cxx|h)$")
 
 
+def _module_file(dotted: str) -> Path | None:
+    base = REPO.joinpath(*dotted.split("."))
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.is_file():
+            return path
+    return None
+
+
+def _where_imported(path: Path, name: str) -> str | None:
+    """The module ``path`` takes ``name`` from: an import (``from .x import name``), or its
+    package's lazy table (``_LAZY = {"name": "x"}``, :mod:`deisa._lazy`); ``None``: neither."""
+    module = module_of(path)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and any(
+            (a.asname or a.name) == name for a in node.names
+        ):
+            if not node.level:
+                return node.module
+            base = package.split(".")[: len(package.split(".")) - node.level + 1]
+            return ".".join([*base, node.module] if node.module else base)
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "_LAZY":
+            lazy = eval(compile(ast.Expression(node.value), str(path), "eval"), {"dict": dict})
+            if name in lazy:
+                return f"{package}.{lazy[name]}"
+    return None
+
+
 def _name_exists(dotted: str) -> bool:
-    """``deisa.x.y``: a module, or a name a module defines or imports (``deisa.x.Class``)."""
+    """``deisa.x.y``: a module, or a name a module defines (``deisa.x.Class``, and
+    ``deisa.x.Class.method``: a method or attribute its file defines), or takes from another
+    module that defines it (an import, a package's lazy table: ``deisa.Bridge``)."""
     parts = dotted.split(".")
     for cut in range(len(parts), 0, -1):
-        base = REPO.joinpath(*parts[:cut])
-        for path in (base.with_suffix(".py"), base / "__init__.py"):
-            if path.is_file():
-                rest = parts[cut:]
-                if not rest:
-                    return True
-                text = path.read_text()
-                return re.search(rf"\b{re.escape(rest[0])}\b", text) is not None
+        path = _module_file(".".join(parts[:cut]))
+        if path is None:
+            continue
+        rest = parts[cut:]
+        if not rest:
+            return True
+        if defines(path, rest[0], top_level=True):
+            return len(rest) == 1 or defines(path, rest[-1])
+        source = _where_imported(path, rest[0])
+        if source is None or not source.startswith("deisa") or source == ".".join(parts[:cut]):
+            return False
+        return _name_exists(".".join([source, *rest]))
     return False
 
 
@@ -186,6 +228,80 @@ def missing_in_docs(docs: list[Path] = DOCS) -> list[str]:
     return sorted(set(missing))
 
 
+# a path cited with a name of it: "`path.py`, `name`", "`path.py`'s `Class`", "`path.py`
+# (`name`)", or "`Class.method` (`path/to.py`": the block's way in docs/architecture.md is
+# written so, each hop its file and its function
+_PY = r"([\w./-]+\.py)"
+_NAME = r"([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)?)(?:\(\))?"
+PATH_AND_NAME = (
+    re.compile(rf"`{_PY}`,\s+`{_NAME}`"),
+    re.compile(rf"`{_PY}`'s\s+`{_NAME}`"),
+    re.compile(rf"`{_PY}`\s+\(`{_NAME}`"),
+)
+NAME_AND_PATH = re.compile(r"`([A-Z]\w*\.\w+|[A-Z]\w*)(?:\(\))?`\s+\(`([\w.-]+/[\w./-]+\.py)`")
+
+
+def cited_with_names(text: str) -> list[tuple[str, str]]:
+    """The ``(path, name)`` pairs ``text`` cites (see :data:`PATH_AND_NAME`)."""
+    pairs = [m.groups() for pattern in PATH_AND_NAME for m in pattern.finditer(text)]
+    pairs += [(m.group(2), m.group(1)) for m in NAME_AND_PATH.finditer(text)]
+    return [(path, name) for path, name in pairs if not re.search(r"\.(py|md|cxx|h)$", name)]
+
+
+def _top_level(body: list[ast.stmt]) -> list[ast.stmt]:
+    """A module's statements, those under a top-level ``if``, ``try`` or ``with`` included."""
+    found = []
+    for node in body:
+        found.append(node)
+        for field in ("body", "orelse", "finalbody", "handlers"):
+            inner = getattr(node, field, None)
+            if isinstance(inner, list) and not isinstance(
+                node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+            ):
+                found += _top_level([n for n in inner if isinstance(n, ast.stmt)])
+    return found
+
+
+def defines(path: Path, name: str, top_level: bool = False) -> bool:
+    """``path`` defines ``name`` (``Class.method``: the method, anywhere in the file): a class,
+    a function or method, or a name assigned (``X = ...``, ``self.x = ...``); ``top_level``:
+    at the module's top level only."""
+    last = name.rpartition(".")[2]
+    tree = ast.parse(path.read_text())
+    for node in _top_level(tree.body) if top_level else ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            if node.name == last:
+                return True
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                if getattr(target, "id", getattr(target, "attr", None)) == last:
+                    return True
+    return False
+
+
+def _cited_file(name: str, doc: Path) -> Path | None:
+    for root in (REPO, doc.parent, REPO / "deisa", REPO / "bench", REPO / "tests"):
+        if (root / name).is_file():
+            return root / name
+    found = list(REPO.glob(f"**/{name}")) if "/" not in name else []
+    return found[0] if len(found) == 1 else None
+
+
+def names_missing_in_docs(docs: list[Path] = DOCS) -> list[str]:
+    """``doc: path, name`` for each name a doc cites with a file that does not define it (or
+    a file that is not there)."""
+    missing = []
+    for doc in docs:
+        for path, name in cited_with_names(doc.read_text()):
+            if path in NOT_OURS:
+                continue
+            file = _cited_file(path, doc)
+            if file is None or not defines(file, name):
+                missing.append(f"{doc.relative_to(REPO)}: {path}, {name}")
+    return sorted(set(missing))
+
+
 def static() -> dict[str, object]:
     graph = bridge_graph()
     twice = defined_twice()
@@ -200,6 +316,8 @@ def static() -> dict[str, object]:
         "names_defined_twice_list": {k: v for k, v in twice.items()},
         "docs_paths_missing": len(missing),
         "docs_paths_missing_list": missing,
+        "docs_names_missing": len(names := names_missing_in_docs()),
+        "docs_names_missing_list": names,
     }
 
 

@@ -139,10 +139,12 @@ def protocol_records(samples: dict[tuple[str, str, int], list[float]]) -> list[d
 def main_protocol(args: argparse.Namespace) -> int:
     """``--protocol ucx``: UCX against plain TCP and the Bridge's shared memory, side by side;
     writes ``bandwidth_<protocol>.json``. No target: the numbers say whether it is worth it."""
-    from deisa.launcher.ucx import INSTALL, MODULE, ucx_available
+    from deisa.launcher.ucx import UCX_INSTALL, UCX_MODULE, ucx_available
 
     if not ucx_available():  # distributed's own 'ucx' is a stub that warns and fails
-        print(f"--protocol {args.protocol}: no module {MODULE!r}; {INSTALL}", file=sys.stderr)
+        print(
+            f"--protocol {args.protocol}: no module {UCX_MODULE!r}; {UCX_INSTALL}", file=sys.stderr
+        )
         return 2
     sizes = [s * MiB for s in args.sizes]
     blocks = {s: np.random.default_rng(0).random(s // 8) for s in sizes}

@@ -7,7 +7,8 @@ parcel's key that takes a view of it (``parcel.reshape(-1)[o:o+n].reshape(count)
 the worker holding the parcel and copies nothing. :func:`deisa.analysis.moving.assemble` places
 the boxes in the step's shape.
 
-Runs in the analytics' process (building graphs; the views run on the workers).
+Runs in the analytics' process (building graphs; the views run on the workers). Imports
+:mod:`deisa.wire.layout` only.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 :class:`~deisa.analysis.adapter.Adapter` and the saved output's
 :class:`~deisa.analysis.replay.Replay` both are (:mod:`._reading` is the arrays' side).
 
-Runs in the analytics' process.
+Runs in the analytics' process. Imports the analysis side's own modules (:mod:`._reading`,
+:mod:`._zip_steps`, :mod:`._labels`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """Iterating several arrays' steps together: what ``Adapter.zip`` and ``Replay.zip`` do.
 
-Runs in the analytics' process; :mod:`._reading` re-exports these for its readers.
+Runs in the analytics' process; :mod:`._reading` re-exports these for its readers. Imports
+nothing of deisa.
 """
 
 from __future__ import annotations

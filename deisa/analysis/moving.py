@@ -13,7 +13,8 @@ turns them into that step's dask array, the same for the live :class:`~deisa.Ada
   value of those regions);
 - two boxes over the same region are an error naming both (a step's blocks are its data once).
 
-Runs in the analytics' process (building graphs; the tasks are dask's slicing).
+Runs in the analytics' process (building graphs; the tasks are dask's slicing). Imports
+:mod:`deisa.wire.layout` only.
 """
 
 from __future__ import annotations

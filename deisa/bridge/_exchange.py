@@ -43,7 +43,7 @@ at most 256 bytes, header included, without the sender's help)."""
 _HEADER = 2
 OVERFLOW = 0xFFFF
 """The length of a slot whose report did not fit (sent by the blocking ``allgather``)."""
-POLL_S = (50e-6, 2e-3)
+TEST_SLEEPS_S = (50e-6, 2e-3)
 """The first and the longest sleep between two tests of an exchange not yet complete (a
 waiting rank then takes at most this much longer to see it complete)."""
 
@@ -134,8 +134,8 @@ class Exchanger:
 
 def wait(request: Any) -> None:
     """Wait for the MPI ``request`` without spinning a core: test it, then sleep between tests,
-    the sleep doubling up to :data:`POLL_S`'s longest (see the module docstring)."""
-    pause, longest = POLL_S
+    the sleep doubling up to :data:`TEST_SLEEPS_S`'s longest (see the module docstring)."""
+    pause, longest = TEST_SLEEPS_S
     while not request.Test():
         time.sleep(pause)
         pause = min(2 * pause, longest)

@@ -85,7 +85,7 @@ class Parcel:
             offset += array.size
 
 
-def _ints(value: Any, n: int, what: str) -> tuple[int, ...]:
+def _non_negative_ints(value: Any, n: int, what: str) -> tuple[int, ...]:
     """``value`` as ``n`` non-negative integers; ``ValueError`` naming ``what`` otherwise."""
     try:
         out = tuple(int(v) for v in value)
@@ -130,7 +130,7 @@ def parcel_of(dec: Decomposition, block: Any, start: Any, shape: Any) -> Parcel 
             f"{name!r} is joined along axis {dec.joined_axis}: its boxes are placed from the "
             "ranks' counts, in rank order; give no start= or shape="
         )
-    step_shape = None if shape is None else _ints(shape, ndim, "shape")
+    step_shape = None if shape is None else _non_negative_ints(shape, ndim, "shape")
     if many and start is not None:
         raise ValueError(f"start={start!r} with a list of boxes of {name!r}: each box has its own")
     if many and len(block) > MAX_BOXES:
@@ -155,7 +155,7 @@ def parcel_of(dec: Decomposition, block: Any, start: Any, shape: Any) -> Parcel 
     for i, pair in enumerate(block):
         if not isinstance(pair, (list, tuple)) or len(pair) != 2:
             raise ValueError(f"box {i} of {name!r} is not a (start, array) pair")
-        box_start = _ints(pair[0], ndim, f"start of box {i}")
+        box_start = _non_negative_ints(pair[0], ndim, f"start of box {i}")
         array = _array(pair[1], dec, f"box {i}")
         if step_shape is not None and any(
             s + c > n for s, c, n in zip(box_start, array.shape, step_shape, strict=True)

@@ -115,7 +115,7 @@ def agree(comm_handle: int, mine: Sequence[Any], step: int, created: bool) -> li
 
     comm = MPI.Intracomm(MPI.Comm.f2py(comm_handle))
     rank = comm.Get_rank()
-    described = [Described(n, d, k, int(nd), int(j), tuple(_block(b) for b in bl))
+    described = [Described(n, d, k, int(nd), int(j), tuple(_as_block(b) for b in bl))
                  for n, d, k, nd, j, bl in mine]  # fmt: skip
     everyone: list[list[Described]] = comm.allgather(described)
     by_name: dict[str, dict[int, Described]] = {}
@@ -126,7 +126,7 @@ def agree(comm_handle: int, mine: Sequence[Any], step: int, created: bool) -> li
     return [decide(name, by_name[name], size, rank, step, created) for name in sorted(by_name)]
 
 
-def _block(block: Sequence[Dims]) -> Block:
+def _as_block(block: Sequence[Dims]) -> Block:
     shape, start, count = block
     return tuple(int(n) for n in shape), tuple(int(s) for s in start), tuple(int(c) for c in count)
 

@@ -256,7 +256,7 @@ def parse(
                 )
             unknown.append(key)
     return EngineParameters(
-        _scheduler_file(values.get("SchedulerFile", ""), environ),
+        _engine_scheduler_file(values.get("SchedulerFile", ""), environ),
         _variables(values.get("Variables")),
         _every(values.get("Every", "1")),
         _options(given_options, written),
@@ -307,7 +307,7 @@ def _options(texts: Mapping[str, str], written: Mapping[str, str]) -> BridgeOpti
         raise EngineParameterError(f"{SOURCE}: parameter `{key}': {exc}") from None
 
 
-def _scheduler_file(given: str, environ: Mapping[str, str]) -> str:
+def _engine_scheduler_file(given: str, environ: Mapping[str, str]) -> str:
     override = environ.get(OVERRIDE, "")
     if override:
         if given and given != override:

@@ -4,6 +4,7 @@ The workers' side of the Bridge lives in :mod:`deisa.worker`, which ``deisa-run`
 job preload; this name stays for users' own command lines and job scripts that preload it.
 
 Runs in a Dask worker process at its start (the preload), on the worker's event-loop thread.
+Imports the :mod:`deisa.worker` package only.
 """
 
 from __future__ import annotations

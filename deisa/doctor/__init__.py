@@ -73,7 +73,7 @@ def local_run_ready(findings: Iterable[Finding]) -> bool:
     return not any(f.required and f.status == MISSING for f in findings)
 
 
-def report(findings: list[Finding]) -> str:
+def findings_text(findings: list[Finding]) -> str:
     """The findings for a terminal: one line each, a ``fix:`` line under each that has one,
     then the verdict."""
     lines = ["python -m deisa doctor: what deisa needs, as found here"]
@@ -109,5 +109,5 @@ def main(argv: list[str] | None = None) -> int:
         document = {"local_run_ready": ready, "findings": [asdict(f) for f in findings]}
         print(json.dumps(document, indent=2, default=str))
     else:
-        print(report(findings))
+        print(findings_text(findings))
     return 0 if ready else 1

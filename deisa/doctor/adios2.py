@@ -18,7 +18,7 @@ from .common import MISSING, OK, WARNING, Finding
 from .pdi import SYSTEM_PREFIXES, loader_problems, project_build_dir
 
 ADIOS2_VERSION = (2, 12)  # the plugin engine interface v2 the engine is written against
-INSTALL = "README.md, 'ADIOS2 (for ADIOS2 codes)'"
+ADIOS2_INSTALL_DOCS = "README.md, 'ADIOS2 (for ADIOS2 codes)'"
 
 
 def adios2_config_file() -> Path | None:
@@ -70,7 +70,7 @@ def check_adios2() -> Finding:
     config = adios2_config_file()
     if config is None:
         text = "no adios2-config.cmake in ADIOS2_DIR, CMAKE_PREFIX_PATH, /usr/local, /usr"
-        fix = f"for ADIOS2 codes: install ADIOS2 >= 2.12 with MPI ({INSTALL})"
+        fix = f"for ADIOS2 codes: install ADIOS2 >= 2.12 with MPI ({ADIOS2_INSTALL_DOCS})"
         return Finding("ADIOS2", MISSING, text, fix, required=False)
     features = adios2_features(config)
     version, mpi, fortran = features["version"], features["mpi"], features["fortran"]
@@ -88,7 +88,7 @@ def check_adios2() -> Finding:
     numbers = tuple(int(n) for n in re.findall(r"\d+", version or "0")[:2])
     if numbers < ADIOS2_VERSION or not mpi:
         problems.append("the deisa engine needs ADIOS2 >= 2.12 built with MPI")
-        fixes.append(f"install it ({INSTALL})")
+        fixes.append(f"install it ({ADIOS2_INSTALL_DOCS})")
     elif engine.directory is None:
         quoted = common.quote(build)
         fixes.append(

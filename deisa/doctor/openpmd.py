@@ -19,8 +19,8 @@ from .common import MISSING, OK, WARNING, Finding
 from .pdi import SYSTEM_PREFIXES
 
 OPENPMD_VERSION = (0, 17)  # the first with the ADIOS2 parameters and encodings documented here
-INSTALL = "README.md, 'From an openPMD-api code'"
-OPTIONS = "-DopenPMD_USE_MPI=ON -DopenPMD_USE_ADIOS2=ON"
+OPENPMD_INSTALL_DOCS = "README.md, 'From an openPMD-api code'"
+OPENPMD_CMAKE_OPTIONS = "-DopenPMD_USE_MPI=ON -DopenPMD_USE_ADIOS2=ON"
 LIBRARY = "libopenPMD.so"
 
 
@@ -66,7 +66,8 @@ def check_openpmd() -> Finding:
         text = "no openPMDConfig.cmake in openPMD_DIR, CMAKE_PREFIX_PATH, /usr/local, /usr"
         fix = (
             f"for openPMD-api codes (WarpX, PIConGPU): build openPMD-api >= 0.17 from its "
-            f"sources with {OPTIONS}, against ADIOS2 >= 2.12 with MPI ({INSTALL})"
+            f"sources with {OPENPMD_CMAKE_OPTIONS}, against ADIOS2 >= 2.12 with MPI "
+            f"({OPENPMD_INSTALL_DOCS})"
         )
         return Finding("openPMD-api", MISSING, text, fix, required=False)
     features = openpmd_features(config)
@@ -84,7 +85,9 @@ def check_openpmd() -> Finding:
     if not (adios2 and mpi):
         problems.append("an openPMD code reaches the deisa engine through ADIOS2, with MPI")
     if problems:
-        fixes.append(f"build openPMD-api >= 0.17 with {OPTIONS} ({INSTALL})")
+        fixes.append(
+            f"build openPMD-api >= 0.17 with {OPENPMD_CMAKE_OPTIONS} ({OPENPMD_INSTALL_DOCS})"
+        )
     if features["library"] is None:
         problems.append(f"its CMake package is there, {LIBRARY} is not in {config.parents[2]}")
         fixes.append("install it again (cmake --install of its build)")

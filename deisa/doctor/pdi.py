@@ -126,7 +126,7 @@ def check_pdi() -> Finding:
     return Finding("PDI", OK, text, required=False, details=details)
 
 
-def _same(a: str | Path, b: str | Path) -> bool:
+def _same_path(a: str | Path, b: str | Path) -> bool:
     return Path(a).resolve() == Path(b).resolve()
 
 
@@ -138,7 +138,7 @@ def check_pdi_python() -> Finding:
     home = os.environ.get("PYTHONHOME")
     if home:
         details["embedded_prefix"] = home
-        if _same(home, sys.prefix):
+        if _same_path(home, sys.prefix):
             text = f"PYTHONHOME={home}: this Python's prefix"
             return Finding(PART, OK, text, required=False, details=details)
         text = (
@@ -158,7 +158,7 @@ def check_pdi_python() -> Finding:
     status, output = common.run_command([first, "-c", "import sys; print(sys.prefix)"])
     prefix = output.splitlines()[-1] if status == 0 and output else ""
     details["embedded_prefix"] = prefix or None
-    if prefix and _same(prefix, sys.prefix):
+    if prefix and _same_path(prefix, sys.prefix):
         text = f"this Python (the first python3 on PATH, {first}, runs it: {prefix})"
         return Finding(PART, OK, text, required=False, details=details)
     text = (
@@ -208,7 +208,7 @@ def check_plugin() -> Finding:
     config = pdi_config_file()
     own = pdi_plugin_dir(config) if config is not None else None
     searched = [Path(p) for p in pdi_plugin_path()] + ([own] if own else [])
-    details["found_by_pdi"] = any(p.exists() and _same(p, plugin.directory) for p in searched)
+    details["found_by_pdi"] = any(p.exists() and _same_path(p, plugin.directory) for p in searched)
     if details["found_by_pdi"]:
         text += "; PDI finds it"
     else:

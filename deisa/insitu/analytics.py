@@ -58,7 +58,7 @@ __all__ = ["DEFAULT_SLIDING_WINDOW_SIZE", "Deisa", "build_deisa_array", "connect
 
 logger = logging.getLogger(__name__)
 
-POLL_S = 1.0
+READ_WAIT_S = 1.0
 """How long a reader waits on the scheduler for a step before it looks whether to stop."""
 
 UNKNOWN_GRACE_S = 10.0
@@ -158,7 +158,7 @@ class Deisa(IDeisa):
         self.feedback_queue_size = int(feedback_queue_size)
         self._owns_client = client is None
         self.client = connect(scheduler_file, timeout) if client is None else client
-        self.adapter = Adapter(self.client, timeout=POLL_S)
+        self.adapter = Adapter(self.client, timeout=READ_WAIT_S)
         self.go_timeout = go_timeout
         self.arrays_metadata: dict[str, dict[str, Any]] = {}
         self._controls: set[str] = set()  # the control streams followed
@@ -228,7 +228,7 @@ class Deisa(IDeisa):
                 logger.info("deisa.insitu: end of %r", name)
                 return
             except TimeoutError:
-                continue  # no step within POLL_S: look at the stop flag
+                continue  # no step within READ_WAIT_S: look at the stop flag
             except Exception:
                 if not self._stop.is_set():
                     logger.exception("deisa.insitu: reading %r failed", name)
@@ -392,13 +392,13 @@ class Deisa(IDeisa):
     # -- the end ---------------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Stop reading (within :data:`POLL_S`), detach, and close the client if it is ours."""
+        """Stop reading (within :data:`READ_WAIT_S`), detach, and close the client if it is ours."""
         if self._closed:
             return
         self._closed = True
         self._stop.set()
         for thread in list(self._readers.values()):
-            thread.join(timeout=POLL_S * 5)
+            thread.join(timeout=READ_WAIT_S * 5)
         with self._lock:
             executors = list(self._executors.values())
         for executor in executors:

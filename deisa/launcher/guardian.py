@@ -6,7 +6,7 @@ gives it no chance: its children each lead a session of their own (a Ctrl-C reac
 ``deisa-run``), so nothing stops the scheduler, the workers, ``mpirun`` and the ranks, and the
 run's private temporary directory, its TLS key and Open MPI's shared-memory segments stay.
 
-So :func:`start` first starts a small process of its own, the guardian
+So :func:`start_guardian` first starts a small process of its own, the guardian
 (``python -m deisa.launcher.guardian``, in a session of its own), that reads a pipe whose only
 writer is ``deisa-run``: the run's token, then the directories to remove
 (:meth:`Guardian.remove_on_exit`). Every process of the run carries the token in its environment
@@ -91,7 +91,7 @@ class Guardian:
             self.popen.wait(timeout)
 
 
-def start(stop_timeout: float, python: str = sys.executable) -> Guardian:
+def start_guardian(stop_timeout: float, python: str = sys.executable) -> Guardian:
     """Start the run's guardian; it stops the run's processes (:meth:`Guardian.env`) waiting
     ``stop_timeout`` s for SIGTERM, once this process exits."""
     from .processes import python_argv  # not in the guardian's process: it imports little

@@ -43,9 +43,8 @@ from ..pca_app.report import ways_in_words
 from ..pca_app.stall import StepWatch
 from .dask_processes import LOOPBACK, dashboard_available, http_env, workers_connected
 from .defaults import UsageError
-from .guardian import Guardian
-from .guardian import start as start_guardian
-from .plan import Plan
+from .guardian import Guardian, start_guardian
+from .plan import RunPlan
 from .private_tmp import PrivateTmp, make_private_tmp
 from .processes import Child, ProcessSet, Signals, child_env, wait_until, watched
 from .security import Credentials, make_credentials, output_problem
@@ -55,7 +54,7 @@ from .ucx import UCX
 logger = logging.getLogger(__name__)
 
 
-def run_pipeline(plan: Plan, signals: Signals, out: IO[str] = sys.stdout) -> None:
+def run_pipeline(plan: RunPlan, signals: Signals, out: IO[str] = sys.stdout) -> None:
     """Start the plan's scheduler, workers, analytics and simulation, wait for them, stop
     everything.
 
@@ -88,15 +87,15 @@ def run_pipeline(plan: Plan, signals: Signals, out: IO[str] = sys.stdout) -> Non
         tmp = make_private_tmp()  # every process's TMPDIR and Dask scratch: never a shared one
         guardian.remove_on_exit(tmp.path)
         try:
-            _run(plan, signals, out, scheduler_file, tmp, guardian)
+            _run_in_tmp(plan, signals, out, scheduler_file, tmp, guardian)
         finally:
             tmp.remove()
     finally:
         guardian.close()
 
 
-def _run(
-    plan: Plan,
+def _run_in_tmp(
+    plan: RunPlan,
     signals: Signals,
     out: IO[str],
     scheduler_file: Path,
@@ -104,7 +103,7 @@ def _run(
     guardian: Guardian,
 ) -> None:
     """:func:`run_pipeline` in the run's private temporary directory ``tmp``: the run's
-    :class:`~deisa.launcher.plan.Plan` started, each process known to its ``guardian``."""
+    :class:`~deisa.launcher.plan.RunPlan` started, each process known to its ``guardian``."""
     credentials = None
     procs = ProcessSet(plan.output / "logs", child_env(), plan.stop_timeout)
     client = None
@@ -170,7 +169,7 @@ def _quiet_distributed() -> None:
             logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
-def _announce(plan: Plan, scheduler_file: Path) -> None:
+def _announce(plan: RunPlan, scheduler_file: Path) -> None:
     """Write the plan's files into the output; say what runs (and, for a user's command,
     the plugins found and the scheduler file it is given)."""
     for name, text in plan.files.items():
@@ -192,7 +191,7 @@ def _announce(plan: Plan, scheduler_file: Path) -> None:
     )
 
 
-def _credentials(plan: Plan) -> Credentials | None:
+def _credentials(plan: RunPlan) -> Credentials | None:
     """The run's TLS credentials, made in ``<output>/tls``; ``None`` (and one warning line)
     with ``--insecure``."""
     if plan.tls:
@@ -232,7 +231,7 @@ def _prepare_output(output: Path) -> Path:
 
 
 def _start_dask(
-    plan: Plan,
+    plan: RunPlan,
     procs: ProcessSet,
     signals: Signals,
     scheduler_file: Path,
@@ -306,7 +305,7 @@ def _failed_part(procs: ProcessSet, finished: tuple[Child, ...]) -> PipelineErro
     return None
 
 
-def _check_parts(procs: ProcessSet, finished: tuple[Child, ...], signals: Signals) -> None:
+def _check_processes(procs: ProcessSet, finished: tuple[Child, ...], signals: Signals) -> None:
     """Raise on a signal or for the first process that exited, but ``finished`` ones that
     exited 0 (they are done)."""
     signals.check()
@@ -354,27 +353,27 @@ def _blame_order(child: Child) -> int:
     return order.get(child.name, 1)
 
 
-def _wait_for_simulation(plan: Plan, procs: ProcessSet, sim: Child, signals: Signals) -> None:
+def _wait_for_simulation(plan: RunPlan, procs: ProcessSet, sim: Child, signals: Signals) -> None:
     """Once the stream has ended: the simulation's exit, within ``--timeout``."""
     wait_until(
         lambda: sim.popen.poll() is not None,
         "the simulation to exit",
         plan.timeout,
-        check=lambda: _check_parts(procs, (sim,), signals),
+        check=lambda: _check_processes(procs, (sim,), signals),
     )
-    _check_parts(procs, (sim,), signals)
+    _check_processes(procs, (sim,), signals)
 
 
 def _wait_for_user_analytics(
-    plan: Plan, procs: ProcessSet, sim: Child, analytics: Child, signals: Signals
+    plan: RunPlan, procs: ProcessSet, sim: Child, analytics: Child, signals: Signals
 ) -> None:
     """Wait until the simulation and the analytics have both exited 0; the first part to fail
     (the analytics included: the simulation is then stopped) raises."""
     done = (sim, analytics)
     while sim.popen.poll() is None and analytics.popen.poll() is None:
-        _check_parts(procs, done, signals)
+        _check_processes(procs, done, signals)
         time.sleep(0.1)
-    _check_parts(procs, done, signals)
+    _check_processes(procs, done, signals)
     # one is done: the other has --timeout to follow (an analytics that ends early leaves
     # the simulation that time to finish, since nobody takes its steps any more)
     last = analytics if sim.popen.poll() is not None else sim
@@ -382,13 +381,13 @@ def _wait_for_user_analytics(
         lambda: last.popen.poll() is not None,
         f"the {last.name} to exit",
         plan.timeout,
-        check=lambda: _check_parts(procs, done, signals),
+        check=lambda: _check_processes(procs, done, signals),
     )
-    _check_parts(procs, done, signals)
+    _check_processes(procs, done, signals)
 
 
 def _builtin_analytics(
-    plan: Plan, client: Any, procs: ProcessSet, sim: Child, signals: Signals, out: IO[str]
+    plan: RunPlan, client: Any, procs: ProcessSet, sim: Child, signals: Signals, out: IO[str]
 ) -> None:
     """The built-in PCA of every step (:func:`~deisa.pca_app.driver.drive`), with a progress
     bar; then, once the simulation has exited, the report."""
@@ -422,7 +421,7 @@ def _builtin_analytics(
                 client,
                 analysis,
                 watch,
-                check=lambda: _check_parts(procs, (sim,), signals),
+                check=lambda: _check_processes(procs, (sim,), signals),
                 on_step=signals.check,
                 after_stream=after_stream,
                 out=out,

@@ -109,9 +109,9 @@ def run_settings(command: str, argv: Sequence[str]) -> RunSettings:
         argparse's: ``--help``, or options it refuses (status 2).
     """
     values, defaults = resolve(command, argv)
-    simulation, grid = _simulation(values, defaults)
+    simulation, grid = _checked_simulation(values, defaults)
     build_dir, pdi_config = _build_dir(values), find_path(values["pdi_config"])
-    bridge = _bridge(values)
+    bridge = _bridge_options(values)
     stop_origin = defaults.origin("run", "stop_timeout")
     stop_timeout = checks.seconds(stop_origin, defaults["run"]["stop_timeout"])
     _check_user_code(values)
@@ -249,7 +249,9 @@ def resolve_solver(asked: str, build_dir: Path, pdi_config: Path) -> tuple[str, 
     return "python", reason
 
 
-def _simulation(values: Values, defaults: Defaults) -> tuple[dict[str, Any], tuple[int, int]]:
+def _checked_simulation(
+    values: Values, defaults: Defaults
+) -> tuple[dict[str, Any], tuple[int, int]]:
     """The simulation's settings, checked by the Python solver's own
     :class:`~deisa_simulation.heat.HeatConfig` before any rank starts, and the process grid."""
     from deisa_simulation.heat import HeatConfig
@@ -356,7 +358,7 @@ def _build_dir(values: Values) -> Path:
     return build
 
 
-def _bridge(values: Values) -> BridgeOptions:
+def _bridge_options(values: Values) -> BridgeOptions:
     """The Bridge options that ``deisa-run`` sets, checked by
     :class:`~deisa.bridge.options.BridgeOptions`."""
     given = {"mode": values["mode"], "max_in_flight": values["max_in_flight"]}

@@ -1,7 +1,7 @@
 """The plan of a run: every process it starts, built once from the settings.
 
 :func:`make_plan` turns checked :class:`~deisa.launcher.settings.RunSettings` into a
-:class:`Plan`: for each process (the scheduler, the workers, the analytics, the simulation) its
+:class:`RunPlan`: for each process (the scheduler, the workers, the analytics, the simulation) its
 name, its command, what its environment adds (variables set, directories put first in a search
 path), its nodes, tasks and cores; and the files the run writes first (the simulation's YAML,
 the C solver's PDI YAML). The local run (:mod:`.local`) starts the plan on this machine; the
@@ -174,7 +174,7 @@ class Process:
 @dataclass(frozen=True)
 class BuiltinPCA:
     """The built-in PCA of a run (:class:`deisa.pca_app.driver.Analysis`), run by the launcher
-    itself (a local run) or by ``deisa-run analytics`` (a job, :attr:`Plan.analytics`).
+    itself (a local run) or by ``deisa-run analytics`` (a job, :attr:`RunPlan.analytics`).
 
     Attributes
     ----------
@@ -215,7 +215,7 @@ class Job:
 
 
 @dataclass(frozen=True)
-class Plan:
+class RunPlan:
     """Every process of a run, and what it writes before starting them.
 
     Attributes
@@ -280,8 +280,8 @@ class Plan:
         return [self.scheduler, self.workers, *extra, self.simulation]
 
 
-def make_plan(settings: RunSettings, where: Where | None = None) -> Plan:
-    """The :class:`Plan` of ``settings``: a Slurm job's where ``settings.slurm`` is set (the
+def make_plan(settings: RunSettings, where: Where | None = None) -> RunPlan:
+    """The :class:`RunPlan` of ``settings``: a Slurm job's where ``settings.slurm`` is set (the
     layout of its allocation checked), else a local run's; its paths spelled as ``where`` says
     (by default, :func:`job_where` or :func:`local_where`).
 
@@ -296,11 +296,11 @@ def make_plan(settings: RunSettings, where: Where | None = None) -> Plan:
         job = Job(settings.slurm, tuple(nodes), settings.pdi_config)
         where = where or job_where(settings, (worker_nodes, sim_nodes))
     where = where or local_where(settings.output, _local_comm(settings))
-    return Plan(**_processes(settings, where), **_run_facts(settings), job=job)
+    return RunPlan(**_processes(settings, where), **_run_facts(settings), job=job)
 
 
 def _run_facts(settings: RunSettings) -> dict[str, Any]:
-    """What the back ends need of the run beside its processes (:class:`Plan`'s fields)."""
+    """What the back ends need of the run beside its processes (:class:`RunPlan`'s fields)."""
     pca = None
     if settings.analytics is None:
         steps = None if settings.command else settings.simulation["steps"]
@@ -316,7 +316,7 @@ def _run_facts(settings: RunSettings) -> dict[str, Any]:
 
 
 def _processes(settings: RunSettings, where: Where) -> dict[str, Any]:
-    """The processes of the plan, what they write first and what they are (:class:`Plan`'s
+    """The processes of the plan, what they write first and what they are (:class:`RunPlan`'s
     fields)."""
     worker_nodes, sim_nodes = where.nodes
     simulation, files, description, timings, timings_file, found = _simulation(settings, where)
@@ -331,7 +331,7 @@ def _processes(settings: RunSettings, where: Where) -> dict[str, Any]:
         memory=settings.memory_limit,
         python=where.python, listen=where.listen, comm=where.comm,
     )  # fmt: skip
-    analytics = _analytics(settings, where, timings if timings_file else None)
+    analytics = _analytics_process(settings, where, timings if timings_file else None)
     return {
         "scheduler": Process("scheduler", scheduler),
         "workers": Process(
@@ -474,7 +474,7 @@ def _yaml(data: object) -> str:
     return yaml.safe_dump(data, sort_keys=False, default_flow_style=None)
 
 
-def _analytics(settings: RunSettings, where: Where, timings: str | None) -> Process | None:
+def _analytics_process(settings: RunSettings, where: Where, timings: str | None) -> Process | None:
     """The user's analytics; in a job, else ``deisa-run analytics`` (the built-in PCA, next
     to the scheduler); ``None``: the built-in PCA in the launcher (a local run)."""
     if settings.analytics is not None:

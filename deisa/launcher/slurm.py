@@ -4,7 +4,7 @@
 client (``deisa-run analytics``) on node 0, the Dask workers, then the MPI ranks of the heat
 simulation (the Python solver, or the C solver through PDI and the deisa plugin), each a
 concurrent ``srun --exact`` step, as in the DEISA paper's experiments. Every step is a process
-of the run's :class:`~deisa.launcher.plan.Plan`, the one a local run starts: this module only
+of the run's :class:`~deisa.launcher.plan.RunPlan`, the one a local run starts: this module only
 renders it (each command quoted for bash, the job's own variables left to it, its nodes,
 tasks and cores as ``srun`` options) into the template, as dask-jobqueue's ``Job`` does.
 
@@ -39,13 +39,12 @@ from pathlib import Path
 from .adios2_engine import PRELOAD
 from .dask_processes import http_env
 from .libraries import LOADER_VARIABLES
-from .plan import JOB_ID, LIBRARIES, USER_PYTHON, Plan, Process
+from .plan import JOB_ID, LIBRARIES, USER_PYTHON, Process, RunPlan
 from .processes import NO_WORK_STEALING, SAFE_PATH_ENV, THREAD_PINS
 from .security import tls_env
 from .settings import SlurmSettings
-from .slurm_layout import SCHEDULER_NODES, Node, describe, layout
-from .ucx import INSTALL as UCX_INSTALL
-from .ucx import MODULE as UCX_MODULE
+from .slurm_layout import SCHEDULER_NODES, Node, describe_layout, layout
+from .ucx import UCX_INSTALL, UCX_MODULE
 
 __all__ = ["JOB_ID", "PRIVATE_TMP", "SCHEDULER_NODES", "WORKER_TTL", "job_script", "layout"]
 
@@ -64,13 +63,13 @@ class _ScriptTemplate(string.Template):
     delimiter = "@@"  # `$` belongs to bash
 
 
-def job_script(plan: Plan) -> str:
+def job_script(plan: RunPlan) -> str:
     """The text of a batch script running scheduler, workers, client and simulation together.
 
     Parameters
     ----------
     plan
-        The job's :class:`~deisa.launcher.plan.Plan`
+        The job's :class:`~deisa.launcher.plan.RunPlan`
         (:func:`~deisa.launcher.plan.make_plan` of the settings of ``deisa-run slurm``): its
         processes are those of a local run, spelled with the job's variables, each on its
         nodes; ``plan.job`` holds the allocation (nodes, layout, time, partition, job name,
@@ -108,7 +107,7 @@ def job_script(plan: Plan) -> str:
     workers, threads, ranks = plan.workers.tasks, plan.workers.cores, plan.simulation.tasks
     fields = {
         "header": "\n".join(f"#SBATCH {line}" for line in _header(slurm, nodes, output)),
-        "layout": describe(nodes, threads),
+        "layout": describe_layout(nodes, threads),
         "solver": _comment(plan.description),
         "tasks": f"1 scheduler + 1 analytics client + {workers} workers x {threads} threads + "
         f"{ranks} MPI ranks = {cpus}",
@@ -309,7 +308,7 @@ def _first_in(variable: str, directory: Path) -> str:
     )
 
 
-def _setup(plan: Plan) -> str:
+def _setup(plan: RunPlan) -> str:
     """The lines before the steps: the C solver's PDI YAML, the search paths the simulation
     gets (the deisa PDI plugin, the ADIOS2 engine)."""
     setup = ""
@@ -330,7 +329,7 @@ def _setup(plan: Plan) -> str:
     return setup + _loader_check(plan)
 
 
-def _loader_check(plan: Plan) -> str:
+def _loader_check(plan: RunPlan) -> str:
     """The line checking on the job's node what the simulation hands the loaders: its search
     paths and preloads as its step gets them, every entry absolute and private, every library
     there safe, the C solver's program too (``python -m`` :mod:`deisa.launcher.libraries`);

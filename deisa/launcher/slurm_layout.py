@@ -2,7 +2,8 @@
 
 :func:`layout` splits the allocation into the scheduler's node, the worker nodes and the
 simulation nodes; :func:`allocation` says what each node runs and the CPUs it takes (the job's
-``#SBATCH`` header asks for them), :func:`describe` the same as the job script's comment lines.
+``#SBATCH`` header asks for them), :func:`describe_layout` the same as the job script's comment
+lines.
 """
 
 from __future__ import annotations
@@ -113,7 +114,7 @@ def _on_nodes(
     ]
 
 
-def describe(plan: list[Node], threads: int) -> str:
+def describe_layout(plan: list[Node], threads: int) -> str:
     """The layout as comment lines, one per node (or per run of identical nodes)."""
     lines: list[tuple[list[int], str]] = []
     for node in plan:

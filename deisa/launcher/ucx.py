@@ -21,20 +21,20 @@ from collections.abc import Mapping
 
 from .defaults import UsageError
 
-MODULE = "distributed_ucxx"
+UCX_MODULE = "distributed_ucxx"
 """The module that distributed-ucxx installs (its entry point registers ``ucx://``)."""
 
-DISTRIBUTION = "distributed-ucxx-cu12"
-"""The distribution that provides :data:`MODULE` on the package index: RAPIDS publishes it
+UCX_DISTRIBUTION = "distributed-ucxx-cu12"
+"""The distribution that provides :data:`UCX_MODULE` on the package index: RAPIDS publishes it
 once per CUDA major version (``-cu12``, ``-cu13``), none under the plain name; the CUDA
 libraries it pulls in load without a GPU."""
 
-INSTALL = f"pip install 'deisa-insitu[ucx]' (it installs {DISTRIBUTION})"
+UCX_INSTALL = f"pip install 'deisa-insitu[ucx]' (it installs {UCX_DISTRIBUTION})"
 
 
 def ucx_available() -> bool:
-    """Whether :data:`MODULE` can be found (not imported: that starts UCX)."""
-    return importlib.util.find_spec(MODULE) is not None
+    """Whether :data:`UCX_MODULE` can be found (not imported: that starts UCX)."""
+    return importlib.util.find_spec(UCX_MODULE) is not None
 
 
 def check_protocol(protocol: str, tls: bool, name: str, *, local: bool) -> str:
@@ -50,7 +50,7 @@ def check_protocol(protocol: str, tls: bool, name: str, *, local: bool) -> str:
         How the error names the option (``--protocol``, or its key in the defaults file).
     local
         Whether the Dask processes start from this interpreter (the local run, or a Slurm job
-        without ``--python``): then :data:`MODULE` must be found here.
+        without ``--python``): then :data:`UCX_MODULE` must be found here.
 
     Raises
     ------
@@ -71,8 +71,8 @@ def check_protocol(protocol: str, tls: bool, name: str, *, local: bool) -> str:
         )
     if local and not ucx_available():
         raise UsageError(
-            f"{name} ucx: distributed-ucxx is not installed (no module {MODULE!r} in this "
-            f"Python); {INSTALL}"
+            f"{name} ucx: distributed-ucxx is not installed (no module {UCX_MODULE!r} in this "
+            f"Python); {UCX_INSTALL}"
         )
     return protocol
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ..wire import Route
-from .pipeline import Hooks, PCASettings, StepAnalytics, analyze_stream, warm_up
+from .pipeline import Hooks, PCASettings, StepAnalytics, analyze_stream, start_warm_up_fit
 from .report import Measured, report
 from .stall import StepWatch
 
@@ -118,7 +118,7 @@ def drive(
         One per step analysed.
     """
     # the first fit's start-up, paid on a small array while the ranks start (live only)
-    warm = warm_up(client, analysis.n_components) if analysis.replay is None else None
+    warm = start_warm_up_fit(client, analysis.n_components) if analysis.replay is None else None
     analytics, first_step_s = _fit_every_step(client, analysis, watch, check, on_step, progress)
     timings = after_stream()
     # once the stream has ended, the scheduler knows how long flow control held the ranks,

@@ -384,7 +384,7 @@ class _Pipeline:
             return []
 
 
-def warm_up(client: Client, n_components: int = 4, block: int = 16) -> PendingFit | None:
+def start_warm_up_fit(client: Client, n_components: int = 4, block: int = 16) -> PendingFit | None:
     """Start a PCA of a small random array through the analytics' own path; return at once.
 
     What the first step's fit would otherwise pay besides its arithmetic is paid here, before

@@ -47,8 +47,9 @@ ASK_EVERY = WATCH_SECONDS / 2
 
 
 @dataclass(frozen=True)
-class StreamState:
-    """What the scheduler knows of one array's stream.
+class StreamSnapshot:
+    """What the scheduler knows of one array's stream, as its stats say it now (its own state is
+    :class:`deisa.scheduler._state.StreamState`).
 
     Attributes
     ----------
@@ -72,7 +73,7 @@ class StreamState:
     others: tuple[str, ...] = ()
 
     @classmethod
-    def from_stats(cls, stats: Mapping[str, Any], array: str) -> StreamState:
+    def from_stats(cls, stats: Mapping[str, Any], array: str) -> StreamSnapshot:
         """From the scheduler extension's ``deisa_stats`` reply."""
         stream = stats.get("streams", {}).get(array) or {}
         silent = stats.get("contracts", {}).get("silent_s", {}).get(array)
@@ -89,7 +90,7 @@ def verdict(
     array: str,
     step: int,
     waited_s: float,
-    state: StreamState | None,
+    state: StreamSnapshot | None,
     *,
     exit_status: int | None = None,
     visible: bool = False,
@@ -142,15 +143,15 @@ def verdict(
     )
 
 
-def scheduler_state(client: Any, array: str) -> StreamState | None:
-    """``array``'s :class:`StreamState`, asked of the scheduler; ``None`` if it does not
+def scheduler_state(client: Any, array: str) -> StreamSnapshot | None:
+    """``array``'s :class:`StreamSnapshot`, asked of the scheduler; ``None`` if it does not
     answer (the launcher or the next ``deisa_get`` reports a scheduler that is gone)."""
     try:
         stats = client.sync(getattr(client.scheduler, Route.STATS))
     except Exception:
         logger.debug("no deisa_stats", exc_info=True)
         return None
-    return StreamState.from_stats(stats, array)
+    return StreamSnapshot.from_stats(stats, array)
 
 
 class StepWatch:
@@ -184,7 +185,7 @@ class StepWatch:
         step_timeout: float | None = None,
         exit_status: Callable[[], int | None] | None = None,
         log: Path | None = None,
-        state: Callable[[], StreamState | None] | None = None,
+        state: Callable[[], StreamSnapshot | None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.array = array
@@ -195,7 +196,7 @@ class StepWatch:
         self._clock = clock
         self._since = clock()
         self._asked_at: float | None = None
-        self._known: StreamState | None = None
+        self._known: StreamSnapshot | None = None
 
     def arrived(self) -> None:
         """A step arrived: the wait for the next one starts now."""

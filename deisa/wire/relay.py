@@ -19,13 +19,13 @@ from typing import Any
 from . import Route
 from .names import names
 
-INSTALL = "install"
+INSTALL_OP = "install"
 """The op that installs the scheduler extension and the workers' services (relayed as rank 0
 would make it: :func:`deisa.worker.install_on_scheduler`)."""
 
 RELAYED = frozenset(
     {
-        INSTALL,
+        INSTALL_OP,
         Route.WORKERS.value,
         Route.OPEN.value,
         Route.PUBLISH.value,

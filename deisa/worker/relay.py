@@ -24,7 +24,7 @@ from typing import Any
 from .. import _dask_internals
 from ..wire.guard import Guard, StreamListener, other_account
 from ..wire.names import bind_first, run_secret
-from ..wire.relay import INSTALL, MAX_FRAME, RELAYED, pack, read_frame, relay_names
+from ..wire.relay import INSTALL_OP, MAX_FRAME, RELAYED, pack, read_frame, relay_names
 
 logger = logging.getLogger(__name__)
 
@@ -115,7 +115,7 @@ class RelayServer:
             if op not in RELAYED or not isinstance(kwargs, dict):
                 raise ValueError(f"the relay makes deisa's calls only, not {op!r}")
             result: Any = None
-            if op == INSTALL:
+            if op == INSTALL_OP:
                 await self._install(**kwargs)
             else:
                 result = await getattr(self._pool(self.scheduler), str(op))(**kwargs)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from conftest import STARTUP, mpirun, test_env
 
-from deisa.bridge._exchange import POLL_S, SLOT_BYTES, Exchanger, from_wire, to_wire, wait
+from deisa.bridge._exchange import SLOT_BYTES, TEST_SLEEPS_S, Exchanger, from_wire, to_wire, wait
 from deisa.bridge._publisher import Connection, RankReport, RootReport
 
 WORKERS = ("tcp://127.0.0.1:40001", "tcp://127.0.0.1:40002")
@@ -75,7 +75,11 @@ def test_wait_tests_with_growing_sleeps_until_complete(monkeypatch: pytest.Monke
     request = Request()
     wait(request)
     assert request.tests == 10
-    assert sleeps[0] == POLL_S[0] and sleeps == sorted(sleeps) and max(sleeps) == POLL_S[1]
+    assert (
+        sleeps[0] == TEST_SLEEPS_S[0]
+        and sleeps == sorted(sleeps)
+        and max(sleeps) == TEST_SLEEPS_S[1]
+    )
 
 
 RANKS = r"""

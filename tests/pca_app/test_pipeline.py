@@ -16,7 +16,13 @@ from distributed import Client, Event
 from sklearn.decomposition import PCA
 
 from deisa.pca_app.failures import PipelineError
-from deisa.pca_app.pipeline import Hooks, PCASettings, StepAnalytics, analyze_stream, warm_up
+from deisa.pca_app.pipeline import (
+    Hooks,
+    PCASettings,
+    StepAnalytics,
+    analyze_stream,
+    start_warm_up_fit,
+)
 
 PUBLISHER = REPO / "tests" / "publish_blocks.py"
 sys.path.insert(0, str(PUBLISHER.parent))
@@ -124,7 +130,7 @@ def test_deisa_run_analytics_exits_non_zero_naming_a_stalled_fit(
 
 def test_warm_up_fits_a_small_array_on_the_cluster(one_worker: DaskProcesses) -> None:
     with one_worker.client() as client:
-        pending = warm_up(client, n_components=4, block=8)
+        pending = start_warm_up_fit(client, n_components=4, block=8)
         assert pending is not None
         pca = pending.result()
     assert pca.components_.shape == (4, 16) and pca.svd_solver_ == "full"

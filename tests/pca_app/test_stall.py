@@ -21,10 +21,10 @@ from stream_driver import Rank0, install
 from deisa.pca_app import stall
 from deisa.pca_app.failures import PipelineError
 from deisa.pca_app.pipeline import PCASettings, analyze_stream
-from deisa.pca_app.stall import SILENT_AFTER, StepWatch, StreamState, verdict
+from deisa.pca_app.stall import SILENT_AFTER, StepWatch, StreamSnapshot, verdict
 from deisa.wire import is_ok
 
-OPEN = StreamState(opened=True, published=3, silent_s=1.0)
+OPEN = StreamSnapshot(opened=True, published=3, silent_s=1.0)
 
 
 # -- the rules --------------------------------------------------------------------------------
@@ -35,7 +35,7 @@ def test_verdict_waits_as_long_as_the_simulation_lives(waited_s: float) -> None:
     # what deisa-run used to declare stuck after 120 s: a simulation seen running, or heard
     assert verdict("gtemp", 3, waited_s, OPEN, visible=True) is None
     assert verdict("gtemp", 3, waited_s, OPEN) is None
-    assert verdict("gtemp", 0, waited_s, StreamState()) is None  # no run opened the array yet
+    assert verdict("gtemp", 0, waited_s, StreamSnapshot()) is None  # no run opened the array yet
     assert verdict("gtemp", 0, waited_s, None) is None  # the scheduler did not answer
 
 
@@ -45,25 +45,25 @@ def test_verdict_ends_the_wait_when_the_simulation_exited_without_closing() -> N
         "the simulation exited (status 0) without closing 'gtemp', after publishing 3 step(s) "
         "(waiting for step 3)"
     )
-    never = StreamState(others=("temp",))
+    never = StreamSnapshot(others=("temp",))
     reason = verdict("gtemp", 0, 2.0, never, exit_status=0, visible=True)
     assert reason is not None
     assert "exited (status 0) without opening 'gtemp'; it published 'temp' (--array" in reason
-    closed = StreamState(opened=True, closed=True, published=3, silent_s=500.0)
+    closed = StreamSnapshot(opened=True, closed=True, published=3, silent_s=500.0)
     assert verdict("gtemp", 3, 2.0, closed, exit_status=0, visible=True) is None  # end queued
 
 
 def test_verdict_of_an_unseen_simulation_is_rank0s_heartbeat() -> None:
-    silent = StreamState(opened=True, published=2, silent_s=SILENT_AFTER + 1)
+    silent = StreamSnapshot(opened=True, published=2, silent_s=SILENT_AFTER + 1)
     reason = verdict("gtemp", 2, 10.0, silent)
     assert reason is not None and reason.startswith(
         f"rank 0 of the simulation has not been heard for {SILENT_AFTER + 1:.0f} s while "
         "'gtemp' is open (waiting for step 2"
     )
-    assert verdict("gtemp", 2, 10.0, StreamState(opened=True, silent_s=SILENT_AFTER)) is None
+    assert verdict("gtemp", 2, 10.0, StreamSnapshot(opened=True, silent_s=SILENT_AFTER)) is None
     # seen running, its exit status says whether it lives, not its (silent) Bridge
     assert verdict("gtemp", 2, 10.0, silent, visible=True) is None
-    assert verdict("gtemp", 2, 10.0, StreamState(closed=True, silent_s=500.0)) is None
+    assert verdict("gtemp", 2, 10.0, StreamSnapshot(closed=True, silent_s=500.0)) is None
 
 
 def test_verdict_honours_a_step_timeout_set_explicitly() -> None:
@@ -84,9 +84,9 @@ def test_step_watch_asks_the_scheduler_only_when_it_matters(tmp_path: Path) -> N
     clock, asked = Clock(), []
     running: list[int | None] = [None]
 
-    def state() -> StreamState:
+    def state() -> StreamSnapshot:
         asked.append(clock.now)
-        return StreamState(opened=True, published=1, silent_s=clock.now)
+        return StreamSnapshot(opened=True, published=1, silent_s=clock.now)
 
     log = tmp_path / "simulation.log"
     log.write_text("my simulation: leaving early\n")
@@ -113,7 +113,7 @@ def test_step_watch_asks_the_scheduler_only_when_it_matters(tmp_path: Path) -> N
 def test_step_watch_counts_the_step_timeout_from_the_last_arrival() -> None:
     clock = Clock()
     watch = StepWatch(
-        "u", exit_status=lambda: None, step_timeout=10, state=StreamState, clock=clock
+        "u", exit_status=lambda: None, step_timeout=10, state=StreamSnapshot, clock=clock
     )
     clock.now = 9.0
     watch.arrived()
@@ -129,8 +129,8 @@ def test_stream_state_reads_deisa_stats() -> None:
         "contracts": {"silent_s": {"u": 2.5, "v": 9.0}},
         "totals": {"u": {}, "v": {}},
     }
-    assert StreamState.from_stats(stats, "u") == StreamState(True, False, 4, 2.5, ("v",))
-    assert StreamState.from_stats(stats, "w") == StreamState(others=("u", "v"))
+    assert StreamSnapshot.from_stats(stats, "u") == StreamSnapshot(True, False, 4, 2.5, ("v",))
+    assert StreamSnapshot.from_stats(stats, "w") == StreamSnapshot(others=("u", "v"))
 
 
 # -- analyze_stream on a real scheduler ---------------------------------------------------------

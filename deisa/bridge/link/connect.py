@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..._dask_internals import import_distributed
 from ...wire import PROTOCOL, Route, is_ok
-from ...wire.relay import INSTALL, RELAYED
+from ...wire.relay import INSTALL_OP, RELAYED
 from .._collective import BridgeError
 from .._publisher import Connection
 from ..contracts import ContractBook
@@ -208,7 +208,7 @@ async def wait_workers(pool: Connections, address: str, min_workers: int) -> lis
         await asyncio.sleep(0.1)
 
 
-async def connect(
+async def connect_rank_0(
     pool: Connections,
     scheduler_file: str,
     options: BridgeOptions,
@@ -257,7 +257,7 @@ async def _reach_and_install(
         await asyncio.wait_for(
             through(
                 pool.relay,
-                INSTALL,
+                INSTALL_OP,
                 {"shared_memory": shared_memory},
                 lambda: install_from_rank_0(pool, address, shared_memory),
             ),

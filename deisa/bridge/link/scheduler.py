@@ -5,7 +5,7 @@ blocks to its workers (:mod:`.transport`); only rank 0 calls the scheduler throu
 routes a Bridge calls, all here:
 
 - ``deisa_open`` and ``deisa_workers`` (with the extension's installation), by
-  :meth:`~SchedulerLink.connect` (:func:`deisa.bridge.link.connect.connect`);
+  :meth:`~SchedulerLink.connect` (:func:`deisa.bridge.link.connect.connect_rank_0`);
 - ``deisa_publish``, a step's registration: :meth:`~SchedulerLink.register`;
 - ``deisa_get_value``, a steering value: :meth:`~SchedulerLink.get_value`;
 - ``deisa_close``, an array's end of stream: :meth:`~SchedulerLink.end_stream`;
@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from ...wire import Route, Status
 from .._collective import BridgeError
 from .._publisher import Connection
-from .connect import Connections, connect, open_arrays, route
+from .connect import Connections, connect_rank_0, open_arrays, route
 
 if TYPE_CHECKING:
     from ...wire.layout import StepLayout
@@ -222,8 +222,8 @@ class SchedulerLink:
         early: EarlyRegistration | None,
     ) -> Coroutine[Any, Any, Connection]:
         """Rank 0: find the scheduler, install the extension, wait for the workers, open the
-        arrays (:func:`deisa.bridge.link.connect.connect`)."""
-        return connect(self.pool, scheduler_file, options, decompositions, contracts, early)
+        arrays (:func:`deisa.bridge.link.connect.connect_rank_0`)."""
+        return connect_rank_0(self.pool, scheduler_file, options, decompositions, contracts, early)
 
     def open_arrays(
         self,

@@ -17,7 +17,7 @@ from distributed.utils_test import gen_cluster
 from deisa import ArraySpec, BridgeError, BridgeOptions
 from deisa.bridge.contracts import ContractBook
 from deisa.bridge.decomposition import Decomposition
-from deisa.bridge.link.connect import Connections, connect
+from deisa.bridge.link.connect import Connections, connect_rank_0
 from deisa.scheduler import StreamExtension
 from deisa.wire import EXTENSION_NAME, PROTOCOL
 
@@ -37,7 +37,7 @@ async def connect_to(address: str, decompositions: dict[str, Decomposition]) -> 
         scheduler_file.write_text(json.dumps({"address": address}))
         pool = Connections()
         try:
-            return await connect(
+            return await connect_rank_0(
                 pool, str(scheduler_file), BridgeOptions(connect_timeout=STARTUP),
                 decompositions, ContractBook(), None,
             )  # fmt: skip
