@@ -262,22 +262,29 @@ class _Peer:
         blocks = message.get("blocks")
         if not isinstance(blocks, list):
             raise ValueError(f"a puts message carries a list of blocks, not {blocks!r:.80}")
-        taken: dict[Any, tuple[int, np.ndarray]] = {}
+        taken: dict[Any, tuple[int, np.ndarray, dict[str, Any]]] = {}
         errors: list[list[Any]] = []
         for one in blocks:
-            ident = int(one["id"]) if isinstance(one, dict) and "id" in one else -1
+            ident = -1
             try:
+                ident = int(one["id"])
                 key, block = self.block(one)
                 if key in taken:
                     raise ValueError(f"block {key!r} twice in one puts message")
-                taken[key] = (ident, block)
+                taken[key] = (ident, block, one)
             except Exception as exc:
                 self.free(one)
                 errors.append([ident, f"{type(exc).__name__}: {exc}"])
-        sizes = _dask_internals.store_on_worker(
-            self.server.worker, {key: block for key, (_, block) in taken.items()}
-        )
-        stored = [[ident, sizes[key]] for key, (ident, _) in taken.items()]
+        try:
+            sizes = _dask_internals.store_on_worker(
+                self.server.worker, {key: block for key, (_, block, _) in taken.items()}
+            )
+        except Exception as exc:  # none stored: each block answered with the error
+            for ident, _, one in taken.values():
+                self.free(one)
+                errors.append([ident, f"{type(exc).__name__}: {exc}"])
+            return {"op": "stored-many", "stored": [], "errors": errors}
+        stored = [[ident, sizes[key]] for key, (ident, _, _) in taken.items()]
         return {"op": "stored-many", "stored": stored, "errors": errors}
 
     def send(self, reply: dict[str, Any]) -> None:

@@ -175,6 +175,20 @@ async def test_a_puts_message_stores_its_good_blocks_at_once_and_refuses_the_oth
         assert ("k", 2) not in a.data and ("k", 3) not in a.data
         bad = await exchange(sock, {"op": "puts", "blocks": "nope"})
         assert bad["op"] == "error" and "list of blocks" in bad["message"]
+        failing = pytest.MonkeyPatch()  # the worker cannot store them: each answered, freed
+        failing.setattr(
+            "deisa._dask_internals.store_on_worker",
+            lambda *_: (_ for _ in ()).throw(MemoryError("no room")),
+        )
+        try:
+            again = [dict(b, key=["k", 10 + i]) for i, b in enumerate(blocks[:2])]
+            os.pwrite(fds[0], b"\x01", 0)  # held, as the rank's hand-over marks it
+            reply = await exchange(sock, {"op": "puts", "blocks": again})
+        finally:
+            failing.undo()
+        assert reply["stored"] == [] and [i for i, _ in reply["errors"]] == [10, 11]
+        assert "MemoryError: no room" in reply["errors"][0][1]
+        assert os.pread(fds[0], 1, 0) == b"\x00"  # its slot free again
     finally:
         sock.close()
         for fd in fds:
