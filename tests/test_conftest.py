@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import uuid
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import conftest
@@ -131,4 +132,29 @@ def test_xdist_workers_take_the_longest_unit_first(
         "tests/launcher/test_local.py",
         "tests/wire/test_many.py",
         "tests/test_one.py",
+    ]
+
+
+def test_each_files_tests_that_need_the_build_run_after_its_others() -> None:
+    """While one worker builds (``built``), the other runs the tests of its file that need no
+    build first; the files keep their order, and each part of a file its own."""
+
+    def item(nodeid: str, *fixtures: str) -> Any:
+        return SimpleNamespace(nodeid=nodeid, fixturenames=["tmp_path", *fixtures])
+
+    items = [
+        item("tests/a.py::test_1", "built"),
+        item("tests/a.py::test_2"),
+        item("tests/a.py::test_3", "built"),
+        item("tests/a.py::test_4"),
+        item("tests/b.py::test_1", "built"),
+        item("tests/b.py::test_2"),
+    ]
+    assert [i.nodeid for i in conftest.build_last(items)] == [
+        "tests/a.py::test_2",
+        "tests/a.py::test_4",
+        "tests/a.py::test_1",
+        "tests/a.py::test_3",
+        "tests/b.py::test_2",
+        "tests/b.py::test_1",
     ]
