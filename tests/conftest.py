@@ -409,6 +409,9 @@ PROCESS_TESTS: dict[str, frozenset[str] | None] = {
         {"test_rank_0s_listener_without_dask_takes_the_jobs_notices_only"}
     ),
     "test_pca": frozenset({"test_merge_tree_wider_than_its_fan_in"}),  # its own LocalCluster
+    "test_insitu_bridge": frozenset(  # a LocalCluster on TCP, a rank in a fresh interpreter
+        {"test_a_bridge_never_closed_leaves_no_temporary_scheduler_file"}
+    ),
     "test_preload": frozenset({"test_a_simulation_rank_imports_nothing_of_the_analytics"}),
     "test_heat": frozenset(
         {"test_heat_mpi_run_without_bridge", "test_heat_rank_count_must_match_the_grid"}
