@@ -464,11 +464,11 @@ def build_last(items: list[pytest.Item]) -> list[pytest.Item]:
 XDIST_GROUPS = {"test_slurm.py": "slurm", "test_adios2.py": "slurm"}
 
 # Seconds a unit (a file, a group of XDIST_GROUPS) takes on one worker of `python3 -m pytest`
-# on two cores, from `--durations=0` runs (tests/README.md): the units of more than 40 s. The
-# workers take the longest first, so that the last ones are short and the two finish together
-# (xdist's own order, the most tests first, left files of one slow test for the end: one
-# worker ran a 1.5-min file while the other had nothing left). Any other file: its count of
-# tests times UNIT_SECONDS_PER_TEST.
+# on two quiet cores, the units of more than 40 s: estimated from `--durations` runs (the
+# README's whole run, `-n 0` runs of the files; tests/README.md), only their order matters.
+# The workers take the longest first, so that the last ones are short and the two finish
+# together (xdist's own order, the most tests first, leaves the files of one or two long tests
+# for the end). Any other file: its count of tests times UNIT_SECONDS_PER_TEST.
 UNIT_SECONDS = {
     "slurm": 600,
     "tests/launcher/test_cli.py": 280,
