@@ -174,6 +174,19 @@ def forget_holder(scheduler: Any, holder: str) -> None:
         scheduler.remove_client(client=holder, stimulus_id=f"deisa-forget-{holder}")
 
 
+def workers_of(client: Any) -> dict[str, dict[str, Any]]:
+    """The scheduler's workers (address -> their identity: ``name``, ``status``...), asked of
+    the scheduler now by a synchronous ``client``.
+
+    ``client.scheduler_info()["workers"]`` can come back empty: distributed 2026.8 refreshes
+    the client's cached identity every ``scheduler-info-interval`` without per-worker
+    information, and that refresh can land between ``scheduler_info``'s own fetch and its
+    return (seen under load: a worker that ``wait_for_workers`` had just counted was missing).
+    """
+    identity = client.sync(client.scheduler.identity, n_workers=-1)
+    return dict(identity["workers"])
+
+
 def future_in_memory(key: Key, client: Any) -> Future:
     """A Future for ``key``, already in memory and already wanted by ``client`` on the
     scheduler side (our extension did that), so no extra message is needed."""

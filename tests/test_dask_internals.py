@@ -207,3 +207,24 @@ def test_trim_key_split_cache_empties_it_at_its_limit() -> None:
     assert not _dask_internals.trim_key_split_cache(10**9)
     assert _dask_internals.trim_key_split_cache(50)
     assert key_split.cache_info().currsize == 0
+
+
+def test_workers_of_names_every_worker_where_scheduler_info_can_miss_them() -> None:
+    """``Client.scheduler_info()`` races with the client's own periodic refresh, which fetches
+    no per-worker information (here every 1 ms, to make the race common): a worker the
+    scheduler has is then missing. :func:`workers_of` asks the scheduler and sees them all."""
+    import dask
+    from distributed import LocalCluster
+
+    with (
+        dask.config.set({"distributed.client.scheduler-info-interval": "1ms"}),
+        LocalCluster(
+            n_workers=2, processes=False, threads_per_worker=1, dashboard_address=None
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        names = {w.name for w in cluster.workers.values()}
+        for _ in range(300):
+            workers = _dask_internals.workers_of(client)
+            assert {w["name"] for w in workers.values()} == names
+            assert all(w["status"] == "running" for w in workers.values())

@@ -30,6 +30,7 @@ from dask.core import flatten
 from distributed.utils_test import poll_for
 
 from deisa import Adapter
+from deisa._dask_internals import workers_of
 
 PUBLISHER = REPO / "tests" / "publish_blocks.py"
 sys.path.insert(0, str(PUBLISHER.parent))
@@ -338,8 +339,8 @@ def relaying_worker(cluster: DaskProcesses) -> int:
         return relay.worker
 
     with cluster.client() as client:
-        poll_for(lambda: len(client.scheduler_info()["workers"]) == 3, STARTUP, period=0.1)
-        names = {a: w["name"] for a, w in client.scheduler_info()["workers"].items()}
+        poll_for(lambda: len(workers_of(client)) == 3, STARTUP, period=0.1)
+        names = {a: w["name"] for a, w in workers_of(client).items()}
     worker = asyncio.run(ask())
     assert worker is not None, "no relay on this node"
     return int(str(names[worker]).removeprefix("worker-"))
@@ -413,7 +414,7 @@ def test_sync_publish_to_a_killed_worker_returns_well_within_the_connect_timeout
         )  # fmt: skip
         received: dict[int, np.ndarray] = {}
         with cluster.client() as client:
-            names = {w["name"]: a for a, w in client.scheduler_info()["workers"].items()}
+            names = {w["name"]: a for a, w in workers_of(client).items()}
             field = Adapter(client, timeout=STARTUP)["wsync"]
             for step in range(held):  # every rank has sent to both workers (round_robin)
                 received[step] = field[step].compute()
@@ -461,9 +462,7 @@ def test_worker_joining_mid_run_receives_blocks_from_then_on(tmp_path: Path) -> 
                     (joined,) = cluster.start_workers(1)  # worker-2, stopped with the others
                     client.wait_for_workers(3, timeout=STARTUP)
                     address = next(
-                        a
-                        for a, w in client.scheduler_info()["workers"].items()
-                        if w["name"] == "worker-2"
+                        a for a, w in workers_of(client).items() if w["name"] == "worker-2"
                     )
             rc, err = finish(sim)
     finally:

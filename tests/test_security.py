@@ -24,6 +24,7 @@ from conftest import REPO, STARTUP, DaskProcesses, kill_if_running, mpirun, test
 from distributed.utils_test import poll_for
 
 from deisa import Adapter
+from deisa._dask_internals import workers_of
 from deisa.bridge.scheduler_file import read_scheduler_address
 from deisa.launcher.dask_processes import scheduler_command, worker_command
 from deisa.wire import Status, SteeringError, status
@@ -105,7 +106,7 @@ def test_tls_passes_through_bridge_and_adapter(tls_cluster: tuple[Path, dict[str
     )
     with Client(address, security=security, timeout=STARTUP) as client:
         client.wait_for_workers(2, timeout=STARTUP)
-        workers = list(client.scheduler_info()["workers"])
+        workers = list(workers_of(client))
         assert all(w.startswith("tls://") for w in workers)
 
         # a plain client fails at once (no TLS context), so a long connect_timeout costs nothing

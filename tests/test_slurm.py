@@ -28,6 +28,7 @@ from conftest import REPO, STARTUP
 from distributed.utils_test import poll_for
 from user_code import write_user_code
 
+from deisa._dask_internals import workers_of
 from deisa.bridge.tls_files import TLS_FILES_ENV
 from deisa.launcher import parse, solver
 from deisa.launcher.cli import slurm_main
@@ -948,7 +949,7 @@ def test_job_refuses_strangers_and_keeps_its_files_private(slurm: Slurm, tmp_pat
         tls = job_dir / "tls"
         with Client(address, security=job_security(tls), timeout=STARTUP) as client:
             client.wait_for_workers(2, timeout=STARTUP)
-            worker = next(iter(client.scheduler_info()["workers"]))
+            worker = next(iter(workers_of(client)))
         for server in (address, worker):
             assert set(refusals(server, tls)) == {"plain", "no certificate", "foreign certificate"}
 

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from distributed import Client
 
+from .._dask_internals import workers_of
 from ..analysis import StepArray
 from ..analysis.adapter import Adapter, EndOfStreamError, StepNotAvailableError
 from ..analysis.pca import IncrementalPCA, PendingFit
@@ -418,7 +419,7 @@ def start_warm_up_fit(client: Client, n_components: int = 4, block: int = 16) ->
     name = f"deisa-warm-up-{uuid.uuid4().hex}"
     rng = np.random.default_rng(0)
     try:
-        workers = sorted(client.scheduler_info()["workers"])
+        workers = sorted(workers_of(client))
         futures = {}
         for n, (i, j) in enumerate(np.ndindex(2, 2)):  # (0, 0) and (0, 1) on different workers
             data = {(name, i, j): rng.standard_normal((block, block))}

@@ -32,6 +32,7 @@ from conftest import STARTUP, test_env
 from distributed.utils_test import poll_for
 from user_code import write_user_code
 
+from deisa._dask_internals import workers_of
 from deisa.bridge.scheduler_file import read_scheduler_address
 from deisa.bridge.tls_files import TLS_FILES_ENV
 from deisa.launcher import cli
@@ -252,7 +253,7 @@ def test_local_run_refuses_strangers_and_keeps_its_files_private(tmp_path: Path)
         tls = out / "tls"
         with Client(address, security=job_security(tls), timeout=STARTUP) as client:
             client.wait_for_workers(2, timeout=STARTUP)
-            worker = next(iter(client.scheduler_info()["workers"]))
+            worker = next(iter(workers_of(client)))
         for server in (address, worker):
             refused = refusals(server, tls)
             assert set(refused) == {"plain", "no certificate", "foreign certificate"}

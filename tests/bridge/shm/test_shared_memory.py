@@ -22,6 +22,7 @@ from conftest import REPO, STARTUP, DaskProcesses, kill_if_running, mpirun, star
 from distributed.utils_test import poll_for
 
 from deisa import Adapter
+from deisa._dask_internals import workers_of
 from deisa.pca_app.driver import array_totals, pool
 from deisa.wire.shm import slot_bytes, socket_name
 
@@ -150,7 +151,7 @@ def test_a_listener_name_taken_by_another_account_is_replaced(
     squatter = sim = None
     try:
         with cluster.client() as client:
-            victim = sorted(client.scheduler_info()["workers"])[0]
+            victim = sorted(workers_of(client))[0]
             squatter = squat(socket_name(victim, uid=os.getuid()))
             sim = publish(cluster, done, "--name", "squat", "--nsteps", "4")
             values: dict[int, np.ndarray] = {}
