@@ -372,18 +372,6 @@ def test_bridge_modules_read_no_private_state_of_another_object(path: Path) -> N
 # the loggers a module may use besides its own: the ADIOS2 engine's, which its C++ half
 # (plugin/adios2/deisa_engine.cxx) logs to through Python and docs/adios2.md names
 OTHER_LOGGERS = {"bridge/engine_parameters.py": "deisa.adios2"}
-# modules that log through a logger imported from a sibling, so under the sibling's name
-# (``deisa.scheduler._state``, ``deisa.analysis._compat_client``): in files that other branches
-# of issue 55 change at the same time (the scheduler's memory, the analytics' performance), to
-# be given their own (``logger = logging.getLogger(__name__)``) when they merge
-BORROWED_LOGGERS = {
-    "scheduler/consumers.py",
-    "scheduler/extension.py",
-    "scheduler/publishing.py",
-    "scheduler/workers.py",
-    "analysis/_compat_main.py",
-    "analysis/_compat_v03.py",
-}
 
 
 def _imported_loggers(path: Path) -> list[str]:
@@ -420,16 +408,8 @@ def test_each_module_logs_under_its_own_name(path: Path) -> None:
             allowed = OTHER_LOGGERS.get(str(path.relative_to(PACKAGE)))
             if not (isinstance(name, ast.Constant) and name.value == allowed):
                 wrong.append(f"line {node.lineno}: getLogger({ast.unparse(name)})")
-    if str(path.relative_to(PACKAGE)) not in BORROWED_LOGGERS:  # pending: see there
-        wrong += _imported_loggers(path)
+    wrong += _imported_loggers(path)
     assert wrong == [], f"{path.relative_to(PACKAGE)} logs under another name: {wrong}"
-
-
-def test_borrowed_loggers_are_still_borrowed() -> None:
-    """:data:`BORROWED_LOGGERS` lists only modules that still import another's logger: one
-    fixed leaves the list."""
-    fixed = [name for name in sorted(BORROWED_LOGGERS) if not _imported_loggers(PACKAGE / name)]
-    assert fixed == [], f"remove {fixed} from BORROWED_LOGGERS"
 
 
 def test_logger_check_finds_a_borrowed_name(

@@ -69,16 +69,18 @@ Routes (RPC handlers on the scheduler):
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from distributed.diagnostics.plugin import SchedulerPlugin
 
 from ..wire import EXTENSION_NAME, Route
 from . import contracts, steering
-from ._state import logger
 from .publishing import Publishing
 from .taking import Taking
 from .workers import Workers
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["EXTENSION_NAME", "StreamExtension"]
 
