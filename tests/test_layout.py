@@ -634,9 +634,9 @@ NAMES_DEFINED_TWICE: dict[str, tuple[tuple[str, ...], str]] = {
         ("deisa", "deisa.analysis", "deisa.bridge", "deisa.insitu"),
         "each package's table of lazy names for deisa._lazy.attach, as its own __all__",
     ),
-    # in files that other branches of issue 55 change at the same time (shared memory,
-    # registration, the scheduler's memory, the analytics' performance): one owner each when
-    # they merge
+    # in files that another branch changes at the same time (the Bridge's shared memory and
+    # registration, bridge/shm/ and bridge/registration/: wire.guard's HANDSHAKE_S is read by
+    # registration/notices.py; the analytics' performance): one owner each when they merge
     "HANDSHAKE_S": (
         ("deisa.bridge.shm.channel", "deisa.wire.guard"),
         "two sides of one handshake (how long a listener lets a connection stay "
@@ -648,18 +648,9 @@ NAMES_DEFINED_TWICE: dict[str, tuple[tuple[str, ...], str]] = {
         "two retries (a rank's notices to rank 0's listener, a rank's shared-memory channel "
         "to its worker), each tuned apart: to be named for each (NOTICE_RETRY_S, CHANNEL_RETRY_S)",
     ),
-    "_Slot": (
-        ("deisa.scheduler.contracts", "deisa.worker.shm"),
-        "two concepts (an array's contract slot, a mapped shared-memory slot): to be renamed",
-    ),
     "_numbers": (
         ("deisa.analysis._labels", "deisa.analysis._replay_bp"),
         "two helpers (a check of a list of numbers, a parse of ADIOS2's text): to be renamed",
-    ),
-    "install": (
-        ("deisa.scheduler.contracts", "deisa.scheduler.steering", "deisa.worker"),
-        "the scheduler's route groups' registration (to be named install_routes) and the "
-        "workers' services' public install",
     ),
 }
 
