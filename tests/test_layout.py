@@ -28,6 +28,7 @@ from conftest import STARTUP, DaskProcesses, modules_loaded, mpirun, test_env
 from house_measures import (
     DOCS,
     REPO,
+    block_measures,
     cited_with_names,
     defined_twice,
     imports_of,
@@ -434,6 +435,24 @@ def test_docs_cite_only_what_exists(doc: Path) -> None:
     ``channel.py``) names a file, a module or a name of this tree: the map cannot drift
     (tests/house_measures.py, ``docs_paths_missing``; what is not ours: ``NOT_OURS`` there)."""
     assert missing_in_docs([doc]) == []
+
+
+def test_block_returns_are_call_chains_that_re_enter_a_file() -> None:
+    """A block's way counts a return where a call chain re-enters a file it had left, each
+    (process, file left, file re-entered) once: not where a file calls two others in turn, not
+    twice for a poll that repeats, and the same whatever the order the calls came in."""
+    chains = {
+        ("rank", ("a/x.py", "a/y.py", "a/x.py")),  # a return: x > y > x
+        ("rank", ("a/x.py", "a/y.py", "a/x.py", "a/x.py")),  # the same, once
+        ("rank", ("a/x.py", "a/z.py")),  # x calls y, then z: no return
+        ("rank", ("a/x.py", "b/w.py", "a/x.py", "a/y.py")),  # y called from x, no re-entry
+        ("worker", ("a/x.py", "b/w.py", "a/y.py")),  # folder returns only: a/ > b/ > a/
+    }
+    measures = block_measures(chains)
+    assert measures["block_returns_list"] == ["a/y.py -> a/x.py (rank)"]
+    assert measures["block_folder_returns_list"] == ["b/ -> a/ (rank)", "b/ -> a/ (worker)"]
+    assert (measures["block_files"], measures["block_folders"]) == (4, 2)
+    assert measures == block_measures(set(reversed(sorted(chains))))
 
 
 def test_docs_check_finds_what_is_gone(tmp_path: Path) -> None:
