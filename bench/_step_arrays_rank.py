@@ -26,6 +26,19 @@ SKIP = 2
 """Steps left out of the figures: the connection and the first slots."""
 
 
+class SlotPaths(logging.Handler):
+    """The transport's debug lines: how each block found its slot (prepared, given back, fresh)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.paths: dict[str, int] = {}
+
+    def emit(self, record: logging.LogRecord) -> None:
+        path = getattr(record, "deisa_slot", None)
+        if path is not None:
+            self.paths[path] = self.paths.get(path, 0) + 1
+
+
 class Registrations(logging.Handler):
     """Rank 0's registrar's debug lines: (publications registered together, seconds) each."""
 
@@ -109,6 +122,11 @@ def main() -> None:
     registrar.addHandler(registrations)
     registrar.setLevel(logging.DEBUG)
 
+    paths = SlotPaths()
+    transport = logging.getLogger("deisa.bridge.shm.transport")
+    transport.addHandler(paths)
+    transport.setLevel(logging.DEBUG)
+
     bridge = Bridge(args.scheduler_file, {n: s for n, (s, _) in named.items()}, mode="async",
                     connect_timeout=300)  # fmt: skip
     profiler = cProfile.Profile() if args.profile and rank == 0 else None
@@ -142,13 +160,16 @@ def main() -> None:
         "nbytes": sum(d.nbytes for d in data), "publish_s": publish, "memcpy_s": memcpy,
         "pool": pool, "transport": transport, "exchanges": exchanges,
         "steps": args.steps + SKIP, "registrations": registrations.waves,
+        "slot_paths": paths.paths,
         "spent_s": [per_step[t] for t in sorted(per_step)],
     }  # fmt: skip
     if profiler is not None:
         text = io.StringIO()
         stats = pstats.Stats(profiler, stream=text).sort_stats("tottime")
         stats.print_stats(25)
-        stats.print_callers("acquire|pwrite|memfd_create")  # who waits, who writes fresh slots
+        stats.print_callers(
+            "acquire|pwrite|memfd_create|threading.py:.*\\(wait\\)"
+        )  # who waits, who writes fresh slots
         report["profile"] = text.getvalue()
     (args.out / f"rank-{rank}.json").write_text(json.dumps(report))
 

@@ -24,7 +24,10 @@ Per case: the median time of a step's publishes, the rank's memcpy of the same b
 the middle of each step's compute), their ratio (``of memcpy``: memcpy over publish, the
 publish's speed as a share of a copy's), the publish beyond the copy per array, the blocks that
 went by shared memory and by TCP, and those that went by TCP on the node for want of a slot
-(``fallbacks``, ``Bridge.shm_pool``). ``--profile``: rank 0's cProfile of its publishes (first
+(``fallbacks``, ``Bridge.shm_pool``), how the blocks found their slots (prepared: warm, copied at
+memcpy's speed; given back; fresh: new pages, the costly case; every step, the first two
+included). The analytics is attached and warm before the ranks start (a steady state, not the
+backlog of its start). ``--profile``: rank 0's cProfile of its publishes (first
 repeat of each case), printed and kept in the JSON. Writes ``step_arrays.json``.
 
 Targets (issue 56 item 9): ``many`` and ``one`` >= 80 % of memcpy; ``many`` <= 1.1x ``one``;
@@ -69,15 +72,25 @@ def names(case: str, args: argparse.Namespace) -> tuple[str, ...]:
 
 
 def take(client: Any, case: str, args: argparse.Namespace, errors: list[str],
-         taken: list[int]) -> None:  # fmt: skip
-    """The analytics: every step of ``case``'s arrays, each summed (one compute a step)."""
+         taken: list[int], ready: threading.Event) -> None:  # fmt: skip
+    """The analytics: every step of ``case``'s arrays, each summed (one compute a step).
+    Attached to every array (its imports done) before ``ready`` is set: the ranks start then,
+    so that the steps measured are a steady state's, not a backlog the analytics' start left
+    (on the 2-core VM, importing the analytics' side took longer than a run of 14 steps: every
+    block of it waited on the worker, each in a fresh slot)."""
     import dask
+    import dask.array as da
 
     from deisa import Adapter
 
     try:
         adapter = Adapter(client, timeout=600)
         arrays = names(case, args)
+        for name in arrays:
+            adapter[name]._attach()  # a consumer from the first step on (as zip does)
+        warm = da.ones(8, chunks=4)  # dask.array's and the compute's first-use costs
+        dask.compute(warm.sum(), warm[2:].sum())
+        ready.set()
         if len(arrays) == 1:
             steps: Any = ((t, (a,)) for t, a in adapter[arrays[0]].items())
         else:
@@ -89,6 +102,8 @@ def take(client: Any, case: str, args: argparse.Namespace, errors: list[str],
             taken[0] += 1
     except Exception as exc:  # reported with the run
         errors.append(f"{type(exc).__name__}: {exc}")
+    finally:
+        ready.set()
 
 
 def run_case(client: Any, scheduler_file: Path, case: str, args: argparse.Namespace,
@@ -96,8 +111,11 @@ def run_case(client: Any, scheduler_file: Path, case: str, args: argparse.Namesp
     """One mpirun of the ranks for ``case``; their reports."""
     errors: list[str] = []
     taken = [0]
-    reader = threading.Thread(target=take, args=(client, case, args, errors, taken), daemon=True)
+    ready = threading.Event()
+    reader = threading.Thread(target=take, args=(client, case, args, errors, taken, ready),
+                              daemon=True)  # fmt: skip
     reader.start()
+    ready.wait(600)
     with tempfile.TemporaryDirectory(prefix="deisa-step-arrays-") as out:
         cmd = [
             "mpirun", "--oversubscribe", "-np", str(args.ranks), sys.executable, str(RANK),
@@ -130,6 +148,9 @@ def summarize(case: str, reports: list[dict[str, Any]]) -> dict[str, Any]:
         "by_shm": sum(p.get("blocks by shared memory", 0) for p in pools),
         "by_tcp": sum(p.get("blocks by tcp", 0) for p in pools),
         "fallbacks": sum(p.get("fallbacks", 0) for p in pools),
+        **{f"slots_{path.replace(' ', '_')}": sum(r.get("slot_paths", {}).get(path, 0)
+                                                  for r in reports)
+           for path in ("prepared", "given back", "fresh")},
         **{f"{what}_ms": median([1e3 * median([s[i] for s in r["spent_s"]]) for r in reports])
            for i, what in enumerate(("copy", "wait", "exchange"))},
         "pool_budget_mib": pools[0].get("budget_mib", 0.0),
@@ -148,7 +169,8 @@ FIELDS = ("publish_ms", "memcpy_ms", "p90_ms", "beyond_per_array_ms", "exchanges
 HEADERS = ("case", "arrays", "MiB", "publish ms", "p90 ms", "memcpy ms", "of memcpy",
            "copy / wait / exchanges ms",
            "beyond copy per array ms", "exchanges/step", "registration rounds/step",
-           "round ms", "blocks shm/tcp", "fallbacks", "pool budget/peak MiB")  # fmt: skip
+           "round ms", "blocks shm/tcp", "fallbacks", "slots prepared/given back/fresh",
+           "pool budget/peak MiB")  # fmt: skip
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -219,7 +241,8 @@ def report(args: argparse.Namespace, rows: list[dict[str, Any]], profiles: dict[
     for case in cases:
         group = [r for r in rows if r["case"] == case]
         m[case] = {field: median([r[field] for r in group]) for field in FIELDS}
-        m[case].update({k: sum(r[k] for r in group) for k in ("by_shm", "by_tcp", "fallbacks")})
+        m[case].update({k: sum(r[k] for r in group) for k in ("by_shm", "by_tcp", "fallbacks",
+                        "slots_prepared", "slots_given_back", "slots_fresh")})  # fmt: skip
         m[case].update(arrays=group[0]["arrays"], mib=group[0]["mib"])
     print(table(HEADERS, [[
         case, v["arrays"], f"{v['mib']:g}", f"{v['publish_ms']:.2f}", f"{v['p90_ms']:.2f}",
@@ -228,6 +251,7 @@ def report(args: argparse.Namespace, rows: list[dict[str, Any]], profiles: dict[
         f"{v['beyond_per_array_ms']:.3f}", f"{v['exchanges_per_step']:.2f}",
         f"{v['registrations_per_step']:.2f}", f"{v['registration_ms']:.2f}",
         f"{v['by_shm']}/{v['by_tcp']}", v["fallbacks"],
+        f"{v['slots_prepared']}/{v['slots_given_back']}/{v['slots_fresh']}",
         f"{v['pool_budget_mib']:.0f}/{v['pool_peak_mib']:.0f}",
     ] for case, v in m.items()]))  # fmt: skip
     return finish(args.out, "step_arrays", targets(m), rows=rows, medians=m, profiles=profiles,

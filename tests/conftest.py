@@ -62,7 +62,7 @@ def modules_loaded(code: str) -> list[str]:
 
 def deisa_run(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
     """``python -m deisa.launcher ARGS`` (``deisa-run``) to its end, its output captured."""
-    _uses_mpi()  # deisa-run starts the simulation under mpirun (or prints a job that srun's)
+    uses_mpi()  # deisa-run starts the simulation under mpirun (or prints a job that srun's)
     return subprocess.run(
         [sys.executable, "-m", "deisa.launcher", *args],
         env=test_env(),
@@ -70,6 +70,20 @@ def deisa_run(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[s
         capture_output=True,
         text=True,
         timeout=timeout,
+    )
+
+
+def start_deisa_run(*args: str) -> subprocess.Popen[str]:
+    """:func:`deisa_run` started, not waited for: a run that is idle most of its time (a slow
+    simulation's sleep), started by a module's fixture while the module's other tests run; the
+    test that reads it calls :func:`uses_mpi`."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "deisa.launcher", *args],
+        env=test_env(),
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -131,7 +145,7 @@ def shared_dask(module_dask: DaskProcesses, tmp_path: Path) -> DaskProcesses:
 
 def mpirun(nranks: int, *args: str) -> list[str]:
     """The mpirun command line for ``nranks`` ranks (oversubscribed, root allowed)."""
-    _uses_mpi()
+    uses_mpi()
     return ["mpirun", "--oversubscribe", "-np", str(nranks), *args]
 
 
@@ -191,6 +205,20 @@ def _processes_mentioning(marker: Path) -> list[str]:
         except psutil.Error:
             continue
     return found
+
+
+def reader_profile(bp: Path | str, pid: int | None = None) -> Path:
+    """Where ADIOS2's BP5 reader (2.10-2.12) writes its profile when it closes ``bp``, whatever
+    its parameters say: ``/tmp/<file name>_<pid in hex>_profiling.json``, readable by all. A
+    test that reads a BP5 file with the adios2 bindings removes its own
+    (:func:`drop_reader_profile`; the analytics scripts that the tests run, theirs): the suite
+    leaves nothing in /tmp (``deisa.Replay`` removes its own too)."""
+    return Path("/tmp") / f"{Path(bp).name}_{os.getpid() if pid is None else pid:x}_profiling.json"
+
+
+def drop_reader_profile(bp: Path | str) -> None:
+    """Remove this process's :func:`reader_profile` of ``bp``, if there is one."""
+    reader_profile(bp).unlink(missing_ok=True)
 
 
 def write_config(path: Path, **settings: object) -> Path:
@@ -381,6 +409,9 @@ PROCESS_TESTS: dict[str, frozenset[str] | None] = {
         {"test_rank_0s_listener_without_dask_takes_the_jobs_notices_only"}
     ),
     "test_pca": frozenset({"test_merge_tree_wider_than_its_fan_in"}),  # its own LocalCluster
+    "test_insitu_bridge": frozenset(  # a LocalCluster on TCP, a rank in a fresh interpreter
+        {"test_a_bridge_never_closed_leaves_no_temporary_scheduler_file"}
+    ),
     "test_preload": frozenset({"test_a_simulation_rank_imports_nothing_of_the_analytics"}),
     "test_heat": frozenset(
         {"test_heat_mpi_run_without_bridge", "test_heat_rank_count_must_match_the_grid"}
@@ -404,6 +435,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if starts_processes(item):
             item.add_marker(pytest.mark.integration)
+    items[:] = build_last(items)
+
+
+def build_last(items: list[pytest.Item]) -> list[pytest.Item]:
+    """``items``, the tests of each file that need the CMake build (:func:`built`) after the
+    file's others, each part in its order: the first file of the worker that does not build
+    runs its other tests while the other worker builds (2.5 min on two cores), rather than
+    waiting for the build's lock at its first such test."""
+    files: dict[str, int] = {}
+    for item in items:
+        files.setdefault(item.nodeid.split("::", 1)[0], len(files))
+    return sorted(
+        items,
+        key=lambda item: (
+            files[item.nodeid.split("::", 1)[0]],
+            "built" in getattr(item, "fixturenames", ()),
+        ),
+    )
 
 
 # -- two cores, two xdist workers: `python3 -m pytest` runs with `-n 2 --dist loadfile` ---------
@@ -414,17 +463,59 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # test_slurm's fixture), whose daemons would compete for the host's node name and cgroups.
 XDIST_GROUPS = {"test_slurm.py": "slurm", "test_adios2.py": "slurm"}
 
+# Seconds a unit (a file, a group of XDIST_GROUPS) takes on one worker of `python3 -m pytest`
+# on two quiet cores, the units of more than 40 s: estimated from `--durations` runs (the
+# README's whole run, `-n 0` runs of the files; tests/README.md), only their order matters.
+# The workers take the longest first, so that the last ones are short and the two finish
+# together (xdist's own order, the most tests first, leaves the files of one or two long tests
+# for the end). Any other file: its count of tests times UNIT_SECONDS_PER_TEST.
+UNIT_SECONDS = {
+    "slurm": 600,
+    "tests/launcher/test_cli.py": 280,
+    "tests/test_bench.py": 250,
+    "tests/launcher/test_local.py": 240,
+    "tests/test_faults.py": 220,
+    "tests/test_pdi_plugin.py": 200,
+    "tests/test_adios2_fortran.py": 120,
+    "tests/launcher/test_ucx.py": 100,
+    "tests/test_ecosystem.py": 90,
+    "tests/test_adios2_moving.py": 80,
+    "tests/test_openpmd.py": 80,
+    "tests/pca_app/test_pipeline.py": 70,
+    "tests/test_insitu_conformance.py": 60,
+    "tests/launcher/test_job_security.py": 50,
+    "tests/test_integrity.py": 45,
+    "tests/wire/test_guard.py": 45,
+}
+UNIT_SECONDS_PER_TEST = 0.3
+
+
+def unit_seconds(unit: str, tests: int) -> float:
+    """How long the xdist unit ``unit`` of ``tests`` tests takes: :data:`UNIT_SECONDS`."""
+    return UNIT_SECONDS.get(unit, tests * UNIT_SECONDS_PER_TEST)
+
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """xdist's load-by-file scheduling, the files of :data:`XDIST_GROUPS` one unit each group
-    (xdist's own ``xdist_group`` marks no longer reach its scheduler under pytest 9)."""
+    (xdist's own ``xdist_group`` marks no longer reach its scheduler under pytest 9), the
+    longest unit first (:func:`unit_seconds`)."""
     from xdist.scheduler import LoadScopeScheduling
 
     class FileGroups(LoadScopeScheduling):  # type: ignore[misc]
+        ordered = False
+
         def _split_scope(self, nodeid: str) -> str:
             path = nodeid.split("::", 1)[0]
             return XDIST_GROUPS.get(path.rpartition("/")[2], path)
+
+        def _assign_work_unit(self, node: Any) -> None:
+            if not self.ordered:  # the queue is complete at the first assignment
+                units = sorted(self.workqueue.items(), key=lambda u: -unit_seconds(u[0], len(u[1])))
+                self.workqueue.clear()
+                self.workqueue.update(units)
+                self.ordered = True
+            super()._assign_work_unit(node)
 
     return FileGroups(config, log)
 
@@ -486,7 +577,7 @@ _MPI_TESTS: set[str] = set()  # node IDs of the tests that started MPI ranks
 _USED_MPI = ("deisa", "mpi")  # in a report's user_properties: its test started MPI ranks
 
 
-def _uses_mpi() -> None:
+def uses_mpi() -> None:
     """Record that the running test starts MPI ranks (:func:`mpirun`, :func:`deisa_run`)."""
     current = os.environ.get("PYTEST_CURRENT_TEST", "")
     if current:

@@ -54,7 +54,7 @@ from ..wire.attributes import (
 from ..wire.layout import LayoutError
 from . import _labels
 from ._replay_array import ReplayArray, ReplayError, UnknownArrayError
-from ._replay_bp_io import BPBlock, adios2_message, bindings_of, open_bp
+from ._replay_bp_io import BPBlock, adios2_message, bindings_of, close_bp, open_bp
 from ._replay_moving import MovingReplayArray, bp_layout, check_layouts, layout_error
 from ._replay_operators import bp4_operators, describe
 
@@ -212,7 +212,7 @@ class BPFile:
                 count += 1
         finally:
             try:
-                engine.Close()
+                close_bp(engine, self.path)
             except Exception as exc:  # the error that stopped the scan is the one to tell
                 logger.debug("deisa replay: closing %s: %s", self.path, adios2_message(exc))
         return count

@@ -13,13 +13,14 @@ import os
 import re
 import threading
 from collections import OrderedDict
+from contextlib import suppress
 from typing import Any
 
 import numpy as np
 
 from ._replay_array import ReplayError
 
-__all__ = ["BPBlock", "adios2_message", "bindings_of", "open_bp"]
+__all__ = ["BPBlock", "adios2_message", "bindings_of", "close_bp", "open_bp"]
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +61,18 @@ def open_bp(bindings: Any, path: str, mode: Any, name: str) -> tuple[Any, Any, A
         return adios, io, io.Open(path, mode)
     except Exception as exc:
         raise ReplayError(f"{path}: not readable by ADIOS2 ({adios2_message(exc)})") from None
+
+
+def close_bp(engine: Any, path: str) -> None:
+    """Close ``engine``, which :func:`open_bp` opened on ``path``. ADIOS2's BP5 reader writes
+    its profile to ``/tmp/<file name>_<pid in hex>_profiling.json`` at every ``Close``, whatever
+    its parameters say (ADIOS2 2.10-2.12), readable by all: that file, this process's own, goes."""
+    bp5 = "BP5" in engine.Type().upper()
+    engine.Close()
+    if bp5:
+        profile = f"/tmp/{os.path.basename(path)}_{os.getpid():x}_profiling.json"
+        with suppress(FileNotFoundError):
+            os.remove(profile)
 
 
 def bindings_of(path: str) -> Any:
@@ -150,7 +163,8 @@ def _reader(
             raise ReplayError(f"step {step}: {exc}") from None
         _READERS[key] = (threading.Lock(), adios, io, engine)
         while len(_READERS) > _OPEN_READERS:
-            _close(_READERS.popitem(last=False)[1])
+            (oldest, _), reader = _READERS.popitem(last=False)
+            _close(oldest, reader)
         return key, _READERS[key]
 
 
@@ -159,12 +173,12 @@ def _forget(key: tuple[str, int]) -> None:
         reader = _READERS.pop(key, None)
     if reader is not None:
         try:
-            reader[3].Close()  # its lock is held by the caller
+            close_bp(reader[3], key[0])  # its lock is held by the caller
         except Exception as exc:
             logger.debug("deisa replay: closing %s: %s", key[0], adios2_message(exc))
 
 
-def _close(reader: tuple[threading.Lock, Any, Any, Any]) -> None:
+def _close(path: str, reader: tuple[threading.Lock, Any, Any, Any]) -> None:
     lock, _, _, engine = reader
     with lock:
-        engine.Close()
+        close_bp(engine, path)

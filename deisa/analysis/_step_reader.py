@@ -87,7 +87,9 @@ class StepReader(ABC):
         iteration reads one step ahead on the arrays that are ahead. Each array's steps are
         taken as its :meth:`~StepArray.items` takes them: on a live stream, by this Adapter,
         which attaches to every array before waiting for any (each receives the steps from
-        now on); a :class:`~deisa.analysis.replay.Replay` zips its saved steps the same way.
+        now on) and asks for the next step of all the arrays that advance in one round trip
+        (a step of many arrays is one read); a :class:`~deisa.analysis.replay.Replay` zips its
+        saved steps the same way.
 
         Examples
         --------
@@ -100,4 +102,9 @@ class StepReader(ABC):
         arrays = [self[name] for name in names]
         for array in arrays:  # before waiting for any
             array._attach()
-        yield from zip_steps(arrays, how, as_xarray=as_xarray)
+        yield from zip_steps(arrays, how, as_xarray=as_xarray, together=self._read_together)
+
+    def _read_together(self, arrays: list[StepArray]) -> None:
+        """Before ``arrays`` advance together in a :meth:`zip`: fetch what their next steps
+        need in one go, if this reader can (saved steps: nothing to fetch)."""
+        return None

@@ -199,16 +199,28 @@ class ArrayDescriptor(StepArray):
         """Take the next record from the scheduler; False at the end of the stream."""
         if self._ended:
             return False
+        return self._receive(self.adapter._request(Route.GET, **self._get_call()))
+
+    def _due(self) -> bool:
+        """Whether the next step of the iteration needs a record from the scheduler (none is
+        cached here, no lost step is left to report, the stream has not ended)."""
+        return not (self._ended or self._cached or self._unreported)
+
+    def _get_call(self) -> dict[str, Any]:
+        """The ``deisa_get`` arguments of this array's next record."""
+        adapter = self.adapter
+        return {
+            "name": self.name,
+            "client": adapter.client.id,
+            "timeout": adapter.timeout,
+            "run": self._run,
+            "consumer": adapter.consumer,
+            "group": adapter.group,
+        }
+
+    def _receive(self, reply: Reply) -> bool:
+        """Take in the scheduler's reply to :meth:`_get_call`; False at the end of the stream."""
         client = self.adapter.client
-        reply = self.adapter._request(
-            Route.GET,
-            name=self.name,
-            client=client.id,
-            timeout=self.adapter.timeout,
-            run=self._run,
-            consumer=self.adapter.consumer,
-            group=self.adapter.group,
-        )
         answer = status(reply)
         self._note_memory(reply.get("memory") or [])
         if answer is Status.ERROR:

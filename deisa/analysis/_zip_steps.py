@@ -7,7 +7,7 @@ nothing of deisa.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Literal, Protocol
 
 logger = logging.getLogger(__name__)
@@ -30,17 +30,25 @@ def check_zip(names: Sequence[str], how: str) -> None:
 
 
 def zip_steps(
-    arrays: Sequence[Stepped], how: Literal["all", "any"] = "all", *, as_xarray: bool = False
+    arrays: Sequence[Stepped],
+    how: Literal["all", "any"] = "all",
+    *,
+    as_xarray: bool = False,
+    together: Callable[[list[Any]], None] | None = None,
 ) -> Iterator[tuple[int, tuple[Any, ...]]]:
     """Iterate the steps of several arrays together, in step order (see ``Adapter.zip``).
 
     ``how="all"`` yields the steps every array has, and ends when any array ends;
     ``how="any"`` yields every step some array has, ``None`` for the others, until all ended.
     A step is yielded once each array has it or a later step (or ended). ``as_xarray``: the
-    arrays labelled (:meth:`StepArray.items`).
+    arrays labelled (:meth:`StepArray.items`). ``together``: called with the arrays about to
+    advance, before they do, so that it can fetch their next steps in one go (the live
+    Adapter's one read a step: :meth:`~deisa.analysis.adapter.Adapter._read_together`).
     """
     check_zip([a.name for a in arrays], how)
     iterators = [array._items(as_xarray) for array in arrays]
+    if together is not None:
+        together(list(arrays))
     heads = [next(it, None) for it in iterators]
     while True:
         live = [head for head in heads if head is not None]
@@ -61,6 +69,8 @@ def zip_steps(
                 ", ".join(a.name for a, at in zip(arrays, here, strict=True) if at),
                 ", ".join(a.name for a, at in zip(arrays, here, strict=True) if not at),
             )
+        if together is not None:
+            together([a for a, at in zip(arrays, here, strict=True) if at])
         heads = [
             next(it, None) if at else head
             for it, head, at in zip(iterators, heads, here, strict=True)

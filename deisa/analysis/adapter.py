@@ -18,6 +18,7 @@ steps with :meth:`ArrayDescriptor.windows`. See ``docs/streams.md``.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import uuid
@@ -27,7 +28,7 @@ from distributed import Client
 
 from ..scheduler import StreamExtension
 from ..wire import SCHEDULER_FILE_ENV, Reply, Route
-from ._reading import EndOfStreamError, StepNotAvailableError
+from ._reading import EndOfStreamError, StepArray, StepNotAvailableError
 from ._step_reader import StepReader
 from ._stream_array import ArrayDescriptor, StepLostError
 
@@ -246,3 +247,33 @@ class Adapter(StepReader):
             raise RuntimeError(f"this Adapter was closed: it cannot read any more ({route})")
         reply: Reply = self.client.sync(getattr(self.client.scheduler, route.value), **kwargs)
         return reply
+
+    def _read_together(self, arrays: list[StepArray]) -> None:
+        """:meth:`zip`'s one read a step: the ``deisa_get`` of every array in ``arrays`` that
+        needs its next step from the scheduler, sent at once and awaited together (one
+        round trip for a step of many arrays instead of one each, so that the analytics keeps
+        up and the steps it is done with are let go, and their shared-memory slots reused, at
+        once). Each reply is then taken in array by array, as one ``deisa_get`` would be; the
+        first error is raised once every reply is in."""
+        due = [a for a in arrays if isinstance(a, ArrayDescriptor) and a._due()]
+        if len(due) < 2:
+            return  # one array: its own deisa_get, when its iteration asks for it
+        if self._closed:
+            raise RuntimeError(f"this Adapter was closed: it cannot read any more ({Route.GET})")
+        get = getattr(self.client.scheduler, Route.GET.value)
+
+        async def together() -> list[Any]:  # a failed call does not lose the others' steps
+            calls = (get(**a._get_call()) for a in due)
+            return list(await asyncio.gather(*calls, return_exceptions=True))
+
+        replies: list[Any] = self.client.sync(together)
+        failure: BaseException | None = None
+        for array, reply in zip(due, replies, strict=True):
+            try:
+                if isinstance(reply, BaseException):
+                    raise reply
+                array._receive(reply)
+            except Exception as exc:  # the others' steps are taken in first
+                failure = failure or exc
+        if failure is not None:
+            raise failure

@@ -6,14 +6,19 @@ A code that writes many arrays a step (openPMD's mesh components and particle re
 copied and sent as by :meth:`deisa.Bridge.publish`, but in ``mode="async"`` the exchange that
 each ``publish`` would post is held, and the end of the step posts one for all of them (its
 call: the arrays' names and the step, so that ranks that published other arrays are named as
-today), which the next call of the Bridge completes. In ``mode="sync"`` each array is
-registered as ``publish`` does (one gather each).
+today), which the next call of the Bridge completes; the sends the step's publishes start reach
+the Bridge's event loop together at its end (:meth:`~deisa.bridge._loop.LoopThread.batched`),
+so that the blocks for one worker go in one shared-memory hand-over
+(:meth:`~deisa.bridge.shm.channel.Channel.put`) and rank 0 registers the arrays in one
+``deisa_publish_many``. In ``mode="sync"`` each array is registered as ``publish`` does (one
+gather each).
 
 Runs on the rank's main thread, like :meth:`deisa.Bridge.publish`.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -41,12 +46,14 @@ class StepScope:
         self._publisher = publisher  # its async machinery (None: mode="sync")
         self.step = step
         self._open = False
+        self._batch = contextlib.ExitStack()  # the loop's calls, held to the end of the step
 
     def __enter__(self) -> StepScope:
         if self._publisher is not None:
             if self._publisher.held is not None:
                 raise RuntimeError("bridge.step() inside another bridge.step()")
             self._publisher.held = []
+            self._batch.enter_context(self._publisher.parts.loop.batched())
         self._open = True
         return self
 
@@ -70,7 +77,8 @@ class StepScope:
         if publisher is None:
             return
         held, publisher.held = publisher.held, None
-        if held:  # one exchange for the step's publishes: the first problem names its array
-            names = tuple(call[0] for call, _ in held)
-            problem = next((f"{c[0]!r}: {p}" for c, p in held if p is not None), None)
-            publisher.post((names, self.step), problem)
+        with self._batch:  # the sends reach the loop together, after the exchange is posted
+            if held:  # one exchange for the step's publishes: the first problem names its array
+                names = tuple(call[0] for call, _ in held)
+                problem = next((f"{c[0]!r}: {p}" for c, p in held if p is not None), None)
+                publisher.post((names, self.step), problem)

@@ -29,6 +29,7 @@ import os
 import sys
 import tempfile
 import time
+import weakref
 import zlib
 from collections import deque
 from collections.abc import Mapping
@@ -124,6 +125,11 @@ def _scheduler_file(given: str | os.PathLike[str] | None) -> tuple[str, str | No
     return path, path
 
 
+def _remove(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+
+
 class Bridge(IBridge):
     """deisa-core's ``IBridge`` on :class:`deisa.Bridge`; one per rank.
 
@@ -202,7 +208,10 @@ class Bridge(IBridge):
             except ValueError as exc:  # raised on every rank, below
                 problem = problem or f"rank {self.id}: {exc}"
         self._empty = {name for name, spec in specs.items() if spec is None}
-        self._scheduler_file, self._temp_file = _scheduler_file(scheduler_file)
+        self._scheduler_file, temporary = _scheduler_file(scheduler_file)
+        # removed at close(), or when the Bridge is collected or the interpreter exits
+        # without a close() (a code that never calls it)
+        self._temp_file = weakref.finalize(self, _remove, temporary) if temporary else None
         try:
             published = {n: s for n, s in specs.items() if s is not None}
             self._build(speaking_comm(comm), published, kwargs, problem)
@@ -397,8 +406,7 @@ class Bridge(IBridge):
 
     def _remove_temp_file(self) -> None:
         if self._temp_file is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(self._temp_file)
+            self._temp_file()  # once: a finalizer runs at most once
             self._temp_file = None
 
     def __del__(self) -> None:

@@ -38,6 +38,9 @@ Routes (RPC handlers on the scheduler):
   ``Status.DROPPED``. A step with a block on a worker that has left is refused with
   ``Status.LOST`` and ``workers`` (those that left): its keys are released and the readers
   find a lost marker in its place.
+- ``deisa_publish_many(publications)``: several ``deisa_publish`` in one message (each a mapping
+  of its arguments; of distinct arrays: a step's, which rank 0 registers together), registered
+  concurrently; ``ok(replies=[...])``, each publication's reply in order.
 - ``deisa_close(name, run, nsteps)``: end of stream.
 - ``deisa_meta(name, timeout, client=None, consumer=None, group=None)``: the array's metadata,
   once a Bridge has opened it (a *consumed* run's metadata is not served: it waits for the next
@@ -98,6 +101,7 @@ class StreamExtension(Publishing, Taking, Workers, SchedulerPlugin):
             Route.WORKERS: self.workers,
             Route.OPEN: self.open_stream,
             Route.PUBLISH: self.publish_step,
+            Route.PUBLISH_MANY: self.publish_many,
             Route.CLOSE: self.close_stream,
             Route.META: self.array_meta,
             Route.GET: self.get_step,

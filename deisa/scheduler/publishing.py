@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections import Counter
 from typing import Any
@@ -13,6 +14,11 @@ from ._state import TRIM_EVERY, StreamState
 from ._streams import End, Lost, Reader, Step, Stream, insert
 
 logger = logging.getLogger(__name__)
+
+PUBLICATION_FIELDS = frozenset(
+    ("name", "run", "step", "blocks", "timeout", "contract", "layout", "attrs")
+)
+"""The fields of one publication of ``deisa_publish_many``: ``deisa_publish``'s arguments."""
 
 
 class Publishing(StreamState):
@@ -100,6 +106,28 @@ class Publishing(StreamState):
             self._trim()
         await stream.notify()
         return ok()
+
+    async def publish_many(self, publications: list[dict[str, Any]]) -> Reply:
+        """``deisa_publish`` of several steps in one message (a step's arrays, from a rank 0
+        that published them together): each publication registered as its own call would be,
+        concurrently (they are of distinct arrays), and ``ok(replies=[...])``, one reply each,
+        in order. A publication that is not a mapping of ``deisa_publish``'s arguments gets an
+        error reply naming what is wrong; the others are registered all the same."""
+        self.calls["publish_many"] += 1
+        if not isinstance(publications, (list, tuple)):  # msgpack gives a list as a tuple
+            return error(f"publications must be a list, not {type(publications).__name__}")
+
+        async def one(publication: Any) -> Reply:
+            if not isinstance(publication, dict):
+                return error(f"a publication is a mapping, not {type(publication).__name__}")
+            unknown = sorted(set(publication) - PUBLICATION_FIELDS, key=str)
+            missing = sorted({"name", "run", "step", "blocks"} - set(publication))
+            if unknown or missing:
+                what = f"unknown fields {unknown}" if unknown else f"missing fields {missing}"
+                return error(f"publication of {publication.get('name')!r}: {what}")
+            return await self.publish_step(**publication)
+
+        return ok(replies=list(await asyncio.gather(*(one(p) for p in publications))))
 
     async def _make_room(self, stream: Stream, record: Step, timeout: float | None) -> Reply | None:
         """Flow control: room in ``stream``'s buffer for ``record`` (dropping the oldest step, or

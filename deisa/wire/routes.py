@@ -38,6 +38,7 @@ class Route(str, enum.Enum):
     WORKERS = "deisa_workers"
     OPEN = "deisa_open"
     PUBLISH = "deisa_publish"
+    PUBLISH_MANY = "deisa_publish_many"
     CLOSE = "deisa_close"
     META = "deisa_meta"
     GET = "deisa_get"

@@ -12,6 +12,8 @@ serves each rank that connects with the same uid:
 - ``slot`` with a file descriptor: maps that slot of the rank's ring;
 - ``put``: wraps the slot in an ``ndarray`` (no copy) and stores it under the block's key as a
   peer's ``update_data`` would, then answers ``stored`` (or ``error``);
+- ``puts``: several blocks at once (a step's), stored with one ``update_data``, answered with one
+  ``stored-many`` (the blocks stored, the blocks refused);
 - ``drop``: forgets a slot the rank has retired.
 
 The array's memory is the slot's: spilling, pickling and transfers to other workers see a
@@ -227,24 +229,63 @@ class _Peer:
         if op == "put":
             ident = int(message["id"])
             try:
-                nbytes = self.put(message)
+                key, block = self.block(message)
+                nbytes = _dask_internals.store_on_worker(self.server.worker, {key: block})[key]
             except Exception as exc:
-                slot = self.slots.get(int(message.get("slot", -1)))
-                if slot is not None:
-                    _set_free(slot.map)
+                self.free(message)
                 return {"op": "error", "id": ident, "message": f"{type(exc).__name__}: {exc}"}
             return {"op": "stored", "id": ident, "nbytes": nbytes}
+        if op == "puts":
+            return self.puts(message)
         raise ValueError(f"unknown message {op!r}")
 
-    def put(self, message: dict[str, Any]) -> int:
+    def block(self, message: dict[str, Any]) -> tuple[tuple[Any, ...], np.ndarray]:
+        """The key and the array (over its slot, no copy) of one ``put``'s block."""
         slot = self.slots[int(message["slot"])]
         dtype = block_dtype(message["dtype"])
         shape = block_shape(message["shape"])
         if dtype.itemsize * math.prod(shape) > slot.size - HEADER:
             raise ValueError(f"a block of {shape} {dtype} does not fit slot {message['slot']}")
-        block = np.asarray(_SlotView(slot, dtype, shape))
-        key = key_from_wire(message["key"])
-        return _dask_internals.store_on_worker(self.server.worker, {key: block})[key]
+        return key_from_wire(message["key"]), np.asarray(_SlotView(slot, dtype, shape))
+
+    def free(self, message: Any) -> None:
+        """Free the slot of a ``put`` that failed (the rank may write it again)."""
+        slot = self.slots.get(int(message.get("slot", -1))) if isinstance(message, dict) else None
+        if slot is not None:
+            _set_free(slot.map)
+
+    def puts(self, message: dict[str, Any]) -> dict[str, Any]:
+        """Several blocks handed over at once (a step's, :data:`MAX_MESSAGE` at most), stored
+        with one ``update_data``; answered with one ``stored-many``: ``stored``, ``[id, bytes]``
+        of each block stored, and ``errors``, ``[id, message]`` of each refused (its slot
+        freed)."""
+        blocks = message.get("blocks")
+        if not isinstance(blocks, list):
+            raise ValueError(f"a puts message carries a list of blocks, not {blocks!r:.80}")
+        taken: dict[Any, tuple[int, np.ndarray, dict[str, Any]]] = {}
+        errors: list[list[Any]] = []
+        for one in blocks:
+            ident = -1
+            try:
+                ident = int(one["id"])
+                key, block = self.block(one)
+                if key in taken:
+                    raise ValueError(f"block {key!r} twice in one puts message")
+                taken[key] = (ident, block, one)
+            except Exception as exc:
+                self.free(one)
+                errors.append([ident, f"{type(exc).__name__}: {exc}"])
+        try:
+            sizes = _dask_internals.store_on_worker(
+                self.server.worker, {key: block for key, (_, block, _) in taken.items()}
+            )
+        except Exception as exc:  # none stored: each block answered with the error
+            for ident, _, one in taken.values():
+                self.free(one)
+                errors.append([ident, f"{type(exc).__name__}: {exc}"])
+            return {"op": "stored-many", "stored": [], "errors": errors}
+        stored = [[ident, sizes[key]] for key, (ident, _, _) in taken.items()]
+        return {"op": "stored-many", "stored": stored, "errors": errors}
 
     def send(self, reply: dict[str, Any]) -> None:
         data = encode(**reply)

@@ -144,3 +144,59 @@ def test_workers_paused_for_memory_are_named_when_a_step_is_taken_and_at_a_timeo
         await in_thread(analytics)
 
     run()
+
+
+# -- zip: one read a step (issue 56 item 9) ---------------------------------------------------
+
+
+def test_zip_reads_a_steps_arrays_together_and_a_failed_read_keeps_the_others_steps(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``zip`` asks for the next step of every array that advances in one round trip (no
+    ``deisa_get`` of its own per array and step); an array whose read fails (here, it never
+    comes) raises, and the step the others' reads took meanwhile stays readable."""
+
+    @gen_cluster(client=True)
+    async def run(c, s, a, b) -> None:
+        ext = await install(c, s)
+        for name in ("t", "u", "v"):
+            rank0 = Rank0(c, [a, b], name, "r1")
+            await rank0.open()
+            for step in range(2):
+                await rank0.publish(step)
+            await rank0.close(2)
+        lone = Rank0(c, [a, b], "w", "r1")  # its step waits for the second Adapter
+        await lone.open()
+        await lone.publish(0)
+
+        def analytics() -> None:
+            with (
+                Client(s.address, timeout=WAIT) as client,
+                Adapter(client, timeout=WAIT) as adapter,
+            ):
+                own_gets: list[str] = []
+                request = adapter._request
+
+                def counted(route: Any, **kwargs: Any) -> Any:
+                    if route.value == "deisa_get":
+                        own_gets.append(kwargs["name"])
+                    return request(route, **kwargs)
+
+                monkeypatch.setattr(adapter, "_request", counted)
+                got = [
+                    (t, [f.compute() for f in fields]) for t, fields in adapter.zip("t", "u", "v")
+                ]
+                assert [t for t, _ in got] == [0, 1] and not own_gets
+                for t, fields in got:
+                    for field in fields:
+                        np.testing.assert_array_equal(field, np.vstack([block(t, 0), block(t, 1)]))
+                assert ext.calls["get"] == 9  # 2 steps and the end, of 3 arrays
+            with Client(s.address, timeout=WAIT) as client, Adapter(client, timeout=0.5) as adapter:
+                with pytest.raises(TimeoutError, match="'never'"):
+                    next(adapter.zip("w", "never"))
+                step0 = adapter["w"][0].compute()  # taken with the failed read, not lost
+                np.testing.assert_array_equal(step0, np.vstack([block(0, 0), block(0, 1)]))
+
+        await in_thread(analytics)
+
+    run()

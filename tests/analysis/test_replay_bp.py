@@ -9,6 +9,8 @@ numpy field it was cut from, and with a Replay of the same data saved to HDF5.
 from __future__ import annotations
 
 import subprocess
+import tempfile
+import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -16,7 +18,7 @@ from typing import Any
 import h5py
 import numpy as np
 import pytest
-from conftest import two_worker_client
+from conftest import drop_reader_profile, two_worker_client
 
 from deisa import EndOfStreamError, Replay, StepNotAvailableError
 from deisa.analysis import _replay_bp_io
@@ -106,6 +108,20 @@ def test_bp_chunks_are_the_writers_blocks(tmp_path: Path, engine: str) -> None:
     assert replay["U"].chunks == ((4, 6), (2, 1, 2, 2))  # ragged: each chunk in one block
     assert replay["U"][0].chunks == replay["U"].chunks
     assert Replay(tmp_path / "out.bp", chunks=(5, 7))["U"].chunks == ((5, 5), (7,))
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_bp_replay_leaves_no_profile_in_tmp(tmp_path: Path, engine: str) -> None:
+    """ADIOS2's BP5 reader writes ``/tmp/<file name>_<pid>_profiling.json`` (0644, whatever
+    TMPDIR says) when it closes, unless its io sets ``Profile`` ``Off``: a Replay, its scan and
+    its block readers, leaves nothing outside the file it reads."""
+    name = f"replay-{uuid.uuid4().hex}.bp"
+    replay = Replay(two_arrays(tmp_path / name, engine))
+    assert replay["U"][STEPS - 1].compute().tobytes() == field(STEPS - 1).tobytes()
+    for key in [key for key in list(_replay_bp_io._READERS) if key[0].endswith(name)]:
+        _replay_bp_io._forget(key)  # the block reader closed, as when it is evicted
+    tmps = {Path("/tmp"), Path(tempfile.gettempdir())}
+    assert [p for tmp in tmps for p in tmp.glob(f"{name}_*_profiling.json")] == []
 
 
 def test_bp_and_hdf5_replays_give_the_same_steps(tmp_path: Path) -> None:
@@ -318,6 +334,7 @@ def test_bp_attributes_are_each_arrays_per_step_as_adios2_reads_them(
                 value = stream.read_attribute(name)
                 step_attrs[name] = value if isinstance(value, (str, list)) else value.tolist()
             read.append(step_attrs)
+    drop_reader_profile(path)
     replay = Replay(str(path))
     assert replay.names == sorted(names)
     for name, raw in names.items():

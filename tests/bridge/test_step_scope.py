@@ -6,20 +6,30 @@ tests/test_moving_mpi.py (``--scoped``)."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
+from conftest import STARTUP
 
 from deisa.bridge._async import AsyncPublisher
+from deisa.bridge._loop import LoopThread
 from deisa.bridge.step_scope import StepScope
 
 
+class Parts:
+    def __init__(self) -> None:
+        self.loop = LoopThread("deisa-test-step-scope")
+
+
 class Publisher:
-    """The part of :class:`AsyncPublisher` a step scope drives: its held calls and its posts."""
+    """The part of :class:`AsyncPublisher` a step scope drives: its held calls and its posts,
+    and its Bridge's event loop (real)."""
 
     def __init__(self) -> None:
         self.held: list[Any] | None = None
         self.posted: list[tuple[Any, Any]] = []
+        self.parts = Parts()
 
     def post(self, call: Any = None, problem: str | None = None) -> None:
         self.posted.append((call, problem))
@@ -74,3 +84,25 @@ def test_steps_do_not_nest() -> None:
     inner, _ = scope(publisher, {})
     with outer, pytest.raises(RuntimeError, match=r"inside another bridge\.step"):
         inner.__enter__()
+
+
+def test_the_loop_calls_of_a_steps_publishes_reach_the_loop_together_at_its_end() -> None:
+    """The sends of a step's blocks start together (one hand-over per worker, one registration
+    message): the loop runs nothing the step's publishes asked of it before the step ends."""
+    publisher = Publisher()
+    ran: list[str] = []
+    loop = publisher.parts.loop
+    try:
+        step, _ = scope(publisher, {})
+        with step as s:
+            for name in ("Ex", "Ey"):
+                s.publish(name, [1])
+                loop.soon(ran.append, name)  # what a publish's send asks of the loop
+            loop.soon(ran.append, "last")
+            turn = asyncio.run_coroutine_threadsafe(asyncio.sleep(0, "turn"), loop.loop)
+            assert turn.result(STARTUP) == "turn" and ran == []  # a call not held would have run
+        turn = asyncio.run_coroutine_threadsafe(asyncio.sleep(0, "turn"), loop.loop)
+        assert turn.result(STARTUP) == "turn"
+        assert ran == ["Ex", "Ey", "last"]
+    finally:
+        loop.stop()

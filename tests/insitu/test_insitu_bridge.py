@@ -4,6 +4,9 @@ cluster, ranks as threads: tests/thread_comm.py)."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,7 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import STARTUP
+from conftest import STARTUP, test_env
 from distributed import Client, LocalCluster
 from thread_comm import ThreadComm, on_ranks
 
@@ -158,6 +161,35 @@ def test_get_reads_the_values_set_per_timestep(cluster: tuple[str, Client]) -> N
     for got in on_ranks(comms, simulate):
         assert got == (0.5, "none", deque([(3, 0.5), (5, "half")]), deque(), 7)
     adapter.close()
+
+
+NEVER_CLOSED = """
+from thread_comm import ThreadComm
+
+from deisa.insitu.bridge import Bridge
+
+arrays = {"never-closed": {"global_shape": (4,), "chunk_shape": (4,), "chunk_position": (0,)}}
+bridge = Bridge(ThreadComm.world(1)[0], arrays, wait_for_go=False)
+bridge.send("never-closed", __import__("numpy").arange(4.0), 0)
+print("sent", flush=True)
+"""  # and exits without close(), as a code may
+
+
+def test_a_bridge_never_closed_leaves_no_temporary_scheduler_file(tmp_path: Path) -> None:
+    """deisa-dask's ``DEISA_DASK_SCHEDULER_ADDRESS`` (an address) goes into a temporary
+    scheduler file, removed at close(); a process that exits without close() leaves none
+    either (it left one in the temporary directory each run)."""
+    env = test_env()
+    env.pop("DEISA_SCHEDULER_FILE", None)
+    env["TMPDIR"] = str(tmp_path)  # where the temporary scheduler file goes
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parents[1]), env["PYTHONPATH"]])
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, protocol="tcp",
+                      host="127.0.0.1", dashboard_address=":0") as local:  # fmt: skip
+        env["DEISA_DASK_SCHEDULER_ADDRESS"] = local.scheduler_address
+        proc = subprocess.run([sys.executable, "-c", NEVER_CLOSED], env=env,
+                              capture_output=True, text=True, timeout=STARTUP)  # fmt: skip
+    assert proc.returncode == 0 and "sent" in proc.stdout, proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
 def test_the_go_and_the_block_checks(cluster: tuple[str, Client]) -> None:

@@ -12,12 +12,22 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
 import yaml
-from conftest import REPO, STARTUP, deisa_run, left_behind, test_env
+from conftest import (
+    REPO,
+    STARTUP,
+    deisa_run,
+    kill_if_running,
+    left_behind,
+    start_deisa_run,
+    test_env,
+    uses_mpi,
+)
 from user_code import write_user_code
 
 
@@ -87,32 +97,22 @@ def test_failing_analytics_stops_the_simulation(
     assert left_behind(tmp_path) == []
 
 
+def builtin_pca(
+    user_code: tuple[Path, Path], out: Path, *simulation: str, timeout: str = "240"
+) -> list[str]:
+    """deisa-run's arguments: the user's simulation with the built-in PCA of its array
+    ``field``."""
+    return [
+        *COMMON, "--timeout", timeout, "--array", "field", "--n-components", "2", "-o", str(out),
+        "--", str(user_code[0]), *simulation,
+    ]  # fmt: skip
+
+
 def run_builtin_pca(
     user_code: tuple[Path, Path], out: Path, *simulation: str, timeout: str = "240"
 ) -> subprocess.CompletedProcess[str]:
-    """deisa-run of the user's simulation with the built-in PCA of its array ``field``."""
-    return deisa_run(
-        *COMMON, "--timeout", timeout, "--array", "field", "--n-components", "2", "-o", str(out),
-        "--", str(user_code[0]), *simulation, timeout=RUN_S,
-    )  # fmt: skip
-
-
-@pytest.mark.timeout(500)
-def test_slow_simulation_is_waited_for_past_the_timeout(
-    user_code: tuple[Path, Path], tmp_path: Path
-) -> None:
-    """Issue 36's 8192² run in small: the first step comes after ``--timeout`` (which bounded
-    the wait for a step, and still bounds the start-up: no shorter than STARTUP here), and the
-    run completes with every step, as long as the simulation runs."""
-    out = tmp_path / "out"
-    proc = run_builtin_pca(user_code, out, "3", "-1", "2", f"sleep={STARTUP + 15}",
-                           timeout=str(STARTUP))  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    results = json.loads((out / "results.json").read_text())
-    assert [s["step"] for s in results["steps"]] == [0, 1, 2]
-    assert results["steps"][0]["wait_s"] > STARTUP  # it did wait that long for step 0
-    assert "field: 3 steps published, 3 taken" in proc.stdout
-    assert left_behind(tmp_path) == []
+    """deisa-run of :func:`builtin_pca`, to its end."""
+    return deisa_run(*builtin_pca(user_code, out, *simulation, timeout=timeout), timeout=RUN_S)
 
 
 @pytest.mark.timeout(500)
@@ -253,3 +253,50 @@ def _part(pid: int, marker: str, wait: float) -> psutil.Process:
                 continue
         time.sleep(0.2)
     raise AssertionError(f"no {marker} under {pid} after {wait} s")
+
+
+# last in the module: its run started with the module's first test (slow_run)
+SLOW = "test_slow_simulation_is_waited_for_past_the_timeout"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def slow_run(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Path, subprocess.Popen[str]] | None]:
+    """The run of :func:`test_slow_simulation_is_waited_for_past_the_timeout` and its
+    directory, started with the module's first test: its simulation sleeps past STARTUP s
+    before its first step, idle, while the module's other tests run (2.5 min of a worker's
+    time otherwise); its test takes what is left. ``None`` where that test does not run."""
+    module = request.module
+    if not any(item.name == SLOW and item.module is module for item in request.session.items):
+        yield None
+        return
+    tmp = tmp_path_factory.mktemp("slow")
+    args = builtin_pca(write_user_code(tmp / "code"), tmp / "out", "3", "-1", "2",
+                       f"sleep={STARTUP + 15}", timeout=str(STARTUP))  # fmt: skip
+    proc = start_deisa_run(*args)
+    yield tmp, proc
+    kill_if_running(proc)
+
+
+@pytest.mark.timeout(500)
+def test_slow_simulation_is_waited_for_past_the_timeout(
+    slow_run: tuple[Path, subprocess.Popen[str]] | None,
+) -> None:
+    """Issue 36's 8192² run in small: the first step comes after ``--timeout`` (which bounded
+    the wait for a step, and still bounds the start-up: no shorter than STARTUP here), and the
+    run completes with every step, as long as the simulation runs. (The run starts with the
+    module's first test: :func:`slow_run`.)"""
+    assert slow_run is not None
+    tmp, proc = slow_run
+    uses_mpi()  # deisa-run started the simulation under mpirun
+    try:
+        stdout, stderr = proc.communicate(timeout=RUN_S)
+    finally:
+        kill_if_running(proc)
+    assert proc.returncode == 0, stderr
+    results = json.loads((tmp / "out" / "results.json").read_text())
+    assert [s["step"] for s in results["steps"]] == [0, 1, 2]
+    assert results["steps"][0]["wait_s"] > STARTUP  # it did wait that long for step 0
+    assert "field: 3 steps published, 3 taken" in stdout
+    assert left_behind(tmp) == []

@@ -177,3 +177,34 @@ async def test_a_steps_attrs_are_handed_over_and_those_of_dropped_steps_come_wit
     await take(c, fourth)
     assert status(await publish_with_attrs(rank0, 6, ["not", "a", "dict"])) == Status.ERROR  # type: ignore[arg-type]
     await rank0.close(6)
+
+
+# -- deisa_publish_many: a step's arrays in one message (issue 56 item 9) ---------------------
+
+
+@gen_cluster(client=True)
+async def test_publish_many_registers_each_publication_and_answers_each_in_order(
+    c: Client, s: Any, a: Any, b: Any
+) -> None:
+    ext = await install(c, s)
+    ranks = [Rank0(c, [a, b], name, "r1") for name in ("t", "u")]
+    for rank0 in ranks:
+        await rank0.open()
+    publications = [
+        {"name": r.name, "run": "r1", "step": 0, "blocks": await r.send(0), "timeout": WAIT}
+        for r in ranks
+    ]
+    publications.append({"name": "t", "run": "r1", "step": 1, "blocks": [], "bogus": 1})
+    publications.append(["not", "a", "mapping"])  # type: ignore[arg-type]
+    reply = await c.scheduler.deisa_publish_many(publications=publications)
+    assert is_ok(reply)
+    first, second, unknown, wrong = reply["replies"]
+    assert first == ok() and second == ok()  # each registered as its own deisa_publish
+    assert status(unknown) is Status.ERROR and "unknown fields ['bogus']" in unknown["message"]
+    assert status(wrong) is Status.ERROR and "a publication is a mapping" in wrong["message"]
+    assert ext.calls["publish_many"] == 1 and ext.calls["publish"] == 2
+    for name in ("t", "u"):
+        got = await get(c, name)
+        assert got["step"] == 0 and len(got["keys"]) == 2
+    refused = await c.scheduler.deisa_publish_many(publications={"name": "t"})
+    assert status(refused) is Status.ERROR and "must be a list" in refused["message"]

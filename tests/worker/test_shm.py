@@ -140,3 +140,56 @@ async def test_the_worker_maps_no_descriptor_but_a_sealed_memfd(c, s, a, b) -> N
         assert await transport.send_shared(a.address, ("k", 2), np.ones(8)) == 64
     finally:
         await transport.close()
+
+
+@gen_cluster(client=True, timeout=STARTUP)
+async def test_a_puts_message_stores_its_good_blocks_at_once_and_refuses_the_others(
+    c, s, a, b
+) -> None:
+    """A step's blocks in one ``puts``: those that are right are stored (views of their slots,
+    one ``update_data``), each wrong one is answered with its error and its slot freed."""
+    await c.register_plugin(WorkerServices())
+    loop = asyncio.get_running_loop()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    sock.setblocking(False)
+    await loop.sock_connect(sock, socket_name(a.address))
+    fds = [memfd("deisa-test", SIZE) for _ in range(3)]
+    try:
+        for ident, fd in enumerate(fds):
+            os.pwrite(fd, np.full(8, float(ident)).tobytes(), HEADER)
+            assert (await exchange(sock, {"op": "slot", "id": ident, "size": SIZE}, fd))["op"] == (
+                "hello"
+            )
+        blocks = [
+            {"id": 10 + i, "slot": i, "key": ["k", i], "dtype": "<f8", "shape": [8]}
+            for i in range(2)
+        ]
+        blocks.append({"id": 12, "slot": 2, "key": ["k", 2], "dtype": "|V8", "shape": [8]})
+        blocks.append({"id": 13, "slot": 99, "key": ["k", 3], "dtype": "<f8", "shape": [8]})
+        reply = await exchange(sock, {"op": "puts", "blocks": blocks})
+        assert reply["op"] == "stored-many" and reply["stored"] == [[10, 64], [11, 64]]
+        assert [ident for ident, _ in reply["errors"]] == [12, 13]
+        assert "void" in reply["errors"][0][1] or "V8" in reply["errors"][0][1]
+        for i in range(2):
+            np.testing.assert_array_equal(a.data[("k", i)], np.full(8, float(i)))
+        assert ("k", 2) not in a.data and ("k", 3) not in a.data
+        bad = await exchange(sock, {"op": "puts", "blocks": "nope"})
+        assert bad["op"] == "error" and "list of blocks" in bad["message"]
+        failing = pytest.MonkeyPatch()  # the worker cannot store them: each answered, freed
+        failing.setattr(
+            "deisa._dask_internals.store_on_worker",
+            lambda *_: (_ for _ in ()).throw(MemoryError("no room")),
+        )
+        try:
+            again = [dict(b, key=["k", 10 + i]) for i, b in enumerate(blocks[:2])]
+            os.pwrite(fds[0], b"\x01", 0)  # held, as the rank's hand-over marks it
+            reply = await exchange(sock, {"op": "puts", "blocks": again})
+        finally:
+            failing.undo()
+        assert reply["stored"] == [] and [i for i, _ in reply["errors"]] == [10, 11]
+        assert "MemoryError: no room" in reply["errors"][0][1]
+        assert os.pread(fds[0], 1, 0) == b"\x00"  # its slot free again
+    finally:
+        sock.close()
+        for fd in fds:
+            os.close(fd)

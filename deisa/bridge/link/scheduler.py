@@ -251,13 +251,33 @@ class SchedulerLink:
         ``layout`` rides in the same call (its plain form); a step without one sends none;
         likewise the step's ``attrs`` (new or changed attributes, plain values)."""
         call = route(self.pool, self.scheduler, Route.PUBLISH)
+        return call(**self.publication(name, step, blocks, timeout, contract, layout, attrs))
+
+    def publication(
+        self,
+        name: str,
+        step: int,
+        blocks: list[Any],
+        timeout: float | None,
+        contract: dict[str, Any] | None,
+        layout: StepLayout | None = None,
+        attrs: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """The arguments of :meth:`register`'s ``deisa_publish``, as the scheduler takes them
+        (one publication of :meth:`register_many`)."""
         extra: dict[str, Any] = {} if layout is None else {"layout": layout.to_wire()}
         if attrs:
             extra["attrs"] = attrs
-        return call(
+        return dict(
             name=name, run=self.run, step=step, blocks=blocks, timeout=timeout,
             contract=contract, **extra,
         )  # fmt: skip
+
+    def register_many(self, publications: list[dict[str, Any]]) -> Call:
+        """Rank 0: ``deisa_publish_many``, the registration of several steps of distinct
+        arrays (a step's, published together) in one message (:meth:`publication` each);
+        ``ok(replies=[...])``, one ``deisa_publish`` reply each, in order."""
+        return route(self.pool, self.scheduler, Route.PUBLISH_MANY)(publications=publications)
 
     def register_failed(self, name: str, step: int, exc: BaseException) -> str:
         """What to say of a :meth:`register` of ``step`` of ``name`` that raised ``exc``."""

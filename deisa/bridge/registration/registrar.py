@@ -29,7 +29,7 @@ from ...wire import Status, step_key_name
 from ...wire.layout import LayoutError, StepLayout
 from .._publisher import Connection, Entry, Sent, geometry_of, registration
 from ..boxes import Geometry, step_layout
-from ..link.scheduler import register_until_answered
+from ..link.scheduler import register_until_answered, until_answered
 from .notices import EarlyRegistration, Notifier
 
 if TYPE_CHECKING:
@@ -208,7 +208,7 @@ class Registrar:
         take in the outcomes in order. ``False`` after a registration failed (reported)."""
         parts = self.parts
         t0 = time.perf_counter()
-        outcomes = await asyncio.gather(*(self._outcome(entry, blocks) for entry, blocks in wave))
+        outcomes = await self._outcomes(wave)
         logger.debug(
             "deisa bridge: %d registrations in %.4f s", len(wave), time.perf_counter() - t0,
             extra={"deisa_registrations": (len(wave), time.perf_counter() - t0)},
@@ -227,6 +227,58 @@ class Registrar:
             self.news.registered = entry.seq + 1
         self.progress.set()
         return True
+
+    async def _outcomes(self, wave: list[tuple[Entry, Any]]) -> list[dict[str, Any]]:
+        """The scheduler's replies to ``wave``'s registrations, in order: one
+        ``deisa_publish_many`` for the step's arrays (one message and one reply for the step,
+        not one per array: issue 56 item 9), a ``deisa_publish`` for a wave of one."""
+        fine = [(i, entry, blocks) for i, (entry, blocks) in enumerate(wave)
+                if not isinstance(blocks, str)]  # fmt: skip
+        if len(fine) < 2:
+            return list(await asyncio.gather(*(self._outcome(e, b) for e, b in wave)))
+        outcomes = [self._refused(blocks) for _, blocks in wave]
+        replies = await self._register_many([(entry, *blocks) for _, entry, blocks in fine])
+        for (i, _, _), reply in zip(fine, replies, strict=True):
+            outcomes[i] = reply
+        return outcomes
+
+    @staticmethod
+    def _refused(blocks: Any) -> dict[str, Any]:
+        """The outcome of a publication whose layout was an error (``blocks`` its message)."""
+        return {"status": Status.ERROR.value, "message": blocks if isinstance(blocks, str) else ""}
+
+    async def _register_many(
+        self, publications: list[tuple[Entry, list[Any], StepLayout | None]]
+    ) -> list[dict[str, Any]]:
+        """``deisa_publish_many`` of ``publications`` (entry, blocks, layout each), asked again
+        while the scheduler does not answer (as :meth:`_register`); one reply each."""
+        parts, link = self.parts, self.link
+        wire = [
+            link.publication(
+                entry.name, entry.step, blocks, parts.options.timeout, plan_of(entry).wire(),
+                layout, parts.steps.attrs_of(entry.name, entry.step, entry.revision),
+            )
+            for entry, blocks, layout in publications
+        ]  # fmt: skip
+        try:
+            reply = await until_answered(
+                parts.worker_book, lambda: link.register_many(wire), give_up=False,
+                on_failure=self.progress.set,
+            )  # fmt: skip
+        except Exception as exc:  # refused outright (not an OSError): named for each
+            return [
+                {"status": Status.ERROR.value, "message": link.register_failed(e.name, e.step, exc)}
+                for e, _, _ in publications
+            ]
+        replies = reply.get("replies") if isinstance(reply, dict) else None  # msgpack: a tuple
+        if not isinstance(replies, (list, tuple)) or len(replies) != len(publications):
+            why = reply.get("message") if isinstance(reply, dict) else reply
+            return [
+                {"status": Status.ERROR.value, "message": f"registering step {e.step} of "
+                 f"{e.name!r} together with {len(publications) - 1} more failed: {why}"}
+                for e, _, _ in publications
+            ]  # fmt: skip
+        return list(replies)
 
     async def _outcome(self, entry: Entry, blocks: Any) -> dict[str, Any]:
         """The scheduler's reply to ``entry``'s registration, or the error its layout was."""

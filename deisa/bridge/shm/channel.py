@@ -66,6 +66,31 @@ HANDSHAKE_S = 10.0
 loop, which a busy worker runs late)."""
 
 
+def fitting(blocks: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """``blocks`` (the fields of a ``put`` each) in groups whose ``puts`` message fits in
+    :data:`MAX_MESSAGE`, in order."""
+    groups: list[list[dict[str, Any]]] = [[]]
+    size = len(encode(op="puts", blocks=[]))
+    for block in blocks:
+        more = len(encode(**block)) + 1
+        if groups[-1] and size + more > MAX_MESSAGE:
+            groups.append([])
+            size = len(encode(op="puts", blocks=[]))
+        groups[-1].append(block)
+        size += more
+    return groups
+
+
+def answers(answer: dict[str, Any]) -> list[tuple[int, dict[str, Any]]]:
+    """The worker's answer as ``(put id, answer to that put)`` pairs: one for a ``put``'s
+    ``stored`` or ``error``, one per block of a ``puts`` (its ``stored`` pairs, its errors)."""
+    if answer.get("op") != "stored-many":
+        return [(int(answer.get("id", -1)), answer)]
+    stored = [(int(i), {"op": "stored", "nbytes": int(n)}) for i, n in answer.get("stored", ())]
+    failed = [(int(i), {"op": "error", "message": str(m)}) for i, m in answer.get("errors", ())]
+    return stored + failed
+
+
 class ChannelError(ConnectionError):
     """The worker's end of a channel failed or closed (it may have left): an ``OSError``, as a
     failed TCP send, so that the loss policy applies the same."""
@@ -95,6 +120,7 @@ class Channel(WarmRing):
         self._want = 0  # bytes of the last block: the size of the spare slot to prepare
         self._unmap_later: set[Slot] = set()
         self._settle_pending = False
+        self._outbox: list[dict[str, Any]] = []  # puts of this loop turn (_hand_over)
         self._preparer = threading.Thread(
             target=self._prepare, name=f"deisa-shm-{worker}", daemon=True
         )
@@ -342,11 +368,12 @@ class Channel(WarmRing):
                 await self._send_fd(encode(op="slot", id=slot.id, size=slot.size), slot.fd)
                 slot.mark_shared()
             slot.hand_over()
-            await loop.sock_sendall(
-                self.sock,
-                encode(op="put", id=ident, slot=slot.id, key=wired, dtype=dtype.str,
-                       shape=list(shape)),
+            self._outbox.append(
+                {"id": ident, "slot": slot.id, "key": wired, "dtype": dtype.str,
+                 "shape": list(shape)}
             )  # fmt: skip
+            if len(self._outbox) == 1:  # the puts of this loop turn go together, after it
+                loop.call_soon(self._hand_over)
             answer = await reply
         except OSError as exc:
             slot.hand_over(False)
@@ -359,6 +386,35 @@ class Channel(WarmRing):
         if answer.get("op") != "stored":
             raise RuntimeError(f"worker {self.worker} refused the block: {answer.get('message')}")
         return int(answer["nbytes"])
+
+    def _hand_over(self) -> None:
+        """The loop thread, after the turn that queued puts: hand them to the worker, one
+        ``put`` message for one block, ``puts`` messages for several (a step's blocks, which
+        :class:`~deisa.bridge.step_scope.StepScope` sends in one loop turn: one hand-over and
+        one answer a step, not one a block), each within :data:`MAX_MESSAGE`."""
+        blocks, self._outbox = self._outbox, []
+        if len(blocks) == 1:
+            messages = [encode(op="put", **blocks[0])]
+        else:
+            messages = [encode(op="puts", blocks=group) for group in fitting(blocks)]
+        for data in messages:
+            if self.broken is not None:
+                return  # _break() failed every put waiting
+            try:
+                sent = self.sock.send(data)
+                if sent != len(data):
+                    raise ConnectionError(f"a message of {len(data)} bytes sent as {sent}")
+            except (BlockingIOError, InterruptedError):  # the socket's buffer is full: wait
+                task = asyncio.get_running_loop().create_task(self._send_later(data))
+                task.add_done_callback(lambda t: t.cancelled() or t.exception())
+            except OSError as exc:
+                self._break(f"{type(exc).__name__}: {exc}")
+
+    async def _send_later(self, data: bytes) -> None:
+        try:
+            await asyncio.get_running_loop().sock_sendall(self.sock, data)
+        except OSError as exc:
+            self._break(f"{type(exc).__name__}: {exc}")
 
     async def _send_fd(self, data: bytes, fd: int) -> None:
         fds = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))]
@@ -390,9 +446,10 @@ class Channel(WarmRing):
                 self._stop_reading()
                 self._break(f"{type(exc).__name__}: {exc}")
                 return
-            waiting = self._waiting.get(int(answer.get("id", -1)))
-            if waiting is not None and not waiting.done():
-                waiting.set_result(answer)
+            for ident, one in answers(answer):
+                waiting = self._waiting.get(ident)
+                if waiting is not None and not waiting.done():
+                    waiting.set_result(one)
 
     def _stop_reading(self) -> None:
         loop, self._reading = self._reading, None

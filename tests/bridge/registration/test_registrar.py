@@ -92,16 +92,32 @@ class CountingLink:
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, int]] = []
+        self.messages: list[list[tuple[str, int]]] = []  # the publications of each message
         self.in_flight = 0
         self.most = 0
 
     async def register(self, *, name: str, step: int, **_: object) -> dict[str, object]:
+        self.messages.append([(name, step)])
+        return await self._one(name, step)
+
+    async def _one(self, name: str, step: int) -> dict[str, object]:
         self.calls.append((name, step))
         self.in_flight += 1
         self.most = max(self.most, self.in_flight)
         await asyncio.sleep(0.01)
         self.in_flight -= 1
         return ok()
+
+    def publication(self, name: str, step: int, *_: object) -> dict[str, object]:
+        return {"name": name, "step": step}
+
+    async def register_many(self, publications: list[dict[str, Any]]) -> dict[str, object]:
+        self.messages.append([(p["name"], p["step"]) for p in publications])
+        replies = await asyncio.gather(*(self._one(p["name"], p["step"]) for p in publications))
+        return ok(replies=tuple(replies))  # as msgpack gives a list back
+
+    def register_failed(self, name: str, step: int, exc: BaseException) -> str:
+        return f"registering step {step} of {name!r} failed: {exc!r}"
 
 
 def test_a_steps_arrays_are_registered_together_and_each_array_in_order() -> None:
@@ -124,6 +140,7 @@ def test_a_steps_arrays_are_registered_together_and_each_array_in_order() -> Non
     finally:
         registrar.parts.loop.stop()
     assert link.calls == published and link.most == 3  # waves a0 b0 c0, then a1 b1
+    assert link.messages == [published[:3], published[3:]]  # one message a wave
     assert registrar.news.registered == len(published)
     assert registrar.parts.steps.queued_steps() == {"a": 2, "b": 2, "c": 1}
 
@@ -133,3 +150,28 @@ def test_next_wave_stops_before_an_arrays_second_publication() -> None:
     assert [e.name for e, _ in next_wave(pending)] == ["a", "b"]
     assert [e.name for e, _ in next_wave(pending)] == ["a", "b"]
     assert not pending and next_wave(pending) == []
+
+
+def test_a_wave_of_one_publication_is_one_deisa_publish_and_a_refused_message_fails_each() -> None:
+    """A wave of one array (a fixed array published alone) keeps ``deisa_publish``; a
+    ``deisa_publish_many`` the scheduler refuses outright is an error for each publication,
+    naming its step and array (the Bridge raises the first on every rank)."""
+    link = CountingLink()
+    registrar = _registrar("continue", link, STARTUP)  # type: ignore[arg-type]
+
+    async def refuse(publications: list[dict[str, Any]]) -> dict[str, object]:
+        raise ValueError("no route deisa_publish_many")
+
+    try:
+        one = asyncio.run(registrar._outcomes([(Entry(0, "a", 0, 0), ([], None))]))
+        assert one == [ok()] and link.messages == [[("a", 0)]]
+        link.register_many = refuse  # type: ignore[method-assign]
+        wave = [(Entry(1, "a", 1, 0), ([], None)), (Entry(2, "b", 1, 0), "bad layout")]
+        wave.append((Entry(3, "c", 1, 0), ([], None)))
+        outcomes = asyncio.run(registrar._outcomes(wave))
+    finally:
+        registrar.parts.loop.stop()
+    assert [o["status"] for o in outcomes] == ["error"] * 3
+    assert outcomes[1]["message"] == "bad layout"  # its own error, not the message's
+    assert "step 1 of 'a'" in outcomes[0]["message"] and "step 1 of 'c'" in outcomes[2]["message"]
+    assert "no route deisa_publish_many" in outcomes[0]["message"]
