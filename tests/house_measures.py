@@ -19,15 +19,23 @@
   in docs/architecture.md) that the file does not define (held to 0 too);
 - **a block's way** (``--block``): a scheduler, one worker (preloading ``deisa.worker``), one
   rank under mpirun (``mode="async"``, shared memory: the defaults) and an analytics process,
-  each traced with a profile hook that records the calls into deisa/'s files. In steady state
-  (the rank publishes a step every 0.5 s until the analytics has read step 0), from rank 0's
-  call of ``publish`` for the next step N to the analytics' sum of step N (a step's news reaches
-  the ranks at the next ``publish``'s exchange, so step N + 1's publish is on the way, and the
-  analytics' reads of earlier steps may overlap: the same files): the
-  files called, and the returns: a call, in one thread, into a file that thread had left for
-  another one (``a -> b -> a``), each distinct ``(thread's process, file left, file re-entered)``
-  counted once, so that a loop or a poll that repeats counts once; the same by folder (a
-  sub-package, or deisa/wire/, is one room there).
+  each traced with a profile hook that records, at every call into a file of the tree, the chain
+  of the tree's files on the call's stack (``a > b > c``: who called whom, the frames of dask,
+  distributed and asyncio left out; a resumed coroutine's stack holds the coroutines awaiting
+  it). The rank publishes a step every 0.5 s until the analytics has read step 0, then waits
+  (marks files) until the analytics has read every step published (one rank: rank 0 registers a
+  step once its block is stored, without waiting for the next ``publish``); 1 s later, both
+  idle, the measured window opens, the rank publishes step M, and the window closes when the
+  analytics has summed step M: one step's way, nothing else running but the processes' own
+  timers (distributed's heartbeats; their deisa calls, if any, are listed like the rest).
+  Measured in it: the files called,
+  and the returns: a call chain that re-enters a file it had left (``a > b > a``), each
+  distinct ``(process, file left, file re-entered)`` counted once, whatever the timing (tasks
+  that interleave on one event loop are not a chain; a poll that repeats is the same return);
+  the same by folder (a sub-package, or deisa/wire/, is one room there). The chains with a
+  return are listed (``block_return_chains``): where to cut. ``block_visit_returns`` counts
+  wider, as each thread's calls come one after another (``a, b, a``: a file that calls two
+  others in turn, hand-offs between tasks of one event loop), in the same quiet window.
 """
 
 from __future__ import annotations
@@ -331,13 +339,19 @@ _argv = open("/proc/self/cmdline").read().split("\\0")
 _name = next((a for a in _argv if a in ("scheduler", "worker")), None) or os.path.basename(
     next((a for a in _argv[1:] if a.endswith(".py")), "python"))
 
+def _ours(f):
+    return f.startswith(_root) and "/tests/" not in f
+
 def _hook(frame, event, arg):
-    if event == "call":
-        f = frame.f_code.co_filename
-        if f.startswith(_root) and "/tests/" not in f:
-            thread = threading.current_thread().name.replace(" ", "_").replace("|", "_")
-            _out.write(f"{time.time():.6f} {_name} {thread} {f[len(_root):]} "
-                       f"{frame.f_code.co_name}\\n")
+    if event == "call" and _ours(frame.f_code.co_filename):
+        chain = []  # the tree's files on the stack, innermost first, one entry per run
+        while frame is not None:
+            f = frame.f_code.co_filename
+            if _ours(f) and (not chain or chain[-1] != f[len(_root):]):
+                chain.append(f[len(_root):])
+            frame = frame.f_back
+        thread = threading.current_thread().name.replace(" ", "_").replace("|", "_")
+        _out.write(f"{time.time():.6f} {_name} {thread} {'>'.join(reversed(chain))}\\n")
 
 if not os.environ.get("HOUSE_TRACE_OFF"):
     sys.setprofile(_hook)
@@ -364,12 +378,12 @@ with Bridge(sys.argv[1], {"field": spec}, connect_timeout=300) as bridge:
         bridge.publish("field", np.full((256, 256), float(step)), step)
         step += 1
         time.sleep(0.5)
-    time.sleep(1.0)  # what the first steps started settles
+    while max(int(m.name[4:]) for m in marks.glob("read*")) < step - 1:  # all read: both idle
+        time.sleep(0.05)
     (marks / "target").write_text(str(step))
+    time.sleep(1.0)  # what the last read started settles
     (marks / "start").write_text(repr(time.time()))
     bridge.publish("field", np.full((256, 256), float(step)), step)
-    time.sleep(0.3)
-    bridge.publish("field", np.full((256, 256), float(step + 1)), step + 1)  # registers step
     wait(f"read{step}")
 """
 
@@ -425,38 +439,72 @@ def block_way() -> dict[str, object]:
         start = float((tmp / "marks" / "start").read_text())
         target = int((tmp / "marks" / "target").read_text())
         end = float((tmp / "marks" / f"read{target}").read_text())
-        threads: dict[str, list[tuple[float, str, str]]] = defaultdict(list)
+        chains: set[tuple[str, tuple[str, ...]]] = set()  # (process, chain): timing aside
+        calls: dict[str, list[tuple[float, str]]] = defaultdict(list)  # by thread, in order
         for trace in (tmp / "trace").glob("*.trace"):
             for line in trace.read_text().splitlines():
                 parts = line.split(" ")
-                if len(parts) != 5:
+                if len(parts) != 4 or not start <= float(parts[0]) <= end:
                     continue
-                t, proc, thread, file, func = parts
-                if start <= float(t) <= end:
-                    threads[f"{proc}|{trace.stem}|{thread}"].append((float(t), file, func))
-    files: set[str] = set()
-    returns: set[tuple[str, str, str]] = set()
-    folder_returns: set[tuple[str, str, str]] = set()
-    per_thread = {}
-    for key, calls in sorted(threads.items()):
-        proc = key.split("|")[0]
-        seq: list[str] = []
-        folders: list[str] = []
-        for _, file, _ in sorted(calls):
-            if seq and seq[-1] != file and file in seq:
-                returns.add((proc, seq[-1], file))
-            if not seq or seq[-1] != file:
-                seq.append(file)
-            folder = file.rpartition("/")[0] + "/"
-            if folders and folders[-1] != folder and folder in folders:
-                folder_returns.add((proc, folders[-1], folder))
-            if not folders or folders[-1] != folder:
-                folders.append(folder)
-        files.update(seq)
-        first: dict[str, str] = {}
-        for _, file, func in sorted(calls):
-            first.setdefault(file, func)
-        per_thread[key] = [f"{f} ({first[f]})" for i, f in enumerate(seq) if f not in seq[:i]]
+                when, proc, thread, chain = parts
+                chains.add((proc, tuple(chain.split(">"))))
+                calls[f"{proc}|{trace.stem}|{thread}"].append((float(when), chain.split(">")[-1]))
+    per_thread = {key: _first_visits(sorted(seq)) for key, seq in sorted(calls.items())}
+    return (
+        block_measures(chains)
+        | visit_returns(calls)
+        | {
+            "block_processes": sorted({proc for proc, _ in chains}),
+            "block_threads": per_thread,
+        }
+    )
+
+
+def _first_visits(calls: list[tuple[float, str]]) -> list[str]:
+    return list(dict.fromkeys(file for _, file in calls))
+
+
+def visit_returns(calls: dict[str, list[tuple[float, str]]]) -> dict[str, object]:
+    """The returns as a thread's calls come, one after the other: a call into a file that the
+    thread had left for another (``a, b, a``), each (process, file left, file re-entered) once.
+    Wider than a chain (a file that calls two others in turn, a task that hands on to another
+    on the same event loop count), so it depends on how the threads' tasks interleave."""
+    returns = set()
+    for key, seq in calls.items():
+        visited: list[str] = []
+        for _, file in sorted(seq):
+            if visited and visited[-1] != file and file in visited:
+                returns.add((key.split("|")[0], visited[-1], file))
+            if not visited or visited[-1] != file:
+                visited.append(file)
+    return {
+        "block_visit_returns": len(returns),
+        "block_visit_returns_list": sorted(f"{r[1]} -> {r[2]} ({r[0]})" for r in returns),
+    }
+
+
+def _runs(items: list[str]) -> list[str]:
+    """``items`` with each run of equal neighbours made one."""
+    return [item for i, item in enumerate(items) if i == 0 or items[i - 1] != item]
+
+
+def _returns(chain: list[str]) -> tuple[str, str] | None:
+    """``(file left, file re-entered)`` when the chain's innermost call re-enters a file."""
+    chain = _runs(chain)
+    return (chain[-2], chain[-1]) if chain[-1] in chain[:-2] else None
+
+
+def block_measures(chains: set[tuple[str, tuple[str, ...]]]) -> dict[str, object]:
+    """The files, folders and returns of a block's way from its call chains (each a process
+    and the files on a call's stack, outermost first)."""
+    files, returns, folder_returns, return_chains = set(), set(), set(), set()
+    for proc, chain in chains:
+        files.update(chain)
+        if (back := _returns(list(chain))) is not None:
+            returns.add((proc, *back))
+            return_chains.add(f"{' > '.join(_runs(list(chain)))} ({proc})")
+        if (back := _returns([f.rpartition("/")[0] + "/" for f in chain])) is not None:
+            folder_returns.add((proc, *back))
     return {
         "block_files": len(files),
         "block_returns": len(returns),
@@ -465,8 +513,7 @@ def block_way() -> dict[str, object]:
         "block_files_list": sorted(files),
         "block_returns_list": sorted(f"{r[1]} -> {r[2]} ({r[0]})" for r in returns),
         "block_folder_returns_list": sorted(f"{r[1]} -> {r[2]} ({r[0]})" for r in folder_returns),
-        "block_processes": sorted({k.split("|")[0] for k in per_thread}),
-        "block_threads": per_thread,
+        "block_return_chains": sorted(return_chains),
     }
 
 

@@ -28,6 +28,7 @@ from conftest import STARTUP, DaskProcesses, modules_loaded, mpirun, test_env
 from house_measures import (
     DOCS,
     REPO,
+    block_measures,
     cited_with_names,
     defined_twice,
     imports_of,
@@ -372,18 +373,6 @@ def test_bridge_modules_read_no_private_state_of_another_object(path: Path) -> N
 # the loggers a module may use besides its own: the ADIOS2 engine's, which its C++ half
 # (plugin/adios2/deisa_engine.cxx) logs to through Python and docs/adios2.md names
 OTHER_LOGGERS = {"bridge/engine_parameters.py": "deisa.adios2"}
-# modules that log through a logger imported from a sibling, so under the sibling's name
-# (``deisa.scheduler._state``, ``deisa.analysis._compat_client``): in files that other branches
-# of issue 55 change at the same time (the scheduler's memory, the analytics' performance), to
-# be given their own (``logger = logging.getLogger(__name__)``) when they merge
-BORROWED_LOGGERS = {
-    "scheduler/consumers.py",
-    "scheduler/extension.py",
-    "scheduler/publishing.py",
-    "scheduler/workers.py",
-    "analysis/_compat_main.py",
-    "analysis/_compat_v03.py",
-}
 
 
 def _imported_loggers(path: Path) -> list[str]:
@@ -420,16 +409,8 @@ def test_each_module_logs_under_its_own_name(path: Path) -> None:
             allowed = OTHER_LOGGERS.get(str(path.relative_to(PACKAGE)))
             if not (isinstance(name, ast.Constant) and name.value == allowed):
                 wrong.append(f"line {node.lineno}: getLogger({ast.unparse(name)})")
-    if str(path.relative_to(PACKAGE)) not in BORROWED_LOGGERS:  # pending: see there
-        wrong += _imported_loggers(path)
+    wrong += _imported_loggers(path)
     assert wrong == [], f"{path.relative_to(PACKAGE)} logs under another name: {wrong}"
-
-
-def test_borrowed_loggers_are_still_borrowed() -> None:
-    """:data:`BORROWED_LOGGERS` lists only modules that still import another's logger: one
-    fixed leaves the list."""
-    fixed = [name for name in sorted(BORROWED_LOGGERS) if not _imported_loggers(PACKAGE / name)]
-    assert fixed == [], f"remove {fixed} from BORROWED_LOGGERS"
 
 
 def test_logger_check_finds_a_borrowed_name(
@@ -454,6 +435,24 @@ def test_docs_cite_only_what_exists(doc: Path) -> None:
     ``channel.py``) names a file, a module or a name of this tree: the map cannot drift
     (tests/house_measures.py, ``docs_paths_missing``; what is not ours: ``NOT_OURS`` there)."""
     assert missing_in_docs([doc]) == []
+
+
+def test_block_returns_are_call_chains_that_re_enter_a_file() -> None:
+    """A block's way counts a return where a call chain re-enters a file it had left, each
+    (process, file left, file re-entered) once: not where a file calls two others in turn, not
+    twice for a poll that repeats, and the same whatever the order the calls came in."""
+    chains = {
+        ("rank", ("a/x.py", "a/y.py", "a/x.py")),  # a return: x > y > x
+        ("rank", ("a/x.py", "a/y.py", "a/x.py", "a/x.py")),  # the same, once
+        ("rank", ("a/x.py", "a/z.py")),  # x calls y, then z: no return
+        ("rank", ("a/x.py", "b/w.py", "a/x.py", "a/y.py")),  # y called from x, no re-entry
+        ("worker", ("a/x.py", "b/w.py", "a/y.py")),  # folder returns only: a/ > b/ > a/
+    }
+    measures = block_measures(chains)
+    assert measures["block_returns_list"] == ["a/y.py -> a/x.py (rank)"]
+    assert measures["block_folder_returns_list"] == ["b/ -> a/ (rank)", "b/ -> a/ (worker)"]
+    assert (measures["block_files"], measures["block_folders"]) == (4, 2)
+    assert measures == block_measures(set(reversed(sorted(chains))))
 
 
 def test_docs_check_finds_what_is_gone(tmp_path: Path) -> None:
@@ -654,9 +653,9 @@ NAMES_DEFINED_TWICE: dict[str, tuple[tuple[str, ...], str]] = {
         ("deisa", "deisa.analysis", "deisa.bridge", "deisa.insitu"),
         "each package's table of lazy names for deisa._lazy.attach, as its own __all__",
     ),
-    # in files that other branches of issue 55 change at the same time (shared memory,
-    # registration, the scheduler's memory, the analytics' performance): one owner each when
-    # they merge
+    # in files that another branch changes at the same time (the Bridge's shared memory and
+    # registration, bridge/shm/ and bridge/registration/: wire.guard's HANDSHAKE_S is read by
+    # registration/notices.py; the analytics' performance): one owner each when they merge
     "HANDSHAKE_S": (
         ("deisa.bridge.shm.channel", "deisa.wire.guard"),
         "two sides of one handshake (how long a listener lets a connection stay "
@@ -668,18 +667,9 @@ NAMES_DEFINED_TWICE: dict[str, tuple[tuple[str, ...], str]] = {
         "two retries (a rank's notices to rank 0's listener, a rank's shared-memory channel "
         "to its worker), each tuned apart: to be named for each (NOTICE_RETRY_S, CHANNEL_RETRY_S)",
     ),
-    "_Slot": (
-        ("deisa.scheduler.contracts", "deisa.worker.shm"),
-        "two concepts (an array's contract slot, a mapped shared-memory slot): to be renamed",
-    ),
     "_numbers": (
         ("deisa.analysis._labels", "deisa.analysis._replay_bp"),
         "two helpers (a check of a list of numbers, a parse of ADIOS2's text): to be renamed",
-    ),
-    "install": (
-        ("deisa.scheduler.contracts", "deisa.scheduler.steering", "deisa.worker"),
-        "the scheduler's route groups' registration (to be named install_routes) and the "
-        "workers' services' public install",
     ),
 }
 

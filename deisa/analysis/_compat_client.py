@@ -3,7 +3,6 @@ client, and its waits on the simulation's arrays (:mod:`deisa.analysis.compat`).
 
 from __future__ import annotations
 
-import logging
 import sys
 import time
 import warnings
@@ -16,9 +15,6 @@ from distributed import Client
 from ._live_time_axis import materialize_graphs
 from ._released import GUIDE
 from .adapter import Adapter
-
-# one logger for the whole released API, whichever module of it speaks
-logger = logging.getLogger(__name__)
 
 _warned = False
 _OWN_MODULES = ("deisa.analysis.compat", "deisa.analysis._compat")

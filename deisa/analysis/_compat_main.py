@@ -9,6 +9,7 @@ top of the :class:`~deisa.analysis.adapter.Adapter`; what maps to what and what 
 
 from __future__ import annotations
 
+import logging
 import os
 from collections import namedtuple
 from typing import Any
@@ -17,10 +18,12 @@ import dask.array as da
 from distributed import Client
 
 from ..wire import SCHEDULER_FILE_ENV
-from ._compat_client import CompatClient, announce, logger, open_names, wait_until_closed
+from ._compat_client import CompatClient, announce, open_names, wait_until_closed
 from ._live_time_axis import time_axis_array
 from ._released import is_int
 from .adapter import Adapter
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["Deisa", "DeisaArray", "DeisaArrays", "MySlice"]
 

@@ -5,6 +5,7 @@ and contracts; what maps to what and what blocks when: :mod:`deisa.analysis.comp
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
@@ -12,10 +13,12 @@ import dask.array as da
 from distributed import Client
 
 from ..contract import ContractError
-from ._compat_client import CompatClient, announce, logger, open_names, wait_until_closed
+from ._compat_client import CompatClient, announce, open_names, wait_until_closed
 from ._reading import EndOfStreamError
 from ._released import NotSupportedError, Selection, is_int, read_config
 from .adapter import Adapter
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["Adaptor", "Deisa", "DeisaArray", "DeisaArrays", "Initialization"]
 

@@ -41,7 +41,8 @@ fails, when computed, with an :class:`~deisa.analysis._reading.EndOfStreamError`
 
 A call with no one-to-one form raises :class:`NotSupportedError`, whose message says what to
 write. The first object built emits one :class:`FutureWarning` pointing to
-``docs/migrating.md``; the rest logs at debug level only (logger ``deisa.analysis.compat``).
+``docs/migrating.md``; the rest logs at debug level only (loggers
+``deisa.analysis._compat_main`` and ``deisa.analysis._compat_v03``, one per generation).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from ._streams import Lost, Step, Stream, insert
 from .contracts import ContractStore
 from .steering import SteeringValues
 
-# the extension's one logger, whichever module logs: its records keep the name users filter on
+# this module's own logger (each module of the extension has its own, under deisa.scheduler)
 logger = logging.getLogger(__name__)
 
 TRIM_EVERY = 100

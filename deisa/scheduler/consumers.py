@@ -3,11 +3,14 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from ..wire import Reply, ok
-from ._state import StreamState, logger
+from ._state import StreamState
 from ._streams import UNCLAIMED, End, Reader, Step, Stream
+
+logger = logging.getLogger(__name__)
 
 
 class Consumers(StreamState):

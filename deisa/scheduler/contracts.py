@@ -28,7 +28,7 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass
-class _Slot:
+class _ContractSlot:
     contract: Contract | None = None
     version: int = 0
     checked: bool = True  # False: waits for the array to open
@@ -45,7 +45,7 @@ class ContractStore:
     """
 
     meta_of: Callable[[str], dict[str, Any] | None]
-    slots: dict[str, _Slot] = field(default_factory=dict)
+    slots: dict[str, _ContractSlot] = field(default_factory=dict)
     calls: Counter[str] = field(default_factory=Counter)
     heard: dict[str, float] = field(default_factory=dict)
     _changed: asyncio.Event | None = None
@@ -70,7 +70,7 @@ class ContractStore:
     def served(self, name: str) -> dict[str, Any]:
         """``{"version", "contract"}`` as a Bridge receives it (a contract not checked yet:
         none)."""
-        slot = self.slots.get(name, _Slot())
+        slot = self.slots.get(name, _ContractSlot())
         wire = slot.contract.to_wire() if slot.contract is not None and slot.checked else None
         return {"version": slot.version, "contract": wire}
 
@@ -85,7 +85,7 @@ class ContractStore:
                 contract = resolved(slot.contract, meta, name)
             except ContractError as exc:
                 logger.error("deisa: contract of %r dropped: %s", name, exc)
-                self.slots[name] = _Slot(None, slot.version + 1, True, str(exc))
+                self.slots[name] = _ContractSlot(None, slot.version + 1, True, str(exc))
             else:
                 slot.contract, slot.checked, slot.error = contract, True, None
             self._notify()
@@ -101,7 +101,7 @@ class ContractStore:
             parsed = None if contract is None else Contract.from_wire(contract)
         except ContractError as exc:
             return error(str(exc))
-        slot = self.slots.setdefault(name, _Slot())
+        slot = self.slots.setdefault(name, _ContractSlot())
         meta = self.meta_of(name)
         if parsed is not None and meta is not None:
             try:
@@ -110,7 +110,7 @@ class ContractStore:
                 return error(str(exc))
         version = slot.version + 1
         checked = parsed is None or meta is not None
-        self.slots[name] = slot = _Slot(
+        self.slots[name] = slot = _ContractSlot(
             None if parsed is None else parsed.with_version(version), version, checked
         )
         self._notify()
@@ -128,7 +128,7 @@ class ContractStore:
             if slot.version == version + 1 and slot.error is not None:
                 return error(slot.error)
             if not done and slot.version == version:
-                self.slots[name] = _Slot(None, version + 1)  # withdrawn: never served
+                self.slots[name] = _ContractSlot(None, version + 1)  # withdrawn: never served
                 self._notify()
                 return error(
                     f"unknown array {name!r}: no simulation opened it within {timeout} s, so "
@@ -151,7 +151,7 @@ class ContractStore:
 
     def get_contract(self, name: str) -> Reply:
         self.calls["get"] += 1
-        slot = self.slots.get(name, _Slot())
+        slot = self.slots.get(name, _ContractSlot())
         return ok(**self.served(name), error=slot.error)
 
     async def watch_contracts(
@@ -164,8 +164,8 @@ class ContractStore:
             return {
                 name: self.served(name)
                 for name in names
-                if self.slots.get(name, _Slot()).version != versions.get(name, 0)
-                and self.slots.get(name, _Slot()).checked
+                if self.slots.get(name, _ContractSlot()).version != versions.get(name, 0)
+                and self.slots.get(name, _ContractSlot()).checked
             }
 
         await self._wait(lambda: bool(changed()), timeout)
@@ -211,10 +211,3 @@ def resolved(contract: Contract, meta: dict[str, Any], name: str) -> Contract:
             "(require(steps=...)) is"
         )
     return contract.resolved(meta["shape"], name)
-
-
-def install(scheduler: Any, meta_of: Callable[[str], dict[str, Any] | None]) -> ContractStore:
-    """Register the contract routes on ``scheduler``; returns their (empty) store."""
-    store = ContractStore(meta_of)
-    scheduler.handlers.update(store.handlers())
-    return store

@@ -72,16 +72,19 @@ Routes (RPC handlers on the scheduler):
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from distributed.diagnostics.plugin import SchedulerPlugin
 
 from ..wire import EXTENSION_NAME, Route
-from . import contracts, steering
-from ._state import logger
+from .contracts import ContractStore
 from .publishing import Publishing
+from .steering import SteeringValues
 from .taking import Taking
 from .workers import Workers
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["EXTENSION_NAME", "StreamExtension"]
 
@@ -109,8 +112,10 @@ class StreamExtension(Publishing, Taking, Workers, SchedulerPlugin):
         }
         scheduler.handlers.update({route.value: handler for route, handler in handlers.items()})
         scheduler.stream_handlers[Route.STEP_TAKEN.value] = self.step_taken
-        self.steering = steering.install(scheduler)  # deisa_set_value, deisa_get_value
-        self.contracts = contracts.install(scheduler, self._open_meta)  # deisa_*_contract(s)
+        self.steering = SteeringValues()  # deisa_set_value, deisa_get_value
+        self.contracts = ContractStore(self._open_meta)  # deisa_*_contract(s)
+        for group in (self.steering, self.contracts):
+            scheduler.handlers.update(group.handlers())
         logger.info("deisa stream extension installed on %s", scheduler.address)
 
     def stats(self) -> dict[str, Any]:

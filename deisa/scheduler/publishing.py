@@ -4,13 +4,16 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import Counter
 from typing import Any
 
 from .. import _dask_internals
 from ..wire import PROTOCOL, Reply, Status, error, ok
-from ._state import TRIM_EVERY, StreamState, logger
+from ._state import TRIM_EVERY, StreamState
 from ._streams import End, Lost, Reader, Step, Stream, insert
+
+logger = logging.getLogger(__name__)
 
 PUBLICATION_FIELDS = frozenset(
     ("name", "run", "step", "blocks", "timeout", "contract", "layout", "attrs")

@@ -78,10 +78,3 @@ class SteeringValues:
                 for name, e in self._entries.items()
             },
         }
-
-
-def install(scheduler: Any) -> SteeringValues:
-    """Register the steering routes on ``scheduler``; returns their (empty) store."""
-    values = SteeringValues()
-    scheduler.handlers.update(values.handlers())
-    return values

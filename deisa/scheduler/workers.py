@@ -11,12 +11,15 @@ names the paused workers, and so does every step record and timeout the analytic
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from ..wire import WATCH_SECONDS, Reply, ok
 from . import _streams
-from ._state import StreamState, logger, mib
+from ._state import StreamState, mib
 from ._streams import Lost
+
+logger = logging.getLogger(__name__)
 
 
 class Workers(StreamState):
