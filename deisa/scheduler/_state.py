@@ -28,8 +28,11 @@ TRIM_EVERY = 100
 computation (:meth:`StreamState._trim`): a long run's memory stays flat."""
 SPANS_KEPT = 100
 """The newest computations (spans) whose records the scheduler keeps, whatever their age."""
-SPANS_GRACE_S = 60.0
-"""How long a finished computation's record is kept (a worker's heartbeat may still report it)."""
+SPANS_GRACE_S = 15.0
+"""How long a finished computation's record is kept (a worker's heartbeat may still report it:
+distributed's heartbeats come every 0.5 s on a few workers, 6 s on 1,000); beyond the newest
+:data:`SPANS_KEPT` the records held are the steps of this many seconds (60 s before: 240
+computations at 4 steps a second, 8 KiB each, with their task groups)."""
 MIB = 2**20
 
 KEY_SPLIT_CACHE = 10_000
@@ -108,6 +111,26 @@ class StreamState:
                     f"spilled, {mib(memory.process)} in use {of_limit}"
                 )
         return lines
+
+    def held(self) -> dict[str, int]:
+        """How many records the extension holds, summed over its streams: what a long run
+        must keep bounded (``buffer_nb`` steps a reader, the readers, the last drops), never
+        one per step taken (benchmarks and tests: ``bench.scheduler_memory``)."""
+        streams = self.streams.values()
+        return {
+            "streams": len(self.streams),
+            "steps_pending": sum(len(s.pending) for s in streams),
+            "layouts_pending": sum(
+                s.layout is not None for t in streams for s in t.pending.values()
+            ),
+            "queued_entries": sum(len(r.queue) for s in streams for r in s.readers.values()),
+            "readers": sum(len(s.readers) for s in streams),
+            "deferred": sum(len(s.deferred) for s in streams),
+            "dropped_listed": sum(len(s.dropped) for s in streams),
+            "lost_listed": sum(len(s.lost) for s in streams),
+            "consumers": len(self.consumers),
+            "tasks": len(self._tasks),
+        }
 
     def _trim(self) -> None:
         """Forget what distributed would keep for the life of the scheduler, one record per step
