@@ -20,7 +20,7 @@ distributed's own histories, bounded by count or by wall time (:data:`HISTORIES`
 so that they are full before the start mark.
 
 Target: from the middle to the end, at most ``--max-growth`` bytes a step (default 512; before
-issue 54 about 8.5 KiB). The extension forgets a finished computation 60 s after it ended
+issue 54 about 8.5 KiB). The extension forgets a finished computation 15 s after it ended
 (``SPANS_GRACE_S``, so that a worker's late heartbeat still finds it): memory is bounded by
 steps and by time. This benchmark runs faster than that, so it sets the grace to ``--grace``
 seconds (default 1), which compresses the time scale without changing what is kept. Writes
