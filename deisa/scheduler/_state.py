@@ -36,7 +36,8 @@ computations at 4 steps a second, 8 KiB each, with their task groups)."""
 MIB = 2**20
 
 KEY_SPLIT_CACHE = 10_000
-"""The key prefixes dask may cache (``key_split``: one per step's key name) before emptying."""
+"""The key prefixes dask may cache (``key_split``: one per key name, so one per key of a step's
+analytics) before the extension empties it: about 3.4 MiB."""
 
 
 def mib(nbytes: float) -> str:
@@ -132,12 +133,19 @@ class StreamState:
             "tasks": len(self._tasks),
         }
 
-    def _trim(self) -> None:
-        """Forget what distributed would keep for the life of the scheduler, one record per step
-        (every :data:`TRIM_EVERY` steps published): the finished computations' spans and their
-        task groups, dask's cache of key prefixes. The extension's own records of a run are
-        bounded by ``buffer_nb`` and the readers."""
-        forgotten = _dask_internals.forget_finished_spans(self.scheduler, SPANS_KEPT, SPANS_GRACE_S)
+    def _trim(self, spans: bool = True) -> None:
+        """Forget what distributed would keep for the life of the scheduler, one record per step:
+        dask's cache of key prefixes once it holds :data:`KEY_SPLIT_CACHE` entries (checked at
+        every step published: a step's analytics adds one per key, hundreds for a step of many
+        boxes, so that checked every :data:`TRIM_EVERY` steps it reached dask's own bound of
+        100,000, 30 MiB), and with ``spans`` (every :data:`TRIM_EVERY` steps published) the
+        finished computations' spans and their task groups. The extension's own records of a
+        run are bounded by ``buffer_nb`` and the readers."""
+        forgotten = (
+            _dask_internals.forget_finished_spans(self.scheduler, SPANS_KEPT, SPANS_GRACE_S)
+            if spans
+            else 0
+        )
         emptied = _dask_internals.trim_key_split_cache(KEY_SPLIT_CACHE)
         if forgotten or emptied:
             logger.debug(

@@ -1018,13 +1018,14 @@ async def test_a_long_run_keeps_the_schedulers_records_per_step_bounded(
                 sizes.append(len(spans.spans))
         await rank0.close(3 * _state.TRIM_EVERY)
     assert max(sizes) <= 5 + 2, sizes  # the newest kept, and those of the last step's take
-    assert key_split.cache_info().currsize <= 50 + 1
+    # emptied at the first publish after it reached its bound: one step's keys past it at most
+    assert key_split.cache_info().currsize <= 50 + 10
     stream = ext.streams["t"]
     assert not stream.pending and not stream.deferred and stream.dropped == deque()
     await until_released(s, [a, b], "r1")
 
 
-@gen_cluster(client=True, timeout=300, config=history_config(dashboard=False))
+@gen_cluster(client=True, timeout=600, config=history_config(dashboard=False))
 async def test_a_long_run_of_moving_steps_leaves_no_record_per_step(
     c: Client, s: Any, a: Any, b: Any
 ) -> None:
@@ -1035,14 +1036,16 @@ async def test_a_long_run_of_moving_steps_leaves_no_record_per_step(
     histories within the lengths deisa-run gives them (:func:`history_config`), whatever the
     steps taken: a long run's memory is level."""
     import dask.array as da
+    from dask.utils import key_split
 
     from deisa.scheduler import _state
 
-    nboxes, width, steps = 8, 3, 2 * _state.TRIM_EVERY
-    seen = []
+    nboxes, width, steps = 8, 3, _state.TRIM_EVERY + 20  # past the histories' lengths
+    seen, cached = [], []
     with (
         mock.patch.object(_state, "SPANS_GRACE_S", 0.0),
         mock.patch.object(_state, "SPANS_KEPT", 5),
+        mock.patch.object(_state, "KEY_SPLIT_CACHE", 50),
     ):
         ext = await install(c, s)
         rank0 = MovingRank0(c, [a, b], "m", moving_meta(2))
@@ -1055,6 +1058,7 @@ async def test_a_long_run_of_moving_steps_leaves_no_record_per_step(
                 for r in range(2)
             ]  # fmt: skip
             assert await rank0.publish(step, ranks, shape=(2 * nboxes * rows, width)) == ok()
+            cached.append(key_split.cache_info().currsize)  # a step's keys (its analytics') added
             record = await get(c, "m", run="r1")
             assert tuple(record["layout"]["shape"]) == (2 * nboxes * rows, width)
             futures = [_dask_internals.future_in_memory(key, c) for key in record["keys"]]
@@ -1068,6 +1072,7 @@ async def test_a_long_run_of_moving_steps_leaves_no_record_per_step(
                 ext._trim()
                 seen[-1]["records"] = _dask_internals.scheduler_records(s)
         await rank0.close(steps)
+    assert max(cached) < 50  # emptied at the publish after it reached its bound, every step
     assert max(h["steps_pending"] for h in seen) <= 1  # the step in hand, never more
     assert max(h["layouts_pending"] for h in seen) <= 1
     assert max(h["queued_entries"] for h in seen) <= 1
