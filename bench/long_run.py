@@ -13,7 +13,7 @@ memory Python holds (``tracemalloc``: the scheduler, the workers and the client 
 would add the allocator's own slack) is printed after a warm-up (start), at the middle and at
 the end, with the records distributed keeps per computation (spans, task groups, the workers'
 metrics). At each mark the extension's trim and the workers' fold run, as they do every 100th
-step and every 10 s, and dask's key-prefix cache, which the trim empties past 10,000 entries, is
+step and every 10 s, and dask's key-prefix cache, which the trim empties past 2,000 entries, is
 emptied: what is measured is what stays, not how full a bounded cache happens to be.
 
 distributed's own histories, bounded by count or by wall time (:data:`HISTORIES`), are shortened

@@ -10,7 +10,10 @@ set to it), the base first on even turns and second on odd ones, so that both si
 same load over the run. Printed: per measure the median over the turns on each side, the ratio
 (this checkout / base) and every run, so that the spread can be judged against the ratio; a
 loaded machine moves single figures by more than any regression this could find, hence the
-turns. Writes ``no_regression.json`` (every run's measures, the load before and after each).
+turns. ``--collect DIR...`` counts the runs earlier invocations left in their ``--out``
+folders too (with ``--turns 0``: only theirs). A run that fails (a benchmark's own timeout
+under load) is reported and left out. Writes ``no_regression.json`` (every run's measures,
+the load before and after each, the runs that failed).
 """
 
 from __future__ import annotations
@@ -79,6 +82,18 @@ def run_bench(name: str, checkout: Path, out: Path) -> dict[str, float]:
     return MEASURES[name](json.loads(path.read_text()))
 
 
+def collected(folder: Path, benchmarks: list[str]) -> list[tuple[str, str, dict[str, float]]]:
+    """``(benchmark, side, measures)`` of each run an earlier invocation left in ``folder``
+    (``<turn>-<side>-<benchmark>/<benchmark>.json``); those that failed left no JSON."""
+    found = []
+    for run in sorted(folder.iterdir()):
+        parts = run.name.split("-", 2)
+        if len(parts) == 3 and parts[2] in benchmarks and (run / f"{parts[2]}.json").exists():
+            data = json.loads((run / f"{parts[2]}.json").read_text())
+            found.append((parts[2], parts[1], MEASURES[parts[2]](data)))
+    return found
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.no_regression",
                                      description=__doc__.split("\n\n")[0])  # fmt: skip
@@ -86,26 +101,45 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--turns", type=int, default=3)
     parser.add_argument("--benchmarks", nargs="+", default=list(COMMANDS), choices=COMMANDS)
     parser.add_argument("--out", type=Path, default=Path("."))
+    parser.add_argument(
+        "--collect",
+        type=Path,
+        nargs="*",
+        default=[],
+        help="--out folders of earlier runs, whose runs are counted too",
+    )
     args = parser.parse_args(argv)
     if not (args.base / "bench").is_dir():
         parser.error(f"--base {args.base}: not a deisa checkout (no bench/ there)")
+    args.out.mkdir(parents=True, exist_ok=True)
     sides = {"base": args.base.resolve(), "this": REPO}
     runs: dict[str, dict[str, list[dict[str, float]]]] = {
         b: {side: [] for side in sides} for b in args.benchmarks
     }
-    loads = []
+    loads: list[dict[str, Any]] = []
+    failed: list[dict[str, Any]] = []
+    for earlier in args.collect:  # runs of earlier invocations, read from their folders
+        for name, side, measures in collected(earlier, args.benchmarks):
+            runs[name][side].append(measures)
     for turn in range(args.turns):
         order = list(sides) if turn % 2 == 0 else list(sides)[::-1]
         for bench in args.benchmarks:
             for side in order:
                 before = loadavg()
-                measures = run_bench(bench, sides[side], args.out / f"{turn}-{side}-{bench}")
+                try:
+                    measures = run_bench(bench, sides[side], args.out / f"{turn}-{side}-{bench}")
+                except (RuntimeError, subprocess.TimeoutExpired) as exc:  # say it, go on
+                    print(f"turn {turn} {bench} {side}: failed, left out: {exc}", flush=True)
+                    failed.append({"turn": turn, "bench": bench, "side": side, "error": str(exc)})
+                    continue
                 runs[bench][side].append(measures)
                 loads.append({"turn": turn, "bench": bench, "side": side, "load": [before,
                               loadavg()]})  # fmt: skip
                 print(f"turn {turn} {bench} {side}: load {before[0]}", flush=True)
     rows = []
     for bench, by_side in runs.items():
+        if not by_side["base"] or not by_side["this"]:
+            continue
         for measure in by_side["base"][0]:
             base = [m[measure] for m in by_side["base"]]
             this = [m[measure] for m in by_side["this"]]
@@ -113,7 +147,10 @@ def main(argv: list[str] | None = None) -> int:
             rows.append({"measure": f"{bench} {measure}", "base": b, "this": t,
                          "ratio": t / b if b else float("nan"), "base_runs": base,
                          "this_runs": this})  # fmt: skip
-    print(f"this checkout ({REPO}) against {sides['base']}, {args.turns} turns, alternated")
+    print(
+        f"this checkout ({REPO}) against {sides['base']}, {args.turns} turns, alternated"
+        + (f", with the runs of {', '.join(map(str, args.collect))}" if args.collect else "")
+    )
     print(table(
         ["measure", "base", "this", "this / base", "runs (base; this)"],
         [[r["measure"], f"{r['base']:.3g}", f"{r['this']:.3g}", f"{r['ratio']:.2f}",
@@ -123,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     path = args.out / "no_regression.json"
     path.write_text(json.dumps({"base": str(sides["base"]), "this": str(REPO),
                                 "commands": COMMANDS, "turns": args.turns, "rows": rows,
-                                "loads": loads}, indent=1))  # fmt: skip
+                                "loads": loads, "failed": failed}, indent=1))  # fmt: skip
     print(f"wrote {path}")
     return 0
 

@@ -35,9 +35,10 @@ distributed's heartbeats come every 0.5 s on a few workers, 6 s on 1,000); beyon
 computations at 4 steps a second, 8 KiB each, with their task groups)."""
 MIB = 2**20
 
-KEY_SPLIT_CACHE = 10_000
+KEY_SPLIT_CACHE = 2_000
 """The key prefixes dask may cache (``key_split``: one per key name, so one per key of a step's
-analytics) before the extension empties it: about 3.4 MiB."""
+analytics) before the extension empties it: about 0.7 MiB (10,000 before issue 56: 3.4 MiB, the
+sawtooth a run of a few hundred steps read as growth)."""
 
 
 def mib(nbytes: float) -> str:
