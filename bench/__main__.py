@@ -36,6 +36,7 @@ BENCHMARKS = (
     "step_arrays",
     "shm_pages",
     "long_run",
+    "scheduler_memory",
     "adios2_endstep",  # its lanes skip with the reason where ADIOS2 or the engine is absent
 )
 

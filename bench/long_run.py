@@ -13,14 +13,14 @@ memory Python holds (``tracemalloc``: the scheduler, the workers and the client 
 would add the allocator's own slack) is printed after a warm-up (start), at the middle and at
 the end, with the records distributed keeps per computation (spans, task groups, the workers'
 metrics). At each mark the extension's trim and the workers' fold run, as they do every 100th
-step and every 10 s, and dask's key-prefix cache, which the trim empties past 10,000 entries, is
+step and every 10 s, and dask's key-prefix cache, which the trim empties past 2,000 entries, is
 emptied: what is measured is what stays, not how full a bounded cache happens to be.
 
 distributed's own histories, bounded by count or by wall time (:data:`HISTORIES`), are shortened
 so that they are full before the start mark.
 
 Target: from the middle to the end, at most ``--max-growth`` bytes a step (default 512; before
-issue 54 about 8.5 KiB). The extension forgets a finished computation 60 s after it ended
+issue 54 about 8.5 KiB). The extension forgets a finished computation 15 s after it ended
 (``SPANS_GRACE_S``, so that a worker's late heartbeat still finds it): memory is bounded by
 steps and by time. This benchmark runs faster than that, so it sets the grace to ``--grace``
 seconds (default 1), which compresses the time scale without changing what is kept. Writes

@@ -27,6 +27,7 @@ file and one test, not the whole package.
   bound what distributed keeps per computation for the life of the scheduler or worker (its
   spans, dask/distributed#7977, and their TaskGroups; the worker's metrics per span; dask's
   ``key_split`` cache), which every step of a stream adds to (its keys name the step).
+- :func:`scheduler_records`: how full the scheduler's records are (benchmarks, tests).
 - :func:`count_handler_calls`: wrap the scheduler's handler tables to count the messages it
   handles (benchmarks and tests only).
 
@@ -356,3 +357,37 @@ def count_handler_calls(scheduler: Any, counter: Counter[str]) -> Callable[[], N
         scheduler.stream_handlers.update(originals[1])
 
     return restore
+
+
+def scheduler_records(scheduler: Any) -> dict[str, int]:
+    """How many entries each of the scheduler's records holds that could grow with the steps
+    of a stream: its tasks, task groups and prefixes, spans, computations, transition log,
+    events (per topic, summed), the batched streams' message logs, the system monitor's
+    samples, dask's ``key_split`` cache (benchmarks and tests: what stays flat over a long run)."""
+    from dask.utils import key_split
+
+    spans = scheduler.extensions.get("spans")
+    topics = scheduler._broker._topics
+    streams = [*scheduler.stream_comms.values(), *scheduler.client_comms.values()]
+    monitor = getattr(scheduler, "monitor", None)
+    quantities = getattr(monitor, "quantities", {}) or {}
+    return {
+        "tasks": len(scheduler.tasks),
+        "task_groups": len(scheduler.task_groups),
+        "task_prefixes": len(scheduler.task_prefixes),
+        "task_metadata": len(scheduler.task_metadata),
+        "spans": len(spans.spans) if spans is not None else 0,
+        "root_spans": len(spans.root_spans) if spans is not None else 0,
+        "span_index": sum(len(v) for v in spans.spans_search_by_name.values())
+        + sum(len(v) for v in spans.spans_search_by_tag.values())
+        if spans is not None
+        else 0,
+        "computations": len(scheduler.computations),
+        "transition_log": len(scheduler.transition_log),
+        "event_topics": len(topics),
+        "events": sum(len(topic.events) for topic in topics.values()),
+        "stream_messages": sum(len(getattr(b, "recent_message_log", ())) for b in streams),
+        "monitor_samples": sum(len(q) for q in quantities.values()),
+        "key_split_cache": key_split.cache_info().currsize,
+        "clients": len(scheduler.clients),
+    }

@@ -387,6 +387,24 @@ def test_shm_pages_measures_each_kind_of_page_offered(tmp_path: Path) -> None:
     assert len(result["targets"]) == len(rows) and "copy into the slot" in proc.stdout
 
 
+def test_scheduler_memory_samples_a_real_scheduler_per_box_count_and_writes_json(
+    tmp_path: Path,
+) -> None:
+    cmd = [sys.executable, "-m", "bench.scheduler_memory", "--steps", "30", "--boxes", "1", "3",
+           "--every", "10", "--out", str(tmp_path)]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=REPO, env=test_env(), capture_output=True, text=True)
+    assert proc.returncode in (0, 1), proc.stderr[-3000:]  # 1: a target missed, as printed
+    result = json.loads((tmp_path / "scheduler_memory.json").read_text())
+    rows = {row["boxes"]: row for row in result["rows"]}
+    assert list(rows) == [1, 3]
+    for row in rows.values():
+        assert list(row["rss_mib"]) == ["start", "middle", "end"]
+        assert row["messages_per_step"]["publish"] == 1.0  # one deisa_publish a step
+        assert row["records_end"]["transition_log"] <= 100  # deisa-run's history lengths
+        assert row["deisa_end"]["steps_pending"] <= 2
+    assert "B/step middle->end" in proc.stdout and len(result["targets"]) == 2
+
+
 def test_long_run_prints_memory_at_three_marks_and_writes_json(tmp_path: Path) -> None:
     cmd = [sys.executable, "-m", "bench.long_run", "--steps", "60", "--out", str(tmp_path)]
     proc = subprocess.run(cmd, cwd=REPO, env=test_env(), capture_output=True, text=True)

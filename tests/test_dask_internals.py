@@ -228,3 +228,25 @@ def test_workers_of_names_every_worker_where_scheduler_info_can_miss_them() -> N
             workers = _dask_internals.workers_of(client)
             assert {w["name"] for w in workers.values()} == names
             assert all(w["status"] == "running" for w in workers.values())
+
+
+@gen_cluster(client=True, timeout=RELEASE * 4, config={"distributed.admin.low-level-log-length": 7})
+async def test_scheduler_records_counts_each_record_that_could_grow_with_the_steps(
+    c: Client, s: Any, a: Any, b: Any
+) -> None:
+    before = _dask_internals.scheduler_records(s)
+    await _per_step_computations(c, 12)
+    after = _dask_internals.scheduler_records(s)
+    assert after["spans"] == after["root_spans"] == after["computations"] == 12
+    assert after["span_index"] == 2 * 12  # each span found by name and by tag
+    assert before["transition_log"] < after["transition_log"] == 7  # its configured length
+    assert after["events"] <= 7 * after["event_topics"]
+    assert 0 < after["stream_messages"] <= 7 * 3  # a batched stream per worker and client
+    assert after["clients"] >= 1
+    assert set(after) >= {
+        "tasks",
+        "task_groups",
+        "task_prefixes",
+        "monitor_samples",
+        "key_split_cache",
+    }

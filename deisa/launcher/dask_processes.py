@@ -15,7 +15,9 @@ files, never the key itself); BLAS and OpenMP pinned to one thread, no work stea
 private file (0600, no symbolic link followed) of :attr:`DaskProcesses.log_dir`, inheriting
 the caller's umask (``deisa-run``: 077); the workers preload deisa's worker services
 (``--preload deisa.worker``: shared memory from the first step, and a rank 0 that
-calls the scheduler without distributed), unless a benchmark opts out.
+calls the scheduler without distributed), unless a benchmark opts out. ``deisa-run`` also
+shortens distributed's histories in them (:func:`history_env`), so that a long run's memory is
+level after its first steps.
 """
 
 from __future__ import annotations
@@ -64,10 +66,45 @@ def http_config(dashboard: bool) -> dict[str, list[str]]:
 def http_env(dashboard: bool) -> dict[str, str]:
     """:func:`http_config` as the environment of processes to start
     (``DASK_DISTRIBUTED__SCHEDULER__HTTP__ROUTES``...)."""
+    return config_env(http_config(dashboard))
+
+
+def config_env(config: Mapping[str, Any]) -> dict[str, str]:
+    """Dask configuration as the environment of processes to start: ``{"distributed.a.b-c":
+    1}`` -> ``{"DASK_DISTRIBUTED__A__B_C": "1"}``."""
     return {
         "DASK_" + key.upper().replace(".", "__").replace("-", "_"): json.dumps(value)
-        for key, value in http_config(dashboard).items()
+        for key, value in config.items()
     }
+
+
+HISTORY_LENGTH = 100
+"""The entries each of distributed's count-bounded histories keeps in deisa's Dask processes
+(``distributed.admin.low-level-log-length``, 1,000 by default): the scheduler's transition log
+(``Scheduler.story``), its events per topic (``Client.get_events``: a step's computation adds
+one to two topics), each batched stream's last messages (a step adds several). Full within
+the first steps, so that a run's memory is level from then on, and a tenth of what
+distributed's default holds (docs/reliability.md, "Long runs")."""
+
+MONITOR_SAMPLES = 120
+"""The samples of the system monitor (CPU, memory, network, one every 0.5 s) a Dask process
+keeps without the dashboard, which alone draws their history: a minute, not distributed's
+hour (``distributed.admin.system-monitor.log-length``, 7,200), which fills with wall time."""
+
+
+def history_config(dashboard: bool) -> dict[str, int]:
+    """The lengths of distributed's histories in deisa's Dask processes (:data:`HISTORY_LENGTH`,
+    and :data:`MONITOR_SAMPLES` without the dashboard); a user's own setting of either in the
+    environment wins (``deisa-run``)."""
+    config = {"distributed.admin.low-level-log-length": HISTORY_LENGTH}
+    if not dashboard:
+        config["distributed.admin.system-monitor.log-length"] = MONITOR_SAMPLES
+    return config
+
+
+def history_env(dashboard: bool) -> dict[str, str]:
+    """:func:`history_config` as the environment of processes to start."""
+    return config_env(history_config(dashboard))
 
 
 class TLSOptions(Protocol):

@@ -41,7 +41,13 @@ from ..pca_app.driver import Analysis, drive, hold, stream_stats, ways
 from ..pca_app.failures import PipelineError, exit_in_words, naming_path, tail
 from ..pca_app.report import ways_in_words
 from ..pca_app.stall import StepWatch
-from .dask_processes import LOOPBACK, dashboard_available, http_env, workers_connected
+from .dask_processes import (
+    LOOPBACK,
+    dashboard_available,
+    history_env,
+    http_env,
+    workers_connected,
+)
 from .defaults import UsageError
 from .guardian import Guardian, start_guardian
 from .plan import RunPlan
@@ -118,7 +124,8 @@ def _run_in_tmp(
             secure = {**secure, **UCX().env()}
             os.environ.update(secure)
         secure = {**secure, **tmp.env(), **http_env(plan.dashboard)}
-        procs.env = child_env(secure)
+        # distributed's histories shortened (a long run's memory level), unless the user set them
+        procs.env = child_env(secure, keep=history_env(plan.dashboard))
         signals.on_second = procs.kill
         _announce(plan, scheduler_file)
         client = _start_dask(plan, procs, signals, scheduler_file, credentials)

@@ -37,7 +37,7 @@ import sys
 from pathlib import Path
 
 from .adios2_engine import PRELOAD
-from .dask_processes import http_env
+from .dask_processes import history_env, http_env
 from .libraries import LOADER_VARIABLES
 from .plan import JOB_ID, LIBRARIES, USER_PYTHON, Process, RunPlan
 from .processes import NO_WORK_STEALING, SAFE_PATH_ENV, THREAD_PINS
@@ -153,12 +153,15 @@ def _header(slurm: SlurmSettings, plan: list[Node], output: Path) -> list[str]:
 def _environment(slurm: SlurmSettings, dashboard: bool = False) -> list[str]:
     """The job's environment: thread pins, no unsafe directory on a Python's ``sys.path``, the
     scheduler's settings, the HTTP routes (:func:`~deisa.launcher.dask_processes.http_env`),
+    the lengths of distributed's histories (:func:`~deisa.launcher.dask_processes.history_env`),
     Open MPI's network, the interpreter (which must take ``-P``)."""
     return [
         "export " + " ".join(f"{k}={v}" for k, v in THREAD_PINS.items()),
         "export " + " ".join(f"{k}={v}" for k, v in SAFE_PATH_ENV.items()),
         "export " + " ".join(f"{k}={v}" for k, v in NO_WORK_STEALING.items()),
         *(f"export {k}={shlex.quote(v)}" for k, v in http_env(dashboard).items()),
+        # distributed's histories shortened (a long run's memory level), unless the user set them
+        *(f'export {k}="${{{k}:-{v}}}"' for k, v in history_env(dashboard).items()),
         # a worker whose node vanished (no TCP reset) is dropped after this, not 5 minutes
         "export DASK_DISTRIBUTED__SCHEDULER__WORKER_TTL="
         f'"${{DASK_DISTRIBUTED__SCHEDULER__WORKER_TTL:-{WORKER_TTL}}}"',

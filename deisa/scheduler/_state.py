@@ -28,12 +28,17 @@ TRIM_EVERY = 100
 computation (:meth:`StreamState._trim`): a long run's memory stays flat."""
 SPANS_KEPT = 100
 """The newest computations (spans) whose records the scheduler keeps, whatever their age."""
-SPANS_GRACE_S = 60.0
-"""How long a finished computation's record is kept (a worker's heartbeat may still report it)."""
+SPANS_GRACE_S = 15.0
+"""How long a finished computation's record is kept (a worker's heartbeat may still report it:
+distributed's heartbeats come every 0.5 s on a few workers, 6 s on 1,000); beyond the newest
+:data:`SPANS_KEPT` the records held are the steps of this many seconds (60 s before: 240
+computations at 4 steps a second, 8 KiB each, with their task groups)."""
 MIB = 2**20
 
-KEY_SPLIT_CACHE = 10_000
-"""The key prefixes dask may cache (``key_split``: one per step's key name) before emptying."""
+KEY_SPLIT_CACHE = 2_000
+"""The key prefixes dask may cache (``key_split``: one per key name, so one per key of a step's
+analytics) before the extension empties it: about 0.7 MiB (10,000 before issue 56: 3.4 MiB, the
+sawtooth a run of a few hundred steps read as growth)."""
 
 
 def mib(nbytes: float) -> str:
@@ -109,12 +114,39 @@ class StreamState:
                 )
         return lines
 
-    def _trim(self) -> None:
-        """Forget what distributed would keep for the life of the scheduler, one record per step
-        (every :data:`TRIM_EVERY` steps published): the finished computations' spans and their
-        task groups, dask's cache of key prefixes. The extension's own records of a run are
-        bounded by ``buffer_nb`` and the readers."""
-        forgotten = _dask_internals.forget_finished_spans(self.scheduler, SPANS_KEPT, SPANS_GRACE_S)
+    def held(self) -> dict[str, int]:
+        """How many records the extension holds, summed over its streams: what a long run
+        must keep bounded (``buffer_nb`` steps a reader, the readers, the last drops), never
+        one per step taken (benchmarks and tests: ``bench.scheduler_memory``)."""
+        streams = self.streams.values()
+        return {
+            "streams": len(self.streams),
+            "steps_pending": sum(len(s.pending) for s in streams),
+            "layouts_pending": sum(
+                s.layout is not None for t in streams for s in t.pending.values()
+            ),
+            "queued_entries": sum(len(r.queue) for s in streams for r in s.readers.values()),
+            "readers": sum(len(s.readers) for s in streams),
+            "deferred": sum(len(s.deferred) for s in streams),
+            "dropped_listed": sum(len(s.dropped) for s in streams),
+            "lost_listed": sum(len(s.lost) for s in streams),
+            "consumers": len(self.consumers),
+            "tasks": len(self._tasks),
+        }
+
+    def _trim(self, spans: bool = True) -> None:
+        """Forget what distributed would keep for the life of the scheduler, one record per step:
+        dask's cache of key prefixes once it holds :data:`KEY_SPLIT_CACHE` entries (checked at
+        every step published: a step's analytics adds one per key, hundreds for a step of many
+        boxes, so that checked every :data:`TRIM_EVERY` steps it reached dask's own bound of
+        100,000, 30 MiB), and with ``spans`` (every :data:`TRIM_EVERY` steps published) the
+        finished computations' spans and their task groups. The extension's own records of a
+        run are bounded by ``buffer_nb`` and the readers."""
+        forgotten = (
+            _dask_internals.forget_finished_spans(self.scheduler, SPANS_KEPT, SPANS_GRACE_S)
+            if spans
+            else 0
+        )
         emptied = _dask_internals.trim_key_split_cache(KEY_SPLIT_CACHE)
         if forgotten or emptied:
             logger.debug(

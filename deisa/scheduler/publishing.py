@@ -102,8 +102,7 @@ class Publishing(StreamState):
         stream.published += 1
         nbytes = sum(n for *_, n in present)
         self.totals.setdefault(name, Counter()).update(published=1, bytes=nbytes)
-        if self.calls["publish"] % TRIM_EVERY == 0:
-            self._trim()
+        self._trim(spans=self.calls["publish"] % TRIM_EVERY == 0)
         await stream.notify()
         return ok()
 

@@ -27,6 +27,7 @@ from stream_driver import (
     EXPIRE,
     META,
     WAIT,
+    MovingRank0,
     Rank0,
     block,
     fields,
@@ -35,6 +36,7 @@ from stream_driver import (
     holder,
     install,
     lists,
+    moving_meta,
     opened,
     queue,
     take,
@@ -43,6 +45,7 @@ from stream_driver import (
 )
 
 from deisa import _dask_internals
+from deisa.launcher.dask_processes import HISTORY_LENGTH, history_config
 from deisa.scheduler.extension import EXTENSION_NAME, StreamExtension
 from deisa.wire import PROTOCOL, Status, error, is_ok, ok, status, step_key_name
 
@@ -1015,7 +1018,78 @@ async def test_a_long_run_keeps_the_schedulers_records_per_step_bounded(
                 sizes.append(len(spans.spans))
         await rank0.close(3 * _state.TRIM_EVERY)
     assert max(sizes) <= 5 + 2, sizes  # the newest kept, and those of the last step's take
-    assert key_split.cache_info().currsize <= 50 + 1
+    # emptied at the first publish after it reached its bound: one step's keys past it at most
+    assert key_split.cache_info().currsize <= 50 + 10
     stream = ext.streams["t"]
     assert not stream.pending and not stream.deferred and stream.dropped == deque()
     await until_released(s, [a, b], "r1")
+
+
+@gen_cluster(client=True, timeout=600, config=history_config(dashboard=False))
+async def test_a_long_run_of_moving_steps_leaves_no_record_per_step(
+    c: Client, s: Any, a: Any, b: Any
+) -> None:
+    """Issue 56 item 7: steps of a moving array whose shape changes at every step (8 boxes a
+    rank, one parcel each), each taken and summed as the analytics does. After many steps the
+    extension holds no record of a taken step (no step, no layout, no queue entry), the
+    scheduler no task of one, its spans stay within the newest kept, and distributed's
+    histories within the lengths deisa-run gives them (:func:`history_config`), whatever the
+    steps taken: a long run's memory is level."""
+    import dask.array as da
+    from dask.utils import key_split
+
+    from deisa.scheduler import _state
+
+    nboxes, width, steps = 8, 3, _state.TRIM_EVERY + 20  # past the histories' lengths
+    seen, cached = [], []
+    with (
+        mock.patch.object(_state, "SPANS_GRACE_S", 0.0),
+        mock.patch.object(_state, "SPANS_KEPT", 5),
+        mock.patch.object(_state, "KEY_SPLIT_CACHE", 50),
+    ):
+        ext = await install(c, s)
+        rank0 = MovingRank0(c, [a, b], "m", moving_meta(2))
+        assert is_ok(await rank0.open())
+        for step in range(steps):
+            rows = 1 + step % 5  # of each box: the step's shape changes at every step
+            ranks = [
+                [((r * nboxes * rows + k * rows, 0), np.full((rows, width), float(step)))
+                 for k in range(nboxes)]
+                for r in range(2)
+            ]  # fmt: skip
+            assert await rank0.publish(step, ranks, shape=(2 * nboxes * rows, width)) == ok()
+            cached.append(key_split.cache_info().currsize)  # a step's keys (its analytics') added
+            record = await get(c, "m", run="r1")
+            assert tuple(record["layout"]["shape"]) == (2 * nboxes * rows, width)
+            futures = [_dask_internals.future_in_memory(key, c) for key in record["keys"]]
+            parcels = [da.from_delayed(f, (nboxes * rows * width,), float) for f in futures]
+            total = await c.compute(da.concatenate(parcels).sum())
+            assert total == step * 2 * nboxes * rows * width
+            del futures, parcels, record
+            seen.append(ext.held())
+            if step in (steps // 2, steps - 1):
+                await asyncio.sleep(0.2)  # the last step's releases in
+                ext._trim()
+                seen[-1]["records"] = _dask_internals.scheduler_records(s)
+        await rank0.close(steps)
+    assert max(cached) < 50  # emptied at the publish after it reached its bound, every step
+    assert max(h["steps_pending"] for h in seen) <= 1  # the step in hand, never more
+    assert max(h["layouts_pending"] for h in seen) <= 1
+    assert max(h["queued_entries"] for h in seen) <= 1
+    middle, end = seen[steps // 2]["records"], seen[-1]["records"]
+    for records in (middle, end):
+        assert records["transition_log"] <= HISTORY_LENGTH
+        assert records["events"] <= HISTORY_LENGTH * records["event_topics"]
+        assert records["stream_messages"] <= HISTORY_LENGTH * 4  # a stream per worker, client
+        assert records["spans"] <= 5 + 2, records  # the newest kept, the last steps' takes
+        assert records["task_groups"] <= 4, records
+    # what the second half of the run added to the records: nothing that counts steps
+    assert {k: end[k] - middle[k] for k in ("event_topics", "task_prefixes")} == {
+        "event_topics": 0,
+        "task_prefixes": 0,
+    }
+    held_now = ext.held()
+    assert held_now["steps_pending"] == held_now["layouts_pending"] == 0
+    assert held_now["deferred"] == held_now["tasks"] == 0
+    await until_released(s, [a, b], "r1")
+    assert not [key for key in s.tasks if "m" in str(key)]
