@@ -54,7 +54,7 @@ from .registration.registrar import Registrar, plan_of
 if TYPE_CHECKING:
     from ._parts import BridgeParts
     from .link.scheduler import SchedulerLink
-    from .registration.notices import EarlyRegistration
+    from .registration.registrar import EarlyRegistration
 
 logger = logging.getLogger(__name__)
 

@@ -65,6 +65,9 @@ class LoopThread:
         self.loop.add_reader(self._wake_fd, self._drain)
         self._thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
         self._thread.start()
+        # the loop thread's threading.get_ident(): on_loop compares with it, and so may a caller
+        # on a send's completion, without a call (the registrar)
+        self.thread_id = self._thread.ident
         self._kept: list[concurrent.futures.Future[Any]] = []
 
     def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
@@ -107,7 +110,7 @@ class LoopThread:
     @property
     def on_loop(self) -> bool:
         """Whether the caller is the loop thread."""
-        return threading.get_ident() == self._thread.ident
+        return threading.get_ident() == self.thread_id
 
     @contextlib.contextmanager
     def batched(self) -> Iterator[None]:

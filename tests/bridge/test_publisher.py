@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from deisa.bridge._publisher import Connection, Entry, Ledger, RankReport, RootReport
-from deisa.bridge.registration.notices import EarlyRegistration, encode_notice
+from deisa.bridge._publisher import Connection, Ledger, RankReport, RootReport
 
 W = "tcp://w0"
 CONNECTION = Connection("tcp://127.0.0.1:8786", "run0", ("tcp://w0", "tcp://w1"))
@@ -111,50 +110,6 @@ def test_ledger_in_flight_counts_each_array_and_root_fields_reach_every_rank() -
     assert (ledger.in_flight("a"), ledger.in_flight("b")) == (1, 1)
     assert [entry.seq for entry, _ in out.ready] == [2, 3]
     assert out.fields == {"contract": {"x": 1}}
-
-
-def test_early_registration_hands_each_publication_once_in_order() -> None:
-    """bridge._notices: notices (any order, any rank) and the exchange's ``ready`` both feed it;
-    each publication reaches the registrar once, in sequence, only once it is active."""
-
-    handed: list[tuple[int, list[int]]] = []
-    early = EarlyRegistration(
-        3, lambda entry, sent: handed.append((entry.seq, [n for n, _ in sent]))
-    )
-    entries = [Entry(seq, "a", seq, 0) for seq in range(3)]
-    for entry in entries:
-        early.known(entry)
-    for rank in range(3):  # publication 1 is complete first, but waits for 0
-        early.sent(1, rank, 10 + rank, W)
-    assert early.notice(encode_notice("another job", 0, 0, 1, W)) is False
-    early.sent(0, 0, 5, W)
-    early.sent(0, 2, 5, W)
-    assert handed == []  # rank 1's block of 0 is missing (and the registrar is not running)
-    early.activate()
-    assert handed == []
-    assert early.notice(encode_notice(early.token, 0, 1, 5, W)) is True
-    assert handed == [(0, [5, 5, 5]), (1, [10, 11, 12])]
-    early.ready(entries[0], [(5, W), (5, W), (5, W)])  # the exchange comes later: already handed
-    early.ready(entries[1], [(10, W), (11, W), (12, W)])
-    early.ready(entries[2], [(7, W), (7, W), (7, W)])  # no notice came for 2: the exchange hands it
-    assert handed == [(0, [5, 5, 5]), (1, [10, 11, 12]), (2, [7, 7, 7])]
-    assert early.early == 2 and early.next_seq == 3
-    early.sent(2, 0, 7, W)  # a late notice is ignored
-    assert len(handed) == 3
-
-
-def test_early_registration_counts_only_the_senders_of_a_contract() -> None:
-
-    handed: list[tuple[int, list[int]]] = []
-    early = EarlyRegistration(
-        4, lambda entry, sent: handed.append((entry.seq, [n for n, _ in sent]))
-    )
-    early.activate()
-    early.known(Entry(0, "a", 0, 0, senders=(1, 3)))
-    early.sent(0, 3, 8, W)
-    assert handed == []
-    early.sent(0, 1, 8, W)
-    assert handed == [(0, [0, 8, 0, 8])]
 
 
 def test_registration_outcomes_are_read_the_same_in_both_modes(caplog) -> None:

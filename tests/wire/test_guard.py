@@ -33,7 +33,7 @@ CONNECTIONS = 1000
 LISTENER = """
 import asyncio, logging, os, resource, sys, time
 from deisa.wire import guard as _guard
-from deisa.bridge.registration.notices import EarlyRegistration, Notifier
+from deisa.bridge.registration.notices import NoticeListener, Notifier
 
 resource.setrlimit(resource.RLIMIT_NOFILE, (512, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
 logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="LOG %(message)s")
@@ -43,8 +43,9 @@ if {unsafe}:  # the positive control: no cap, no margin, no deadline
 
 
 async def main():
-    early = EarlyRegistration(4, lambda entry, sent: None)
-    address = await early.listen("tcp://127.0.0.1:1")
+    arrived = []
+    listener = NoticeListener(4, lambda *notice: arrived.append(notice))
+    address = await listener.listen("tcp://127.0.0.1:1")
     print(address, flush=True)
     await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
     try:
@@ -57,13 +58,13 @@ async def main():
     if {unsafe}:
         return  # the control ends here: its descriptors are gone
     start = time.monotonic()
-    notifier, deadline = Notifier(address, early.token, 1), start + {timeout}
-    while not early._sent and time.monotonic() < deadline:  # a rank's notice, retried
+    notifier, deadline = Notifier(address, listener.token, 1), start + {timeout}
+    while not arrived and time.monotonic() < deadline:  # a rank's notice, retried
         await notifier.notify(0, 8, "tcp://w:1")
         await asyncio.sleep(0.5)
-    print("notice:", "arrived" if early._sent else "lost", time.monotonic() - start, flush=True)
+    print("notice:", "arrived" if arrived else "lost", time.monotonic() - start, flush=True)
     await notifier.close()
-    await early.close()
+    await listener.close()
 
 
 asyncio.run(main())

@@ -28,7 +28,7 @@ from .._publisher import Connection
 from ..contracts import ContractBook
 from ..decomposition import Decomposition
 from ..options import BridgeOptions
-from ..registration.notices import EarlyRegistration
+from ..registration.notices import NoticeListener
 from ..scheduler_file import read_scheduler_address
 from .relay import Relay, through
 
@@ -214,7 +214,7 @@ async def connect_rank_0(
     options: BridgeOptions,
     decompositions: Mapping[str, Decomposition],
     contracts: ContractBook,
-    early: EarlyRegistration | None,
+    listener: NoticeListener | None,
 ) -> Connection:
     """Rank 0: find the scheduler, install the extension, wait for workers, open the arrays.
 
@@ -234,15 +234,15 @@ async def connect_rank_0(
         ) from exc
     run = uuid.uuid4().hex[:8]
     await open_arrays(pool, address, run, decompositions, options, contracts)
-    if early is None:
+    if listener is None:
         return Connection(address, run, tuple(workers))
     try:
-        notices = await early.listen(address)
+        notices = await listener.listen(address)
     except OSError as exc:  # registration at the next publish, as without notices
         logger.warning("deisa bridge: no listener for early registration: %s", exc)
         notices = None
-    tls = early.client_files if notices is not None else None
-    return Connection(address, run, tuple(workers), notices, early.token, tls)
+    tls = listener.client_files if notices is not None else None
+    return Connection(address, run, tuple(workers), notices, listener.token, tls)
 
 
 async def _reach_and_install(

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from ..contracts import ContractBook
     from ..decomposition import Decomposition
     from ..options import BridgeOptions
-    from ..registration.notices import EarlyRegistration
+    from ..registration.notices import NoticeListener
     from .workers import WorkerBook
 
 logger = logging.getLogger(__name__)
@@ -219,11 +219,13 @@ class SchedulerLink:
         options: BridgeOptions,
         decompositions: Mapping[str, Decomposition],
         contracts: ContractBook,
-        early: EarlyRegistration | None,
+        listener: NoticeListener | None,
     ) -> Coroutine[Any, Any, Connection]:
         """Rank 0: find the scheduler, install the extension, wait for the workers, open the
         arrays (:func:`deisa.bridge.link.connect.connect_rank_0`)."""
-        return connect_rank_0(self.pool, scheduler_file, options, decompositions, contracts, early)
+        return connect_rank_0(
+            self.pool, scheduler_file, options, decompositions, contracts, listener
+        )
 
     def open_arrays(
         self,

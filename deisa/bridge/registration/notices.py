@@ -10,8 +10,10 @@ not the scheduler (which still gets one message per step and array).
 
 The notices only make registration earlier: they carry no failure, and a notice lost, refused
 or never sent (no listener) only means that the step is registered at the next exchange, as
-without them. Both ways feed :class:`EarlyRegistration`, on rank 0's loop thread, which hands
-each publication to the registrar once, in order.
+without them. Both ways feed rank 0's step accounting
+(:class:`~deisa.bridge.registration.registrar.EarlyRegistration`, on its loop thread), which
+hands each publication to the registrar once, in order; this module holds only the conversation:
+the line format, rank 0's :class:`NoticeListener` and the other ranks' :class:`Notifier`.
 
 The listener runs no code it receives: a notice is one line of JSON (:func:`encode_notice`),
 at most :data:`MAX_LINE` bytes, with four fields checked by type and the job's token (and, for
@@ -22,7 +24,7 @@ string that reaches the ranks through the exchange, never the network); anything
 dropped, and its connection closed (counted, and logged at most once a minute). Connections
 not yet authenticated are capped and dropped after a few seconds (:mod:`deisa.wire.guard`); a rank
 refused meanwhile sends its notices again later. A Bridge of one rank opens none (its
-own sends feed :class:`EarlyRegistration` directly). Where it listens follows the scheduler's
+own sends feed the registrar's accounting directly). Where it listens follows the scheduler's
 address, read without distributed (:mod:`deisa.bridge.link.net`; rank 0 need not import it):
 
 - ``tls://``: on the interface that reaches the scheduler, speaking TLS with the job's client
@@ -36,6 +38,10 @@ address, read without distributed (:mod:`deisa.bridge.link.net`; rank 0 need not
 - ``tcp://`` on a loopback address (``deisa-run``'s local mode): on ``127.0.0.1`` only;
 - anything else (``tcp://`` between nodes): no listener, with one info line saying why, since
   any host could then reach it; steps are registered at the next exchange.
+
+Runs on each simulation rank's loop thread (:mod:`deisa.bridge._loop`). Imports
+:mod:`deisa.wire` (the guard, the job's TLS files), the Bridge's :mod:`~deisa.bridge.boxes` and
+:mod:`deisa.bridge.link.net`; distributed only for a TLS configuration given to dask alone.
 """
 
 from __future__ import annotations
@@ -57,7 +63,6 @@ from ..._dask_internals import import_distributed
 from ...wire import guard as wire_guard
 from ...wire.guard import Guard, StreamListener
 from ...wire.tls_files import TLS_FILES_ENV
-from .._publisher import Entry, Sent
 from ..boxes import Geometry, check_geometry
 from ..link.net import host_port, interface_to, split_address
 
@@ -138,33 +143,29 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-class EarlyRegistration:
-    """Rank 0: hand publications to the registrar as soon as every sender has reported.
+class NoticeListener:
+    """Rank 0: the listener for the other ranks' notices, each handed on as it comes.
 
-    Every method runs on rank 0's loop thread (the Bridge posts to it with
-    ``call_soon_threadsafe``), so no lock is needed.
+    Every method runs on rank 0's loop thread, which hands each notice to ``on_notice``
+    (rank 0's :class:`~deisa.bridge.registration.registrar.EarlyRegistration`, which counts a
+    step's blocks); a NoticeListener keeps no step of its own.
 
     Parameters
     ----------
     nranks
         Ranks of the Bridge's communicator.
-    queue
-        ``queue(entry, sent)``: hand a publication to the registrar, with ``(nbytes, worker)``
-        of each rank's block (:data:`~deisa.bridge._publisher.Sent`).
+    on_notice
+        ``on_notice(seq, rank, nbytes, worker, geometry)``: a rank's block of publication
+        ``seq`` is on ``worker`` (its boxes of ``geometry`` for a moving step, else ``None``).
     """
 
-    def __init__(self, nranks: int, queue: Callable[[Entry, list[Sent]], None]) -> None:
+    def __init__(self, nranks: int, on_notice: Callable[..., None]) -> None:
         self.nranks = nranks
-        self._queue = queue
+        self._on_notice = on_notice
         self.token = secrets.token_hex(16)
-        self.next_seq = 0  # publications below were handed to the registrar
-        self.early = 0  # of which handed on notices, before their exchange
-        self._entries: dict[int, Entry] = {}
-        self._sent: dict[int, dict[int, Sent]] = {}
         self._server: StreamListener | None = None
         self.address: str | None = None
         self.client_files: tuple[str, str, str | None] | None = None  # TLS: CA, cert, key
-        self.active = False  # the registrar exists (the connection is known)
 
     async def listen(self, scheduler_address: str) -> str | None:
         """Open the listener where the scheduler's address allows it (see the module
@@ -238,11 +239,6 @@ class EarlyRegistration:
             self._server.close()
             self._server = None
 
-    def activate(self) -> None:
-        """The registrar is running: hand what is ready."""
-        self.active = True
-        self._drain()
-
     def notice(self, line: bytes) -> bool:
         """Take one line from a rank's connection; ``False`` (dropped, logged at debug level)
         for anything but a notice of this job (:func:`decode_notice`)."""
@@ -251,42 +247,8 @@ class EarlyRegistration:
         except ValueError as exc:
             logger.debug("deisa bridge: dropped %d bytes, not a notice: %s", len(line), exc)
             return False
-        self.sent(seq, rank, nbytes, worker, geometry)
+        self._on_notice(seq, rank, nbytes, worker, geometry)
         return True
-
-    def sent(self, seq: int, rank: int, nbytes: int, worker: str, geometry: Any = None) -> None:
-        if seq >= self.next_seq:
-            where = (nbytes, worker) if geometry is None else (nbytes, worker, geometry)
-            self._sent.setdefault(seq, {})[rank] = where
-            self._drain()
-
-    def known(self, entry: Entry) -> None:
-        """Rank 0 numbered ``entry`` (at its own publish)."""
-        if entry.seq >= self.next_seq:
-            self._entries[entry.seq] = entry
-            self._drain()
-
-    def ready(self, entry: Entry, sent: list[Sent]) -> None:
-        """The exchange found ``entry`` sent by every rank (the way without notices)."""
-        if entry.seq < self.next_seq:
-            return  # handed on its notices already
-        self._hand(entry, sent)
-        self._drain()
-
-    def _drain(self) -> None:
-        while self.active and (entry := self._entries.get(self.next_seq)) is not None:
-            got = self._sent.get(entry.seq, {})
-            senders = range(self.nranks) if entry.senders is None else entry.senders
-            if any(rank not in got for rank in senders):
-                return
-            self.early += 1
-            self._hand(entry, [got.get(rank, (0, "")) for rank in range(self.nranks)])
-
-    def _hand(self, entry: Entry, sent: list[Sent]) -> None:
-        self._queue(entry, sent)
-        self._entries.pop(entry.seq, None)
-        self._sent.pop(entry.seq, None)
-        self.next_seq = entry.seq + 1
 
 
 class Notifier:

@@ -5,10 +5,18 @@ once every rank knows the connection, the registrar registers the steps on the s
 publication order, the arrays of a step together (``deisa_publish`` through
 :class:`~deisa.bridge.link.scheduler.SchedulerLink`), as the exchanges (:mod:`._async`) or the
 notices of the other ranks (:mod:`deisa.bridge.registration.notices`, early registration) find each
-step's blocks on their workers. The loop thread writes rank 0's :class:`RootNews`, which the main
-thread reads when it posts an exchange, and wakes the main thread through ``progress``. The other
-ranks hold only their :class:`~deisa.bridge.registration.notices.Notifier` to rank 0's listener, if
-any.
+step's blocks on their workers. Rank 0 counts them in :class:`EarlyRegistration`, which hands
+each step to the registrar's queue as soon as every sender has reported, in order; the notices'
+module only carries the conversation (rank 0's
+:class:`~deisa.bridge.registration.notices.NoticeListener`, the other ranks'
+:class:`~deisa.bridge.registration.notices.Notifier`). The loop thread writes rank 0's
+:class:`RootNews`, which the main thread reads when it posts an exchange, and wakes the main
+thread through ``progress``.
+
+Runs in a simulation rank: :class:`Registrar`'s methods on the main thread or the loop thread (each
+says which), :class:`EarlyRegistration` and the registration coroutines on the loop thread. Imports
+the Bridge's flat modules (``_publisher``, ``boxes``), :mod:`deisa.bridge.link.scheduler`, the
+notices' module, wire and :mod:`deisa.contract`.
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ import concurrent.futures
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +38,7 @@ from ...wire.layout import LayoutError, StepLayout
 from .._publisher import Connection, Entry, Sent, geometry_of, registration
 from ..boxes import Geometry, step_layout
 from ..link.scheduler import register_until_answered, until_answered
-from .notices import EarlyRegistration, Notifier
+from .notices import NoticeListener, Notifier
 
 if TYPE_CHECKING:
     from .._parts import BridgeParts
@@ -49,6 +57,76 @@ class RootNews:
     connect_error: str | None = None
     registered: int = 0  # publications below this are registered (or reported lost)
     error: str | None = None  # a registration failed; names the step
+
+
+class EarlyRegistration:
+    """Rank 0: hand publications to the registrar as soon as every sender has reported.
+
+    The step accounting of early registration: rank 0's own sends and the other ranks'
+    notices (its :class:`~deisa.bridge.registration.notices.NoticeListener`) report blocks sent
+    (:meth:`sent`), its publish numbers each publication (:meth:`known`), and the exchange
+    reports what the notices missed (:meth:`ready`); each publication is handed on once, in
+    order. Every method runs on rank 0's loop thread (the Bridge posts to it with
+    ``call_soon_threadsafe``), so no lock is needed.
+
+    Parameters
+    ----------
+    nranks
+        Ranks of the Bridge's communicator.
+    queue
+        ``queue(entry, sent)``: hand a publication to the registrar, with ``(nbytes, worker)``
+        of each rank's block (:data:`~deisa.bridge._publisher.Sent`).
+    """
+
+    def __init__(self, nranks: int, queue: Callable[[Entry, list[Sent]], None]) -> None:
+        self.nranks = nranks
+        self._queue = queue
+        self.next_seq = 0  # publications below were handed to the registrar
+        self.early = 0  # of which handed on notices, before their exchange
+        self._entries: dict[int, Entry] = {}
+        self._sent: dict[int, dict[int, Sent]] = {}
+        self.active = False  # the registrar exists (the connection is known)
+
+    def activate(self) -> None:
+        """The registrar is running: hand what is ready."""
+        self.active = True
+        self._drain()
+
+    def sent(self, seq: int, rank: int, nbytes: int, worker: str, geometry: Any = None) -> None:
+        """``rank``'s block of publication ``seq`` (its boxes of ``geometry``, if any) is on
+        ``worker`` (rank 0's own send, or another rank's notice)."""
+        if seq >= self.next_seq:
+            where = (nbytes, worker) if geometry is None else (nbytes, worker, geometry)
+            self._sent.setdefault(seq, {})[rank] = where
+            self._drain()
+
+    def known(self, entry: Entry) -> None:
+        """Rank 0 numbered ``entry`` (at its own publish)."""
+        if entry.seq >= self.next_seq:
+            self._entries[entry.seq] = entry
+            self._drain()
+
+    def ready(self, entry: Entry, sent: list[Sent]) -> None:
+        """The exchange found ``entry`` sent by every rank (the way without notices)."""
+        if entry.seq < self.next_seq:
+            return  # handed on its notices already
+        self._hand(entry, sent)
+        self._drain()
+
+    def _drain(self) -> None:
+        while self.active and (entry := self._entries.get(self.next_seq)) is not None:
+            got = self._sent.get(entry.seq, {})
+            senders = range(self.nranks) if entry.senders is None else entry.senders
+            if any(rank not in got for rank in senders):
+                return
+            self.early += 1
+            self._hand(entry, [got.get(rank, (0, "")) for rank in range(self.nranks)])
+
+    def _hand(self, entry: Entry, sent: list[Sent]) -> None:
+        self._queue(entry, sent)
+        self._entries.pop(entry.seq, None)
+        self._sent.pop(entry.seq, None)
+        self.next_seq = entry.seq + 1
 
 
 class Registrar:
@@ -71,19 +149,21 @@ class Registrar:
         self.news = RootNews()
         # each publication with its blocks and layout, or why its layout does not hold together
         self._queue: asyncio.Queue[tuple[Entry, Any] | None] | None = None
-        self.early: EarlyRegistration | None = None  # rank 0: registration on sent notices
+        self.early: EarlyRegistration | None = None  # rank 0: registration on sent blocks
+        self.listener: NoticeListener | None = None  # rank 0: the other ranks' notices, if any
         self.notices: Notifier | None = None  # the other ranks: to rank 0's listener, if any
 
     def connect(self, scheduler_file: str) -> concurrent.futures.Future[Any]:
         """Rank 0: connect in the background; the exchanges carry the outcome."""
         parts = self.parts
-        self.early = EarlyRegistration(parts.comm.Get_size(), self._queue_now)
+        self.early = early = EarlyRegistration(parts.comm.Get_size(), self._queue_now)
+        self.listener = NoticeListener(early.nranks, early.sent)
 
         async def run() -> None:
             try:
                 self.news.connection = connection = await self.link.connect(
                     scheduler_file, parts.options, parts.arrays.decompositions, parts.contracts,
-                    self.early,
+                    self.listener,
                 )  # fmt: skip
             except Exception as exc:
                 logger.error("deisa bridge: connecting failed: %s", exc)
@@ -111,12 +191,12 @@ class Registrar:
     @property
     def noticing(self) -> bool:
         """Whether a notices listener (rank 0) or a connection to one (the others) is open."""
-        return self.early is not None or self.notices is not None
+        return self.listener is not None or self.notices is not None
 
     async def close_notices(self) -> None:
         """Close rank 0's notices listener, or this rank's connection to it."""
-        if self.early is not None:
-            await self.early.close()
+        if self.listener is not None:
+            await self.listener.close()
         if self.notices is not None:
             await self.notices.close()
 
@@ -142,9 +222,10 @@ class Registrar:
         """Loop thread (or the main thread, for a send done before it looked): this rank's
         block of publication ``seq`` (its boxes of ``geometry``, if any) is on ``worker``.
         Rank 0 takes it at once on the loop thread (its early registration may queue the step
-        now, not a loop turn later)."""
+        now, not a loop turn later); the thread is told by the loop's ``thread_id``, a plain
+        attribute, so that a send's completion calls straight into the accounting."""
         parts = self.parts
-        if self.early is not None and parts.loop.on_loop:
+        if self.early is not None and threading.get_ident() == parts.loop.thread_id:
             self.early.sent(seq, parts.rank, nbytes, worker, geometry)
         elif self.early is not None:
             parts.loop.soon(self.early.sent, seq, parts.rank, nbytes, worker, geometry)

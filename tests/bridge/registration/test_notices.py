@@ -1,6 +1,7 @@
 """deisa.bridge.registration.notices: the notices' wire format, where rank 0 listens, and a
-listener with its ranks' connections in one event loop (TLS with in-memory certificates); no
-MPI, no cluster.
+listener with its ranks' connections in one event loop (TLS with in-memory certificates), feeding
+rank 0's step accounting (:class:`~deisa.bridge.registration.registrar.EarlyRegistration`, whose
+own tests are in ``test_registrar.py``); no MPI, no cluster.
 
 The attacks on a real run's listener (2 ranks under mpirun) are in ``test_security.py``.
 """
@@ -27,11 +28,12 @@ from deisa.bridge.registration import notices as _notices
 from deisa.bridge.registration.notices import (
     ADMITTED,
     MAX_LINE,
-    EarlyRegistration,
+    NoticeListener,
     Notifier,
     decode_notice,
     encode_notice,
 )
+from deisa.bridge.registration.registrar import EarlyRegistration
 from deisa.launcher.security import make_credentials
 from deisa.wire import guard as _guard
 from deisa.wire.tls_files import TLS_FILES_ENV
@@ -96,11 +98,15 @@ def test_notice_refusals_name_the_problem(bad: bytes, why: str) -> None:
         decode_notice(bad, TOKEN, 3)
 
 
-def _early(nranks: int = 3) -> tuple[EarlyRegistration, list[tuple[int, list[Sent]]]]:
+def _rank_0(
+    nranks: int = 3,
+) -> tuple[NoticeListener, EarlyRegistration, list[tuple[int, list[Sent]]]]:
+    """Rank 0's listener feeding its step accounting, as the registrar wires them, and the
+    publications the accounting hands on."""
     handed: list[tuple[int, list[Sent]]] = []
     early = EarlyRegistration(nranks, lambda entry, sent: handed.append((entry.seq, sent)))
     early.activate()
-    return early, handed
+    return NoticeListener(nranks, early.sent), early, handed
 
 
 @pytest.mark.parametrize(
@@ -115,9 +121,9 @@ def _early(nranks: int = 3) -> tuple[EarlyRegistration, list[tuple[int, list[Sen
 def test_no_listener_where_anyone_could_reach_it(
     scheduler: str, why: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    early, _ = _early()
+    listener, _, _ = _rank_0()
     with caplog.at_level(logging.INFO, logger="deisa.bridge.registration.notices"):
-        assert asyncio.run(early.listen(scheduler)) is None
+        assert asyncio.run(listener.listen(scheduler)) is None
     (record,) = caplog.records
     assert record.levelno == logging.INFO
     assert scheduler in record.getMessage() and why in record.getMessage()
@@ -125,20 +131,20 @@ def test_no_listener_where_anyone_could_reach_it(
 
 
 async def _serving(
-    scheduler: str, nranks: int, body: Callable[[EarlyRegistration, str], Any]
+    scheduler: str, nranks: int, body: Callable[[NoticeListener, EarlyRegistration, str], Any]
 ) -> list[tuple[int, list[Sent]]]:
-    early, handed = _early(nranks)
-    address = await early.listen(scheduler)
+    listener, early, handed = _rank_0(nranks)
+    address = await listener.listen(scheduler)
     assert address is not None
     try:
-        await body(early, address)
+        await body(listener, early, address)
     finally:
-        await early.close()
+        await listener.close()
     return handed
 
 
 def test_loopback_listener_takes_the_ranks_notices_and_drops_the_rest() -> None:
-    async def body(early: EarlyRegistration, address: str) -> None:
+    async def body(listener: NoticeListener, early: EarlyRegistration, address: str) -> None:
         assert address.startswith("tcp://127.0.0.1:")
         host, port = address[len("tcp://") :].rsplit(":", 1)
         # garbage first, on connections of their own: each is dropped and closed
@@ -148,7 +154,7 @@ def test_loopback_listener_takes_the_ranks_notices_and_drops_the_rest() -> None:
             # admitted, then closed by the listener
             assert await asyncio.wait_for(reader.read(), WAIT) == ADMITTED
             writer.close()
-        ranks = [Notifier(address, early.token, rank) for rank in (1, 2)]
+        ranks = [Notifier(address, listener.token, rank) for rank in (1, 2)]
         early.known(Entry(0, "a", 0, 0))
         early.known(Entry(1, "a", 1, 0))
         early.sent(0, 0, 5, W)  # rank 0's own block: no notice
@@ -165,11 +171,11 @@ def test_loopback_listener_takes_the_ranks_notices_and_drops_the_rest() -> None:
 
 def test_a_notice_that_cannot_be_sent_is_dropped_quietly() -> None:
     async def body() -> None:
-        early, _ = _early()
-        address = await early.listen("tcp://localhost:8786")
+        listener, _, _ = _rank_0()
+        address = await listener.listen("tcp://localhost:8786")
         assert address is not None
-        await early.close()  # nothing listens there any more
-        notifier = Notifier(address, early.token, 1)
+        await listener.close()  # nothing listens there any more
+        notifier = Notifier(address, listener.token, 1)
         await notifier.notify(0, 8, W)  # refused: logged at debug level, not raised
         await notifier.notify(1, 8, W)  # within RETRY_S of the failure: not even tried
         await notifier.close()
@@ -186,13 +192,13 @@ def test_a_notice_refused_while_the_listener_is_full_arrives_later(
     monkeypatch.setattr(_guard, "HANDSHAKE_S", 5.0)
     monkeypatch.setattr(_notices, "RETRY_S", 0.2)
 
-    async def body(early: EarlyRegistration, address: str) -> None:
+    async def body(listener: NoticeListener, early: EarlyRegistration, address: str) -> None:
         host, port = address[len("tcp://") :].rsplit(":", 1)
-        assert early._server is not None
-        guard = early._server.guard
+        assert listener._server is not None
+        guard = listener._server.guard
         silent = [await asyncio.open_connection(host, int(port)) for _ in range(guard.cap)]
         await async_poll_for(lambda: guard.pending == guard.cap, WAIT)
-        notifier = Notifier(address, early.token, 1)
+        notifier = Notifier(address, listener.token, 1)
         early.known(Entry(0, "a", 0, 0))
         early.sent(0, 0, 5, W)
         await notifier.notify(0, 7, W)  # refused: the listener is full
@@ -216,10 +222,10 @@ def test_a_rank_idle_past_the_bound_is_dropped_and_its_next_notice_arrives(
     monkeypatch.setattr(_notices, "IDLE_S", 0.5)
     monkeypatch.setattr(_notices, "RETRY_S", 0.0)
 
-    async def body(early: EarlyRegistration, address: str) -> None:
-        server = early._server
+    async def body(listener: NoticeListener, early: EarlyRegistration, address: str) -> None:
+        server = listener._server
         assert server is not None
-        notifier = Notifier(address, early.token, 1)
+        notifier = Notifier(address, listener.token, 1)
 
         async def deliver(seq: int) -> None:
             early.known(Entry(seq, "a", seq, 0))
@@ -246,14 +252,14 @@ def test_a_ranks_first_notice_may_come_later_than_the_idle_bound(
     monkeypatch.setattr(_notices, "IDLE_S", 0.5)
     monkeypatch.setattr(_guard, "HANDSHAKE_S", WAIT)
 
-    async def body(early: EarlyRegistration, address: str) -> None:
+    async def body(listener: NoticeListener, early: EarlyRegistration, address: str) -> None:
         host, port = address[len("tcp://") :].rsplit(":", 1)
         reader, writer = await asyncio.open_connection(host, int(port))
         assert await asyncio.wait_for(reader.readexactly(len(ADMITTED)), WAIT) == ADMITTED
         early.known(Entry(0, "a", 0, 0))
         early.sent(0, 0, 5, W)
         await asyncio.sleep(2 * _notices.IDLE_S)  # a rank slow to write, past the idle bound
-        writer.write(encode_notice(early.token, 0, 1, 7, W))
+        writer.write(encode_notice(listener.token, 0, 1, 7, W))
         await async_poll_for(lambda: early.next_seq == 1, WAIT, period=0.05)
         writer.close()
 
@@ -320,18 +326,18 @@ def test_tls_listener_takes_notices_from_the_jobs_certificate_only(
 
     foreign = Security.temporary()  # a certificate that no CA of the job signed
 
-    async def body(early: EarlyRegistration, address: str) -> None:
+    async def body(listener: NoticeListener, early: EarlyRegistration, address: str) -> None:
         assert address.startswith("tls://127.0.0.1:")
         for security in (None, foreign):
-            outcome = await _refused(address, _client_context(tmp_path, security), early.token)
+            outcome = await _refused(address, _client_context(tmp_path, security), listener.token)
             assert outcome in ("SSLError", "ConnectionResetError", b""), outcome
         early.known(Entry(0, "a", 0, 0))
         early.sent(0, 0, 4, W)
         assert early.next_seq == 0  # nothing was taken from them
         # the job's certificate: in memory here, so the rank takes it from its own dask
         # configuration (files would come from rank 0, test_notices_tls_from_rank_0s_files)
-        assert early.client_files is None
-        rank = Notifier(address, early.token, 1, early.client_files)
+        assert listener.client_files is None
+        rank = Notifier(address, listener.token, 1, listener.client_files)
         await rank.notify(0, 6, W)
         await async_poll_for(lambda: early.next_seq == 1, WAIT, period=0.01)
         await rank.close()
@@ -359,11 +365,11 @@ def test_notices_tls_from_rank_0s_files(tmp_path: Path) -> None:
         "distributed.comm.tls.client.key": str(files["key"]),
     }
 
-    async def body(early: EarlyRegistration, address: str) -> None:
-        assert early.client_files == (str(files["ca"]), str(files["cert"]), str(files["key"]))
+    async def body(listener: NoticeListener, early: EarlyRegistration, address: str) -> None:
+        assert listener.client_files == (str(files["ca"]), str(files["cert"]), str(files["key"]))
         early.known(Entry(0, "a", 0, 0))
         early.sent(0, 0, 4, W)
-        rank = Notifier(address, early.token, 1, early.client_files)
+        rank = Notifier(address, listener.token, 1, listener.client_files)
         await rank.notify(0, 6, W)
         await async_poll_for(lambda: early.next_seq == 1, WAIT, period=0.01)
         await rank.close()
@@ -379,9 +385,9 @@ def test_notices_tls_from_rank_0s_files(tmp_path: Path) -> None:
 def test_one_rank_opens_no_listener_and_still_registers_early(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    early, handed = _early(1)
+    listener, early, handed = _rank_0(1)
     with caplog.at_level(logging.INFO, logger="deisa.bridge.registration.notices"):
-        assert asyncio.run(early.listen("tcp://127.0.0.1:8786")) is None
+        assert asyncio.run(listener.listen("tcp://127.0.0.1:8786")) is None
     assert caplog.records == []  # nobody to hear from: nothing to say
     early.known(Entry(0, "a", 0, 0))
     early.sent(0, 0, 5, W)  # rank 0's own send, fed by its loop thread
@@ -445,7 +451,8 @@ def test_without_deisa_runs_files_rank_0_takes_the_dask_configurations(
 # tries a notice, then rank 1 (the job's certificate, from rank 0's files) sends its own.
 LISTENER = """
 import asyncio, json, logging, ssl, sys
-from deisa.bridge.registration.notices import EarlyRegistration, Notifier, encode_notice
+from deisa.bridge.registration.notices import NoticeListener, Notifier, encode_notice
+from deisa.bridge.registration.registrar import EarlyRegistration
 from deisa.bridge._publisher import Entry
 
 async def stranger(address, token, wait):
@@ -470,21 +477,22 @@ async def main(scheduler, wait):
     handed = []
     early = EarlyRegistration(2, lambda entry, sent: handed.append([entry.seq, sent]))
     early.activate()
-    address = await early.listen(scheduler)
-    report = {"address": address, "files": early.client_files}
+    listener = NoticeListener(2, early.sent)
+    address = await listener.listen(scheduler)
+    report = {"address": address, "files": listener.client_files}
     if address is not None:
         if address.startswith("tls://"):
-            report["stranger"] = await stranger(address, early.token, wait)
+            report["stranger"] = await stranger(address, listener.token, wait)
         early.known(Entry(0, "a", 0, 0))
         early.sent(0, 0, 4, "w")
-        rank = Notifier(address, early.token, 1, early.client_files)
+        rank = Notifier(address, listener.token, 1, listener.client_files)
         await rank.notify(0, 6, "w")
         for _ in range(int(wait * 100)):
             if handed:
                 break
             await asyncio.sleep(0.01)
         await rank.close()
-        await early.close()
+        await listener.close()
     report["handed"] = handed
     report["loaded"] = sorted(m for m in sys.modules if m.split(".")[0] in ("dask", "distributed"))
     print(json.dumps(report))

@@ -22,8 +22,11 @@ from failing_link import FailingLink, RankZeroComm
 from deisa.bridge._parts import BridgeParts
 from deisa.bridge._publisher import Entry
 from deisa.bridge.options import BridgeOptions
-from deisa.bridge.registration.registrar import Registrar, next_wave
+from deisa.bridge.registration.notices import NoticeListener, encode_notice
+from deisa.bridge.registration.registrar import EarlyRegistration, Registrar, next_wave
 from deisa.wire import ok
+
+W = "tcp://w0"
 
 
 def _registrar(policy: str, link: Any, lost_after: float) -> Registrar:
@@ -175,3 +178,48 @@ def test_a_wave_of_one_publication_is_one_deisa_publish_and_a_refused_message_fa
     assert outcomes[1]["message"] == "bad layout"  # its own error, not the message's
     assert "step 1 of 'a'" in outcomes[0]["message"] and "step 1 of 'c'" in outcomes[2]["message"]
     assert "no route deisa_publish_many" in outcomes[0]["message"]
+
+
+def test_early_registration_hands_each_publication_once_in_order() -> None:
+    """Rank 0's sends, the notices (any order, any rank, through the listener) and the
+    exchange's ``ready`` all feed it; each publication reaches the registrar once, in sequence,
+    only once it is active."""
+
+    handed: list[tuple[int, list[int]]] = []
+    early = EarlyRegistration(
+        3, lambda entry, sent: handed.append((entry.seq, [n for n, _ in sent]))
+    )
+    listener = NoticeListener(3, early.sent)  # as the registrar wires them
+    entries = [Entry(seq, "a", seq, 0) for seq in range(3)]
+    for entry in entries:
+        early.known(entry)
+    for rank in range(3):  # publication 1 is complete first, but waits for 0
+        early.sent(1, rank, 10 + rank, W)
+    assert listener.notice(encode_notice("another job", 0, 0, 1, W)) is False
+    early.sent(0, 0, 5, W)
+    early.sent(0, 2, 5, W)
+    assert handed == []  # rank 1's block of 0 is missing (and the registrar is not running)
+    early.activate()
+    assert handed == []
+    assert listener.notice(encode_notice(listener.token, 0, 1, 5, W)) is True
+    assert handed == [(0, [5, 5, 5]), (1, [10, 11, 12])]
+    early.ready(entries[0], [(5, W), (5, W), (5, W)])  # the exchange comes later: already handed
+    early.ready(entries[1], [(10, W), (11, W), (12, W)])
+    early.ready(entries[2], [(7, W), (7, W), (7, W)])  # no notice came for 2: the exchange hands it
+    assert handed == [(0, [5, 5, 5]), (1, [10, 11, 12]), (2, [7, 7, 7])]
+    assert early.early == 2 and early.next_seq == 3
+    early.sent(2, 0, 7, W)  # a late notice is ignored
+    assert len(handed) == 3
+
+
+def test_early_registration_counts_only_the_senders_of_a_contract() -> None:
+    handed: list[tuple[int, list[int]]] = []
+    early = EarlyRegistration(
+        4, lambda entry, sent: handed.append((entry.seq, [n for n, _ in sent]))
+    )
+    early.activate()
+    early.known(Entry(0, "a", 0, 0, senders=(1, 3)))
+    early.sent(0, 3, 8, W)
+    assert handed == []
+    early.sent(0, 1, 8, W)
+    assert handed == [(0, [0, 8, 0, 8])]
