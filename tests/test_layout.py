@@ -653,20 +653,7 @@ NAMES_DEFINED_TWICE: dict[str, tuple[tuple[str, ...], str]] = {
         ("deisa", "deisa.analysis", "deisa.bridge", "deisa.insitu"),
         "each package's table of lazy names for deisa._lazy.attach, as its own __all__",
     ),
-    # in files that another branch changes at the same time (the Bridge's shared memory and
-    # registration, bridge/shm/ and bridge/registration/: wire.guard's HANDSHAKE_S is read by
-    # registration/notices.py; the analytics' performance): one owner each when they merge
-    "HANDSHAKE_S": (
-        ("deisa.bridge.shm.channel", "deisa.wire.guard"),
-        "two sides of one handshake (how long a listener lets a connection stay "
-        "unauthenticated; how long a rank's channel waits for the answer to its hello): the "
-        "channel's to be named for its own (HELLO_WAIT_S)",
-    ),
-    "RETRY_S": (
-        ("deisa.bridge.registration.notices", "deisa.bridge.shm.transport"),
-        "two retries (a rank's notices to rank 0's listener, a rank's shared-memory channel "
-        "to its worker), each tuned apart: to be named for each (NOTICE_RETRY_S, CHANNEL_RETRY_S)",
-    ),
+    # the analytics' performance branch changed these files at the same time
     "_numbers": (
         ("deisa.analysis._labels", "deisa.analysis._replay_bp"),
         "two helpers (a check of a list of numbers, a parse of ADIOS2's text): to be renamed",

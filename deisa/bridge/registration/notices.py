@@ -72,7 +72,7 @@ MAX_LINE = 1024
 """Longest notice accepted, newline included (a notice is about 150 bytes; one with the
 geometry of a few boxes a few hundred)."""
 
-RETRY_S = 5.0
+NOTICE_RETRY_S = 5.0
 """A rank whose connection to the listener failed tries again after this long, with the notices
 not sent meanwhile."""
 
@@ -257,7 +257,7 @@ class Notifier:
     Every coroutine runs on the rank's loop thread; making a Notifier costs nothing, and it
     needs neither distributed nor dask (a rank whose blocks all go through shared memory
     imports neither). A notice that cannot be sent (rank 0's listener refused the connection,
-    flooded by another account, or is gone) is sent again after :data:`RETRY_S`, with those
+    flooded by another account, or is gone) is sent again after :data:`NOTICE_RETRY_S`, with those
     after it, until the Notifier closes (the last :data:`MAX_UNSENT` kept): a refusal only
     delays it, and rank 0 takes a notice twice as once. Failures are logged at debug level;
     the exchange carries the same facts, later.
@@ -344,7 +344,7 @@ class Notifier:
                 await self._drop()  # closed by rank 0 (idle, or gone): another one
             if time.monotonic() < self._retry_at:
                 return None
-            self._retry_at = time.monotonic() + RETRY_S
+            self._retry_at = time.monotonic() + NOTICE_RETRY_S
             protocol, _, location = self.address.partition("://")
             host, _, port = location.rpartition(":")
             ssl_context = None

@@ -61,7 +61,7 @@ WARM_POLL_S = 0.05
 """How often the preparer looks for a pool slot the worker gives back that is not mapped here
 (to map it before the next burst: slower than :data:`POLL_S`, as an analytics may hold its last
 steps for the whole run)."""
-HANDSHAKE_S = 10.0
+HELLO_WAIT_S = 10.0
 """Seconds the worker's listener may take to answer ``hello`` (it answers from its event
 loop, which a busy worker runs late)."""
 
@@ -137,7 +137,7 @@ class Channel(WarmRing):
             return None
         try:
             await loop.sock_sendall(sock, encode(op="hello"))
-            reply = decode(await asyncio.wait_for(loop.sock_recv(sock, MAX_MESSAGE), HANDSHAKE_S))
+            reply = decode(await asyncio.wait_for(loop.sock_recv(sock, MAX_MESSAGE), HELLO_WAIT_S))
         except (OSError, ValueError, asyncio.TimeoutError, TimeoutError) as exc:
             logger.debug("deisa bridge: no shared memory with worker %s: %r", worker, exc)
             sock.close()

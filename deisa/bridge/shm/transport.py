@@ -5,9 +5,10 @@ worker's shared-memory listener (:mod:`deisa.bridge.shm.channel`, :mod:`deisa.wo
 succeeds (the worker is on this node, runs as the same account and has the listener, which rank 0
 installs on every worker), the blocks for that worker go through a ring of shared slots, one copy,
 and the worker keeps them as they are; elsewhere they go over distributed's connection (TCP, or
-TLS), as a ``transport="tcp"`` Bridge sends them all. A handshake that fails is tried again after
-:data:`RETRY_S` (a worker that has just joined may not have the listener yet). Everything after the
-send (registration, flow control, contracts, loss handling) is the same either way.
+TLS), as a ``transport="tcp"`` Bridge sends them all. A handshake that fails is tried again
+after :data:`CHANNEL_RETRY_S` (a worker that has just joined may not have the listener yet).
+Everything after the send (registration, flow control, contracts, loss handling) is the same
+either way.
 
 In ``mode="async"`` the Bridge copies a block with :meth:`Transport.copy_in`: into a slot of
 the worker's ring when there is one, so that the copy ``publish`` makes anyway is the only one.
@@ -38,10 +39,10 @@ from .slot import Slot
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["RETRY_S", "SHARED_MEMORY", "SLOT_PATHS", "TCP", "TRANSPORTS", "Transport"]
+__all__ = ["CHANNEL_RETRY_S", "SHARED_MEMORY", "SLOT_PATHS", "TCP", "TRANSPORTS", "Transport"]
 
 SHARED_MEMORY, TCP = "shared memory", "tcp"
-RETRY_S = 5.0
+CHANNEL_RETRY_S = 5.0
 """Seconds before a failed shared-memory handshake with a worker is tried again."""
 Spawn = Callable[[Coroutine[Any, Any, Any]], concurrent.futures.Future[Any]]
 """Runs a coroutine on the Bridge's event loop from another thread (``LoopThread.spawn``)."""
@@ -256,7 +257,7 @@ class Transport:
         opening = self._opening.get(worker)
         if opening is not None:
             return await asyncio.shield(opening)
-        if time.monotonic() - self._tried_at.get(worker, -RETRY_S) < RETRY_S:
+        if time.monotonic() - self._tried_at.get(worker, -CHANNEL_RETRY_S) < CHANNEL_RETRY_S:
             return None
         opening = self._opening[worker] = asyncio.ensure_future(
             Channel.open(worker, self.slot_pool)

@@ -177,7 +177,7 @@ def test_a_notice_that_cannot_be_sent_is_dropped_quietly() -> None:
         await listener.close()  # nothing listens there any more
         notifier = Notifier(address, listener.token, 1)
         await notifier.notify(0, 8, W)  # refused: logged at debug level, not raised
-        await notifier.notify(1, 8, W)  # within RETRY_S of the failure: not even tried
+        await notifier.notify(1, 8, W)  # within NOTICE_RETRY_S of the failure: not even tried
         await notifier.close()
 
     asyncio.run(body())
@@ -190,7 +190,7 @@ def test_a_notice_refused_while_the_listener_is_full_arrives_later(
     connection is refused (it reads no ADMITTED), and its notices are sent again once those
     places are dropped (after HANDSHAKE_S, shortened here)."""
     monkeypatch.setattr(_guard, "HANDSHAKE_S", 5.0)
-    monkeypatch.setattr(_notices, "RETRY_S", 0.2)
+    monkeypatch.setattr(_notices, "NOTICE_RETRY_S", 0.2)
 
     async def body(listener: NoticeListener, early: EarlyRegistration, address: str) -> None:
         host, port = address[len("tcp://") :].rsplit(":", 1)
@@ -220,7 +220,7 @@ def test_a_rank_idle_past_the_bound_is_dropped_and_its_next_notice_arrives(
     the connection is lost, for the exchange to carry: hence the wait on the rank's side, not
     only on the listener's.)"""
     monkeypatch.setattr(_notices, "IDLE_S", 0.5)
-    monkeypatch.setattr(_notices, "RETRY_S", 0.0)
+    monkeypatch.setattr(_notices, "NOTICE_RETRY_S", 0.0)
 
     async def body(listener: NoticeListener, early: EarlyRegistration, address: str) -> None:
         server = listener._server

@@ -268,9 +268,9 @@ async def test_no_listener_no_channel_then_retried(c, s, a, b) -> None:
     try:
         assert await transport.send_shared(a.address, key(0), np.ones(3)) is None
         await install(c)
-        # a failed handshake is not tried again at once (RETRY_S), then it is
+        # a failed handshake is not tried again at once (CHANNEL_RETRY_S), then it is
         assert await transport.send_shared(a.address, key(0), np.ones(3)) is None
-        transport._tried_at.clear()  # as if RETRY_S had passed
+        transport._tried_at.clear()  # as if CHANNEL_RETRY_S had passed
         assert await transport.send_shared(a.address, key(0), np.ones(3)) == 24
     finally:
         await transport.close()
