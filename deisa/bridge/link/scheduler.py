@@ -238,22 +238,13 @@ class SchedulerLink:
             self.pool, self.scheduler, self.run or "", decompositions, options, contracts
         )
 
-    def register(
-        self,
-        name: str,
-        step: int,
-        blocks: list[Any],
-        timeout: float | None,
-        contract: dict[str, Any] | None,
-        layout: StepLayout | None = None,
-        attrs: dict[str, Any] | None = None,
-    ) -> Call:
+    def register(self, **publication: Any) -> Call:
         """Rank 0: ``deisa_publish``, the registration of a step whose ``blocks`` (key, worker,
-        bytes) are on their workers; waits up to ``timeout`` on flow control. A moving step's
-        ``layout`` rides in the same call (its plain form); a step without one sends none;
-        likewise the step's ``attrs`` (new or changed attributes, plain values)."""
+        bytes) are on their workers; waits up to ``timeout`` on flow control. Takes
+        :meth:`publication`'s arguments: a moving step's ``layout`` rides in the same call (its
+        plain form), and so do the step's ``attrs`` (new or changed attributes, plain values)."""
         call = route(self.pool, self.scheduler, Route.PUBLISH)
-        return call(**self.publication(name, step, blocks, timeout, contract, layout, attrs))
+        return call(**self.publication(**publication))
 
     def publication(
         self,
