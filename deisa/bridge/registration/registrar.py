@@ -334,13 +334,7 @@ class Registrar:
         """``deisa_publish_many`` of ``publications`` (entry, blocks, layout each), asked again
         while the scheduler does not answer (as :meth:`_register`); one reply each."""
         parts, link = self.parts, self.link
-        wire = [
-            link.publication(
-                entry.name, entry.step, blocks, parts.options.timeout, plan_of(entry).wire(),
-                layout, parts.steps.attrs_of(entry.name, entry.step, entry.revision),
-            )
-            for entry, blocks, layout in publications
-        ]  # fmt: skip
+        wire = [link.publication(**self._arguments(*one)) for one in publications]
         try:
             reply = await until_answered(
                 parts.worker_book, lambda: link.register_many(wire), give_up=False,
@@ -364,7 +358,7 @@ class Registrar:
     async def _outcome(self, entry: Entry, blocks: Any) -> dict[str, Any]:
         """The scheduler's reply to ``entry``'s registration, or the error its layout was."""
         if isinstance(blocks, str):
-            return {"status": Status.ERROR.value, "message": blocks}
+            return self._refused(blocks)
         return await self._register(entry, *blocks)
 
     async def _register(
@@ -373,15 +367,25 @@ class Registrar:
         """``deisa_publish`` of ``entry``, asked again while the scheduler does not answer, until
         the exchange acts on its loss
         (:func:`~deisa.bridge.link.scheduler.register_until_answered`)."""
-        parts = self.parts
         reply = await register_until_answered(
-            self.link, parts.worker_book, give_up=False, on_failure=self.progress.set,
+            self.link, self.parts.worker_book, give_up=False, on_failure=self.progress.set,
+            **self._arguments(entry, blocks, layout),
+        )  # fmt: skip
+        assert isinstance(reply, dict)  # without give_up, only a reply ends it
+        return reply
+
+    def _arguments(
+        self, entry: Entry, blocks: list[Any], layout: StepLayout | None
+    ) -> dict[str, Any]:
+        """``entry``'s registration as :meth:`SchedulerLink.publication
+        <deisa.bridge.link.scheduler.SchedulerLink.publication>` takes it (alone or in a
+        ``deisa_publish_many``)."""
+        parts = self.parts
+        return dict(
             name=entry.name, step=entry.step, blocks=blocks, timeout=parts.options.timeout,
             contract=plan_of(entry).wire(), layout=layout,
             attrs=parts.steps.attrs_of(entry.name, entry.step, entry.revision),
         )  # fmt: skip
-        assert isinstance(reply, dict)  # without give_up, only a reply ends it
-        return reply
 
 
 def registered_blocks(

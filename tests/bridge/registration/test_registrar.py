@@ -111,7 +111,7 @@ class CountingLink:
         self.in_flight -= 1
         return ok()
 
-    def publication(self, name: str, step: int, *_: object) -> dict[str, object]:
+    def publication(self, name: str, step: int, *_: object, **__: object) -> dict[str, object]:
         return {"name": name, "step": step}
 
     async def register_many(self, publications: list[dict[str, Any]]) -> dict[str, object]:
