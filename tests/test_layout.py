@@ -372,7 +372,7 @@ def test_bridge_modules_read_no_private_state_of_another_object(path: Path) -> N
 
 # the loggers a module may use besides its own: the ADIOS2 engine's, which its C++ half
 # (plugin/adios2/deisa_engine.cxx) logs to through Python and docs/adios2.md names
-OTHER_LOGGERS = {"bridge/engine_parameters.py": "deisa.adios2"}
+OTHER_LOGGERS = {"bridge/engine/parameters.py": "deisa.adios2"}
 
 
 def _imported_loggers(path: Path) -> list[str]:

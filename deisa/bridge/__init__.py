@@ -15,20 +15,20 @@ rank's boxes of a moving step, and the step's layout rank 0 builds), :mod:`~deis
 (several arrays of a step with one exchange), :mod:`~deisa.bridge.placement`
 (rank to worker), :mod:`~deisa.bridge.scheduler_file`, :mod:`~deisa.bridge.tls_files` (deisa's
 names of the job's TLS files, which ``deisa-run`` sets: :mod:`deisa.wire.tls_files`),
-:mod:`~deisa.bridge.contracts` (the contracts in force), :mod:`~deisa.bridge.engine_parameters`
-(the deisa ADIOS2 engine's parameters), :mod:`~deisa.bridge.engine_arrays` (the engine's
-variables, declared fixed or moving), :mod:`~deisa.bridge.engine_attributes` (the engine's
-attributes and openPMD record names), :mod:`~deisa.bridge.worker` (the older name of the
-workers' preload, :mod:`deisa.worker`).
+:mod:`~deisa.bridge.contracts` (the contracts in force), :mod:`~deisa.bridge.worker` (the older
+name of the workers' preload, :mod:`deisa.worker`).
 
-Three wings, each a sub-package that mirrors :mod:`deisa.worker` and :mod:`deisa.wire`:
+Four wings, sub-packages: three mirror :mod:`deisa.worker` and :mod:`deisa.wire`, one the C++
+``plugin/adios2/``:
 
 - :mod:`~deisa.bridge.shm`: how a block reaches a worker on this node (the transport that picks
   shared memory or TCP, a channel per worker, its slots, the warm pool of slots);
 - :mod:`~deisa.bridge.link`: rank 0's link to the scheduler (the calls, the connections, the
   relay through a worker, the workers known, Dask addresses);
 - :mod:`~deisa.bridge.registration`: how a step's blocks get registered in ``mode="async"``
-  (rank 0's registrar and the other ranks' notices).
+  (rank 0's registrar and the other ranks' notices);
+- :mod:`~deisa.bridge.engine`: the deisa ADIOS2 engine's Python side, which its C++ calls (its
+  parameters, its variables declared fixed or moving, its attributes and openPMD names).
 
 The Bridge's other private rooms: its parts, each owning its fields (``_parts``: ``_arrays``,
 ``_steps``, ``_loop``...), how it opens and closes (``_opening``, ``_closing``), the two publish

@@ -53,8 +53,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from .options import BridgeOptionError, BridgeOptions
-from .scheduler_file import SchedulerFileError, resolve_scheduler_file
+from ..options import BridgeOptionError, BridgeOptions
+from ..scheduler_file import SchedulerFileError, resolve_scheduler_file
 
 __all__ = ["EngineParameterError", "EngineParameters", "parse"]
 

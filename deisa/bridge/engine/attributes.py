@@ -20,8 +20,8 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..wire.attributes import AttributeIndex, changes, is_openpmd, of_array, openpmd_record
-from .decomposition import ArraySpec
+from ...wire.attributes import AttributeIndex, changes, is_openpmd, of_array, openpmd_record
+from ..decomposition import ArraySpec
 
 __all__ = ["EngineArrayNameError", "EngineAttributes"]
 

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from .decomposition import ArraySpec, Decomposition, DecompositionError
+from ..decomposition import ArraySpec, Decomposition, DecompositionError
 
 __all__ = [
     "FIXED",
