@@ -12,7 +12,7 @@ from ..wire.attributes import plain_attrs
 
 if TYPE_CHECKING:
     from ._parts import BridgeParts
-    from .decomposition import Decomposition
+    from .arrays.decomposition import Decomposition
 
 
 class AttrsCalls:

@@ -18,8 +18,8 @@ from typing import Any, TypeVar
 import numpy as np
 
 from ._exchange import wait
-from .boxes import Parcel, parcel_of
-from .decomposition import ArraySpec, Decomposition
+from .arrays.boxes import Parcel, parcel_of
+from .arrays.decomposition import ArraySpec, Decomposition
 from .options import BridgeOptionError, BridgeOptions
 
 logger = logging.getLogger(__name__)

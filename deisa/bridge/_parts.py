@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..contract import FULL, Plan
-from ._arrays import Arrays
 from ._collective import ExchangeFields
 from ._loop import LoopThread
 from ._steps import StepBook, Timings
+from .arrays.declared import Arrays
 from .contracts import ContractBook
 from .link.workers import Detachment, Routing, WorkerBook
 from .options import BridgeOptions

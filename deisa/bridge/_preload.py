@@ -35,7 +35,7 @@ logger = logging.getLogger(__name__)
 
 #: The stages, in import order: the name the plugin waits for, and its modules.
 STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("options", ("numpy", "deisa.bridge.options", "deisa.bridge.decomposition")),
+    ("options", ("numpy", "deisa.bridge.options", "deisa.bridge.arrays.decomposition")),
     ("bridge", ("deisa.bridge.bridge", "mpi4py")),
 )
 

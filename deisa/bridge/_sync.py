@@ -35,7 +35,7 @@ from ..wire import step_key_name
 from ..wire.layout import LayoutError, StepLayout
 from ._collective import BridgeError, on_root, raise_first, reply_problem
 from ._publisher import Entry, PublishTiming, registration
-from .boxes import Geometry, Parcel
+from .arrays.boxes import Geometry, Parcel
 from .link.scheduler import register_until_answered
 from .link.workers import refuses_connections
 from .registration.registrar import registered_blocks
@@ -101,7 +101,7 @@ class SyncPublisher:
             assert plan is not None
             step_key = step_key_name(self.link.run or "", name, step, revision)
             geometry = None
-            if isinstance(block, Parcel):  # one key per rank (deisa.bridge.boxes)
+            if isinstance(block, Parcel):  # one key per rank (deisa.bridge.arrays.boxes)
                 key, geometry = (step_key, rank), block.geometry
                 block = self._packed(name, block)
             else:

@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 
 from ._collective import BridgeError, build_options, raise_first
+from .arrays.decomposition import ArraySpec
 from .bridge import Bridge
-from .decomposition import ArraySpec
 from .options import BridgeOptions
 
 logger = logging.getLogger(__name__)

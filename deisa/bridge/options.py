@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from .placement import PLACEMENTS
+from .arrays.placement import PLACEMENTS
 
 __all__ = [
     "MODES",
@@ -207,7 +207,7 @@ class BridgeOptions:
     placement
         ``"round_robin"`` (rank ``r`` sends to worker ``r % W``), ``"locality"`` (the blocks
         of a row band share a worker) or ``"node_local"`` (each rank sends to a worker on its
-        own node). See :mod:`deisa.bridge.placement`.
+        own node). See :mod:`deisa.bridge.arrays.placement`.
     buffer_nb
         At most this many steps of an array wait on the scheduler for the analytics; the next
         publication blocks until the analytics takes one. ``None``: unbounded. ``0`` is refused.

@@ -6,6 +6,6 @@ Runs in a simulation rank, on the simulation's thread that calls the engine (its
 :mod:`.variables` declares the variables first Put in a step as fixed or moving arrays
 (``step_blocks.h``), :mod:`.attributes` gives each array its openPMD name and its ADIOS2
 attributes (``attributes.h``). Imports the Bridge's flat modules (options, the scheduler
-file, the arrays' geometry: :mod:`deisa.bridge.decomposition`) and :mod:`deisa.wire`; the C++
-side then drives a plain :class:`~deisa.bridge.bridge.Bridge` (``plugin/core/``).
+file), its arrays (:mod:`deisa.bridge.arrays`) and :mod:`deisa.wire`; the C++ side then
+drives a plain :class:`~deisa.bridge.bridge.Bridge` (``plugin/core/``).
 """

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ...wire.attributes import AttributeIndex, changes, is_openpmd, of_array, openpmd_record
-from ..decomposition import ArraySpec
+from ..arrays.decomposition import ArraySpec
 
 __all__ = ["EngineArrayNameError", "EngineAttributes"]
 

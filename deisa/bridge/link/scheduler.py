@@ -35,8 +35,8 @@ from .connect import Connections, connect_rank_0, open_arrays, route
 
 if TYPE_CHECKING:
     from ...wire.layout import StepLayout
+    from ..arrays.decomposition import Decomposition
     from ..contracts import ContractBook
-    from ..decomposition import Decomposition
     from ..options import BridgeOptions
     from ..registration.notices import NoticeListener
     from .workers import WorkerBook

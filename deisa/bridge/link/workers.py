@@ -21,8 +21,8 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from ...wire import WATCH_SECONDS, Reply, is_ok
-from ..decomposition import Decomposition
-from ..placement import Host, place
+from ..arrays.decomposition import Decomposition
+from ..arrays.placement import Host, place
 from .net import host_port, split_address
 
 logger = logging.getLogger(__name__)
