@@ -653,11 +653,6 @@ NAMES_DEFINED_TWICE: dict[str, tuple[tuple[str, ...], str]] = {
         ("deisa", "deisa.analysis", "deisa.bridge", "deisa.insitu"),
         "each package's table of lazy names for deisa._lazy.attach, as its own __all__",
     ),
-    # the analytics' performance branch changed these files at the same time
-    "_numbers": (
-        ("deisa.analysis._labels", "deisa.analysis._replay_bp"),
-        "two helpers (a check of a list of numbers, a parse of ADIOS2's text): to be renamed",
-    ),
 }
 
 
