@@ -4,6 +4,9 @@ the connection is known (the run, the workers, the placement; rank 0's watches).
 
 Runs on the rank's main thread (the Bridge's construction and first ``publish``); rank 0's
 connection runs on the loop thread, in the background in ``mode="async"``.
+
+Imports the Bridge's parts, its collective protocol and publishers, the arrays (decomposition,
+placement), the scheduler link and the shared-memory pool.
 """
 
 from __future__ import annotations

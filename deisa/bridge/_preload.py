@@ -14,6 +14,9 @@ No MPI call happens here: ``mpi4py.MPI`` initializes MPI (or queries it) when im
 C simulation usually owns MPI at thread level ``MPI_THREAD_SINGLE``, so the plugin imports it
 on the simulation's thread. No signal handler is installed either.
 
+Runs in a simulation rank: :func:`start` on the simulation's main thread (the PDI plugin's, from
+C++), the imports on one background thread of its own.
+
 Examples
 --------
 >>> preload = start()

@@ -18,6 +18,11 @@ connection is not made within ``REFUSAL_CHECK_S`` checks, and checks again at gr
 whether anything still listens at the worker's address
 (:func:`deisa.bridge.link.workers.refuses_connections`); a refusal fails the send then, as a
 communication error.
+
+Runs in a simulation rank: ``publish`` on its main thread (the gather and broadcast of
+``mode="sync"``), the sends and rank 0's registration on the loop thread it waits for. Imports
+the Bridge's parts, its collective protocol, the arrays' boxes, the scheduler link and the
+registrar, :mod:`deisa.wire`, :mod:`deisa.contract` and :mod:`deisa._dask_internals`.
 """
 
 from __future__ import annotations

@@ -16,8 +16,10 @@ durations with the same constraints.
 ``buffer_nb`` is ``None`` for "unbounded"; ``0`` is refused everywhere (it is not a synonym of
 unbounded), with a message saying so.
 
-Checked on the rank's main thread, at the Bridge's construction (or the plugin's start); read
-from both threads after.
+Runs in a simulation rank (and in ``deisa-run``, which reads the same table): checked on the
+rank's main thread, at the Bridge's construction (or the plugin's start); read from both threads
+after. Imports numpy and the placement policies' names (:mod:`deisa.bridge.arrays.placement`)
+only.
 """
 
 from __future__ import annotations

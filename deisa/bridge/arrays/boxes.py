@@ -19,8 +19,10 @@ and sends it with the step's one ``deisa_publish``. A fixed array's step publish
 every rank has no layout (today's path); one where some rank gave boxes or a shape has one, the
 plain ranks contributing their declared block.
 
-Pure: the rank's main thread (:func:`parcel_of`, :meth:`Parcel.pack`) and rank 0's loop thread
-(:func:`step_layout`).
+Runs in a simulation rank, pure: on its main thread (:func:`parcel_of`, :meth:`Parcel.pack`)
+and rank 0's loop thread (:func:`step_layout`).
+
+Imports numpy, :mod:`.decomposition` and :mod:`deisa.wire.layout` only.
 """
 
 from __future__ import annotations

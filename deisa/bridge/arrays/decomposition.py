@@ -12,7 +12,10 @@ carries its dtype, number of axes and joined axis, and places its ranks in rank 
 The time axis is not part of these shapes: every array is implicitly a sequence of steps,
 a leading axis, unbounded unless a ``time_length`` declares how many steps it holds.
 
-Pure geometry, no thread of its own: used on the rank's main thread (and read from the loop thread).
+Runs in a simulation rank: pure geometry, no thread of its own, used on its main thread (and
+read from the loop thread).
+
+Imports numpy and :mod:`deisa.wire` (dims, plain attributes) only.
 """
 
 from __future__ import annotations

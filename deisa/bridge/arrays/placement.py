@@ -23,8 +23,10 @@ worker. Three policies:
 (:data:`Placement`); ``node_local`` also needs each rank's :class:`Host`
 (:func:`needs_hosts`). :func:`place` calls any of them.
 
-Pure decisions, no thread of its own: made on the rank's main thread (rank 0's loop thread
-places again when a worker joins or leaves).
+Runs in a simulation rank: pure decisions, no thread of its own, made on its main thread (rank
+0's loop thread places again when a worker joins or leaves).
+
+Imports numpy, :mod:`.decomposition` and, for a rank's host (``node_local``), psutil.
 """
 
 from __future__ import annotations

@@ -19,6 +19,8 @@ with :func:`agree`, collective over the engine's communicator:
 
 Every rank takes the same decision from every rank's blocks. Runs on the simulation's thread
 that calls ``EndStep`` (from C++), the one that calls MPI.
+
+Imports numpy, mpi4py and the arrays' decomposition only.
 """
 
 from __future__ import annotations

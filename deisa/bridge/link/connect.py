@@ -2,7 +2,7 @@
 
 Only rank 0 of a Bridge talks to the scheduler; the other ranks learn the outcome (a
 :class:`~deisa.bridge._publisher.Connection`) from it, by a broadcast (``mode="sync"``) or an
-exchange (``mode="async"``). Everything here runs on rank 0's event-loop thread
+exchange (``mode="async"``). Runs in rank 0 of a Bridge, on its event-loop thread
 (:class:`~deisa.bridge._loop.LoopThread`).
 
 distributed and the scheduler extension are imported where they are used, on the event-loop
