@@ -6,7 +6,8 @@ rank at step 2 (at step 3 the last rank has none, rank 0 four). One YAML loads b
 ``decl_hdf5`` (one file per rank, one dataset per step: the sizes change) and ``deisa``
 (``moving``: joined particles, a start per rank, boxes gathered until an event); the analytics
 reads every step through real Dask scheduler and worker processes and compares it bitwise with
-the same run's HDF5 output, and ``Replay`` of that output gives the live run's particles.
+the same run's HDF5 output, and ``Replay`` of that output gives the live run's arrays (the
+particles, and the boxes placed by the ``start`` attribute decl_hdf5 writes with each).
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ metadata:
   ntotal: int
   bx: int
   by: int
+  field_shape: {type: array, subtype: int, size: 2}
+  box_start: {type: array, subtype: int, size: 2}
 data:
   x: {type: array, subtype: double, size: [$npart]}
   id: {type: array, subtype: int64, size: [$npart]}
@@ -52,7 +55,9 @@ plugins:
     write:
       x: {dataset: 'x_$step', when: '$npart > 0'}
       id: {dataset: 'id_$step', when: '$npart > 0'}
-      rho: {dataset: 'rho_${step}_$by'}
+      rho:  # a dataset a box, with its start and the field's shape, for Replay
+        dataset: 'rho_${step}_$by'
+        attributes: {start: $box_start, shape: $field_shape}
   deisa:
     scheduler_file: SCHEDULER
     connect_timeout: STARTUP
@@ -125,15 +130,16 @@ def test_c_particle_code_reaches_the_adapter_bitwise_as_its_hdf5_output(
     )
     try:
         read: dict[str, list[np.ndarray]] = {"x": [], "id": [], "rho": []}
-        chunks = []
-        live_chunks: dict[str, list[tuple[tuple[int, ...], ...]]] = {"x": [], "id": []}
+        chunks, layouts = [], []
+        live_chunks: dict[str, list[tuple[tuple[int, ...], ...]]] = {"x": [], "id": [], "rho": []}
         with dask_processes.client() as client, Adapter(client, timeout=STARTUP) as adapter:
             for step, arrays in adapter.zip("x", "id", "rho"):
                 assert step == len(read["x"])
                 for name, array in zip(("x", "id", "rho"), arrays, strict=True):
                     read[name].append(array.compute())
                 chunks.append(arrays[2].chunks)
-                for name, array in zip(("x", "id"), arrays[:2], strict=True):
+                layouts.append(adapter["rho"].layout(step))
+                for name, array in zip(("x", "id", "rho"), arrays, strict=True):
                     live_chunks[name].append(array.chunks)
         out, err = sim.communicate(timeout=2 * STARTUP)
     finally:
@@ -151,15 +157,18 @@ def test_c_particle_code_reaches_the_adapter_bitwise_as_its_hdf5_output(
         assert read["id"][step].tolist() == [step * 1_000_000 + i for i in range(sum(counts))]
         # every rank's two boxes, chunked as written, whichever rank holds them this step
         assert chunks[step] == ((4,), (2,) * (2 * NRANKS))
-    # Replay of the run's HDF5 output (a file a rank, x_$step where the rank has particles):
-    # each step of the particles the live one, chunked the same (issue 56 item 8)
+    # Replay of the run's HDF5 output (a file a rank, x_$step where the rank has particles,
+    # rho_${step}_$by a box with its start): each step the live one, chunked the same, the
+    # boxes wherever they moved (issue 56 item 8)
     replay = Replay(str(tmp_path / "particles_${rank}.h5"))
-    for name in ("x", "id"):
+    assert replay.names == ["id", "rho", "x"]
+    for name in ("x", "id", "rho"):
         assert replay[name].steps == list(range(NSTEPS))
         for step in range(NSTEPS):
             saved = replay[name][step]
             assert saved.chunks == live_chunks[name][step], (name, step)
             assert saved.compute().tobytes() == read[name][step].tobytes(), (name, step)
+    assert [replay["rho"].layout(step) for step in range(NSTEPS)] == layouts
     import h5py
 
     with h5py.File(tmp_path / "particles_1.h5", "r") as f:

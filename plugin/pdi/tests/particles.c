@@ -8,8 +8,10 @@
  * their positions `x' (double) and identifiers `id' (int64: step * 1e6 + global index), exposed
  * with `step', `npart', `offset' (the particles of the ranks before this one) and `ntotal' (of
  * every rank) in one `particles' multi-expose.  Then the field `rho' (4 x 4N doubles, value
- * step * 1e6 + row * 1e3 + column) is exposed as 2 boxes of 4 x 2 per rank, one expose each with
- * the box's `bx' and `by' (its first row and column), followed by the event `end_step'.  The
+ * step * 1e6 + row * 1e3 + column, its shape `field_shape' exposed once) is exposed as 2 boxes
+ * of 4 x 2 per rank, one expose each with the box's `bx' and `by' (its first row and column)
+ * and `box_start' ({bx, by}: what a decl_hdf5 YAML writes as the box's `start' attribute for
+ * deisa.Replay), followed by the event `end_step'.  The
  * boxes belong to rank (box / 2 + shift) % N, where shift is 0 before step 2 and 1 from then on:
  * the boxes move between ranks at step 2; at step 3 the last rank's boxes go to rank 0, and the
  * last rank exposes none (it still reaches `end_step').  The same binary writes HDF5 (decl_hdf5) or goes in
@@ -49,6 +51,8 @@ int main(int argc, char* argv[])
 	PDI_expose("nsteps", &nsteps, PDI_OUT);
 	PDI_expose("nranks", &nranks, PDI_OUT);
 	PDI_expose("rank", &rank, PDI_OUT);
+	const int field_shape[2] = {4, 4 * nranks};
+	PDI_expose("field_shape", field_shape, PDI_OUT);
 	double x[9];
 	int64_t id[9];
 	double rho[4][2];
@@ -95,7 +99,8 @@ int main(int argc, char* argv[])
 					rho[row][col] = step * 1e6 + (bx + row) * 1e3 + (by + col);
 				}
 			}
-			PDI_multi_expose("box", "bx", &bx, PDI_OUT, "by", &by, PDI_OUT, "rho", rho, PDI_OUT, NULL);
+			const int box_start[2] = {bx, by};
+			PDI_multi_expose("box", "bx", &bx, PDI_OUT, "by", &by, PDI_OUT, "box_start", box_start, PDI_OUT, "rho", rho, PDI_OUT, NULL);
 		}
 		PDI_event("end_step");
 	}
