@@ -8,8 +8,9 @@ boxes per rank that move to the next rank at step 3 (a sync Put, a Span Put on o
 deferred Put from a buffer with ghost cells, PerformPuts followed by the buffers' overwrite)
 and that no rank writes at step 4 (BP5 has no such step of it, nor has the analytics), a field
 of one block per rank that is cut in two boxes, then grows (SetShape), an array and a single
-value defined after the first step, an array defined before Open and first Put at step 2. Run once with BP5 (the reference, read back with the
-``adios2`` wheel, each step's whole selection) and once with its XML's engine swapped for
+value defined after the first step, an array defined before Open and first Put at step 2. Run
+once with BP5 (the reference, read back with the ``adios2`` wheel, each step's whole selection)
+and once with its XML's engine swapped for
 deisa under ``deisa-run`` (a scheduler, workers, the analytics), every step of every variable
 compared bitwise by the analytics, which takes them with ``Adapter``; then ``deisa.Replay`` of
 the BP5 output gives the live run's arrays, chunks and bytes.
@@ -124,9 +125,9 @@ def test_moving_data_under_deisa_run_bitwise(
         "'T': 0, 'age': 2, 'nparticles': 1, 'step': 0, 'mass': 2}; Replay equal" in proc.stdout
     ), proc.stdout[-3000:]
     # the engine's decisions (docs/adios2.md, "Which path"): one block per rank on a grid in the
-    # first step is fixed (T, age, mass first Put at step 2, the value step; px, one particle on rank 0 at step 0: its
-    # later steps move and carry their layouts); joined (pj), two boxes per rank (rho), a value
-    # first Put once the Bridge exists (nparticles): moving
+    # step of its first Put is fixed (T, age, mass from step 2, the value step; px, one particle
+    # on rank 0 at step 0: its later steps move and carry their layouts); joined (pj), two boxes
+    # per rank (rho), a value first Put once the Bridge exists (nparticles): moving
     assert (
         "declared: {'px': 'fixed', 'pj': 'moving', 'rho': 'moving', 'T': 'fixed', "
         "'age': 'fixed', 'nparticles': 'moving', 'step': 'fixed', 'mass': 'fixed'}" in proc.stdout
