@@ -5,7 +5,8 @@
  *
  * At each step, each rank holds `npart' particles (a count that changes with the step and the
  * rank; rank 1 holds none at step 1, as does every rank at a step where the formula gives 0):
- * their positions `x' (double) and identifiers `id' (int64: step * 1e6 + global index), exposed
+ * their positions `x' (double), their momenta `p' (npart x 3 doubles: a record of three
+ * components a particle) and identifiers `id' (int64: step * 1e6 + global index), exposed
  * with `step', `npart', `offset' (the particles of the ranks before this one) and `ntotal' (of
  * every rank) in one `particles' multi-expose.  Then the field `rho' (4 x 4N doubles, value
  * step * 1e6 + row * 1e3 + column, its shape `field_shape' exposed once) is exposed as 2 boxes
@@ -55,6 +56,7 @@ int main(int argc, char* argv[])
 	PDI_expose("field_shape", field_shape, PDI_OUT);
 	double x[9];
 	int64_t id[9];
+	double p[9][3];
 	double rho[4][2];
 	for (int step = 0; step < nsteps; ++step) {
 		int npart = particle_count(rank, step), offset = 0, ntotal = 0;
@@ -65,6 +67,8 @@ int main(int argc, char* argv[])
 		for (int i = 0; i < npart; ++i) {
 			x[i] = sin(131.0 * rank + 17.0 * step + i);
 			id[i] = (int64_t)step * 1000000 + offset + i;
+			for (int k = 0; k < 3; ++k)
+				p[i][k] = x[i] + 10.0 * (k + 1);
 		}
 		PDI_multi_expose(
 			"particles",
@@ -85,6 +89,9 @@ int main(int argc, char* argv[])
 			PDI_OUT,
 			"id",
 			id,
+			PDI_OUT,
+			"p",
+			p,
 			PDI_OUT,
 			NULL
 		);
