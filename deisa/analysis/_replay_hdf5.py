@@ -4,6 +4,7 @@ and a dataset of one file read lazily, block by block, by whichever process comp
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +31,7 @@ class Dataset:
     dims: tuple[str, ...] | None = None  # every axis's name in the file, if it names them all
     start: tuple[int, ...] | None = None  # a box's ``start`` attribute (one file per rank)
     whole: tuple[int, ...] | None = None  # its ``shape`` attribute: the step's global shape
+    problem: str | None = None  # why those attributes place no box (raised when it is read)
 
 
 class HDF5Block:
@@ -73,7 +75,8 @@ class HDF5Block:
 def list_datasets(path: str, *, boxes: bool = False) -> list[Dataset]:
     """Every dataset of the HDF5 file ``path`` (in groups too: ``"group/name"``), metadata only;
     ``boxes``: with each one's ``start`` and ``shape`` attributes (a box of a step, in one file
-    per rank), which must then be integers, one an axis."""
+    per rank), which must then be integers, one an axis (else the dataset's ``problem``, raised
+    when its array is read)."""
     try:
         import h5py
     except ImportError as exc:
@@ -93,8 +96,14 @@ def list_datasets(path: str, *, boxes: bool = False) -> list[Dataset]:
         def visit(name: str, item: Any) -> None:
             if isinstance(item, h5py.Dataset):
                 dims = _labels.hdf5_dims(item)
-                where = [_box_attribute(path, name, item, a) if boxes else None for a in BOX_ATTRS]
-                found.append(Dataset(path, name, item.shape, item.dtype, item.chunks, dims, *where))
+                start = whole = problem = None
+                if boxes:
+                    try:
+                        start, whole = (_box_attribute(path, name, item, a) for a in BOX_ATTRS)
+                    except ReplayError as exc:  # raised when its array is asked for
+                        problem = str(exc)
+                info = Dataset(path, name, item.shape, item.dtype, item.chunks, dims, start, whole)
+                found.append(dataclasses.replace(info, problem=problem) if problem else info)
 
         f.visititems(visit)
     return found

@@ -54,7 +54,8 @@ def group_per_rank(datasets: Iterable[Dataset]) -> dict[str, dict[int, list[Data
     groups: dict[str, dict[int, list[Dataset]]] = {}
     boxes: dict[tuple[str, int], list[tuple[int, Dataset]]] = {}
     for info in sorted(datasets, key=lambda d: d.name):
-        match = BOX_NAME.fullmatch(info.name) if info.start is not None else None
+        boxed = info.start is not None or info.problem is not None  # the latter: said when read
+        match = BOX_NAME.fullmatch(info.name) if boxed else None
         if match is not None:
             key = (match["name"], int(match["step"]))
             boxes.setdefault(key, []).append((int(match["box"]), info))
@@ -99,6 +100,8 @@ def per_rank_array(
     for step in numbers:
         per_rank = [rank.get(step, []) for rank in ranks]
         for info in (info for infos in per_rank for info in infos):
+            if info.problem is not None:
+                raise ReplayError(info.problem)
             if info.dtype != first.dtype or len(info.shape) != len(first.shape) or not info.shape:
                 joined = "do not join along their first axis"
                 what = "are not boxes of one array" if info.start is not None else joined
