@@ -306,17 +306,14 @@ class BPFile:
         if name in self._values:
             return self._value_array(name, dims)
         variable = self._variables.get(name)
-        if name in self._left_out:  # there, but no array: say so, not "no array"
-            raise UnknownArrayError(
-                f"{name!r} in {self.path} ({self._left_out[name]}) is not an array of a Replay: "
-                "it reads global arrays and numeric global values, as the live run publishes "
-                "them (the deisa ADIOS2 engine refuses the others, docs/adios2.md); read it "
-                "with the adios2 package"
-            )
         if variable is None or name not in self._raw_names():
             present = ", ".join(repr(n) for n in self.names) or "none"
+            kind = self._left_out.get(name)  # there, but no array: say what it is
             raise UnknownArrayError(
                 f"no array {name!r} in {self.path}; the arrays there are: {present}"
+                if kind is None
+                else f"{name!r} in {self.path} ({kind}) is not an array of a Replay (the deisa "
+                "ADIOS2 engine refuses it too, docs/adios2.md): read it with the adios2 package"
             )
         dtype = _dtype(variable, self.path)
         if variable.moves():
