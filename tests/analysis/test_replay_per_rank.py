@@ -66,6 +66,21 @@ def test_boxes_of_each_rank_are_placed_by_their_start_in_rank_then_box_order(
     assert [b.start for b in rho.blocks(3)] == [(0, c) for c in (4, 6, 8, 10, 0, 2)]
 
 
+def test_each_step_is_labelled_and_zipped_as_live(tmp_path: Path) -> None:
+    write_boxes(tmp_path, range(4))
+    for rank in range(NRANKS):  # particles beside the boxes, joined in rank order
+        with h5py.File(tmp_path / f"out_{rank}.h5", "a") as f:
+            for step in range(4):
+                f.create_dataset(f"x_{step}", data=np.full(rank + step, float(rank)))
+    replay = Replay(str(tmp_path / "out_${rank}.h5"), dims={"rho": ["y", "x"]})
+    labelled = replay["rho"].to_xarray(3)
+    assert labelled.dims == ("y", "x") and int(labelled["step"]) == 3
+    assert labelled.values.tobytes() == field(3).tobytes()
+    for step, (x, rho) in replay.zip("x", "rho", as_xarray=True):
+        assert x.shape == (sum(r + step for r in range(NRANKS)),) and rho.dims == ("y", "x")
+        assert int(rho["step"]) == int(x["step"]) == step
+
+
 def test_without_a_shape_attribute_the_step_is_the_boxes_extent(tmp_path: Path) -> None:
     write_boxes(tmp_path, range(2), shape_attribute=False)
     rho = Replay(str(tmp_path / "out_{rank}.h5"))["rho"]
