@@ -310,8 +310,10 @@ class BPFile:
         variable = self._variables.get(name)
         if variable is None or name not in self._raw_names():
             present = ", ".join(repr(n) for n in self.names) or "none"
+            kind = self._left_out.get(name)  # there, but no array: say what it is
+            what = f" ({kind}): not a global array (read it with adios2);" if kind else ";"
             raise UnknownArrayError(
-                f"no array {name!r} in {self.path}; the arrays there are: {present}"
+                f"no array {name!r} in {self.path}{what} the arrays there are: {present}"
             )
         dtype = _dtype(variable, self.path)
         if variable.moves():
