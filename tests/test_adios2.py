@@ -93,6 +93,9 @@ with Adapter.from_env() as adapter:
     streams = adapter.stats()["streams"]  # `Variables' leaves the others unpublished
     assert set(streams) == set(names), sorted(streams)
     assert all(streams[name]["published"] == len(published) for name in names), streams
+    calls = adapter.stats()["calls"]  # the scheduler's registrations: one message a step
+    print(f"registrations: {calls.get('publish_many', 0)} deisa_publish_many, "
+          f"{calls.get('publish', 0)} steps of arrays", flush=True)
 print(f"adios2 checker: {','.join(names)} steps {published} bitwise", flush=True)
 """
 
