@@ -21,6 +21,8 @@ skipped test here fails the run (tests/conftest.py, ``DEISA_ALLOW_ADIOS2_SKIP=1`
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import subprocess
 import sys
@@ -93,7 +95,7 @@ with Adapter.from_env() as adapter:
     streams = adapter.stats()["streams"]  # `Variables' leaves the others unpublished
     assert set(streams) == set(names), sorted(streams)
     assert all(streams[name]["published"] == len(published) for name in names), streams
-    calls = adapter.stats()["calls"]  # the scheduler's registrations: one message a step
+    calls = adapter.stats()["calls"]  # the registration messages the scheduler received
     print(f"registrations: {calls.get('publish_many', 0)} deisa_publish_many, "
           f"{calls.get('publish', 0)} steps of arrays", flush=True)
 print(f"adios2 checker: {','.join(names)} steps {published} bitwise", flush=True)
@@ -195,16 +197,63 @@ def checker(tmp_path: Path, reference: Path, steps: int, names: str, every: int 
     return f"{script} {reference} {steps} {names} {every}"
 
 
+EXCHANGES = r"""
+import json
+import os
+
+rank = os.environ.get("OMPI_COMM_WORLD_RANK")
+if rank is not None:  # a rank of the simulation (the engine's interpreter), not a Dask process
+    from deisa.bridge._async import AsyncPublisher
+
+    posted, exchanged = AsyncPublisher.post, AsyncPublisher.exchange
+    waiting = set()  # the publishers in a blocking exchange (a wait for room, for the scheduler)
+
+    def post(self, call=None, problem=None):
+        if call is not None and id(self) not in waiting:  # a publication's exchange
+            names = [call[0]] if isinstance(call[0], str) else list(call[0])
+            with open(os.path.join(os.environ["DEISA_TEST_EXCHANGES"], f"{rank}.txt"), "a") as f:
+                f.write(json.dumps([names, int(call[1])]) + "\n")
+        return posted(self, call, problem)
+
+    def exchange(self, call=None, problem=None):
+        waiting.add(id(self))
+        try:
+            return exchanged(self, call, problem)
+        finally:
+            waiting.discard(id(self))
+
+    AsyncPublisher.post, AsyncPublisher.exchange = post, exchange
+"""
+
+
+def exchanges_recorded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The folder where each rank of the simulation lists the exchanges its Bridges post for
+    publications (not the blocking ones of a wait), one ``[names, step]`` line each: a
+    ``sitecustomize`` on the ``PYTHONPATH`` of the processes the test starts, which the
+    engine's embedded interpreter imports at its start, wraps ``AsyncPublisher.post`` and
+    ``exchange`` (the real ones run)."""
+    site, folder = tmp_path / "site", tmp_path / "exchanges"
+    site.mkdir()
+    folder.mkdir()
+    (site / "sitecustomize.py").write_text(EXCHANGES)
+    paths = [str(site), os.environ.get("PYTHONPATH")]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, paths)))
+    monkeypatch.setenv("DEISA_TEST_EXCHANGES", str(folder))
+    return folder
+
+
 @pytest.mark.timeout(600)
 def test_ragged_code_under_deisa_run_async_shared_memory_bitwise(
-    adios2_build: Path, ragged_reference: Path, tmp_path: Path
+    adios2_build: Path, ragged_reference: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """deisa-run -- ./code deisa.xml: deisa-run hands the built engine over
     (ADIOS2_PLUGIN_PATH) and its scheduler file; every step of U (sync Put), V (deferred, and
     overwritten after PerformPuts), step and time arrives bitwise as BP5 writes it, in the
-    ragged blocks of the ranks."""
+    ragged blocks of the ranks; each step's four variables cost one exchange for the arrays
+    and one for rank 0's single values, not four."""
     xml = engine_xml(tmp_path / "deisa.xml", Mode="async", Transport="auto", BufferNb="2")
     out = tmp_path / "out"
+    recorded = exchanges_recorded(tmp_path, monkeypatch)
     proc = deisa_run(
         "--ranks", "4", "--workers", "2", "--timeout", "240", "--output", str(out),
         "--analytics", checker(tmp_path, ragged_reference, STEPS, "U,V,step,time"),
@@ -217,6 +266,16 @@ def test_ragged_code_under_deisa_run_async_shared_memory_bitwise(
     assert "U: 5 steps published, 5 taken" in proc.stdout + proc.stderr
     assert "blocks by shared memory (4 ranks)" in proc.stdout + proc.stderr
     assert "time: 5 steps published, 5 taken" in proc.stdout + proc.stderr
+    # an EndStep's variables in one Bridge.step scope (issue 56 item 9): one exchange a step
+    # for U and V on every rank, and one for rank 0's single values (their Bridge over rank 0),
+    # not one per variable (the registration messages the checker prints are the registrar's
+    # to batch: early registration may take a step's arrays one by one)
+    for rank in range(4):
+        lines = (recorded / f"{rank}.txt").read_text().splitlines()
+        posted = sorted(json.loads(line) for line in lines)
+        arrays = [[["U", "V"], step] for step in range(STEPS)]
+        values = [[["step", "time"], step] for step in range(STEPS)] if rank == 0 else []
+        assert posted == sorted(arrays + values), (rank, posted)
     engine_dir = adios2_build / "plugin" / "adios2"
     assert f"deisa-run: the deisa ADIOS2 engine: built in {engine_dir}" in proc.stderr
     assert not (REPO / "ignored.bp").exists()  # nothing written to a file
