@@ -22,7 +22,6 @@ skipped test here fails the run (tests/conftest.py, ``DEISA_ALLOW_ADIOS2_SKIP=1`
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -30,7 +29,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from conftest import REPO, deisa_run, mpirun, test_env
+from conftest import REPO, deisa_run, exchanges_recorded, mpirun, test_env
 from test_slurm import Slurm, run_job, slurm  # noqa: F401  (slurm: the fixture)
 
 from deisa.doctor.adios2 import adios2_config_file, check_adios2
@@ -195,51 +194,6 @@ def checker(tmp_path: Path, reference: Path, steps: int, names: str, every: int 
     script = tmp_path / "adios2_checker.py"
     script.write_text(CHECKER)
     return f"{script} {reference} {steps} {names} {every}"
-
-
-EXCHANGES = r"""
-import json
-import os
-
-rank = os.environ.get("OMPI_COMM_WORLD_RANK")
-if rank is not None:  # a rank of the simulation (the engine's interpreter), not a Dask process
-    from deisa.bridge._async import AsyncPublisher
-
-    posted, exchanged = AsyncPublisher.post, AsyncPublisher.exchange
-    waiting = set()  # the publishers in a blocking exchange (a wait for room, for the scheduler)
-
-    def post(self, call=None, problem=None):
-        if call is not None and id(self) not in waiting:  # a publication's exchange
-            names = [call[0]] if isinstance(call[0], str) else list(call[0])
-            with open(os.path.join(os.environ["DEISA_TEST_EXCHANGES"], f"{rank}.txt"), "a") as f:
-                f.write(json.dumps([names, int(call[1])]) + "\n")
-        return posted(self, call, problem)
-
-    def exchange(self, call=None, problem=None):
-        waiting.add(id(self))
-        try:
-            return exchanged(self, call, problem)
-        finally:
-            waiting.discard(id(self))
-
-    AsyncPublisher.post, AsyncPublisher.exchange = post, exchange
-"""
-
-
-def exchanges_recorded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The folder where each rank of the simulation lists the exchanges its Bridges post for
-    publications (not the blocking ones of a wait), one ``[names, step]`` line each: a
-    ``sitecustomize`` on the ``PYTHONPATH`` of the processes the test starts, which the
-    engine's embedded interpreter imports at its start, wraps ``AsyncPublisher.post`` and
-    ``exchange`` (the real ones run)."""
-    site, folder = tmp_path / "site", tmp_path / "exchanges"
-    site.mkdir()
-    folder.mkdir()
-    (site / "sitecustomize.py").write_text(EXCHANGES)
-    paths = [str(site), os.environ.get("PYTHONPATH")]
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, paths)))
-    monkeypatch.setenv("DEISA_TEST_EXCHANGES", str(folder))
-    return folder
 
 
 @pytest.mark.timeout(600)
