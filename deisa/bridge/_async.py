@@ -30,7 +30,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -48,6 +47,7 @@ from ._publisher import (
     RankReport,
     RootReport,
 )
+from ._sends import Send
 from .boxes import Geometry, Parcel
 from .registration.registrar import Registrar, plan_of
 
@@ -57,21 +57,6 @@ if TYPE_CHECKING:
     from .registration.registrar import EarlyRegistration
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class _Send:
-    """One of this rank's blocks on its way to its worker."""
-
-    entry: Entry
-    buffer: np.ndarray | None  # None once given back (the send succeeded, or failed reported)
-    future: concurrent.futures.Future[dict[Any, int]] | None = None
-    worker: str = ""
-    reported: bool = False
-    failed_at: float | None = None  # when a failure was first held back (its worker may leave)
-    lost: bool = False  # its worker left and none is left to take it
-    geometry: Geometry | None = None  # a parcel of boxes (deisa.bridge.boxes): their geometry
-    empty: bool = False  # a parcel with no element: nothing sent, only its geometry reported
 
 
 class AsyncPublisher:
@@ -87,7 +72,7 @@ class AsyncPublisher:
         self.link = link
         self.on_connection = on_connection  # every rank, the connection known: its problem
         self.ledger = Ledger(parts.comm.Get_size())
-        self.sends: dict[int, _Send] = {}
+        self.sends: dict[int, Send] = {}
         self.buffers = Buffers()
         self.peak_in_flight: dict[str, int] = {}
         self.exchanger = Exchanger(parts.comm)
@@ -97,6 +82,7 @@ class AsyncPublisher:
         self._announced = False  # rank 0, main thread: the connection went in an exchange
         # inside Bridge.step(): each publish's (call, problem), posted in one exchange at its end
         self.held: list[tuple[tuple[Any, Any], str | None]] | None = None
+        self._sends_done = False  # set by the loop thread: a send finished (reclaim it)
 
     @property
     def early(self) -> EarlyRegistration | None:
@@ -176,14 +162,16 @@ class AsyncPublisher:
         t2 = time.perf_counter()
         entry = self.ledger.add(name, int(step), revision, plan.ranks, plan)
         self.registrar.known(entry)
-        self.reclaim()
+        if self._sends_done:  # else nothing since the last exchange's reclaim
+            self.reclaim()
         nbytes = 0
         if problem is None and block is not None and plan.sends(parts.rank):  # else not sent
             nbytes = self.copy_and_send(entry, block)
         t3 = time.perf_counter()
         self.post_or_hold(call, problem)
         t4 = time.perf_counter()
-        parts.transport.settle()  # the channels' threads unmap and map slots after the copy
+        if self.held is None:  # in a step, once its copies are over (end_step)
+            parts.transport.settle()  # the channels' threads unmap and map slots after the copy
         in_flight = self.ledger.in_flight(name)
         self.peak_in_flight[name] = max(self.peak_in_flight.get(name, 0), in_flight)
         parts.timings.add(
@@ -208,7 +196,7 @@ class AsyncPublisher:
         if isinstance(block, Parcel):
             geometry = block.geometry
             if not block.size:
-                self.sends[entry.seq] = _Send(entry, None, geometry=geometry, empty=True)
+                self.sends[entry.seq] = Send(entry, None, geometry=geometry, empty=True)
                 self.registrar.sent(entry.seq, 0, "", geometry)
                 return 0
             dtype = parts.arrays.decompositions[name].dtype
@@ -223,13 +211,13 @@ class AsyncPublisher:
                 spec = parts.arrays.specs[name]
                 buffer = self.buffers.take(name, spec.shape, spec.dtype)
                 np.copyto(buffer, block)
-        send = _Send(entry, buffer, geometry=geometry)
+        send = Send(entry, buffer, geometry=geometry)
         self.sends[entry.seq] = send
         if self.ledger.connection is not None:
             self.start_send(send)
         return int(buffer.nbytes)
 
-    def start_send(self, send: _Send) -> None:
+    def start_send(self, send: Send) -> None:
         """Send ``send``'s buffer to this rank's worker under the current placement."""
         parts = self.parts
         name, entry = send.entry.name, send.entry
@@ -259,6 +247,7 @@ class AsyncPublisher:
         geometry: Geometry | None = None,
     ) -> None:
         """Loop thread, a send finished: wake the main thread, and tell rank 0 (._notices)."""
+        self._sends_done = True
         self.progress.set()
         if future.cancelled() or future.exception() is not None:
             return  # the exchange reports the failure
@@ -278,7 +267,7 @@ class AsyncPublisher:
                 future.cancel()
             self._resend(send)
 
-    def _resend(self, send: _Send) -> None:
+    def _resend(self, send: Send) -> None:
         if self.parts.routing.workers:
             logger.info(
                 "deisa bridge: step %d of %r: worker %s left, sending to %s",
@@ -347,6 +336,20 @@ class AsyncPublisher:
             )
         return RankReport(call, problem, tuple(sent), tuple(failed), root)
 
+    def begin_step(self) -> None:
+        """``bridge.step(t)`` starts: its publishes' exchanges are held (:attr:`held`) and
+        their blocks for one worker packed into one slot (``Transport.begin_step``)."""
+        if self.held is not None:
+            raise RuntimeError("bridge.step() inside another bridge.step()")
+        self.held = []
+        self.parts.transport.begin_step()
+
+    def end_step(self) -> list[tuple[tuple[Any, Any], str | None]]:
+        """The step's publishes are over: its packs are closed; their held (call, problem)."""
+        held, self.held = self.held or [], None
+        self.parts.transport.end_step()
+        return held
+
     def post_or_hold(self, call: tuple[Any, Any], problem: str | None) -> None:
         """Post this publish's exchange, or hold it for the one exchange that ends the step
         (inside :meth:`deisa.Bridge.step`)."""
@@ -402,6 +405,7 @@ class AsyncPublisher:
         :meth:`~deisa.bridge.shm.transport.Transport.settle`: after the next copy, or while this
         rank waits, never beside a copy (on 2 cores, a munmap of 64 MiB there halved the copy's
         speed; docs/benchmarks.md, section 16)."""
+        self._sends_done = False
         registered = self.ledger.registered
         for seq, send in list(self.sends.items()):
             future = send.future

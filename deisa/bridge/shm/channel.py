@@ -121,6 +121,7 @@ class Channel(WarmRing):
         self._unmap_later: set[Slot] = set()
         self._settle_pending = False
         self._outbox: list[dict[str, Any]] = []  # puts of this loop turn (_hand_over)
+        self._sharing = asyncio.Lock()  # a slot's descriptor sent once, before its blocks
         self._preparer = threading.Thread(
             target=self._prepare, name=f"deisa-shm-{worker}", daemon=True
         )
@@ -350,9 +351,12 @@ class Channel(WarmRing):
 
     # -- the event-loop thread ---------------------------------------------------------------
 
-    async def put(self, slot: Slot, key: Any, shape: tuple[int, ...], dtype: np.dtype[Any]) -> int:
-        """Hand the block in ``slot`` to the worker under ``key``; its size in the worker's
-        memory. A :class:`ChannelError` if the worker's end fails (the slot is then free)."""
+    async def put(
+        self, slot: Slot, key: Any, shape: tuple[int, ...], dtype: np.dtype[Any], offset: int = 0
+    ) -> int:
+        """Hand the block in ``slot`` (``offset`` bytes into its data: a step's pack holds
+        several) to the worker under ``key``; its size in the worker's memory. A
+        :class:`ChannelError` if the worker's end fails (the slot is then free)."""
         loop = asyncio.get_running_loop()
         wired = key_to_wire(key)
         if wired is None:
@@ -365,13 +369,16 @@ class Channel(WarmRing):
             self._check()
             await self._forget_retired()
             if not slot.shared:
-                await self._send_fd(encode(op="slot", id=slot.id, size=slot.size), slot.fd)
-                slot.mark_shared()
+                async with self._sharing:  # the other blocks of a pack wait for its descriptor
+                    if not slot.shared:
+                        await self._send_fd(encode(op="slot", id=slot.id, size=slot.size), slot.fd)
+                        slot.mark_shared()
             slot.hand_over()
-            self._outbox.append(
-                {"id": ident, "slot": slot.id, "key": wired, "dtype": dtype.str,
-                 "shape": list(shape)}
-            )  # fmt: skip
+            block = {"id": ident, "slot": slot.id, "key": wired, "dtype": dtype.str,
+                     "shape": list(shape)}  # fmt: skip
+            if offset:
+                block["offset"] = offset
+            self._outbox.append(block)
             if len(self._outbox) == 1:  # the puts of this loop turn go together, after it
                 loop.call_soon(self._hand_over)
             answer = await reply
