@@ -327,13 +327,8 @@ class AsyncPublisher:
             connection = None
             if news.connection is not None and not self._announced:
                 connection, self._announced = news.connection, True
-            root = RootReport(
-                connection=connection,
-                connect_error=news.connect_error,
-                registered=news.registered,
-                error=news.error,
-                fields=parts.fields.collect(),
-            )
+            root = RootReport(connection, news.connect_error, news.registered, news.error,
+                              parts.fields.collect())  # fmt: skip
         return RankReport(call, problem, tuple(sent), tuple(failed), root)
 
     def begin_step(self) -> None:

@@ -1,5 +1,6 @@
 """One of this rank's blocks on its way to its worker, in ``mode="async"``: :class:`Send`
-(:mod:`._async` keeps one per publication of the rank, by sequence number)."""
+(:mod:`._async` keeps one per publication of the rank, by sequence number). The main thread
+owns it; the loop thread's send fills its future."""
 
 from __future__ import annotations
 
