@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -47,9 +48,10 @@ from ._publisher import (
     RankReport,
     RootReport,
 )
-from ._sends import Send
+from ._sends import Send, news_of
 from .boxes import Geometry, Parcel
 from .registration.registrar import Registrar, plan_of
+from .shm.pack import aligned
 
 if TYPE_CHECKING:
     from ._parts import BridgeParts
@@ -281,46 +283,9 @@ class AsyncPublisher:
     def report(self, call: tuple[Any, Any] | None, problem: str | None) -> RankReport:
         """This rank's part of the next exchange."""
         parts = self.parts
-        sent: list[tuple[Any, ...]] = []
-        failed: list[tuple[int, str]] = []
-        hold = 2 * parts.options.connect_timeout
-        for seq, send in self.sends.items():
-            if send.reported:
-                continue
-            shape = () if send.geometry is None else (send.geometry,)  # a parcel's geometry
-            if send.empty:  # nothing sent: only the geometry, for the step's layout
-                send.reported = True
-                sent.append((seq, 0, "", *shape))
-                continue
-            if send.lost:  # named with its departed worker: the scheduler reports it lost
-                send.reported = True
-                sent.append((seq, 0, send.worker, *shape))
-                continue
-            future = send.future
-            if future is None or not future.done() or future.cancelled():
-                continue
-            exc = future.exception()
-            if exc is None:
-                send.reported = True
-                nbytes = int(next(iter(future.result().values())))
-                sent.append((seq, nbytes, send.worker, *shape))
-                continue
-            if parts.options.on_worker_loss == "continue" and isinstance(exc, OSError):
-                if send.worker not in parts.routing.workers:  # left already: send again
-                    self._resend(send)
-                    continue
-                now = time.monotonic()
-                send.failed_at = send.failed_at or now
-                if now - send.failed_at < hold:  # until the scheduler says the worker left
-                    continue
-            send.reported = True
-            failed.append(
-                (
-                    seq,
-                    f"sending step {send.entry.step} of {send.entry.name!r} to worker "
-                    f"{send.worker} failed: {exc!r}",
-                )
-            )
+        left = parts.options.on_worker_loss == "continue"  # a worker may leave: hold failures
+        sent, failed = news_of(self.sends, 2 * parts.options.connect_timeout, left,
+                               parts.routing.workers, self._resend)  # fmt: skip
         root = None
         if parts.rank == 0:
             news = self.registrar.news
@@ -337,7 +302,17 @@ class AsyncPublisher:
         if self.held is not None:
             raise RuntimeError("bridge.step() inside another bridge.step()")
         self.held = []
-        self.parts.transport.begin_step()
+        self.parts.transport.begin_step(self._declared_bytes)
+
+    def _declared_bytes(self) -> dict[str, int]:
+        """The bytes of this rank's fixed arrays' blocks for each of their workers."""
+        found: dict[str, int] = {}
+        for name, spec in self.parts.arrays.specs.items():
+            worker = self.parts.routing.worker_of.get(name) if self.ledger.connection else None
+            if worker is not None and not spec.is_moving:
+                nbytes = math.prod(spec.shape) * spec.dtype.itemsize
+                found[worker] = found.get(worker, 0) + aligned(nbytes)
+        return found
 
     def end_step(self) -> list[tuple[tuple[Any, Any], str | None]]:
         """The step's publishes are over: its packs are closed; their held (call, problem)."""
@@ -403,6 +378,10 @@ class AsyncPublisher:
         self._sends_done = False
         registered = self.ledger.registered
         for seq, send in list(self.sends.items()):
+            if send.buffer is None:  # given back (or none): forgotten once reported, registered
+                if send.reported and seq < registered:
+                    del self.sends[seq]
+                continue
             future = send.future
             done = future is not None and future.done() and (send.reported or _succeeded(future))
             if not done and not send.lost and not (send.empty and send.reported):

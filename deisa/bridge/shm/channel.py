@@ -38,8 +38,9 @@ from ...wire.shm import (
     slot_bytes,
     socket_names,
 )
-from .pool import SMALL, SlotPool, WarmRing
+from .pool import SMALL, SlotPool
 from .slot import Slot
+from .warm_ring import WarmRing
 
 logger = logging.getLogger(__name__)
 

@@ -10,17 +10,18 @@ and offset, and the worker keeps each block as a view of the slot, which is free
 the last of them is gone (issue 56 item 9: 20 arrays of 512 KiB cost what one array of 10 MiB
 costs).
 
-A pack's size is the bytes the step sent to that worker the last time (:attr:`StepPacks.learned`):
-a step like the last fills one pack, and its slot is the one the last step but a few used (the
-ring's slots then fit a whole step). The first step, or a step that outgrows the last one,
-starts a new pack for the block that does not fit; a block beyond :data:`MAX_BLOCKS` in a pack
-too (a ``puts`` message stays within its size).
+A pack's size is the bytes the step sent to that worker the last time (:attr:`StepPacks.learned`),
+at first what the fixed arrays' declarations say: a step like the last fills one pack, and its
+slot is the one the last step but a few used (the ring's slots then fit a whole step). A step
+that outgrows the last one (moving arrays) starts a new pack for the block that does not fit; a
+block beyond :data:`MAX_BLOCKS` in a pack too (a ``puts`` message stays within its size).
 
 Main thread only (the Bridge's copies), like :meth:`~deisa.bridge.shm.transport.Transport.copy_in`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from .slot import Slot
@@ -75,9 +76,13 @@ class StepPacks:
         self._packs: dict[str, Pack] = {}
         self._bytes: dict[str, int] = {}
 
-    def begin(self) -> None:
-        """A step starts: its blocks go into packs."""
+    def begin(self, expected: Callable[[], Mapping[str, int]] | None = None) -> None:
+        """A step starts: its blocks go into packs. ``expected``: the bytes a step is declared
+        to send to each worker (the fixed arrays' blocks), the first packs' sizes before any
+        step is learnt (asked once)."""
         self.open = True
+        if not self.learned and expected is not None:
+            self.learned.update(expected())
 
     def pack_for(self, worker: str, nbytes: int) -> Pack | None:
         """The open pack for ``worker`` with room for a block of ``nbytes``, or ``None``: take

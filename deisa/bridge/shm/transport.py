@@ -26,7 +26,7 @@ import concurrent.futures
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 import numpy as np
@@ -188,10 +188,11 @@ class Transport:
         self._lent[id(view)] = (slot, view, offset)
         return view
 
-    def begin_step(self) -> None:
+    def begin_step(self, expected: Callable[[], Mapping[str, int]] | None = None) -> None:
         """A step of several arrays starts (``bridge.step(t)``): the blocks :meth:`copy_in`
-        copies for one worker go into one slot until :meth:`end_step`."""
-        self._packs.begin()
+        copies for one worker go into one slot until :meth:`end_step`; ``expected``: the
+        bytes declared for each worker (:meth:`.pack.StepPacks.begin`)."""
+        self._packs.begin(expected)
 
     def end_step(self) -> None:
         """The step's copies are over: its packs take no more blocks; each slot goes back once
