@@ -158,11 +158,13 @@ class Channel(WarmRing):
 
     # -- any thread --------------------------------------------------------------------------
 
-    def take(self, nbytes: int, mapped: bool = True) -> Slot | None:
+    def take(self, nbytes: int, mapped: bool = True, usual: bool = True) -> Slot | None:
         """A free slot for ``nbytes``, lent to the caller until :meth:`untake` (after
         :meth:`put`, or instead of it); ``None`` when the ring is full, the channel broken or
         the memory short. Mapped, unless ``mapped=False`` and no prepared slot is free (the
-        caller then fills it with :meth:`Slot.write`)."""
+        caller then fills it with :meth:`Slot.write`). ``usual=False``: a block copied here
+        only once (one the rank held before the channel opened), whose size is not the one
+        the preparer makes ready and the pool grows for."""
         with self._lock:
             if self.broken is not None:
                 return None
@@ -170,12 +172,13 @@ class Channel(WarmRing):
             if fitting:  # a prepared one if any
                 slot = max(fitting, key=lambda s: (s.prepared, -s.capacity))
             elif len(self.slots) < self.most_slots:
-                self._outran |= len(self.slots) >= max(KEEP_FREE, SPARE)  # the pool may grow
+                self._outran |= usual and len(self.slots) >= max(KEEP_FREE, SPARE)  # pool grows
                 slot = self._new_slot(nbytes)
             else:
                 return None
             slot.lend()
-            self._want = nbytes  # the next settle() prepares a slot of this size
+            if usual:
+                self._want = nbytes  # the next settle() prepares a slot of this size
         if not mapped and not slot.prepared:
             return slot
         try:

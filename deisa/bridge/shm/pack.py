@@ -75,14 +75,14 @@ class StepPacks:
         self.learned: dict[str, int] = {}
         self._packs: dict[str, Pack] = {}
         self._bytes: dict[str, int] = {}
+        self._expected: Callable[[], Mapping[str, int]] | None = None
 
     def begin(self, expected: Callable[[], Mapping[str, int]] | None = None) -> None:
         """A step starts: its blocks go into packs. ``expected``: the bytes a step is declared
-        to send to each worker (the fixed arrays' blocks), the first packs' sizes before any
-        step is learnt (asked once)."""
+        to send to each worker (the fixed arrays' blocks), the size of a worker's first pack
+        before a step to it is learnt (asked when a pack needs it, once a step)."""
         self.open = True
-        if not self.learned and expected is not None:
-            self.learned.update(expected())
+        self._expected = expected
 
     def pack_for(self, worker: str, nbytes: int) -> Pack | None:
         """The open pack for ``worker`` with room for a block of ``nbytes``, or ``None``: take
@@ -96,6 +96,10 @@ class StepPacks:
         step's bytes for that worker, less those packed already this step, at least the
         block's."""
         packed = self._bytes.get(worker, 0) - aligned(nbytes)
+        if worker not in self.learned and self._expected is not None:  # asked once a step
+            for known, declared in self._expected().items():
+                self.learned.setdefault(known, declared)
+            self._expected = None
         return max(nbytes, self.learned.get(worker, 0) - packed)
 
     def start(self, worker: str, slot: Slot) -> Pack:

@@ -271,7 +271,7 @@ class Transport:
         slot, offset = (lent[0], lent[2]) if lent is not None and lent[1] is block else (None, 0)
         own = slot is None or slot.channel is not channel
         if own:  # a block of the caller's, or in the slot of a worker that has left: copy
-            slot, offset = channel.take(block.nbytes), 0
+            slot, offset = channel.take(block.nbytes, usual=False), 0
             if slot is None:
                 if channel.broken is None and channel.full():
                     self.slot_pool.fell_back(worker, block.nbytes, len(channel.slots))

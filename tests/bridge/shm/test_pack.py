@@ -36,9 +36,9 @@ def test_blocks_follow_one_another_at_aligned_offsets() -> None:
 def test_the_next_step_takes_one_pack_of_the_learnt_size() -> None:
     packs = StepPacks()
     packs.learned = {"w": 3 * 1024}
-    packs.begin(lambda: {"w": 1})  # asked only before anything is learnt
-    assert packs.learned == {"w": 3 * 1024}
+    packs.begin(lambda: {"w": 1})  # asked only for a worker with nothing learnt
     assert packs.pack_for("w", 1024) is None and packs.size_for("w", 1024) == 3 * 1024
+    assert packs.learned == {"w": 3 * 1024}
     pack = packs.start("w", Slot(3 * 1024))  # type: ignore[arg-type]
     for _ in range(3):
         pack.place(1024)
@@ -47,9 +47,11 @@ def test_the_next_step_takes_one_pack_of_the_learnt_size() -> None:
 
 
 def test_the_first_packs_are_sized_from_the_declarations() -> None:
-    packs = StepPacks()
-    packs.begin(lambda: {"w": 10 * 1024, "v": 64})
+    packs, asked = StepPacks(), []
+    packs.begin(lambda: asked.append(1) or {"w": 10 * 1024, "v": 64})  # type: ignore[func-returns-value]
+    assert asked == []  # asked when a pack needs it (the connection may come with the step)
     assert packs.pack_for("w", 512) is None and packs.size_for("w", 512) == 10 * 1024
+    assert packs.pack_for("v", 64) is None and packs.size_for("v", 64) == 64 and asked == [1]
 
 
 def test_a_pack_takes_max_blocks_at_most() -> None:
