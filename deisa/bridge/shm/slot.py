@@ -12,6 +12,7 @@ loop thread hands it to the worker, the channel's thread maps a slot the worker 
 from __future__ import annotations
 
 import contextlib
+import math
 import mmap
 import os
 from typing import Any, Protocol
@@ -149,7 +150,7 @@ class Slot:
         (a rank's segmentation fault, once, when a worker died mid-run)."""
         self.map(populate)
         assert self.data is not None
-        count = int(np.prod(shape))
+        count = math.prod(shape)  # np.prod is a ufunc reduction: 8 µs a publish
         return np.frombuffer(self.data, dtype=dtype, count=count, offset=HEADER + offset).reshape(
             shape
         )
