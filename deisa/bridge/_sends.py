@@ -1,7 +1,10 @@
 """One of this rank's blocks on its way to its worker, in ``mode="async"``: :class:`Send`
 (:mod:`._async` keeps one per publication of the rank, by sequence number), and what the sends
-did since the last exchange (:func:`news_of`). The main thread owns them; the loop thread's
-send fills a send's future."""
+did since the last exchange (:func:`news_of`).
+
+Runs in a simulation rank: the main thread owns them; the loop thread's send fills a send's
+future. Imports :mod:`._publisher` and :mod:`.boxes` (a parcel's geometry) only.
+"""
 
 from __future__ import annotations
 

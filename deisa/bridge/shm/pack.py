@@ -16,7 +16,8 @@ slot is the one the last step but a few used (the ring's slots then fit a whole 
 that outgrows the last one (moving arrays) starts a new pack for the block that does not fit; a
 block beyond :data:`MAX_BLOCKS` in a pack too (a ``puts`` message stays within its size).
 
-Main thread only (the Bridge's copies), like :meth:`~deisa.bridge.shm.transport.Transport.copy_in`.
+Runs in a simulation rank, on its main thread only (the Bridge's copies), like
+:meth:`~deisa.bridge.shm.transport.Transport.copy_in`. Imports :mod:`.slot` only.
 """
 
 from __future__ import annotations
