@@ -54,8 +54,8 @@ if TYPE_CHECKING:
         measure_incoming_transfers,
         split,
     )
+    from .bridge.arrays.decomposition import ArraySpec, Decomposition, DecompositionError
     from .bridge.bridge import Bridge, BridgeError, PublishTiming
-    from .bridge.decomposition import ArraySpec, Decomposition, DecompositionError
     from .bridge.group import BridgeGroup
     from .bridge.options import BridgeOptionError, BridgeOptions
 
@@ -68,7 +68,9 @@ _LAZY = {
     **dict.fromkeys(["Bridge", "BridgeError", "PublishTiming"], "bridge.bridge"),
     "BridgeGroup": "bridge.group",
     "Deisa": "analysis.compat",  # the released DEISA client's entry point (docs/migrating.md)
-    **dict.fromkeys(["ArraySpec", "Decomposition", "DecompositionError"], "bridge.decomposition"),
+    **dict.fromkeys(
+        ["ArraySpec", "Decomposition", "DecompositionError"], "bridge.arrays.decomposition"
+    ),
     **dict.fromkeys(["BridgeOptionError", "BridgeOptions"], "bridge.options"),
     "IncrementalPCA": "analysis.pca",
     **dict.fromkeys(["Replay", "ReplayArray", "ReplayError"], "analysis.replay"),

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from deisa.bridge.decomposition import ArraySpec, even_split
+from deisa.bridge.arrays.decomposition import ArraySpec, even_split
 from deisa.bridge.options import BridgeOptionError, BridgeOptions
 from deisa.wire import SCHEDULER_FILE_ENV
 

@@ -28,7 +28,7 @@ import numpy as np
 from mpi4py import MPI
 
 from deisa import ArraySpec, Bridge
-from deisa.bridge.decomposition import even_split
+from deisa.bridge.arrays.decomposition import even_split
 
 
 def expected(step: int, shape: tuple[int, int]) -> np.ndarray:

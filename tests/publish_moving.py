@@ -14,6 +14,11 @@ Three arrays, their values computed by :func:`truth` (what the analytics must re
 - ``late``: a fixed array (3 x 2) declared after step 1 (``Bridge.declare``), published from
   step 2 on.
 
+``--h5 DIR``: each rank also writes what it publishes to its own HDF5 file (``DIR/out_R.h5``, as
+a code writes its output beside going in situ; ``Replay("DIR/out_${rank}.h5")`` reads it): its
+particles of step ``s`` in ``x_s`` (joined in rank order), each box of the other arrays in
+``<name>_<s>_<box>`` with its ``start`` and the step's ``shape`` as attributes (:func:`save`).
+
 ``--bad declare``: rank 1 declares ``late`` under another name; ``--bad shape``: rank 2 gives
 ``rho``'s step 1 another shape than rank 1; ``--bad outside``: rank 1 gives a box of ``rho``
 outside the step's shape at step 1. Each rank then writes the :class:`~deisa.BridgeError` it
@@ -23,9 +28,11 @@ raised to ``OUT/rank-R.txt`` (``--out``) and exits normally.
 from __future__ import annotations
 
 import argparse
+import contextlib
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from mpi4py import MPI
@@ -81,6 +88,7 @@ def main() -> None:
     parser.add_argument("--bad", choices=["shape", "outside", "declare"], default=None)
     parser.add_argument("--out", default=None)
     parser.add_argument("--tag", default="", help="appended to the arrays' names")
+    parser.add_argument("--h5", default=None, help="a directory: each rank's HDF5 output there")
     parser.add_argument("--scoped", action="store_true", help="each step in bridge.step(t)")
     args = parser.parse_args()
     try:
@@ -102,10 +110,15 @@ def run(args: argparse.Namespace) -> None:
         rho_name: ArraySpec.moving("float64", 2, dims=("y", "x")),
         t: ArraySpec("float64", (NRANKS, 4), (rank, 0), (1, 4)),
     }
+    output: Any = contextlib.nullcontext()
+    if args.h5 is not None:
+        import h5py
+
+        output = h5py.File(Path(args.h5, f"out_{rank}.h5"), "w")
     with Bridge(
         args.scheduler_file, arrays, mode=args.mode, connect_timeout=args.connect_timeout,
         timeout=600.0,
-    ) as bridge:  # fmt: skip
+    ) as bridge, output:  # fmt: skip
         for step in range(args.steps):
             if args.scoped:  # the step's arrays with one exchange
                 with bridge.step(step) as scope:
@@ -117,6 +130,8 @@ def run(args: argparse.Namespace) -> None:
                 bridge.declare({late: ArraySpec("float64", (NRANKS, 2), (rank, 0), (1, 2))})
             if step >= 2:
                 bridge.publish(late, field(step, (NRANKS, 2))[rank : rank + 1], step)
+            if args.h5 is not None:
+                save(output, rank, step)
     if args.out is not None:
         Path(args.out, f"exchanges-{rank}.txt").write_text(str(bridge.exchanges))
 
@@ -144,6 +159,27 @@ def publish_step(
         publish(t, [((rank, 0), row[:, :2]), ((rank, 2), row[:, 2:])])
     else:
         publish(t, row)
+
+
+def save(output: Any, rank: int, step: int) -> None:
+    """This rank's arrays of ``step``, as :func:`publish_step` publishes them, in its HDF5 file
+    ``output``."""
+    output.create_dataset(f"x_{step}", data=particles(rank, step))  # empty: nothing this step
+
+    def boxes(name: str, shape: tuple[int, int], where: list[tuple[int, tuple[int, int]]]) -> None:
+        whole = field(step, shape)
+        for k, ((r, c), (nr, nc)) in where:
+            data = output.create_dataset(f"{name}_{step}_{k}", data=whole[r : r + nr, c : c + nc])
+            data.attrs["start"], data.attrs["shape"] = (r, c), shape
+
+    every = [((2 * i, j * rho_shape(step)[1] // 2), (2, rho_shape(step)[1] // 2))
+             for i in range(3) for j in range(2)]  # fmt: skip
+    mine = rho_boxes(rank, step)
+    boxes("rho", rho_shape(step), [(k, b) for k, b in enumerate(every) if b in mine])
+    halves = [(0, ((rank, 0), (1, 2))), (1, ((rank, 2), (1, 2)))]
+    boxes("T", (NRANKS, 4), halves if step == 2 else [(0, ((rank, 0), (1, 4)))])
+    if step >= 2:
+        boxes("late", (NRANKS, 2), [(0, ((rank, 0), (1, 2)))])
 
 
 if __name__ == "__main__":

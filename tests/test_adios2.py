@@ -531,9 +531,9 @@ def test_doctor_reports_adios2_and_the_built_engine(adios2_build: Path) -> None:
 
 
 def test_python_side_of_the_engine_is_importable_in_a_rank() -> None:
-    """The engine imports deisa.bridge.engine_parameters in each rank: no analytics there."""
+    """The engine imports deisa.bridge.engine.parameters in each rank: no analytics there."""
     proc = subprocess.run(
-        [sys.executable, "-c", "import deisa.bridge.engine_parameters, sys; "
+        [sys.executable, "-c", "import deisa.bridge.engine.parameters, sys; "
          "print('deisa.analysis' in sys.modules)"],
         capture_output=True, text=True, env=test_env(), timeout=120,
     )  # fmt: skip

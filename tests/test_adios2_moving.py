@@ -8,8 +8,9 @@ boxes per rank that move to the next rank at step 3 (a sync Put, a Span Put on o
 deferred Put from a buffer with ghost cells, PerformPuts followed by the buffers' overwrite)
 and that no rank writes at step 4 (BP5 has no such step of it, nor has the analytics), a field
 of one block per rank that is cut in two boxes, then grows (SetShape), an array and a single
-value defined after the first step. Run once with BP5 (the reference, read back with the
-``adios2`` wheel, each step's whole selection) and once with its XML's engine swapped for
+value defined after the first step, an array defined before Open and first Put at step 2. Run
+once with BP5 (the reference, read back with the ``adios2`` wheel, each step's whole selection)
+and once with its XML's engine swapped for
 deisa under ``deisa-run`` (a scheduler, workers, the analytics), every step of every variable
 compared bitwise by the analytics, which takes them with ``Adapter``; then ``deisa.Replay`` of
 the BP5 output gives the live run's arrays, chunks and bytes.
@@ -26,7 +27,7 @@ from test_adios2 import adios2_build, bp5_reference, engine_xml  # noqa: F401  (
 pytestmark = pytest.mark.adios2
 
 STEPS = 6
-NAMES = "px,pj,rho,T,age,nparticles,step"
+NAMES = "px,pj,rho,T,age,nparticles,step,mass"
 
 CHECKER = r"""
 import contextlib
@@ -121,15 +122,15 @@ def test_moving_data_under_deisa_run_bitwise(
     assert proc.returncode == 0, proc.stderr[-4000:] + proc.stdout[-3000:]
     assert (
         "adios2 moving checker: 6 steps bitwise, first steps {'px': 0, 'pj': 0, 'rho': 0, "
-        "'T': 0, 'age': 2, 'nparticles': 1, 'step': 0}; Replay equal" in proc.stdout
+        "'T': 0, 'age': 2, 'nparticles': 1, 'step': 0, 'mass': 2}; Replay equal" in proc.stdout
     ), proc.stdout[-3000:]
     # the engine's decisions (docs/adios2.md, "Which path"): one block per rank on a grid in the
-    # first step is fixed (T, age, the value step; px, one particle on rank 0 at step 0: its
-    # later steps move and carry their layouts); joined (pj), two boxes per rank (rho), a value
-    # first Put once the Bridge exists (nparticles): moving
+    # step of its first Put is fixed (T, age, mass from step 2, the value step; px, one particle
+    # on rank 0 at step 0: its later steps move and carry their layouts); joined (pj), two boxes
+    # per rank (rho), a value first Put once the Bridge exists (nparticles): moving
     assert (
         "declared: {'px': 'fixed', 'pj': 'moving', 'rho': 'moving', 'T': 'fixed', "
-        "'age': 'fixed', 'nparticles': 'moving', 'step': 'fixed'}" in proc.stdout
+        "'age': 'fixed', 'nparticles': 'moving', 'step': 'fixed', 'mass': 'fixed'}" in proc.stdout
     ), proc.stdout[-3000:]
     # the particles' lengths change; the field's boxes are the ranks' (two each, then moved)
     assert "px step 0: shape (15,)" in proc.stdout and "px step 3: shape (8,)" in proc.stdout

@@ -1,12 +1,13 @@
 """Data that moves through the PDI plugin (issue 56): a C particle code under real ``mpirun``.
 
-plugin/pdi/tests/particles.c exposes, at each step, particles whose count changes with the step
-and the rank (rank 1 has none at step 1), and a field as two boxes a rank that move to the next
-rank at step 2 (at step 3 the last rank has none, rank 0 four). One YAML loads both
-``decl_hdf5`` (one file per rank, one dataset per step: the sizes change) and ``deisa``
-(``moving``: joined particles, a start per rank, boxes gathered until an event); the analytics
-reads every step through real Dask scheduler and worker processes and compares it bitwise with
-the same run's HDF5 output, and ``Replay`` of that output gives the live run's particles.
+plugin/pdi/tests/particles.c exposes, at each step, particles whose count changes with the step and
+the rank (rank 1 has none at step 1), a 1-D array and a record of three components each, and a field
+as two boxes a rank that move to the next rank at step 2 (at step 3 the last rank has none, rank 0
+four). One YAML loads both ``decl_hdf5`` (one file per rank, one dataset per step: the sizes change)
+and ``deisa`` (``moving``: joined particles, a start per rank, boxes gathered until an event); the
+analytics reads every step through real Dask scheduler and worker processes and compares it bitwise
+with the same run's HDF5 output, and ``Replay`` of that output gives the live run's arrays (the
+particles, and the boxes placed by the ``start`` attribute decl_hdf5 writes with each).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ pytestmark = pytest.mark.pdi
 
 NRANKS = 3
 NSTEPS = 4
+NAMES = ("x", "id", "p", "rho")  # the arrays the code publishes
 
 PARTICLES_PDI = """
 metadata:
@@ -36,9 +38,12 @@ metadata:
   ntotal: int
   bx: int
   by: int
+  field_shape: {type: array, subtype: int, size: 2}
+  box_start: {type: array, subtype: int, size: 2}
 data:
   x: {type: array, subtype: double, size: [$npart]}
   id: {type: array, subtype: int64, size: [$npart]}
+  p: {type: array, subtype: double, size: [$npart, 3]}
   rho: {type: array, subtype: double, size: [4, 2]}
 plugins:
   mpi: ~
@@ -48,11 +53,15 @@ plugins:
     datasets:
       'x_[0-9]+': {type: array, subtype: double, size: [$npart]}
       'id_[0-9]+': {type: array, subtype: int64, size: [$npart]}
+      'p_[0-9]+': {type: array, subtype: double, size: [$npart, 3]}
       'rho_[0-9]+_[0-9]+': {type: array, subtype: double, size: [4, 2]}
     write:
       x: {dataset: 'x_$step', when: '$npart > 0'}
       id: {dataset: 'id_$step', when: '$npart > 0'}
-      rho: {dataset: 'rho_${step}_$by'}
+      p: {dataset: 'p_$step', when: '$npart > 0'}
+      rho:  # a dataset a box, with its start and the field's shape, for Replay
+        dataset: 'rho_${step}_$by'
+        attributes: {start: $box_start, shape: $field_shape}
   deisa:
     scheduler_file: SCHEDULER
     connect_timeout: STARTUP
@@ -60,6 +69,7 @@ plugins:
     datasets:
       x: {type: array, subtype: double, size: [$nsteps, $npart]}  # joined: that size is not used
       id: {type: array, subtype: int64, size: [$nsteps, $ntotal]}
+      p: {type: array, subtype: double, size: [$nsteps, $npart, 3]}  # joined along the particles
       rho: {type: array, subtype: double, size: [$nsteps, 4, '4 * $nranks'], dims: [y, x]}
     write:
       x:
@@ -68,6 +78,9 @@ plugins:
       id:
         moving: true
         dataset_selection: {start: [$step, $offset]}
+      p:
+        moving: {joined: true}
+        dataset_selection: {start: [$step, 0, 0]}
       rho:
         moving: {boxes_until: end_step}
         dataset_selection: {start: [$step, $bx, $by]}
@@ -94,9 +107,8 @@ def from_hdf5(directory: Path, name: str, step: int) -> np.ndarray:
                         by = int(key.rsplit("_", 1)[1])
                         field[:, by : by + 2] = f[key][...]
             return field
-        dtype = np.float64 if name == "x" else np.int64
         parts = [f[f"{name}_{step}"][...] for f in files if f"{name}_{step}" in f]
-        return np.concatenate(parts) if parts else np.empty(0, dtype)
+        return np.concatenate(parts)  # every step has some rank with particles
     finally:
         for f in files:
             f.close()
@@ -124,17 +136,16 @@ def test_c_particle_code_reaches_the_adapter_bitwise_as_its_hdf5_output(
         text=True,
     )
     try:
-        read: dict[str, list[np.ndarray]] = {"x": [], "id": [], "rho": []}
-        chunks = []
-        live_chunks: dict[str, list[tuple[tuple[int, ...], ...]]] = {"x": [], "id": []}
+        read: dict[str, list[np.ndarray]] = {name: [] for name in NAMES}
+        layouts = []
+        live_chunks: dict[str, list[tuple[tuple[int, ...], ...]]] = {name: [] for name in NAMES}
         with dask_processes.client() as client, Adapter(client, timeout=STARTUP) as adapter:
-            for step, arrays in adapter.zip("x", "id", "rho"):
+            for step, arrays in adapter.zip(*NAMES):
                 assert step == len(read["x"])
-                for name, array in zip(("x", "id", "rho"), arrays, strict=True):
+                for name, array in zip(NAMES, arrays, strict=True):
                     read[name].append(array.compute())
-                chunks.append(arrays[2].chunks)
-                for name, array in zip(("x", "id"), arrays[:2], strict=True):
                     live_chunks[name].append(array.chunks)
+                layouts.append(adapter["rho"].layout(step))
         out, err = sim.communicate(timeout=2 * STARTUP)
     finally:
         kill_if_running(sim)
@@ -143,23 +154,29 @@ def test_c_particle_code_reaches_the_adapter_bitwise_as_its_hdf5_output(
     for step in range(NSTEPS):
         counts = [count(rank, step) for rank in range(NRANKS)]
         assert read["x"][step].shape == read["id"][step].shape == (sum(counts),)
-        for name in ("x", "id", "rho"):
+        assert read["p"][step].shape == (sum(counts), 3)  # a record: joined along the particles
+        # the ranks' counts, the ranks with none left out
+        assert live_chunks["p"][step] == (tuple(c for c in counts if c), (3,))
+        for name in NAMES:
             expected = from_hdf5(tmp_path, name, step)
             assert read[name][step].dtype == expected.dtype, (name, step)
             assert read[name][step].tobytes() == expected.tobytes(), (name, step)
         # the ids say where each particle is: step * 1e6 + its index in the step's array
         assert read["id"][step].tolist() == [step * 1_000_000 + i for i in range(sum(counts))]
         # every rank's two boxes, chunked as written, whichever rank holds them this step
-        assert chunks[step] == ((4,), (2,) * (2 * NRANKS))
-    # Replay of the run's HDF5 output (a file a rank, x_$step where the rank has particles):
-    # each step of the particles the live one, chunked the same (issue 56 item 8)
+        assert live_chunks["rho"][step] == ((4,), (2,) * (2 * NRANKS))
+    # Replay of the run's HDF5 output (a file a rank, x_$step where the rank has particles,
+    # rho_${step}_$by a box with its start): each step the live one, chunked the same, the
+    # boxes wherever they moved (issue 56 item 8)
     replay = Replay(str(tmp_path / "particles_${rank}.h5"))
-    for name in ("x", "id"):
+    assert replay.names == sorted(NAMES)
+    for name in NAMES:
         assert replay[name].steps == list(range(NSTEPS))
         for step in range(NSTEPS):
             saved = replay[name][step]
             assert saved.chunks == live_chunks[name][step], (name, step)
             assert saved.compute().tobytes() == read[name][step].tobytes(), (name, step)
+    assert [replay["rho"].layout(step) for step in range(NSTEPS)] == layouts
     import h5py
 
     with h5py.File(tmp_path / "particles_1.h5", "r") as f:

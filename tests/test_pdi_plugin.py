@@ -37,7 +37,7 @@ import json, os
 import numpy as np
 
 __path__.append(DEISA_DIR)
-from deisa.bridge.decomposition import ArraySpec
+from deisa.bridge.arrays.decomposition import ArraySpec
 from deisa.bridge.options import BridgeOptionError, BridgeOptions
 
 class Bridge:

@@ -66,7 +66,7 @@ def step(
     attrs = dict(attrs or {})
     ndim = array.ndim
     labels = attrs.get("axisLabels")
-    if dims is None and _strings(labels, ndim) and len(set(labels)) == ndim:  # type: ignore[arg-type]
+    if dims is None and _one_string_per_axis(labels, ndim) and len(set(labels)) == ndim:  # type: ignore[arg-type]
         dims = tuple(labels)  # type: ignore[arg-type]
     if "units" not in attrs and (text := units(attrs.get("unitDimension"))) is not None:
         attrs["units"] = text
@@ -115,12 +115,12 @@ def grid_coords(
     """
     ndim = len(shape)
     spacing = attrs.get("gridSpacing")
-    if not _numbers(spacing, ndim):
+    if not _one_number_per_axis(spacing, ndim):
         return None
     offset = attrs.get("gridGlobalOffset")
     position = attrs.get("position")
-    offset = offset if _numbers(offset, ndim) else [0.0] * ndim
-    position = position if _numbers(position, ndim) else [0.0] * ndim
+    offset = offset if _one_number_per_axis(offset, ndim) else [0.0] * ndim
+    position = position if _one_number_per_axis(position, ndim) else [0.0] * ndim
     unit = attrs.get("gridUnitSI")
     coord_attrs = {"unitSI": unit} if isinstance(unit, (int, float)) else {}
     return [
@@ -129,7 +129,8 @@ def grid_coords(
     ]
 
 
-def _numbers(value: Any, n: int) -> bool:
+def _one_number_per_axis(value: Any, n: int) -> bool:
+    """Whether an attribute's ``value`` is a list of ``n`` numbers (booleans are not)."""
     return (
         isinstance(value, list)
         and len(value) == n
@@ -137,7 +138,8 @@ def _numbers(value: Any, n: int) -> bool:
     )
 
 
-def _strings(value: Any, n: int) -> bool:
+def _one_string_per_axis(value: Any, n: int) -> bool:
+    """Whether an attribute's ``value`` is a list of ``n`` strings."""
     return isinstance(value, list) and len(value) == n and all(isinstance(v, str) for v in value)
 
 

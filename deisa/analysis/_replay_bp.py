@@ -107,13 +107,15 @@ class _Variable:
         )
 
 
-def _numbers(text: str) -> tuple[int, ...]:
+def _integers_of(text: str) -> tuple[int, ...]:
+    """The integers of ADIOS2's text of a list (``"0, 4"``; ``""``: none), as ``BlocksInfo``
+    and ``AvailableVariables`` give a start, a count or a shape."""
     return tuple(int(x) for x in text.replace(" ", "").split(",") if x)
 
 
 def _block(info: dict[str, str]) -> _Block:
     """A block's start, count and writer, from what ADIOS2's ``BlocksInfo`` says of it."""
-    return _numbers(info["Start"]), _numbers(info["Count"]), int(info.get("WriterID", 0))
+    return _integers_of(info["Start"]), _integers_of(info["Count"]), int(info.get("WriterID", 0))
 
 
 class BPFile:
@@ -238,7 +240,7 @@ class BPFile:
     def _add_blocks(
         self, name: str, info: dict[str, str], blocks: list[Any], step: int, operator: str | None
     ) -> None:
-        shape = _numbers(info.get("Shape", ""))
+        shape = _integers_of(info.get("Shape", ""))
         found = self._variables.setdefault(name, _Variable(name, info["Type"], shape))
         if operator is not None and found.operator is None:
             found.operator = operator
@@ -308,8 +310,10 @@ class BPFile:
         variable = self._variables.get(name)
         if variable is None or name not in self._raw_names():
             present = ", ".join(repr(n) for n in self.names) or "none"
+            kind = self._left_out.get(name)  # there, but no array: say what it is
+            what = f" ({kind}): not a global array (read it with adios2);" if kind else ";"
             raise UnknownArrayError(
-                f"no array {name!r} in {self.path}; the arrays there are: {present}"
+                f"no array {name!r} in {self.path}{what} the arrays there are: {present}"
             )
         dtype = _dtype(variable, self.path)
         if variable.moves():

@@ -4,6 +4,7 @@ and a dataset of one file read lazily, block by block, by whichever process comp
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +29,9 @@ class Dataset:
     dtype: np.dtype
     chunks: tuple[int, ...] | None
     dims: tuple[str, ...] | None = None  # every axis's name in the file, if it names them all
+    start: tuple[int, ...] | None = None  # a box's ``start`` attribute (one file per rank)
+    whole: tuple[int, ...] | None = None  # its ``shape`` attribute: the step's global shape
+    problem: str | None = None  # why those attributes place no box (raised when it is read)
 
 
 class HDF5Block:
@@ -68,8 +72,11 @@ class HDF5Block:
             return np.asarray(f[self.dataset][index])
 
 
-def list_datasets(path: str) -> list[Dataset]:
-    """Every dataset of the HDF5 file ``path`` (in groups too: ``"group/name"``), metadata only."""
+def list_datasets(path: str, *, boxes: bool = False) -> list[Dataset]:
+    """Every dataset of the HDF5 file ``path`` (in groups too: ``"group/name"``), metadata only;
+    ``boxes``: with each one's ``start`` and ``shape`` attributes (a box of a step, in one file
+    per rank), which must then be integers, one an axis (else the dataset's ``problem``, raised
+    when its array is read)."""
     try:
         import h5py
     except ImportError as exc:
@@ -89,10 +96,39 @@ def list_datasets(path: str) -> list[Dataset]:
         def visit(name: str, item: Any) -> None:
             if isinstance(item, h5py.Dataset):
                 dims = _labels.hdf5_dims(item)
-                found.append(Dataset(path, name, item.shape, item.dtype, item.chunks, dims))
+                start = whole = problem = None
+                if boxes:
+                    try:
+                        start, whole = (_box_attribute(path, name, item, a) for a in BOX_ATTRS)
+                    except ReplayError as exc:  # raised when its array is asked for
+                        problem = str(exc)
+                info = Dataset(path, name, item.shape, item.dtype, item.chunks, dims, start, whole)
+                found.append(dataclasses.replace(info, problem=problem) if problem else info)
 
         f.visititems(visit)
     return found
+
+
+#: the attributes of a box (:func:`list_datasets`): its start, and the step's global shape
+BOX_ATTRS = ("start", "shape")
+
+
+def _box_attribute(path: str, name: str, item: Any, attribute: str) -> tuple[int, ...] | None:
+    """The integers of ``item``'s ``attribute`` (one an axis), or ``None`` where it has none."""
+    if attribute not in item.attrs:
+        return None
+    value = np.asarray(item.attrs[attribute])
+    if value.dtype.kind not in "iu" or value.ndim > 1 or (value < 0).any():
+        raise ReplayError(
+            f"{path}:{name}: its {attribute!r} attribute {value.tolist()!r} is not a list of "
+            "non-negative integers (a box's start, or its step's shape, one an axis)"
+        )
+    if value.size != len(item.shape):
+        raise ReplayError(
+            f"{path}:{name}: its {attribute!r} attribute {value.tolist()!r} does not give one "
+            f"integer an axis of its {len(item.shape)} axes"
+        )
+    return tuple(int(v) for v in value.reshape(-1))
 
 
 def zarr_datasets(path: str) -> list[Dataset]:

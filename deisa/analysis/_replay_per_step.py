@@ -12,18 +12,13 @@ number changes, a grid that is refined), each step is its own layout
 per-step datasets; a start at the end of an axis is a rank with nothing this step), else its
 dataset's chunks; each box read lazily by whichever process computes it.
 
-One file per rank (``Replay("particles_${rank}.h5")``: what decl_hdf5 writes with a
-``$rank`` in the file's name, each rank its own particles, ``x_$step`` where it has some): the
-ranks' datasets of a step follow one another along the first axis in rank order (ADIOS2's
-``JoinedDim``, :meth:`~deisa.wire.layout.StepLayout.joined`), a rank without the dataset at a
-step holding nothing of it (:func:`per_rank_array`).
+One file per rank (``Replay("particles_${rank}.h5")``): :mod:`._replay_per_rank`.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
-import math
 import os
 import re
 from collections.abc import Callable, Iterable, Sequence
@@ -40,7 +35,7 @@ from ._replay_array import ReplayArray, ReplayError
 from ._replay_hdf5 import Dataset, HDF5Block
 from ._replay_moving import MovingReplayArray, check_layouts
 
-__all__ = ["PER_STEP_NAME", "group_per_step", "per_rank_array", "per_step_array"]
+__all__ = ["PER_STEP_NAME", "group_per_step", "per_step_array"]
 
 logger = logging.getLogger(__name__)
 
@@ -149,64 +144,6 @@ def per_step_array(
         )
 
     return MovingReplayArray(name, steps, layouts, first.dtype, box, source, labels)
-
-
-def per_rank_array(
-    name: str,
-    ranks: Sequence[dict[int, Dataset]],
-    *,
-    source: str,
-    dims: Sequence[str] | None,
-    steps: Sequence[int] | None,
-    max_metadata_bytes: int,
-) -> ReplayArray:
-    """The array ``name`` whose datasets of one step (``ranks[r][step]``, one mapping a rank's
-    file) are joined along their first axis in rank order; its steps are those some rank wrote
-    (``steps``: their numbers, given instead).
-
-    Raises
-    ------
-    ReplayError
-        The ranks' datasets differ in dtype or in their other axes (naming the file and the
-        step), or ``steps`` of another length.
-    """
-    numbers = sorted({step for rank in ranks for step in rank})
-    if steps is not None and len(steps) != len(numbers):
-        raise ReplayError(
-            f"steps= gives {len(steps)} step numbers for the {len(numbers)} steps of {name!r}"
-        )
-    first = next(rank[numbers[0]] for rank in ranks if numbers[0] in rank)
-    layouts, held = [], []
-    for step in numbers:
-        infos = [rank[step] for rank in ranks if step in rank]
-        for info in infos:
-            kind = info.dtype != first.dtype or len(info.shape) != len(first.shape)
-            ref = first if kind else infos[0]
-            if kind or info.shape[1:] != ref.shape[1:] or not info.shape:
-                raise ReplayError(
-                    f"the ranks' datasets of {name!r} at step {step} do not join along their "
-                    f"first axis: {ref.path}:{ref.name} holds {ref.shape} {ref.dtype}, "
-                    f"{info.path}:{info.name} {info.shape} {info.dtype}"
-                )
-        holding = [info for info in infos if math.prod(info.shape)]  # the others: no parcel
-        layouts.append(StepLayout.joined(0, [[i.shape] for i in holding], shape=infos[0].shape))
-        held.append(holding)
-    numbers = list(steps) if steps is not None else numbers
-    check_layouts(name, source, numbers, layouts, max_metadata_bytes)
-    token = tokenize(name, [[(i.path, i.name, i.shape) for i in h] for h in held])
-    meta = np.empty((0,) * len(first.shape), first.dtype)
-
-    def box(i: int, k: int, grid: Chunks) -> da.Array:
-        info = held[i][k]
-        return da.from_array(
-            HDF5Block(info, None, info.shape),
-            chunks=grid,
-            name=f"replay-{name}-{token}-{tokenize(grid)}-{i}-{k}",
-            meta=meta,
-        )
-
-    labels = _labels.chosen(name, first.dims, dims, len(first.shape), source)
-    return MovingReplayArray(name, numbers, layouts, first.dtype, box, source, labels)
 
 
 def _grid_layout(shape: tuple[int, ...], chunks: Chunks) -> StepLayout:

@@ -26,7 +26,7 @@ Sources
   file holds the step's datasets with the spatial shape, or with a leading axis of length 1.
 - **One dataset per step** in one HDF5 file (``x/step_0003``, ``x/0003``, ``x_0003``,
   ``x_step_0003``): the array ``x``, its steps the numbers in the names; or in one file per
-  rank (``"particles_${rank}.h5"``), the ranks' datasets of a step joined in rank order.
+  rank (``"particles_${rank}.h5"``): joined in rank order, or boxes placed by their ``start``.
 - **ADIOS2 output** (``"out.bp"``, BP4 or BP5): every global array; its steps are the ADIOS2
   steps holding it, its chunks the blocks the writers put (:mod:`deisa.analysis._replay_bp`); a
   global single value is a one-element array, as the deisa ADIOS2 engine publishes it.
@@ -66,7 +66,7 @@ import dask.array as da
 import numpy as np
 from dask.base import tokenize
 
-from . import _labels, _replay_files, _replay_per_step
+from . import _labels, _replay_files, _replay_per_rank, _replay_per_step
 from ._blocks import BLOCKS_DATASET, is_block_starts
 from ._replay_array import ReplayArray, ReplayError, UnknownArrayError
 from ._replay_bp import BPFile, is_bp
@@ -182,7 +182,7 @@ class Replay(StepReader):
         self._file_steps: list[int] = []
         self._datasets: dict[str, Dataset] = {}  # a file with a time axis: its datasets
         self._groups: dict[str, dict[int, Dataset]] = {}  # its datasets of one step, by name
-        self._ranks: list[dict[str, dict[int, Dataset]]] = []  # one file a rank: each's groups
+        self._ranks: list[dict[str, dict[int, list[Dataset]]]] = []  # one file a rank: groups
         self._rank_files: list[str] = []
         self._zarr = False
         self._path = ""
@@ -227,7 +227,7 @@ class Replay(StepReader):
             raise ReplayError(f"{pattern!r}: a pattern of one file per rank has no {{step}} field")
         files, _ = _replay_files.files_of_pattern(pattern, _replay_files.RANK_FIELD, "rank")
         self._source = f"{len(files)} files, one a rank ({files[0]}, ...)"
-        self._ranks = [_replay_per_step.group_per_step(list_datasets(path)) for path in files]
+        self._ranks = [_replay_per_rank.group_per_rank(list_datasets(f, boxes=True)) for f in files]
         self._rank_files = files
 
     def _check_names(self) -> None:
@@ -401,7 +401,7 @@ class Replay(StepReader):
                 raise self._unknown(name)
             ranks, cap = [rank.get(name, {}) for rank in self._ranks], self._max_metadata_bytes
             dims, given = self._dims.get(name), self._explicit_steps
-            return _replay_per_step.per_rank_array(
+            return _replay_per_rank.per_rank_array(
                 name, ranks, source=self._source, dims=dims, steps=given, max_metadata_bytes=cap
             )
         if self._files:

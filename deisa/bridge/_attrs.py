@@ -1,7 +1,10 @@
 """The Bridge's attributes (:meth:`AttrsCalls.set_attrs`, ``publish(..., attrs=)``): checked
 plain on the calling rank, rank 0's kept for the array's next publication
 (:class:`~deisa.bridge._steps.StepBook`), then sent with that step's one ``deisa_publish``.
-Runs on the simulation's main thread (rank 0's registration pops them on the loop thread)."""
+Runs on the simulation's main thread (rank 0's registration pops them on the loop thread).
+
+Imports the Bridge's parts, the arrays' decomposition and :mod:`deisa.wire.attributes` only.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +15,7 @@ from ..wire.attributes import plain_attrs
 
 if TYPE_CHECKING:
     from ._parts import BridgeParts
-    from .decomposition import Decomposition
+    from .arrays.decomposition import Decomposition
 
 
 class AttrsCalls:

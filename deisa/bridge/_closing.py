@@ -3,6 +3,9 @@ the ranks report of their run), then every rank stops its background work and it
 
 Runs on the rank's main thread (``Bridge.close``), which waits for what it hands the loop
 thread (rank 0's last calls to the scheduler), then stops that thread.
+
+Imports the Bridge's parts, its publishers and collective protocol, the scheduler link, the
+shared-memory pool's totals and :mod:`deisa.wire`.
 """
 
 from __future__ import annotations

@@ -7,6 +7,9 @@ waiting in a collective that another has abandoned. The checks here are pure: th
 problem as a string, or ``None``.
 
 Runs on the rank's main thread, the only one that calls MPI.
+
+Imports numpy, the Bridge's options, the arrays' decomposition and boxes, and the exchange's
+:func:`~deisa.bridge._exchange.wait` (a request completed without spinning a core).
 """
 
 from __future__ import annotations
@@ -18,8 +21,8 @@ from typing import Any, TypeVar
 import numpy as np
 
 from ._exchange import wait
-from .boxes import Parcel, parcel_of
-from .decomposition import ArraySpec, Decomposition
+from .arrays.boxes import Parcel, parcel_of
+from .arrays.decomposition import ArraySpec, Decomposition
 from .options import BridgeOptionError, BridgeOptions
 
 logger = logging.getLogger(__name__)

@@ -3,6 +3,8 @@
 at the same call on every rank, or detach. See ``docs/reliability.md``.
 
 Runs on the rank's main thread, at the ``publish`` whose exchange told every rank of the loss.
+
+Imports the Bridge's parts, its collective protocol and its asynchronous publisher only.
 """
 
 from __future__ import annotations

@@ -4,6 +4,9 @@ the connection is known (the run, the workers, the placement; rank 0's watches).
 
 Runs on the rank's main thread (the Bridge's construction and first ``publish``); rank 0's
 connection runs on the loop thread, in the background in ``mode="async"``.
+
+Imports the Bridge's parts, its collective protocol and publishers, the arrays (decomposition,
+placement), the scheduler link and the shared-memory pool.
 """
 
 from __future__ import annotations
@@ -12,14 +15,14 @@ import logging
 from typing import TYPE_CHECKING
 
 from ._collective import BridgeError, check_arrays, names_disagree, on_root, raise_first
-from .placement import needs_hosts, this_host
+from .arrays.placement import needs_hosts, this_host
 from .shm.pool import by_node
 
 if TYPE_CHECKING:
     from ._async import AsyncPublisher
     from ._parts import BridgeParts
     from ._publisher import Connection
-    from .decomposition import ArraySpec
+    from .arrays.decomposition import ArraySpec
     from .link.scheduler import SchedulerLink
 
 logger = logging.getLogger(__name__)
@@ -27,8 +30,9 @@ logger = logging.getLogger(__name__)
 
 def declare_arrays(parts: BridgeParts, arrays: dict[str, ArraySpec], problem: str | None) -> None:
     """Every rank: check ``arrays`` (``problem``: one found before), the same names on every
-    rank, then declare them (:class:`~._arrays.Arrays`), size the shared-memory pool and give
-    the routing what it places; a :class:`~._collective.BridgeError` on every rank otherwise."""
+    rank, then declare them (:class:`~.arrays.declared.Arrays`), size the shared-memory pool and
+    give the routing what it places; a :class:`~._collective.BridgeError` on every rank
+    otherwise."""
     comm, options = parts.comm, parts.options
     problem = problem or check_arrays(arrays)
     everyone = comm.allgather((problem, sorted(arrays)))

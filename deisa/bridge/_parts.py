@@ -6,8 +6,10 @@ change them only through their methods; the holder itself is frozen (no module r
 and none reads another's private attributes. They call the scheduler through the
 :class:`~deisa.bridge.link.scheduler.SchedulerLink`.
 
-Built on the rank's main thread by the Bridge's construction; each part's docstring says which
-thread writes its fields.
+Runs in a simulation rank: built on its main thread by the Bridge's construction; each part's
+docstring says which thread writes its fields. Imports the parts' own modules (the arrays
+declared, the steps, the loop, the contracts, the routing and worker book, the transport, the
+options, the exchange's fields) and :mod:`deisa.contract`.
 """
 
 from __future__ import annotations
@@ -16,10 +18,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..contract import FULL, Plan
-from ._arrays import Arrays
 from ._collective import ExchangeFields
 from ._loop import LoopThread
 from ._steps import StepBook, Timings
+from .arrays.declared import Arrays
 from .contracts import ContractBook
 from .link.workers import Detachment, Routing, WorkerBook
 from .options import BridgeOptions

@@ -14,6 +14,9 @@ No MPI call happens here: ``mpi4py.MPI`` initializes MPI (or queries it) when im
 C simulation usually owns MPI at thread level ``MPI_THREAD_SINGLE``, so the plugin imports it
 on the simulation's thread. No signal handler is installed either.
 
+Runs in a simulation rank: :func:`start` on the simulation's main thread (the PDI plugin's, from
+C++), the imports on one background thread of its own.
+
 Examples
 --------
 >>> preload = start()
@@ -35,7 +38,7 @@ logger = logging.getLogger(__name__)
 
 #: The stages, in import order: the name the plugin waits for, and its modules.
 STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("options", ("numpy", "deisa.bridge.options", "deisa.bridge.decomposition")),
+    ("options", ("numpy", "deisa.bridge.options", "deisa.bridge.arrays.decomposition")),
     ("bridge", ("deisa.bridge.bridge", "mpi4py")),
 )
 

@@ -18,6 +18,11 @@ connection is not made within ``REFUSAL_CHECK_S`` checks, and checks again at gr
 whether anything still listens at the worker's address
 (:func:`deisa.bridge.link.workers.refuses_connections`); a refusal fails the send then, as a
 communication error.
+
+Runs in a simulation rank: ``publish`` on its main thread (the gather and broadcast of
+``mode="sync"``), the sends and rank 0's registration on the loop thread it waits for. Imports
+the Bridge's parts, its collective protocol, the arrays' boxes, the scheduler link and the
+registrar, :mod:`deisa.wire`, :mod:`deisa.contract` and :mod:`deisa._dask_internals`.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ from ..wire import step_key_name
 from ..wire.layout import LayoutError, StepLayout
 from ._collective import BridgeError, on_root, raise_first, reply_problem
 from ._publisher import Entry, PublishTiming, registration
-from .boxes import Geometry, Parcel
+from .arrays.boxes import Geometry, Parcel
 from .link.scheduler import register_until_answered
 from .link.workers import refuses_connections
 from .registration.registrar import registered_blocks
@@ -101,7 +106,7 @@ class SyncPublisher:
             assert plan is not None
             step_key = step_key_name(self.link.run or "", name, step, revision)
             geometry = None
-            if isinstance(block, Parcel):  # one key per rank (deisa.bridge.boxes)
+            if isinstance(block, Parcel):  # one key per rank (deisa.bridge.arrays.boxes)
                 key, geometry = (step_key, rank), block.geometry
                 block = self._packed(name, block)
             else:

@@ -47,7 +47,7 @@ from ._opening import connect_now, declare_arrays, declare_more, take_connection
 from ._parts import BridgeParts
 from ._publisher import Connection, PublishTiming
 from ._sync import SyncPublisher
-from .decomposition import ArraySpec
+from .arrays.decomposition import ArraySpec
 from .link.scheduler import SchedulerLink, SchedulerLost
 from .options import BridgeOptions
 from .scheduler_file import SchedulerFileError, resolve_scheduler_file

@@ -2,8 +2,9 @@
 
 See :mod:`deisa.contract` for what a contract is and how it reaches the simulation.
 
-The main thread reads the contracts in force (``plan``, at each ``publish``); rank 0's loop thread
-watches the scheduler for new ones, which reach the other ranks through the exchange.
+Runs in a simulation rank: its main thread reads the contracts in force (``plan``, at each
+``publish``); rank 0's loop thread watches the scheduler for new ones, which reach the other
+ranks through the exchange. Imports :mod:`deisa.contract` and :mod:`deisa.wire` only.
 """
 
 from __future__ import annotations

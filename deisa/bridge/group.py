@@ -10,6 +10,9 @@ by communicator, builds and closes the Bridges in the same order on every rank, 
 :meth:`~BridgeGroup.publish` to the Bridge of its array.
 
 Runs on the rank's main thread, as the Bridges it holds.
+
+Imports numpy, mpi4py (the communicators), the Bridge and its options, the arrays' decomposition
+and the collective protocol.
 """
 
 from __future__ import annotations
@@ -22,8 +25,8 @@ from typing import Any
 import numpy as np
 
 from ._collective import BridgeError, build_options, raise_first
+from .arrays.decomposition import ArraySpec
 from .bridge import Bridge
-from .decomposition import ArraySpec
 from .options import BridgeOptions
 
 logger = logging.getLogger(__name__)

@@ -16,8 +16,10 @@ durations with the same constraints.
 ``buffer_nb`` is ``None`` for "unbounded"; ``0`` is refused everywhere (it is not a synonym of
 unbounded), with a message saying so.
 
-Checked on the rank's main thread, at the Bridge's construction (or the plugin's start); read
-from both threads after.
+Runs in a simulation rank (and in ``deisa-run``, which reads the same table): checked on the
+rank's main thread, at the Bridge's construction (or the plugin's start); read from both threads
+after. Imports numpy and the placement policies' names (:mod:`deisa.bridge.arrays.placement`)
+only.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from .placement import PLACEMENTS
+from .arrays.placement import PLACEMENTS
 
 __all__ = [
     "MODES",
@@ -207,7 +209,7 @@ class BridgeOptions:
     placement
         ``"round_robin"`` (rank ``r`` sends to worker ``r % W``), ``"locality"`` (the blocks
         of a row band share a worker) or ``"node_local"`` (each rank sends to a worker on its
-        own node). See :mod:`deisa.bridge.placement`.
+        own node). See :mod:`deisa.bridge.arrays.placement`.
     buffer_nb
         At most this many steps of an array wait on the scheduler for the analytics; the next
         publication blocks until the analytics takes one. ``None``: unbounded. ``0`` is refused.

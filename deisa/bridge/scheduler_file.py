@@ -4,8 +4,9 @@ One owner for the rule that the Bridge and the PDI plugin follow: an explicit sc
 (the ``scheduler_file`` argument, or the YAML key) wins; without one, the environment variable
 :data:`ENV_VAR` (``DEISA_SCHEDULER_FILE``, which ``deisa-run`` sets) names it.
 
-Read on the rank's main thread at the Bridge's construction, and again by rank 0's loop thread
-while it waits for the file (``connect_timeout``).
+Runs in a simulation rank: read on its main thread at the Bridge's construction, and again by
+rank 0's loop thread while it waits for the file (``connect_timeout``). Imports the standard
+library only.
 """
 
 from __future__ import annotations

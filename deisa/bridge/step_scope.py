@@ -14,6 +14,8 @@ so that the blocks for one worker go in one shared-memory hand-over
 gather each).
 
 Runs on the rank's main thread, like :meth:`deisa.Bridge.publish`.
+
+Imports the asynchronous publisher only.
 """
 
 from __future__ import annotations

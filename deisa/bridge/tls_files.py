@@ -3,7 +3,8 @@
 The launcher, the ranks and the workers share these names; they live with the other names
 the sides share, in :mod:`deisa.wire`.
 
-Names only, no thread of its own.
+Runs in a simulation rank, names only, no thread of its own. Imports :mod:`deisa.wire.tls_files`
+only.
 """
 
 from __future__ import annotations

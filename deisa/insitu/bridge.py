@@ -37,9 +37,9 @@ from typing import Any
 
 import numpy as np
 
+from ..bridge.arrays.decomposition import ArraySpec
 from ..bridge.bridge import Bridge as _Bridge
 from ..bridge.bridge import BridgeError
-from ..bridge.decomposition import ArraySpec
 from ..wire import (
     INSITU_GO,
     insitu_control_name,

@@ -6,6 +6,9 @@ groups (:mod:`.workers`, :mod:`.consumers`, :mod:`.publishing`, :mod:`.taking`) 
 :class:`~.extension.StreamExtension` joins them into one scheduler extension. The transitions here
 (a step lost, a step one reader fewer has to take, a run retired) are the only places, with
 the routes themselves, where a stream lets go of keys.
+
+Runs in the Dask scheduler process, on its event loop. Imports :mod:`._streams`, the steering
+and contracts stores, :mod:`deisa.wire` and :mod:`deisa._dask_internals`.
 """
 
 from __future__ import annotations

@@ -68,6 +68,8 @@ its place, and the stream lets go of its keys; a step published with a block on 
 already gone is queued as a lost marker. A reader that takes a marker learns which step was
 lost and on which worker. Markers do not count for flow control. A reader that had taken the
 step holds its keys: dask reports them lost when it computes on them.
+
+Runs in the Dask scheduler process, on its event loop. Imports :mod:`deisa.wire` only.
 """
 
 from __future__ import annotations

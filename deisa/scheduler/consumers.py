@@ -1,5 +1,9 @@
 """Consumers and groups: the routes ``deisa_attach`` and ``deisa_detach``, and the scheduler's
-``remove_client`` hook (see "Consumers and groups" in :mod:`._streams`)."""
+``remove_client`` hook (see "Consumers and groups" in :mod:`._streams`).
+
+Runs in the Dask scheduler process, on its event loop. Imports :mod:`._state`, :mod:`._streams`
+and :mod:`deisa.wire`.
+"""
 
 from __future__ import annotations
 

@@ -9,6 +9,9 @@ notes, per array, when a run opened it or its rank 0 last asked or was answered
 (``deisa_stats()["contracts"]["silent_s"]``: seconds since). The analytics of ``deisa-run``
 tells a slow simulation from a gone one by it where it cannot see the ranks' processes
 (:mod:`deisa.pca_app.stall`). It costs no message: the watch is there for contracts anyway.
+
+Runs in the Dask scheduler process, on its event loop. Imports :mod:`deisa.contract` and
+:mod:`deisa.wire` only.
 """
 
 from __future__ import annotations

@@ -68,6 +68,9 @@ Routes (RPC handlers on the scheduler):
   needs of an array (:mod:`deisa.contract`); ``deisa_open`` replies with the array's contract,
   a step's record carries the one it was sent under (``contract``, from ``deisa_publish``).
 
+
+Runs in the Dask scheduler process, on its event loop. Imports its route groups and stores,
+:mod:`deisa.wire` and distributed.
 """
 
 from __future__ import annotations

@@ -1,5 +1,9 @@
 """The simulation's side of a stream: the routes ``deisa_open``, ``deisa_publish`` and
-``deisa_close`` (runs, flow control, repeated, late and lost steps: see :mod:`._streams`)."""
+``deisa_close`` (runs, flow control, repeated, late and lost steps: see :mod:`._streams`).
+
+Runs in the Dask scheduler process, on its event loop. Imports :mod:`._state`, :mod:`._streams`,
+:mod:`deisa.wire` and :mod:`deisa._dask_internals`.
+"""
 
 from __future__ import annotations
 

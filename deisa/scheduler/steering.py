@@ -4,6 +4,8 @@ See :mod:`deisa.analysis.steering` for what steering values are. The store holds
 the plain form of :func:`deisa.wire.encode_value` and checks it on arrival
 (:func:`deisa.wire.value_problem`): anything else, a pickle among them, is refused with an error
 reply, whoever sends it; nothing here unpickles or builds a value.
+
+Runs in the Dask scheduler process, on its event loop. Imports :mod:`deisa.wire` only.
 """
 
 from __future__ import annotations

@@ -1,5 +1,9 @@
 """The analytics' side of a stream: the routes ``deisa_meta`` and ``deisa_get``, and the
-``deisa_step_taken`` message (key ownership moves from the stream to the taker's client)."""
+``deisa_step_taken`` message (key ownership moves from the stream to the taker's client).
+
+Runs in the Dask scheduler process, on its event loop. Imports :mod:`._streams`,
+:mod:`.consumers`, :mod:`deisa.wire` and :mod:`deisa._dask_internals`.
+"""
 
 from __future__ import annotations
 

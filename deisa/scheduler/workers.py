@@ -7,6 +7,9 @@ Memory pressure: a worker whose process uses more than ``distributed.worker.memo
 then wait, the steps queue up to ``buffer_nb`` and flow control holds the simulation, as it does
 for any slow analytics. The scheduler logs each pause (and its end), a publish that times out
 names the paused workers, and so does every step record and timeout the analytics receives.
+
+Runs in the Dask scheduler process, on its event loop. Imports :mod:`._state`, :mod:`._streams`
+and :mod:`deisa.wire`.
 """
 
 from __future__ import annotations

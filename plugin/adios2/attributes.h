@@ -1,5 +1,5 @@
 /* The deisa ADIOS2 engine's attributes: an io's ADIOS2 attributes as plain Python values, and the
- * Python side that decides what each array gets (deisa/bridge/engine_attributes.py). */
+ * Python side that decides what each array gets (deisa/bridge/engine/attributes.py). */
 
 #ifndef DEISA_ADIOS2_ATTRIBUTES_H_
 #define DEISA_ADIOS2_ATTRIBUTES_H_

@@ -157,13 +157,13 @@ void Deisa_engine::Init()
 			for (auto&& transport: opening.transports) {
 				transports.append(transport);
 			}
-			m_parameters = py::module_::import("deisa.bridge.engine_parameters").attr("parse")(parameters, py::none(), transports);
+			m_parameters = py::module_::import("deisa.bridge.engine.parameters").attr("parse")(parameters, py::none(), transports);
 			m_scheduler_file = m_parameters.attr("scheduler_file").cast<string>();
 			py::module_ logging = py::module_::import("logging");
 			m_debug = logging.attr("getLogger")("deisa.adios2").attr("isEnabledFor")(logging.attr("DEBUG")).cast<bool>();
 		} catch (py::error_already_set& e) {
 			// a bad parameter: its one-line message; anything else with its traceback
-			if (!e.matches(py::module_::import("deisa.bridge.engine_parameters").attr("EngineParameterError"))) {
+			if (!e.matches(py::module_::import("deisa.bridge.engine.parameters").attr("EngineParameterError"))) {
 				log("error", "Python failure while opening the deisa ADIOS2 engine:\n" + python_traceback(e));
 			}
 			throw invalid_argument{py::str(e.value()).cast<string>()};
@@ -502,18 +502,18 @@ void Deisa_engine::declare_new_arrays(std::set<string>& put)
 			const char* kind = first.value ? "value" : first.joined_axis >= 0 ? "joined" : "array";
 			mine.append(py::make_tuple(name, first.dtype, kind, first.shape.size(), first.joined_axis, geometry));
 		}
-		py::module_ engine_arrays = py::module_::import("deisa.bridge.engine_arrays");
+		py::module_ engine_variables = py::module_::import("deisa.bridge.engine.variables");
 		py::object declarations;
 		try {
-			declarations = engine_arrays.attr("agree")(MPI_Comm_c2f(m_comm), mine, m_step, created);
+			declarations = engine_variables.attr("agree")(MPI_Comm_c2f(m_comm), mine, m_step, created);
 		} catch (py::error_already_set& e) {
 			// ranks that Put one variable as two arrays: its one line, on every rank
-			if (!e.matches(engine_arrays.attr("EngineArrayError"))) throw;
+			if (!e.matches(engine_variables.attr("EngineArrayError"))) throw;
 			throw invalid_argument{py::str(e.value()).cast<string>()};
 		}
 		// the names they are published under (an openPMD io's records: rank 0's decision, every
-		// rank's), and rank 0's attributes of each: its static ones (deisa/bridge/engine_attributes.py)
-		py::module_ engine_attributes = py::module_::import("deisa.bridge.engine_attributes");
+		// rank's), and rank 0's attributes of each: its static ones (deisa/bridge/engine/attributes.py)
+		py::module_ engine_attributes = py::module_::import("deisa.bridge.engine.attributes");
 		if (!m_attributes) m_attributes = engine_attributes.attr("EngineAttributes")();
 		py::list variables;
 		for (auto&& declaration: declarations) {

@@ -47,10 +47,10 @@ class Deisa_engine: public adios2::plugin::PluginEngineInterface
 	/// the deisa module, its background imports and the Bridge (shared with the PDI plugin)
 	Python_bridge m_python;
 
-	/// the engine's parameters (deisa.bridge.engine_parameters.EngineParameters)
+	/// the engine's parameters (deisa.bridge.engine.parameters.EngineParameters)
 	pybind11::object m_parameters;
 
-	/// the arrays' published names and rank 0's attributes sent (deisa.bridge.engine_attributes)
+	/// the arrays' published names and rank 0's attributes sent (deisa.bridge.engine.attributes)
 	pybind11::object m_attributes;
 
 	/// the name each variable is published under (an openPMD record's), where not its own
@@ -167,7 +167,7 @@ class Deisa_engine: public adios2::plugin::PluginEngineInterface
 	 */
 	std::set<std::string> agree_on_step(bool& news);
 
-	/** Declares the variables first Put in the step by some rank (deisa.bridge.engine_arrays.agree), creating the Bridge with them at the
+	/** Declares the variables first Put in the step by some rank (deisa.bridge.engine.variables.agree), creating the Bridge with them at the
 	 * first (collective)
 	 * \param put receives their names: published in the step
 	 */

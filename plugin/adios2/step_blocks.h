@@ -63,7 +63,7 @@ struct Step_block {
 	bool empty() const;
 };
 
-/// How the engine publishes a variable (deisa.bridge.engine_arrays)
+/// How the engine publishes a variable (deisa.bridge.engine.variables)
 enum class Path {
 	/// today's path: one block per rank on a grid, as declared (a step that differs goes as boxes)
 	fixed,

@@ -21,7 +21,9 @@
  *   two boxes per rank (each strip cut in two along the columns), then its shape grown to
  *   20 x 12 from step 4 (SetShape);
  * - `age' (int64), defined at step 2: a 2N array of two elements per rank;
- * - `nparticles' (int64), a global single value defined at step 1; `step' (int32), one from step 0.
+ * - `nparticles' (int64), a global single value defined at step 1; `step' (int32), one from step 0;
+ * - `mass' (double), an N array of one element per rank defined before Open and first Put at
+ *   step 2.
  * Every value is a function of its global index and the step alone, whoever writes it.  An error
  * is one line on rank 0's stderr and exit status 1.
  */
@@ -76,6 +78,7 @@ void run(const std::string& config, const std::string& output, int steps)
 	auto var_rho = io.DefineVariable<double>("rho", {NX, NY}, {0, 0}, {1, 1});
 	auto var_t = io.DefineVariable<int32_t>("T", {NX, NY}, {0, 0}, {1, 1});
 	auto var_step = io.DefineVariable<int32_t>("step");
+	auto var_mass = io.DefineVariable<double>("mass", {nranks}, {me}, {1});
 	adios2::Variable<int64_t> var_age, var_nparticles;
 	adios2::Engine writer = io.Open(output, adios2::Mode::Write);
 
@@ -182,6 +185,7 @@ void run(const std::string& config, const std::string& output, int steps)
 			age[0] = 7 * step + 2 * rank;
 			age[1] = 7 * step + 2 * rank + 1;
 			writer.Put(var_age, age.data(), adios2::Mode::Sync);
+			writer.Put(var_mass, rho_at(me, 0, step)); // defined before Open, first Put now
 		}
 		if (step % 2 == 1) {
 			writer.PerformPuts();

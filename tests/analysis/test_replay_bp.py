@@ -252,6 +252,10 @@ def test_bp_leaves_local_arrays_out(tmp_path: Path, caplog: pytest.LogCaptureFix
         replay = Replay(tmp_path / "local.bp")
     assert replay.names == ["U"] and "'particles' (LocalArray) left out" in caplog.text
     assert np.array_equal(replay["U"][0].compute(), np.arange(3.0))
+    # asked for: it is there, and the message says what it is, not only "no array"
+    match = r"no array 'particles' in .*local.bp \(LocalArray\): not a global array"
+    with pytest.raises(UnknownArrayError, match=match):
+        replay["particles"]
 
 
 @pytest.mark.parametrize("engine", ENGINES)

@@ -12,7 +12,7 @@ import pytest
 from mpi4py import MPI
 
 from deisa import ArraySpec, BridgeError, BridgeGroup
-from deisa.bridge.decomposition import Decomposition, DecompositionError
+from deisa.bridge.arrays.decomposition import Decomposition, DecompositionError
 from deisa.bridge.group import _groups, _members_disagree, _ranks_in
 
 SPEC = ArraySpec("float64", (4, 4), (0, 0), (4, 4))

@@ -12,12 +12,12 @@ import threading
 import pytest
 from conftest import STARTUP
 
-from deisa.bridge._arrays import Arrays
 from deisa.bridge._loop import LoopThread
 from deisa.bridge._parts import BridgeParts
 from deisa.bridge._publisher import PublishTiming
 from deisa.bridge._steps import StepBook, Timings
-from deisa.bridge.decomposition import ArraySpec
+from deisa.bridge.arrays.declared import Arrays
+from deisa.bridge.arrays.decomposition import ArraySpec
 from deisa.bridge.link.workers import Detachment
 from deisa.bridge.options import BridgeOptions
 

@@ -25,10 +25,10 @@ from conftest import REPO, STARTUP, left_behind, mpirun, test_env, write_config
 
 from deisa import ArraySpec
 from deisa.bridge._collective import check_arrays
+from deisa.bridge.arrays.decomposition import Decomposition, DecompositionError
+from deisa.bridge.arrays.placement import get_placement
 from deisa.bridge.bridge import Bridge, BridgeError
-from deisa.bridge.decomposition import Decomposition, DecompositionError
 from deisa.bridge.options import BridgeOptionError, BridgeOptions
-from deisa.bridge.placement import get_placement
 from deisa.bridge.scheduler_file import SchedulerFileError, read_scheduler_address
 from deisa_simulation.heat import HeatConfig
 

@@ -2,7 +2,7 @@
 
 Only rank 0 of a Bridge talks to the scheduler; the other ranks learn the outcome (a
 :class:`~deisa.bridge._publisher.Connection`) from it, by a broadcast (``mode="sync"``) or an
-exchange (``mode="async"``). Everything here runs on rank 0's event-loop thread
+exchange (``mode="async"``). Runs in rank 0 of a Bridge, on its event-loop thread
 (:class:`~deisa.bridge._loop.LoopThread`).
 
 distributed and the scheduler extension are imported where they are used, on the event-loop
@@ -25,8 +25,8 @@ from ...wire import PROTOCOL, Route, is_ok
 from ...wire.relay import INSTALL_OP, RELAYED
 from .._collective import BridgeError
 from .._publisher import Connection
+from ..arrays.decomposition import Decomposition
 from ..contracts import ContractBook
-from ..decomposition import Decomposition
 from ..options import BridgeOptions
 from ..registration.notices import NoticeListener
 from ..scheduler_file import read_scheduler_address
@@ -153,7 +153,7 @@ def meta(dec: Decomposition, run: str) -> dict[str, Any]:
     array is that of Bridges older than ``dims``, and older Adapters ignore the key; likewise
     ``"time_length"`` (the declared number of steps) only when the ranks declared one, and
     ``"attrs"`` (rank 0's static attributes, plain values) only when it gave some.
-    A moving array (:meth:`~deisa.bridge.decomposition.ArraySpec.moving`) has no ``"shape"``
+    A moving array (:meth:`~deisa.bridge.arrays.decomposition.ArraySpec.moving`) has no ``"shape"``
     nor ``"chunks"``: ``"moving": True``, its ``"ndim"`` and ``"joined_axis"`` (``None``: none),
     each step carrying its layout.
     """

@@ -8,7 +8,7 @@ distributed does it: :func:`split_address` and :func:`host_port` are
 ``distributed.comm.parse_address`` and ``parse_host_port``, :func:`interface_to` is
 ``distributed.utils.get_ip``.
 
-Pure functions, called from either thread of the rank.
+Runs in a simulation rank: pure functions, called from either of its threads.
 """
 
 from __future__ import annotations

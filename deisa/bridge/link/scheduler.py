@@ -17,6 +17,11 @@ A method returns the call's coroutine, to run on the Bridge's event-loop thread
 (:class:`._loop.LoopThread`); the link's closing (:attr:`~SchedulerLink.pool`) or the lack of a
 connection (:attr:`~SchedulerLink.scheduler`) raises a :class:`BridgeError` when the call is
 made, on the caller's thread.
+
+Runs in a simulation rank: built on its main thread, its calls run on rank 0's event-loop
+thread. Imports the link's :mod:`.connect` and :mod:`.workers`, the Bridge's collective
+protocol, publisher, options, contracts and arrays' decomposition, the registration's notices
+listener and :mod:`deisa.wire`.
 """
 
 from __future__ import annotations
@@ -35,8 +40,8 @@ from .connect import Connections, connect_rank_0, open_arrays, route
 
 if TYPE_CHECKING:
     from ...wire.layout import StepLayout
+    from ..arrays.decomposition import Decomposition
     from ..contracts import ContractBook
-    from ..decomposition import Decomposition
     from ..options import BridgeOptions
     from ..registration.notices import NoticeListener
     from .workers import WorkerBook

@@ -8,8 +8,10 @@ call), so every rank recomputes the same placement at the same publish. The watc
 longer than ``connect_timeout`` is how rank 0 learns that the scheduler itself is gone
 (:meth:`WorkerBook.scheduler_lost`). See ``docs/reliability.md``.
 
-The main thread routes blocks (:class:`Routing`); rank 0's loop thread watches the scheduler's
-workers (:class:`WorkerBook`), whose news reach every rank through the exchange.
+Runs in a simulation rank: its main thread routes blocks (:class:`Routing`); rank 0's loop
+thread watches the scheduler's workers (:class:`WorkerBook`), whose news reach every rank
+through the exchange. Imports the arrays (decomposition, placement), :mod:`.net` and
+:mod:`deisa.wire` only.
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from ...wire import WATCH_SECONDS, Reply, is_ok
-from ..decomposition import Decomposition
-from ..placement import Host, place
+from ..arrays.decomposition import Decomposition
+from ..arrays.placement import Host, place
 from .net import host_port, split_address
 
 logger = logging.getLogger(__name__)

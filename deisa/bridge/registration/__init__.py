@@ -3,6 +3,6 @@ with its step accounting (:mod:`.registrar`), and the "block sent" notices the o
 it (:mod:`.notices`, the conversation alone).
 
 Runs in a simulation rank (each module says on which of its threads). Imports the Bridge's flat
-modules (its parts, boxes, decomposition), :mod:`deisa.bridge.link` (the scheduler link, the
-socket helpers), wire, :mod:`deisa.contract` and :mod:`deisa._dask_internals`.
+modules (its parts), its arrays (boxes, decomposition), :mod:`deisa.bridge.link` (the scheduler
+link, the socket helpers), wire, :mod:`deisa.contract` and :mod:`deisa._dask_internals`.
 """

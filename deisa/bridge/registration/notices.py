@@ -18,7 +18,7 @@ the line format, rank 0's :class:`NoticeListener` and the other ranks' :class:`N
 The listener runs no code it receives: a notice is one line of JSON (:func:`encode_notice`),
 at most :data:`MAX_LINE` bytes, with four fields checked by type and the job's token (and, for
 a rank's boxes of a moving step, their geometry: plain integers, checked once the token is,
-:func:`deisa.bridge.boxes.check_geometry`; a rank whose geometry would not fit a notice sends
+:func:`deisa.bridge.arrays.boxes.check_geometry`; a rank whose geometry would not fit a notice sends
 none, the exchange carries it) (a random
 string that reaches the ranks through the exchange, never the network); anything else is
 dropped, and its connection closed (counted, and logged at most once a minute). Connections
@@ -40,8 +40,9 @@ address, read without distributed (:mod:`deisa.bridge.link.net`; rank 0 need not
   any host could then reach it; steps are registered at the next exchange.
 
 Runs on each simulation rank's loop thread (:mod:`deisa.bridge._loop`). Imports
-:mod:`deisa.wire` (the guard, the job's TLS files), the Bridge's :mod:`~deisa.bridge.boxes` and
-:mod:`deisa.bridge.link.net`; distributed only for a TLS configuration given to dask alone.
+:mod:`deisa.wire` (the guard, the job's TLS files), the Bridge's
+:mod:`~deisa.bridge.arrays.boxes` and :mod:`deisa.bridge.link.net`; distributed only for a TLS
+configuration given to dask alone.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ from ..._dask_internals import import_distributed
 from ...wire import guard as wire_guard
 from ...wire.guard import Guard, StreamListener
 from ...wire.tls_files import TLS_FILES_ENV
-from ..boxes import Geometry, check_geometry
+from ..arrays.boxes import Geometry, check_geometry
 from ..link.net import host_port, interface_to, split_address
 
 logger = logging.getLogger(__name__)
@@ -99,7 +100,7 @@ def encode_notice(
     token: str, seq: int, rank: int, nbytes: int, worker: str, geometry: Geometry | None = None
 ) -> bytes:
     """The line telling rank 0 that ``rank`` has sent its block of publication ``seq`` (its
-    boxes, of ``geometry``, for a moving step: :mod:`deisa.bridge.boxes`)."""
+    boxes, of ``geometry``, for a moving step: :mod:`deisa.bridge.arrays.boxes`)."""
     shape = {} if geometry is None else {"geometry": geometry}
     notice = dict(token=token, seq=seq, rank=rank, nbytes=nbytes, worker=worker, **shape)
     return json.dumps(notice, separators=(",", ":")).encode() + b"\n"

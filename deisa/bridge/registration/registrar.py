@@ -36,13 +36,13 @@ from ...contract import Plan
 from ...wire import Status, step_key_name
 from ...wire.layout import LayoutError, StepLayout
 from .._publisher import Connection, Entry, Sent, geometry_of, registration
-from ..boxes import Geometry, step_layout
+from ..arrays.boxes import Geometry, step_layout
 from ..link.scheduler import register_until_answered, until_answered
 from .notices import NoticeListener, Notifier
 
 if TYPE_CHECKING:
     from .._parts import BridgeParts
-    from ..decomposition import Decomposition
+    from ..arrays.decomposition import Decomposition
     from ..link.scheduler import SchedulerLink
 
 logger = logging.getLogger(__name__)
@@ -395,12 +395,12 @@ def registered_blocks(
     ranks sent (``sent[rank]``), in key order, and the step's layout (``None``: a fixed array's
     step published plain, today's grid keys). A step with a layout has one key per rank that
     sent a parcel, ``(step key, rank)``, or the grid key of a fixed array's block published
-    plain (:mod:`deisa.bridge.boxes`).
+    plain (:mod:`deisa.bridge.arrays.boxes`).
 
     Raises
     ------
     LayoutError
-        The ranks' geometries do not make a layout (:func:`~deisa.bridge.boxes.step_layout`).
+        The ranks' geometries do not make a layout (:func:`~deisa.bridge.arrays.boxes.step_layout`).
     """
     name = step_key_name(run, entry.name, entry.step, entry.revision)
     plan = plan_of(entry)

@@ -5,11 +5,14 @@
  *
  * At each step, each rank holds `npart' particles (a count that changes with the step and the
  * rank; rank 1 holds none at step 1, as does every rank at a step where the formula gives 0):
- * their positions `x' (double) and identifiers `id' (int64: step * 1e6 + global index), exposed
+ * their positions `x' (double), their momenta `p' (npart x 3 doubles: a record of three
+ * components a particle) and identifiers `id' (int64: step * 1e6 + global index), exposed
  * with `step', `npart', `offset' (the particles of the ranks before this one) and `ntotal' (of
  * every rank) in one `particles' multi-expose.  Then the field `rho' (4 x 4N doubles, value
- * step * 1e6 + row * 1e3 + column) is exposed as 2 boxes of 4 x 2 per rank, one expose each with
- * the box's `bx' and `by' (its first row and column), followed by the event `end_step'.  The
+ * step * 1e6 + row * 1e3 + column, its shape `field_shape' exposed once) is exposed as 2 boxes
+ * of 4 x 2 per rank, one expose each with the box's `bx' and `by' (its first row and column)
+ * and `box_start' ({bx, by}: what a decl_hdf5 YAML writes as the box's `start' attribute for
+ * deisa.Replay), followed by the event `end_step'.  The
  * boxes belong to rank (box / 2 + shift) % N, where shift is 0 before step 2 and 1 from then on:
  * the boxes move between ranks at step 2; at step 3 the last rank's boxes go to rank 0, and the
  * last rank exposes none (it still reaches `end_step').  The same binary writes HDF5 (decl_hdf5) or goes in
@@ -49,8 +52,11 @@ int main(int argc, char* argv[])
 	PDI_expose("nsteps", &nsteps, PDI_OUT);
 	PDI_expose("nranks", &nranks, PDI_OUT);
 	PDI_expose("rank", &rank, PDI_OUT);
+	const int field_shape[2] = {4, 4 * nranks};
+	PDI_expose("field_shape", field_shape, PDI_OUT);
 	double x[9];
 	int64_t id[9];
+	double p[9][3];
 	double rho[4][2];
 	for (int step = 0; step < nsteps; ++step) {
 		int npart = particle_count(rank, step), offset = 0, ntotal = 0;
@@ -61,6 +67,8 @@ int main(int argc, char* argv[])
 		for (int i = 0; i < npart; ++i) {
 			x[i] = sin(131.0 * rank + 17.0 * step + i);
 			id[i] = (int64_t)step * 1000000 + offset + i;
+			for (int k = 0; k < 3; ++k)
+				p[i][k] = x[i] + 10.0 * (k + 1);
 		}
 		PDI_multi_expose(
 			"particles",
@@ -82,6 +90,9 @@ int main(int argc, char* argv[])
 			"id",
 			id,
 			PDI_OUT,
+			"p",
+			p,
+			PDI_OUT,
 			NULL
 		);
 		const int shift = step >= 2 ? 1 : 0;
@@ -95,7 +106,8 @@ int main(int argc, char* argv[])
 					rho[row][col] = step * 1e6 + (bx + row) * 1e3 + (by + col);
 				}
 			}
-			PDI_multi_expose("box", "bx", &bx, PDI_OUT, "by", &by, PDI_OUT, "rho", rho, PDI_OUT, NULL);
+			const int box_start[2] = {bx, by};
+			PDI_multi_expose("box", "bx", &bx, PDI_OUT, "by", &by, PDI_OUT, "box_start", box_start, PDI_OUT, "rho", rho, PDI_OUT, NULL);
 		}
 		PDI_event("end_step");
 	}

@@ -15,8 +15,8 @@ from conftest import STARTUP
 from distributed.utils_test import gen_cluster
 
 from deisa import ArraySpec, BridgeError, BridgeOptions
+from deisa.bridge.arrays.decomposition import Decomposition
 from deisa.bridge.contracts import ContractBook
-from deisa.bridge.decomposition import Decomposition
 from deisa.bridge.link.connect import Connections, connect_rank_0
 from deisa.scheduler import StreamExtension
 from deisa.wire import EXTENSION_NAME, PROTOCOL

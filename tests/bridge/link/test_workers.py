@@ -8,9 +8,9 @@ import time
 
 from conftest import STARTUP
 
-from deisa.bridge.decomposition import ArraySpec, Decomposition
+from deisa.bridge.arrays.decomposition import ArraySpec, Decomposition
+from deisa.bridge.arrays.placement import Host
 from deisa.bridge.link.workers import Routing, WorkerBook, failure_in_words, refuses_connections
-from deisa.bridge.placement import Host
 from deisa.wire import ok
 
 W = ["tcp://10.0.0.1:1", "tcp://10.0.0.1:2", "tcp://10.0.0.2:1"]

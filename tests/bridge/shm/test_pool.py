@@ -253,7 +253,7 @@ async def test_pool_slots_take_reserved_huge_pages(c, s, a, b) -> None:
 
 def test_the_bridge_sizes_the_pool_per_rank_or_per_node() -> None:
     from deisa import ArraySpec, BridgeOptions
-    from deisa.bridge.placement import Host, this_host
+    from deisa.bridge.arrays.placement import Host, this_host
 
     spec = ArraySpec("float64", (16, 1024), (0, 0), (8, 1024))  # 64 KiB on this rank
     here, elsewhere = this_host(), Host("another-node")

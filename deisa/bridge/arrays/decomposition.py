@@ -6,13 +6,16 @@ rectilinear grid (uneven splits are fine; gaps, overlaps and misaligned blocks a
 derives the dask ``chunks`` and each rank's block index from it.
 
 An array declared with :meth:`ArraySpec.moving` has no fixed shape: each step's global shape
-and boxes are given at publish (:mod:`deisa.bridge.boxes`); its :class:`Decomposition` only
+and boxes are given at publish (:mod:`deisa.bridge.arrays.boxes`); its :class:`Decomposition` only
 carries its dtype, number of axes and joined axis, and places its ranks in rank order.
 
 The time axis is not part of these shapes: every array is implicitly a sequence of steps,
 a leading axis, unbounded unless a ``time_length`` declares how many steps it holds.
 
-Pure geometry, no thread of its own: used on the rank's main thread (and read from the loop thread).
+Runs in a simulation rank: pure geometry, no thread of its own, used on its main thread (and
+read from the loop thread).
+
+Imports numpy and :mod:`deisa.wire` (dims, plain attributes) only.
 """
 
 from __future__ import annotations
@@ -25,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from ..wire import check_dims
-from ..wire.attributes import plain_attrs
+from ...wire import check_dims
+from ...wire.attributes import plain_attrs
 
 
 class DecompositionError(ValueError):

@@ -1,4 +1,4 @@
-"""deisa.bridge.engine_attributes: the engine's array names (openPMD records) and the attributes
+"""deisa.bridge.engine.attributes: the engine's array names (openPMD records) and the attributes
 rank 0 sends, with a real mpi4py communicator (COMM_SELF) and a recording Bridge stand-in."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from deisa import ArraySpec
-from deisa.bridge.engine_attributes import EngineArrayNameError, EngineAttributes
+from deisa.bridge.engine.attributes import EngineArrayNameError, EngineAttributes
 
 OPENPMD = {"/openPMD": "1.1.0", "/basePath": "/data", "/data/time": 0.0, "/author": "me"}
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from test_decomposition import grid_specs
 
-from deisa.bridge.decomposition import Decomposition
-from deisa.bridge.placement import (
+from deisa.bridge.arrays.decomposition import Decomposition
+from deisa.bridge.arrays.placement import (
     Host,
     get_placement,
     locality,

@@ -1,4 +1,4 @@
-"""The deisa ADIOS2 engine's parameters (deisa.bridge.engine_parameters): read as ADIOS2 reads
+"""The deisa ADIOS2 engine's parameters (deisa.bridge.engine.parameters): read as ADIOS2 reads
 its own keys, every Bridge option by its own constraint, each error one line naming the key;
 ADIOS2's own engines' and openPMD-api's parameters ignored and listed in one line, a misspelt
 key of the engine's an error that names the key meant, any other unknown key a warning."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from deisa.bridge.engine_parameters import (
+from deisa.bridge.engine.parameters import (
     ADIOS2_ENGINE_KEYS,
     OPENPMD_KEYS,
     EngineParameterError,

@@ -1,8 +1,8 @@
 """The arrays of one rank's Bridge: :class:`Arrays`, declared by its construction, and more by
 :meth:`deisa.Bridge.declare`.
 
-Written on the rank's main thread (an array, once declared, never changes); read from both
-threads.
+Runs in a simulation rank: written on its main thread (an array, once declared, never changes);
+read from both threads. Imports :mod:`.decomposition` only.
 """
 
 from __future__ import annotations

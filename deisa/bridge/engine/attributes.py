@@ -12,6 +12,10 @@ The arrays of an openPMD io (an ``/openPMD`` attribute) are published by their r
 (``E/x``, ``rho``, ``electrons/position/x``: :func:`deisa.wire.attributes.openpmd_record`),
 which rank 0 decides and every rank learns (:meth:`EngineAttributes.names`, collective); any
 other variable keeps its ADIOS2 name.
+
+Runs in a simulation rank, on its main thread (from C++, at ``EndStep``); rank 0's names
+reach the others by one ``bcast`` (mpi4py). Imports the arrays' decomposition and
+:mod:`deisa.wire.attributes` only.
 """
 
 from __future__ import annotations
@@ -20,8 +24,8 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..wire.attributes import AttributeIndex, changes, is_openpmd, of_array, openpmd_record
-from .decomposition import ArraySpec
+from ...wire.attributes import AttributeIndex, changes, is_openpmd, of_array, openpmd_record
+from ..arrays.decomposition import ArraySpec
 
 __all__ = ["EngineArrayNameError", "EngineAttributes"]
 

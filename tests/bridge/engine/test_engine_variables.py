@@ -1,4 +1,5 @@
-"""deisa.bridge.engine_arrays: which of the ADIOS2 engine's variables are fixed, moving or values.
+"""deisa.bridge.engine.variables: which of the ADIOS2 engine's variables are fixed, moving or
+values.
 
 The decision is pure (:func:`decide`, from every rank's blocks of the step); :func:`agree` makes
 the exchange on a real communicator (one rank here; several: tests/test_adios2_moving.py).
@@ -9,7 +10,7 @@ from __future__ import annotations
 import pytest
 from mpi4py import MPI
 
-from deisa.bridge.engine_arrays import (
+from deisa.bridge.engine.variables import (
     FIXED,
     MOVING,
     VALUE,

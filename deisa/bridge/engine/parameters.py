@@ -42,6 +42,8 @@ an error that suggests it; any other unknown key is one warning line. A key that
 deisa parameter and one of ADIOS2's (``Timeout``, DataMan's) is the deisa engine's.
 
 Runs on the simulation's thread that opens the deisa ADIOS2 engine (its ``Open``, from C++).
+
+Imports the Bridge's options and its scheduler file only.
 """
 
 from __future__ import annotations
@@ -53,8 +55,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from .options import BridgeOptionError, BridgeOptions
-from .scheduler_file import SchedulerFileError, resolve_scheduler_file
+from ..options import BridgeOptionError, BridgeOptions
+from ..scheduler_file import SchedulerFileError, resolve_scheduler_file
 
 __all__ = ["EngineParameterError", "EngineParameters", "parse"]
 

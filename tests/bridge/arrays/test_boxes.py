@@ -1,7 +1,7 @@
-"""A rank's boxes of a moving step (:mod:`deisa.bridge.boxes`): checked on the rank with errors that
-say what is wrong, packed one after another in C order, described in plain form, and turned by
-rank 0 into the step's layout (a joined axis's offsets from the counts in rank order), with
-errors naming the ranks; and the keys rank 0 registers
+"""A rank's boxes of a moving step (:mod:`deisa.bridge.arrays.boxes`): checked on the rank with
+errors that say what is wrong, packed one after another in C order, described in plain form, and
+turned by rank 0 into the step's layout (a joined axis's offsets from the counts in rank order),
+with errors naming the ranks; and the keys rank 0 registers
 (:func:`deisa.bridge.registration.registrar.registered_blocks`)."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 from deisa import ArraySpec
 from deisa.bridge._collective import check_publish
 from deisa.bridge._publisher import Entry
-from deisa.bridge.boxes import MAX_BOXES, Parcel, check_geometry, parcel_of, step_layout
-from deisa.bridge.decomposition import Decomposition
+from deisa.bridge.arrays.boxes import MAX_BOXES, Parcel, check_geometry, parcel_of, step_layout
+from deisa.bridge.arrays.decomposition import Decomposition
 from deisa.bridge.registration.registrar import registered_blocks
 from deisa.wire.layout import Box, LayoutError, StepLayout
 

@@ -5,7 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from deisa.bridge.decomposition import ArraySpec, Decomposition, DecompositionError, even_split
+from deisa.bridge.arrays.decomposition import (
+    ArraySpec,
+    Decomposition,
+    DecompositionError,
+    even_split,
+)
 
 
 def grid_specs(shape: tuple[int, int], grid: tuple[int, int]) -> list[ArraySpec]:

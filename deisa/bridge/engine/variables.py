@@ -10,15 +10,17 @@ with :func:`agree`, collective over the engine's communicator:
   communicator of rank 0 alone; one first Put once the Bridge exists: a moving array that
   rank 0 alone gives a box of (``Bridge.declare`` is collective over every rank);
 - a variable whose blocks of that step are one per rank, none empty, tiling its shape on a
-  grid (:class:`~deisa.bridge.decomposition.Decomposition`): a *fixed* array
-  (:class:`~deisa.bridge.decomposition.ArraySpec`), today's path and costs; a later step
+  grid (:class:`~deisa.bridge.arrays.decomposition.Decomposition`): a *fixed* array
+  (:class:`~deisa.bridge.arrays.decomposition.ArraySpec`), today's path and costs; a later step
   that differs (another shape, other or more boxes, a rank with none) carries a layout;
 - any other (several blocks on a rank, a rank with none, a gap or an overlap, a joined array):
-  a *moving* array (:meth:`ArraySpec.moving <deisa.bridge.decomposition.ArraySpec.moving>`),
+  a *moving* array (:meth:`ArraySpec.moving <deisa.bridge.arrays.decomposition.ArraySpec.moving>`),
   every step published as boxes.
 
 Every rank takes the same decision from every rank's blocks. Runs on the simulation's thread
 that calls ``EndStep`` (from C++), the one that calls MPI.
+
+Imports numpy, mpi4py and the arrays' decomposition only.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from .decomposition import ArraySpec, Decomposition, DecompositionError
+from ..arrays.decomposition import ArraySpec, Decomposition, DecompositionError
 
 __all__ = [
     "FIXED",
