@@ -36,11 +36,11 @@ every room imports:
 
 The Bridge's other private rooms: its parts, each owning its fields (``_parts``: the arrays
 declared, ``_steps``, ``_loop``...), how it opens and closes (``_opening``, ``_closing``), the
-two publish modes (``_async``, with its own block buffers ``_buffers``; ``_sync``), the
-exchange's decisions (``_publisher``) and transport (``_exchange``), the collective error
-protocol (``_collective``), what a lost worker or scheduler does (``_losses``), the event-loop
-thread (``_loop``), the plugin's background imports (``_preload``), the attributes' calls
-(``_attrs``).
+two publish modes (``_async``, with its own block buffers ``_buffers`` and its blocks on
+their way ``_sends``; ``_sync``), the exchange's decisions (``_publisher``) and transport
+(``_exchange``), the collective error protocol (``_collective``), what a lost worker or
+scheduler does (``_losses``), the event-loop thread (``_loop``), the plugin's background
+imports (``_preload``), the attributes' calls (``_attrs``).
 """
 
 from __future__ import annotations

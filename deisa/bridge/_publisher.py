@@ -158,6 +158,7 @@ class Ledger:
         self.connection: Connection | None = None
         self.failure: str | None = None
         self.entries: dict[int, Entry] = {}  # not known registered, by seq
+        self._in_flight: dict[str, int] = {}  # the entries of each array
         self._ready = 0  # publications below were handed to rank 0 for registration
         self._sent: dict[int, list[Sent | None]] = {}
 
@@ -182,6 +183,7 @@ class Ledger:
         """
         entry = Entry(self.next_seq, name, step, revision, senders, plan)
         self.entries[entry.seq] = entry
+        self._in_flight[name] = self._in_flight.get(name, 0) + 1
         self._sent[entry.seq] = [
             None if senders is None or rank in senders else (0, "") for rank in range(self.nranks)
         ]
@@ -190,7 +192,7 @@ class Ledger:
 
     def in_flight(self, name: str) -> int:
         """Publications of ``name`` not known to be registered."""
-        return sum(1 for entry in self.entries.values() if entry.name == name)
+        return self._in_flight.get(name, 0)
 
     @property
     def flushed(self) -> bool:
@@ -225,7 +227,9 @@ class Ledger:
             self.failure = failures[0]
         if root.registered > self.registered:
             for seq in range(self.registered, root.registered):
-                self.entries.pop(seq, None)
+                entry = self.entries.pop(seq, None)
+                if entry is not None:
+                    self._in_flight[entry.name] -= 1
                 self._sent.pop(seq, None)
             self.registered = root.registered
             self._ready = max(self._ready, self.registered)
