@@ -13,10 +13,8 @@ Public modules: :mod:`~deisa.bridge.bridge` (the Bridge), :mod:`~deisa.bridge.gr
 :mod:`~deisa.bridge.step_scope` (several arrays of a step with one exchange),
 :mod:`~deisa.bridge.scheduler_file`, :mod:`~deisa.bridge.tls_files` (deisa's names of the job's
 TLS files, which ``deisa-run`` sets: :mod:`deisa.wire.tls_files`),
-:mod:`~deisa.bridge.contracts` (the contracts in force), :mod:`~deisa.bridge.worker` (the older
-name of the workers' preload, :mod:`deisa.worker`), :mod:`~deisa.bridge.boxes` and
-:mod:`~deisa.bridge.placement` (the older paths of the arrays wing's two modules, which the
-publish path still imports).
+:mod:`~deisa.bridge.contracts` (the contracts in force), and :mod:`~deisa.bridge.worker` (the older
+name of the workers' preload, :mod:`deisa.worker`).
 
 Five wings, sub-packages: ``shm``, ``link`` and ``registration`` mirror :mod:`deisa.worker`
 and :mod:`deisa.wire`, ``engine`` mirrors the C++ ``plugin/adios2/``, and ``arrays`` is what

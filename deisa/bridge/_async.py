@@ -21,6 +21,10 @@ Who owns what:
 A send that fails because its worker left (``on_worker_loss="continue"``) is not reported:
 it waits for the exchange that spreads the new worker list, and is then sent again to the
 worker the new placement gives, from its buffer (kept until the send succeeds).
+
+Runs in a simulation rank, on its main thread (``publish`` and the exchange) and its event-loop
+thread (the sends). Imports the Bridge's buffers, exchange, publisher, sends and collective errors,
+the arrays wing's boxes, the registrar and the shared-memory pack; the wire's key names.
 """
 
 from __future__ import annotations
@@ -49,7 +53,7 @@ from ._publisher import (
     RootReport,
 )
 from ._sends import Send, news_of
-from .boxes import Geometry, Parcel
+from .arrays.boxes import Geometry, Parcel
 from .registration.registrar import Registrar, plan_of
 from .shm.pack import aligned
 
@@ -108,7 +112,7 @@ class AsyncPublisher:
         t0: float,
     ) -> None:
         """The async :meth:`~deisa.Bridge.publish` (see there); ``block`` is a fixed array's
-        block, or this rank's :class:`~deisa.bridge.boxes.Parcel` of boxes.
+        block, or this rank's :class:`~deisa.bridge.arrays.boxes.Parcel` of boxes.
 
         Completes the exchange the previous call posted (its decisions: a failure, or the
         previous call's problem, raised here on every rank), waits for room if the ledger says
@@ -226,7 +230,7 @@ class AsyncPublisher:
         if send.empty:
             return
         step_key = step_key_name(self.link.run or "", name, entry.step, entry.revision)
-        if send.geometry is not None:  # a parcel: one key per rank (deisa.bridge.boxes)
+        if send.geometry is not None:  # a parcel: one key per rank (deisa.bridge.arrays.boxes)
             key: tuple[Any, ...] = (step_key, parts.rank)
         else:
             dec = parts.arrays.decompositions[name]

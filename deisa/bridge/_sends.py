@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ._publisher import Entry
-from .boxes import Geometry
+from .arrays.boxes import Geometry
 
 
 @dataclass
@@ -31,7 +31,7 @@ class Send:
     reported: bool = False
     failed_at: float | None = None  # when a failure was first held back (its worker may leave)
     lost: bool = False  # its worker left and none is left to take it
-    geometry: Geometry | None = None  # a parcel of boxes (deisa.bridge.boxes): their geometry
+    geometry: Geometry | None = None  # a parcel of boxes (arrays.boxes): their geometry
     empty: bool = False  # a parcel with no element: nothing sent, only its geometry reported
 
 

@@ -14,6 +14,10 @@ dropped the block.
 
 Bookkeeping (:meth:`Channel.take`, :meth:`Channel.untake`) may run on any thread, under the
 channel's lock; the socket is used from the Bridge's event-loop thread only.
+
+Runs in a simulation rank, on its main thread (bookkeeping), its event-loop thread (the socket) and
+the channel's own thread. Imports :mod:`deisa.wire.shm`, :mod:`deisa.wire.names` and this wing's
+pool, slot and warm ring.
 """
 
 from __future__ import annotations

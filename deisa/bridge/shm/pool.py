@@ -29,6 +29,9 @@ Huge pages, where the node offers them (:func:`page_kind`): ``MFD_HUGETLB`` slot
 ``vm.nr_hugepages`` reserved enough free pages, else transparent huge pages for shared memory
 where ``/sys/kernel/mm/transparent_hugepage/shmem_enabled`` allows them (``madvise`` on the
 mapping in ``advise`` mode), else 4 KiB pages; a failure falls back silently.
+
+Runs in a simulation rank, on its main thread and the channels' threads (under its lock). Imports
+:mod:`deisa.wire.shm`, the arrays wing's placement (the rank's host) and :mod:`.ring_size`.
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from ...wire.shm import memfd, slot_bytes
-from ..placement import Host, this_host
+from ..arrays.placement import Host, this_host
 from .ring_size import UNBOUNDED_STEPS, ring_slots
 
 logger = logging.getLogger(__name__)

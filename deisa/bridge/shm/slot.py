@@ -7,6 +7,8 @@ through its methods.
 
 Used from three threads, each through its own methods: the main thread copies a block in, the
 loop thread hands it to the worker, the channel's thread maps a slot the worker gave back.
+
+Runs in a simulation rank. Imports :mod:`deisa.wire.shm` and :mod:`.pool`'s page helpers.
 """
 
 from __future__ import annotations

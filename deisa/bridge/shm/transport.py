@@ -17,6 +17,10 @@ blocks for one worker go one after another into one slot (:mod:`.pack`).
 
 The main thread copies blocks in (``copy_in``) and gives slots back; the loop thread sends
 (``send``) and opens the channels.
+
+Runs in a simulation rank, on its main thread and its event-loop thread. Imports
+:mod:`deisa._dask_internals`, :mod:`deisa.wire.shm`, the arrays wing's boxes, the Bridge's options
+and this wing's channel, pack, pool and slot.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ import numpy as np
 
 from ... import _dask_internals
 from ...wire.shm import key_to_wire, plain_dtype
-from ..boxes import Parcel
+from ..arrays.boxes import Parcel
 from ..options import TRANSPORTS
 from .channel import Channel
 from .pack import StepPacks
@@ -206,9 +210,9 @@ class Transport:
             slot.channel.untake(slot)
 
     def copy_parcel_in(self, worker: str, parcel: Parcel) -> np.ndarray | None:
-        """A rank's boxes of a step (:class:`~deisa.bridge.boxes.Parcel`) packed into a slot of
-        ``worker``'s ring, one copy per box straight from the caller's arrays, or ``None`` as
-        :meth:`copy_in` (one box is a block: :meth:`copy_in`)."""
+        """A rank's boxes of a step (:class:`~deisa.bridge.arrays.boxes.Parcel`) packed into a
+        slot of ``worker``'s ring, one copy per box straight from the caller's arrays, or
+        ``None`` as :meth:`copy_in` (one box is a block: :meth:`copy_in`)."""
         if len(parcel.arrays) == 1:
             return self.copy_in(worker, parcel.arrays[0])
         starting = self._starting.pop(worker, None)
