@@ -2,7 +2,9 @@
 
 Writes ``<out>/rank-<r>.json``: per step (after :data:`SKIP` unreported ones) the time of the
 whole step's publishes (``with bridge.step(t)``, every array of the case), the rank's memcpy of
-the same bytes into buffers of its own (timed in the middle of each step's compute), and at the
+the same bytes into buffers of its own (timed in the middle of each step's compute), each also
+as the main thread's CPU time (``time.thread_time``: what a loaded machine's waits for a core
+leave out), and at the
 end the blocks that went by shared memory and by TCP (``Bridge.shm_pool``), the exchanges, and
 with ``--profile`` rank 0's cProfile of its publishes (the functions taking the most time).
 """
@@ -80,19 +82,19 @@ def arrays(case: str, args: argparse.Namespace, rank: int, size: int) -> dict[st
     raise ValueError(f"unknown case {case!r}")
 
 
-def busy(seconds: float, data: list[np.ndarray], into: list[np.ndarray]) -> float:
+def busy(seconds: float, data: list[np.ndarray], into: list[np.ndarray]) -> tuple[float, float]:
     """Keep the core busy ``seconds`` (a small stencil), with one copy of ``data`` into
-    ``into`` half-way, timed: that copy's seconds."""
+    ``into`` half-way, timed: that copy's seconds, wall-clock and on this thread's CPU."""
     t0 = time.perf_counter()
-    field, copy = np.ones(32768), None
+    field, copy, cpu = np.ones(32768), None, 0.0
     while (now := time.perf_counter()) - t0 < seconds or copy is None:
         if copy is None and now - t0 >= seconds / 2:
-            c0 = time.perf_counter()
+            c0, u0 = time.perf_counter(), time.thread_time()
             for source, target in zip(data, into, strict=True):
                 np.copyto(target, source)
-            copy = time.perf_counter() - c0
+            copy, cpu = time.perf_counter() - c0, time.thread_time() - u0
         field[1:-1] = 0.5 * field[1:-1] + 0.25 * (field[2:] + field[:-2])
-    return copy
+    return copy, cpu
 
 
 def main() -> None:
@@ -130,21 +132,23 @@ def main() -> None:
     bridge = Bridge(args.scheduler_file, {n: s for n, (s, _) in named.items()}, mode="async",
                     connect_timeout=300)  # fmt: skip
     profiler = cProfile.Profile() if args.profile and rank == 0 else None
-    publish, memcpy = [], []
+    publish, memcpy, publish_cpu, memcpy_cpu = [], [], [], []
     for step in range(args.steps + SKIP):
-        copy = busy(args.compute_ms / 1000, data, into)
+        copy, copy_cpu = busy(args.compute_ms / 1000, data, into)
         if profiler is not None and step >= SKIP:
             profiler.enable()
-        t0 = time.perf_counter()
+        t0, u0 = time.perf_counter(), time.thread_time()
         with bridge.step(step) as s:
             for name, (_, block) in named.items():
                 s.publish(name, block)
-        took = time.perf_counter() - t0
+        took, took_cpu = time.perf_counter() - t0, time.thread_time() - u0
         if profiler is not None:
             profiler.disable()
         if step >= SKIP:
             publish.append(took)
             memcpy.append(copy)
+            publish_cpu.append(took_cpu)
+            memcpy_cpu.append(copy_cpu)
     bridge.flush()
     per_step: dict[int, list[float]] = {}  # step: [copy, wait for room, other exchanges] s
     for t in bridge.timings:
@@ -158,6 +162,7 @@ def main() -> None:
     report = {
         "rank": rank, "case": args.case, "arrays": len(data),
         "nbytes": sum(d.nbytes for d in data), "publish_s": publish, "memcpy_s": memcpy,
+        "publish_cpu_s": publish_cpu, "memcpy_cpu_s": memcpy_cpu,
         "pool": pool, "transport": transport, "exchanges": exchanges,
         "steps": args.steps + SKIP, "registrations": registrations.waves,
         "slot_paths": paths.paths,

@@ -13,10 +13,8 @@ Public modules: :mod:`~deisa.bridge.bridge` (the Bridge), :mod:`~deisa.bridge.gr
 :mod:`~deisa.bridge.step_scope` (several arrays of a step with one exchange),
 :mod:`~deisa.bridge.scheduler_file`, :mod:`~deisa.bridge.tls_files` (deisa's names of the job's
 TLS files, which ``deisa-run`` sets: :mod:`deisa.wire.tls_files`),
-:mod:`~deisa.bridge.contracts` (the contracts in force), :mod:`~deisa.bridge.worker` (the older
-name of the workers' preload, :mod:`deisa.worker`), :mod:`~deisa.bridge.boxes` and
-:mod:`~deisa.bridge.placement` (the older paths of the arrays wing's two modules, which the
-publish path still imports).
+:mod:`~deisa.bridge.contracts` (the contracts in force), and :mod:`~deisa.bridge.worker` (the older
+name of the workers' preload, :mod:`deisa.worker`).
 
 Five wings, sub-packages: ``shm``, ``link`` and ``registration`` mirror :mod:`deisa.worker`
 and :mod:`deisa.wire`, ``engine`` mirrors the C++ ``plugin/adios2/``, and ``arrays`` is what
@@ -36,11 +34,11 @@ every room imports:
 
 The Bridge's other private rooms: its parts, each owning its fields (``_parts``: the arrays
 declared, ``_steps``, ``_loop``...), how it opens and closes (``_opening``, ``_closing``), the
-two publish modes (``_async``, with its own block buffers ``_buffers``; ``_sync``), the
-exchange's decisions (``_publisher``) and transport (``_exchange``), the collective error
-protocol (``_collective``), what a lost worker or scheduler does (``_losses``), the event-loop
-thread (``_loop``), the plugin's background imports (``_preload``), the attributes' calls
-(``_attrs``).
+two publish modes (``_async``, with its own block buffers ``_buffers`` and its blocks on
+their way ``_sends``; ``_sync``), the exchange's decisions (``_publisher``) and transport
+(``_exchange``), the collective error protocol (``_collective``), what a lost worker or
+scheduler does (``_losses``), the event-loop thread (``_loop``), the plugin's background
+imports (``_preload``), the attributes' calls (``_attrs``).
 """
 
 from __future__ import annotations

@@ -21,16 +21,20 @@ Who owns what:
 A send that fails because its worker left (``on_worker_loss="continue"``) is not reported:
 it waits for the exchange that spreads the new worker list, and is then sent again to the
 worker the new placement gives, from its buffer (kept until the send succeeds).
+
+Runs in a simulation rank, on its main thread (``publish`` and the exchange) and its event-loop
+thread (the sends). Imports the Bridge's buffers, exchange, publisher, sends and collective errors,
+the arrays wing's boxes, the registrar and the shared-memory pack; the wire's key names.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -48,8 +52,10 @@ from ._publisher import (
     RankReport,
     RootReport,
 )
-from .boxes import Geometry, Parcel
+from ._sends import Send, news_of
+from .arrays.boxes import Geometry, Parcel
 from .registration.registrar import Registrar, plan_of
+from .shm.pack import aligned
 
 if TYPE_CHECKING:
     from ._parts import BridgeParts
@@ -57,21 +63,6 @@ if TYPE_CHECKING:
     from .registration.registrar import EarlyRegistration
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class _Send:
-    """One of this rank's blocks on its way to its worker."""
-
-    entry: Entry
-    buffer: np.ndarray | None  # None once given back (the send succeeded, or failed reported)
-    future: concurrent.futures.Future[dict[Any, int]] | None = None
-    worker: str = ""
-    reported: bool = False
-    failed_at: float | None = None  # when a failure was first held back (its worker may leave)
-    lost: bool = False  # its worker left and none is left to take it
-    geometry: Geometry | None = None  # a parcel of boxes (deisa.bridge.boxes): their geometry
-    empty: bool = False  # a parcel with no element: nothing sent, only its geometry reported
 
 
 class AsyncPublisher:
@@ -87,7 +78,7 @@ class AsyncPublisher:
         self.link = link
         self.on_connection = on_connection  # every rank, the connection known: its problem
         self.ledger = Ledger(parts.comm.Get_size())
-        self.sends: dict[int, _Send] = {}
+        self.sends: dict[int, Send] = {}
         self.buffers = Buffers()
         self.peak_in_flight: dict[str, int] = {}
         self.exchanger = Exchanger(parts.comm)
@@ -97,6 +88,7 @@ class AsyncPublisher:
         self._announced = False  # rank 0, main thread: the connection went in an exchange
         # inside Bridge.step(): each publish's (call, problem), posted in one exchange at its end
         self.held: list[tuple[tuple[Any, Any], str | None]] | None = None
+        self._sends_done = False  # set by the loop thread: a send finished (reclaim it)
 
     @property
     def early(self) -> EarlyRegistration | None:
@@ -120,7 +112,7 @@ class AsyncPublisher:
         t0: float,
     ) -> None:
         """The async :meth:`~deisa.Bridge.publish` (see there); ``block`` is a fixed array's
-        block, or this rank's :class:`~deisa.bridge.boxes.Parcel` of boxes.
+        block, or this rank's :class:`~deisa.bridge.arrays.boxes.Parcel` of boxes.
 
         Completes the exchange the previous call posted (its decisions: a failure, or the
         previous call's problem, raised here on every rank), waits for room if the ledger says
@@ -176,14 +168,16 @@ class AsyncPublisher:
         t2 = time.perf_counter()
         entry = self.ledger.add(name, int(step), revision, plan.ranks, plan)
         self.registrar.known(entry)
-        self.reclaim()
+        if self._sends_done:  # else nothing since the last exchange's reclaim
+            self.reclaim()
         nbytes = 0
         if problem is None and block is not None and plan.sends(parts.rank):  # else not sent
             nbytes = self.copy_and_send(entry, block)
         t3 = time.perf_counter()
         self.post_or_hold(call, problem)
         t4 = time.perf_counter()
-        parts.transport.settle()  # the channels' threads unmap and map slots after the copy
+        if self.held is None:  # in a step, once its copies are over (end_step)
+            parts.transport.settle()  # the channels' threads unmap and map slots after the copy
         in_flight = self.ledger.in_flight(name)
         self.peak_in_flight[name] = max(self.peak_in_flight.get(name, 0), in_flight)
         parts.timings.add(
@@ -208,7 +202,7 @@ class AsyncPublisher:
         if isinstance(block, Parcel):
             geometry = block.geometry
             if not block.size:
-                self.sends[entry.seq] = _Send(entry, None, geometry=geometry, empty=True)
+                self.sends[entry.seq] = Send(entry, None, geometry=geometry, empty=True)
                 self.registrar.sent(entry.seq, 0, "", geometry)
                 return 0
             dtype = parts.arrays.decompositions[name].dtype
@@ -223,20 +217,20 @@ class AsyncPublisher:
                 spec = parts.arrays.specs[name]
                 buffer = self.buffers.take(name, spec.shape, spec.dtype)
                 np.copyto(buffer, block)
-        send = _Send(entry, buffer, geometry=geometry)
+        send = Send(entry, buffer, geometry=geometry)
         self.sends[entry.seq] = send
         if self.ledger.connection is not None:
             self.start_send(send)
         return int(buffer.nbytes)
 
-    def start_send(self, send: _Send) -> None:
+    def start_send(self, send: Send) -> None:
         """Send ``send``'s buffer to this rank's worker under the current placement."""
         parts = self.parts
         name, entry = send.entry.name, send.entry
         if send.empty:
             return
         step_key = step_key_name(self.link.run or "", name, entry.step, entry.revision)
-        if send.geometry is not None:  # a parcel: one key per rank (deisa.bridge.boxes)
+        if send.geometry is not None:  # a parcel: one key per rank (deisa.bridge.arrays.boxes)
             key: tuple[Any, ...] = (step_key, parts.rank)
         else:
             dec = parts.arrays.decompositions[name]
@@ -259,6 +253,7 @@ class AsyncPublisher:
         geometry: Geometry | None = None,
     ) -> None:
         """Loop thread, a send finished: wake the main thread, and tell rank 0 (._notices)."""
+        self._sends_done = True
         self.progress.set()
         if future.cancelled() or future.exception() is not None:
             return  # the exchange reports the failure
@@ -278,7 +273,7 @@ class AsyncPublisher:
                 future.cancel()
             self._resend(send)
 
-    def _resend(self, send: _Send) -> None:
+    def _resend(self, send: Send) -> None:
         if self.parts.routing.workers:
             logger.info(
                 "deisa bridge: step %d of %r: worker %s left, sending to %s",
@@ -292,60 +287,42 @@ class AsyncPublisher:
     def report(self, call: tuple[Any, Any] | None, problem: str | None) -> RankReport:
         """This rank's part of the next exchange."""
         parts = self.parts
-        sent: list[tuple[Any, ...]] = []
-        failed: list[tuple[int, str]] = []
-        hold = 2 * parts.options.connect_timeout
-        for seq, send in self.sends.items():
-            if send.reported:
-                continue
-            shape = () if send.geometry is None else (send.geometry,)  # a parcel's geometry
-            if send.empty:  # nothing sent: only the geometry, for the step's layout
-                send.reported = True
-                sent.append((seq, 0, "", *shape))
-                continue
-            if send.lost:  # named with its departed worker: the scheduler reports it lost
-                send.reported = True
-                sent.append((seq, 0, send.worker, *shape))
-                continue
-            future = send.future
-            if future is None or not future.done() or future.cancelled():
-                continue
-            exc = future.exception()
-            if exc is None:
-                send.reported = True
-                nbytes = int(next(iter(future.result().values())))
-                sent.append((seq, nbytes, send.worker, *shape))
-                continue
-            if parts.options.on_worker_loss == "continue" and isinstance(exc, OSError):
-                if send.worker not in parts.routing.workers:  # left already: send again
-                    self._resend(send)
-                    continue
-                now = time.monotonic()
-                send.failed_at = send.failed_at or now
-                if now - send.failed_at < hold:  # until the scheduler says the worker left
-                    continue
-            send.reported = True
-            failed.append(
-                (
-                    seq,
-                    f"sending step {send.entry.step} of {send.entry.name!r} to worker "
-                    f"{send.worker} failed: {exc!r}",
-                )
-            )
+        left = parts.options.on_worker_loss == "continue"  # a worker may leave: hold failures
+        sent, failed = news_of(self.sends, 2 * parts.options.connect_timeout, left,
+                               parts.routing.workers, self._resend)  # fmt: skip
         root = None
         if parts.rank == 0:
             news = self.registrar.news
             connection = None
             if news.connection is not None and not self._announced:
                 connection, self._announced = news.connection, True
-            root = RootReport(
-                connection=connection,
-                connect_error=news.connect_error,
-                registered=news.registered,
-                error=news.error,
-                fields=parts.fields.collect(),
-            )
+            root = RootReport(connection, news.connect_error, news.registered, news.error,
+                              parts.fields.collect())  # fmt: skip
         return RankReport(call, problem, tuple(sent), tuple(failed), root)
+
+    def begin_step(self) -> None:
+        """``bridge.step(t)`` starts: its publishes' exchanges are held (:attr:`held`) and
+        their blocks for one worker packed into one slot (``Transport.begin_step``)."""
+        if self.held is not None:
+            raise RuntimeError("bridge.step() inside another bridge.step()")
+        self.held = []
+        self.parts.transport.begin_step(self._declared_bytes)
+
+    def _declared_bytes(self) -> dict[str, int]:
+        """The bytes of this rank's fixed arrays' blocks for each of their workers."""
+        found: dict[str, int] = {}
+        for name, spec in self.parts.arrays.specs.items():
+            worker = self.parts.routing.worker_of.get(name) if self.ledger.connection else None
+            if worker is not None and not spec.is_moving:
+                nbytes = math.prod(spec.shape) * spec.dtype.itemsize
+                found[worker] = found.get(worker, 0) + aligned(nbytes)
+        return found
+
+    def end_step(self) -> list[tuple[tuple[Any, Any], str | None]]:
+        """The step's publishes are over: its packs are closed; their held (call, problem)."""
+        held, self.held = self.held or [], None
+        self.parts.transport.end_step()
+        return held
 
     def post_or_hold(self, call: tuple[Any, Any], problem: str | None) -> None:
         """Post this publish's exchange, or hold it for the one exchange that ends the step
@@ -402,8 +379,13 @@ class AsyncPublisher:
         :meth:`~deisa.bridge.shm.transport.Transport.settle`: after the next copy, or while this
         rank waits, never beside a copy (on 2 cores, a munmap of 64 MiB there halved the copy's
         speed; docs/benchmarks.md, section 16)."""
+        self._sends_done = False
         registered = self.ledger.registered
         for seq, send in list(self.sends.items()):
+            if send.buffer is None:  # given back (or none): forgotten once reported, registered
+                if send.reported and seq < registered:
+                    del self.sends[seq]
+                continue
             future = send.future
             done = future is not None and future.done() and (send.reported or _succeeded(future))
             if not done and not send.lost and not (send.empty and send.reported):

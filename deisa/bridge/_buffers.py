@@ -3,6 +3,9 @@ connection is known: a copy per block in flight, reused for the next ones of the
 
 Main thread only (``publish`` takes a buffer, the exchange that says its send finished gives it
 back); the loop thread only reads a buffer while it sends it.
+
+Runs in a simulation rank, on its main thread (and read by its event-loop thread). Imports numpy
+only.
 """
 
 from __future__ import annotations
@@ -53,7 +56,7 @@ class Buffers:
 
     def take_parcel(self, name: str, shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray:
         """A buffer of ``shape`` for a parcel of boxes of ``name``
-        (:mod:`deisa.bridge.boxes`), whose size changes from step to step: the first free one
+        (:mod:`deisa.bridge.arrays.boxes`), whose size changes from step to step: the first free one
         large enough, else a new one a quarter larger than asked (counts that grow a little
         from step to step reuse it)."""
         nbytes = int(np.prod(shape)) * dtype.itemsize

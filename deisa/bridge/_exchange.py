@@ -23,6 +23,9 @@ on a node with more ranks than cores that core is another rank's, and a rank tha
 would spend most of its start-up CPU waiting for rank 0's connection.
 
 Main thread only, like every MPI call of the Bridge.
+
+Runs in a simulation rank, on its main thread. Imports :mod:`._publisher`'s reports and numpy; MPI
+comes from the communicator it is given.
 """
 
 from __future__ import annotations

@@ -18,6 +18,8 @@ A rank reports what its background sends did since the last exchange; rank 0 add
 :class:`RootReport`: the connection once it is made, the steps registered so far on the
 scheduler, a background failure, and any ``fields`` (named values rank 0 passes to every rank
 at a step boundary: steering values, contracts).
+
+Runs in a simulation rank, on its main thread. Imports :mod:`deisa.wire`'s status codes only.
 """
 
 from __future__ import annotations
@@ -92,7 +94,7 @@ class RankReport:
     call: tuple[Any, Any] | None = None  # (name, step) of the publish making it; None: a wait
     problem: str | None = None  # this rank's block or call is wrong
     # (seq, nbytes, worker) of sends done since the last exchange, (seq, nbytes, worker,
-    # geometry) for a parcel of boxes (deisa.bridge.boxes); a block whose worker left with no
+    # geometry) for a parcel of boxes (deisa.bridge.arrays.boxes); a block whose worker left with no
     # other to take it comes with that worker, so that the scheduler reports it lost
     sent: tuple[tuple[Any, ...], ...] = ()
     failed: tuple[tuple[int, str], ...] = ()  # (seq, message) of sends failed since then
@@ -114,7 +116,8 @@ class Entry:
 Sent = tuple[Any, ...]
 """Where a rank's block of a publication went: ``(nbytes, worker)``; ``(0, "")`` for a rank
 that sends none (contracts); ``(nbytes, worker, geometry)`` for a rank's boxes of a step
-(:data:`deisa.bridge.boxes.Geometry`; ``(0, "", geometry)``: it holds no element this step)."""
+(:data:`deisa.bridge.arrays.boxes.Geometry`; ``(0, "", geometry)``: it holds no element this
+step)."""
 
 
 def geometry_of(sent: Sent) -> Any:
@@ -158,6 +161,7 @@ class Ledger:
         self.connection: Connection | None = None
         self.failure: str | None = None
         self.entries: dict[int, Entry] = {}  # not known registered, by seq
+        self._in_flight: dict[str, int] = {}  # the entries of each array
         self._ready = 0  # publications below were handed to rank 0 for registration
         self._sent: dict[int, list[Sent | None]] = {}
 
@@ -182,6 +186,7 @@ class Ledger:
         """
         entry = Entry(self.next_seq, name, step, revision, senders, plan)
         self.entries[entry.seq] = entry
+        self._in_flight[name] = self._in_flight.get(name, 0) + 1
         self._sent[entry.seq] = [
             None if senders is None or rank in senders else (0, "") for rank in range(self.nranks)
         ]
@@ -190,7 +195,7 @@ class Ledger:
 
     def in_flight(self, name: str) -> int:
         """Publications of ``name`` not known to be registered."""
-        return sum(1 for entry in self.entries.values() if entry.name == name)
+        return self._in_flight.get(name, 0)
 
     @property
     def flushed(self) -> bool:
@@ -225,7 +230,9 @@ class Ledger:
             self.failure = failures[0]
         if root.registered > self.registered:
             for seq in range(self.registered, root.registered):
-                self.entries.pop(seq, None)
+                entry = self.entries.pop(seq, None)
+                if entry is not None:
+                    self._in_flight[entry.name] -= 1
                 self._sent.pop(seq, None)
             self.registered = root.registered
             self._ready = max(self._ready, self.registered)

@@ -2,6 +2,9 @@
 
 The main thread counts publications and timings; rank 0's loop thread counts the steps
 queued on the scheduler (:meth:`StepBook.queued`).
+
+Runs in a simulation rank, on its main thread and rank 0's event-loop thread. Imports
+:mod:`._publisher` and :mod:`deisa.wire.attributes` only.
 """
 
 from __future__ import annotations

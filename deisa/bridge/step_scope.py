@@ -54,9 +54,7 @@ class StepScope:
 
     def __enter__(self) -> StepScope:
         if self._publisher is not None:
-            if self._publisher.held is not None:
-                raise RuntimeError("bridge.step() inside another bridge.step()")
-            self._publisher.held = []
+            self._publisher.begin_step()
             self._batch.enter_context(self._publisher.parts.loop.batched())
         self._open = True
         return self
@@ -80,12 +78,13 @@ class StepScope:
         publisher = self._publisher
         if publisher is None:
             return
-        held, publisher.held = publisher.held, None
+        held = publisher.end_step()
         with self._batch:  # the sends reach the loop together, after the exchange is posted
             if held:  # one exchange for the step's publishes: the first problem names its array
                 names = tuple(call[0] for call, _ in held)
                 problem = next((f"{c[0]!r}: {p}" for c, p in held if p is not None), None)
                 publisher.post((names, self.step), problem)
+            publisher.parts.transport.settle()  # the step's copies are over
 
 
 class GroupStepScope:

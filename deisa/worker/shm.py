@@ -10,15 +10,19 @@ serves each rank that connects with the same uid:
 
 - ``hello``: answers with the worker's address (the rank checks it is the one it wanted);
 - ``slot`` with a file descriptor: maps that slot of the rank's ring;
-- ``put``: wraps the slot in an ``ndarray`` (no copy) and stores it under the block's key as a
-  peer's ``update_data`` would, then answers ``stored`` (or ``error``);
+- ``put``: wraps the block in the slot (at ``offset`` bytes into its data, 0 if absent) in an
+  ``ndarray`` (no copy) and stores it under the block's key as a peer's ``update_data`` would,
+  then answers ``stored`` (or ``error``);
 - ``puts``: several blocks at once (a step's), stored with one ``update_data``, answered with one
-  ``stored-many`` (the blocks stored, the blocks refused);
+  ``stored-many`` (the blocks stored, the blocks refused); several of them may lie in one slot
+  at different offsets (a step's blocks for this worker packed by the rank,
+  :mod:`deisa.bridge.shm.pack`);
 - ``drop``: forgets a slot the rank has retired.
 
 The array's memory is the slot's: spilling, pickling and transfers to other workers see a
-plain ndarray. When the last reference to the array (and to any view of it) is gone, the slot
-is marked free for the rank to reuse. A rank that dies leaves its slots mapped only as long as
+plain ndarray. Every block of a slot holds one *lease* of it (:class:`_Lease`): when
+the last reference to every block of the slot (and to any view of them) is gone, the slot is
+marked free for the rank to reuse. A rank that dies leaves its slots mapped only as long as
 the worker keeps blocks in them.
 """
 
@@ -45,6 +49,7 @@ from ..wire.names import bind_first, run_secret
 from ..wire.shm import (
     FREE,
     HEADER,
+    HELD,
     MAX_MESSAGE,
     SEALS,
     decode,
@@ -74,19 +79,28 @@ class _Slot:
         self.address = ctypes.addressof(self._anchor)
 
 
-class _SlotView:
-    """What an array over a slot points to: keeps the mapping alive, frees the slot at the
-    end (numpy makes every view of the array keep this object, not the array, alive)."""
+class _Lease:
+    """A slot's blocks held here: keeps the mapping alive while one of them lives, frees the
+    slot when the last is gone (each block's :class:`_SlotView` holds it)."""
 
-    def __init__(self, slot: _Slot, dtype: np.dtype[Any], shape: tuple[int, ...]) -> None:
+    def __init__(self, slot: _Slot) -> None:
+        self.slot = slot
+        weakref.finalize(self, _set_free, slot.map)
+
+
+class _SlotView:
+    """What a block's array over a slot points to (numpy makes every view of the array keep
+    this object, not the array, alive): holds the slot's :class:`_Lease`."""
+
+    def __init__(self, lease: _Lease, dtype: np.dtype[Any], shape: tuple[int, ...],
+                 offset: int = 0) -> None:  # fmt: skip
         self.__array_interface__ = {
             "version": 3,
             "shape": shape,
             "typestr": dtype.str,
-            "data": (slot.address + HEADER, False),
+            "data": (lease.slot.address + HEADER + offset, False),
         }
-        self._slot = slot
-        weakref.finalize(self, _set_free, slot.map)
+        self.lease = lease
 
 
 def slot_problem(fd: int, size: int) -> str | None:
@@ -180,12 +194,13 @@ class Listener:
 
 
 class _Peer:
-    """One rank's connection: its slots, by number."""
+    """One rank's connection: its slots, by number, and the live lease of each."""
 
     def __init__(self, server: Listener, conn: socket.socket) -> None:
         self.server = server
         self.conn = conn
         self.slots: dict[int, _Slot] = {}
+        self.leases: dict[int, weakref.ref[_Lease]] = {}
 
     def readable(self) -> None:
         while True:
@@ -225,6 +240,7 @@ class _Peer:
             return None
         if op == "drop":
             self.slots.pop(int(message["id"]), None)
+            self.leases.pop(int(message["id"]), None)
             return None
         if op == "put":
             ident = int(message["id"])
@@ -240,18 +256,42 @@ class _Peer:
         raise ValueError(f"unknown message {op!r}")
 
     def block(self, message: dict[str, Any]) -> tuple[tuple[Any, ...], np.ndarray]:
-        """The key and the array (over its slot, no copy) of one ``put``'s block."""
-        slot = self.slots[int(message["slot"])]
+        """The key and the array (over its slot, at its ``offset``, no copy) of one ``put``'s
+        block: a view of the slot's lease (:meth:`lease`)."""
+        ident = int(message["slot"])
+        slot = self.slots[ident]
         dtype = block_dtype(message["dtype"])
         shape = block_shape(message["shape"])
-        if dtype.itemsize * math.prod(shape) > slot.size - HEADER:
-            raise ValueError(f"a block of {shape} {dtype} does not fit slot {message['slot']}")
-        return key_from_wire(message["key"]), np.asarray(_SlotView(slot, dtype, shape))
+        offset = message.get("offset", 0)
+        if type(offset) is not int or offset < 0:
+            raise ValueError(f"not a block offset: {offset!r:.80}")
+        nbytes = dtype.itemsize * math.prod(shape)
+        if offset + nbytes > slot.size - HEADER:
+            raise ValueError(
+                f"a block of {shape} {dtype} at offset {offset} does not fit slot {ident}"
+            )
+        view = _SlotView(self.lease(ident, slot), dtype, shape, offset)
+        return key_from_wire(message["key"]), np.asarray(view)
+
+    def lease(self, ident: int, slot: _Slot) -> _Lease:
+        """Slot ``ident``'s live lease (its blocks stored so far and not yet dropped), or a
+        new one, which marks the slot held again (a lease of it that ended may have freed it
+        while the rank was still handing it over)."""
+        ref = self.leases.get(ident)
+        lease = ref() if ref is not None else None
+        if lease is None or lease.slot is not slot:
+            lease = _Lease(slot)
+            self.leases[ident] = weakref.ref(lease)
+            slot.map[0] = HELD
+        return lease
 
     def free(self, message: Any) -> None:
-        """Free the slot of a ``put`` that failed (the rank may write it again)."""
-        slot = self.slots.get(int(message.get("slot", -1))) if isinstance(message, dict) else None
-        if slot is not None:
+        """Free the slot of a ``put`` that failed (the rank may write it again), unless other
+        blocks of it live here (their lease frees it once they are gone)."""
+        ident = int(message.get("slot", -1)) if isinstance(message, dict) else -1
+        slot = self.slots.get(ident)
+        ref = self.leases.get(ident)
+        if slot is not None and (ref is None or ref() is None):
             _set_free(slot.map)
 
     def puts(self, message: dict[str, Any]) -> dict[str, Any]:

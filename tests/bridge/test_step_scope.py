@@ -17,22 +17,45 @@ from deisa.bridge._loop import LoopThread
 from deisa.bridge.step_scope import StepScope
 
 
+class Transport:
+    """What a step tells the transport: its start, the end of its copies, the settle after."""
+
+    def __init__(self, calls: list[Any]) -> None:
+        self.calls = calls
+
+    def begin_step(self, expected: Any = None) -> None:
+        self.calls.append("begin")
+
+    def end_step(self) -> None:
+        self.calls.append("end")
+
+    def settle(self) -> None:
+        self.calls.append("settle")
+
+
 class Parts:
-    def __init__(self) -> None:
+    def __init__(self, calls: list[Any]) -> None:
         self.loop = LoopThread("deisa-test-step-scope")
+        self.transport = Transport(calls)
 
 
 class Publisher:
-    """The part of :class:`AsyncPublisher` a step scope drives: its held calls and its posts,
-    and its Bridge's event loop (real)."""
+    """The part of :class:`AsyncPublisher` a step scope drives: its held calls and its posts
+    (its own ``begin_step``, ``end_step``), and its Bridge's event loop (real)."""
+
+    begin_step = AsyncPublisher.begin_step
+    end_step = AsyncPublisher.end_step
+    _declared_bytes = AsyncPublisher._declared_bytes  # asked by the transport (here: never)
 
     def __init__(self) -> None:
         self.held: list[Any] | None = None
         self.posted: list[tuple[Any, Any]] = []
-        self.parts = Parts()
+        self.calls: list[Any] = []  # the transport's, and the posts, in order
+        self.parts = Parts(self.calls)
 
     def post(self, call: Any = None, problem: str | None = None) -> None:
         self.posted.append((call, problem))
+        self.calls.append("post")
 
 
 def scope(publisher: Publisher | None, problems: dict[str, str]) -> tuple[StepScope, list[Any]]:
@@ -54,6 +77,8 @@ def test_a_steps_arrays_post_one_exchange_at_its_end() -> None:
         s.publish("x", [2], start=(0,), shape=(4,))
         assert publisher.posted == []  # held until the end of the step
     assert publisher.posted == [((("Ex", "x"), 7), None)]
+    # the step's blocks packed from its start to the end of its copies, settled after them
+    assert publisher.calls == ["begin", "end", "post", "settle"]
     assert published[1] == ("x", 7, {"start": (0,), "shape": (4,)})
     assert publisher.held is None
     AsyncPublisher.post_or_hold(publisher, ("Ex", 8), None)  # type: ignore[arg-type]

@@ -19,8 +19,9 @@ from typing import Any
 import numpy as np
 import pytest
 from conftest import STARTUP
-from distributed.utils_test import gen_cluster
+from distributed.utils_test import async_poll_for, gen_cluster
 
+from deisa import _dask_internals
 from deisa.bridge.shm.transport import Transport
 from deisa.wire.shm import HEADER, memfd, socket_name
 from deisa.worker.services import WorkerServices
@@ -90,6 +91,13 @@ def test_plain_dtypes_and_shapes_are_taken() -> None:
     for wrong in ([-1], [1.5], "3", [True], None):
         with pytest.raises(ValueError, match="not a block shape"):
             block_shape(wrong)
+
+
+async def release(c: Any, s: Any, a: Any, keys: list[Any]) -> None:
+    """The scheduler learns of ``keys`` on worker ``a``, then lets them go (gone from ``a``)."""
+    _dask_internals.register_keys(s, {k: [a.address] for k in keys}, {k: 1 for k in keys}, c.id)
+    _dask_internals.release_keys(s, keys, c.id)
+    await async_poll_for(lambda: not any(k in a.data for k in keys), STARTUP)
 
 
 async def exchange(sock: socket.socket, message: dict[str, Any], fd: int | None = None) -> Any:
@@ -181,6 +189,8 @@ async def test_a_puts_message_stores_its_good_blocks_at_once_and_refuses_the_oth
             lambda *_: (_ for _ in ()).throw(MemoryError("no room")),
         )
         try:
+            await release(c, s, a, [("k", 0), ("k", 1)])  # their slots free again
+            assert os.pread(fds[0], 1, 0) == b"\x00"
             again = [dict(b, key=["k", 10 + i]) for i, b in enumerate(blocks[:2])]
             os.pwrite(fds[0], b"\x01", 0)  # held, as the rank's hand-over marks it
             reply = await exchange(sock, {"op": "puts", "blocks": again})
@@ -193,3 +203,42 @@ async def test_a_puts_message_stores_its_good_blocks_at_once_and_refuses_the_oth
         sock.close()
         for fd in fds:
             os.close(fd)
+
+
+@gen_cluster(client=True, timeout=STARTUP)
+async def test_blocks_packed_in_one_slot_keep_it_held_until_the_last_is_dropped(c, s, a, b) -> None:
+    """A step's blocks for one worker in one slot, at their offsets (deisa.bridge.shm.pack):
+    each stored as a view of its bytes; the slot is free once every block is gone, not
+    before; a block past the slot's end, or at an offset that is not one, is refused and
+    leaves the slot to the blocks that live in it."""
+    await c.register_plugin(WorkerServices())
+    loop = asyncio.get_running_loop()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    sock.setblocking(False)
+    await loop.sock_connect(sock, socket_name(a.address))
+    fd = memfd("deisa-test", SIZE)
+    try:
+        os.pwrite(fd, np.arange(8.0).tobytes(), HEADER)
+        os.pwrite(fd, np.arange(4, dtype=np.int32).tobytes(), HEADER + 128)
+        assert (await exchange(sock, {"op": "slot", "id": 0, "size": SIZE}, fd))["op"] == "hello"
+        os.pwrite(fd, b"\x01", 0)  # held, as the rank's hand-over marks it
+        blocks = [
+            {"id": 1, "slot": 0, "key": ["k", 0], "dtype": "<f8", "shape": [2, 4]},
+            {"id": 2, "slot": 0, "key": ["k", 1], "dtype": "<i4", "shape": [4], "offset": 128},
+            {"id": 3, "slot": 0, "key": ["k", 2], "dtype": "<f8", "shape": [8], "offset": 4090},
+            {"id": 4, "slot": 0, "key": ["k", 3], "dtype": "<f8", "shape": [1], "offset": -8},
+        ]
+        reply = await exchange(sock, {"op": "puts", "blocks": blocks})
+        assert reply["stored"] == [[1, 64], [2, 16]], reply
+        assert [i for i, _ in reply["errors"]] == [3, 4]
+        assert "does not fit" in reply["errors"][0][1] and "offset" in reply["errors"][1][1]
+        np.testing.assert_array_equal(a.data[("k", 0)], np.arange(8.0).reshape(2, 4))
+        np.testing.assert_array_equal(a.data[("k", 1)], np.arange(4, dtype=np.int32))
+        assert os.pread(fd, 1, 0) == b"\x01"  # the refused blocks did not free it
+        await release(c, s, a, [("k", 0)])
+        assert os.pread(fd, 1, 0) == b"\x01"  # one block left in it
+        await release(c, s, a, [("k", 1)])
+        assert os.pread(fd, 1, 0) == b"\x00"  # the last gone: free
+    finally:
+        sock.close()
+        os.close(fd)

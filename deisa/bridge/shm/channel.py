@@ -14,6 +14,10 @@ dropped the block.
 
 Bookkeeping (:meth:`Channel.take`, :meth:`Channel.untake`) may run on any thread, under the
 channel's lock; the socket is used from the Bridge's event-loop thread only.
+
+Runs in a simulation rank, on its main thread (bookkeeping), its event-loop thread (the socket) and
+the channel's own thread. Imports :mod:`deisa.wire.shm`, :mod:`deisa.wire.names` and this wing's
+pool, slot and warm ring.
 """
 
 from __future__ import annotations
@@ -38,8 +42,9 @@ from ...wire.shm import (
     slot_bytes,
     socket_names,
 )
-from .pool import SMALL, SlotPool, WarmRing
+from .pool import SMALL, SlotPool
 from .slot import Slot
+from .warm_ring import WarmRing
 
 logger = logging.getLogger(__name__)
 
@@ -121,6 +126,7 @@ class Channel(WarmRing):
         self._unmap_later: set[Slot] = set()
         self._settle_pending = False
         self._outbox: list[dict[str, Any]] = []  # puts of this loop turn (_hand_over)
+        self._sharing = asyncio.Lock()  # a slot's descriptor sent once, before its blocks
         self._preparer = threading.Thread(
             target=self._prepare, name=f"deisa-shm-{worker}", daemon=True
         )
@@ -156,11 +162,13 @@ class Channel(WarmRing):
 
     # -- any thread --------------------------------------------------------------------------
 
-    def take(self, nbytes: int, mapped: bool = True) -> Slot | None:
+    def take(self, nbytes: int, mapped: bool = True, usual: bool = True) -> Slot | None:
         """A free slot for ``nbytes``, lent to the caller until :meth:`untake` (after
         :meth:`put`, or instead of it); ``None`` when the ring is full, the channel broken or
         the memory short. Mapped, unless ``mapped=False`` and no prepared slot is free (the
-        caller then fills it with :meth:`Slot.write`)."""
+        caller then fills it with :meth:`Slot.write`). ``usual=False``: a block copied here
+        only once (one the rank held before the channel opened), whose size is not the one
+        the preparer makes ready and the pool grows for."""
         with self._lock:
             if self.broken is not None:
                 return None
@@ -168,12 +176,13 @@ class Channel(WarmRing):
             if fitting:  # a prepared one if any
                 slot = max(fitting, key=lambda s: (s.prepared, -s.capacity))
             elif len(self.slots) < self.most_slots:
-                self._outran |= len(self.slots) >= max(KEEP_FREE, SPARE)  # the pool may grow
+                self._outran |= usual and len(self.slots) >= max(KEEP_FREE, SPARE)  # pool grows
                 slot = self._new_slot(nbytes)
             else:
                 return None
             slot.lend()
-            self._want = nbytes  # the next settle() prepares a slot of this size
+            if usual:
+                self._want = nbytes  # the next settle() prepares a slot of this size
         if not mapped and not slot.prepared:
             return slot
         try:
@@ -350,9 +359,12 @@ class Channel(WarmRing):
 
     # -- the event-loop thread ---------------------------------------------------------------
 
-    async def put(self, slot: Slot, key: Any, shape: tuple[int, ...], dtype: np.dtype[Any]) -> int:
-        """Hand the block in ``slot`` to the worker under ``key``; its size in the worker's
-        memory. A :class:`ChannelError` if the worker's end fails (the slot is then free)."""
+    async def put(
+        self, slot: Slot, key: Any, shape: tuple[int, ...], dtype: np.dtype[Any], offset: int = 0
+    ) -> int:
+        """Hand the block in ``slot`` (``offset`` bytes into its data: a step's pack holds
+        several) to the worker under ``key``; its size in the worker's memory. A
+        :class:`ChannelError` if the worker's end fails (the slot is then free)."""
         loop = asyncio.get_running_loop()
         wired = key_to_wire(key)
         if wired is None:
@@ -365,13 +377,16 @@ class Channel(WarmRing):
             self._check()
             await self._forget_retired()
             if not slot.shared:
-                await self._send_fd(encode(op="slot", id=slot.id, size=slot.size), slot.fd)
-                slot.mark_shared()
+                async with self._sharing:  # the other blocks of a pack wait for its descriptor
+                    if not slot.shared:
+                        await self._send_fd(encode(op="slot", id=slot.id, size=slot.size), slot.fd)
+                        slot.mark_shared()
             slot.hand_over()
-            self._outbox.append(
-                {"id": ident, "slot": slot.id, "key": wired, "dtype": dtype.str,
-                 "shape": list(shape)}
-            )  # fmt: skip
+            block = {"id": ident, "slot": slot.id, "key": wired, "dtype": dtype.str,
+                     "shape": list(shape)}  # fmt: skip
+            if offset:
+                block["offset"] = offset
+            self._outbox.append(block)
             if len(self._outbox) == 1:  # the puts of this loop turn go together, after it
                 loop.call_soon(self._hand_over)
             answer = await reply

@@ -11,6 +11,8 @@ slots, a ring sized for one array sends most of them by TCP (issue 56 item 9).
 
 Plain arithmetic, on whichever thread sizes the pool (the rank's main thread, at the Bridge's
 construction and ``declare``).
+
+Runs in a simulation rank, on its main thread. Imports the standard library only.
 """
 
 from __future__ import annotations

@@ -12,9 +12,15 @@ either way.
 
 In ``mode="async"`` the Bridge copies a block with :meth:`Transport.copy_in`: into a slot of
 the worker's ring when there is one, so that the copy ``publish`` makes anyway is the only one.
+Between :meth:`Transport.begin_step` and :meth:`Transport.end_step` (``bridge.step(t)``) the
+blocks for one worker go one after another into one slot (:mod:`.pack`).
 
 The main thread copies blocks in (``copy_in``) and gives slots back; the loop thread sends
 (``send``) and opens the channels.
+
+Runs in a simulation rank, on its main thread and its event-loop thread. Imports
+:mod:`deisa._dask_internals`, :mod:`deisa.wire.shm`, the arrays wing's boxes, the Bridge's options
+and this wing's channel, pack, pool and slot.
 """
 
 from __future__ import annotations
@@ -24,16 +30,17 @@ import concurrent.futures
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 import numpy as np
 
 from ... import _dask_internals
 from ...wire.shm import key_to_wire, plain_dtype
-from ..boxes import Parcel
+from ..arrays.boxes import Parcel
 from ..options import TRANSPORTS
 from .channel import Channel
+from .pack import StepPacks
 from .pool import SlotPool
 from .slot import Slot
 
@@ -85,7 +92,8 @@ class Transport:
         self._channels: dict[str, Channel] = {}
         self._opening: dict[str, asyncio.Future[Channel | None]] = {}
         self._tried_at: dict[str, float] = {}
-        self._lent: dict[int, tuple[Slot, np.ndarray]] = {}
+        self._lent: dict[int, tuple[Slot, np.ndarray, int]] = {}  # id(view): slot, view, offset
+        self._packs = StepPacks()
         self._starting: dict[str, concurrent.futures.Future[Channel | None]] = {}
 
     def pool_summary(self) -> dict[str, Any]:
@@ -124,6 +132,8 @@ class Transport:
         channel = self._channels.get(worker)
         if channel is None or channel.broken or not plain_dtype(block.dtype) or block.nbytes == 0:
             return None
+        if self._packs.open:
+            return self._copy_packed(worker, channel, block)
         slot = channel.take(block.nbytes, mapped=not block.flags.c_contiguous)
         if slot is None:
             return None
@@ -143,13 +153,66 @@ class Transport:
             "deisa bridge: a block of %d bytes into a %s slot (%d in the ring of worker %s)",
             block.nbytes, path, len(channel.slots), worker, extra={"deisa_slot": path},
         )  # fmt: skip
-        self._lent[id(view)] = (slot, view)
+        slot.blocks = 1
+        self._lent[id(view)] = (slot, view, 0)
         return view
 
+    def _copy_packed(self, worker: str, channel: Channel, block: np.ndarray) -> np.ndarray | None:
+        """:meth:`copy_in` inside a step: ``block`` after the step's blocks for ``worker`` in
+        their pack (:mod:`.pack`), or in a new pack (a slot of the size the last step took)."""
+        nbytes = block.nbytes
+        pack = self._packs.pack_for(worker, nbytes)
+        if pack is None:
+            slot = channel.take(self._packs.size_for(worker, nbytes), mapped=False)
+            if slot is None:
+                return None
+            self._release(self._packs.close(worker))
+            pack = self._packs.start(worker, slot)
+            path = "prepared" if slot.prepared else "given back" if slot.shared else "fresh"
+            logger.debug(
+                "deisa bridge: a step's blocks into a %s slot of %d bytes (%d in the ring of "
+                "worker %s)", path, slot.size, len(channel.slots), worker,
+                extra={"deisa_slot": path},
+            )  # fmt: skip
+        slot, offset = pack.slot, pack.used
+        try:
+            if not slot.prepared and block.flags.c_contiguous:  # pwrite: no page zeroed first
+                slot.write(block, offset)
+                view = slot.view(block.shape, block.dtype, populate=False, offset=offset)
+            else:
+                view = slot.view(block.shape, block.dtype, offset=offset)
+                np.copyto(view, block)
+        except OSError as exc:  # no memory for it: this block goes by TCP
+            logger.warning("deisa bridge: writing a shared-memory slot failed: %s", exc)
+            if not pack.count:
+                self._release(self._packs.close(worker))
+            return None
+        pack.place(nbytes)
+        slot.blocks += 1
+        self._lent[id(view)] = (slot, view, offset)
+        return view
+
+    def begin_step(self, expected: Callable[[], Mapping[str, int]] | None = None) -> None:
+        """A step of several arrays starts (``bridge.step(t)``): the blocks :meth:`copy_in`
+        copies for one worker go into one slot until :meth:`end_step`; ``expected``: the
+        bytes declared for each worker (:meth:`.pack.StepPacks.begin`)."""
+        self._packs.begin(expected)
+
+    def end_step(self) -> None:
+        """The step's copies are over: its packs take no more blocks; each slot goes back once
+        its blocks are given back (:meth:`give_back`)."""
+        for slot in self._packs.end():
+            self._release(slot)
+
+    def _release(self, slot: Slot | None) -> None:
+        """Give ``slot`` back to its channel if no block of it is out and no pack fills it."""
+        if slot is not None and not slot.blocks and not slot.packing:
+            slot.channel.untake(slot)
+
     def copy_parcel_in(self, worker: str, parcel: Parcel) -> np.ndarray | None:
-        """A rank's boxes of a step (:class:`~deisa.bridge.boxes.Parcel`) packed into a slot of
-        ``worker``'s ring, one copy per box straight from the caller's arrays, or ``None`` as
-        :meth:`copy_in` (one box is a block: :meth:`copy_in`)."""
+        """A rank's boxes of a step (:class:`~deisa.bridge.arrays.boxes.Parcel`) packed into a
+        slot of ``worker``'s ring, one copy per box straight from the caller's arrays, or
+        ``None`` as :meth:`copy_in` (one box is a block: :meth:`copy_in`)."""
         if len(parcel.arrays) == 1:
             return self.copy_in(worker, parcel.arrays[0])
         starting = self._starting.pop(worker, None)
@@ -169,16 +232,19 @@ class Transport:
             logger.warning("deisa bridge: writing a shared-memory slot failed: %s", exc)
             channel.untake(slot)
             return None
-        self._lent[id(view)] = (slot, view)
+        slot.blocks = 1
+        self._lent[id(view)] = (slot, view, 0)
         return view
 
     def give_back(self, buffer: np.ndarray) -> bool:
-        """Return a copy from :meth:`copy_in` (``False`` for any other array)."""
+        """Return a copy from :meth:`copy_in` (``False`` for any other array); its slot goes
+        back with the last block of it."""
         lent = self._lent.pop(id(buffer), None)
         if lent is None or lent[1] is not buffer:
             return False
         slot = lent[0]
-        slot.channel.untake(slot)
+        slot.blocks -= 1
+        self._release(slot)
         return True
 
     def settle(self) -> None:
@@ -206,10 +272,10 @@ class Transport:
         if channel is None:
             return None
         lent = self._lent.get(id(block))
-        slot = lent[0] if lent is not None and lent[1] is block else None
+        slot, offset = (lent[0], lent[2]) if lent is not None and lent[1] is block else (None, 0)
         own = slot is None or slot.channel is not channel
         if own:  # a block of the caller's, or in the slot of a worker that has left: copy
-            slot = channel.take(block.nbytes)
+            slot, offset = channel.take(block.nbytes, usual=False), 0
             if slot is None:
                 if channel.broken is None and channel.full():
                     self.slot_pool.fell_back(worker, block.nbytes, len(channel.slots))
@@ -217,7 +283,7 @@ class Transport:
             np.copyto(slot.view(block.shape, block.dtype), block)
         assert slot is not None
         try:
-            nbytes = await channel.put(slot, key, block.shape, block.dtype)
+            nbytes = await channel.put(slot, key, block.shape, block.dtype, offset)
         finally:
             if own:
                 channel.untake(slot)

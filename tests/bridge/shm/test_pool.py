@@ -22,6 +22,7 @@ from distributed.utils_test import async_poll_for, gen_cluster, poll_for
 from deisa import _dask_internals
 from deisa.bridge.shm import channel as _shm
 from deisa.bridge.shm import pool as _shm_pool
+from deisa.bridge.shm import warm_ring as _warm_ring
 from deisa.bridge.shm.pool import HUGETLB, SMALL, THP, SlotPool, meminfo, page_kind, pool_totals
 from deisa.bridge.shm.transport import Transport
 from deisa.wire.shm import FREE, HELD, slot_bytes
@@ -307,8 +308,8 @@ def test_the_pool_grows_between_bursts_while_the_worker_keeps_its_last_steps(
     step and, with ``zip``, the next: issue 56 item 9), not while it holds more (a burst still
     draining: the copies need the core); nothing tells the rank when the worker gives a slot
     back, its thread looks."""
-    monkeypatch.setattr(_shm_pool, "page_kind", lambda nbytes, *_: (SMALL, 2 * MIB))
-    assert _shm_pool.STEADY_HELD == 3
+    monkeypatch.setattr(_warm_ring, "page_kind", lambda nbytes, *_: (SMALL, 2 * MIB))
+    assert _warm_ring.STEADY_HELD == 3
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     channel = _shm.Channel("w", ours, SlotPool(5 * slot_bytes(MIB)))
     try:
@@ -341,7 +342,7 @@ def test_a_burst_s_slots_given_back_after_it_are_mapped_before_the_next(
     to wake the channel's thread, the thread maps them anyway (it looks while the worker holds
     a pool slot not mapped here), so that the next burst finds them ready instead of mapping
     one beside its first copy (docs/benchmarks.md, section 16)."""
-    monkeypatch.setattr(_shm_pool, "page_kind", lambda nbytes, *_: (SMALL, 2 * MIB))
+    monkeypatch.setattr(_warm_ring, "page_kind", lambda nbytes, *_: (SMALL, 2 * MIB))
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     channel = _shm.Channel("w", ours, SlotPool(4 * slot_bytes(MIB)))
     try:

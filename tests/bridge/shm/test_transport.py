@@ -23,6 +23,7 @@ from deisa import _dask_internals
 from deisa.bridge._loop import LoopThread
 from deisa.bridge.link.connect import Connections
 from deisa.bridge.shm import channel as _shm
+from deisa.bridge.shm.pack import ALIGN
 from deisa.bridge.shm.transport import Transport
 from deisa.wire.shm import FREE, HELD, key_from_wire, key_to_wire, socket_name
 from deisa.worker.services import WorkerServices
@@ -412,3 +413,60 @@ async def test_a_ring_holds_every_array_of_the_steps_in_flight(c, s, a, b) -> No
     finally:
         await transport.close()
         await pool.close()
+
+
+@gen_cluster(client=True, timeout=STARTUP)
+async def test_a_step_s_blocks_for_a_worker_share_one_slot(c, s, a, b) -> None:
+    """Between ``begin_step`` and ``end_step`` the blocks for one worker go one after another
+    into one slot (deisa.bridge.shm.pack), each at an aligned offset, handed over in one
+    ``puts``; the worker keeps each as a view of that slot, which is free once the last of
+    them is dropped, and the next step takes the slot again (its size learnt)."""
+    await install(c)
+    transport = Transport()
+    rng = np.random.default_rng(1)
+    blocks = [rng.random((40, 30)), np.arange(7, dtype=np.int16), rng.random((64, 64))[:, ::3]]
+    try:
+        channel = await transport.channel(a.address)
+        assert channel is not None
+        used = []
+        for step in range(2):
+            transport.begin_step()
+            buffers = [transport.copy_in(a.address, block + step) for block in blocks]
+            transport.end_step()
+            lent = [transport._lent[id(buffer)] for buffer in buffers]
+            slots = {slot.id for slot, _, _ in lent}
+            # the first step: nothing learnt, a new slot for a block that does not fit the
+            # last one's (the small one fits its page's end); then one slot for the step
+            assert len(slots) == (2 if step == 0 else 1), (step, slots)
+            assert [offset % ALIGN for _, _, offset in lent] == [0, 0, 0]
+            assert step == 0 or 0 < lent[1][2] < lent[2][2]
+            keys = [(f"deisa-test-pack-{step}", i) for i in range(len(blocks))]
+            sizes = await asyncio.gather(
+                *(
+                    transport.send_shared(a.address, k, buf)
+                    for k, buf in zip(keys, buffers, strict=True)
+                )
+            )
+            assert sizes == [block.nbytes for block in blocks]
+            for k, block in zip(keys, blocks, strict=True):
+                np.testing.assert_array_equal(a.data[k], block + step)
+            leases = {id(a.data[k].base.lease) for k in keys}
+            assert len(leases) == len(slots)  # one lease a slot
+            assert all(transport.give_back(buffer) for buffer in buffers)
+            packed = lent[-1][0]
+            del buffers, lent
+            transport.settle()
+            for k in keys:
+                assert step == 0 or packed.head[0] == HELD  # a block of it still on the worker
+                _dask_internals.register_keys(s, {k: [a.address]}, {k: 1}, c.id)
+                _dask_internals.release_keys(s, [k], c.id)
+                await async_poll_for(lambda k=k: k not in a.data, STARTUP)
+            await async_poll_for(lambda slot=packed: slot.free, STARTUP)
+            used.append(packed.id)
+        transport.begin_step()  # a step like the last: the same slot, free again
+        buffer = transport.copy_in(a.address, blocks[0])
+        transport.end_step()
+        assert buffer is not None and transport._lent[id(buffer)][0].id == used[1]
+        assert transport.give_back(buffer)
+    finally:
+        await transport.close()
