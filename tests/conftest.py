@@ -754,3 +754,49 @@ def stranger() -> Any:
     from attack import stranger as account
 
     return account()
+
+
+EXCHANGES = r"""
+import json
+import os
+
+rank = os.environ.get("OMPI_COMM_WORLD_RANK")
+if rank is not None:  # a rank of the simulation (the engine's interpreter), not a Dask process
+    from deisa.bridge._async import AsyncPublisher
+
+    posted, exchanged = AsyncPublisher.post, AsyncPublisher.exchange
+    waiting = set()  # the publishers in a blocking exchange (a wait for room, for the scheduler)
+
+    def post(self, call=None, problem=None):
+        if call is not None and id(self) not in waiting:  # a publication's exchange
+            names = [call[0]] if isinstance(call[0], str) else list(call[0])
+            with open(os.path.join(os.environ["DEISA_TEST_EXCHANGES"], f"{rank}.txt"), "a") as f:
+                f.write(json.dumps([names, int(call[1])]) + "\n")
+        return posted(self, call, problem)
+
+    def exchange(self, call=None, problem=None):
+        waiting.add(id(self))
+        try:
+            return exchanged(self, call, problem)
+        finally:
+            waiting.discard(id(self))
+
+    AsyncPublisher.post, AsyncPublisher.exchange = post, exchange
+"""
+
+
+def exchanges_recorded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The folder where each rank of the simulation lists the exchanges its Bridges post for
+    publications (not the blocking ones of a wait), one ``[names, step]`` line each: a
+    ``sitecustomize`` on the ``PYTHONPATH`` of the processes the test starts, which the
+    plugin's or engine's embedded interpreter imports at its start, wraps
+    ``AsyncPublisher.post`` and ``exchange`` (the real ones run). Issue 56 item 9: the arrays
+    of a step share one exchange."""
+    site, folder = tmp_path / "site", tmp_path / "exchanges"
+    site.mkdir()
+    folder.mkdir()
+    (site / "sitecustomize.py").write_text(EXCHANGES)
+    paths = [str(site), os.environ.get("PYTHONPATH")]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, paths)))
+    monkeypatch.setenv("DEISA_TEST_EXCHANGES", str(folder))
+    return folder

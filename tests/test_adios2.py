@@ -21,6 +21,7 @@ skipped test here fails the run (tests/conftest.py, ``DEISA_ALLOW_ADIOS2_SKIP=1`
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -28,7 +29,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from conftest import REPO, deisa_run, mpirun, test_env
+from conftest import REPO, deisa_run, exchanges_recorded, mpirun, test_env
 from test_slurm import Slurm, run_job, slurm  # noqa: F401  (slurm: the fixture)
 
 from deisa.doctor.adios2 import adios2_config_file, check_adios2
@@ -93,6 +94,9 @@ with Adapter.from_env() as adapter:
     streams = adapter.stats()["streams"]  # `Variables' leaves the others unpublished
     assert set(streams) == set(names), sorted(streams)
     assert all(streams[name]["published"] == len(published) for name in names), streams
+    calls = adapter.stats()["calls"]  # the registration messages the scheduler received
+    print(f"registrations: {calls.get('publish_many', 0)} deisa_publish_many, "
+          f"{calls.get('publish', 0)} steps of arrays", flush=True)
 print(f"adios2 checker: {','.join(names)} steps {published} bitwise", flush=True)
 """
 
@@ -194,14 +198,16 @@ def checker(tmp_path: Path, reference: Path, steps: int, names: str, every: int 
 
 @pytest.mark.timeout(600)
 def test_ragged_code_under_deisa_run_async_shared_memory_bitwise(
-    adios2_build: Path, ragged_reference: Path, tmp_path: Path
+    adios2_build: Path, ragged_reference: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """deisa-run -- ./code deisa.xml: deisa-run hands the built engine over
     (ADIOS2_PLUGIN_PATH) and its scheduler file; every step of U (sync Put), V (deferred, and
     overwritten after PerformPuts), step and time arrives bitwise as BP5 writes it, in the
-    ragged blocks of the ranks."""
+    ragged blocks of the ranks; each step's four variables cost one exchange for the arrays
+    and one for rank 0's single values, not four."""
     xml = engine_xml(tmp_path / "deisa.xml", Mode="async", Transport="auto", BufferNb="2")
     out = tmp_path / "out"
+    recorded = exchanges_recorded(tmp_path, monkeypatch)
     proc = deisa_run(
         "--ranks", "4", "--workers", "2", "--timeout", "240", "--output", str(out),
         "--analytics", checker(tmp_path, ragged_reference, STEPS, "U,V,step,time"),
@@ -214,6 +220,16 @@ def test_ragged_code_under_deisa_run_async_shared_memory_bitwise(
     assert "U: 5 steps published, 5 taken" in proc.stdout + proc.stderr
     assert "blocks by shared memory (4 ranks)" in proc.stdout + proc.stderr
     assert "time: 5 steps published, 5 taken" in proc.stdout + proc.stderr
+    # an EndStep's variables in one Bridge.step scope (issue 56 item 9): one exchange a step
+    # for U and V on every rank, and one for rank 0's single values (their Bridge over rank 0),
+    # not one per variable (the registration messages the checker prints are the registrar's
+    # to batch: early registration may take a step's arrays one by one)
+    for rank in range(4):
+        lines = (recorded / f"{rank}.txt").read_text().splitlines()
+        posted = sorted(json.loads(line) for line in lines)
+        arrays = [[["U", "V"], step] for step in range(STEPS)]
+        values = [[["step", "time"], step] for step in range(STEPS)] if rank == 0 else []
+        assert posted == sorted(arrays + values), (rank, posted)
     engine_dir = adios2_build / "plugin" / "adios2"
     assert f"deisa-run: the deisa ADIOS2 engine: built in {engine_dir}" in proc.stderr
     assert not (REPO / "ignored.bp").exists()  # nothing written to a file

@@ -19,7 +19,15 @@ from typing import Any, NamedTuple
 import numpy as np
 import pytest
 import yaml
-from conftest import BUILD, REPO, DaskProcesses, mpirun, test_env, write_config
+from conftest import (
+    BUILD,
+    REPO,
+    DaskProcesses,
+    exchanges_recorded,
+    mpirun,
+    test_env,
+    write_config,
+)
 
 from deisa_simulation.heat import HeatConfig, reference_field
 
@@ -507,6 +515,30 @@ plugins:
           size: [1, '$local_size[0]', '$local_size[1]']
           start: ['$step / 2', '$local_start[0]', '$local_start[1]']
 """,
+    # two datasets of one step at each event: in situ, one step scope, one exchange a step
+    "on-event-two-datasets-a-step": """\
+plugins:
+  mpi: ~
+  decl_hdf5:
+    file: heat.h5
+    on_event: iter
+    communicator: $MPI_COMM_WORLD
+    datasets:
+      gtemp: {type: array, subtype: double, size: [$steps, '$global_size[0]', '$global_size[1]']}
+      gcopy: {type: array, subtype: double, size: [$steps, '$global_size[0]', '$global_size[1]']}
+    write:
+      temp:
+      - dataset: gtemp
+        memory_selection: {size: ['$local_size[0]', '$local_size[1]'], start: [1, 1]}
+        dataset_selection:
+          size: [1, '$local_size[0]', '$local_size[1]']
+          start: [$step, '$local_start[0]', '$local_start[1]']
+      - dataset: gcopy
+        memory_selection: {size: ['$local_size[0]', '$local_size[1]'], start: [1, 1]}
+        dataset_selection:
+          size: [1, '$local_size[0]', '$local_size[1]']
+          start: [$step, '$local_start[0]', '$local_start[1]']
+""",
     # every time index written twice (steps 2k and 2k+1 into slice k): the file keeps the last
     # write; in situ, a step not taken yet by the analytics is replaced by the new data
     "repeated-index": """\
@@ -564,7 +596,11 @@ def test_to_deisa_changes_exactly_two_lines() -> None:
 
 @pytest.mark.parametrize("case", sorted(DECL_HDF5_PLUGINS))
 def test_decl_hdf5_configuration_goes_in_situ_by_renaming_two_keys(
-    built: Path, tmp_path: Path, shared_dask: DaskProcesses, case: str
+    built: Path,
+    tmp_path: Path,
+    shared_dask: DaskProcesses,
+    case: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     import h5py
 
@@ -584,16 +620,22 @@ def test_decl_hdf5_configuration_goes_in_situ_by_renaming_two_keys(
 
     insitu = tmp_path / "deisa.yml"
     insitu.write_text(to_deisa(hdf5.read_text()))
+    recorded = exchanges_recorded(tmp_path, monkeypatch)
     run = run_c_heat(4, simulation, insitu, tmp_path)  # the analytics starts after the run
-    ignored = (
-        "Ignoring decl_hdf5 keys that only matter for HDF5 files: `collision_policy', `mpio' "
-        "(write entry of `temp'), `collision_policy' (write entry of `temp'), `attributes' "
-        "(write entry of `temp'), `mpio' (write entry of `temp')"
-        if case != "repeated-index"
-        else "Ignoring decl_hdf5 keys that only matter for HDF5 files: `mpio' (write entry of "
-        "`temp')\n"
-    )
+    ignored = {
+        "file-keys-on-event-two-writes": "Ignoring decl_hdf5 keys that only matter for HDF5 "
+        "files: `collision_policy', `mpio' (write entry of `temp'), `collision_policy' (write "
+        "entry of `temp'), `attributes' (write entry of `temp'), `mpio' (write entry of `temp')",
+        "repeated-index": "Ignoring decl_hdf5 keys that only matter for HDF5 files: `mpio' "
+        "(write entry of `temp')\n",
+        "on-event-two-datasets-a-step": "",
+    }[case]
     assert ignored in run.stdout + run.stderr
+    if case == "on-event-two-datasets-a-step":  # the event's two arrays: one exchange a step
+        for rank in range(4):
+            lines = (recorded / f"{rank}.txt").read_text().splitlines()
+            posted = [json.loads(line) for line in lines]
+            assert posted == [[["gtemp", "gcopy"], s] for s in range(config.steps)], posted
     with shared_dask.client() as client:
         adapter = Adapter(client)
         for name, values in written.items():

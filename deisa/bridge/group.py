@@ -28,6 +28,7 @@ from ._collective import BridgeError, build_options, raise_first
 from .arrays.decomposition import ArraySpec
 from .bridge import Bridge
 from .options import BridgeOptions
+from .step_scope import GroupStepScope
 
 logger = logging.getLogger(__name__)
 
@@ -175,6 +176,12 @@ class BridgeGroup:
         """:meth:`deisa.Bridge.publish` on the Bridge of ``name``: collective over its ranks
         (boxes, ``start`` and ``shape`` as there: data that moves; ``attrs``: the step's)."""
         self.bridge(name).publish(name, block, step, start=start, shape=shape, attrs=attrs)
+
+    def step(self, step: int) -> GroupStepScope:
+        """``with group.step(t) as s: s.publish(name, block)``: step ``t`` of several arrays,
+        one exchange per Bridge of this rank (:meth:`deisa.Bridge.step` on each,
+        :class:`~deisa.bridge.step_scope.GroupStepScope`); collective over ``comm``."""
+        return GroupStepScope(self.bridge, list(self.bridges.values()), step)
 
     def set_attrs(self, name: str, attrs: Mapping[str, Any]) -> None:
         """:meth:`deisa.Bridge.set_attrs` on the Bridge of ``name`` (its rank 0's are sent)."""

@@ -11,11 +11,13 @@ the Bridge's event loop together at its end (:meth:`~deisa.bridge._loop.LoopThre
 so that the blocks for one worker go in one shared-memory hand-over
 (:meth:`~deisa.bridge.shm.channel.Channel.put`) and rank 0 registers the arrays in one
 ``deisa_publish_many``. In ``mode="sync"`` each array is registered as ``publish`` does (one
-gather each).
+gather each). A :class:`~deisa.BridgeGroup`'s step (:meth:`deisa.BridgeGroup.step`,
+:class:`GroupStepScope`) is a :class:`StepScope` on each of the rank's Bridges: one exchange
+per communicator.
 
 Runs on the rank's main thread, like :meth:`deisa.Bridge.publish`.
 
-Imports the asynchronous publisher only.
+Imports the asynchronous publisher only (a group's Bridges are seen through their ``step``).
 """
 
 from __future__ import annotations
@@ -83,3 +85,45 @@ class StepScope:
                 problem = next((f"{c[0]!r}: {p}" for c, p in held if p is not None), None)
                 publisher.post((names, self.step), problem)
             publisher.parts.transport.settle()  # the step's copies are over
+
+
+class GroupStepScope:
+    """Step ``step`` of a :class:`~deisa.BridgeGroup`'s arrays: a :class:`StepScope` on each of
+    this rank's Bridges, entered in construction order and left in reverse order (the same on
+    every rank), each :meth:`publish` sent to its array's; a context manager, collective over
+    each Bridge's communicator as a :class:`StepScope` is. A Bridge none of whose arrays is
+    published in the step posts nothing.
+    """
+
+    def __init__(self, bridge_of: Callable[[str], Any], bridges: Sequence[Any], step: int) -> None:
+        self._bridge_of = bridge_of  # the group's Bridge of an array (a BridgeError if none here)
+        self._bridges = bridges
+        self.step = step
+        self._scopes: dict[int, StepScope] = {}  # by id of their Bridge, while open
+        self._steps = contextlib.ExitStack()
+
+    def __enter__(self) -> GroupStepScope:
+        with contextlib.ExitStack() as steps:  # one that fails leaves those entered before
+            scopes = {id(b): steps.enter_context(b.step(self.step)) for b in self._bridges}
+            self._steps = steps.pop_all()
+        self._scopes = scopes
+        return self
+
+    def publish(
+        self,
+        name: str,
+        block: Any,
+        *,
+        start: Sequence[int] | None = None,
+        shape: Sequence[int] | None = None,
+    ) -> None:
+        """:meth:`StepScope.publish` of ``name`` on the Bridge of its array (same arguments);
+        a :class:`~deisa.BridgeError` if this rank holds no block of it."""
+        scope = self._scopes.get(id(self._bridge_of(name)))
+        if scope is None:
+            raise RuntimeError(f"publish({name!r}) outside its group.step({self.step})")
+        scope.publish(name, block, start=start, shape=shape)
+
+    def __exit__(self, *exc: object) -> None:
+        self._scopes = {}
+        self._steps.__exit__(*exc)  # type: ignore[arg-type]

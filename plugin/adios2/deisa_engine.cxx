@@ -6,6 +6,7 @@
 #include <chrono>
 #include <complex>
 #include <exception>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -595,6 +596,12 @@ void Deisa_engine::publish_step()
 			m_attributes.attr("step")(m_python.bridge(), io_attributes(m_IO), names);
 		});
 	}
+	// the step's arrays in one scope (deisa.Bridge.step): one exchange, one registration and one
+	// hand-over per worker for the step, not one per variable (mode="async")
+	std::optional<Step_scope> scope;
+	if (m_python.created()) {
+		python("opening step " + std::to_string(m_step), [&] { scope.emplace(m_python, static_cast<long>(m_step)); });
+	}
 	for (auto&& pointer: publishing) {
 		const Declared_array& array = *pointer;
 		const string& name = published_as(array.name);
@@ -615,6 +622,13 @@ void Deisa_engine::publish_step()
 			}
 			gil_ms += milliseconds(asked, held);
 			publish_ms += milliseconds(held, Clock::now());
+		});
+	}
+	if (scope) {
+		python("ending step " + std::to_string(m_step), [&] {
+			const auto asked = Clock::now();
+			scope->close();
+			publish_ms += milliseconds(asked, Clock::now());
 		});
 	}
 	if (m_debug) {

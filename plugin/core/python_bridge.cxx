@@ -3,6 +3,7 @@
 #include <mpi.h>
 
 #include <chrono>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -61,6 +62,7 @@ Python_bridge::~Python_bridge()
 		} catch (const py::error_already_set&) {
 		}
 	}
+	m_step = py::object();
 	m_bridge = py::object();
 	m_preload = py::object();
 	m_module = py::object();
@@ -157,10 +159,48 @@ Startup Python_bridge::create(
 	return {seconds_since(bridge_start), m_preload.attr("summary")().cast<string>(), mpi_seconds};
 }
 
+void Python_bridge::begin_step(long step)
+{
+	if (m_step_index >= 0) {
+		throw std::logic_error{"deisa: step " + std::to_string(step) + " opened inside step " + std::to_string(m_step_index)};
+	}
+	py::gil_scoped_acquire gil;
+	py::object scope = m_bridge.attr("step")(step);
+	scope.attr("__enter__")();
+	m_step = std::move(scope);
+	m_step_index = step;
+}
+
+void Python_bridge::end_step()
+{
+	if (m_step_index < 0) return;
+	py::gil_scoped_acquire gil;
+	py::object scope = std::move(m_step);
+	m_step = py::object();
+	m_step_index = -1;
+	scope.attr("__exit__")(py::none(), py::none(), py::none());
+}
+
+void Python_bridge::abandon_step() noexcept
+{
+	if (m_step_index < 0 || !Py_IsInitialized()) return;
+	py::gil_scoped_acquire gil;
+	try {
+		end_step();
+	} catch (const py::error_already_set&) { // the failure that left the step is the one raised
+	}
+}
+
 void Python_bridge::publish(const string& name, const Strided_block& block, long step, py::object owner)
 {
 	py::gil_scoped_acquire gil;
-	m_bridge.attr("publish")(name, numpy_view(block, std::move(owner)), step);
+	py::array view = numpy_view(block, std::move(owner));
+	if (m_step) {
+		in_step(name, step);
+		m_step.attr("publish")(name, view);
+	} else {
+		m_bridge.attr("publish")(name, view, step);
+	}
 }
 
 void Python_bridge::publish_boxes(const string& name, long step, const vector<long>& global_shape, const vector<Box_block>& boxes, py::object owner)
@@ -175,10 +215,20 @@ void Python_bridge::publish_boxes(const string& name, long step, const vector<lo
 			blocks.append(py::make_tuple(to_tuple(box.start), std::move(view)));
 		}
 	}
-	if (global_shape.empty()) {
-		m_bridge.attr("publish")(name, blocks, step);
+	py::dict shape; // `shape' only when given
+	if (!global_shape.empty()) shape["shape"] = to_tuple(global_shape);
+	if (m_step) {
+		in_step(name, step);
+		m_step.attr("publish")(name, blocks, **shape);
 	} else {
-		m_bridge.attr("publish")(name, blocks, step, "shape"_a = to_tuple(global_shape));
+		m_bridge.attr("publish")(name, blocks, step, **shape);
+	}
+}
+
+void Python_bridge::in_step(const string& name, long step) const
+{
+	if (step != m_step_index) {
+		throw std::logic_error{"deisa: `" + name + "' published at step " + std::to_string(step) + " inside step " + std::to_string(m_step_index)};
 	}
 }
 

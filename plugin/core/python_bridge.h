@@ -83,6 +83,19 @@ class Python_bridge
 	/// the deisa.Bridge or deisa.BridgeGroup, None until created
 	pybind11::object m_bridge;
 
+	/// the step scope open (deisa.Bridge.step, deisa.BridgeGroup.step), None outside begin_step and end_step
+	pybind11::object m_step;
+
+	/// the index of the step open, -1: none
+	long m_step_index = -1;
+
+	/** Checks that `name' is published at the step open
+	 * \param name the global array
+	 * \param step the step it is published at
+	 * \throws std::logic_error naming both steps if they differ
+	 */
+	void in_step(const std::string& name, long step) const;
+
 public:
 	Python_bridge() = default;
 
@@ -182,10 +195,29 @@ public:
 	/// The deisa.Bridge (none before create), for the calls of the ADIOS2 engine's attributes
 	pybind11::handle bridge() const { return m_bridge; }
 
+	/** Opens step `step' of several arrays (deisa.Bridge.step, entered): the publish and publish_boxes
+	 * calls that follow, until end_step, go through the step's scope, whose end posts one exchange
+	 * for them all (mode="async"; one per communicator of a deisa.BridgeGroup), so that rank 0
+	 * registers them with one message and their blocks for one worker go in one hand-over.
+	 * Collective: every rank opens it and publishes the same arrays in the same order.
+	 * \param step the index on the time axis of every array published in it
+	 * \throws std::logic_error if a step is open already
+	 */
+	void begin_step(long step);
+
+	/** Closes the step open (the scope's __exit__: posts its exchange); nothing if none is open
+	 */
+	void end_step();
+
+	/** Closes the step open after a failure (a `with' left by an exception): the scope is left as
+	 * end_step leaves it, a Python error of its own dropped for the first one, which the caller raises
+	 */
+	void abandon_step() noexcept;
+
 	/** Publishes one block (deisa.Bridge.publish, collective); returns when its memory may be reused
 	 * \param name the global array
 	 * \param block the block
-	 * \param step the index on the time axis
+	 * \param step the index on the time axis (that of the step open, if one is)
 	 * \param owner what keeps the block's memory alive while Python holds a view of it
 	 */
 	void publish(const std::string& name, const Strided_block& block, long step, pybind11::object owner);
@@ -195,7 +227,7 @@ public:
 	 *
 	 * Every rank calls it for the same (name, step), with no box if it has none this step.
 	 * \param name the global array
-	 * \param step the index on the time axis
+	 * \param step the index on the time axis (that of the step open, if one is)
 	 * \param global_shape the step's global shape, empty: not given by this rank (a joined array's, or given by another rank)
 	 * \param boxes the boxes, each at its start (all of a joined array's boxes have an empty start)
 	 * \param owner what keeps the boxes' memory alive while Python holds views of it
@@ -222,6 +254,44 @@ public:
 	/** Closes the stream (collective) and drops the Bridge; nothing if none was created
 	 */
 	void close();
+};
+
+/// A step of several arrays, open while it lives (Python_bridge::begin_step), as a Python `with bridge.step(t)'
+class Step_scope
+{
+	/// the bridge whose step is open
+	Python_bridge& m_bridge;
+
+	/// whether close() is still to be called
+	bool m_open = true;
+
+public:
+	/** Opens step `step' of `bridge'
+	 * \param bridge the Python bridge
+	 * \param step the index on the time axis
+	 */
+	Step_scope(Python_bridge& bridge, long step)
+		: m_bridge{bridge}
+	{
+		m_bridge.begin_step(step);
+	}
+
+	Step_scope(const Step_scope&) = delete;
+
+	Step_scope& operator= (const Step_scope&) = delete;
+
+	/// Closes the step, its error raised (Python_bridge::end_step)
+	void close()
+	{
+		m_open = false;
+		m_bridge.end_step();
+	}
+
+	/// Closes the step if close() was not reached: a publish failed (Python_bridge::abandon_step)
+	~Step_scope()
+	{
+		if (m_open) m_bridge.abandon_step();
+	}
 };
 
 } // namespace deisa

@@ -306,6 +306,7 @@ void Bridge_handle::publish(Context& ctx, const string& dataset, const Block& bl
 							  delete static_cast<Ref*>(ref);
 						  }};
 		ctx.logger().trace("Publishing `{}' step {}", dataset, block.step);
+		event_step(block.step);
 		m_python.publish(dataset, {block.data, block.dtype, block.shape, block.strides}, block.step, std::move(owner));
 	} catch (const py::error_already_set& e) {
 		handle_python_error(
@@ -338,6 +339,7 @@ void Bridge_handle::publish_boxes(
 	}
 	try {
 		ctx.logger().trace("Publishing `{}' step {}: {} box(es)", dataset, step, boxes.size());
+		event_step(step);
 		m_python.publish_boxes(dataset, step, global_shape, boxes, std::move(owner));
 	} catch (const py::error_already_set& e) {
 		handle_python_error(
@@ -352,6 +354,42 @@ void Bridge_handle::join_imports(Context& ctx)
 {
 	const string failure = m_python.join_imports();
 	if (!failure.empty()) ctx.logger().error("Python failure while waiting for the deisa imports:\n{}", failure);
+}
+
+void Bridge_handle::event_step(long step)
+{
+	if (!m_in_event || step == m_event_step) return;
+	if (m_event_step >= 0) { // an entry of another step at this event: its own scope
+		m_event_step = -1;
+		m_python.end_step();
+	}
+	m_python.begin_step(step);
+	m_event_step = step;
+}
+
+void Bridge_handle::end_event(Context& ctx)
+{
+	m_in_event = false;
+	if (m_event_step < 0) return;
+	const long step = m_event_step;
+	m_event_step = -1;
+	py::gil_scoped_acquire gil;
+	try {
+		m_python.end_step();
+	} catch (const py::error_already_set& e) {
+		handle_python_error(
+			ctx,
+			"ending the publishes of step " + std::to_string(step) + " (" + m_settings.scheduler_key + ": `" + m_scheduler_path + "')",
+			e
+		);
+	}
+}
+
+void Bridge_handle::abandon_event() noexcept
+{
+	m_in_event = false;
+	m_event_step = -1;
+	m_python.abandon_step();
 }
 
 void Bridge_handle::close(Context& ctx)

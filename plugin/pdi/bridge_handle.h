@@ -66,6 +66,17 @@ class Bridge_handle
 	/// the arrays declared to the bridge, for consistency checks at each publication
 	std::vector<std::pair<std::string, Array_geometry>> m_arrays;
 
+	/// whether the publishes now are an `on_event' event's (begin_event to end_event): they share a step scope
+	bool m_in_event = false;
+
+	/// the step of the event's scope open (Python_bridge::begin_step), -1: none
+	long m_event_step = -1;
+
+	/** Opens the event's scope for step `step' (the GIL must be held), closing that of another step first; nothing outside an event
+	 * \param step the step of the block published next
+	 */
+	void event_step(long step);
+
 	/** Logs a Python failure and raises a PDI error or carries on, according to `on_error'
 	 * \param ctx the PDI context
 	 * \param action what failed, for the messages
@@ -186,6 +197,21 @@ public:
 	 * \param boxes the step's boxes
 	 */
 	void publish_boxes(PDI::Context& ctx, const Step_boxes& boxes);
+
+	/** Starts an `on_event' event's publishes: until end_event, those of one step share one
+	 * deisa.Bridge.step scope (one exchange, one registration, one hand-over per worker), opened
+	 * at the first publish (the bridge may be created by it)
+	 */
+	void begin_event() { m_in_event = true; }
+
+	/** Ends the event's publishes: closes its scope (a Python failure handled by `on_error')
+	 * \param ctx the PDI context
+	 */
+	void end_event(PDI::Context& ctx);
+
+	/** Ends the event's publishes after a failure left them: the scope is closed, its own Python error dropped
+	 */
+	void abandon_event() noexcept;
 
 	/** Closes the stream (collective), if the bridge was created, and waits for the imports
 	 * \param ctx the PDI context

@@ -160,16 +160,24 @@ public:
 			return ref ? *ref : context().desc(data).ref();
 		};
 		guarded([&] {
-			for (auto&& transfer: m_config.transfers()) {
-				if (!matches(transfer.data()) || !transfer.when(context())) continue;
-				m_bridge.open(context(), m_config.transfers());
-				if (m_bridge.outside(transfer)) continue; // this rank is outside the entry's `communicator'
-				if (name && !transfer.moving().boxes_until().empty()) { // one box of several: published at the event
-					m_boxes.add(transfer, transfer.dataset(context()), transfer.block(context(), *ref));
-					continue;
+			// at an event, the entries' arrays of one step in one scope (deisa.Bridge.step)
+			if (!name) m_bridge.begin_event();
+			try {
+				for (auto&& transfer: m_config.transfers()) {
+					if (!matches(transfer.data()) || !transfer.when(context())) continue;
+					m_bridge.open(context(), m_config.transfers());
+					if (m_bridge.outside(transfer)) continue; // this rank is outside the entry's `communicator'
+					if (name && !transfer.moving().boxes_until().empty()) { // one box of several: published at the event
+						m_boxes.add(transfer, transfer.dataset(context()), transfer.block(context(), *ref));
+						continue;
+					}
+					m_bridge.publish(context(), transfer.dataset(context()), transfer.block(context(), ref_of(transfer.data())));
 				}
-				m_bridge.publish(context(), transfer.dataset(context()), transfer.block(context(), ref_of(transfer.data())));
+			} catch (...) {
+				m_bridge.abandon_event();
+				throw;
 			}
+			m_bridge.end_event(context());
 			for (auto&& read: m_config.reads()) {
 				if (matches(read.data()) && read.when(context())) this->read(read, ref_of(read.data()));
 			}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 from mpi4py import MPI
 
@@ -119,3 +120,34 @@ def test_declare_adds_arrays_to_the_bridge_over_comm_making_one_if_needed(
             group.close()
     with pytest.raises(BridgeError, match=r"declare\(\) after close\(\)"):
         group.declare({"y": SPEC})
+
+
+def test_a_groups_step_holds_each_bridges_exchange_and_routes_by_array(tmp_path: Path) -> None:
+    """``group.step(t)``: a step scope on each of this rank's Bridges (the ADIOS2 engine's
+    arrays over comm and its single values over rank 0's), each publish on its array's."""
+    group = BridgeGroup(
+        str(tmp_path / "none.json"),
+        {"field": SPEC, "probe": SPEC},
+        array_comms={"probe": MPI.COMM_SELF, "edge": MPI.COMM_NULL},
+        connect_timeout=0.2,
+    )
+    field, probe = group.bridge("field"), group.bridge("probe")
+    assert field is not probe
+    block = np.ones((4, 4))
+    try:
+        with group.step(0) as s:
+            s.publish("field", block)
+            s.publish("probe", block)
+            # each Bridge holds its own publish's exchange until the end of the step
+            assert [call for call, _ in field._async.held or []] == [("field", 0)]
+            assert [call for call, _ in probe._async.held or []] == [("probe", 0)]
+            with pytest.raises(BridgeError, match=r"holds no block of 'edge'"):
+                s.publish("edge", block)
+            with pytest.raises(RuntimeError, match=r"inside another bridge\.step"):
+                group.step(1).__enter__()
+        assert field._async.held is None and probe._async.held is None
+        with pytest.raises(RuntimeError, match=r"publish\('field'\) outside its group\.step\(0\)"):
+            s.publish("field", block)
+    finally:
+        with pytest.raises(BridgeError, match=r"none\.json"):
+            group.close()
