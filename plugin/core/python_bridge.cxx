@@ -188,6 +188,7 @@ void Python_bridge::abandon_step() noexcept
 	try {
 		end_step();
 	} catch (const py::error_already_set&) { // the failure that left the step is the one raised
+	} catch (const std::exception&) { // noexcept: nothing of its own leaves a step being abandoned
 	}
 }
 
